@@ -1,0 +1,43 @@
+# Every target builds the virtual environment .venv on its own; a fresh clone needs nothing else.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+PROTOS := $(wildcard protos/*.proto)
+GEN    := $(PROTOS:.proto=_pb2.py)
+SEEDS  ?= 20000
+STEPS  ?= 3000
+
+.PHONY: venv protos test test-long demo sim bench-core clean
+
+venv: $(STAMP) $(GEN)
+
+$(STAMP): pyproject.toml setup.py
+	@command -v java >/dev/null 2>&1 || ./deploy/install-java.sh
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev,analytics]'
+	@touch $(STAMP)
+
+protos/%_pb2.py: protos/%.proto $(STAMP)
+	$(PY) -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. --pyi_out=. $<
+
+protos: $(GEN)
+
+test: venv
+	$(PY) -m pytest -q
+
+test-long: venv
+	$(PY) -m pytest -q -m slow --run-slow
+
+demo: venv
+	$(PY) -m raft.testing.demo
+
+sim: venv
+	$(PY) -m raft.testing --seeds $(SEEDS) --steps $(STEPS)
+
+bench-core: venv
+	$(PY) -m bench.core
+
+clean:
+	rm -rf $(VENV) build *.egg-info protos/*_pb2*.py protos/*_pb2.pyi

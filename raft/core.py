@@ -1,0 +1,846 @@
+"""The Raft consensus algorithm as a pure state machine.
+
+No sockets, threads, clocks or disks: the caller feeds ``tick()``, ``step(message)``,
+``propose(...)`` and ``read_index(...)``, then drains a :class:`~raft.messages.Ready` that
+says what to persist, send and apply, and acknowledges it with ``advance``. Randomness comes
+from the injected seed, so a whole cluster can be simulated deterministically
+(``raft.testing``). The structure follows etcd's ``raft`` package; section numbers refer to
+the Raft paper (Ongaro and Ousterhout, 2014) and thesis (Ongaro, 2014).
+"""
+from __future__ import annotations
+
+import random
+import zlib
+from dataclasses import dataclass, field
+
+from .errors import CommittedConflict, NotLeader, ProposalDropped, RaftError
+from .log import RaftLog
+from .messages import (ConfChange, ConfChangeType, Entry, EntryType, HardState, Membership,
+                       Message, MessageType as MT, ReadState, Ready, Role, Snapshot,
+                       SnapshotMeta, SnapshotSource, BytesSnapshotSource, SoftState)
+from .progress import Progress, ProgressState
+
+
+@dataclass(slots=True)
+class CoreConfig:
+    """Tunables, in ticks and counts. The runtime maps milliseconds onto ticks."""
+
+    election_ticks: int = 10  # followers wait a random [T, 2T) ticks before campaigning
+    heartbeat_ticks: int = 1
+    max_inflight: int = 256  # pipelined appends per follower
+    max_entries_per_msg: int = 4096
+    max_bytes_per_msg: int = 1 << 20
+    max_apply_entries: int = 16384  # committed entries handed out per Ready
+    max_uncommitted_entries: int = 65536  # backpressure: proposals beyond this are dropped
+    pre_vote: bool = True  # thesis §9.6: a rejoining node cannot depose a healthy leader
+    check_quorum: bool = True  # thesis §6.2: a leader cut off from a majority steps down
+    fast_backoff: bool = True  # thesis §5.3: skip a whole conflicting term per round trip
+    snapshot_chunk_bytes: int = 1 << 20
+    snapshot_chunks_inflight: int = 4
+
+    def __post_init__(self) -> None:
+        if self.election_ticks <= self.heartbeat_ticks or self.heartbeat_ticks < 1:
+            raise ValueError("election_ticks must exceed heartbeat_ticks >= 1")
+        if min(self.max_inflight, self.max_entries_per_msg, self.max_bytes_per_msg,
+               self.snapshot_chunk_bytes, self.snapshot_chunks_inflight) < 1:
+            raise ValueError("flow-control limits must be positive")
+
+
+@dataclass(slots=True)
+class _ReadRequest:
+    index: int
+    acks: set[int] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class _IncomingSnapshot:
+    key: tuple[int, int, int, int]  # (term, leader, snapshot index, snapshot term)
+    meta: SnapshotMeta
+    buf: bytearray = field(default_factory=bytearray)
+    crc: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PeerStatus:
+    node_id: int
+    match: int
+    next: int
+    state: str
+    is_learner: bool
+    ticks_since_contact: int
+
+
+@dataclass(frozen=True, slots=True)
+class CoreStatus:
+    id: int
+    role: Role
+    term: int
+    leader: int
+    commit: int
+    applied: int
+    last_index: int
+    snapshot_index: int
+    membership: Membership
+    peers: tuple[PeerStatus, ...]
+    dropped: dict[str, int]
+
+
+_LEADER_TRAFFIC = frozenset({MT.APPEND, MT.HEARTBEAT, MT.SNAPSHOT})
+_RESPONSES = frozenset({MT.APPEND_RESP, MT.HEARTBEAT_RESP, MT.SNAPSHOT_RESP})
+
+
+class RaftCore:
+    """One node's Raft state. See the module docstring for the calling convention."""
+
+    def __init__(self, node_id: int, config: CoreConfig | None = None, *, seed: int = 0,
+                 hard_state: HardState | None = None, snapshot: SnapshotMeta | None = None,
+                 entries: list[Entry] | None = None, membership: Membership | None = None,
+                 snapshot_source: SnapshotSource | None = None) -> None:
+        """Start from what storage recovered: ``snapshot`` (or, on a fresh node, the bootstrap
+        ``membership``), the ``entries`` after it and the last ``hard_state``."""
+        if node_id <= 0:
+            raise ValueError("node ids are positive integers")
+        self.id = node_id
+        self.cfg = config or CoreConfig()
+        self.rng = random.Random(seed * 1_000_003 + node_id)
+        hs = hard_state or HardState()
+        snap = snapshot or SnapshotMeta(membership=membership or Membership())
+        self.log = RaftLog(snap.index, snap.term, entries)
+        self.log.committed = min(max(hs.commit, snap.index), self.log.last_index())
+        self.term, self.vote = hs.term, hs.vote
+        self.snapshot_meta = snap
+        self.snapshot_source = snapshot_source
+        self.membership = snap.membership
+        self._conf_history: list[tuple[int, Membership]] = []
+        self.role = Role.FOLLOWER
+        self.leader = 0
+        self.ticks = 0
+        self.progress: dict[int, Progress] = {}
+        self.votes: dict[int, bool] = {}
+        self.election_elapsed = 0
+        self.heartbeat_elapsed = 0
+        self.randomized_timeout = self.cfg.election_ticks
+        self.lead_transferee = 0
+        self.pending_conf_index = 0
+        self.msgs: list[Message] = []
+        self.read_states: list[ReadState] = []
+        self.read_queue: dict[bytes, _ReadRequest] = {}
+        self.reads_waiting_commit: list[bytes] = []
+        self.dropped_reads: list[bytes] = []
+        self.incoming: _IncomingSnapshot | None = None
+        self.pending_snapshot: Snapshot | None = None
+        self.dropped: dict[str, int] = {}
+        self._persisted_hs = hs
+        self._prev_soft = SoftState(Role.FOLLOWER, 0, self.term)
+        self._need_bcast = False
+        for e in self.log.entries[:self.log.committed - self.log.snap_index]:
+            if e.type == EntryType.CONF_CHANGE:
+                self._apply_conf(e)
+        self._become_follower(self.term, 0)
+
+    # ------------------------------------------------------------------ public inputs --
+
+    def tick(self) -> None:
+        """Advance logical time by one tick."""
+        self.ticks += 1
+        if self.role == Role.LEADER:
+            self._tick_leader()
+        else:
+            self.election_elapsed += 1
+            if self.promotable() and self.election_elapsed >= self.randomized_timeout:
+                self.election_elapsed = 0
+                self._campaign(pre=self.cfg.pre_vote)
+
+    def step(self, m: Message) -> None:
+        """Take one message from a peer. Malformed, stale or foreign messages are dropped
+        and counted in ``dropped``; they never raise."""
+        reason = self._invalid(m)
+        if reason:
+            self._drop(reason)
+            return
+        if m.term > self.term:
+            if m.type in (MT.VOTE, MT.PRE_VOTE):
+                in_lease = (self.cfg.check_quorum and self.leader != 0
+                            and self.election_elapsed < self.cfg.election_ticks)
+                if in_lease and not m.force:
+                    self._drop("vote_in_lease")  # thesis §4.2.3: do not disrupt a live leader
+                    return
+            if m.type == MT.PRE_VOTE or (m.type == MT.PRE_VOTE_RESP and not m.reject):
+                pass  # pre-votes speak of a future term without moving to it
+            else:
+                self._become_follower(m.term, m.frm if m.type in _LEADER_TRAFFIC else 0)
+        elif m.term < self.term:
+            if m.type in (MT.APPEND, MT.HEARTBEAT) and (self.cfg.check_quorum or self.cfg.pre_vote):
+                # A stale leader that we will never vote for again: tell it our term so it
+                # steps down instead of waiting for a check-quorum timeout.
+                self._send(Message(MT.APPEND_RESP, m.frm, self.id, self.term))
+            elif m.type == MT.PRE_VOTE:
+                self._send(Message(MT.PRE_VOTE_RESP, m.frm, self.id, self.term, reject=True))
+            else:
+                self._drop("stale_term")
+            return
+        if m.type in (MT.VOTE, MT.PRE_VOTE):
+            self._handle_vote_request(m)
+        elif self.role == Role.LEADER:
+            self._step_leader(m)
+        elif self.role == Role.FOLLOWER:
+            self._step_follower(m)
+        else:
+            self._step_candidate(m)
+
+    def propose(self, datas: list[bytes]) -> tuple[int, int]:
+        """Append ``datas`` as entries of the current term; returns their (first, last)
+        index. They are replicated when the caller next takes a Ready."""
+        self._check_can_propose()
+        li, t = self.log.last_index(), self.term
+        if li - self.log.committed + len(datas) > self.cfg.max_uncommitted_entries and li > self.log.committed:
+            raise ProposalDropped("too many uncommitted entries; retry after some commit")
+        self.log.append([Entry(li + 1 + k, t, d) for k, d in enumerate(datas)])
+        self._need_bcast = True
+        return li + 1, li + len(datas)
+
+    def propose_conf_change(self, change: ConfChangeType, node_id: int) -> int:
+        """Propose a single-server membership change (thesis §4.1); returns its index, or 0
+        when the membership already has that shape. One change may be pending at a time."""
+        self._check_can_propose()
+        if self.pending_conf_index > self.log.committed:
+            raise ProposalDropped("a membership change is already in progress; retry once it commits")
+        if not self._committed_in_term():
+            raise ProposalDropped("the leader has not committed an entry of its term yet; retry")
+        if node_id <= 0:
+            raise RaftError("node ids are positive integers")
+        voters, learners = set(self.membership.voters), set(self.membership.learners)
+        if change == ConfChangeType.ADD_VOTER:
+            voters.add(node_id)
+            learners.discard(node_id)
+        elif change == ConfChangeType.ADD_LEARNER:
+            if node_id in voters:
+                raise RaftError(f"node {node_id} is a voter; remove it before re-adding it as a learner")
+            learners.add(node_id)
+        else:
+            voters.discard(node_id)
+            learners.discard(node_id)
+            if not voters:
+                raise RaftError("cannot remove the last voter")
+        result = Membership(frozenset(voters), frozenset(learners))
+        if result == self.membership:
+            return 0
+        index = self.log.last_index() + 1
+        cc = ConfChange(change, node_id, result)
+        self.log.append([Entry(index, self.term, cc.encode(), EntryType.CONF_CHANGE)])
+        self.pending_conf_index = index
+        self._need_bcast = True
+        return index
+
+    def read_index(self, context: bytes) -> None:
+        """Start a linearizable read (thesis §6.4). A ReadState with this context appears in a
+        later Ready once a heartbeat round has confirmed leadership; serve the read when the
+        state machine has applied its index. Raises NotLeader on other roles."""
+        if self.role != Role.LEADER:
+            raise NotLeader(self.leader)
+        if not self._committed_in_term():
+            self.reads_waiting_commit.append(context)  # no read before our first commit
+            return
+        self._start_read(context)
+
+    def transfer_leadership(self, target: int) -> None:
+        """Bring ``target`` up to date, then tell it to campaign at once (thesis §3.10).
+        Proposals are refused until it completes or an election timeout passes."""
+        if self.role != Role.LEADER:
+            raise NotLeader(self.leader)
+        if target == self.id or target == self.lead_transferee:
+            return
+        if target not in self.membership.voters:
+            raise RaftError(f"node {target} is not a voter")
+        self.lead_transferee = target
+        self.election_elapsed = 0
+        pr = self.progress[target]
+        if pr.match == self.log.last_index():
+            self._send(Message(MT.TIMEOUT_NOW, target, self.id, self.term))
+        else:
+            self._send_append(target)
+
+    def compact(self, source: SnapshotSource, trailing: int = 0) -> None:
+        """The application has written a snapshot (``source.meta``) of its state at an applied
+        index: drop the log before it, keeping ``trailing`` entries for slow followers."""
+        meta = source.meta
+        if meta.index <= self.snapshot_meta.index:
+            return
+        self.snapshot_meta = meta
+        self.snapshot_source = source
+        keep_from = max(meta.index - trailing, self.log.snap_index)
+        self.log.compact(keep_from)
+        self._conf_history = [(i, m) for i, m in self._conf_history if i > keep_from]
+
+    def membership_at(self, index: int) -> Membership:
+        """The configuration in force after applying ``index`` (for snapshot metadata)."""
+        if index < self.snapshot_meta.index:
+            raise ValueError(f"membership at {index} is no longer known")
+        found = self.snapshot_meta.membership
+        for i, m in self._conf_history:
+            if i <= index:
+                found = m
+        return found
+
+    def promotable(self) -> bool:
+        return self.id in self.membership.voters
+
+    # ------------------------------------------------------------------ Ready protocol --
+
+    def has_ready(self) -> bool:
+        return bool(self.msgs or self._need_bcast or self.log.stable < self.log.last_index()
+                    or self.pending_snapshot or self.log.committed > self.log.applied
+                    or self.read_states or self.dropped_reads
+                    or self._hard_state() != self._persisted_hs
+                    or self._soft_state() != self._prev_soft)
+
+    def ready(self) -> Ready:
+        """Take what must be done now. Call ``advance`` with it before the next ``ready``."""
+        if self._need_bcast:
+            self._need_bcast = False
+            if self.role == Role.LEADER:
+                self._bcast_append(allow_empty=False)
+        rd = Ready()
+        hs = self._hard_state()
+        if hs != self._persisted_hs:
+            rd.hard_state = hs
+        soft = self._soft_state()
+        if soft != self._prev_soft:
+            rd.soft_state = self._prev_soft = soft
+        if self.pending_snapshot is not None:
+            rd.snapshot, self.pending_snapshot = self.pending_snapshot, None
+        if self.log.stable < self.log.last_index():
+            rd.entries = self.log.unstable()
+        if self.log.committed > self.log.applied:
+            rd.committed = self.log.take_committed(self.cfg.max_apply_entries)
+        rd.messages, self.msgs = self.msgs, []
+        if self.read_states:
+            rd.read_states, self.read_states = self.read_states, []
+        if self.dropped_reads:
+            rd.dropped_reads, self.dropped_reads = self.dropped_reads, []
+        return rd
+
+    def advance(self, rd: Ready) -> None:
+        """The Ready's state is durable and its messages are sent."""
+        if rd.hard_state is not None:
+            self._persisted_hs = rd.hard_state
+        if rd.entries:
+            last = rd.entries[-1]
+            self.log.stable_to(last.index, last.term)
+            if self.role == Role.LEADER:
+                me = self.progress.get(self.id)
+                if me is not None and me.maybe_update(self.log.stable) and self._maybe_commit():
+                    self._bcast_append(allow_empty=True)
+
+    # ------------------------------------------------------------------ introspection --
+
+    def status(self) -> CoreStatus:
+        peers = tuple(
+            PeerStatus(nid, pr.match, pr.next, pr.state.name, pr.is_learner,
+                       self.ticks - pr.last_contact_tick)
+            for nid, pr in sorted(self.progress.items()) if nid != self.id)
+        return CoreStatus(self.id, self.role, self.term, self.leader, self.log.committed,
+                          self.log.applied, self.log.last_index(), self.log.snap_index,
+                          self.membership, peers, dict(self.dropped))
+
+    # ------------------------------------------------------------------ role changes --
+
+    def _reset(self, term: int) -> None:
+        if term != self.term:
+            self.term = term
+            self.vote = 0
+        self.leader = 0
+        self.election_elapsed = 0
+        self.heartbeat_elapsed = 0
+        self.randomized_timeout = self.cfg.election_ticks + self.rng.randrange(self.cfg.election_ticks)
+        self.votes = {}
+        self.progress = {}
+        self.lead_transferee = 0
+        self._fail_reads()
+
+    def _become_follower(self, term: int, leader: int) -> None:
+        self._reset(term)
+        self.role = Role.FOLLOWER
+        self.leader = leader
+
+    def _become_leader(self) -> None:
+        self._reset(self.term)
+        self.role = Role.LEADER
+        self.leader = self.id
+        nxt = self.log.last_index() + 1
+        for nid in self.membership.members:
+            self.progress[nid] = Progress(nxt, self.cfg.max_inflight, nid not in self.membership.voters)
+        me = self.progress.setdefault(self.id, Progress(nxt, self.cfg.max_inflight))
+        me.match = self.log.stable
+        me.state = ProgressState.REPLICATE
+        self.log.append([Entry(nxt, self.term, b"", EntryType.NOOP)])
+        self.pending_conf_index = nxt  # no membership change until our term commits
+        self._bcast_append(allow_empty=True)
+
+    def _campaign(self, pre: bool, force: bool = False) -> None:
+        if pre:
+            self.role = Role.PRE_CANDIDATE
+            self.votes = {}
+            self.leader = 0
+            self.randomized_timeout = self.cfg.election_ticks + self.rng.randrange(self.cfg.election_ticks)
+            vterm, vtype = self.term + 1, MT.PRE_VOTE
+        else:
+            self._reset(self.term + 1)
+            self.role = Role.CANDIDATE
+            self.vote = self.id
+            vterm, vtype = self.term, MT.VOTE
+        if self._poll(self.id, True) == "won":
+            if pre:
+                self._campaign(pre=False)
+            else:
+                self._become_leader()
+            return
+        li, lt = self.log.last_index(), self.log.last_term()
+        for nid in sorted(self.membership.voters):
+            if nid != self.id:
+                self._send(Message(vtype, nid, self.id, vterm, index=li, log_term=lt, force=force))
+
+    def _poll(self, nid: int, granted: bool) -> str:
+        if nid in self.membership.voters:
+            self.votes.setdefault(nid, granted)
+        yes = sum(1 for v in self.votes.values() if v)
+        no = len(self.votes) - yes
+        q = self.membership.quorum()
+        if yes >= q:
+            return "won"
+        if no > len(self.membership.voters) - q:
+            return "lost"
+        return "pending"
+
+    # ------------------------------------------------------------------ leader --
+
+    def _tick_leader(self) -> None:
+        self.heartbeat_elapsed += 1
+        self.election_elapsed += 1
+        if self.election_elapsed >= self.cfg.election_ticks:
+            self.election_elapsed = 0
+            if self.cfg.check_quorum and not self._quorum_active():
+                self._become_follower(self.term, 0)
+                return
+            self.lead_transferee = 0
+        for nid, pr in self.progress.items():
+            if pr.state == ProgressState.SNAPSHOT:
+                pr.snap_idle += 1
+                if pr.snap_idle >= self.cfg.election_ticks:  # chunks or acks were lost
+                    pr.snap_idle = 0
+                    pr.snap_offset = pr.snap_acked
+                    pr.snap_rewound = -1
+                    self._send_snapshot(nid, pr)
+        if self.heartbeat_elapsed >= self.cfg.heartbeat_ticks:
+            self.heartbeat_elapsed = 0
+            self._bcast_heartbeat(next(reversed(self.read_queue), b""))
+
+    def _quorum_active(self) -> bool:
+        active = 0
+        for nid, pr in self.progress.items():
+            if nid == self.id or (pr.recent_active and nid in self.membership.voters):
+                active += 1
+            pr.recent_active = False
+        return active >= self.membership.quorum()
+
+    def _step_leader(self, m: Message) -> None:
+        pr = self.progress.get(m.frm)
+        if pr is None or m.type not in _RESPONSES:
+            self._drop("unexpected_for_leader")
+            return
+        pr.recent_active = True
+        pr.last_contact_tick = self.ticks
+        if m.type == MT.APPEND_RESP:
+            if m.reject:
+                if self._maybe_decrease(pr, m):
+                    self._send_append(m.frm)
+                return
+            probing = pr.state == ProgressState.PROBE and pr.match == m.index
+            if not pr.maybe_update(m.index) and not probing:
+                return
+            if pr.state == ProgressState.PROBE:
+                pr.become_replicate()
+            if self._maybe_commit():
+                self._bcast_append(allow_empty=True)
+            while self._send_append(m.frm, allow_empty=False):
+                pass
+            if m.frm == self.lead_transferee and pr.match == self.log.last_index():
+                self._send(Message(MT.TIMEOUT_NOW, m.frm, self.id, self.term))
+        elif m.type == MT.HEARTBEAT_RESP:
+            pr.probe_sent = False
+            if pr.state == ProgressState.REPLICATE and pr.paused():
+                pr.inflight.popleft()  # appends may have been lost: let one more out to find out
+            if pr.match < self.log.last_index():
+                self._send_append(m.frm)
+            if m.context:
+                self._ack_read(m.frm, m.context)
+        else:
+            self._handle_snapshot_resp(pr, m)
+
+    def _maybe_decrease(self, pr: Progress, m: Message) -> bool:
+        """A follower rejected the append whose previous entry is ``m.index``."""
+        if pr.state == ProgressState.REPLICATE:
+            if m.index <= pr.match:
+                return False  # stale rejection
+        elif pr.state == ProgressState.PROBE:
+            if pr.next - 1 != m.index:
+                return False  # answers an older probe
+        else:
+            return False
+        if self.cfg.fast_backoff:
+            nxt = m.hint_index
+            if m.hint_term > 0:
+                last = self.log.last_index_of_term(m.hint_term)
+                if last > 0:
+                    nxt = last + 1
+        else:
+            nxt = m.index  # the seed's rule: step back one entry per rejection
+        pr.become_probe()
+        pr.next = max(min(nxt, m.index), pr.match + 1)
+        return True
+
+    def _maybe_commit(self) -> bool:
+        """Raft §5.4.2: commit the highest index on a majority, only if it is of our term."""
+        voters = self.membership.voters
+        matches = sorted((self.progress[n].match for n in voters if n in self.progress),
+                         reverse=True)
+        q = self.membership.quorum()
+        if len(matches) < q:
+            return False
+        idx = matches[q - 1]
+        if idx > self.log.committed and self.log.term(idx) == self.term:
+            old = self.log.committed
+            self.log.commit_to(idx)
+            self._on_commit(old)
+            return True
+        return False
+
+    def _bcast_append(self, allow_empty: bool) -> None:
+        for nid in list(self.progress):
+            if nid != self.id:
+                self._send_append(nid, allow_empty)
+
+    def _send_append(self, to: int, allow_empty: bool = True) -> bool:
+        pr = self.progress.get(to)
+        if pr is None or pr.paused():
+            return False
+        prev = pr.next - 1
+        prev_term = self.log.term(prev)
+        if prev_term is None:
+            if prev < self.log.snap_index:
+                return self._send_snapshot(to, pr)
+            pr.next = self.log.last_index() + 1  # beyond our log: restart at its end
+            prev, prev_term = pr.next - 1, self.log.last_term()
+        entries = []
+        if pr.next <= self.log.last_index():
+            entries = self.log.slice(pr.next, self.cfg.max_entries_per_msg,
+                                     self.cfg.max_bytes_per_msg)
+        elif not allow_empty:
+            return False
+        self._send(Message(MT.APPEND, to, self.id, self.term, index=prev, log_term=prev_term,
+                           entries=entries, commit=self.log.committed))
+        if entries:
+            pr.sent(entries[-1].index)
+        elif pr.state == ProgressState.PROBE:
+            pr.probe_sent = True
+        return bool(entries)
+
+    def _bcast_heartbeat(self, context: bytes) -> None:
+        for nid, pr in self.progress.items():
+            if nid != self.id:
+                self._send(Message(MT.HEARTBEAT, nid, self.id, self.term,
+                                   commit=min(pr.match, self.log.committed), context=context))
+
+    # snapshots, leader side
+
+    def _send_snapshot(self, to: int, pr: Progress) -> bool:
+        if pr.state != ProgressState.SNAPSHOT:
+            if self.snapshot_source is None:
+                self._drop("snapshot_unavailable")
+                return False
+            pr.become_snapshot(self.snapshot_source)
+        src = pr.snap_source
+        meta = src.meta
+        chunk = self.cfg.snapshot_chunk_bytes
+        window = chunk * self.cfg.snapshot_chunks_inflight
+        sent = False
+        while pr.snap_offset <= meta.size and pr.snap_offset - pr.snap_acked < window:
+            off = pr.snap_offset
+            data = src.read(off, min(chunk, meta.size - off))
+            done = off + len(data) >= meta.size
+            self._send(Message(MT.SNAPSHOT, to, self.id, self.term, snapshot=meta, offset=off,
+                               data=data, done=done))
+            pr.snap_offset = meta.size + 1 if done else off + len(data)
+            sent = True
+        return sent
+
+    def _handle_snapshot_resp(self, pr: Progress, m: Message) -> None:
+        if m.done and not m.reject:
+            pr.maybe_update(m.index)
+            if pr.state == ProgressState.SNAPSHOT:
+                pr.become_probe()
+            self._send_append(m.frm)
+            return
+        if pr.state != ProgressState.SNAPSHOT or m.index != pr.snap_index:
+            return
+        pr.snap_idle = 0
+        if m.reject:
+            if m.offset == pr.snap_rewound:
+                return  # the other chunks of the window that followed the gap
+            pr.snap_offset = pr.snap_acked = pr.snap_rewound = m.offset
+        elif m.offset > pr.snap_acked:
+            pr.snap_acked = m.offset
+            pr.snap_rewound = -1
+        self._send_snapshot(m.frm, pr)
+
+    # reads
+
+    def _start_read(self, ctx: bytes) -> None:
+        if len(self.membership.voters) == 1:
+            self.read_states.append(ReadState(ctx, self.log.committed))
+            return
+        self.read_queue[ctx] = _ReadRequest(self.log.committed, {self.id})
+        self._bcast_heartbeat(ctx)
+
+    def _ack_read(self, frm: int, ctx: bytes) -> None:
+        req = self.read_queue.get(ctx)
+        if req is None or frm not in self.membership.voters:
+            return
+        req.acks.add(frm)
+        if len(req.acks & self.membership.voters) < self.membership.quorum():
+            return
+        # Leadership confirmed now also confirms every read queued before this one.
+        while self.read_queue:
+            c, r = next(iter(self.read_queue.items()))
+            del self.read_queue[c]
+            self.read_states.append(ReadState(c, r.index))
+            if c == ctx:
+                break
+
+    def _fail_reads(self) -> None:
+        self.dropped_reads.extend(self.read_queue)
+        self.dropped_reads.extend(self.reads_waiting_commit)
+        self.read_queue.clear()
+        self.reads_waiting_commit.clear()
+
+    def _committed_in_term(self) -> bool:
+        return self.log.term(self.log.committed) == self.term
+
+    def _check_can_propose(self) -> None:
+        if self.role != Role.LEADER:
+            raise NotLeader(self.leader)
+        if self.lead_transferee:
+            raise ProposalDropped(f"leadership is being transferred to node {self.lead_transferee}")
+
+    # ------------------------------------------------------------------ followers --
+
+    def _step_follower(self, m: Message) -> None:
+        if m.type in _LEADER_TRAFFIC:
+            self.election_elapsed = 0
+            self.leader = m.frm
+            self._handle_leader_traffic(m)
+        elif m.type == MT.TIMEOUT_NOW:
+            if self.promotable():
+                self._campaign(pre=False, force=True)
+        else:
+            self._drop("unexpected_for_follower")
+
+    def _step_candidate(self, m: Message) -> None:
+        if m.type in _LEADER_TRAFFIC:
+            self._become_follower(self.term, m.frm)
+            self._handle_leader_traffic(m)
+            return
+        want = MT.PRE_VOTE_RESP if self.role == Role.PRE_CANDIDATE else MT.VOTE_RESP
+        if m.type != want:
+            self._drop("unexpected_for_candidate")
+            return
+        outcome = self._poll(m.frm, not m.reject)
+        if outcome == "won":
+            if self.role == Role.PRE_CANDIDATE:
+                self._campaign(pre=False)
+            else:
+                self._become_leader()
+        elif outcome == "lost":
+            self._become_follower(self.term, 0)
+
+    def _handle_leader_traffic(self, m: Message) -> None:
+        if m.type == MT.APPEND:
+            self._handle_append(m)
+        elif m.type == MT.HEARTBEAT:
+            old = self.log.committed
+            if self.log.commit_to(m.commit):
+                self._on_commit(old)
+            self._send(Message(MT.HEARTBEAT_RESP, m.frm, self.id, self.term, context=m.context))
+        else:
+            self._handle_snapshot_chunk(m)
+
+    def _handle_append(self, m: Message) -> None:
+        if m.index < self.log.committed:
+            self._send(Message(MT.APPEND_RESP, m.frm, self.id, self.term, index=self.log.committed))
+            return
+        try:
+            last_new = self.log.maybe_append(m.index, m.log_term, m.entries)
+        except CommittedConflict:
+            self._drop("committed_conflict")
+            return
+        if last_new is None:
+            hint_index, hint_term = self.log.conflict_hint(m.index)
+            self._send(Message(MT.APPEND_RESP, m.frm, self.id, self.term, index=m.index,
+                               reject=True, hint_index=hint_index, hint_term=hint_term))
+            return
+        old = self.log.committed
+        if self.log.commit_to(min(m.commit, last_new)):
+            self._on_commit(old)
+        self._send(Message(MT.APPEND_RESP, m.frm, self.id, self.term, index=last_new))
+
+    def _handle_snapshot_chunk(self, m: Message) -> None:
+        meta = m.snapshot
+        assert meta is not None  # checked by _invalid
+        if meta.index <= self.log.committed:
+            self.incoming = None
+            self._send(Message(MT.SNAPSHOT_RESP, m.frm, self.id, self.term,
+                               index=self.log.committed, done=True))
+            return
+        key = (m.term, m.frm, meta.index, meta.term)
+        inc = self.incoming
+        if m.offset == 0:
+            inc = self.incoming = _IncomingSnapshot(key, meta)
+        elif inc is None or inc.key != key:
+            self._snap_reject(m, 0)
+            return
+        if m.offset < len(inc.buf):  # a duplicate: say where we are, the leader may not know
+            self._send(Message(MT.SNAPSHOT_RESP, m.frm, self.id, self.term, index=meta.index,
+                               offset=len(inc.buf)))
+            return
+        if m.offset > len(inc.buf):
+            self._snap_reject(m, len(inc.buf))  # a chunk was lost: ask for it again
+            return
+        if len(inc.buf) + len(m.data) > meta.size:
+            self.incoming = None
+            self._snap_reject(m, 0)
+            return
+        inc.buf += m.data
+        inc.crc = zlib.crc32(m.data, inc.crc)
+        if not m.done:
+            self._send(Message(MT.SNAPSHOT_RESP, m.frm, self.id, self.term, index=meta.index,
+                               offset=len(inc.buf)))
+            return
+        self.incoming = None
+        if len(inc.buf) != meta.size or inc.crc != meta.crc:
+            self._drop("snapshot_checksum")
+            self._snap_reject(m, 0)
+            return
+        self._install_snapshot(meta, bytes(inc.buf))
+        self._send(Message(MT.SNAPSHOT_RESP, m.frm, self.id, self.term, index=meta.index, done=True))
+
+    def _snap_reject(self, m: Message, offset: int) -> None:
+        assert m.snapshot is not None
+        self._send(Message(MT.SNAPSHOT_RESP, m.frm, self.id, self.term, index=m.snapshot.index,
+                           offset=offset, reject=True))
+
+    def _install_snapshot(self, meta: SnapshotMeta, data: bytes) -> None:
+        if self.log.match_term(meta.index, meta.term):
+            old = self.log.committed  # we hold that entry already: just commit up to it
+            if self.log.commit_to(meta.index):
+                self._on_commit(old)
+            return
+        self.log.restore(meta)
+        self.snapshot_meta = meta
+        self.snapshot_source = BytesSnapshotSource(meta, data)
+        self.membership = meta.membership
+        self._conf_history = []
+        self.pending_snapshot = Snapshot(meta, data)
+
+    # ------------------------------------------------------------------ shared --
+
+    def _handle_vote_request(self, m: Message) -> None:
+        resp = MT.VOTE_RESP if m.type == MT.VOTE else MT.PRE_VOTE_RESP
+        can_vote = (self.vote == m.frm or (self.vote == 0 and self.leader == 0)
+                    or (m.type == MT.PRE_VOTE and m.term > self.term))
+        if can_vote and self.log.is_up_to_date(m.index, m.log_term):
+            self._send(Message(resp, m.frm, self.id, m.term))
+            if m.type == MT.VOTE:
+                self.election_elapsed = 0
+                self.vote = m.frm
+        else:
+            self._send(Message(resp, m.frm, self.id, self.term, reject=True))
+
+    def _on_commit(self, old: int) -> None:
+        """The commit index moved past ``old``: membership changes take effect now."""
+        log = self.log
+        lo = max(old, log.snap_index) - log.snap_index
+        for e in log.entries[lo:log.committed - log.snap_index]:
+            if e.type == EntryType.CONF_CHANGE:
+                self._apply_conf(e)
+        if self.role == Role.LEADER and self.reads_waiting_commit and self._committed_in_term():
+            waiting, self.reads_waiting_commit = self.reads_waiting_commit, []
+            for ctx in waiting:
+                self._start_read(ctx)
+
+    def _apply_conf(self, e: Entry) -> None:
+        try:
+            cc = ConfChange.decode(e.data)
+        except Exception:  # a corrupt entry cannot be committed by a correct leader
+            self._drop("bad_conf_change")
+            return
+        self.membership = cc.result
+        self._conf_history.append((e.index, cc.result))
+        if self.role != Role.LEADER:
+            return
+        nxt = self.log.last_index() + 1
+        for nid in cc.result.members:
+            pr = self.progress.get(nid)
+            if pr is None:
+                self.progress[nid] = Progress(nxt, self.cfg.max_inflight, nid not in cc.result.voters)
+            else:
+                pr.is_learner = nid not in cc.result.voters
+        for nid in list(self.progress):
+            if nid not in cc.result.members and nid != self.id:
+                del self.progress[nid]
+        if self.lead_transferee and self.lead_transferee not in cc.result.voters:
+            self.lead_transferee = 0
+        if self.id not in cc.result.voters:
+            # Removed: make sure the others learn the commit, then step down.
+            self._bcast_append(allow_empty=True)
+            self._become_follower(self.term, 0)
+        elif self._maybe_commit():  # the new quorum may already hold more entries
+            self._bcast_append(allow_empty=True)
+
+    def _send(self, m: Message) -> None:
+        self.msgs.append(m)
+
+    def _drop(self, reason: str) -> None:
+        self.dropped[reason] = self.dropped.get(reason, 0) + 1
+
+    def _hard_state(self) -> HardState:
+        return HardState(self.term, self.vote, self.log.committed)
+
+    def _soft_state(self) -> SoftState:
+        return SoftState(self.role, self.leader, self.term)
+
+    def _invalid(self, m: Message) -> str:
+        """Why a message cannot be taken at all, or '' if it can."""
+        if m.to != self.id:
+            return "wrong_recipient"
+        if m.frm <= 0 or m.frm == self.id:
+            return "bad_sender"
+        if m.term < 0 or m.index < 0 or m.log_term < 0 or m.commit < 0 or m.log_term > m.term:
+            return "bad_fields"
+        if m.type in (MT.VOTE, MT.PRE_VOTE) and self.membership.voters \
+                and m.frm not in self.membership.voters:
+            return "vote_from_non_voter"  # e.g. a removed node: must not bump our term
+        if m.type in _RESPONSES or m.type in (MT.VOTE_RESP, MT.PRE_VOTE_RESP):
+            if m.frm not in self.membership.members and self.role == Role.LEADER:
+                return "unknown_sender"
+        if m.type == MT.APPEND:
+            prev_t, expect = m.log_term, m.index + 1
+            for e in m.entries:
+                if e.index != expect or e.term < prev_t or e.term > m.term:
+                    return "bad_entries"
+                prev_t, expect = e.term, expect + 1
+        elif m.type == MT.SNAPSHOT:
+            s = m.snapshot
+            if (s is None or s.index <= 0 or s.term <= 0 or s.term > m.term or s.size < 0
+                    or m.offset < 0 or not s.membership.voters):
+                return "bad_snapshot"
+        return ""

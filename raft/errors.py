@@ -1,0 +1,33 @@
+"""Errors raised to users of the Raft library. Each carries what the caller needs to act."""
+from __future__ import annotations
+
+
+class RaftError(Exception):
+    """Base class of the library's errors."""
+
+
+class NotLeader(RaftError):
+    """This node cannot take the request; ``leader_id``/``leader_address`` name the node that
+    can, when known (0 / None otherwise). Retriable against the leader."""
+
+    def __init__(self, leader_id: int = 0, leader_address: str | None = None,
+                 message: str | None = None) -> None:
+        self.leader_id = leader_id
+        self.leader_address = leader_address
+        where = (f"node {leader_id} at {leader_address}" if leader_address
+                 else f"node {leader_id}" if leader_id else "unknown")
+        super().__init__(message or f"not the leader; the leader is {where}")
+
+
+class ProposalDropped(RaftError):
+    """The proposal was not appended (a leadership transfer is in progress, or a membership
+    change is already pending). Retriable."""
+
+
+class CommittedConflict(RaftError):
+    """A message tried to overwrite a committed entry. A correct leader never sends one, so the
+    message is dropped and counted."""
+
+
+class StorageError(RaftError):
+    """The data directory is unusable: corrupted, foreign, or not formatted."""

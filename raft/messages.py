@@ -1,0 +1,241 @@
+"""The values the Raft core consumes and produces.
+
+Plain slotted classes rather than protobuf messages: the core is pure Python with no
+dependencies, and attribute access on slotted objects is what keeps it fast. The gRPC
+transport (``raft.transport``) maps these to ``protos/raft.proto`` at the edge.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+
+class Role(IntEnum):
+    FOLLOWER = 0
+    PRE_CANDIDATE = 1
+    CANDIDATE = 2
+    LEADER = 3
+
+
+class EntryType(IntEnum):
+    NORMAL = 0
+    CONF_CHANGE = 1
+    NOOP = 2  # appended by every new leader (Raft §8) so it can commit in its own term
+
+
+class MessageType(IntEnum):
+    VOTE = 1
+    VOTE_RESP = 2
+    PRE_VOTE = 3
+    PRE_VOTE_RESP = 4
+    APPEND = 5
+    APPEND_RESP = 6
+    HEARTBEAT = 7
+    HEARTBEAT_RESP = 8
+    SNAPSHOT = 9
+    SNAPSHOT_RESP = 10
+    TIMEOUT_NOW = 11
+
+
+# Messages a leader may send while the entries of the same batch are still being written to
+# its own disk (Raft thesis §10.2.1): the leader only counts itself once they are durable.
+# Everything else (votes, acknowledgements) waits for the fsync.
+EARLY_TYPES = frozenset({MessageType.APPEND, MessageType.HEARTBEAT, MessageType.SNAPSHOT,
+                         MessageType.TIMEOUT_NOW})
+
+ENTRY_OVERHEAD = 24  # bytes counted per entry on top of its data, for message size limits
+
+
+class Entry:
+    """One log entry. ``data`` is opaque to Raft."""
+
+    __slots__ = ("index", "term", "type", "data")
+
+    def __init__(self, index: int, term: int, data: bytes = b"",
+                 type: EntryType = EntryType.NORMAL) -> None:
+        self.index = index
+        self.term = term
+        self.type = type
+        self.data = data
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Entry) and self.index == other.index
+                and self.term == other.term and self.type == other.type
+                and self.data == other.data)
+
+    def __hash__(self) -> int:
+        return hash((self.index, self.term))
+
+    def __repr__(self) -> str:
+        return f"Entry(i={self.index}, t={self.term}, {self.type.name}, {len(self.data)}B)"
+
+
+@dataclass(frozen=True, slots=True)
+class Membership:
+    """The cluster configuration: voters elect and count towards commit; learners only
+    receive the log (brokers follow the metadata log this way)."""
+
+    voters: frozenset[int] = frozenset()
+    learners: frozenset[int] = frozenset()
+
+    @property
+    def members(self) -> frozenset[int]:
+        return self.voters | self.learners
+
+    def quorum(self) -> int:
+        return len(self.voters) // 2 + 1
+
+    def encode(self) -> bytes:
+        v, lr = sorted(self.voters), sorted(self.learners)
+        return struct.pack(f">HH{len(v)}Q{len(lr)}Q", len(v), len(lr), *v, *lr)
+
+    @classmethod
+    def decode(cls, raw: bytes) -> "Membership":
+        nv, nl = struct.unpack_from(">HH", raw)
+        ids = struct.unpack_from(f">{nv + nl}Q", raw, 4)
+        return cls(frozenset(ids[:nv]), frozenset(ids[nv:]))
+
+
+class ConfChangeType(IntEnum):
+    ADD_VOTER = 1  # also promotes an existing learner
+    ADD_LEARNER = 2
+    REMOVE = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ConfChange:
+    """A single-server membership change. The entry carries the resulting membership in full,
+    so a node that joins later learns the whole configuration from the log alone."""
+
+    type: ConfChangeType
+    node_id: int
+    result: Membership = field(default_factory=Membership)
+
+    def encode(self) -> bytes:
+        return struct.pack(">BQ", self.type, self.node_id) + self.result.encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> "ConfChange":
+        t, node = struct.unpack_from(">BQ", raw)
+        return cls(ConfChangeType(t), node, Membership.decode(raw[9:]))
+
+
+@dataclass(frozen=True, slots=True)
+class HardState:
+    """What must be on disk before a vote or acknowledgement leaves the node."""
+
+    term: int = 0
+    vote: int = 0  # 0: no vote in this term (node ids are positive)
+    commit: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotMeta:
+    index: int = 0
+    term: int = 0
+    membership: Membership = field(default_factory=Membership)
+    size: int = 0  # bytes of the state machine's data
+    crc: int = 0  # zlib.crc32 of that data
+
+
+class Message:
+    """One Raft message. A flat record like etcd's ``raftpb.Message``: each type uses the
+    fields it needs. ``index``/``log_term`` are the entry preceding ``entries`` for APPEND,
+    the candidate's last entry for votes, and the acknowledged index for responses."""
+
+    __slots__ = ("type", "to", "frm", "term", "log_term", "index", "entries", "commit",
+                 "reject", "hint_index", "hint_term", "context", "snapshot", "offset",
+                 "data", "done", "force")
+
+    def __init__(self, type: MessageType, to: int, frm: int, term: int, *, log_term: int = 0,
+                 index: int = 0, entries: list[Entry] | None = None, commit: int = 0,
+                 reject: bool = False, hint_index: int = 0, hint_term: int = 0,
+                 context: bytes = b"", snapshot: SnapshotMeta | None = None, offset: int = 0,
+                 data: bytes = b"", done: bool = False, force: bool = False) -> None:
+        self.type = type
+        self.to = to
+        self.frm = frm
+        self.term = term
+        self.log_term = log_term
+        self.index = index
+        self.entries = entries if entries is not None else []
+        self.commit = commit
+        self.reject = reject
+        self.hint_index = hint_index
+        self.hint_term = hint_term
+        self.context = context
+        self.snapshot = snapshot
+        self.offset = offset
+        self.data = data
+        self.done = done
+        self.force = force
+
+    def __repr__(self) -> str:
+        extra = f" n={len(self.entries)}" if self.entries else ""
+        if self.reject:
+            extra += f" reject hint=({self.hint_index},{self.hint_term})"
+        return (f"{self.type.name}({self.frm}->{self.to} t={self.term} i={self.index} "
+                f"lt={self.log_term} c={self.commit}{extra})")
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """A state-machine snapshot with its Raft metadata. ``data`` is the application's bytes."""
+
+    meta: SnapshotMeta
+    data: bytes
+
+
+class SnapshotSource:
+    """Read access to the leader's latest snapshot, chunk by chunk, without loading it whole.
+    The durable storage supplies a file-backed one; tests use :class:`BytesSnapshotSource`."""
+
+    meta: SnapshotMeta
+
+    def read(self, offset: int, size: int) -> bytes:  # pragma: no cover - protocol
+        raise NotImplementedError
+
+
+class BytesSnapshotSource(SnapshotSource):
+    def __init__(self, meta: SnapshotMeta, data: bytes) -> None:
+        self.meta = meta
+        self._data = data
+
+    def read(self, offset: int, size: int) -> bytes:
+        return self._data[offset:offset + size]
+
+
+@dataclass(frozen=True, slots=True)
+class ReadState:
+    """A linearizable read may be served once the state machine has applied ``index``."""
+
+    context: bytes
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class SoftState:
+    role: Role
+    leader: int  # 0: unknown
+    term: int
+
+
+@dataclass(slots=True)
+class Ready:
+    """What the caller must do next, in this order: persist ``hard_state``, ``snapshot`` and
+    ``entries`` (one fsync; appending an entry replaces any entry at or after its index),
+    send ``messages`` (those in :data:`EARLY_TYPES` may go before the fsync completes), apply
+    ``committed`` entries, serve ``read_states`` once applied, then call ``advance``."""
+
+    hard_state: HardState | None = None
+    soft_state: SoftState | None = None
+    snapshot: Snapshot | None = None
+    entries: list[Entry] = field(default_factory=list)
+    committed: list[Entry] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
+    read_states: list[ReadState] = field(default_factory=list)
+    dropped_reads: list[bytes] = field(default_factory=list)
+
+    def must_sync(self) -> bool:
+        return bool(self.entries) or self.hard_state is not None or self.snapshot is not None

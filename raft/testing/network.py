@@ -1,0 +1,146 @@
+"""A synchronous in-memory cluster for scenario tests: every Ready is persisted, sent and
+applied at once, and messages are delivered until the cluster is quiet. Scenarios control
+exactly which messages arrive (``cut``, ``isolate``, ``drop``) and count them by type."""
+from __future__ import annotations
+
+import zlib
+from collections import Counter
+from typing import Callable
+
+from ..core import CoreConfig, RaftCore
+from ..messages import (BytesSnapshotSource, Entry, EntryType, HardState, Membership, Message,
+                        MessageType, Ready, Role, SnapshotMeta)
+from .sim import Durable
+
+
+class Network:
+    def __init__(self, ids: list[int], config: CoreConfig | None = None, *,
+                 logs: dict[int, list[Entry]] | None = None,
+                 terms: dict[int, int] | None = None, learners: list[int] = (),
+                 joining: list[int] = ()) -> None:
+        """``logs``/``terms`` preload nodes (e.g. the Raft paper's Figure 7); ``joining``
+        nodes start with no configuration, as a node added later does."""
+        self.config = config or CoreConfig(pre_vote=False, check_quorum=False)
+        membership = Membership(frozenset(ids), frozenset(learners))
+        self.durable: dict[int, Durable] = {}
+        self.applied: dict[int, list[Entry]] = {}
+        self.nodes: dict[int, RaftCore] = {}
+        for nid in [*ids, *learners, *joining]:
+            d = Durable(Membership() if nid in joining else membership)
+            d.entries = list((logs or {}).get(nid, []))
+            d.hard_state = HardState(term=(terms or {}).get(nid, d.entries[-1].term if d.entries else 0))
+            self.durable[nid] = d
+            self.applied[nid] = []
+            self.start(nid)
+        self.blocked: set[tuple[int, int]] = set()
+        self.drop: Callable[[Message], bool] = lambda m: False
+        self.sent: Counter[MessageType] = Counter()
+        self.delivered: list[Message] = []
+        self.down: set[int] = set()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self, nid: int, seed: int = 0) -> RaftCore:
+        d = self.durable[nid]
+        src = BytesSnapshotSource(d.snapshot, d.snapshot_data) if d.snapshot.index else None
+        core = RaftCore(nid, self.config, seed=seed, hard_state=d.hard_state, snapshot=d.snapshot,
+                        entries=list(d.entries), snapshot_source=src)
+        self.nodes[nid] = core
+        return core
+
+    def crash(self, nid: int) -> None:
+        self.down.add(nid)
+
+    def restart(self, nid: int) -> RaftCore:
+        self.down.discard(nid)
+        self.applied[nid] = []
+        return self.start(nid, seed=len(self.delivered))
+
+    # -- faults --------------------------------------------------------------------------
+
+    def isolate(self, nid: int) -> None:
+        for other in self.nodes:
+            if other != nid:
+                self.blocked |= {(nid, other), (other, nid)}
+
+    def cut(self, a: int, b: int) -> None:
+        self.blocked |= {(a, b), (b, a)}
+
+    def heal(self) -> None:
+        self.blocked.clear()
+
+    # -- driving ---------------------------------------------------------------------------
+
+    def tick(self, nid: int, n: int = 1) -> None:
+        for _ in range(n):
+            self.nodes[nid].tick()
+        self.settle()
+
+    def elect(self, nid: int) -> RaftCore:
+        """Run ``nid``'s election timer out until it leads."""
+        core = self.nodes[nid]
+        for _ in range(4 * self.config.election_ticks):
+            core.tick()
+            self.settle()
+            if core.role == Role.LEADER:
+                return core
+        raise AssertionError(f"node {nid} did not become leader ({core.role.name})")
+
+    def propose(self, nid: int, *datas: bytes) -> tuple[int, int]:
+        r = self.nodes[nid].propose(list(datas))
+        self.settle()
+        return r
+
+    def settle(self, max_rounds: int = 10_000) -> None:
+        """Process Readys and deliver messages until nothing moves."""
+        for _ in range(max_rounds):
+            msgs: list[Message] = []
+            for nid, core in self.nodes.items():
+                if nid not in self.down and core.has_ready():
+                    msgs += self.handle_ready(nid, core.ready())
+            if not msgs:
+                return
+            for m in msgs:
+                self.sent[m.type] += 1
+                if (m.frm, m.to) in self.blocked or m.to in self.down or self.drop(m):
+                    continue
+                if m.to in self.nodes:
+                    self.delivered.append(m)
+                    self.nodes[m.to].step(m)
+        raise AssertionError("cluster did not settle")
+
+    def handle_ready(self, nid: int, rd: Ready) -> list[Message]:
+        self.durable[nid].persist(rd)
+        if rd.snapshot is not None:
+            self.applied[nid] = [Entry(rd.snapshot.meta.index, rd.snapshot.meta.term, b"<snapshot>")]
+        self.applied[nid] += [e for e in rd.committed if e.type == EntryType.NORMAL]
+        self.nodes[nid].advance(rd)
+        return rd.messages
+
+    def snapshot(self, nid: int, data: bytes = b"state", trailing: int = 0) -> SnapshotMeta:
+        """Have ``nid`` snapshot at its applied index and compact its log."""
+        core = self.nodes[nid]
+        idx = core.log.applied
+        meta = SnapshotMeta(idx, core.log.term(idx) or 0, core.membership_at(idx), len(data),
+                            zlib.crc32(data))
+        core.compact(BytesSnapshotSource(meta, data), trailing)
+        self.durable[nid].take_snapshot(meta, data)
+        return meta
+
+    # -- inspection ------------------------------------------------------------------------
+
+    def leader(self) -> RaftCore | None:
+        ls = [c for n, c in self.nodes.items() if c.role == Role.LEADER and n not in self.down]
+        return max(ls, key=lambda c: c.term) if ls else None
+
+    def log_of(self, nid: int) -> list[tuple[int, int]]:
+        """(index, term) of every entry ``nid`` holds after its snapshot."""
+        return [(e.index, e.term) for e in self.nodes[nid].log.entries]
+
+    def datas(self, nid: int) -> list[bytes]:
+        return [e.data for e in self.applied[nid]]
+
+
+def entries(*terms: int, start: int = 1) -> list[Entry]:
+    """A log with one entry per term given, from index ``start``: ``entries(1, 1, 4)``."""
+    return [Entry(start + k, t, b"e%d.%d" % (start + k, t)) for k, t in enumerate(terms)]

@@ -1,0 +1,34 @@
+"""Generates the protobuf/gRPC modules from protos/*.proto whenever a wheel is built.
+
+The generated *_pb2*.py files are build products (see .gitignore), never edited by hand.
+"""
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+
+def generate_protos() -> None:
+    from grpc_tools import protoc  # build-time requirement, see pyproject.toml
+
+    root = Path(__file__).parent
+    import grpc_tools
+
+    include = Path(grpc_tools.__file__).parent / "_proto"
+    for proto in sorted((root / "protos").glob("*.proto")):
+        rc = protoc.main([
+            "protoc", f"-I{root}", f"-I{include}",
+            f"--python_out={root}", f"--grpc_python_out={root}", f"--pyi_out={root}",
+            str(proto.relative_to(root)),
+        ])
+        if rc != 0:
+            raise SystemExit(f"protoc failed on {proto}")
+
+
+class BuildWithProtos(build_py):
+    def run(self) -> None:
+        generate_protos()
+        super().run()
+
+
+setup(cmdclass={"build_py": BuildWithProtos})
