@@ -1,0 +1,16 @@
+"""An embeddable Raft library.
+
+``raft.core`` is the consensus algorithm as a pure state machine; ``raft.testing`` simulates
+whole clusters of it deterministically. The asyncio runtime (durable storage, gRPC transport
+and the node API) builds on these.
+"""
+from .core import CoreConfig, CoreStatus, RaftCore
+from .errors import NotLeader, ProposalDropped, RaftError, StorageError
+from .messages import (ConfChangeType, Entry, EntryType, HardState, Membership, Message,
+                       MessageType, ReadState, Ready, Role, Snapshot, SnapshotMeta)
+
+__all__ = [
+    "ConfChangeType", "CoreConfig", "CoreStatus", "Entry", "EntryType", "HardState",
+    "Membership", "Message", "MessageType", "NotLeader", "ProposalDropped", "RaftCore",
+    "RaftError", "ReadState", "Ready", "Role", "Snapshot", "SnapshotMeta", "StorageError",
+]

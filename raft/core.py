@@ -87,6 +87,7 @@ class CoreStatus:
 
 _LEADER_TRAFFIC = frozenset({MT.APPEND, MT.HEARTBEAT, MT.SNAPSHOT})
 _RESPONSES = frozenset({MT.APPEND_RESP, MT.HEARTBEAT_RESP, MT.SNAPSHOT_RESP})
+_RESPONSES_AND_VOTES = _RESPONSES | {MT.VOTE_RESP, MT.PRE_VOTE_RESP}
 
 
 class RaftCore:
@@ -203,10 +204,10 @@ class RaftCore:
         """Propose a single-server membership change (thesis §4.1); returns its index, or 0
         when the membership already has that shape. One change may be pending at a time."""
         self._check_can_propose()
-        if self.pending_conf_index > self.log.committed:
-            raise ProposalDropped("a membership change is already in progress; retry once it commits")
         if not self._committed_in_term():
             raise ProposalDropped("the leader has not committed an entry of its term yet; retry")
+        if self.pending_conf_index > self.log.committed:
+            raise ProposalDropped("a membership change is already in progress; retry once it commits")
         if node_id <= 0:
             raise RaftError("node ids are positive integers")
         voters, learners = set(self.membership.voters), set(self.membership.learners)
@@ -288,11 +289,12 @@ class RaftCore:
     # ------------------------------------------------------------------ Ready protocol --
 
     def has_ready(self) -> bool:
-        return bool(self.msgs or self._need_bcast or self.log.stable < self.log.last_index()
-                    or self.pending_snapshot or self.log.committed > self.log.applied
+        log, hs, soft = self.log, self._persisted_hs, self._prev_soft
+        return bool(self.msgs or self._need_bcast or log.stable < log.snap_index + len(log.entries)
+                    or log.committed > log.applied or self.pending_snapshot
                     or self.read_states or self.dropped_reads
-                    or self._hard_state() != self._persisted_hs
-                    or self._soft_state() != self._prev_soft)
+                    or hs.term != self.term or hs.vote != self.vote or hs.commit != log.committed
+                    or soft.role != self.role or soft.leader != self.leader)
 
     def ready(self) -> Ready:
         """Take what must be done now. Call ``advance`` with it before the next ``ready``."""
@@ -300,20 +302,24 @@ class RaftCore:
             self._need_bcast = False
             if self.role == Role.LEADER:
                 self._bcast_append(allow_empty=False)
-        rd = Ready()
-        hs = self._hard_state()
-        if hs != self._persisted_hs:
-            rd.hard_state = hs
-        soft = self._soft_state()
-        if soft != self._prev_soft:
-            rd.soft_state = self._prev_soft = soft
+        log, hs, soft = self.log, self._persisted_hs, self._prev_soft
+        rd = Ready(messages=self.msgs)
+        self.msgs = []
+        if hs.term != self.term or hs.vote != self.vote:
+            rd.hard_state = HardState(self.term, self.vote, log.committed)
+            rd.sync = True  # a vote or term must be on disk before anyone hears of it
+        elif hs.commit != log.committed:
+            rd.hard_state = HardState(self.term, self.vote, log.committed)  # no fsync needed
+        if soft.role != self.role or soft.leader != self.leader or soft.term != self.term:
+            rd.soft_state = self._prev_soft = SoftState(self.role, self.leader, self.term)
         if self.pending_snapshot is not None:
             rd.snapshot, self.pending_snapshot = self.pending_snapshot, None
-        if self.log.stable < self.log.last_index():
-            rd.entries = self.log.unstable()
-        if self.log.committed > self.log.applied:
-            rd.committed = self.log.take_committed(self.cfg.max_apply_entries)
-        rd.messages, self.msgs = self.msgs, []
+            rd.sync = True
+        if log.stable < log.snap_index + len(log.entries):
+            rd.entries = log.unstable()
+            rd.sync = True
+        if log.committed > log.applied:
+            rd.committed = log.take_committed(self.cfg.max_apply_entries)
         if self.read_states:
             rd.read_states, self.read_states = self.read_states, []
         if self.dropped_reads:
@@ -329,8 +335,8 @@ class RaftCore:
             self.log.stable_to(last.index, last.term)
             if self.role == Role.LEADER:
                 me = self.progress.get(self.id)
-                if me is not None and me.maybe_update(self.log.stable) and self._maybe_commit():
-                    self._bcast_append(allow_empty=True)
+                if me is not None and me.maybe_update(self.log.stable):
+                    self._maybe_commit()
 
     # ------------------------------------------------------------------ introspection --
 
@@ -460,8 +466,10 @@ class RaftCore:
                 return
             if pr.state == ProgressState.PROBE:
                 pr.become_replicate()
-            if self._maybe_commit():
-                self._bcast_append(allow_empty=True)
+            # Followers learn the new commit index with the next append or heartbeat, as Kafka
+            # followers learn the high watermark with their next fetch: an eager broadcast
+            # (etcd's choice) would double the messages per write.
+            self._maybe_commit()
             while self._send_append(m.frm, allow_empty=False):
                 pass
             if m.frm == self.lead_transferee and pr.match == self.log.last_index():
@@ -501,12 +509,12 @@ class RaftCore:
 
     def _maybe_commit(self) -> bool:
         """Raft §5.4.2: commit the highest index on a majority, only if it is of our term."""
-        voters = self.membership.voters
-        matches = sorted((self.progress[n].match for n in voters if n in self.progress),
-                         reverse=True)
+        progress = self.progress
+        matches = [progress[n].match for n in self.membership.voters if n in progress]
         q = self.membership.quorum()
         if len(matches) < q:
             return False
+        matches.sort(reverse=True)
         idx = matches[q - 1]
         if idx > self.log.committed and self.log.term(idx) == self.term:
             old = self.log.committed
@@ -522,7 +530,7 @@ class RaftCore:
 
     def _send_append(self, to: int, allow_empty: bool = True) -> bool:
         pr = self.progress.get(to)
-        if pr is None or pr.paused():
+        if pr is None or (not allow_empty and pr.next > self.log.last_index()) or pr.paused():
             return False
         prev = pr.next - 1
         prev_term = self.log.term(prev)
@@ -803,20 +811,14 @@ class RaftCore:
             # Removed: make sure the others learn the commit, then step down.
             self._bcast_append(allow_empty=True)
             self._become_follower(self.term, 0)
-        elif self._maybe_commit():  # the new quorum may already hold more entries
-            self._bcast_append(allow_empty=True)
+        else:
+            self._maybe_commit()  # the new quorum may already hold more entries
 
     def _send(self, m: Message) -> None:
         self.msgs.append(m)
 
     def _drop(self, reason: str) -> None:
         self.dropped[reason] = self.dropped.get(reason, 0) + 1
-
-    def _hard_state(self) -> HardState:
-        return HardState(self.term, self.vote, self.log.committed)
-
-    def _soft_state(self) -> SoftState:
-        return SoftState(self.role, self.leader, self.term)
 
     def _invalid(self, m: Message) -> str:
         """Why a message cannot be taken at all, or '' if it can."""
@@ -826,19 +828,17 @@ class RaftCore:
             return "bad_sender"
         if m.term < 0 or m.index < 0 or m.log_term < 0 or m.commit < 0 or m.log_term > m.term:
             return "bad_fields"
-        if m.type in (MT.VOTE, MT.PRE_VOTE) and self.membership.voters \
-                and m.frm not in self.membership.voters:
-            return "vote_from_non_voter"  # e.g. a removed node: must not bump our term
-        if m.type in _RESPONSES or m.type in (MT.VOTE_RESP, MT.PRE_VOTE_RESP):
-            if m.frm not in self.membership.members and self.role == Role.LEADER:
-                return "unknown_sender"
-        if m.type == MT.APPEND:
+        t = m.type
+        if t == MT.APPEND:
             prev_t, expect = m.log_term, m.index + 1
             for e in m.entries:
                 if e.index != expect or e.term < prev_t or e.term > m.term:
                     return "bad_entries"
                 prev_t, expect = e.term, expect + 1
-        elif m.type == MT.SNAPSHOT:
+        elif t in _RESPONSES_AND_VOTES:
+            if self.role == Role.LEADER and m.frm not in self.membership.members:
+                return "unknown_sender"
+        elif t == MT.SNAPSHOT:
             s = m.snapshot
             if (s is None or s.index <= 0 or s.term <= 0 or s.term > m.term or s.size < 0
                     or m.offset < 0 or not s.membership.voters):

@@ -104,6 +104,9 @@ class RaftLog:
         if not self.match_term(prev_index, prev_term):
             return None
         last_new = prev_index + len(entries)
+        if prev_index == self.snap_index + len(self.entries):  # the common case: at our end
+            self.entries.extend(entries)
+            return last_new
         for k, e in enumerate(entries):
             t = self.term(e.index)
             if t is None and e.index <= self.snap_index:

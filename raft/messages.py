@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import NamedTuple
 
 
 class Role(IntEnum):
@@ -78,13 +79,15 @@ class Membership:
 
     voters: frozenset[int] = frozenset()
     learners: frozenset[int] = frozenset()
+    members: frozenset[int] = field(init=False, compare=False, repr=False)
+    quorum_size: int = field(init=False, compare=False, repr=False)
 
-    @property
-    def members(self) -> frozenset[int]:
-        return self.voters | self.learners
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "members", self.voters | self.learners)
+        object.__setattr__(self, "quorum_size", len(self.voters) // 2 + 1)
 
     def quorum(self) -> int:
-        return len(self.voters) // 2 + 1
+        return self.quorum_size
 
     def encode(self) -> bytes:
         v, lr = sorted(self.voters), sorted(self.learners)
@@ -121,8 +124,7 @@ class ConfChange:
         return cls(ConfChangeType(t), node, Membership.decode(raw[9:]))
 
 
-@dataclass(frozen=True, slots=True)
-class HardState:
+class HardState(NamedTuple):
     """What must be on disk before a vote or acknowledgement leaves the node."""
 
     term: int = 0
@@ -206,36 +208,41 @@ class BytesSnapshotSource(SnapshotSource):
         return self._data[offset:offset + size]
 
 
-@dataclass(frozen=True, slots=True)
-class ReadState:
+class ReadState(NamedTuple):
     """A linearizable read may be served once the state machine has applied ``index``."""
 
     context: bytes
     index: int
 
 
-@dataclass(frozen=True, slots=True)
-class SoftState:
+class SoftState(NamedTuple):
     role: Role
     leader: int  # 0: unknown
     term: int
 
 
-@dataclass(slots=True)
 class Ready:
     """What the caller must do next, in this order: persist ``hard_state``, ``snapshot`` and
     ``entries`` (one fsync; appending an entry replaces any entry at or after its index),
     send ``messages`` (those in :data:`EARLY_TYPES` may go before the fsync completes), apply
-    ``committed`` entries, serve ``read_states`` once applied, then call ``advance``."""
+    ``committed`` entries, serve ``read_states`` once applied, fail ``dropped_reads``, then
+    call ``advance``. Empty fields share one immutable tuple: a Ready is made per cycle."""
 
-    hard_state: HardState | None = None
-    soft_state: SoftState | None = None
-    snapshot: Snapshot | None = None
-    entries: list[Entry] = field(default_factory=list)
-    committed: list[Entry] = field(default_factory=list)
-    messages: list[Message] = field(default_factory=list)
-    read_states: list[ReadState] = field(default_factory=list)
-    dropped_reads: list[bytes] = field(default_factory=list)
+    __slots__ = ("hard_state", "soft_state", "snapshot", "entries", "committed", "messages",
+                 "read_states", "dropped_reads", "sync")
+
+    def __init__(self, messages: list[Message] | None = None) -> None:
+        self.hard_state: HardState | None = None
+        self.soft_state: SoftState | None = None
+        self.snapshot: Snapshot | None = None
+        self.entries: list[Entry] | tuple = ()
+        self.committed: list[Entry] | tuple = ()
+        self.messages: list[Message] = messages if messages is not None else []
+        self.read_states: list[ReadState] | tuple = ()
+        self.dropped_reads: list[bytes] | tuple = ()
+        self.sync = False  # True: entries, a snapshot or a new term/vote to fsync
 
     def must_sync(self) -> bool:
-        return bool(self.entries) or self.hard_state is not None or self.snapshot is not None
+        """Whether persisting this Ready needs an fsync; a commit index alone does not (it
+        is recovered from the leader), so it may be written lazily."""
+        return self.sync

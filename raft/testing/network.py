@@ -83,12 +83,15 @@ class Network:
             core.tick()
             self.settle()
             if core.role == Role.LEADER:
+                self.tick(nid, self.config.heartbeat_ticks)  # spread the commit of its no-op
                 return core
         raise AssertionError(f"node {nid} did not become leader ({core.role.name})")
 
     def propose(self, nid: int, *datas: bytes) -> tuple[int, int]:
+        """Propose, then run one heartbeat round so followers learn the new commit index."""
         r = self.nodes[nid].propose(list(datas))
         self.settle()
+        self.tick(nid, self.config.heartbeat_ticks)
         return r
 
     def settle(self, max_rounds: int = 10_000) -> None:
