@@ -160,11 +160,13 @@ class RaftCore:
             self._drop(reason)
             return
         if m.term > self.term:
-            if m.type in (MT.VOTE, MT.PRE_VOTE):
-                in_lease = (self.cfg.check_quorum and self.leader != 0
-                            and self.election_elapsed < self.cfg.election_ticks)
-                if in_lease and not m.force:
-                    self._drop("vote_in_lease")  # thesis §4.2.3: do not disrupt a live leader
+            if m.type in (MT.VOTE, MT.PRE_VOTE) and not m.force:
+                # Thesis §4.2.3: while we hear from a live leader, do not let a candidate
+                # disrupt it: any candidate under CheckQuorum, and always one that is not a
+                # voter in our configuration (a removed node that never learned it).
+                in_lease = self.leader != 0 and self.election_elapsed < self.cfg.election_ticks
+                if in_lease and (self.cfg.check_quorum or m.frm not in self.membership.voters):
+                    self._drop("vote_in_lease")
                     return
             if m.type == MT.PRE_VOTE or (m.type == MT.PRE_VOTE_RESP and not m.reject):
                 pass  # pre-votes speak of a future term without moving to it
@@ -200,7 +202,7 @@ class RaftCore:
         self._need_bcast = True
         return li + 1, li + len(datas)
 
-    def propose_conf_change(self, change: ConfChangeType, node_id: int) -> int:
+    def propose_conf_change(self, change: ConfChangeType, node_id: int, context: bytes = b"") -> int:
         """Propose a single-server membership change (thesis §4.1); returns its index, or 0
         when the membership already has that shape. One change may be pending at a time."""
         self._check_can_propose()
@@ -227,7 +229,7 @@ class RaftCore:
         if result == self.membership:
             return 0
         index = self.log.last_index() + 1
-        cc = ConfChange(change, node_id, result)
+        cc = ConfChange(change, node_id, result, context)
         self.log.append([Entry(index, self.term, cc.encode(), EntryType.CONF_CHANGE)])
         self.pending_conf_index = index
         self._need_bcast = True
@@ -272,6 +274,16 @@ class RaftCore:
         keep_from = max(meta.index - trailing, self.log.snap_index)
         self.log.compact(keep_from)
         self._conf_history = [(i, m) for i, m in self._conf_history if i > keep_from]
+
+    def reset_peer(self, node_id: int) -> None:
+        """The peer lost its log (its storage was wiped and formatted again): forget what it
+        acknowledged and probe it afresh, so it is caught up from scratch."""
+        pr = self.progress.get(node_id)
+        if pr is not None and node_id != self.id:
+            pr.match = 0
+            pr.become_probe()
+            pr.next = self.log.last_index() + 1
+            self._drop("peer_reset")
 
     def membership_at(self, index: int) -> Membership:
         """The configuration in force after applying ``index`` (for snapshot metadata)."""
@@ -346,7 +358,7 @@ class RaftCore:
                        self.ticks - pr.last_contact_tick)
             for nid, pr in sorted(self.progress.items()) if nid != self.id)
         return CoreStatus(self.id, self.role, self.term, self.leader, self.log.committed,
-                          self.log.applied, self.log.last_index(), self.log.snap_index,
+                          self.log.applied, self.log.last_index(), self.snapshot_meta.index,
                           self.membership, peers, dict(self.dropped))
 
     # ------------------------------------------------------------------ role changes --
@@ -475,6 +487,10 @@ class RaftCore:
             if m.frm == self.lead_transferee and pr.match == self.log.last_index():
                 self._send(Message(MT.TIMEOUT_NOW, m.frm, self.id, self.term))
         elif m.type == MT.HEARTBEAT_RESP:
+            if m.reject and m.index < pr.match:  # the follower lost acknowledged entries
+                self._drop("follower_lost_entries")
+                pr.match = m.index
+                pr.become_probe()
             pr.probe_sent = False
             if pr.state == ProgressState.REPLICATE and pr.paused():
                 pr.inflight.popleft()  # appends may have been lost: let one more out to find out
@@ -678,7 +694,11 @@ class RaftCore:
             old = self.log.committed
             if self.log.commit_to(m.commit):
                 self._on_commit(old)
-            self._send(Message(MT.HEARTBEAT_RESP, m.frm, self.id, self.term, context=m.context))
+            # The leader only sends a commit index we acknowledged holding; in its term our log
+            # never shrinks below that, unless our disk lost entries: tell it where we end.
+            lost = m.commit > self.log.last_index()
+            self._send(Message(MT.HEARTBEAT_RESP, m.frm, self.id, self.term, context=m.context,
+                               reject=lost, index=self.log.last_index() if lost else 0))
         else:
             self._handle_snapshot_chunk(m)
 

@@ -24,6 +24,10 @@ class ProposalDropped(RaftError):
     change is already pending). Retriable."""
 
 
+class NodeStopped(RaftError):
+    """The node is not running (stopping, stopped, or not started). Nothing was appended."""
+
+
 class CommittedConflict(RaftError):
     """A message tried to overwrite a committed entry. A correct leader never sends one, so the
     message is dropped and counted."""

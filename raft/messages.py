@@ -114,14 +114,16 @@ class ConfChange:
     type: ConfChangeType
     node_id: int
     result: Membership = field(default_factory=Membership)
+    context: bytes = b""  # opaque to Raft; the runtime carries the node's address here
 
     def encode(self) -> bytes:
-        return struct.pack(">BQ", self.type, self.node_id) + self.result.encode()
+        m = self.result.encode()
+        return struct.pack(">BQI", self.type, self.node_id, len(m)) + m + self.context
 
     @classmethod
     def decode(cls, raw: bytes) -> "ConfChange":
-        t, node = struct.unpack_from(">BQ", raw)
-        return cls(ConfChangeType(t), node, Membership.decode(raw[9:]))
+        t, node, n = struct.unpack_from(">BQI", raw)
+        return cls(ConfChangeType(t), node, Membership.decode(raw[13:13 + n]), raw[13 + n:])
 
 
 class HardState(NamedTuple):
@@ -139,6 +141,7 @@ class SnapshotMeta:
     membership: Membership = field(default_factory=Membership)
     size: int = 0  # bytes of the state machine's data
     crc: int = 0  # zlib.crc32 of that data
+    context: bytes = b""  # opaque to Raft; the runtime keeps the members' addresses here
 
 
 class Message:

@@ -169,3 +169,20 @@ def test_random_messages_never_raise_and_keep_the_log_consistent(msgs, target):
     assert log.committed >= len(committed_before) and log.committed <= log.last_index()
     assert [(e.index, e.term, e.data) for e in log.entries[:len(committed_before)]] == committed_before \
         or log.snap_index > 0
+
+
+def test_a_follower_that_lost_acknowledged_entries_is_caught_up_again():
+    """Raft assumes acknowledged entries stay on disk; when a disk breaks that promise (a file
+    cut short by hand, a lost write cache), the leader learns it at the next heartbeat."""
+    net = Network([1, 2, 3])
+    leader = net.elect(1)
+    net.propose(1, b"a", b"b", b"c")
+    assert leader.progress[2].match == 4
+    net.crash(2)
+    del net.durable[2].entries[-2:]  # entries 3 and 4 vanish from node 2's disk
+    net.restart(2)
+    assert net.nodes[2].log.last_index() == 2
+    net.tick(1)
+    assert leader.dropped["follower_lost_entries"] == 1
+    net.tick(1)
+    assert net.log_of(2) == net.log_of(1)

@@ -1,0 +1,536 @@
+"""The embeddable Raft node: the pure core driven by one asyncio loop, with durable storage
+and the gRPC transport.
+
+    node = RaftNode(1, "1@127.0.0.1:9091,2@127.0.0.1:9092,3@127.0.0.1:9093",
+                    MyStateMachine(), data_dir="/var/lib/app/raft")
+    await node.start()
+    result = await node.propose(b"...")   # applied on this node, result of apply()
+    await node.read_barrier()             # then read the state machine linearizably
+
+The loop persists before it sends (votes and acknowledgements leave only once fsynced), lets a
+leader's appends go out while its own fsync runs, and accepts new proposals and messages while
+a batch is being written, so that everything that arrived meanwhile shares the next write and
+round trip (group commit).
+"""
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import grpc
+
+from protos import raft_pb2_grpc
+
+from .admin import AdminService
+from .config import NodeOptions, parse_voters
+from .core import RaftCore
+from .errors import NodeStopped, NotLeader, ProposalDropped, RaftError, StorageError
+from .messages import (EARLY_TYPES, ConfChange, ConfChangeType, Entry, EntryType, Membership,
+                       Message, Ready, Role, SoftState)
+from .state_machine import StateMachine
+from .storage import DiskStorage, MemoryStorage
+from .transport import PeerTransport, add_port, channel_options
+
+log = logging.getLogger("raft.node")
+
+
+@dataclass(frozen=True, slots=True)
+class PeerInfo:
+    node_id: int
+    address: str | None
+    voter: bool
+    match_index: int
+    next_index: int
+    lag: int
+    last_contact_s: float  # -1 when never heard from
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStatus:
+    node_id: int
+    cluster_id: str
+    role: str
+    term: int
+    leader_id: int
+    leader_address: str | None
+    commit_index: int
+    applied_index: int
+    last_index: int
+    snapshot_index: int
+    voters: tuple[int, ...]
+    learners: tuple[int, ...]
+    peers: tuple[PeerInfo, ...]
+    rejected: dict[str, int] = field(default_factory=dict)  # refused by the transport
+    dropped: dict[str, int] = field(default_factory=dict)  # ignored by the Raft core
+
+
+class RaftNode:
+    def __init__(self, node_id: int, voters: dict[int, str] | str, state_machine: StateMachine, *,
+                 data_dir: str | None = None, cluster_id: str | None = None,
+                 storage: DiskStorage | MemoryStorage | None = None,
+                 options: NodeOptions | None = None, address: str | None = None,
+                 seed: int | None = None, server: grpc.aio.Server | None = None) -> None:
+        """``voters`` are the initial voters (``1@host:port,...``); once the cluster's log
+        or a snapshot records a membership, that wins. A node absent from them starts as an
+        observer and joins when a leader adds it (then give its own ``address``)."""
+        self.id = node_id
+        self.voters = parse_voters(voters) if isinstance(voters, str) else dict(voters)
+        self.sm = state_machine
+        self.options = options or NodeOptions()
+        if storage is None:
+            if data_dir is None:
+                raise RaftError("give a data_dir (durable) or a storage (e.g. MemoryStorage())")
+            storage = DiskStorage(data_dir, node_id, cluster_id, fsync=self.options.fsync)
+        self.storage = storage
+        self.cluster_id = storage.cluster_id or cluster_id or "default"
+        self.address = address or self.voters.get(node_id)
+        if self.address is None:
+            raise RaftError(f"node {node_id} is not among the voters; give its own address")
+        self.seed = seed if seed is not None else int.from_bytes(os.urandom(4), "big")
+        mb = self.options.max_message_bytes
+        self.server = server or grpc.aio.server(options=channel_options(mb))
+        self.addresses: dict[int, str] = dict(self.voters)
+        self.transport = PeerTransport(node_id, self.cluster_id, self.addresses, self._deliver,
+                                       tls=self.options.tls, max_message_bytes=mb,
+                                       directory_id=storage.directory_id,
+                                       peer_reset=lambda peer: self.core.reset_peer(peer))
+        self.transport.register(self.server)
+        raft_pb2_grpc.add_RaftAdminServicer_to_server(AdminService(self), self.server)
+        self.core: RaftCore
+        self.applied = 0
+        self.snapshot_index = 0
+        self._bytes_since_snapshot = 0
+        self._snapshotting = False
+        self._proposals: dict[int, tuple[int, asyncio.Future]] = {}
+        self._read_waiting: list[asyncio.Future] = []
+        self._reads: dict[bytes, list[asyncio.Future]] = {}
+        self._applied_waiters: list[tuple[int, asyncio.Future]] = []
+        self._read_seq = 0
+        self._role_callbacks: list[Callable[[Role, int, int], None]] = []
+        self._soft = SoftState(Role.FOLLOWER, 0, 0)
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self._io = ThreadPoolExecutor(1, thread_name_prefix=f"raft-{node_id}-wal")
+        self._snap_io = ThreadPoolExecutor(1, thread_name_prefix=f"raft-{node_id}-snap")
+        self._failed: BaseException | None = None
+        self._stopped = asyncio.Event()
+        self._started = False
+
+    # ------------------------------------------------------------------ lifecycle --
+
+    async def start(self) -> None:
+        state = await asyncio.get_running_loop().run_in_executor(self._io, self.storage.recover)
+        if state.truncated_tail:
+            log.warning("node %d: cut a torn write off the log: %s", self.id, state.truncated_tail)
+        self.core = RaftCore(self.id, self.options.core_config(), seed=self.seed,
+                             hard_state=state.hard_state, snapshot=state.snapshot,
+                             entries=state.entries,
+                             membership=Membership(frozenset(self.voters)),
+                             snapshot_source=state.snapshot_source)
+        if state.snapshot is not None and state.snapshot_source is not None:
+            with state.snapshot_source.open_payload() as f:
+                self.sm.restore(f)
+            self.applied = self.snapshot_index = state.snapshot.index
+            self._learn_addresses(state.snapshot.context)
+        for e in state.entries:  # addresses of members added since the snapshot
+            if e.type == EntryType.CONF_CHANGE:
+                self._learn_conf_change(ConfChange.decode(e.data), announce=False)
+        listen = self.options.listen or self.address
+        if add_port(self.server, listen, self.options.tls) == 0:
+            raise RaftError(f"cannot listen on {listen}: the address is in use or invalid")
+        await self.server.start()
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._run(), name=f"raft-{self.id}-loop"),
+                       loop.create_task(self._ticker(), name=f"raft-{self.id}-ticker")]
+        self._started = True
+        self._wake.set()
+
+    async def stop(self, *, transfer: bool | None = None) -> None:
+        """Stop the node; a leader first hands leadership to an up-to-date follower (like
+        Kafka's controlled shutdown) unless ``transfer`` is False."""
+        if not self._started:
+            return
+        transfer = self.options.transfer_leadership_on_stop if transfer is None else transfer
+        if transfer and self._failed is None and self.core.role == Role.LEADER:
+            peers = [p for p in self.status().peers if p.voter]
+            if peers:
+                target = min(peers, key=lambda p: p.lag).node_id
+                try:
+                    await self.transfer_leadership(target, timeout=self.options.election_timeout_ms / 1000)
+                except RaftError:
+                    pass
+        await self._shutdown(NodeStopped(f"node {self.id} stopped"))
+
+    async def _shutdown(self, reason: BaseException) -> None:
+        if not self._started:
+            return
+        self._started = False
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.transport.close()
+        await self.server.stop(grace=0.2)
+        self._fail_all(reason)
+        await asyncio.get_running_loop().run_in_executor(self._io, self.storage.close)
+        self._io.shutdown(wait=False)
+        self._snap_io.shutdown(wait=False)
+        self._stopped.set()
+
+    async def wait_stopped(self) -> BaseException | None:
+        """Block until the node stops; returns the fatal error that stopped it, if any."""
+        await self._stopped.wait()
+        return self._failed
+
+    # ------------------------------------------------------------------ the API --
+
+    async def propose(self, data: bytes, *, timeout: float | None = None) -> Any:
+        """Replicate ``data``; return what the state machine's ``apply`` returned for it on
+        this node. Raises NotLeader (with the leader's id and address) on other nodes, and
+        ProposalDropped if a leader change overwrote the entry before it committed: both
+        mean it was not applied and may be retried."""
+        self._check_running()
+        try:
+            index = self.core.propose([data])[0]
+        except NotLeader as e:
+            raise self._not_leader(e) from None
+        fut = asyncio.get_running_loop().create_future()
+        self._proposals[index] = (self.core.term, fut)
+        self._wake.set()
+        return await asyncio.wait_for(fut, timeout) if timeout else await fut
+
+    async def read_barrier(self, *, timeout: float | None = None) -> int:
+        """Wait until this node's state machine reflects every write committed before the
+        call (ReadIndex, thesis §6.4); then a read of it is linearizable. Leader only.
+        Concurrent callers share one heartbeat round."""
+        self._check_running()
+        if self.core.role != Role.LEADER:
+            raise self._not_leader(NotLeader(self.core.leader))
+        fut = asyncio.get_running_loop().create_future()
+        self._read_waiting.append(fut)
+        self._wake.set()
+        return await asyncio.wait_for(fut, timeout) if timeout else await fut
+
+    async def add_learner(self, node_id: int, address: str, *, timeout: float = 10.0) -> int:
+        return await self._change(ConfChangeType.ADD_LEARNER, node_id, address, timeout)
+
+    async def add_voter(self, node_id: int, address: str, *, timeout: float = 30.0) -> int:
+        """Add a voter: a new node first joins as a learner and is promoted once it has caught
+        up, so that an empty node never weighs on the quorum."""
+        deadline = time.monotonic() + timeout
+        if node_id not in self.core.membership.members:
+            await self.add_learner(node_id, address, timeout=timeout)
+            while True:
+                pr = self.core.progress.get(node_id) if self.core.role == Role.LEADER else None
+                if pr is not None and pr.match >= self.core.log.committed:
+                    break
+                if time.monotonic() > deadline:
+                    raise RaftError(f"node {node_id} did not catch up within {timeout:.0f}s; "
+                                    f"it stays a learner")
+                await asyncio.sleep(self.options.heartbeat_interval_ms / 1000)
+        return await self._change(ConfChangeType.ADD_VOTER, node_id, address,
+                                  max(1.0, deadline - time.monotonic()))
+
+    async def remove_member(self, node_id: int, *, timeout: float = 10.0) -> int:
+        return await self._change(ConfChangeType.REMOVE, node_id, "", timeout)
+
+    async def transfer_leadership(self, target: int, *, timeout: float = 5.0) -> None:
+        self._check_running()
+        try:
+            self.core.transfer_leadership(target)
+        except NotLeader as e:
+            raise self._not_leader(e) from None
+        self._wake.set()
+        deadline = time.monotonic() + timeout
+        while self.core.leader != target:
+            if time.monotonic() > deadline or (self.core.role == Role.LEADER and not self.core.lead_transferee):
+                raise RaftError(f"leadership did not move to node {target} within {timeout:.1f}s")
+            await asyncio.sleep(self.options.tick_ms / 1000)
+
+    def on_role_change(self, callback: Callable[[Role, int, int], None]) -> None:
+        """``callback(role, leader_id, term)`` runs on the loop whenever either changes."""
+        self._role_callbacks.append(callback)
+
+    async def wait_for_leader(self, timeout: float = 10.0) -> int:
+        deadline = time.monotonic() + timeout
+        while not self.core.leader:
+            if time.monotonic() > deadline:
+                raise RaftError(f"no leader known to node {self.id} after {timeout:.0f}s")
+            await asyncio.sleep(self.options.tick_ms / 1000)
+        return self.core.leader
+
+    @property
+    def is_leader(self) -> bool:
+        return self.core.role == Role.LEADER
+
+    @property
+    def leader_id(self) -> int:
+        return self.core.leader
+
+    @property
+    def leader_address(self) -> str | None:
+        return self.addresses.get(self.core.leader)
+
+    def status(self) -> NodeStatus:
+        c = self.core.status()
+        now = time.monotonic()
+        peers = []
+        for p in c.peers:
+            heard = self.transport.last_heard.get(p.node_id)
+            peers.append(PeerInfo(p.node_id, self.addresses.get(p.node_id), not p.is_learner,
+                                  p.match, p.next, max(0, c.last_index - p.match),
+                                  round(now - heard, 3) if heard else -1.0, p.state))
+        return NodeStatus(self.id, self.cluster_id, c.role.name, c.term, c.leader,
+                          self.addresses.get(c.leader), c.commit, self.applied, c.last_index,
+                          c.snapshot_index, tuple(sorted(c.membership.voters)),
+                          tuple(sorted(c.membership.learners)), tuple(peers),
+                          dict(self.transport.rejected), dict(c.dropped))
+
+    # ------------------------------------------------------------------ the loop --
+
+    def _deliver(self, msgs: list[Message]) -> None:
+        step = self.core.step
+        for m in msgs:
+            step(m)
+        self._wake.set()
+
+    async def _ticker(self) -> None:
+        period = self.options.tick_ms / 1000
+        while True:
+            await asyncio.sleep(period)
+            self.core.tick()
+            self._wake.set()
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                self._start_reads()
+                while self.core.has_ready():
+                    await self._handle(self.core.ready())
+                    self._start_reads()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:  # a storage failure: stop rather than run on without a disk
+            self._failed = e if isinstance(e, StorageError) else StorageError(
+                f"node {self.id} stopped: persisting the log failed: {e}")
+            log.error("%s", self._failed)
+            asyncio.get_running_loop().create_task(self._shutdown(self._failed))
+
+    async def _handle(self, rd: Ready) -> None:
+        if rd.soft_state is not None:
+            self._soft_changed(rd.soft_state)
+        send = self.transport.send
+        late = rd.messages
+        if self.core.role == Role.LEADER and late:
+            early = [m for m in late if m.type in EARLY_TYPES]
+            if early:
+                send(early)
+                late = [m for m in late if m.type not in EARLY_TYPES]
+        if rd.hard_state is not None or rd.entries or rd.snapshot is not None:
+            await asyncio.get_running_loop().run_in_executor(self._io, self.storage.save, rd)
+        if late:
+            send(late)
+        if rd.snapshot is not None:
+            meta = rd.snapshot.meta
+            self.sm.restore(io.BytesIO(rd.snapshot.data))
+            self.applied = self.snapshot_index = meta.index
+            self._bytes_since_snapshot = 0
+            self._learn_addresses(meta.context)
+            for idx in [i for i in self._proposals if i <= meta.index]:
+                self._proposals.pop(idx)[1].set_exception(
+                    ProposalDropped("superseded by a snapshot from the leader; its outcome is unknown"))
+        if rd.committed:
+            self._apply(rd.committed)
+        for rs in rd.read_states:
+            self._read_ready(rs.context, rs.index)
+        for ctx in rd.dropped_reads:
+            for fut in self._reads.pop(ctx, ()):
+                if not fut.done():
+                    fut.set_exception(self._not_leader(NotLeader(self.core.leader)))
+        self.core.advance(rd)
+        self._maybe_snapshot()
+
+    def _apply(self, entries: list[Entry]) -> None:
+        apply = self.sm.apply
+        proposals = self._proposals
+        for e in entries:
+            result: Any = None
+            if e.type == EntryType.NORMAL:
+                try:
+                    result = apply(e.index, e.data)
+                except Exception as ex:
+                    result = ex
+                self._bytes_since_snapshot += len(e.data)
+            elif e.type == EntryType.CONF_CHANGE:
+                self._learn_conf_change(ConfChange.decode(e.data), announce=True)
+                result = e.index
+            waiter = proposals.pop(e.index, None) if proposals else None
+            if waiter is not None and not waiter[1].done():
+                term, fut = waiter
+                if term != e.term:
+                    fut.set_exception(ProposalDropped(
+                        "a leader change replaced the entry before it committed; it was not applied"))
+                elif isinstance(result, Exception):
+                    fut.set_exception(result)
+                else:
+                    fut.set_result(result)
+        self.applied = entries[-1].index
+        if self._applied_waiters:
+            ready = [w for w in self._applied_waiters if w[0] <= self.applied]
+            self._applied_waiters = [w for w in self._applied_waiters if w[0] > self.applied]
+            for idx, fut in ready:
+                if not fut.done():
+                    fut.set_result(self.applied)
+
+    def _start_reads(self) -> None:
+        if not self._read_waiting:
+            return
+        waiting, self._read_waiting = self._read_waiting, []
+        self._read_seq += 1
+        ctx = self._read_seq.to_bytes(8, "big")
+        try:
+            self.core.read_index(ctx)
+        except NotLeader as e:
+            err = self._not_leader(e)
+            for f in waiting:
+                if not f.done():
+                    f.set_exception(err)
+            return
+        self._reads[ctx] = waiting
+
+    def _read_ready(self, ctx: bytes, index: int) -> None:
+        waiting = self._reads.pop(ctx, [])
+        if index <= self.applied:
+            for f in waiting:
+                if not f.done():
+                    f.set_result(self.applied)
+        else:
+            self._applied_waiters.extend((index, f) for f in waiting)
+
+    def _soft_changed(self, soft: SoftState) -> None:
+        old, self._soft = self._soft, soft
+        if soft.role != old.role or soft.leader != old.leader:
+            log.info("node %d: %s in term %d, leader %s", self.id, soft.role.name.lower(),
+                     soft.term, soft.leader or "unknown")
+            for cb in self._role_callbacks:
+                try:
+                    cb(soft.role, soft.leader, soft.term)
+                except Exception:
+                    log.exception("role-change callback failed")
+
+    # ------------------------------------------------------------------ snapshots --
+
+    def _maybe_snapshot(self) -> None:
+        o = self.options
+        if self._snapshotting or self.applied <= self.snapshot_index:
+            return
+        if (self.applied - self.snapshot_index < o.snapshot_entries
+                and self._bytes_since_snapshot < o.snapshot_bytes):
+            return
+        self.snapshot_now()
+
+    def snapshot_now(self) -> asyncio.Task | None:
+        """Take a snapshot of the state machine at the applied index, in the background."""
+        if self._snapshotting or self.applied <= self.snapshot_index:
+            return None
+        index = self.applied
+        term = self.core.log.term(index)
+        if term is None:
+            return None
+        writer = self.sm.snapshot()
+        membership = self.core.membership_at(index)
+        context = json.dumps({str(k): v for k, v in sorted(self.addresses.items())}).encode()
+        self._snapshotting = True
+        self._bytes_since_snapshot = 0
+        return asyncio.get_running_loop().create_task(
+            self._write_snapshot(index, term, membership, context, writer))
+
+    async def _write_snapshot(self, index: int, term: int, membership: Membership, context: bytes,
+                              writer: Callable) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            source = await loop.run_in_executor(self._snap_io, self.storage.write_snapshot,
+                                                index, term, membership, context, writer)
+            if not self._started:
+                return
+            self.core.compact(source, self.options.snapshot_trailing_entries)
+            self.snapshot_index = max(self.snapshot_index, index)
+            await loop.run_in_executor(self._io, self.storage.compact, source.meta)
+            log.info("node %d: snapshot at index %d (%d bytes)", self.id, index, source.meta.size)
+        except Exception:
+            log.exception("node %d: snapshot at %d failed; will retry later", self.id, index)
+        finally:
+            self._snapshotting = False
+
+    # ------------------------------------------------------------------ membership --
+
+    async def _change(self, kind: ConfChangeType, node_id: int, address: str, timeout: float) -> int:
+        self._check_running()
+        try:
+            index = self.core.propose_conf_change(kind, node_id, address.encode())
+        except NotLeader as e:
+            raise self._not_leader(e) from None
+        if index == 0:
+            return 0
+        fut = asyncio.get_running_loop().create_future()
+        self._proposals[index] = (self.core.term, fut)
+        self._wake.set()
+        return await asyncio.wait_for(fut, timeout)
+
+    def _learn_conf_change(self, cc: ConfChange, announce: bool) -> None:
+        if cc.type == ConfChangeType.REMOVE:
+            if cc.node_id != self.id:
+                self.addresses.pop(cc.node_id, None)
+                self.transport.remove(cc.node_id)
+        elif cc.context:
+            addr = cc.context.decode()
+            self.addresses[cc.node_id] = addr
+            if cc.node_id != self.id:
+                self.transport.set_address(cc.node_id, addr)
+        if announce:
+            log.info("node %d: membership is now voters %s, learners %s", self.id,
+                     sorted(cc.result.voters), sorted(cc.result.learners))
+
+    def _learn_addresses(self, context: bytes) -> None:
+        if not context:
+            return
+        try:
+            book = {int(k): str(v) for k, v in json.loads(context).items()}
+        except ValueError:
+            log.warning("node %d: a snapshot carries an unreadable address book", self.id)
+            return
+        for nid, addr in book.items():
+            self.addresses[nid] = addr
+            if nid != self.id:
+                self.transport.set_address(nid, addr)
+
+    # ------------------------------------------------------------------ helpers --
+
+    def _not_leader(self, e: NotLeader) -> NotLeader:
+        return NotLeader(e.leader_id, self.addresses.get(e.leader_id))
+
+    def _check_running(self) -> None:
+        if self._failed is not None:
+            raise self._failed
+        if not self._started:
+            raise NodeStopped(f"node {self.id} is not running")
+
+    def _fail_all(self, reason: BaseException) -> None:
+        for _, fut in self._proposals.values():
+            if not fut.done():
+                fut.set_exception(reason)
+        self._proposals.clear()
+        for futs in [self._read_waiting, *self._reads.values(), [f for _, f in self._applied_waiters]]:
+            for fut in futs:
+                if not fut.done():
+                    fut.set_exception(reason)
+        self._read_waiting, self._reads, self._applied_waiters = [], {}, []

@@ -1,0 +1,177 @@
+"""Raft snapshot files: the state machine's bytes first, then a footer with the Raft metadata.
+
+    [payload: meta.size bytes, written by the state machine]
+    [footer: index u64, term u64, size u64, crc u32, membership (u32 length + bytes),
+             context (u32 length + bytes)]
+    [trailer, 18 bytes: footer length u32, footer crc32 u32, magic "RSNP", version u16,
+             reserved u32]
+
+The payload is written in one streaming pass (its size and checksum are only known at the
+end, hence a footer), and it starts at byte 0, so a tool that knows the application's own
+format (the metadata shell, Spark) can read it in place. Files are named
+``<index:020d>-<term:020d>.snap`` and written through a temporary name, fsynced, renamed.
+"""
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from typing import BinaryIO, Callable
+
+from ..errors import StorageError
+from ..messages import Membership, SnapshotMeta, SnapshotSource
+
+MAGIC = b"RSNP"
+VERSION = 1
+TRAILER = struct.Struct(">II4sHI")
+FOOTER_HEAD = struct.Struct(">QQQI")
+
+
+class _CrcWriter:
+    """A file wrapper that counts and checksums what the state machine writes."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self.f = f
+        self.size = 0
+        self.crc = 0
+
+    def write(self, b: bytes) -> int:
+        self.f.write(b)
+        self.size += len(b)
+        self.crc = zlib.crc32(b, self.crc)
+        return len(b)
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def file_name(index: int, term: int) -> str:
+    return f"{index:020d}-{term:020d}.snap"
+
+
+def write_snapshot(directory: str, index: int, term: int, membership: Membership,
+                   context: bytes, write_payload: Callable[[BinaryIO], None]) -> tuple[str, SnapshotMeta]:
+    """Stream a snapshot into ``directory``; returns its path and metadata once durable."""
+    path = os.path.join(directory, file_name(index, term))
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        w = _CrcWriter(f)
+        write_payload(w)  # type: ignore[arg-type]
+        meta = SnapshotMeta(index, term, membership, w.size, w.crc, context)
+        footer = encode_footer(meta)
+        f.write(footer + TRAILER.pack(len(footer), zlib.crc32(footer), MAGIC, VERSION, 0))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dfd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    return path, meta
+
+
+def encode_footer(meta: SnapshotMeta) -> bytes:
+    m = meta.membership.encode()
+    return (FOOTER_HEAD.pack(meta.index, meta.term, meta.size, meta.crc)
+            + struct.pack(">I", len(m)) + m + struct.pack(">I", len(meta.context)) + meta.context)
+
+
+def read_meta(path: str) -> SnapshotMeta:
+    """Read and verify a snapshot's footer (not its payload: see :func:`verify_payload`)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            end = f.tell()
+            if end < TRAILER.size:
+                raise StorageError(f"snapshot {path} is truncated ({end} bytes): no trailer")
+            f.seek(end - TRAILER.size)
+            flen, fcrc, magic, version, _ = TRAILER.unpack(f.read(TRAILER.size))
+            if magic != MAGIC:
+                raise StorageError(f"{path} is not a Raft snapshot (bad magic at byte {end - 10})")
+            if version != VERSION:
+                raise StorageError(f"snapshot {path} has format version {version}; this build reads {VERSION}")
+            start = end - TRAILER.size - flen
+            if start < 0:
+                raise StorageError(f"snapshot {path} is truncated: footer of {flen} bytes does not fit")
+            f.seek(start)
+            footer = f.read(flen)
+    except OSError as e:
+        raise StorageError(f"cannot read snapshot {path}: {e.strerror}") from None
+    if zlib.crc32(footer) != fcrc:
+        raise StorageError(f"snapshot {path} footer at byte {start} fails its checksum")
+    try:
+        index, term, size, crc = FOOTER_HEAD.unpack_from(footer)
+        p = FOOTER_HEAD.size
+        (mlen,) = struct.unpack_from(">I", footer, p)
+        membership = Membership.decode(footer[p + 4:p + 4 + mlen])
+        p += 4 + mlen
+        (clen,) = struct.unpack_from(">I", footer, p)
+        context = footer[p + 4:p + 4 + clen]
+    except (struct.error, IndexError) as e:
+        raise StorageError(f"snapshot {path} footer at byte {start} is malformed: {e}") from None
+    if size != start:
+        raise StorageError(f"snapshot {path}: payload of {start} bytes, footer says {size}")
+    return SnapshotMeta(index, term, membership, size, crc, context)
+
+
+def verify_payload(path: str, meta: SnapshotMeta) -> None:
+    crc, off = 0, 0
+    with open(path, "rb") as f:
+        while off < meta.size:
+            chunk = f.read(min(1 << 20, meta.size - off))
+            if not chunk:
+                break
+            crc = zlib.crc32(chunk, crc)
+            off += len(chunk)
+    if off != meta.size or crc != meta.crc:
+        raise StorageError(f"snapshot {path}: payload (bytes 0-{meta.size}) fails its checksum")
+
+
+class FileSnapshotSource(SnapshotSource):
+    """Reads a snapshot's payload in chunks for a leader streaming it to a follower. The open
+    descriptor keeps the file readable even after a newer snapshot replaces it."""
+
+    def __init__(self, path: str, meta: SnapshotMeta) -> None:
+        self.path = path
+        self.meta = meta
+        self._fd = os.open(path, os.O_RDONLY)
+
+    def read(self, offset: int, size: int) -> bytes:
+        return os.pread(self._fd, min(size, self.meta.size - offset), offset)
+
+    def open_payload(self) -> BinaryIO:
+        """The payload as a file object, for restoring a state machine."""
+        return _Slice(self.path, self.meta.size)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class _Slice:
+    """Read-only file object over the first ``size`` bytes of a file."""
+
+    def __init__(self, path: str, size: int) -> None:
+        self._f = open(path, "rb")
+        self._left = size
+
+    def read(self, n: int = -1) -> bytes:
+        if n < 0 or n > self._left:
+            n = self._left
+        b = self._f.read(n)
+        self._left -= len(b)
+        return b
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self) -> "_Slice":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
