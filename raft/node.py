@@ -196,6 +196,12 @@ class RaftNode:
         this node. Raises NotLeader (with the leader's id and address) on other nodes, and
         ProposalDropped if a leader change overwrote the entry before it committed: both
         mean it was not applied and may be retried."""
+        fut = self.propose_nowait(data)
+        return await asyncio.wait_for(fut, timeout) if timeout else await fut
+
+    def propose_nowait(self, data: bytes) -> asyncio.Future:
+        """Append ``data`` now, in call order, and return a future of its ``apply`` result;
+        for callers that pipeline many proposals. Raises NotLeader at once."""
         self._check_running()
         try:
             index = self.core.propose([data])[0]
@@ -204,6 +210,15 @@ class RaftNode:
         fut = asyncio.get_running_loop().create_future()
         self._proposals[index] = (self.core.term, fut)
         self._wake.set()
+        return fut
+
+    async def wait_applied(self, index: int, timeout: float | None = None) -> int:
+        """Wait until this node has applied ``index``; returns the applied index."""
+        if self.applied >= index:
+            return self.applied
+        self._check_running()
+        fut = asyncio.get_running_loop().create_future()
+        self._applied_waiters.append((index, fut))
         return await asyncio.wait_for(fut, timeout) if timeout else await fut
 
     async def read_barrier(self, *, timeout: float | None = None) -> int:
@@ -342,7 +357,8 @@ class RaftNode:
         if rd.snapshot is not None:
             meta = rd.snapshot.meta
             self.sm.restore(io.BytesIO(rd.snapshot.data))
-            self.applied = self.snapshot_index = meta.index
+            self.snapshot_index = meta.index
+            self._set_applied(meta.index)
             self._bytes_since_snapshot = 0
             self._learn_addresses(meta.context)
             for idx in [i for i in self._proposals if i <= meta.index]:
@@ -366,7 +382,7 @@ class RaftNode:
             result: Any = None
             if e.type == EntryType.NORMAL:
                 try:
-                    result = apply(e.index, e.data)
+                    result = apply(e)
                 except Exception as ex:
                     result = ex
                 self._bytes_since_snapshot += len(e.data)
@@ -383,13 +399,16 @@ class RaftNode:
                     fut.set_exception(result)
                 else:
                     fut.set_result(result)
-        self.applied = entries[-1].index
+        self._set_applied(entries[-1].index)
+
+    def _set_applied(self, index: int) -> None:
+        self.applied = index
         if self._applied_waiters:
-            ready = [w for w in self._applied_waiters if w[0] <= self.applied]
-            self._applied_waiters = [w for w in self._applied_waiters if w[0] > self.applied]
-            for idx, fut in ready:
+            ready = [w for w in self._applied_waiters if w[0] <= index]
+            self._applied_waiters = [w for w in self._applied_waiters if w[0] > index]
+            for _, fut in ready:
                 if not fut.done():
-                    fut.set_result(self.applied)
+                    fut.set_result(index)
 
     def _start_reads(self) -> None:
         if not self._read_waiting:

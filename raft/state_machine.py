@@ -3,10 +3,13 @@ from __future__ import annotations
 
 from typing import Any, BinaryIO, Callable, Protocol
 
+from .messages import Entry
+
 
 class StateMachine(Protocol):
-    def apply(self, index: int, data: bytes) -> Any:
-        """Apply one committed entry, in log order, and return the result for its proposer.
+    def apply(self, entry: Entry) -> Any:
+        """Apply one committed entry (``entry.index``, ``entry.term``, ``entry.data``), in log
+        order, and return the result for its proposer.
         Must be deterministic: every node applies the same entries and must reach the same
         state. An exception raised here is handed to the proposer as the result; the entry
         still counts as applied."""

@@ -5,6 +5,7 @@ import struct
 from typing import BinaryIO, Callable
 
 from protos import kv_pb2 as pb
+from raft.messages import Entry
 
 _PAIR = struct.Struct(">II")
 
@@ -14,10 +15,10 @@ class KVStateMachine:
         self.data: dict[bytes, bytes] = {}
         self.index = 0
 
-    def apply(self, index: int, raw: bytes) -> object:
+    def apply(self, entry: Entry) -> object:
         """Returns PutResponse, DeleteResponse or CasResponse for the proposer."""
-        self.index = index
-        cmd = pb.Command.FromString(raw)
+        self.index = index = entry.index
+        cmd = pb.Command.FromString(entry.data)
         op = cmd.WhichOneof("op")
         if op == "put":
             self.data[cmd.put.key] = cmd.put.value

@@ -1,0 +1,108 @@
+"""Shared pieces of the benchmarks: latency summaries in the anchors' JSON format, and local
+clusters of `raft-kv serve` processes."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def summary(system: str, clients: int, value: int, lat: list[float], elapsed: float, **extra) -> dict:
+    lat = sorted(lat)
+    n = len(lat)
+    out = {"system": system, "clients": clients, "value_bytes": value, "ops": n,
+           "ops_per_s": round(n / elapsed) if elapsed else 0,
+           "p50_ms": round(lat[n // 2] * 1e3, 2) if n else None,
+           "p99_ms": round(lat[min(n - 1, int(n * 0.99))] * 1e3, 2) if n else None}
+    out.update(extra)
+    return out
+
+
+def emit(row: dict) -> None:
+    print(json.dumps(row), flush=True)
+
+
+def free_ports(n: int) -> list[int]:
+    import socket
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+class KVProcesses:
+    """Three `raft-kv serve` nodes on loopback in a temporary directory."""
+
+    def __init__(self, n: int = 3, args: tuple[str, ...] = ()) -> None:
+        self.base = Path(tempfile.mkdtemp(prefix="raftbench"))
+        self.ports = free_ports(n)
+        self.ids = list(range(1, n + 1))
+        self.voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in zip(self.ids, self.ports))
+        self.args = list(args)
+        self.procs: dict[int, subprocess.Popen] = {}
+        for nid in self.ids:
+            subprocess.run([sys.executable, "-m", "examples.kv.cli", "format", "--id", str(nid),
+                            "--data-dir", str(self.base / f"n{nid}"), "--cluster-id", "bench"],
+                           cwd=REPO, check=True, capture_output=True)
+            self.start(nid)
+
+    def endpoint(self, nid: int) -> str:
+        return f"127.0.0.1:{self.ports[nid - 1]}"
+
+    def start(self, nid: int) -> None:
+        log = open(self.base / f"n{nid}.log", "a")
+        self.procs[nid] = subprocess.Popen(
+            [sys.executable, "-m", "examples.kv.cli", "serve", "--id", str(nid), "--voters", self.voters,
+             "--data-dir", str(self.base / f"n{nid}"), "--log-level", "WARNING", *self.args],
+            cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+
+    def kill(self, nid: int) -> None:
+        self.procs[nid].send_signal(signal.SIGKILL)
+        self.procs[nid].wait()
+
+    async def leader(self, timeout: float = 20.0, among: list[int] | None = None) -> int:
+        from examples.kv.client import KVClient
+        c = KVClient([self.endpoint(i) for i in self.ids], attempt_timeout=0.5)
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                for nid in among or self.ids:
+                    if self.procs[nid].poll() is not None:
+                        continue
+                    try:
+                        s = await c.status(self.endpoint(nid))
+                    except Exception:
+                        continue
+                    if s.role == "LEADER":
+                        return nid
+                await asyncio.sleep(0.02)
+        finally:
+            await c.close()
+        raise RuntimeError("no leader elected")
+
+    def close(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs.values():
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+def cpu_count() -> int:
+    return os.cpu_count() or 1

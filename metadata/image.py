@@ -1,0 +1,151 @@
+"""The metadata image: the whole cluster metadata at one Raft offset, immutable.
+
+Like Kafka's ``MetadataImage``, an image is never changed: a ``MetadataDelta`` replays records
+on top of one and yields the next. Readers (the controller, brokers, the shell) can therefore
+hold an image without locks while newer ones are built. The big maps are persistent HAMTs
+(``immutables.Map``): a new image shares everything it did not change with the old one, so a
+batch touching one topic copies that topic's path, not a million partitions.
+"""
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from enum import IntEnum
+
+from immutables import Map
+
+from .records import NO_LEADER
+
+#: The feature that versions the metadata itself (Kafka's MetadataVersion.FEATURE_NAME).
+METADATA_VERSION = "metadata.version"
+
+
+class SecurityProtocol(IntEnum):
+    """Kafka's security protocol ids (the same numbers as ``Endpoint.SecurityProtocol``)."""
+
+    PLAINTEXT = 0
+    SSL = 1
+    SASL_PLAINTEXT = 2
+    SASL_SSL = 3
+
+
+class ResourceType(IntEnum):
+    """Kafka's ConfigResource.Type ids (the same numbers as ``ConfigRecord.ResourceType``)."""
+
+    TOPIC = 2
+    BROKER = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """A listener a broker accepts connections on."""
+
+    name: str
+    host: str
+    port: int
+    security_protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    """A registered broker. ``epoch`` identifies this registration: records about the broker
+    name it, so a stale record about an earlier incarnation cannot touch the current one."""
+
+    id: int
+    incarnation_id: uuid.UUID
+    epoch: int
+    endpoints: tuple[Endpoint, ...]
+    rack: str | None
+    fenced: bool
+    in_controlled_shutdown: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRegistration:
+    """One partition's replicas and leadership. ``leader_epoch`` grows with every leader
+    election (brokers fence stale leaders with it); ``partition_epoch`` with every change."""
+
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+
+    @property
+    def has_leader(self) -> bool:
+        return self.leader != NO_LEADER
+
+
+@dataclass(frozen=True, slots=True)
+class TopicImage:
+    """A topic and its partitions, keyed by partition id."""
+
+    name: str
+    id: uuid.UUID
+    partitions: Map[int, PartitionRegistration]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ConfigResource:
+    """What a config applies to: a topic by name, or a broker by id ("" = cluster default)."""
+
+    type: ResourceType
+    name: str
+
+
+_EMPTY: Map = Map()
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataImage:
+    """All cluster metadata as of Raft entry ``offset`` (written in term ``epoch``).
+
+    ``offset`` 0 means nothing applied yet. ``topics_by_id`` and ``topics_by_name`` hold the
+    same ``TopicImage`` objects. ``next_producer_id`` is where the next block of producer ids
+    starts (0: none handed out yet).
+    """
+
+    cluster_id: str
+    offset: int
+    epoch: int
+    brokers: Map[int, BrokerRegistration]
+    topics_by_id: Map[uuid.UUID, TopicImage]
+    topics_by_name: Map[str, TopicImage]
+    configs: Map[ConfigResource, Map[str, str]]
+    features: Map[str, int]
+    next_producer_id: int
+
+    @classmethod
+    def empty(cls, cluster_id: str = "") -> MetadataImage:
+        return cls(cluster_id, 0, 0, _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY, 0)
+
+    def at(self, offset: int, epoch: int) -> MetadataImage:
+        """The same metadata, as of another Raft position (entries that carry no records)."""
+        return replace(self, offset=offset, epoch=epoch)
+
+    @property
+    def metadata_version(self) -> int:
+        """The finalized ``metadata.version`` level; 0 if none was recorded."""
+        return self.features.get(METADATA_VERSION, 0)
+
+    def topic(self, name: str) -> TopicImage | None:
+        return self.topics_by_name.get(name)
+
+    def partition(self, topic_id: uuid.UUID, partition_id: int) -> PartitionRegistration | None:
+        t = self.topics_by_id.get(topic_id)
+        return None if t is None else t.partitions.get(partition_id)
+
+    def config(self, resource: ConfigResource) -> Map[str, str]:
+        """The resource's explicitly set keys (empty if none)."""
+        return self.configs.get(resource, _EMPTY)
+
+    def partition_count(self) -> int:
+        """Partitions over all topics (walks the topics, not the partitions)."""
+        return sum(len(t.partitions) for t in self.topics_by_id.values())
+
+    def partitions(self) -> Iterator[tuple[TopicImage, int, PartitionRegistration]]:
+        """Every partition, in no particular order."""
+        for t in self.topics_by_id.values():
+            for pid, p in t.partitions.items():
+                yield t, pid, p
