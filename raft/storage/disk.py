@@ -98,6 +98,87 @@ def check_formatted(data_dir: str, cluster_id: str | None, node_id: int) -> dict
     return props
 
 
+# ------------------------------------------------------------------------------- replay
+
+
+@dataclass
+class ReplayedLog:
+    """A data directory read back: the newest snapshot and the entries after it."""
+
+    snapshot: SnapshotMeta | None = None
+    snapshot_path: str | None = None
+    entries: list[Entry] = field(default_factory=list)
+    hard_state: HardState = HardState()
+    segments: list[tuple[str, int]] = field(default_factory=list)  # (path, highest entry index)
+    torn_path: str | None = None  # where a torn tail begins, if any
+    torn_at: int | None = None
+    torn_reason: str = ""
+
+
+def snapshot_files(snap_dir: str) -> list[str]:
+    try:
+        names = sorted(n for n in os.listdir(snap_dir) if _SNAP_RE.match(n))
+    except FileNotFoundError:
+        return []
+    return [os.path.join(snap_dir, n) for n in names]
+
+
+def replay(data_dir: str, *, verify: bool = True) -> ReplayedLog:
+    """Read a data directory without changing it: the newest snapshot's metadata and the log
+    entries after it, with the same rules a starting node applies. A torn tail in the last
+    segment ends the log (and is reported); damage anywhere else raises StorageError. Safe on
+    the directory of a running node."""
+    out = ReplayedLog()
+    snaps = snapshot_files(os.path.join(data_dir, "snapshots"))
+    if snaps:
+        out.snapshot_path = snaps[-1]
+        out.snapshot = read_meta(snaps[-1])
+        if verify:
+            verify_payload(snaps[-1], out.snapshot)
+    base_index = out.snapshot.index if out.snapshot else 0
+    base_term = out.snapshot.term if out.snapshot else 0
+    entries: list[Entry] = []
+    term_at_base = base_term
+    segments = wal.list_segments(os.path.join(data_dir, "wal"))
+    for k, path in enumerate(segments):
+        last_in_segment = 0
+        try:
+            for rec in wal.read_segment(path):
+                if rec.entry is not None:
+                    e = rec.entry
+                    last_in_segment = max(last_in_segment, e.index)
+                    if e.index <= base_index:
+                        entries = []  # any write at or below the base supersedes the rest
+                        if e.index == base_index:
+                            term_at_base = e.term
+                        continue
+                    expected = base_index + len(entries) + 1
+                    if e.index > expected:
+                        raise StorageError(f"write-ahead log {path} at byte {rec.offset}: entry "
+                                           f"{e.index} follows {expected - 1}; entries are missing")
+                    del entries[e.index - base_index - 1:]
+                    entries.append(e)
+                elif rec.hard_state is not None:
+                    out.hard_state = rec.hard_state
+                elif rec.base is not None and rec.base[0] >= base_index:
+                    if rec.base[0] > base_index:
+                        raise StorageError(f"write-ahead log {path} at byte {rec.offset} refers to "
+                                           f"snapshot {rec.base[0]}, which is missing")
+                    entries = []  # a snapshot from the leader replaced the log
+                    term_at_base = base_term
+        except wal.Torn as t:
+            if k != len(segments) - 1 or not t.at_tail:
+                raise wal.corruption(path, t) from None
+            out.torn_path, out.torn_at, out.torn_reason = path, t.offset, t.reason
+        except FileNotFoundError:
+            continue  # compacted away by the running node while we read
+        out.segments.append((path, last_in_segment))
+    # A snapshot installed from the leader replaces a log that diverged at its index; if the
+    # node crashed before the log said so, the entries that do not follow it are dropped.
+    out.entries = entries if term_at_base == base_term else []
+    return out
+
+
 # ------------------------------------------------------------------------------ storage
 
 
@@ -133,68 +214,23 @@ class DiskStorage:
         for leftover in os.listdir(self.snap_dir):
             if leftover.endswith(".tmp"):
                 os.unlink(os.path.join(self.snap_dir, leftover))  # an unfinished snapshot
-        state = RecoveredState()
-        snaps = self._snapshot_files()
-        if snaps:
-            path = snaps[-1]
-            meta = read_meta(path)
-            verify_payload(path, meta)
-            state.snapshot, self._snapshot = meta, meta
-            state.snapshot_source = FileSnapshotSource(path, meta)
-        base_index, base_term = self._snapshot.index, self._snapshot.term
-        entries: list[Entry] = []
-        term_at_base = base_term
-        hs = HardState()
-        segments = wal.list_segments(self.wal_dir)
-        truncate_at: int | None = None
-        for k, path in enumerate(segments):
-            last_in_segment = 0
-            try:
-                for rec in wal.read_segment(path):
-                    if rec.entry is not None:
-                        e = rec.entry
-                        last_in_segment = max(last_in_segment, e.index)
-                        if e.index <= base_index:
-                            entries = []  # any write at or below the base supersedes the rest
-                            if e.index == base_index:
-                                term_at_base = e.term
-                            continue
-                        expected = base_index + len(entries) + 1
-                        if e.index > expected:
-                            raise StorageError(f"write-ahead log {path} at byte {rec.offset}: entry "
-                                               f"{e.index} follows {expected - 1}; entries are missing")
-                        del entries[e.index - base_index - 1:]
-                        entries.append(e)
-                    elif rec.hard_state is not None:
-                        hs = rec.hard_state
-                    elif rec.base is not None and rec.base[0] >= base_index:
-                        if rec.base[0] > self._snapshot.index:
-                            raise StorageError(f"write-ahead log {path} at byte {rec.offset} refers to "
-                                               f"snapshot {rec.base[0]}, which is missing from {self.snap_dir}")
-                        entries = []  # a snapshot from the leader replaced the log
-                        term_at_base = base_term
-            except wal.Torn as t:
-                if k != len(segments) - 1 or not t.at_tail:
-                    raise wal.corruption(path, t) from None
-                truncate_at = t.offset
-                state.truncated_tail = f"{path} from byte {t.offset} ({t.reason})"
-            self._segments.append((path, last_in_segment))
-        # A snapshot installed from the leader replaces a log that diverged at its index; if
-        # we crashed before the log said so, drop the entries that do not follow it.
-        if term_at_base != base_term:
-            entries = []
-        state.entries = entries
-        state.hard_state = self._hard_state = hs
-        self._last_index = base_index + len(entries)
+        log = replay(self.data_dir, verify=True)
+        if log.snapshot is not None:
+            self._snapshot = log.snapshot
+        self._segments = list(log.segments)
+        self._hard_state = log.hard_state
+        self._last_index = self._snapshot.index + len(log.entries)
         if self._segments:
-            self._writer = wal.SegmentWriter(self._segments[-1][0], truncate_at)
+            self._writer = wal.SegmentWriter(self._segments[-1][0], log.torn_at)
         else:
             self._open_segment()
-        return state
+        return RecoveredState(
+            log.hard_state, log.snapshot,
+            FileSnapshotSource(log.snapshot_path, log.snapshot) if log.snapshot_path else None,
+            log.entries, f"{log.torn_path} from byte {log.torn_at} ({log.torn_reason})" if log.torn_path else "")
 
     def _snapshot_files(self) -> list[str]:
-        names = sorted(n for n in os.listdir(self.snap_dir) if _SNAP_RE.match(n))
-        return [os.path.join(self.snap_dir, n) for n in names]
+        return snapshot_files(self.snap_dir)
 
     def _open_segment(self) -> None:
         if self._writer is not None:

@@ -13,6 +13,7 @@ format (the metadata shell, Spark) can read it in place. Files are named
 """
 from __future__ import annotations
 
+import io
 import os
 import struct
 import zlib
@@ -142,7 +143,7 @@ class FileSnapshotSource(SnapshotSource):
 
     def open_payload(self) -> BinaryIO:
         """The payload as a file object, for restoring a state machine."""
-        return _Slice(self.path, self.meta.size)
+        return io.BufferedReader(PayloadFile(self.path, self.meta.size))  # type: ignore[return-value]
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -153,25 +154,60 @@ class FileSnapshotSource(SnapshotSource):
         self.close()
 
 
-class _Slice:
-    """Read-only file object over the first ``size`` bytes of a file."""
+class PayloadFile(io.RawIOBase):
+    """A read-only, seekable file object over the first ``size`` bytes of a file: the
+    snapshot's payload, without the Raft footer behind it."""
 
     def __init__(self, path: str, size: int) -> None:
+        super().__init__()
+        self.name = path
         self._f = open(path, "rb")
-        self._left = size
+        self._size = size
+        self._pos = 0
 
-    def read(self, n: int = -1) -> bytes:
-        if n < 0 or n > self._left:
-            n = self._left
-        b = self._f.read(n)
-        self._left -= len(b)
-        return b
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self._size}[whence]
+        self._pos = min(max(0, base + offset), self._size)
+        return self._pos
+
+    def readinto(self, b) -> int:  # type: ignore[override]
+        n = min(len(b), self._size - self._pos)
+        if n <= 0:
+            return 0
+        self._f.seek(self._pos)
+        data = self._f.read(n)
+        b[:len(data)] = data
+        self._pos += len(data)
+        return len(data)
 
     def close(self) -> None:
         self._f.close()
+        super().close()
 
-    def __enter__(self) -> "_Slice":
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+def open_payload(path: str) -> PayloadFile:
+    """The payload of the Raft snapshot at ``path`` as a file object (checks the footer)."""
+    return PayloadFile(path, read_meta(path).size)
+
+
+def is_raft_snapshot(path: str) -> bool:
+    """Whether ``path`` ends with a Raft snapshot trailer."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            end = f.tell()
+            if end < TRAILER.size:
+                return False
+            f.seek(end - TRAILER.size)
+            return TRAILER.unpack(f.read(TRAILER.size))[2] == MAGIC
+    except OSError:
+        return False
