@@ -28,6 +28,17 @@ class NodeStopped(RaftError):
     """The node is not running (stopping, stopped, or not started). Nothing was appended."""
 
 
+class LogCompacted(RaftError):
+    """The entries asked for were compacted into a snapshot: read the snapshot
+    (``snapshot``), then continue from ``first_index``."""
+
+    def __init__(self, first_index: int, snapshot) -> None:
+        self.first_index = first_index
+        self.snapshot = snapshot
+        super().__init__(f"the log starts at {first_index}; older entries are in the snapshot "
+                         f"at {snapshot.index}")
+
+
 class CommittedConflict(RaftError):
     """A message tried to overwrite a committed entry. A correct leader never sends one, so the
     message is dropped and counted."""

@@ -31,7 +31,7 @@ from protos import raft_pb2_grpc
 from .admin import AdminService
 from .config import NodeOptions, parse_voters
 from .core import RaftCore
-from .errors import NodeStopped, NotLeader, ProposalDropped, RaftError, StorageError
+from .errors import LogCompacted, NodeStopped, NotLeader, ProposalDropped, RaftError, StorageError
 from .messages import (EARLY_TYPES, ConfChange, ConfChangeType, Entry, EntryType, Membership,
                        Message, Ready, Role, SoftState)
 from .state_machine import StateMachine
@@ -268,6 +268,22 @@ class RaftNode:
             if time.monotonic() > deadline or (self.core.role == Role.LEADER and not self.core.lead_transferee):
                 raise RaftError(f"leadership did not move to node {target} within {timeout:.1f}s")
             await asyncio.sleep(self.options.tick_ms / 1000)
+
+    def committed_entries(self, start: int, max_bytes: int) -> list[Entry]:
+        """Applied entries from ``start`` on (at least one if any), about ``max_bytes`` in all,
+        from the in-memory log. Raises LogCompacted when ``start`` is before the log."""
+        log = self.core.log
+        if start <= log.snap_index:
+            raise LogCompacted(log.snap_index + 1, self.core.snapshot_meta)
+        out: list[Entry] = []
+        size = 0
+        for i in range(start, min(self.applied, log.committed) + 1):
+            e = log.entry(i)
+            out.append(e)
+            size += len(e.data) + 32
+            if size >= max_bytes:
+                break
+        return out
 
     def on_role_change(self, callback: Callable[[Role, int, int], None]) -> None:
         """``callback(role, leader_id, term)`` runs on the loop whenever either changes."""

@@ -1,0 +1,90 @@
+"""A concurrent client history under real faults, checked for linearizability: several
+clients do put, get and compare-and-set on a few keys while the leader is killed, paused and
+cut off; every acknowledged operation must fit one sequential order."""
+import asyncio
+import itertools
+import random
+import signal
+
+from examples.kv.client import KVError, OutcomeUnknown
+from raft.testing.linearizability import HistoryRecorder, check
+
+
+async def _client(cluster, rec, cid, keys, stop, rng):
+    kv = cluster.client(timeout=3.0, attempt_timeout=1.0)
+    values = (f"c{cid}-{n}".encode() for n in itertools.count())
+    try:
+        while not stop.is_set():
+            key = rng.choice(keys)
+            kind = rng.choice(["put", "get", "get", "cas"])
+            if kind == "put":
+                v = next(values)
+                op = rec.invoke(cid, "put", key, v)
+                call = kv.put(key, v)
+            elif kind == "get":
+                op = rec.invoke(cid, "get", key)
+                call = kv.get(key)
+            else:
+                # expect what we last read, or absence, so some succeed and some fail
+                recent = [op.args[0] for op in rec.history()[-20:] if op.kind == "put" and op.key == key]
+                expected, new = rng.choice([None, *recent]), next(values)
+                op = rec.invoke(cid, "cas", key, expected, new)
+                call = kv.cas(key, expected, new)
+            try:
+                result = await call
+            except OutcomeUnknown:
+                rec.unknown(op)
+                continue
+            except KVError:
+                # the client only gives up without "unknown" when no attempt could apply it
+                rec.unknown(op) if kind != "get" else rec.fail(op)
+                continue
+            if kind == "put":
+                rec.ok(op, None)
+            elif kind == "get":
+                rec.ok(op, result)
+            else:
+                rec.ok(op, result[0])
+            await asyncio.sleep(rng.random() * 0.01)
+    finally:
+        await kv.close()
+
+
+def test_client_history_through_kills_pauses_and_cuts_is_linearizable(kv_cluster):
+    c = kv_cluster(3)
+    c.start_all()
+
+    async def go():
+        rec = HistoryRecorder()
+        keys = [b"x", b"y", b"z"]
+        stop = asyncio.Event()
+        lid, term = await c.wait_leader()
+        clients = [asyncio.create_task(_client(c, rec, i, keys, stop, random.Random(i))) for i in range(5)]
+        await asyncio.sleep(1.0)
+        # 1: kill -9 the leader, restart it
+        c.kill(lid)
+        lid2, term = await c.wait_leader([n for n in c.ids if n != lid], not_term=term)
+        await asyncio.sleep(1.0)
+        c.start(lid)
+        await asyncio.sleep(1.0)
+        # 2: pause the leader past the election timeout, resume it
+        c.signal(lid2, signal.SIGSTOP)
+        lid3, term = await c.wait_leader([n for n in c.ids if n != lid2], not_term=term)
+        await asyncio.sleep(0.5)
+        c.signal(lid2, signal.SIGCONT)
+        await asyncio.sleep(1.0)
+        # 3: cut the leader off the network, heal
+        c.isolate(lid3)
+        await c.wait_leader([n for n in c.ids if n != lid3], not_term=term)
+        await asyncio.sleep(1.0)
+        c.heal()
+        await asyncio.sleep(1.5)
+        stop.set()
+        await asyncio.gather(*clients)
+        history = rec.history()
+        done = [op for op in history if op.outcome.name == "OK"]
+        assert len(done) > 100, f"only {len(done)} operations completed"
+        assert any(op.kind == "cas" and op.result is True for op in done)
+        result = check(history)
+        assert result.ok, str(result)
+    asyncio.run(go())
