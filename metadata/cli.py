@@ -1,0 +1,407 @@
+"""``kraft``: format storage, run a server, and administer the quorum the way a Kafka operator
+does with kafka-storage.sh, kafka-server-start.sh, kafka-topics.sh, kafka-configs.sh and
+kafka-metadata-quorum.sh. Every failure prints one line and exits non-zero."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+import time
+import uuid
+from typing import Any, Awaitable, Callable
+
+import click
+
+from protos import controller_pb2 as pb
+from raft.config import ConfigError
+from raft.errors import RaftError
+
+from .client import ControllerClient, ControllerError, error_code
+from .errors import ErrorCode
+from .ids import format_uuid, parse_uuid, random_id
+
+
+def fail(message: str) -> None:
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(1)
+
+
+def run(coro: Awaitable[Any]) -> Any:
+    try:
+        return asyncio.run(coro)  # type: ignore[arg-type]
+    except ControllerError as e:
+        fail(str(e))
+    except (ConfigError, RaftError) as e:
+        fail(str(e))
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+def with_client(bootstrap: str, timeout: float, work: Callable[[ControllerClient], Awaitable[Any]]) -> Any:
+    async def go() -> Any:
+        async with ControllerClient(bootstrap, timeout=timeout) as client:
+            return await work(client)
+    return run(go())
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """Run and operate a KRaft-style metadata quorum."""
+
+
+# ------------------------------------------------------------------------------- storage
+
+@main.group()
+def storage() -> None:
+    """Format storage before a server's first start (kafka-storage.sh)."""
+
+
+@storage.command("random-uuid")
+def random_uuid() -> None:
+    """Print a new cluster id."""
+    click.echo(random_id())
+
+
+@storage.command("format")
+@click.option("--cluster-id", "-t", required=True, help="from `kraft storage random-uuid`; the same on every node")
+@click.option("--config", "-c", "config_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--ignore-formatted", "-g", is_flag=True, help="skip directories already formatted for this node")
+def storage_format(cluster_id: str, config_path: str, ignore_formatted: bool) -> None:
+    """Format metadata.log.dir (and log.dirs for brokers) with the cluster id and node id."""
+    from raft.storage import format_storage
+    from . import config as server_config
+    try:
+        cfg = server_config.load(config_path)
+        dirs = [cfg.metadata_log_dir] + [d for d in (cfg.log_dirs if cfg.is_broker else ()) if d != cfg.metadata_log_dir]
+        for d in dirs:
+            done = format_storage(d, cluster_id, cfg.node_id, ignore_formatted=ignore_formatted)
+            click.echo(f"Formatting {d} with metadata.version 1 (cluster id {cluster_id}, node {cfg.node_id})"
+                       if done else f"{d} is already formatted for this node; skipped")
+    except (ConfigError, RaftError) as e:
+        fail(str(e))
+
+
+# ------------------------------------------------------------------------------- servers
+
+@main.command("server-start")
+@click.argument("config_path", metavar="FILE", type=click.Path(dir_okay=False))
+@click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING"]), default="INFO", show_default=True)
+def server_start(config_path: str, log_level: str) -> None:
+    """Run the roles FILE's process.roles names until SIGTERM or Ctrl-C."""
+    from . import config as server_config
+    try:
+        cfg = server_config.load(config_path)
+    except ConfigError as e:
+        fail(str(e))
+    logging.basicConfig(level=log_level, stream=sys.stderr,
+                        format=f"%(asctime)s [node {cfg.node_id}] %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("grpc").setLevel(logging.WARNING)
+    if cfg.is_broker:
+        fail("process.roles includes broker, which this build does not run yet; use process.roles=controller")
+
+    async def serve() -> int:
+        from .server import ControllerServer
+        server = ControllerServer(cfg)
+        await server.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        stopped = loop.create_task(server.node.wait_stopped())
+        await asyncio.wait([loop.create_task(stop.wait()), stopped], return_when=asyncio.FIRST_COMPLETED)
+        if stopped.done() and stopped.result() is not None:
+            click.echo(f"Error: {stopped.result()}", err=True)
+            return 1
+        await server.stop()
+        return 0
+    sys.exit(run(serve()))
+
+
+# ------------------------------------------------------------------------------- topics
+
+bootstrap_option = click.option("--bootstrap-controller", "bootstrap", required=True, envvar="KRAFT_BOOTSTRAP_CONTROLLER",
+                                help="HOST:PORT[,HOST:PORT...] of any controllers")
+timeout_option = click.option("--command-timeout", "timeout", type=float, default=30.0, show_default=True,
+                              help="seconds to keep retrying while no active controller answers")
+
+
+def _check(code: int, message: str, what: str) -> None:
+    c = error_code(code)
+    if c != ErrorCode.NONE:
+        fail(f"{c.name}: {message or what}")
+
+
+@main.group()
+@bootstrap_option
+@timeout_option
+@click.pass_context
+def topics(ctx: click.Context, bootstrap: str, timeout: float) -> None:
+    """Create, list, describe, alter and delete topics (kafka-topics.sh)."""
+    ctx.obj = (bootstrap, timeout)
+
+
+def _parse_configs(pairs: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for p in pairs:
+        for item in p.split(","):
+            if "=" not in item:
+                fail(f"bad config {item!r}: expected KEY=VALUE")
+            k, v = item.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+def _parse_assignment(text: str) -> list[list[int]]:
+    try:
+        return [[int(b) for b in part.split(":")] for part in text.split(",")]
+    except ValueError:
+        fail(f"bad --replica-assignment {text!r}: expected e.g. 1:2:3,2:3:1 (partition by partition)")
+        raise
+
+
+@topics.command("create")
+@click.option("--topic", required=True)
+@click.option("--partitions", type=int, default=-1, help="default: num.partitions")
+@click.option("--replication-factor", type=int, default=-1, help="default: default.replication.factor")
+@click.option("--config", "configs", multiple=True, help="KEY=VALUE, repeatable")
+@click.option("--replica-assignment", help="broker lists per partition: 1:2:3,2:3:1")
+@click.option("--if-not-exists", is_flag=True)
+@click.option("--validate-only", is_flag=True)
+@click.pass_obj
+def topics_create(obj: tuple, topic: str, partitions: int, replication_factor: int, configs: tuple[str, ...],
+                  replica_assignment: str | None, if_not_exists: bool, validate_only: bool) -> None:
+    t = pb.CreatableTopic(name=topic, num_partitions=partitions, replication_factor=replication_factor,
+                          configs=_parse_configs(configs))
+    if replica_assignment:
+        t.assignments.extend(pb.ReplicaAssignment(partition=p, replicas=r)
+                             for p, r in enumerate(_parse_assignment(replica_assignment)))
+    resp = with_client(*obj, lambda c: c.call("CreateTopics", pb.CreateTopicsRequest(topics=[t], validate_only=validate_only)))
+    r = resp.topics[0]
+    if r.error_code == ErrorCode.TOPIC_ALREADY_EXISTS and if_not_exists:
+        return
+    _check(r.error_code, r.error_message, "")
+    click.echo(f"{'Validated' if validate_only else 'Created'} topic {topic}.")
+
+
+@topics.command("list")
+@click.pass_obj
+def topics_list(obj: tuple) -> None:
+    resp = with_client(*obj, lambda c: c.call("DescribeTopics", pb.DescribeTopicsRequest()))
+    for t in resp.topics:
+        click.echo(t.name)
+
+
+def _ids(xs: Any) -> str:
+    return ",".join(str(x) for x in xs)
+
+
+@topics.command("describe")
+@click.option("--topic", help="one topic (default: all)")
+@click.option("--under-replicated-partitions", is_flag=True, help="only partitions whose ISR is short")
+@click.option("--unavailable-partitions", is_flag=True, help="only partitions without a leader")
+@click.pass_obj
+def topics_describe(obj: tuple, topic: str | None, under_replicated_partitions: bool,
+                    unavailable_partitions: bool) -> None:
+    resp = with_client(*obj, lambda c: c.call("DescribeTopics", pb.DescribeTopicsRequest(names=[topic] if topic else [])))
+    for t in resp.topics:
+        _check(t.error_code, t.error_message, f"topic {t.name}")
+        parts = list(t.partitions)
+        if under_replicated_partitions:
+            parts = [p for p in parts if len(p.isr) < len(p.replicas)]
+        if unavailable_partitions:
+            parts = [p for p in parts if p.leader < 0]
+        if not under_replicated_partitions and not unavailable_partitions:
+            rf = len(t.partitions[0].replicas) if t.partitions else 0
+            cfg = ",".join(f"{k}={v}" for k, v in sorted(t.configs.items()))
+            click.echo(f"Topic: {t.name}\tTopicId: {format_uuid(uuid.UUID(bytes=t.topic_id))}\t"
+                       f"PartitionCount: {len(t.partitions)}\tReplicationFactor: {rf}\tConfigs: {cfg}")
+        for p in parts:
+            offline = f"\tOffline: {_ids(p.offline_replicas)}" if p.offline_replicas else ""
+            click.echo(f"\tTopic: {t.name}\tPartition: {p.partition}\tLeader: {p.leader if p.leader >= 0 else 'none'}"
+                       f"\tReplicas: {_ids(p.replicas)}\tIsr: {_ids(p.isr)}\tLeaderEpoch: {p.leader_epoch}{offline}")
+
+
+@topics.command("delete")
+@click.option("--topic", required=True)
+@click.pass_obj
+def topics_delete(obj: tuple, topic: str) -> None:
+    resp = with_client(*obj, lambda c: c.call("DeleteTopics", pb.DeleteTopicsRequest(names=[topic])))
+    r = resp.topics[0]
+    _check(r.error_code, r.error_message, "")
+    click.echo(f"Deleted topic {topic}.")
+
+
+@topics.command("alter")
+@click.option("--topic", required=True)
+@click.option("--partitions", type=int, required=True, help="the new partition count (it only grows)")
+@click.option("--replica-assignment", help="broker lists for the new partitions: 1:2:3,2:3:1")
+@click.pass_obj
+def topics_alter(obj: tuple, topic: str, partitions: int, replica_assignment: str | None) -> None:
+    t = pb.CreatePartitionsRequest.Topic(name=topic, count=partitions)
+    if replica_assignment:
+        t.assignments.extend(pb.ReplicaAssignment(replicas=r) for r in _parse_assignment(replica_assignment))
+    resp = with_client(*obj, lambda c: c.call("CreatePartitions", pb.CreatePartitionsRequest(topics=[t])))
+    r = resp.topics[0]
+    _check(r.error_code, r.error_message, "")
+    click.echo(f"Topic {topic} now has {partitions} partitions.")
+
+
+# ------------------------------------------------------------------------------- quorum, cluster
+
+@main.group()
+@bootstrap_option
+@timeout_option
+@click.pass_context
+def quorum(ctx: click.Context, bootstrap: str, timeout: float) -> None:
+    """Describe the controller quorum (kafka-metadata-quorum.sh)."""
+    ctx.obj = (bootstrap, timeout)
+
+
+@quorum.command("describe")
+@click.option("--status", "mode", flag_value="status", default=True)
+@click.option("--replication", "mode", flag_value="replication")
+@click.pass_obj
+def quorum_describe(obj: tuple, mode: str) -> None:
+    r = with_client(*obj, lambda c: c.call("DescribeQuorum", pb.DescribeQuorumRequest()))
+    now = time.time() * 1000
+    if mode == "status":
+        followers = [v for v in r.voters if v.replica_id != r.leader_id]
+        max_lag = max((v.lag for v in followers), default=0)
+        lag_ms = max((int(now - v.last_caught_up_timestamp) if v.last_caught_up_timestamp > 0 else -1
+                      for v in followers), default=-1)
+        for k, v in [("ClusterId", r.cluster_id), ("LeaderId", r.leader_id), ("LeaderEpoch", r.leader_epoch),
+                     ("HighWatermark", r.high_watermark), ("MaxFollowerLag", max_lag),
+                     ("MaxFollowerLagTimeMs", lag_ms),
+                     ("CurrentVoters", f"[{_ids(v.replica_id for v in r.voters)}]"),
+                     ("CurrentObservers", f"[{_ids(o.replica_id for o in r.observers)}]")]:
+            click.echo(f"{k + ':':<24}{v}")
+        return
+    click.echo("NodeId\tLogEndOffset\tLag\tLastFetchTimestamp\tLastCaughtUpTimestamp\tStatus")
+    for kind, reps in (("Voter", r.voters), ("Observer", r.observers)):
+        for v in reps:
+            status = "Leader" if v.replica_id == r.leader_id and kind == "Voter" else ("Follower" if kind == "Voter" else "Observer")
+            click.echo(f"{v.replica_id}\t{v.log_end_offset}\t{v.lag}\t{v.last_fetch_timestamp}\t"
+                       f"{v.last_caught_up_timestamp}\t{status}")
+
+
+@main.group()
+@bootstrap_option
+@timeout_option
+@click.pass_context
+def cluster(ctx: click.Context, bootstrap: str, timeout: float) -> None:
+    """Describe the cluster: id, active controller, brokers."""
+    ctx.obj = (bootstrap, timeout)
+
+
+@cluster.command("describe")
+@click.pass_obj
+def cluster_describe(obj: tuple) -> None:
+    r = with_client(*obj, lambda c: c.call("DescribeCluster", pb.DescribeClusterRequest()))
+    click.echo(f"Cluster ID: {r.cluster_id}")
+    click.echo(f"Controller: {r.controller_id}")
+    click.echo(f"Metadata offset: {r.metadata_offset}")
+    click.echo(f"Brokers ({len(r.brokers)}):")
+    for b in r.brokers:
+        eps = ",".join(f"{e.name}://{e.host}:{e.port}" for e in b.endpoints)
+        state = "fenced" if b.fenced else "shutting down" if b.in_controlled_shutdown else "active"
+        click.echo(f"  {b.id}\t{eps}\track={b.rack or '-'}\t{state}\tepoch={b.epoch}")
+
+
+# ------------------------------------------------------------------------------- configs
+
+@main.command()
+@bootstrap_option
+@timeout_option
+@click.option("--entity-type", type=click.Choice(["topics", "brokers"]), required=True)
+@click.option("--entity-name", help="topic name or broker id")
+@click.option("--entity-default", is_flag=True, help="the cluster-wide broker default")
+@click.option("--describe", "action", flag_value="describe")
+@click.option("--alter", "action", flag_value="alter")
+@click.option("--add-config", "add", help="KEY=VALUE[,KEY=VALUE...]")
+@click.option("--delete-config", "delete", help="KEY[,KEY...]")
+def configs(bootstrap: str, timeout: float, entity_type: str, entity_name: str | None, entity_default: bool,
+            action: str | None, add: str | None, delete: str | None) -> None:
+    """Describe or change topic and broker configs (kafka-configs.sh)."""
+    rtype = pb.TOPIC if entity_type == "topics" else pb.BROKER
+    if entity_default:
+        if rtype != pb.BROKER:
+            fail("--entity-default applies to --entity-type brokers")
+        name = ""
+    elif entity_name is None:
+        fail("give --entity-name (or --entity-default for brokers)")
+        return
+    else:
+        name = entity_name
+    label = f"{'topic' if rtype == pb.TOPIC else 'broker'} {name or '<default>'}"
+    if action == "alter":
+        changes = [pb.AlterableConfig(name=k, op=pb.AlterableConfig.SET, value=v)
+                   for k, v in _parse_configs((add,) if add else ()).items()]
+        changes += [pb.AlterableConfig(name=k.strip(), op=pb.AlterableConfig.DELETE)
+                    for k in (delete or "").split(",") if k.strip()]
+        if not changes:
+            fail("--alter needs --add-config and/or --delete-config")
+        req = pb.IncrementalAlterConfigsRequest(resources=[pb.AlterConfigsResource(
+            resource_type=rtype, resource_name=name, configs=changes)])
+        r = with_client(bootstrap, timeout, lambda c: c.call("IncrementalAlterConfigs", req)).resources[0]
+        _check(r.error_code, r.error_message, "")
+        click.echo(f"Completed updating config for {label}.")
+        return
+    if action != "describe":
+        fail("give --describe or --alter")
+    req = pb.DescribeConfigsRequest(resources=[pb.AlterConfigsResource(resource_type=rtype, resource_name=name)])
+    r = with_client(bootstrap, timeout, lambda c: c.call("DescribeConfigs", req)).resources[0]
+    _check(r.error_code, r.error_message, "")
+    click.echo(f"Configs for {label} are:")
+    for e in r.configs:
+        click.echo(f"  {e.name}={e.value}{'  (default)' if e.is_default else ''}")
+
+
+# ------------------------------------------------------------------------------- development
+
+@main.command("dev-quorum")
+@click.option("--dir", "base_dir", default=None, help="where configs and data go (default: a new temp dir)")
+@click.option("--base-port", type=int, default=19093, show_default=True, help="controllers listen on P, P+1, P+2")
+def dev_quorum(base_dir: str | None, base_port: int) -> None:
+    """Three controllers on loopback as processes; prints the bootstrap string; Ctrl-C stops them."""
+    from .dev_quorum import DevQuorum
+    q = DevQuorum(base_dir, base_port)
+    try:
+        q.start()
+        leader = run(q.wait_for_leader())
+    except (ConfigError, RaftError, OSError) as e:
+        q.stop()
+        fail(str(e))
+        return
+    click.echo(f"3 controllers running in {q.base_dir} (cluster id {q.cluster_id}); active controller: node {leader}")
+    click.echo(f"bootstrap: {q.bootstrap}")
+    click.echo(f"try:  kraft topics --bootstrap-controller {q.bootstrap} list")
+    click.echo(f"      kraft quorum --bootstrap-controller {q.bootstrap} describe --status")
+    click.echo("Ctrl-C stops them.")
+    try:
+        q.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        q.stop()
+        click.echo("stopped.")
+
+
+def _mount_optional() -> None:
+    """Commands that live in their own modules."""
+    try:
+        from .dump_log import dump_log
+        main.add_command(dump_log, "dump-log")
+    except ImportError:
+        pass
+    try:
+        from .analytics.cli import analytics
+        main.add_command(analytics, "analytics")
+    except ImportError:
+        pass
+
+
+_mount_optional()
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""Server configuration from a Kafka-style properties file: the keys a Kafka operator knows
+(``node.id``, ``process.roles``, ``controller.quorum.voters``, ``listeners``,
+``advertised.listeners``, ``metadata.log.dir``, ``log.dirs``, ...), with Kafka's defaults
+unless docs/operations.md says otherwise."""
+from __future__ import annotations
+
+import re
+import socket
+from dataclasses import dataclass, field
+
+from raft.config import ConfigError, parse_voters
+
+ROLES = {"controller", "broker"}
+_LISTENER = re.compile(r"^([A-Za-z][A-Za-z0-9_]*)://(\[[0-9a-fA-F:.]*\]|[A-Za-z0-9_.-]*):(\d{1,5})$")
+
+
+def read_properties_file(path: str) -> dict[str, str]:
+    """Java properties: ``key=value`` or ``key: value``, ``#``/``!`` comments, ``\\`` line
+    continuations."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        raise ConfigError(f"cannot read {path}: {e.strerror}") from None
+    props: dict[str, str] = {}
+    buf = ""
+    for raw in lines:
+        line = raw.strip()
+        if not buf and (not line or line[0] in "#!"):
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            buf += line[:-1]
+            continue
+        line, buf = buf + line, ""
+        m = re.match(r"^([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
+        if not m:
+            raise ConfigError(f"{path}: cannot parse line {raw!r}: expected key=value")
+        props[m.group(1)] = m.group(2).strip()
+    return props
+
+
+def parse_listeners(text: str, key: str) -> dict[str, tuple[str, int]]:
+    """``PLAINTEXT://host:9092,CONTROLLER://:9093`` -> {name: (host, port)}."""
+    out: dict[str, tuple[str, int]] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        m = _LISTENER.match(part)
+        if not m or not 0 < int(m.group(3)) < 65536:
+            raise ConfigError(f"bad {key} entry {part!r}: expected NAME://HOST:PORT, e.g. CONTROLLER://localhost:9093")
+        name = m.group(1).upper()
+        if name in out:
+            raise ConfigError(f"listener {name} appears twice in {key}")
+        out[name] = (m.group(2).strip("[]"), int(m.group(3)))
+    return out
+
+
+def _int(props: dict[str, str], key: str, default: int, minimum: int = 0) -> int:
+    raw = props.get(key)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{key}={raw!r} is not an integer") from None
+    if value < minimum:
+        raise ConfigError(f"{key}={value} must be at least {minimum}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    node_id: int
+    roles: frozenset[str]
+    voters: dict[int, str]
+    listeners: dict[str, tuple[str, int]]
+    advertised: dict[str, tuple[str, int]]
+    controller_listener: str
+    metadata_log_dir: str
+    log_dirs: tuple[str, ...]
+    props: dict[str, str] = field(default_factory=dict)
+
+    # -- the values derived from the properties, with their defaults --------------------------
+
+    def int(self, key: str, default: int, minimum: int = 0) -> int:
+        return _int(self.props, key, default, minimum)
+
+    @property
+    def is_controller(self) -> bool:
+        return "controller" in self.roles
+
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.roles
+
+    def controller_address(self) -> str:
+        """This controller's advertised HOST:PORT (its entry in the voters)."""
+        return self.voters[self.node_id]
+
+    def controller_bind(self) -> str:
+        host, port = self.listeners[self.controller_listener]
+        return f"{host or '0.0.0.0'}:{port}"
+
+    def broker_listeners(self) -> dict[str, tuple[str, int]]:
+        return {n: hp for n, hp in self.advertised.items() if n != self.controller_listener}
+
+
+def load(path: str) -> ServerConfig:
+    return from_properties(read_properties_file(path), path)
+
+
+def from_properties(props: dict[str, str], source: str = "config") -> ServerConfig:
+    if "node.id" not in props:
+        raise ConfigError(f"{source}: node.id is required")
+    node_id = _int(props, "node.id", 0, minimum=0)
+    roles_raw = props.get("process.roles", "")
+    roles = frozenset(r.strip() for r in roles_raw.split(",") if r.strip())
+    if not roles or not roles <= ROLES:
+        raise ConfigError(f"{source}: process.roles={roles_raw!r}: use controller, broker, or broker,controller "
+                          f"(ZooKeeper mode is not supported)")
+    if "controller.quorum.voters" not in props:
+        raise ConfigError(f"{source}: controller.quorum.voters is required (ID@HOST:PORT,...)")
+    voters = parse_voters(props["controller.quorum.voters"])
+    listeners = parse_listeners(props.get("listeners", ""), "listeners")
+    controller_listener = props.get("controller.listener.names", "CONTROLLER").split(",")[0].strip().upper()
+    if "controller" in roles:
+        if node_id not in voters:
+            raise ConfigError(f"{source}: node.id={node_id} has the controller role but is not in "
+                              f"controller.quorum.voters ({props['controller.quorum.voters']})")
+        if controller_listener not in listeners:
+            raise ConfigError(f"{source}: listeners must include {controller_listener}://HOST:PORT for the controller role")
+        if listeners[controller_listener][1] != int(voters[node_id].rsplit(":", 1)[1]):
+            raise ConfigError(f"{source}: the {controller_listener} listener port "
+                              f"{listeners[controller_listener][1]} differs from this node's entry in "
+                              f"controller.quorum.voters ({voters[node_id]})")
+    if "broker" in roles and not [n for n in listeners if n != controller_listener]:
+        raise ConfigError(f"{source}: the broker role needs a listener other than {controller_listener}, "
+                          f"e.g. listeners=PLAINTEXT://:9092")
+    advertised = dict(listeners)
+    if props.get("advertised.listeners"):
+        advertised.update(parse_listeners(props["advertised.listeners"], "advertised.listeners"))
+    host = socket.gethostname()
+    advertised = {n: (h or host, p) for n, (h, p) in advertised.items()}
+    log_dirs = tuple(d.strip() for d in props.get("log.dirs", props.get("log.dir", "")).split(",") if d.strip())
+    metadata_dir = props.get("metadata.log.dir") or (log_dirs[0] if log_dirs else "")
+    if not metadata_dir:
+        raise ConfigError(f"{source}: set metadata.log.dir (or log.dirs)")
+    if "broker" in roles and not log_dirs:
+        raise ConfigError(f"{source}: the broker role needs log.dirs for partition data")
+    return ServerConfig(node_id, roles, voters, listeners, advertised, controller_listener, metadata_dir,
+                        log_dirs, dict(props))

@@ -1,0 +1,215 @@
+"""The quorum controller: it runs on every controller node and acts on the Raft leader (the
+active controller).
+
+Writes are computed against a *view*: the committed image plus every batch proposed but not
+yet committed, so many writes can be in flight at once and each sees the ones before it (as
+Kafka's QuorumController does with its in-memory timeline). A batch is checked by replaying
+it onto the view before it is proposed, so a bad batch never reaches the log. When a proposal
+fails (leadership lost), the view falls back to the committed image.
+
+A newly elected leader serves writes only once it has applied everything committed before
+its term (a read barrier over its own no-op entry): standbys have replayed the same log, so
+there is no metadata to reload, which is the point of KRaft (seed 000, L268).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from dataclasses import dataclass
+from typing import Callable, TypeVar
+
+from raft.errors import NotLeader, ProposalDropped, RaftError
+from raft.messages import Role
+from raft.node import RaftNode
+
+from .brokers import BrokerLifecycle
+from .delta import MetadataDelta
+from .errors import ApiError, ErrorCode
+from .image import MetadataImage
+from .records import MetadataRecord, RecordError, encode_batch
+from .state_machine import MetadataStateMachine
+
+log = logging.getLogger("kraft.controller")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    session_timeout_ms: int = 9000  # broker.session.timeout.ms
+    heartbeat_interval_ms: int = 2000  # broker.heartbeat.interval.ms (the brokers')
+    default_partitions: int = 1  # num.partitions
+    default_replication_factor: int = 1  # default.replication.factor
+    write_timeout_s: float = 15.0
+    activation_wait_s: float = 5.0  # how long a write waits for a new leader to be ready
+
+
+class NotController(Exception):
+    def __init__(self, controller_id: int, endpoint: str | None) -> None:
+        self.controller_id = controller_id
+        self.endpoint = endpoint
+        super().__init__(f"this node is not the active controller; it is "
+                         f"{f'node {controller_id} at {endpoint}' if controller_id else 'unknown'}")
+
+
+class QuorumController:
+    def __init__(self, node: RaftNode, sm: MetadataStateMachine, config: ControllerConfig) -> None:
+        self.node = node
+        self.sm = sm
+        self.config = config
+        self.brokers = BrokerLifecycle(config.session_timeout_ms / 1000)
+        self._pending: list[tuple[int, asyncio.Future, MetadataImage]] = []
+        self._active_term = 0
+        self._active = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self._placement_start = random.randrange(1 << 16)
+        self.fetchers: dict[int, tuple[int, float]] = {}  # broker id -> (offset fetched, ms time)
+        node.on_role_change(self._role_changed)
+
+    # ------------------------------------------------------------------ activation --
+
+    @property
+    def active(self) -> bool:
+        return self._active.is_set() and self.node.is_leader and self.node.core.term == self._active_term
+
+    def _role_changed(self, role: Role, leader: int, term: int) -> None:
+        if role == Role.LEADER:
+            self._tasks.append(asyncio.get_running_loop().create_task(self._activate(term)))
+        else:
+            self._deactivate()
+
+    async def _activate(self, term: int) -> None:
+        started = time.monotonic()
+        try:
+            await self.node.read_barrier(timeout=30)
+        except (RaftError, asyncio.TimeoutError):
+            return
+        if not self.node.is_leader or self.node.core.term != term:
+            return
+        self._pending.clear()
+        self.brokers.reset(self.sm.image)
+        self._active_term = term
+        self._active.set()
+        log.info("node %d is the active controller (term %d, metadata offset %d, ready in %.0f ms)",
+                 self.node.id, term, self.sm.image.offset, (time.monotonic() - started) * 1000)
+        self._tasks.append(asyncio.get_running_loop().create_task(self._watch_sessions(term)))
+
+    def _deactivate(self) -> None:
+        if self._active.is_set():
+            log.info("node %d is no longer the active controller", self.node.id)
+        self._active.clear()
+        self._active_term = 0
+        self._pending.clear()
+        self.fetchers.clear()
+
+    async def stop(self) -> None:
+        self._deactivate()
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def not_controller(self) -> NotController:
+        leader = self.node.leader_id
+        return NotController(leader if leader != self.node.id else 0,
+                             self.node.addresses.get(leader) if leader != self.node.id else None)
+
+    async def ensure_active(self) -> None:
+        """Wait briefly for a just-elected leader to be ready; else NOT_CONTROLLER."""
+        if self.active:
+            return
+        if self.node.is_leader:
+            try:
+                await asyncio.wait_for(self._active.wait(), self.config.activation_wait_s)
+            except asyncio.TimeoutError:
+                pass
+            if self.active:
+                return
+        raise self.not_controller()
+
+    # ------------------------------------------------------------------ writes --
+
+    @property
+    def view(self) -> MetadataImage:
+        return self._pending[-1][2] if self._pending else self.sm.image
+
+    async def write(self, build: Callable[[MetadataImage], tuple[list[MetadataRecord], T]],
+                    *, validate_only: bool = False) -> T:
+        """Build records from the current view, commit them as one batch, return ``build``'s
+        result once they are applied. Raises ApiError, NotController, or ApiError
+        REQUEST_TIMED_OUT when the outcome is unknown."""
+        await self.ensure_active()
+        view = self.view
+        records, result = build(view)
+        if not records or validate_only:
+            return result
+        term = self.node.core.term
+        index = self.node.core.log.last_index() + 1
+        delta = MetadataDelta(view)
+        try:
+            delta.replay_batch(records, index, term)
+            after = delta.apply()
+        except RecordError as e:  # our own bug: never write it
+            log.error("refusing to write an invalid batch: %s", e)
+            raise ApiError(ErrorCode.UNKNOWN_SERVER_ERROR, f"internal error: {e}") from None
+        try:
+            fut = self.node.propose_nowait(encode_batch(records, append_time_ms=int(time.time() * 1000)))
+        except NotLeader:
+            raise self.not_controller() from None
+        except ProposalDropped as e:
+            raise ApiError(ErrorCode.REQUEST_TIMED_OUT, f"the controller is busy: {e}") from None
+        entry = (index, fut, after)
+        self._pending.append(entry)
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), self.config.write_timeout_s)
+        except (ProposalDropped, NotLeader, RaftError):
+            self._drop_from(index)
+            raise self.not_controller() from None
+        except asyncio.TimeoutError:
+            self._drop_from(index)
+            raise ApiError(ErrorCode.REQUEST_TIMED_OUT,
+                           "the write did not commit in time; it may or may not have been applied") from None
+        finally:
+            if entry in self._pending:
+                self._pending.remove(entry)
+        return result
+
+    def _drop_from(self, index: int) -> None:
+        """A proposal failed: it and everything after it will not commit in this term."""
+        self._pending = [p for p in self._pending if p[0] < index]
+
+    def next_placement_start(self) -> int:
+        self._placement_start += 1
+        return self._placement_start
+
+    # ------------------------------------------------------------------ sessions --
+
+    async def _watch_sessions(self, term: int) -> None:
+        period = min(1.0, self.config.session_timeout_ms / 4000)
+        while self.active and self.node.core.term == term:
+            await asyncio.sleep(period)
+            if not self.active:
+                return
+            for b in self.brokers.expired(self.view):
+                log.info("fencing broker %d: no heartbeat for %.1fs", b.id,
+                         self.config.session_timeout_ms / 1000)
+                try:
+                    await self.write(lambda view, b=b: (self.brokers.fence(view, view.brokers[b.id])
+                                                        if b.id in view.brokers and not view.brokers[b.id].fenced
+                                                        else [], None))
+                except (ApiError, NotController) as e:
+                    log.warning("could not fence broker %d: %s", b.id, e)
+                    return
+
+    # ------------------------------------------------------------------ reads --
+
+    async def read_image(self) -> MetadataImage:
+        """The committed image, linearizably (a read barrier on the active controller)."""
+        await self.ensure_active()
+        try:
+            await self.node.read_barrier(timeout=self.config.write_timeout_s)
+        except NotLeader:
+            raise self.not_controller() from None
+        except (RaftError, asyncio.TimeoutError) as e:
+            raise ApiError(ErrorCode.REQUEST_TIMED_OUT, f"could not confirm leadership: {e}") from None
+        return self.sm.image

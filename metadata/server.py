@@ -1,0 +1,51 @@
+"""A controller process: the Raft node holding the metadata log, the quorum controller on
+top of it, and the controller's gRPC service on the controller listener."""
+from __future__ import annotations
+
+from protos import controller_pb2_grpc
+from raft.config import NodeOptions
+from raft.node import RaftNode
+from raft.storage import DiskStorage
+
+from .config import ServerConfig
+from .controller import ControllerConfig, QuorumController
+from .service import ControllerService
+from .state_machine import MetadataStateMachine
+
+
+def node_options(cfg: ServerConfig) -> NodeOptions:
+    election = cfg.int("controller.quorum.election.timeout.ms", 500, 20)
+    return NodeOptions(
+        tick_ms=min(50, max(5, election // 10)),
+        heartbeat_interval_ms=cfg.int("controller.quorum.heartbeat.interval.ms", min(100, election // 5), 1),
+        election_timeout_ms=election,
+        snapshot_entries=cfg.int("metadata.log.max.records.between.snapshots", 100_000, 1),
+        snapshot_bytes=cfg.int("metadata.log.max.record.bytes.between.snapshots", 20 << 20, 1),
+        snapshot_trailing_entries=cfg.int("metadata.log.snapshot.trailing.records", 10_000, 0),
+        listen=cfg.controller_bind())
+
+
+def controller_config(cfg: ServerConfig) -> ControllerConfig:
+    return ControllerConfig(
+        session_timeout_ms=cfg.int("broker.session.timeout.ms", 9000, 1),
+        heartbeat_interval_ms=cfg.int("broker.heartbeat.interval.ms", 2000, 1),
+        default_partitions=cfg.int("num.partitions", 1, 1),
+        default_replication_factor=cfg.int("default.replication.factor", 1, 1))
+
+
+class ControllerServer:
+    def __init__(self, cfg: ServerConfig) -> None:
+        self.cfg = cfg
+        storage = DiskStorage(cfg.metadata_log_dir, cfg.node_id)
+        self.sm = MetadataStateMachine(storage.cluster_id)
+        self.node = RaftNode(cfg.node_id, cfg.voters, self.sm, storage=storage,
+                             options=node_options(cfg), address=cfg.controller_address())
+        self.controller = QuorumController(self.node, self.sm, controller_config(cfg))
+        controller_pb2_grpc.add_ControllerServicer_to_server(ControllerService(self.controller), self.node.server)
+
+    async def start(self) -> None:
+        await self.node.start()
+
+    async def stop(self) -> None:
+        await self.controller.stop()
+        await self.node.stop()

@@ -1,0 +1,355 @@
+"""The controller's gRPC service (``protos/controller.proto``).
+
+Every answer carries a ``Status``: NOT_CONTROLLER (with the active controller's id and
+endpoint) on standbys, REQUEST_TIMED_OUT when a write's outcome is unknown; per-item results
+carry Kafka's error codes as Kafka answers them. Offsets are Raft log indexes (the first entry
+is offset 1); high watermarks and log end offsets are exclusive, as in Kafka.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any, Awaitable, Callable
+
+from protos import controller_pb2 as pb
+from protos import controller_pb2_grpc
+from raft.errors import LogCompacted, RaftError
+from raft.messages import EntryType
+
+from .brokers import Heartbeat
+from .controller import NotController, QuorumController
+from .errors import ApiError, ErrorCode
+from .image import ConfigResource, MetadataImage, ResourceType, SecurityProtocol
+from .partitions import alter_partition
+from .records import endpoint, producer_ids
+from .topics import (ConfigOp, ItemResult, NewTopic, alter_configs, create_partitions, create_topics,
+                     delete_topics, describe_configs)
+
+PRODUCER_ID_BLOCK = 1000
+MAX_FETCH_BYTES = 8 << 20
+
+
+def _status(code: ErrorCode = ErrorCode.NONE, message: str = "", controller_id: int = -1,
+            endpoint_: str = "") -> pb.Status:
+    return pb.Status(error_code=int(code), error_message=message, controller_id=controller_id,
+                     controller_endpoint=endpoint_)
+
+
+def _uuid(raw: bytes) -> uuid.UUID | None:
+    return uuid.UUID(bytes=raw) if len(raw) == 16 else None
+
+
+class ControllerService(controller_pb2_grpc.ControllerServicer):
+    def __init__(self, controller: QuorumController) -> None:
+        self.c = controller
+
+    async def _answer(self, response_type: Any, work: Callable[[], Awaitable[Any]]) -> Any:
+        """Run ``work`` and map controller-level failures onto ``response.status``."""
+        try:
+            return await work()
+        except NotController as e:
+            return response_type(status=_status(ErrorCode.NOT_CONTROLLER, str(e), e.controller_id or -1,
+                                                e.endpoint or ""))
+        except ApiError as e:
+            return response_type(status=_status(e.code, e.message))
+        except RaftError as e:
+            return response_type(status=_status(ErrorCode.REQUEST_TIMED_OUT, str(e)))
+
+    # ---------------------------------------------------------------------------- topics
+
+    async def CreateTopics(self, request: pb.CreateTopicsRequest, context) -> pb.CreateTopicsResponse:
+        topics = [NewTopic(t.name, t.num_partitions, t.replication_factor,
+                           {a.partition: list(a.replicas) for a in t.assignments}, dict(t.configs))
+                  for t in request.topics]
+        cfg = self.c.config
+
+        def build(view: MetadataImage) -> tuple[list, list[ItemResult]]:
+            return create_topics(view, topics, default_partitions=cfg.default_partitions,
+                                 default_replication=cfg.default_replication_factor,
+                                 load=self.c.sm.stats.load(), start=self.c.next_placement_start(),
+                                 collisions=self.c.sm.stats.folded_names if view is self.c.sm.image else None)
+
+        async def work() -> pb.CreateTopicsResponse:
+            results = await self.c.write(build, validate_only=request.validate_only)
+            return pb.CreateTopicsResponse(status=_status(), topics=[
+                pb.CreateTopicResult(name=r.name, topic_id=r.topic_id.bytes if r.topic_id else b"",
+                                     error_code=int(r.error.code) if r.error else 0,
+                                     error_message=r.error.message if r.error else "",
+                                     num_partitions=r.partitions, replication_factor=r.replication_factor)
+                for r in results])
+        return await self._answer(pb.CreateTopicsResponse, work)
+
+    @staticmethod
+    def _topic_results(results: list[ItemResult]) -> list[pb.TopicResult]:
+        return [pb.TopicResult(name=r.name, topic_id=r.topic_id.bytes if r.topic_id else b"",
+                               error_code=int(r.error.code) if r.error else 0,
+                               error_message=r.error.message if r.error else "") for r in results]
+
+    async def DeleteTopics(self, request: pb.DeleteTopicsRequest, context) -> pb.DeleteTopicsResponse:
+        ids = [_uuid(i) for i in request.topic_ids]
+
+        async def work() -> pb.DeleteTopicsResponse:
+            if None in ids:
+                raise ApiError(ErrorCode.INVALID_REQUEST, "topic ids are 16-byte UUIDs")
+            results = await self.c.write(lambda view: delete_topics(view, list(request.names), ids))
+            return pb.DeleteTopicsResponse(status=_status(), topics=self._topic_results(results))
+        return await self._answer(pb.DeleteTopicsResponse, work)
+
+    async def CreatePartitions(self, request: pb.CreatePartitionsRequest, context) -> pb.CreatePartitionsResponse:
+        def build(view: MetadataImage) -> tuple[list, list[ItemResult]]:
+            records, results = [], []
+            for t in request.topics:
+                recs, res = create_partitions(view, t.name, t.count, [list(a.replicas) for a in t.assignments],
+                                              load=self.c.sm.stats.load(), start=self.c.next_placement_start())
+                records += recs
+                results.append(res)
+            return records, results
+
+        async def work() -> pb.CreatePartitionsResponse:
+            results = await self.c.write(build, validate_only=request.validate_only)
+            return pb.CreatePartitionsResponse(status=_status(), topics=self._topic_results(results))
+        return await self._answer(pb.CreatePartitionsResponse, work)
+
+    async def DescribeTopics(self, request: pb.DescribeTopicsRequest, context) -> pb.DescribeTopicsResponse:
+        async def work() -> pb.DescribeTopicsResponse:
+            image = await self.c.read_image()
+            names = list(request.names) or sorted(image.topics_by_name)
+            live = {b.id for b in image.brokers.values() if not b.fenced}
+            out = []
+            for name in names:
+                t = image.topics_by_name.get(name)
+                if t is None:
+                    out.append(pb.TopicDescription(name=name, error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                                                   error_message=f"This server does not host this topic: {name}"))
+                    continue
+                configs = dict(image.config(ConfigResource(ResourceType.TOPIC, name)))
+                out.append(pb.TopicDescription(
+                    name=name, topic_id=t.id.bytes, configs=configs,
+                    partitions=[pb.PartitionInfo(partition=pid, leader=p.leader, leader_epoch=p.leader_epoch,
+                                                 partition_epoch=p.partition_epoch, replicas=p.replicas,
+                                                 isr=p.isr, offline_replicas=[r for r in p.replicas if r not in live])
+                                for pid, p in sorted(t.partitions.items())]))
+            return pb.DescribeTopicsResponse(status=_status(), topics=out, metadata_offset=image.offset)
+        return await self._answer(pb.DescribeTopicsResponse, work)
+
+    # ---------------------------------------------------------------------------- cluster
+
+    async def DescribeCluster(self, request: pb.DescribeClusterRequest, context) -> pb.DescribeClusterResponse:
+        async def work() -> pb.DescribeClusterResponse:
+            image = await self.c.read_image()
+            return pb.DescribeClusterResponse(
+                status=_status(), cluster_id=image.cluster_id, controller_id=self.c.node.id,
+                metadata_offset=image.offset, features=dict(image.features),
+                brokers=[pb.BrokerInfo(id=b.id, rack=b.rack or "", fenced=b.fenced,
+                                       in_controlled_shutdown=b.in_controlled_shutdown, epoch=b.epoch,
+                                       incarnation_id=b.incarnation_id.bytes,
+                                       endpoints=[pb.Endpoint(name=e.name, host=e.host, port=e.port,
+                                                              security_protocol=e.security_protocol.name)
+                                                  for e in b.endpoints])
+                         for b in sorted(image.brokers.values(), key=lambda b: b.id)])
+        return await self._answer(pb.DescribeClusterResponse, work)
+
+    # ---------------------------------------------------------------------------- configs
+
+    async def IncrementalAlterConfigs(self, request: pb.IncrementalAlterConfigsRequest,
+                                      context) -> pb.IncrementalAlterConfigsResponse:
+        def build(view: MetadataImage) -> tuple[list, list[pb.ResourceResult]]:
+            records, results = [], []
+            for r in request.resources:
+                res = pb.ResourceResult(resource_type=r.resource_type, resource_name=r.resource_name)
+                try:
+                    ops = [ConfigOp(c.name, c.op == pb.AlterableConfig.DELETE, c.value) for c in r.configs]
+                    records += alter_configs(view, _resource_type(r.resource_type), r.resource_name, ops)
+                except ApiError as e:
+                    res.error_code, res.error_message = int(e.code), e.message
+                results.append(res)
+            return records, results
+
+        async def work() -> pb.IncrementalAlterConfigsResponse:
+            results = await self.c.write(build, validate_only=request.validate_only)
+            return pb.IncrementalAlterConfigsResponse(status=_status(), resources=results)
+        return await self._answer(pb.IncrementalAlterConfigsResponse, work)
+
+    async def DescribeConfigs(self, request: pb.DescribeConfigsRequest, context) -> pb.DescribeConfigsResponse:
+        async def work() -> pb.DescribeConfigsResponse:
+            image = await self.c.read_image()
+            out = []
+            for r in request.resources:
+                d = pb.DescribedResource(resource_type=r.resource_type, resource_name=r.resource_name)
+                try:
+                    kind = _resource_type(r.resource_type)
+                    d.configs.extend(pb.ConfigEntry(name=k, value=v, is_default=dflt)
+                                     for k, v, dflt in describe_configs(image, kind, r.resource_name))
+                except ApiError as e:
+                    d.error_code, d.error_message = int(e.code), e.message
+                out.append(d)
+            return pb.DescribeConfigsResponse(status=_status(), resources=out)
+        return await self._answer(pb.DescribeConfigsResponse, work)
+
+    # ---------------------------------------------------------------------------- producers
+
+    async def AllocateProducerIds(self, request: pb.AllocateProducerIdsRequest,
+                                  context) -> pb.AllocateProducerIdsResponse:
+        def build(view: MetadataImage) -> tuple[list, int]:
+            self.c.brokers.registration(view, request.broker_id, request.broker_epoch)
+            start = view.next_producer_id
+            return [producer_ids(request.broker_id, request.broker_epoch, start + PRODUCER_ID_BLOCK)], start
+
+        async def work() -> pb.AllocateProducerIdsResponse:
+            try:
+                start = await self.c.write(build)
+            except ApiError as e:
+                if e.code in (ErrorCode.STALE_BROKER_EPOCH, ErrorCode.BROKER_ID_NOT_REGISTERED):
+                    return pb.AllocateProducerIdsResponse(status=_status(), error_code=int(e.code))
+                raise
+            return pb.AllocateProducerIdsResponse(status=_status(), producer_id_start=start,
+                                                  producer_id_len=PRODUCER_ID_BLOCK)
+        return await self._answer(pb.AllocateProducerIdsResponse, work)
+
+    # ---------------------------------------------------------------------------- brokers
+
+    async def BrokerRegistration(self, request: pb.BrokerRegistrationRequest,
+                                 context) -> pb.BrokerRegistrationResponse:
+        inc = _uuid(request.incarnation_id)
+
+        def build(view: MetadataImage) -> tuple[list, int]:
+            if inc is None:
+                raise ApiError(ErrorCode.INVALID_REQUEST, "the incarnation id is a 16-byte UUID")
+            eps = [endpoint(e.name, e.host, e.port, _protocol(e.security_protocol)) for e in request.listeners]
+            return self.c.brokers.register(view, request.broker_id, inc, request.cluster_id, eps,
+                                           request.rack or None, self.c.node.core.log.last_index() + 1)
+
+        async def work() -> pb.BrokerRegistrationResponse:
+            try:
+                epoch = await self.c.write(build)
+            except ApiError as e:
+                if e.code == ErrorCode.REQUEST_TIMED_OUT:
+                    raise
+                return pb.BrokerRegistrationResponse(status=_status(), error_code=int(e.code), error_message=e.message)
+            return pb.BrokerRegistrationResponse(status=_status(), broker_epoch=epoch)
+        return await self._answer(pb.BrokerRegistrationResponse, work)
+
+    async def BrokerHeartbeat(self, request: pb.BrokerHeartbeatRequest, context) -> pb.BrokerHeartbeatResponse:
+        hb = Heartbeat(request.broker_id, request.broker_epoch, request.current_metadata_offset,
+                       request.want_fence, request.want_shut_down)
+
+        async def work() -> pb.BrokerHeartbeatResponse:
+            try:
+                answer = await self.c.write(lambda view: self.c.brokers.heartbeat(view, hb))
+            except ApiError as e:
+                if e.code == ErrorCode.REQUEST_TIMED_OUT:
+                    raise
+                return pb.BrokerHeartbeatResponse(status=_status(), error_code=int(e.code), error_message=e.message)
+            return pb.BrokerHeartbeatResponse(status=_status(), is_caught_up=answer.is_caught_up,
+                                              is_fenced=answer.is_fenced, should_shut_down=answer.should_shut_down)
+        return await self._answer(pb.BrokerHeartbeatResponse, work)
+
+    async def AlterPartition(self, request: pb.AlterPartitionRequest, context) -> pb.AlterPartitionResponse:
+        tid = _uuid(request.topic_id)
+
+        def build(view: MetadataImage) -> tuple[list, None]:
+            self.c.brokers.registration(view, request.broker_id, request.broker_epoch)
+            if tid is None:
+                raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "the topic id is a 16-byte UUID")
+            rec, _ = alter_partition(view, request.broker_id, tid, request.partition, request.leader_epoch,
+                                     request.partition_epoch, list(request.new_isr))
+            return ([rec] if rec is not None else []), None
+
+        async def work() -> pb.AlterPartitionResponse:
+            try:
+                await self.c.write(build)
+            except ApiError as e:
+                if e.code == ErrorCode.REQUEST_TIMED_OUT:
+                    raise
+                return pb.AlterPartitionResponse(status=_status(), error_code=int(e.code), error_message=e.message)
+            p = self.c.sm.image.partition(tid, request.partition)
+            if p is None:  # deleted meanwhile
+                return pb.AlterPartitionResponse(status=_status(), error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            return pb.AlterPartitionResponse(status=_status(), leader=p.leader, leader_epoch=p.leader_epoch,
+                                             partition_epoch=p.partition_epoch, isr=p.isr)
+        return await self._answer(pb.AlterPartitionResponse, work)
+
+    # ---------------------------------------------------------------------------- metadata log
+
+    async def FetchMetadata(self, request: pb.FetchMetadataRequest, context) -> pb.FetchMetadataResponse:
+        async def work() -> pb.FetchMetadataResponse:
+            await self.c.ensure_active()
+            node = self.c.node
+            offset = max(1, request.offset)
+            if request.max_wait_ms > 0 and offset > node.applied:
+                try:
+                    await node.wait_applied(offset, timeout=min(request.max_wait_ms, 30_000) / 1000)
+                except asyncio.TimeoutError:
+                    pass
+            resp = pb.FetchMetadataResponse(status=_status(), high_watermark=node.core.log.committed + 1,
+                                            log_start_offset=node.core.log.snap_index + 1,
+                                            snapshot_offset=node.core.snapshot_meta.index,
+                                            snapshot_term=node.core.snapshot_meta.term)
+            try:
+                entries = node.committed_entries(offset, min(request.max_bytes or MAX_FETCH_BYTES, MAX_FETCH_BYTES))
+            except LogCompacted:
+                resp.error_code = int(ErrorCode.OFFSET_OUT_OF_RANGE)
+                return resp
+            resp.batches.extend(pb.MetadataBatch(offset=e.index, term=e.term,
+                                                 data=e.data if e.type == EntryType.NORMAL else b"")
+                                for e in entries)
+            if request.broker_id >= 0:
+                fetched = entries[-1].index if entries else offset - 1
+                self.c.fetchers[request.broker_id] = (fetched, time.time() * 1000)
+            return resp
+        return await self._answer(pb.FetchMetadataResponse, work)
+
+    async def FetchSnapshot(self, request: pb.FetchSnapshotRequest, context) -> pb.FetchSnapshotResponse:
+        async def work() -> pb.FetchSnapshotResponse:
+            await self.c.ensure_active()
+            src = self.c.node.core.snapshot_source
+            if src is None or src.meta.index != request.snapshot_offset:
+                current = src.meta.index if src is not None else 0
+                return pb.FetchSnapshotResponse(status=_status(), error_code=int(ErrorCode.OFFSET_OUT_OF_RANGE),
+                                                snapshot_offset=current)
+            pos = max(0, request.position)
+            n = min(request.max_bytes or (1 << 20), 4 << 20)
+            data = await asyncio.get_running_loop().run_in_executor(None, src.read, pos, n)
+            return pb.FetchSnapshotResponse(status=_status(), snapshot_offset=src.meta.index,
+                                            snapshot_term=src.meta.term, size=src.meta.size,
+                                            position=pos, data=data)
+        return await self._answer(pb.FetchSnapshotResponse, work)
+
+    async def DescribeQuorum(self, request: pb.DescribeQuorumRequest, context) -> pb.DescribeQuorumResponse:
+        async def work() -> pb.DescribeQuorumResponse:
+            await self.c.ensure_active()
+            node = self.c.node
+            st = node.status()
+            now_ms = time.time() * 1000
+            leo = st.last_index + 1
+            voters = [pb.ReplicaState(replica_id=node.id, log_end_offset=leo, lag=0,
+                                      last_fetch_timestamp=int(now_ms), last_caught_up_timestamp=int(now_ms))]
+            for p in st.peers:
+                if not p.voter:
+                    continue
+                heard = int(now_ms - p.last_contact_s * 1000) if p.last_contact_s >= 0 else -1
+                voters.append(pb.ReplicaState(replica_id=p.node_id, log_end_offset=p.match_index + 1, lag=p.lag,
+                                              last_fetch_timestamp=heard,
+                                              last_caught_up_timestamp=heard if p.lag == 0 else -1))
+            observers = [pb.ReplicaState(replica_id=b, log_end_offset=off + 1, lag=max(0, leo - off - 1),
+                                         last_fetch_timestamp=int(ts), last_caught_up_timestamp=int(ts) if off + 1 >= leo else -1)
+                         for b, (off, ts) in sorted(self.c.fetchers.items())]
+            return pb.DescribeQuorumResponse(status=_status(), cluster_id=node.cluster_id, leader_id=node.id,
+                                             leader_epoch=st.term, high_watermark=st.commit_index + 1,
+                                             voters=voters, observers=observers)
+        return await self._answer(pb.DescribeQuorumResponse, work)
+
+
+def _protocol(name: str) -> SecurityProtocol:
+    try:
+        return SecurityProtocol[name or "PLAINTEXT"]
+    except KeyError:
+        raise ApiError(ErrorCode.INVALID_REQUEST, f"unknown security protocol {name!r}: use "
+                       f"{', '.join(p.name for p in SecurityProtocol)}") from None
+
+
+def _resource_type(value: int) -> ResourceType:
+    if value in (ResourceType.TOPIC, ResourceType.BROKER):
+        return ResourceType(value)
+    raise ApiError(ErrorCode.INVALID_REQUEST, f"unsupported resource type {value}: use TOPIC (2) or BROKER (4)")

@@ -1,0 +1,216 @@
+"""Topic operations as records: CreateTopics, DeleteTopics, CreatePartitions and incremental
+config changes, validated against an image with Kafka's rules and error codes. Each function
+returns the records to write (one atomic batch) and a result per requested item."""
+from __future__ import annotations
+
+import re
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+
+from .configs import BROKER_CONFIGS, TOPIC_CONFIGS, validate
+from .errors import ApiError, ErrorCode
+from .image import ConfigResource, MetadataImage, ResourceType, TopicImage
+from .placement import BrokerLoad, UsableBroker, place_replicas, validate_assignment
+from .records import MetadataRecord, config, partition, remove_topic, topic
+
+MAX_NAME = 249
+_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    name: str
+    partitions: int = -1
+    replication_factor: int = -1
+    assignment: dict[int, list[int]] = field(default_factory=dict)
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class ItemResult:
+    name: str
+    topic_id: uuid.UUID | None = None
+    error: ApiError | None = None
+    partitions: int = 0
+    replication_factor: int = 0
+
+
+def validate_name(name: str) -> None:
+    """Kafka's topic name rules (``org.apache.kafka.common.internals.Topic``)."""
+    def bad(msg: str) -> ApiError:
+        return ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, msg)
+    if not name:
+        raise bad("Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise bad('Topic name cannot be "." or ".."')
+    if len(name) > MAX_NAME:
+        raise bad(f"Topic name is illegal, it can't be longer than {MAX_NAME} characters, topic name: {name}")
+    if not _LEGAL.match(name):
+        raise bad(f'Topic name "{name}" is illegal, it contains a character other than ASCII '
+                  f"alphanumerics, '.', '_' and '-'")
+
+
+def _collision_key(name: str) -> str:
+    return name.replace(".", "_")
+
+
+def usable_brokers(image: MetadataImage) -> list[UsableBroker]:
+    return [UsableBroker(b.id, b.rack) for b in sorted(image.brokers.values(), key=lambda b: b.id)
+            if not b.fenced and not b.in_controlled_shutdown]
+
+
+def create_topics(image: MetadataImage, topics: list[NewTopic], *, default_partitions: int,
+                  default_replication: int, load: BrokerLoad, start: int,
+                  collisions: set[str] | None = None) -> tuple[list[MetadataRecord], list[ItemResult]]:
+    """Records for every topic that can be created; a topic and all its partitions go in the
+    same batch. ``collisions`` holds the dot/underscore-folded names of existing topics."""
+    brokers = usable_brokers(image)
+    registered = set(image.brokers)
+    folded = set(collisions) if collisions is not None else {_collision_key(n) for n in image.topics_by_name}
+    leaders, replicas = Counter(load.leaders), Counter(load.replicas)
+    seen = Counter(t.name for t in topics)
+    records: list[MetadataRecord] = []
+    results: list[ItemResult] = []
+    for k, t in enumerate(topics):
+        res = ItemResult(t.name)
+        results.append(res)
+        try:
+            validate_name(t.name)
+            if seen[t.name] > 1:
+                raise ApiError(ErrorCode.INVALID_REQUEST, f"Topic '{t.name}' appears more than once in the request.")
+            if t.name in image.topics_by_name:
+                raise ApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{t.name}' already exists.")
+            if _collision_key(t.name) in folded:
+                raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                               f"Topic '{t.name}' collides with an existing topic: '.' and '_' "
+                               f"are interchangeable in metric names")
+            for key, value in t.configs.items():
+                validate("topic", key, value)
+            if t.assignment:
+                if t.partitions not in (-1, len(t.assignment)) or t.replication_factor != -1:
+                    raise ApiError(ErrorCode.INVALID_REQUEST, "Give either an assignment or partitions and "
+                                                              "a replication factor, not both.")
+                rf = validate_assignment(t.assignment, registered)
+                placed = [tuple(t.assignment[p]) for p in sorted(t.assignment)]
+            else:
+                n = default_partitions if t.partitions == -1 else t.partitions
+                rf = default_replication if t.replication_factor == -1 else t.replication_factor
+                placed = place_replicas(brokers, n, rf, start=start + k,
+                                        load=BrokerLoad(leaders, replicas))
+        except ApiError as e:
+            res.error = e
+            continue
+        tid = uuid.uuid4()
+        res.topic_id, res.partitions, res.replication_factor = tid, len(placed), rf
+        folded.add(_collision_key(t.name))
+        records.append(topic(t.name, tid))
+        for key, value in sorted(t.configs.items()):
+            records.append(config(ResourceType.TOPIC, t.name, key, value))
+        for pid, reps in enumerate(placed):
+            records.append(partition(tid, pid, reps))
+            leaders[reps[0]] += 1
+            replicas.update(reps)
+    return records, results
+
+
+def find_topic(image: MetadataImage, name: str | None, topic_id: uuid.UUID | None) -> TopicImage:
+    t = image.topics_by_name.get(name) if name else image.topics_by_id.get(topic_id) if topic_id else None
+    if t is None:
+        raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                       f"This server does not host this topic: {name or topic_id}")
+    return t
+
+
+def delete_topics(image: MetadataImage, names: list[str], ids: list[uuid.UUID]
+                  ) -> tuple[list[MetadataRecord], list[ItemResult]]:
+    records, results, done = [], [], set()
+    for name, tid in [(n, None) for n in names] + [(None, i) for i in ids]:
+        res = ItemResult(name or "")
+        results.append(res)
+        try:
+            t = find_topic(image, name, tid)
+        except ApiError as e:
+            res.error = e
+            continue
+        res.name, res.topic_id = t.name, t.id
+        if t.id not in done:
+            done.add(t.id)
+            records.append(remove_topic(t.id))
+    return records, results
+
+
+def create_partitions(image: MetadataImage, name: str, count: int, assignment: list[list[int]],
+                      *, load: BrokerLoad, start: int) -> tuple[list[MetadataRecord], ItemResult]:
+    """Grow a topic to ``count`` partitions (partitions only ever grow)."""
+    res = ItemResult(name)
+    try:
+        t = find_topic(image, name, None)
+        res.topic_id = t.id
+        current = len(t.partitions)
+        if count < current:
+            raise ApiError(ErrorCode.INVALID_PARTITIONS,
+                           f"Topic currently has {current} partitions, which is higher than the requested {count}.")
+        if count == current:
+            raise ApiError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partitions.")
+        rf = len(t.partitions[0].replicas)
+        if assignment:
+            if len(assignment) != count - current:
+                raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                               f"Increasing the number of partitions by {count - current} but "
+                               f"{len(assignment)} assignments provided.")
+            validate_assignment({current + k: a for k, a in enumerate(assignment)}, set(image.brokers),
+                                first_partition=current, replication_factor=rf)
+            placed = [tuple(a) for a in assignment]
+        else:
+            placed = place_replicas(usable_brokers(image), count - current, rf, start=start, load=load)
+    except ApiError as e:
+        res.error = e
+        return [], res
+    res.partitions, res.replication_factor = count, rf
+    return [partition(t.id, current + k, reps) for k, reps in enumerate(placed)], res
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigOp:
+    key: str
+    delete: bool
+    value: str = ""
+
+
+def alter_configs(image: MetadataImage, kind: ResourceType, name: str, ops: list[ConfigOp]
+                  ) -> list[MetadataRecord]:
+    """IncrementalAlterConfigs for one resource: set or delete keys."""
+    if kind == ResourceType.TOPIC:
+        find_topic(image, name, None)
+        label = "topic"
+    elif kind == ResourceType.BROKER:
+        if name and (not name.isdigit() or int(name) not in image.brokers):
+            raise ApiError(ErrorCode.INVALID_REQUEST, f"broker {name!r} is not registered (use '' for the "
+                                                      f"cluster-wide default)")
+        label = "broker"
+    else:
+        raise ApiError(ErrorCode.INVALID_REQUEST, f"unsupported resource type {kind}")
+    records = []
+    for op in ops:
+        if op.delete:
+            validate(label, op.key, image_default(label, op.key))
+            records.append(config(kind, name, op.key, None))
+        else:
+            validate(label, op.key, op.value)
+            records.append(config(kind, name, op.key, op.value))
+    return records
+
+
+def image_default(kind: str, key: str) -> str:
+    spec = (TOPIC_CONFIGS if kind == "topic" else BROKER_CONFIGS).get(key)
+    return spec.default if spec else ""
+
+
+def describe_configs(image: MetadataImage, kind: ResourceType, name: str) -> list[tuple[str, str, bool]]:
+    """(key, value, is_default) for every known key of the resource."""
+    if kind == ResourceType.TOPIC:
+        find_topic(image, name, None)
+    set_keys = dict(image.config(ConfigResource(kind, name)))
+    known = TOPIC_CONFIGS if kind == ResourceType.TOPIC else BROKER_CONFIGS
+    return [(k, set_keys.get(k, spec.default), k not in set_keys) for k, spec in sorted(known.items())]
