@@ -31,7 +31,7 @@ test-long: venv
 	$(PY) -m pytest -q -m slow --run-slow
 
 demo: venv
-	$(PY) -m raft.testing.demo
+	$(PY) -m metadata.demo
 
 sim: venv
 	$(PY) -m raft.testing --seeds $(SEEDS) --steps $(STEPS)

@@ -273,8 +273,8 @@ def quorum_describe(obj: tuple, mode: str) -> None:
         for k, v in [("ClusterId", r.cluster_id), ("LeaderId", r.leader_id), ("LeaderEpoch", r.leader_epoch),
                      ("HighWatermark", r.high_watermark), ("MaxFollowerLag", max_lag),
                      ("MaxFollowerLagTimeMs", lag_ms),
-                     ("CurrentVoters", f"[{_ids(v.replica_id for v in r.voters)}]"),
-                     ("CurrentObservers", f"[{_ids(o.replica_id for o in r.observers)}]")]:
+                     ("CurrentVoters", f"[{_ids(sorted(v.replica_id for v in r.voters))}]"),
+                     ("CurrentObservers", f"[{_ids(sorted(o.replica_id for o in r.observers))}]")]:
             click.echo(f"{k + ':':<24}{v}")
         return
     click.echo("NodeId\tLogEndOffset\tLag\tLastFetchTimestamp\tLastCaughtUpTimestamp\tStatus")

@@ -84,7 +84,7 @@ class ControllerClient:
         last = ["no controller answered"]
         try:
             async for attempt in AsyncRetrying(stop=stop_after_delay(timeout or self.timeout),
-                                               wait=wait_exponential(multiplier=0.05, max=1.0),
+                                               wait=wait_exponential(multiplier=0.02, max=0.25),
                                                retry=retry_if_exception_type(_Retry), reraise=True):
                 with attempt:
                     addr = self._target()

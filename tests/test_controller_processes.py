@@ -1,0 +1,156 @@
+"""The controller quorum as operators run it: `kraft` processes from properties files, the CLI,
+and `kill -9` of the active controller in the middle of a stream of CreateTopics."""
+import asyncio
+import subprocess
+import sys
+import time
+
+import pytest
+
+from metadata.client import ControllerClient, ControllerError
+from metadata.dev_quorum import DevQuorum
+from metadata.errors import ErrorCode as E
+from protos import controller_pb2 as pb
+from tests.controllers import TestBroker
+from tests.kvcluster import REPO, free_ports
+
+
+def kraft(*args, check=True):
+    p = subprocess.run([sys.executable, "-m", "metadata.cli", *args], cwd=REPO, capture_output=True, text=True, timeout=60)
+    if check and p.returncode != 0:
+        raise AssertionError(f"kraft {' '.join(args)} failed ({p.returncode}): {p.stderr}")
+    return p
+
+
+def consecutive_ports(n: int) -> int:
+    """A base port with n free ports after it."""
+    import socket
+    for _ in range(50):
+        base = free_ports(1)[0]
+        socks = []
+        try:
+            for p in range(base, base + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free port range")
+
+
+@pytest.fixture
+def quorum(tmp_path):
+    q = DevQuorum(str(tmp_path / "q"), consecutive_ports(3), session_timeout_ms=3000)
+    q.start()
+    yield q
+    q.stop()
+
+
+async def _brokers(q, n=3):
+    return [await TestBroker(q.bootstrap, q.cluster_id, 100 + i).start() for i in range(n)]
+
+
+def test_cli_create_describe_alter_delete_and_errors(quorum):
+    async def setup():
+        await quorum.wait_for_leader()
+        return await _brokers(quorum)
+    loop = asyncio.new_event_loop()
+    brokers = loop.run_until_complete(setup())
+    try:
+        b = quorum.bootstrap
+        assert kraft("topics", "--bootstrap-controller", b, "create", "--topic", "payments", "--partitions", "3",
+                     "--replication-factor", "2", "--config", "retention.ms=60000").stdout.strip() == "Created topic payments."
+        out = kraft("topics", "--bootstrap-controller", b, "describe", "--topic", "payments").stdout
+        lines = out.strip().splitlines()
+        assert lines[0].startswith("Topic: payments\tTopicId: ") and "PartitionCount: 3" in lines[0]
+        assert "ReplicationFactor: 2" in lines[0] and "retention.ms=60000" in lines[0]
+        assert len(lines) == 4 and all("Leader: 10" in l and "Isr: " in l for l in lines[1:])
+        assert kraft("topics", "--bootstrap-controller", b, "list").stdout.split() == ["payments"]
+        kraft("topics", "--bootstrap-controller", b, "alter", "--topic", "payments", "--partitions", "5")
+        assert "PartitionCount: 5" in kraft("topics", "--bootstrap-controller", b, "describe", "--topic", "payments").stdout
+        # errors: one line, the code, exit 1
+        for args, code in [
+            (("create", "--topic", "payments"), "TOPIC_ALREADY_EXISTS"),
+            (("create", "--topic", "a b"), "INVALID_TOPIC_EXCEPTION"),
+            (("create", "--topic", "big", "--replication-factor", "4"), "INVALID_REPLICATION_FACTOR"),
+            (("create", "--topic", "zero", "--partitions", "0"), "INVALID_PARTITIONS"),
+            (("create", "--topic", "asg", "--replica-assignment", "100:100"), "INVALID_REPLICA_ASSIGNMENT"),
+            (("create", "--topic", "cfg", "--config", "bogus=1"), "INVALID_CONFIG"),
+            (("alter", "--topic", "payments", "--partitions", "2"), "INVALID_PARTITIONS"),
+            (("delete", "--topic", "ghost"), "UNKNOWN_TOPIC_OR_PARTITION"),
+        ]:
+            p = kraft("topics", "--bootstrap-controller", b, *args, check=False)
+            assert p.returncode == 1 and p.stderr.startswith(f"Error: {code}") and p.stderr.count("\n") == 1, (args, p.stderr)
+            assert "Traceback" not in p.stderr
+        assert kraft("topics", "--bootstrap-controller", b, "delete", "--topic", "payments").returncode == 0
+        assert kraft("topics", "--bootstrap-controller", b, "list").stdout.strip() == ""
+        # quorum and cluster descriptions
+        st = kraft("quorum", "--bootstrap-controller", b, "describe", "--status").stdout
+        assert f"ClusterId:              {quorum.cluster_id}" in st and "CurrentVoters:          [1,2,3]" in st
+        assert "CurrentObservers:       [100,101,102]" in st
+        rep = kraft("quorum", "--bootstrap-controller", b, "describe", "--replication").stdout.splitlines()
+        assert rep[0].startswith("NodeId\tLogEndOffset") and sum("Leader" in l for l in rep) == 1
+        cl = kraft("cluster", "--bootstrap-controller", b, "describe").stdout
+        assert "Brokers (3):" in cl and "PLAINTEXT://127.0.0.1:9100" in cl
+        # an unreachable quorum: one line, non-zero
+        p = kraft("topics", "--bootstrap-controller", "127.0.0.1:1", "--command-timeout", "2", "list", check=False)
+        assert p.returncode == 1 and "did not answer" in p.stderr and p.stderr.count("\n") == 1
+    finally:
+        for br in brokers:
+            loop.run_until_complete(br.stop())
+        loop.close()
+
+
+def test_kill_9_of_the_active_controller_during_create_topics(quorum):
+    async def go():
+        await quorum.wait_for_leader()
+        brokers = await _brokers(quorum)
+        acked: dict[str, bytes] = {}
+        unknown: set[str] = set()
+        c = ControllerClient(quorum.bootstrap, timeout=30, attempt_timeout=2)
+
+        async def creator(w: int) -> None:
+            for i in range(40):
+                name = f"w{w}-{i}"
+                try:
+                    r = await c.call("CreateTopics", pb.CreateTopicsRequest(topics=[
+                        pb.CreatableTopic(name=name, num_partitions=4, replication_factor=2)]))
+                except ControllerError:
+                    unknown.add(name)
+                    continue
+                t = r.topics[0]
+                if t.error_code == E.NONE:
+                    acked[name] = t.topic_id
+                elif t.error_code == E.TOPIC_ALREADY_EXISTS:
+                    unknown.add(name)  # a retry of an attempt that did commit
+                else:
+                    raise AssertionError(f"{name}: {E(t.error_code).name} {t.error_message}")
+
+        writers = [asyncio.create_task(creator(w)) for w in range(4)]
+        await asyncio.sleep(0.8)
+        leader = await quorum.wait_for_leader()
+        quorum.kill(leader)
+        killed_at = time.monotonic()
+        await asyncio.gather(*writers)
+        assert len(acked) >= 100
+        d = await c.call("DescribeTopics", pb.DescribeTopicsRequest())
+        found = {t.name: t for t in d.topics}
+        assert len(found) == len(d.topics)  # no name twice
+        for name, tid in acked.items():
+            assert name in found, f"acknowledged topic {name} was lost"
+            assert found[name].topic_id == tid, f"{name} exists, but not the acknowledged one"
+        for t in found.values():
+            assert t.name in acked or t.name in unknown
+            assert [p.partition for p in t.partitions] == [0, 1, 2, 3], f"{t.name} is half-made"
+        new_leader = (await c.call("DescribeQuorum", pb.DescribeQuorumRequest())).leader_id
+        assert new_leader != leader
+        quorum.start_node(leader)  # it comes back as a standby with the same metadata
+        await c.close()
+        for b in brokers:
+            await b.stop()
+        return time.monotonic() - killed_at
+    asyncio.run(go())
