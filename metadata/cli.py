@@ -378,10 +378,12 @@ def dev_quorum(base_dir: str | None, base_port: int) -> None:
     click.echo(f"try:  kraft topics --bootstrap-controller {q.bootstrap} list")
     click.echo(f"      kraft quorum --bootstrap-controller {q.bootstrap} describe --status")
     click.echo("Ctrl-C stops them.")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stop the controllers on SIGTERM too
     try:
         q.wait()
-    except KeyboardInterrupt:
-        pass
+    except (KeyboardInterrupt, ConfigError) as e:
+        if isinstance(e, ConfigError):
+            click.echo(f"Error: {e}", err=True)
     finally:
         q.stop()
         click.echo("stopped.")

@@ -214,12 +214,12 @@ def dump_file(path: str) -> Iterator[Item]:
             head = f.read(len(SNAPSHOT_MAGIC))
         if is_raft_snapshot(path):
             yield from _raft_snapshot(path)
+        elif path.endswith(".snap"):  # named as one, but its footer is gone
+            raise DumpError(f"{path}: byte {size}: no Raft snapshot trailer: the file is "
+                            f"truncated or not a snapshot")
         elif head == SNAPSHOT_MAGIC:
             yield FileStart(path, "metadataSnapshot")
             yield from _metadata_snapshot(path, path)
-        elif path.endswith(".snap"):
-            raise DumpError(f"{path}: byte {size}: no Raft snapshot trailer: the file is "
-                            f"truncated or not a snapshot")
         else:
             with open(path, "rb") as f:
                 data = f.read()  # one read: a running node may append meanwhile

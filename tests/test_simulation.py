@@ -13,7 +13,9 @@ STEPS = 3000
 
 
 def test_randomized_simulation_keeps_raft_safe_and_live():
-    with mp.get_context("fork").Pool(os.cpu_count() or 1) as pool:
+    # spawn, not fork: earlier tests in this process have started gRPC threads, and a forked
+    # child of a gRPC process is not safe
+    with mp.get_context("spawn").Pool(os.cpu_count() or 1) as pool:
         results = pool.map(_one, [(s, STEPS) for s in range(SEEDS)], chunksize=10)
     failures = [f"seed {s}: {err}\n  replay: python -m raft.testing --seed {s} --steps {STEPS} --trace"
                 for s, err in results if err]

@@ -1,0 +1,215 @@
+"""Where the shell's metadata comes from: a ``MetadataSource``.
+
+A source answers three questions: the newest image, what it knows of the Raft quorum, and
+the record history it holds (a base image and the log batches after it). Every earlier image
+within reach is rebuilt from that history, so a source only has to describe what it has; the
+shell, ``--at-offset`` and ``changes`` work the same over any of them. Files are the sources
+here (a snapshot, a metadata log directory); a live one that follows a controller over the
+network fits the same three questions, knowing more of the quorum (the leader, the high
+watermark) and a history that starts when it connected.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+from raft.errors import StorageError
+from raft.messages import ConfChange, EntryType, Membership
+from raft.storage import replay
+from raft.storage.snapshot_file import is_raft_snapshot, read_meta
+
+from ..image import MetadataImage
+from ..log_dir import LogBatch, MetadataLogDir, MetadataLogError, read_snapshot_file, replay_batches
+
+
+class SourceError(Exception):
+    """The source cannot give what was asked; the message says why in one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumState:
+    """What a source knows of the quorum; ``None`` where it does not know. Files know little:
+    a log directory holds its node's current epoch, vote, commit index and the membership in
+    its log; a snapshot only the membership it was taken under (a Raft snapshot) or nothing."""
+
+    leader: int | None = None
+    epoch: int | None = None
+    voters: tuple[int, ...] | None = None
+    learners: tuple[int, ...] | None = None
+    high_watermark: int | None = None
+    voted_for: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecordHistory:
+    """The image at ``base.offset`` and the batches after it, in log order."""
+
+    base: MetadataImage
+    batches: Sequence[LogBatch]
+
+    @property
+    def first_offset(self) -> int:
+        return self.base.offset
+
+    @property
+    def last_offset(self) -> int:
+        return self.batches[-1].offset if self.batches else self.base.offset
+
+    def image_at(self, offset: int) -> MetadataImage:
+        """The image with every batch up to ``offset`` applied (the caller checked the range)."""
+        return replay_batches(self.base, [b for b in self.batches if b.offset <= offset])
+
+    def steps(self, after: int,
+              upto: int) -> Iterator[tuple[LogBatch, MetadataImage, MetadataImage]]:
+        """Each batch in (after, upto] with the images just before and just after it."""
+        image = self.image_at(after)
+        for batch in self.batches:
+            if batch.offset <= after:
+                continue
+            if batch.offset > upto:
+                break
+            following = replay_batches(image, [batch])
+            yield batch, image, following
+            image = following
+
+
+class MetadataSource(ABC):
+    """The metadata the shell browses; see the module docstring."""
+
+    #: Names the source in messages, e.g. ``snapshot /var/kraft/...snap``.
+    description: str
+
+    @abstractmethod
+    def image(self) -> MetadataImage:
+        """The newest image this source has."""
+
+    @abstractmethod
+    def quorum(self) -> QuorumState:
+        """What the source knows of the quorum now."""
+
+    @abstractmethod
+    def history(self) -> RecordHistory:
+        """The record history this source holds."""
+
+    def warnings(self) -> Sequence[str]:
+        """Things the user should know that do not stop the shell (a torn log tail)."""
+        return ()
+
+    def image_at(self, offset: int) -> MetadataImage:
+        """The image as of ``offset``; SourceError if the history does not reach it."""
+        history = self.history()
+        self.check_offset(offset, history)
+        if offset == history.last_offset:
+            return self.image()
+        return history.image_at(offset)
+
+    def check_offset(self, offset: int, history: RecordHistory) -> None:
+        first, last = history.first_offset, history.last_offset
+        if first <= offset <= last:
+            return
+        if not history.batches:
+            raise SourceError(f"{self.description} holds only the image at offset {first}, "
+                              f"not offset {offset}; a metadata log directory (--directory) "
+                              f"keeps the records between snapshots")
+        if offset < first:
+            raise SourceError(f"offset {offset} is before the oldest state in {self.description}:"
+                              f" its snapshot at offset {first} (the records before it were "
+                              f"compacted away)")
+        raise SourceError(f"offset {offset} is after the end of {self.description} "
+                          f"(its last offset is {last})")
+
+
+class SnapshotFileSource(MetadataSource):
+    """One snapshot file: a plain metadata snapshot, or a Raft snapshot (``*.snap``) whose
+    payload is one and whose footer also records the quorum membership."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.description = f"snapshot {path}"
+        self._image = read_snapshot_file(path)  # reads and checks the whole file
+        self._quorum = QuorumState()
+        if is_raft_snapshot(path):
+            try:
+                self._quorum = _membership_state(read_meta(path).membership)
+            except StorageError as e:
+                raise SourceError(str(e)) from None
+
+    def image(self) -> MetadataImage:
+        return self._image
+
+    def quorum(self) -> QuorumState:
+        return self._quorum
+
+    def history(self) -> RecordHistory:
+        return RecordHistory(self._image, ())
+
+
+class LogDirectorySource(MetadataSource):
+    """A controller's metadata log directory: its newest snapshot and the log after it,
+    replayed to the end. Read-only, so it is safe on the directory of a running node."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.description = f"metadata log directory {path}"
+        self._dir = MetadataLogDir(path)
+        self._history = RecordHistory(self._dir.snapshot_image(), tuple(self._dir.batches()))
+        self._image = self._history.image_at(self._history.last_offset)
+
+    def image(self) -> MetadataImage:
+        return self._image
+
+    def history(self) -> RecordHistory:
+        return self._history
+
+    def warnings(self) -> Sequence[str]:
+        if not self._dir.torn_tail:
+            return ()
+        return (f"{self._dir.torn_tail}: torn tail ignored (a write in progress, or one cut "
+                f"short by a crash)",)
+
+    def quorum(self) -> QuorumState:
+        return self._quorum
+
+    @cached_property
+    def _quorum(self) -> QuorumState:
+        """The node's hard state and the newest membership in its log. ``MetadataLogDir``
+        does not expose them, so the directory is read a second time, only when asked."""
+        try:
+            log = replay(self.path, verify=False)
+        except (StorageError, OSError) as e:
+            raise SourceError(f"{self.path}: {e}") from None
+        membership = log.snapshot.membership if log.snapshot is not None else None
+        for entry in log.entries:
+            if entry.type == EntryType.CONF_CHANGE:
+                try:
+                    membership = ConfChange.decode(entry.data).result
+                except (struct.error, ValueError) as e:  # a damaged entry
+                    raise SourceError(f"{self.path}: membership change at offset {entry.index} "
+                                      f"cannot be decoded: {e}") from None
+        hs = log.hard_state
+        members = _membership_state(membership) if membership is not None else QuorumState()
+        return QuorumState(epoch=hs.term, voters=members.voters, learners=members.learners,
+                           high_watermark=hs.commit, voted_for=hs.vote or None)
+
+
+def _membership_state(m: Membership) -> QuorumState:
+    return QuorumState(voters=tuple(sorted(m.voters)), learners=tuple(sorted(m.learners)))
+
+
+def open_source(snapshot: str | None, directory: str | None) -> MetadataSource:
+    """The source named on the command line; SourceError (one line) if it cannot be read."""
+    try:
+        if snapshot is not None:
+            return SnapshotFileSource(snapshot)
+        assert directory is not None
+        if not os.path.exists(directory):
+            raise SourceError(f"{directory}: no such directory")
+        return LogDirectorySource(directory)
+    except MetadataLogError as e:
+        raise SourceError(str(e)) from None
+    except OSError as e:
+        raise SourceError(f"{e.filename or snapshot or directory}: {e.strerror}") from None

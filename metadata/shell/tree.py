@@ -1,0 +1,173 @@
+"""The metadata image as a file-system tree, the view Kafka's metadata shell gives operators.
+
+Directories are built lazily, on first listing, so opening the shell on a million partitions
+costs nothing until someone lists them. Files hold JSON values. The layout is documented in
+``docs/metadata-shell.md``; in short::
+
+    /brokers/<id>/{registration,endpoints,rack,epoch,fenced,incarnationId,inControlledShutdown}
+    /topics/<name>/{id,name,configs/<key>,partitions/<n>/{replicas,isr,leader,leaderEpoch,partitionEpoch}}
+    /topicIds/<uuid>/...           the same topic directory, by id
+    /configs/{brokers,topics}/<name>/<key>    (the cluster-wide broker default is <default>)
+    /features/<name>
+    /cluster/{id,metadataOffset,metadataEpoch}
+    /quorum/{leader,epoch,voters,learners,highWatermark,votedFor}   (what the source knows)
+    /producerIds/nextProducerId
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from ..image import (BrokerRegistration, ConfigResource, MetadataImage, PartitionRegistration,
+                     ResourceType, TopicImage)
+from .source import QuorumState
+
+JsonValue = Any  # None | bool | int | str | list[JsonValue] | dict[str, JsonValue]
+
+#: The directory name of the cluster-wide broker config default (resource name ""), as
+#: ZooKeeper-era Kafka named it (/config/brokers/<default>).
+DEFAULT_RESOURCE = "<default>"
+_CONFIG_DIRS = {ResourceType.BROKER: "brokers", ResourceType.TOPIC: "topics"}
+
+
+class File:
+    """A leaf holding one JSON value."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: JsonValue) -> None:
+        self.value = value
+
+
+class Directory:
+    """A node whose children are made on first use, in listing order."""
+
+    __slots__ = ("_make", "_children")
+
+    def __init__(self, make: Callable[[], Iterable[tuple[str, Node]]]) -> None:
+        self._make: Callable[[], Iterable[tuple[str, Node]]] | None = make
+        self._children: dict[str, Node] | None = None
+
+    def children(self) -> dict[str, Node]:
+        if self._children is None:
+            assert self._make is not None
+            self._children = dict(self._make())
+            self._make = None
+        return self._children
+
+
+Node = File | Directory
+
+
+def natural_key(name: str) -> tuple[Any, ...]:
+    """Sort ``2`` before ``10`` and ``orders-2`` before ``orders-10``."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part)
+                 for part in re.split(r"(\d+)", name) if part != "")
+
+
+def _sorted(items: Iterable[tuple[str, Node]]) -> list[tuple[str, Node]]:
+    return sorted(items, key=lambda kv: natural_key(kv[0]))
+
+
+def metadata_tree(image: MetadataImage, quorum: Callable[[], QuorumState]) -> Directory:
+    """The root directory over ``image``; ``quorum`` is asked only if /quorum is visited."""
+    return Directory(lambda: [
+        ("brokers", Directory(lambda: _sorted(
+            (str(b.id), _broker(b)) for b in image.brokers.values()))),
+        ("cluster", Directory(lambda: [
+            ("id", File(image.cluster_id)),
+            ("metadataEpoch", File(image.epoch)),
+            ("metadataOffset", File(image.offset)),
+        ])),
+        ("configs", Directory(lambda: [(name, _configs(image, rtype))
+                                       for rtype, name in _CONFIG_DIRS.items()])),
+        ("features", Directory(lambda: [(name, File(level))
+                                        for name, level in sorted(image.features.items())])),
+        ("producerIds", Directory(lambda: [("nextProducerId", File(image.next_producer_id))])),
+        ("quorum", Directory(lambda: _quorum(quorum()))),
+        ("topicIds", Directory(lambda: sorted(
+            (str(t.id), _topic(image, t)) for t in image.topics_by_id.values()))),
+        ("topics", Directory(lambda: _sorted(
+            (t.name, _topic(image, t)) for t in image.topics_by_name.values()))),
+    ])
+
+
+def _broker(b: BrokerRegistration) -> Directory:
+    endpoints = [f"{e.name}://{e.host}:{e.port}" for e in b.endpoints]
+    registration = {
+        "id": b.id, "epoch": b.epoch, "incarnationId": str(b.incarnation_id),
+        "endpoints": [{"name": e.name, "host": e.host, "port": e.port,
+                       "securityProtocol": e.security_protocol.name} for e in b.endpoints],
+        "rack": b.rack, "fenced": b.fenced, "inControlledShutdown": b.in_controlled_shutdown,
+    }
+    return Directory(lambda: [
+        ("endpoints", File(endpoints)),
+        ("epoch", File(b.epoch)),
+        ("fenced", File(b.fenced)),
+        ("inControlledShutdown", File(b.in_controlled_shutdown)),
+        ("incarnationId", File(str(b.incarnation_id))),
+        ("rack", File(b.rack)),
+        ("registration", File(registration)),
+    ])
+
+
+def _topic(image: MetadataImage, t: TopicImage) -> Directory:
+    resource = ConfigResource(ResourceType.TOPIC, t.name)
+    return Directory(lambda: [
+        ("configs", Directory(lambda: [(k, File(v))
+                                       for k, v in sorted(image.config(resource).items())])),
+        ("id", File(str(t.id))),
+        ("name", File(t.name)),
+        ("partitions", Directory(lambda: [(str(pid), _partition(t.partitions[pid]))
+                                          for pid in sorted(t.partitions.keys())])),
+    ])
+
+
+def _partition(p: PartitionRegistration) -> Directory:
+    return Directory(lambda: [
+        ("isr", File(list(p.isr))),
+        ("leader", File(p.leader)),
+        ("leaderEpoch", File(p.leader_epoch)),
+        ("partitionEpoch", File(p.partition_epoch)),
+        ("replicas", File(list(p.replicas))),
+    ])
+
+
+def _configs(image: MetadataImage, rtype: ResourceType) -> Directory:
+    return Directory(lambda: _sorted(
+        (resource.name or DEFAULT_RESOURCE, _config_values(values))
+        for resource, values in image.configs.items() if resource.type == rtype))
+
+
+def _config_values(values: Mapping[str, str]) -> Directory:
+    return Directory(lambda: [(k, File(v)) for k, v in sorted(values.items())])
+
+
+def _quorum(q: QuorumState) -> list[tuple[str, Node]]:
+    known = [("epoch", q.epoch), ("highWatermark", q.high_watermark), ("leader", q.leader),
+             ("learners", None if q.learners is None else list(q.learners)),
+             ("votedFor", q.voted_for),
+             ("voters", None if q.voters is None else list(q.voters))]
+    return [(name, File(value)) for name, value in known if value is not None]
+
+
+# -- walking -----------------------------------------------------------------------------------
+
+def to_json(node: Node) -> JsonValue:
+    """A directory as a nested object, a file as its value."""
+    if isinstance(node, File):
+        return node.value
+    return {name: to_json(child) for name, child in node.children().items()}
+
+
+def walk(node: Node, path: str) -> Iterator[tuple[str, Node]]:
+    """``node`` and everything under it, depth first, in listing order."""
+    yield path, node
+    if isinstance(node, Directory):
+        for name, child in node.children().items():
+            yield from walk(child, join(path, name))
+
+
+def join(parent: str, name: str) -> str:
+    return parent.rstrip("/") + "/" + name
