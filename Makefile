@@ -8,7 +8,7 @@ GEN    := $(PROTOS:.proto=_pb2.py)
 SEEDS  ?= 20000
 STEPS  ?= 3000
 
-.PHONY: venv protos test test-long demo sim bench-core clean
+.PHONY: venv protos test test-long demo sim bench-core bench-raft anchors clean
 
 venv: $(STAMP) $(GEN)
 
@@ -38,6 +38,14 @@ sim: venv
 
 bench-core: venv
 	$(PY) -m bench.core
+
+# The etcd and PySyncObj anchors of ../shared/anchors, for bench-raft to run beside ours.
+anchors:
+	@command -v etcd >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null)
+	@test -x .venv-anchors/bin/python || ($(PYTHON) -m venv .venv-anchors && .venv-anchors/bin/pip install -q pysyncobj grpcio grpcio-tools protobuf)
+
+bench-raft: venv
+	$(PY) -m bench.raft_all
 
 clean:
 	rm -rf $(VENV) build *.egg-info protos/*_pb2*.py protos/*_pb2.pyi

@@ -357,6 +357,51 @@ def configs(bootstrap: str, timeout: float, entity_type: str, entity_name: str |
         click.echo(f"  {e.name}={e.value}{'  (default)' if e.is_default else ''}")
 
 
+# ------------------------------------------------------------------------------- health
+
+@main.command()
+@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
+              help="this server's properties file")
+def health(config_path: str) -> None:
+    """Exit 0 when this server is healthy: a controller has joined the quorum and knows the
+    leader; a broker is registered and unfenced. For container health checks."""
+    from . import config as server_config
+    try:
+        cfg = server_config.load(config_path)
+    except ConfigError as e:
+        fail(str(e))
+        return
+    problems = run(_health_problems(cfg))
+    if problems:
+        fail("; ".join(problems))
+    click.echo("healthy")
+
+
+async def _health_problems(cfg) -> list[str]:
+    import grpc
+    from protos import raft_pb2 as rpb
+    from protos import raft_pb2_grpc
+    problems = []
+    if cfg.is_controller:
+        try:
+            async with grpc.aio.insecure_channel(cfg.controller_address()) as ch:
+                st = await raft_pb2_grpc.RaftAdminStub(ch).Status(rpb.StatusRequest(), timeout=3)
+            if not st.leader_id:
+                problems.append(f"controller {cfg.node_id} knows no leader")
+            elif cfg.node_id not in st.voters:
+                problems.append(f"controller {cfg.node_id} is not a voter of the quorum")
+        except grpc.aio.AioRpcError as e:
+            problems.append(f"controller {cfg.node_id} does not answer: {e.details()}")
+    if cfg.is_broker:
+        try:
+            from brokerd.health import broker_problems
+        except ImportError:
+            problems.append("this build runs no broker")
+        else:
+            problems += await broker_problems(cfg)
+    return problems
+
+
 # ------------------------------------------------------------------------------- development
 
 @main.command("dev-quorum")

@@ -27,11 +27,12 @@ from raft.node import RaftNode
 from .brokers import BrokerLifecycle
 from .delta import MetadataDelta
 from .errors import ApiError, ErrorCode
-from .image import MetadataImage
-from .records import MetadataRecord, RecordError, encode_batch
+from .image import METADATA_VERSION, MetadataImage
+from .records import MetadataRecord, RecordError, encode_batch, feature_level
 from .state_machine import MetadataStateMachine
 
 log = logging.getLogger("kraft.controller")
+METADATA_VERSION_LEVEL = 1  # the record format this build writes
 T = TypeVar("T")
 
 
@@ -94,6 +95,12 @@ class QuorumController:
         log.info("node %d is the active controller (term %d, metadata offset %d, ready in %.0f ms)",
                  self.node.id, term, self.sm.image.offset, (time.monotonic() - started) * 1000)
         self._tasks.append(asyncio.get_running_loop().create_task(self._watch_sessions(term)))
+        if self.sm.image.metadata_version == 0:  # a new cluster: record its metadata.version first
+            try:
+                await self.write(lambda view: ([feature_level(METADATA_VERSION, METADATA_VERSION_LEVEL)]
+                                               if view.metadata_version == 0 else [], None))
+            except (ApiError, NotController) as e:
+                log.warning("could not record metadata.version: %s", e)
 
     def _deactivate(self) -> None:
         if self._active.is_set():
