@@ -3,7 +3,7 @@ options of the runtime, with defaults documented in docs/raft.md."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .core import CoreConfig
 
@@ -84,13 +84,3 @@ class NodeOptions:
             max_uncommitted_entries=self.max_uncommitted_entries,
             pre_vote=self.pre_vote, check_quorum=self.check_quorum,
             snapshot_chunk_bytes=self.snapshot_chunk_bytes)
-
-
-@dataclass(slots=True)
-class AddressBook:
-    """Node id -> advertised address, for every member we may talk to."""
-
-    addresses: dict[int, str] = field(default_factory=dict)
-
-    def get(self, node_id: int) -> str | None:
-        return self.addresses.get(node_id)
