@@ -109,6 +109,18 @@ class Shell:
 
     # -- running -------------------------------------------------------------------------------
 
+    def refresh(self) -> None:
+        """Let a live source catch up before a command line, so an interactive session follows
+        the cluster. If it cannot, say so and keep the view already held: a quorum that is
+        down for a moment should not end a session."""
+        try:
+            notes = list(self.source.refresh())
+        except SourceError as e:
+            notes = [f"{e}; still showing offset {self.source.image().offset}"]
+        for note in notes:
+            self.err.write(f"warning: {note}\n")
+        self.err.flush()
+
     def run_line(self, line: str) -> bool:
         """Run the ``;``-separated commands of a line, stopping at the first that fails;
         False if one failed. ExitShell propagates."""
@@ -296,9 +308,7 @@ def _changes(shell: Shell, o: argparse.Namespace) -> None:
     path = normalize(shell.cwd, o.path)
     history = shell.source.history()
     if not history.batches:
-        raise ShellError(f"{shell.source.description} holds no log records after its image at "
-                         f"offset {history.first_offset}, so nothing to compare; a metadata "
-                         f"log directory (--directory) keeps them")
+        raise ShellError(shell.source.no_records_message(history))
     start = history.first_offset if o.start is None else o.start
     end = shell.image().offset if o.end is None else o.end
     for offset in (start, end):

@@ -106,9 +106,10 @@ def run_interactive(shell: Shell, history: PersistentHistory) -> int:
         if not line.strip():
             continue
         try:
+            shell.refresh()
             shell.run_line(line)
         except ExitShell:
             break
-        except KeyboardInterrupt:  # a long `find /` or `changes /`: back to the prompt
+        except KeyboardInterrupt:  # a long `find /`, `changes /` or refresh: back to the prompt
             shell.err.write("interrupted\n")
     return 0

@@ -1,13 +1,14 @@
-"""``metadata-shell``: browse a metadata snapshot or a controller's metadata log directory as
-a file-system tree, like Kafka's ``kafka-metadata-shell.sh``.
+"""``metadata-shell``: browse a metadata snapshot, a controller's metadata log directory or a
+running controller quorum as a file-system tree, like Kafka's ``kafka-metadata-shell.sh``.
 
     metadata-shell --snapshot FILE                    interactive
     metadata-shell --directory DIR -c 'ls /topics; cat /cluster/id'
     metadata-shell --directory DIR --at-offset 5 ls /topics
     metadata-shell --snapshot FILE < commands.txt     one command per line
+    metadata-shell --bootstrap-controller HOST:PORT[,HOST:PORT...] cat /quorum/leader
 
 One-shot and scripted runs stop at the first failing command and exit with 1; a source that
-cannot be read exits with 1 after one line naming the file and where.
+cannot be read (or a quorum that does not answer) exits with 1 after one line saying why.
 """
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ from collections.abc import Iterable
 import click
 
 from .commands import CommandHistory, ExitShell, MemoryHistory, Shell
-from .source import SourceError, open_source
+from .source import MetadataSource, SourceError, open_source
+
+SOURCES = "--snapshot FILE, --directory DIR or --bootstrap-controller HOST:PORT[,HOST:PORT...]"
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"],
@@ -30,6 +33,12 @@ from .source import SourceError, open_source
 @click.option("--directory", "-d", metavar="DIR",
               help="A controller's metadata log directory: its newest snapshot plus the log "
                    "replayed to its end.")
+@click.option("--bootstrap-controller", "-b", "bootstrap", metavar="HOST:PORT[,HOST:PORT...]",
+              help="A running controller quorum, read live (committed metadata, read-only); "
+                   "interactive mode refreshes before each command.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=10.0,
+              show_default=True, metavar="SECONDS",
+              help="With --bootstrap-controller: how long to wait for the quorum to answer.")
 @click.option("--at-offset", type=click.IntRange(min=0), metavar="N",
               help="Browse the image as it was at offset N (all entries up to N applied).")
 @click.option("--json", "json_output", is_flag=True,
@@ -37,16 +46,31 @@ from .source import SourceError, open_source
 @click.option("-c", "--command", "commands", metavar="'CMD; CMD'",
               help="Run these commands and exit (non-zero if one fails).")
 @click.argument("words", nargs=-1, type=click.UNPROCESSED, metavar="[COMMAND [ARGS]...]")
-def main(snapshot: str | None, directory: str | None, at_offset: int | None, json_output: bool,
-         commands: str | None, words: tuple[str, ...]) -> None:
+def main(snapshot: str | None, directory: str | None, bootstrap: str | None, timeout: float,
+         at_offset: int | None, json_output: bool, commands: str | None,
+         words: tuple[str, ...]) -> None:
     """Browse cluster metadata as a file-system tree (see docs/metadata-shell.md).
 
     With -c or a trailing COMMAND, runs it and exits; with commands on standard input (not
     a terminal), runs them one line at a time; otherwise starts an interactive shell."""
-    if (snapshot is None) == (directory is None):
-        raise click.UsageError("give exactly one of --snapshot FILE or --directory DIR")
+    if [snapshot, directory, bootstrap].count(None) != 2:
+        raise click.UsageError(f"give exactly one of {SOURCES}")
     try:
-        source = open_source(snapshot, directory)
+        source = open_source(snapshot, directory, bootstrap, timeout)
+    except SourceError as e:
+        click.echo(f"metadata-shell: {e}", err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:  # Ctrl-C while a quorum is being read
+        sys.exit(130)
+    try:
+        _browse(source, at_offset, json_output, commands, words)
+    finally:
+        source.close()
+
+
+def _browse(source: MetadataSource, at_offset: int | None, json_output: bool,
+            commands: str | None, words: tuple[str, ...]) -> None:
+    try:
         for warning in source.warnings():
             click.echo(f"warning: {warning}", err=True)
         one_shot = commands is not None or bool(words)

@@ -4,9 +4,9 @@ A source answers three questions: the newest image, what it knows of the Raft qu
 the record history it holds (a base image and the log batches after it). Every earlier image
 within reach is rebuilt from that history, so a source only has to describe what it has; the
 shell, ``--at-offset`` and ``changes`` work the same over any of them. Files are the sources
-here (a snapshot, a metadata log directory); a live one that follows a controller over the
-network fits the same three questions, knowing more of the quorum (the leader, the high
-watermark) and a history that starts when it connected.
+here (a snapshot, a metadata log directory); the live one that follows a controller quorum
+over the network (``live.py``) answers the same three questions, knowing more of the quorum
+(the leader, the high watermark, the observers) and moving on when ``refresh`` is called.
 """
 from __future__ import annotations
 
@@ -31,10 +31,25 @@ class SourceError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class ReplicaState:
+    """One replica's replication as the leader sees it (DescribeQuorum). Timestamps are ms
+    since the epoch, ``None`` when the leader has not heard from the replica."""
+
+    id: int
+    log_end_offset: int
+    lag: int
+    last_fetch_ms: int | None
+    last_caught_up_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class QuorumState:
     """What a source knows of the quorum; ``None`` where it does not know. Files know little:
     a log directory holds its node's current epoch, vote, commit index and the membership in
-    its log; a snapshot only the membership it was taken under (a Raft snapshot) or nothing."""
+    its log; a snapshot only the membership it was taken under (a Raft snapshot) or nothing.
+    A live source knows what the leader reports: itself, its epoch, the high watermark, the
+    voters and the observers (brokers fetching metadata), each with its replication state.
+    ``high_watermark`` is exclusive, as in Kafka: the offset after the last committed one."""
 
     leader: int | None = None
     epoch: int | None = None
@@ -42,6 +57,9 @@ class QuorumState:
     learners: tuple[int, ...] | None = None
     high_watermark: int | None = None
     voted_for: int | None = None
+    observers: tuple[int, ...] | None = None
+    voter_states: tuple[ReplicaState, ...] | None = None
+    observer_states: tuple[ReplicaState, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +116,21 @@ class MetadataSource(ABC):
     def warnings(self) -> Sequence[str]:
         """Things the user should know that do not stop the shell (a torn log tail)."""
         return ()
+
+    def refresh(self) -> Sequence[str]:
+        """Catch up with what the source follows, before an interactive command line; returns
+        warnings, raises SourceError if it cannot (the caller keeps the view it has). Files
+        do not move, so by default nothing happens."""
+        return ()
+
+    def close(self) -> None:
+        """Release what the source holds open (a live source's connections)."""
+
+    def no_records_message(self, history: RecordHistory) -> str:
+        """Why ``changes`` has nothing to compare when the history holds no batches."""
+        return (f"{self.description} holds no log records after its image at offset "
+                f"{history.first_offset}, so nothing to compare; a metadata log directory "
+                f"(--directory) keeps them")
 
     def image_at(self, offset: int) -> MetadataImage:
         """The image as of ``offset``; SourceError if the history does not reach it."""
@@ -192,16 +225,23 @@ class LogDirectorySource(MetadataSource):
                                       f"cannot be decoded: {e}") from None
         hs = log.hard_state
         members = _membership_state(membership) if membership is not None else QuorumState()
+        # The hard state holds the commit index; a high watermark is exclusive, as in Kafka
+        # and DescribeQuorum, so a live source and a directory read the same for one state.
         return QuorumState(epoch=hs.term, voters=members.voters, learners=members.learners,
-                           high_watermark=hs.commit, voted_for=hs.vote or None)
+                           high_watermark=hs.commit + 1, voted_for=hs.vote or None)
 
 
 def _membership_state(m: Membership) -> QuorumState:
     return QuorumState(voters=tuple(sorted(m.voters)), learners=tuple(sorted(m.learners)))
 
 
-def open_source(snapshot: str | None, directory: str | None) -> MetadataSource:
+def open_source(snapshot: str | None, directory: str | None, bootstrap: str | None = None,
+                timeout: float = 10.0) -> MetadataSource:
     """The source named on the command line; SourceError (one line) if it cannot be read."""
+    if bootstrap is not None:
+        # Imported only here: gRPC costs a file source's start-up for nothing.
+        from .live import LiveSource
+        return LiveSource(bootstrap, timeout=timeout)
     try:
         if snapshot is not None:
             return SnapshotFileSource(snapshot)

@@ -10,7 +10,8 @@ costs nothing until someone lists them. Files hold JSON values. The layout is do
     /configs/{brokers,topics}/<name>/<key>    (the cluster-wide broker default is <default>)
     /features/<name>
     /cluster/{id,metadataOffset,metadataEpoch}
-    /quorum/{leader,epoch,voters,learners,highWatermark,votedFor}   (what the source knows)
+    /quorum/{leader,epoch,voters,learners,observers,highWatermark,votedFor}  (what it knows)
+    /quorum/replication/{voters,observers}/<id>/...   (a live source: the leader's view)
     /producerIds/nextProducerId
 """
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 from ..image import (BrokerRegistration, ConfigResource, MetadataImage, PartitionRegistration,
                      ResourceType, TopicImage)
-from .source import QuorumState
+from .source import QuorumState, ReplicaState
 
 JsonValue = Any  # None | bool | int | str | list[JsonValue] | dict[str, JsonValue]
 
@@ -145,11 +146,35 @@ def _config_values(values: Mapping[str, str]) -> Directory:
 
 
 def _quorum(q: QuorumState) -> list[tuple[str, Node]]:
-    known = [("epoch", q.epoch), ("highWatermark", q.high_watermark), ("leader", q.leader),
-             ("learners", None if q.learners is None else list(q.learners)),
-             ("votedFor", q.voted_for),
-             ("voters", None if q.voters is None else list(q.voters))]
-    return [(name, File(value)) for name, value in known if value is not None]
+    known: list[tuple[str, JsonValue]] = [
+        ("epoch", q.epoch), ("highWatermark", q.high_watermark), ("leader", q.leader),
+        ("learners", None if q.learners is None else list(q.learners)),
+        ("observers", None if q.observers is None else list(q.observers)),
+        ("votedFor", q.voted_for),
+        ("voters", None if q.voters is None else list(q.voters))]
+    found: list[tuple[str, Node]] = [(name, File(value)) for name, value in known
+                                     if value is not None]
+    # Replication state by role: a broker and a controller may share an id.
+    roles = [(role, states) for role, states in (("observers", q.observer_states),
+                                                 ("voters", q.voter_states))
+             if states is not None]
+    if roles:
+        found.append(("replication", Directory(lambda: [
+            (role, _replicas(states)) for role, states in roles])))
+    return sorted(found, key=lambda kv: kv[0])
+
+
+def _replicas(states: Iterable[ReplicaState]) -> Directory:
+    return Directory(lambda: [(str(r.id), _replica(r)) for r in sorted(states, key=lambda r: r.id)])
+
+
+def _replica(r: ReplicaState) -> Directory:
+    return Directory(lambda: [
+        ("lag", File(r.lag)),
+        ("lastCaughtUpTimestamp", File(r.last_caught_up_ms)),
+        ("lastFetchTimestamp", File(r.last_fetch_ms)),
+        ("logEndOffset", File(r.log_end_offset)),
+    ])
 
 
 # -- walking -----------------------------------------------------------------------------------
