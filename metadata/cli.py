@@ -97,25 +97,51 @@ def server_start(config_path: str, log_level: str) -> None:
     logging.basicConfig(level=log_level, stream=sys.stderr,
                         format=f"%(asctime)s [node {cfg.node_id}] %(levelname)s %(name)s: %(message)s")
     logging.getLogger("grpc").setLevel(logging.WARNING)
-    if cfg.is_broker:
-        fail("process.roles includes broker, which this build does not run yet; use process.roles=controller")
+    sys.exit(run(_serve_roles(cfg)))
 
-    async def serve() -> int:
-        from .server import ControllerServer
-        server = ControllerServer(cfg)
-        await server.start()
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        stopped = loop.create_task(server.node.wait_stopped())
-        await asyncio.wait([loop.create_task(stop.wait()), stopped], return_when=asyncio.FIRST_COMPLETED)
-        if stopped.done() and stopped.result() is not None:
-            click.echo(f"Error: {stopped.result()}", err=True)
+
+async def _serve_roles(cfg) -> int:
+    """Run the controller, the broker, or both (a combined node: the controller starts first
+    and stops last, since a broker's controlled shutdown needs it)."""
+    from brokerd.main import STARTUP_ERRORS
+    from brokerd.server import BrokerServer
+    from .server import ControllerServer
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    controller = ControllerServer(cfg) if cfg.is_controller else None
+    broker = BrokerServer(cfg) if cfg.is_broker else None
+    watched = []
+    try:
+        if controller is not None:
+            await controller.start()
+            watched.append(loop.create_task(controller.node.wait_stopped()))
+        if broker is not None:
+            starting = loop.create_task(broker.start())
+            await asyncio.wait([starting, loop.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+            if not starting.done():
+                starting.cancel()
+                await asyncio.gather(starting, return_exceptions=True)
+            elif starting.exception() is not None:
+                raise starting.exception()  # type: ignore[misc]
+            else:
+                watched.append(loop.create_task(broker.wait_stopped()))
+        if watched and not stop.is_set():
+            await asyncio.wait([*watched, loop.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+        errors = [t.result() for t in watched if t.done() and t.result() is not None]
+        if errors:
+            click.echo(f"Error: {errors[0]}", err=True)
             return 1
-        await server.stop()
         return 0
-    sys.exit(run(serve()))
+    except STARTUP_ERRORS as e:
+        click.echo(f"Error: {e}", err=True)
+        return 1
+    finally:
+        if broker is not None:
+            await broker.stop()
+        if controller is not None:
+            await controller.stop()
 
 
 # ------------------------------------------------------------------------------- topics
@@ -393,12 +419,8 @@ async def _health_problems(cfg) -> list[str]:
         except grpc.aio.AioRpcError as e:
             problems.append(f"controller {cfg.node_id} does not answer: {e.details()}")
     if cfg.is_broker:
-        try:
-            from brokerd.health import broker_problems
-        except ImportError:
-            problems.append("this build runs no broker")
-        else:
-            problems += await broker_problems(cfg)
+        from brokerd.health import broker_problems
+        problems += await broker_problems(cfg)
     return problems
 
 
@@ -406,22 +428,34 @@ async def _health_problems(cfg) -> list[str]:
 
 @main.command("dev-quorum")
 @click.option("--dir", "base_dir", default=None, help="where configs and data go (default: a new temp dir)")
-@click.option("--base-port", type=int, default=19093, show_default=True, help="controllers listen on P, P+1, P+2")
-def dev_quorum(base_dir: str | None, base_port: int) -> None:
-    """Three controllers on loopback as processes; prints the bootstrap string; Ctrl-C stops them."""
+@click.option("--base-port", type=int, default=19093, show_default=True,
+              help="controllers listen on P..P+2, brokers on P+3...")
+@click.option("--brokers", type=int, default=3, show_default=True, help="broker processes (ids 101...)")
+def dev_quorum(base_dir: str | None, base_port: int, brokers: int) -> None:
+    """Three controllers (and brokers) on loopback as processes; prints the bootstrap strings;
+    Ctrl-C stops them."""
     from .dev_quorum import DevQuorum
-    q = DevQuorum(base_dir, base_port)
+    q = DevQuorum(base_dir, base_port, brokers=brokers)
     try:
         q.start()
         leader = run(q.wait_for_leader())
+        if brokers:
+            run(q.wait_for_brokers())
     except (ConfigError, RaftError, OSError) as e:
         q.stop()
         fail(str(e))
         return
-    click.echo(f"3 controllers running in {q.base_dir} (cluster id {q.cluster_id}); active controller: node {leader}")
-    click.echo(f"bootstrap: {q.bootstrap}")
-    click.echo(f"try:  kraft topics --bootstrap-controller {q.bootstrap} list")
+    click.echo(f"3 controllers and {brokers} brokers running in {q.base_dir} (cluster id {q.cluster_id}); "
+               f"active controller: node {leader}")
+    click.echo(f"controllers: {q.bootstrap}")
+    if brokers:
+        click.echo(f"brokers:     {q.bootstrap_servers}")
+    click.echo(f"try:  kraft topics --bootstrap-controller {q.bootstrap} create --topic demo --partitions 3"
+               f"{' --replication-factor 3' if brokers >= 3 else ''}")
     click.echo(f"      kraft quorum --bootstrap-controller {q.bootstrap} describe --status")
+    if brokers:
+        click.echo(f"      echo hello | kraft console-producer --bootstrap-server {q.bootstrap_servers} --topic demo")
+        click.echo(f"      kraft console-consumer --bootstrap-server {q.bootstrap_servers} --topic demo --from-beginning")
     click.echo("Ctrl-C stops them.")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stop the controllers on SIGTERM too
     try:
@@ -434,21 +468,18 @@ def dev_quorum(base_dir: str | None, base_port: int) -> None:
         click.echo("stopped.")
 
 
-def _mount_optional() -> None:
+def _mount() -> None:
     """Commands that live in their own modules."""
-    try:
-        from .dump_log import dump_log
-        main.add_command(dump_log, "dump-log")
-    except ImportError:
-        pass
-    try:
-        from .analytics.cli import analytics
-        main.add_command(analytics, "analytics")
-    except ImportError:
-        pass
+    from brokerd.cli import console_consumer, console_producer
+    from .analytics.cli import analytics
+    from .dump_log import dump_log
+    main.add_command(dump_log, "dump-log")
+    main.add_command(console_producer, "console-producer")
+    main.add_command(console_consumer, "console-consumer")
+    main.add_command(analytics, "analytics")
 
 
-_mount_optional()
+_mount()
 
 if __name__ == "__main__":
     main()

@@ -1,5 +1,6 @@
-"""The main job (``make demo``): a local 3-controller quorum on loopback, driven with the same
-`kraft` commands an operator types, through a failover of the active controller.
+"""The main job (``make demo``): three controllers and three brokers on loopback, driven with
+the same `kraft` commands an operator types, through the loss of the active controller and of
+a partition leader.
 
     python -m metadata.demo [--dir DIR] [--base-port P]
 """
@@ -7,14 +8,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import shlex
 import subprocess
 import sys
 import tempfile
 import time
 
-from brokerd.lifecycle import BrokerLifecycle
-from brokerd.metadata_fetcher import MetadataFetcher
 from metadata.client import ControllerClient
 from protos import controller_pb2 as pb
 
@@ -27,33 +27,18 @@ def say(text: str) -> None:
     print(f"\n{BOLD}== {text}{RESET}", flush=True)
 
 
-def kraft(*args: str, expect_failure: bool = False) -> str:
+def kraft(*args: str, expect_failure: bool = False, input: str | None = None, quiet: bool = False) -> str:
     shown = "kraft " + " ".join(shlex.quote(a) for a in args)
-    print(f"{DIM}${RESET} {shown}", flush=True)
-    p = subprocess.run([sys.executable, "-m", "metadata.cli", *args], cwd=REPO, capture_output=True, text=True)
+    if not quiet:
+        print(f"{DIM}${RESET} {shown}", flush=True)
+    p = subprocess.run([sys.executable, "-m", "metadata.cli", *args], cwd=REPO, capture_output=True, text=True,
+                       input=input)
     out = (p.stdout + p.stderr).rstrip()
-    if out:
+    if out and not quiet:
         print(out + (f"  (exit {p.returncode})" if expect_failure else ""), flush=True)
     if (p.returncode != 0) != expect_failure:
         raise SystemExit(f"demo stopped: `{shown}` {'succeeded' if expect_failure else 'failed'} unexpectedly")
     return p.stdout
-
-
-async def register_brokers(q: DevQuorum, n: int) -> list[tuple[BrokerLifecycle, MetadataFetcher, ControllerClient]]:
-    out = []
-    for i, rack in zip(range(n), "abc"):
-        bid = 101 + i
-        client = ControllerClient(q.bootstrap)
-        fetcher = MetadataFetcher(client, bid, max_wait_ms=300)
-        fetcher.start()
-        lc = BrokerLifecycle(client, bid, q.cluster_id,
-                             [pb.Endpoint(name="PLAINTEXT", host="127.0.0.1", port=9092 + i, security_protocol="PLAINTEXT")],
-                             rack=f"rack-{rack}", heartbeat_interval_s=0.5, metadata_offset=lambda f=fetcher: f.offset)
-        await lc.start()
-        out.append((lc, fetcher, client))
-    for lc, _, _ in out:
-        await asyncio.wait_for(lc.unfenced.wait(), 30)
-    return out
 
 
 async def first_write(q: DevQuorum, among: list[int]) -> float:
@@ -65,34 +50,45 @@ async def first_write(q: DevQuorum, among: list[int]) -> float:
     return time.monotonic() - t0
 
 
+def leaders(describe_output: str, topic: str) -> dict[int, int]:
+    """partition -> leader, from `kraft topics describe` output."""
+    out = {}
+    for line in describe_output.splitlines():
+        m = re.search(rf"Topic: {re.escape(topic)}\tPartition: (\d+)\tLeader: (\S+)", line)
+        if m:
+            out[int(m.group(1))] = int(m.group(2)) if m.group(2).isdigit() else -1
+    return out
+
+
 async def main_async(base_dir: str, base_port: int) -> None:
-    say("Start three controllers on loopback (kraft dev-quorum does the same)")
-    q = DevQuorum(base_dir, base_port)
+    say("Start three controllers and three brokers on loopback (what `kraft dev-quorum` does)")
+    q = DevQuorum(base_dir, base_port, brokers=3, broker_extra={"replica.lag.time.max.ms": "10000"})
     q.start()
-    brokers = []
     try:
         leader = await q.wait_for_leader()
-        b = q.bootstrap
+        await q.wait_for_brokers()
+        c, s = q.bootstrap, q.bootstrap_servers
         print(f"cluster id {q.cluster_id}; configs, logs and data in {q.base_dir}")
-        kraft("quorum", "--bootstrap-controller", b, "describe", "--status")
-
-        say("Register three brokers through the broker RPCs (BrokerRegistration + BrokerHeartbeat)")
-        print("(real broker processes arrive with brokerd; these speak the same RPCs, pull the metadata "
-              "log with FetchMetadata and are unfenced once caught up)")
-        brokers = await register_brokers(q, 3)
-        kraft("cluster", "--bootstrap-controller", b, "describe")
+        kraft("quorum", "--bootstrap-controller", c, "describe", "--status")
+        kraft("cluster", "--bootstrap-controller", c, "describe")
 
         say("Create topics: replicas on distinct brokers, spread across racks, leaders balanced")
-        kraft("topics", "--bootstrap-controller", b, "create", "--topic", "orders", "--partitions", "6",
-              "--replication-factor", "3")
-        kraft("topics", "--bootstrap-controller", b, "create", "--topic", "payments", "--partitions", "3",
-              "--replication-factor", "2", "--config", "min.insync.replicas=2", "--config", "retention.ms=86400000")
-        kraft("topics", "--bootstrap-controller", b, "describe")
+        kraft("topics", "--bootstrap-controller", c, "create", "--topic", "orders", "--partitions", "6",
+              "--replication-factor", "3", "--config", "min.insync.replicas=2")
+        kraft("topics", "--bootstrap-controller", c, "create", "--topic", "payments", "--partitions", "3",
+              "--replication-factor", "2")
+        kraft("topics", "--bootstrap-controller", c, "describe")
         print(f"{DIM}(a duplicate is refused with Kafka's error code){RESET}")
-        kraft("topics", "--bootstrap-controller", b, "create", "--topic", "orders", expect_failure=True)
+        kraft("topics", "--bootstrap-controller", c, "create", "--topic", "orders", expect_failure=True)
+
+        say("Produce 100 messages with acks=all")
+        first = [f"order-{i}:item {i}" for i in range(100)]
+        kraft("console-producer", "--bootstrap-server", s, "--topic", "orders", "--acks", "all",
+              "--key-separator", ":", input="\n".join(first) + "\n", quiet=True)
+        print(f"{len(first)} messages acknowledged by the in-sync replicas")
 
         say(f"kill -9 the active controller (node {leader})")
-        before = kraft("topics", "--bootstrap-controller", b, "list").split()
+        before = kraft("topics", "--bootstrap-controller", c, "list").split()
         q.kill(leader)
         others = [n for n in q.ports if n != leader]
         took = await first_write(q, others)
@@ -107,23 +103,43 @@ async def main_async(base_dir: str, base_port: int) -> None:
         if lost:
             raise SystemExit(f"demo failed: topics lost: {sorted(lost)}")
 
-        say(f"Restart node {leader}: it rejoins as a standby and catches up")
-        q.start_node(leader)
-        for _ in range(100):
-            await asyncio.sleep(0.1)
-            out = subprocess.run([sys.executable, "-m", "metadata.cli", "quorum", "--bootstrap-controller", b,
-                                  "describe", "--replication"], cwd=REPO, capture_output=True, text=True).stdout
-            row = [line for line in out.splitlines() if line.startswith(f"{leader}\t")]
-            if row and row[0].split("\t")[2] == "0":
-                break
-        kraft("quorum", "--bootstrap-controller", b, "describe", "--replication")
+        say("kill -9 a broker that leads partitions")
+        led = leaders(kraft("topics", "--bootstrap-controller", survivors, "describe", "--topic", "orders", quiet=True), "orders")
+        victim = led[0]
+        q.kill(victim)
+        print(f"broker {victim} led partitions {sorted(p for p, b in led.items() if b == victim)} of orders")
+        second = [f"order-{i}:item {i}" for i in range(100, 200)]
+        kraft("console-producer", "--bootstrap-server", s, "--topic", "orders", "--acks", "all",
+              "--key-separator", ":", input="\n".join(second) + "\n", quiet=True)
+        print(f"{len(second)} more messages acknowledged with broker {victim} down")
+        now = kraft("topics", "--bootstrap-controller", survivors, "describe", "--topic", "orders")
+        moved = leaders(now, "orders")
+        if any(b == victim for b in moved.values()):
+            raise SystemExit(f"demo failed: broker {victim} still leads a partition")
+        print(f"the controller fenced broker {victim} and elected new leaders from each ISR")
+        out = kraft("console-consumer", "--bootstrap-server", s, "--topic", "orders", "--from-beginning",
+                    "--max-messages", "200", "--timeout-ms", "20000", quiet=True).split("\n")
+        got = {line.strip() for line in out if line.strip()}
+        missing = {m.split(":", 1)[1] for m in first + second} - got
+        print(f"consumed {len(got)} distinct messages; acknowledged but missing: {len(missing)}")
+        if missing:
+            raise SystemExit(f"demo failed: {len(missing)} acknowledged messages missing")
 
-        say("Done: shutting down")
+        say(f"Restart controller {leader} and broker {victim}: both rejoin and catch up")
+        q.start_node(leader)
+        q.start_node(victim)
+        await q.wait_for_brokers(ids=[victim])
+        for _ in range(150):
+            await asyncio.sleep(0.2)
+            if f"Isr: " in (d := kraft("topics", "--bootstrap-controller", c, "describe", "--topic", "orders",
+                                       quiet=True)) and all(str(victim) in l.split("Isr: ")[1]
+                                                             for l in d.splitlines() if "Partition:" in l):
+                break
+        kraft("topics", "--bootstrap-controller", c, "describe", "--topic", "orders")
+        kraft("quorum", "--bootstrap-controller", c, "describe", "--replication")
+
+        say("Done: shutting down (brokers first, with a controlled shutdown)")
     finally:
-        for lc, fetcher, client in brokers:
-            await lc.stop()
-            await fetcher.stop()
-            await client.close()
         q.stop()
 
 

@@ -22,10 +22,17 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 class DevQuorum:
+    """Controllers 1-3 on base_port..base_port+2; brokers 101.. on the ports after them."""
+
     def __init__(self, base_dir: str | None = None, base_port: int = 19093, *, election_timeout_ms: int = 500,
-                 session_timeout_ms: int = 9000, extra: dict[str, str] | None = None) -> None:
+                 session_timeout_ms: int = 9000, extra: dict[str, str] | None = None, brokers: int = 0,
+                 broker_extra: dict[str, str] | None = None) -> None:
         self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix="kraft-dev-"))
         self.ports = {i: base_port + i - 1 for i in (1, 2, 3)}
+        self.broker_ports = {101 + i: base_port + 3 + i for i in range(brokers)}
+        self.bootstrap_servers = ",".join(f"127.0.0.1:{p}" for p in self.broker_ports.values())
+        self.broker_extra = broker_extra or {}
+        self.broker_procs: dict[int, subprocess.Popen] = {}
         self.voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in self.ports.items())
         self.bootstrap = ",".join(f"127.0.0.1:{p}" for p in self.ports.values())
         self.election_timeout_ms = election_timeout_ms
@@ -35,7 +42,7 @@ class DevQuorum:
         self.cluster_id = ""
 
     def config_path(self, nid: int) -> Path:
-        return self.base_dir / f"controller-{nid}.properties"
+        return self.base_dir / (f"controller-{nid}.properties" if nid in self.ports else f"broker-{nid}.properties")
 
     def write_configs(self) -> None:
         self.base_dir.mkdir(parents=True, exist_ok=True)
@@ -47,6 +54,12 @@ class DevQuorum:
                      "controller.quorum.election.timeout.ms": str(self.election_timeout_ms),
                      "broker.session.timeout.ms": str(self.session_timeout_ms), **self.extra}
             self.config_path(nid).write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
+        for bid, port in self.broker_ports.items():
+            lines = {"node.id": str(bid), "process.roles": "broker", "controller.quorum.voters": self.voters,
+                     "listeners": f"PLAINTEXT://127.0.0.1:{port}", "log.dirs": str(self.base_dir / f"broker-{bid}"),
+                     "broker.rack": f"rack-{'abc'[(bid - 101) % 3]}", "broker.heartbeat.interval.ms": "500",
+                     **self.broker_extra}
+            self.config_path(bid).write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
 
     def kraft(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "metadata.cli", *args], cwd=REPO, capture_output=True, text=True)
@@ -58,22 +71,25 @@ class DevQuorum:
         else:
             self.write_configs()
             self.cluster_id = random_id()
-            for nid in self.ports:
+            for nid in [*self.ports, *self.broker_ports]:
                 p = self.kraft("storage", "format", "--cluster-id", self.cluster_id, "--config", str(self.config_path(nid)))
                 if p.returncode != 0:
                     raise ConfigError(p.stderr.strip() or p.stdout.strip())
             id_file.write_text(self.cluster_id)
-        for nid in self.ports:
+        for nid in [*self.ports, *self.broker_ports]:
             self.start_node(nid)
 
     def start_node(self, nid: int) -> subprocess.Popen:
-        log = open(self.base_dir / f"controller-{nid}.log", "a")
-        self.procs[nid] = subprocess.Popen([sys.executable, "-m", "metadata.cli", "server-start", str(self.config_path(nid))],
-                                           cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        return self.procs[nid]
+        """Start controller or broker ``nid``."""
+        kind = "controller" if nid in self.ports else "broker"
+        log = open(self.base_dir / f"{kind}-{nid}.log", "a")
+        p = subprocess.Popen([sys.executable, "-m", "metadata.cli", "server-start", str(self.config_path(nid))],
+                             cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        (self.procs if kind == "controller" else self.broker_procs)[nid] = p
+        return p
 
     def kill(self, nid: int, sig: int = signal.SIGKILL) -> None:
-        p = self.procs[nid]
+        p = self.procs.get(nid) or self.broker_procs[nid]
         p.send_signal(sig)
         if sig in (signal.SIGKILL, signal.SIGTERM):
             p.wait(20)
@@ -84,19 +100,38 @@ class DevQuorum:
             r = await c.call("DescribeQuorum", pb.DescribeQuorumRequest())
             return r.leader_id
 
+    async def wait_for_brokers(self, timeout: float = 60.0, ids: list[int] | None = None) -> None:
+        """Until the brokers are registered and unfenced."""
+        want = set(ids or self.broker_ports)
+        deadline = time.monotonic() + timeout
+        async with ControllerClient(self.bootstrap, timeout=timeout, attempt_timeout=1.0) as c:
+            while True:
+                r = await c.call("DescribeCluster", pb.DescribeClusterRequest())
+                if want <= {b.id for b in r.brokers if not b.fenced}:
+                    return
+                if time.monotonic() > deadline:
+                    raise ConfigError(f"brokers {sorted(want)} were not all unfenced within {timeout:.0f}s; "
+                                      f"see the broker logs in {self.base_dir}")
+                await asyncio.sleep(0.2)
+
     def wait(self) -> None:
-        """Block until a controller exits (or Ctrl-C)."""
-        while all(p.poll() is None for p in self.procs.values()):
+        """Block until a server exits (or Ctrl-C)."""
+        everyone = {**self.procs, **self.broker_procs}
+        while all(p.poll() is None for p in everyone.values()):
             time.sleep(0.5)
-        dead = [n for n, p in self.procs.items() if p.poll() is not None]
-        raise ConfigError(f"controller {dead[0]} exited; see {self.base_dir}/controller-{dead[0]}.log")
+        dead = [n for n, p in everyone.items() if p.poll() is not None][0]
+        kind = "controller" if dead in self.ports else "broker"
+        raise ConfigError(f"{kind} {dead} exited; see {self.base_dir}/{kind}-{dead}.log")
 
     def stop(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.procs.values():
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        """Brokers first (their controlled shutdown needs the controllers), then controllers."""
+        for group in (self.broker_procs, self.procs):
+            for p in group.values():
+                if p.poll() is None:
+                    p.send_signal(signal.SIGCONT)
+                    p.send_signal(signal.SIGTERM)
+            for p in group.values():
+                try:
+                    p.wait(30)
+                except subprocess.TimeoutExpired:
+                    p.kill()

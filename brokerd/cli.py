@@ -1,0 +1,211 @@
+"""``console-producer`` and ``console-consumer`` (kafka-console-producer.sh and
+kafka-console-consumer.sh), as click commands to mount in the ``kraft`` CLI; ``python -m
+brokerd.cli`` runs them standalone.
+
+The producer reads lines from stdin (``KEY<sep>VALUE`` with ``--key-separator``) and prints
+each failed send as one line on stderr, the way Kafka's ErrorLoggingCallback does; it exits 1
+if any send failed. The consumer prints values (and, with ``--property print.key=true`` etc.,
+keys, offsets, partitions, timestamps) until ``--max-messages`` or ``--timeout-ms`` without a
+message, then reports ``Processed a total of N messages`` on stderr.
+"""
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import Callable
+
+import click
+
+from .client import ACKS, ClientError, Consumer, ConsumerRecord, Producer
+
+FORMATTER_PROPERTIES = {"print.key", "print.value", "print.offset", "print.partition", "print.timestamp",
+                        "key.separator", "line.separator", "null.literal"}
+
+
+def _fail(message: str) -> None:
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(1)
+
+
+def _describe(b: bytes | None) -> str:
+    return "null" if b is None else f"{len(b)} bytes"
+
+
+@click.command("console-producer")
+@click.option("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT...] of any brokers")
+@click.option("--topic", required=True)
+@click.option("--acks", type=click.Choice(["all", "-1", "1", "0"]), default="all", show_default=True)
+@click.option("--key-separator", default=None, help="parse each line as KEY<separator>VALUE")
+@click.option("--linger-ms", type=int, default=5, show_default=True)
+@click.option("--max-block-ms", type=int, default=60000, show_default=True)
+@click.option("--request-timeout-ms", type=int, default=30000, show_default=True)
+@click.option("--sync", is_flag=True, help="wait for each record's answer before reading the next line")
+def console_producer(bootstrap_server: str, topic: str, acks: str, key_separator: str | None, linger_ms: int,
+                     max_block_ms: int, request_timeout_ms: int, sync: bool) -> None:
+    """Send the lines of stdin to TOPIC."""
+    sep = key_separator.encode() if key_separator else None
+
+    async def run() -> int:
+        failures = 0
+
+        def report(key: bytes | None, value: bytes | None, error: BaseException) -> None:
+            nonlocal failures
+            failures += 1
+            click.echo(f"Error when sending message to topic {topic} with key: {_describe(key)}, value: "
+                       f"{_describe(value)} with error: {error}", err=True)
+
+        try:
+            producer = await Producer(bootstrap_server, acks=ACKS[acks], linger_ms=linger_ms, max_block_ms=max_block_ms,
+                                      request_timeout_ms=request_timeout_ms).start()
+        except ClientError as e:
+            _fail(str(e))
+        loop = asyncio.get_running_loop()
+        number = 0
+        try:
+            while True:
+                line = await loop.run_in_executor(None, sys.stdin.buffer.readline)
+                if not line:
+                    break
+                number += 1
+                value = line.rstrip(b"\r\n")
+                key = None
+                if sep is not None:
+                    key, found, rest = value.partition(sep)
+                    if not found:
+                        click.echo(f"Error: No key separator found on line number {number}: "
+                                   f"'{value.decode(errors='replace')}'", err=True)
+                        return 1
+                    value = rest
+                try:
+                    fut = await producer.send(topic, value, key)
+                except ClientError as e:
+                    report(key, value, e)
+                    continue
+                if sync:
+                    try:
+                        await fut
+                    except ClientError as e:
+                        report(key, value, e)
+                else:
+                    fut.add_done_callback(
+                        lambda f, k=key, v=value: report(k, v, f.exception()) if f.exception() else None)
+        finally:
+            await producer.close()
+        return 1 if failures else 0
+
+    sys.exit(asyncio.run(run()))
+
+
+def _formatter(props: dict[str, str]) -> Callable[[ConsumerRecord], bytes]:
+    print_key = props.get("print.key", "false").lower() == "true"
+    print_value = props.get("print.value", "true").lower() == "true"
+    print_offset = props.get("print.offset", "false").lower() == "true"
+    print_partition = props.get("print.partition", "false").lower() == "true"
+    print_ts = props.get("print.timestamp", "false").lower() == "true"
+    key_sep = props.get("key.separator", "\t").encode()
+    line_sep = props.get("line.separator", "\n").encode()
+    null = props.get("null.literal", "null").encode()
+
+    def fmt(r: ConsumerRecord) -> bytes:
+        parts = []
+        if print_ts:
+            parts.append(f"CreateTime:{r.timestamp}".encode())
+        if print_partition:
+            parts.append(f"Partition:{r.partition}".encode())
+        if print_offset:
+            parts.append(f"Offset:{r.offset}".encode())
+        if print_key:
+            parts.append(null if r.key is None else r.key)
+        if print_value:
+            parts.append(null if r.value is None else r.value)
+        return key_sep.join(parts) + line_sep
+    return fmt
+
+
+@click.command("console-consumer")
+@click.option("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT...] of any brokers")
+@click.option("--topic", required=True)
+@click.option("--from-beginning", is_flag=True, help="start with the earliest message, not the latest")
+@click.option("--partition", type=int, default=None, help="consume this partition only")
+@click.option("--offset", default=None, help="earliest, latest, or an offset (needs --partition)")
+@click.option("--max-messages", type=int, default=None, help="exit after this many messages")
+@click.option("--timeout-ms", type=int, default=None, help="exit when no message came for this long")
+@click.option("--property", "properties", multiple=True, metavar="KEY=VALUE",
+              help="formatter: print.key, print.offset, print.partition, print.timestamp, key.separator, ...")
+def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, partition: int | None,
+                     offset: str | None, max_messages: int | None, timeout_ms: int | None,
+                     properties: tuple[str, ...]) -> None:
+    """Print the messages of TOPIC to stdout."""
+    if offset is not None and partition is None:
+        _fail("The partition is required when offset is specified.")
+    if offset is not None and from_beginning:
+        _fail("Options from-beginning and offset cannot be specified together.")
+    if offset is not None and offset not in ("earliest", "latest") and not offset.isdigit():
+        _fail(f"The offset {offset} is not a number, earliest or latest.")
+    props = {}
+    for p in properties:
+        k, found, v = p.partition("=")
+        if not found or k not in FORMATTER_PROPERTIES:
+            _fail(f"Invalid property {p!r}: use KEY=VALUE with KEY one of {', '.join(sorted(FORMATTER_PROPERTIES))}")
+        props[k] = v
+    fmt = _formatter(props)
+
+    async def run() -> int:
+        consumer = Consumer(bootstrap_server, auto_offset_reset="earliest" if from_beginning else "latest")
+        await consumer.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        count = 0
+        out = sys.stdout.buffer
+        try:
+            if partition is None:
+                await consumer.subscribe(topic)
+            else:
+                await consumer.assign([(topic, partition)])
+                if offset == "earliest":
+                    consumer.seek_to_beginning()
+                elif offset == "latest":
+                    consumer.seek_to_end()
+                elif offset is not None:
+                    consumer.seek(topic, partition, int(offset))
+            idle_since = loop.time()
+            while not stop.is_set():
+                records = await consumer.poll(200)
+                for r in records:
+                    out.write(fmt(r))
+                    count += 1
+                    if max_messages is not None and count >= max_messages:
+                        stop.set()
+                        break
+                out.flush()
+                if records:
+                    idle_since = loop.time()
+                elif timeout_ms is not None and (loop.time() - idle_since) * 1000 >= timeout_ms:
+                    click.echo("Error processing message, terminating consumer process: TimeoutException", err=True)
+                    break
+        except ClientError as e:
+            click.echo(f"Error processing message, terminating consumer process: {e}", err=True)
+            return 1
+        finally:
+            await consumer.close()
+            click.echo(f"Processed a total of {count} messages", err=True)
+        return 0
+
+    sys.exit(asyncio.run(run()))
+
+
+@click.group()
+def main() -> None:
+    """Console producer and consumer for the brokers."""
+
+
+main.add_command(console_producer)
+main.add_command(console_consumer)
+
+__all__ = ["console_producer", "console_consumer", "main"]
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,256 @@
+"""A client's view of the cluster (Kafka's ProducerMetadata / ConsumerMetadata, seed 001): the
+brokers and the topics it uses, refreshed from any broker's Metadata API when asked or every
+``metadata.max.age.ms``, with a version that grows at every update.
+
+A producer that does not know a topic yet waits for it as Kafka's ``waitOnMetadata`` does:
+request an update, wait until the version moves past the one it saw, look again, until the
+topic (and the partition asked for, if any) is there or ``max.block.ms`` has passed, and then
+fails with Kafka's messages.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+import uuid
+from dataclasses import dataclass
+
+import grpc
+
+from protos import broker_pb2 as pb
+from protos import broker_pb2_grpc
+
+from .errors import ErrorCode
+
+log = logging.getLogger("brokerd.client")
+
+GRPC_OPTIONS = [("grpc.max_receive_message_length", 256 << 20), ("grpc.max_send_message_length", 256 << 20)]
+
+
+class ClientError(Exception):
+    """Base of what the client raises; the message is one line."""
+
+
+class KafkaTimeoutError(ClientError):
+    """Kafka's TimeoutException."""
+
+
+class BrokerResponseError(ClientError):
+    """A broker answered with an error code."""
+
+    def __init__(self, code: ErrorCode, message: str = "") -> None:
+        self.code = code
+        self.message = message
+        super().__init__(f"{code.name}: {message}" if message else code.name)
+
+
+def parse_bootstrap(servers: str | list[str]) -> list[str]:
+    out = [s.strip() for s in (servers.split(",") if isinstance(servers, str) else servers) if s.strip()]
+    for s in out:
+        host, _, port = s.rpartition(":")
+        if not host or not port.isdigit():
+            raise ClientError(f"Invalid url in bootstrap.servers: {s}")
+    if not out:
+        raise ClientError("No resolvable bootstrap urls given in bootstrap.servers")
+    return out
+
+
+class Connections:
+    """One gRPC channel per broker address, shared by everything a client sends."""
+
+    def __init__(self) -> None:
+        self._stubs: dict[str, tuple[grpc.aio.Channel, broker_pb2_grpc.BrokerStub]] = {}
+
+    def stub(self, address: str) -> broker_pb2_grpc.BrokerStub:
+        entry = self._stubs.get(address)
+        if entry is None:
+            ch = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
+            entry = self._stubs[address] = (ch, broker_pb2_grpc.BrokerStub(ch))
+        return entry[1]
+
+    async def close(self) -> None:
+        stubs, self._stubs = self._stubs, {}
+        await asyncio.gather(*(ch.close() for ch, _ in stubs.values()), return_exceptions=True)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID | None
+    partitions: tuple[PartitionInfo, ...]
+    error: ErrorCode = ErrorCode.NONE
+    available: tuple[int, ...] = ()  # partitions with a leader
+
+
+class ClusterView:
+    def __init__(self, bootstrap: list[str], connections: Connections, *, refresh_backoff_ms: int = 100,
+                 max_age_ms: int = 300_000, request_timeout_ms: int = 30_000) -> None:
+        self.bootstrap = bootstrap
+        self.connections = connections
+        self.refresh_backoff_s = refresh_backoff_ms / 1000
+        self.max_age_s = max_age_ms / 1000
+        self.request_timeout_s = request_timeout_ms / 1000
+        self.brokers: dict[int, str] = {}
+        self.topics: dict[str, TopicInfo] = {}
+        self.cluster_id = ""
+        self.version = 0
+        self.wanted: set[str] = set()
+        self._need_update = True
+        self._wake = asyncio.Event()
+        self._updated = asyncio.Event()
+        self._last_refresh = 0.0
+        self._task: asyncio.Task | None = None
+        self._closed = False
+        self._next = random.randrange(1 << 16)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="client-metadata")
+
+    async def close(self) -> None:
+        self._closed = True
+        self._updated.set()
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    # -- queries ----------------------------------------------------------------------------------
+
+    def partition(self, topic: str, partition: int) -> PartitionInfo | None:
+        t = self.topics.get(topic)
+        if t is None or partition >= len(t.partitions):
+            return None
+        return t.partitions[partition]
+
+    def leader_for(self, topic: str, partition: int) -> int | None:
+        p = self.partition(topic, partition)
+        return p.leader if p is not None and p.leader >= 0 else None
+
+    def partition_count(self, topic: str) -> int | None:
+        t = self.topics.get(topic)
+        return len(t.partitions) if t is not None and t.error == ErrorCode.NONE and t.partitions else None
+
+    # -- updates ----------------------------------------------------------------------------------
+
+    def add(self, topic: str) -> None:
+        if topic not in self.wanted:
+            self.wanted.add(topic)
+            self._need_update = True
+
+    def request_update(self) -> int:
+        """Ask for a refresh; returns the version to wait past."""
+        self._need_update = True
+        self._wake.set()
+        return self.version
+
+    async def await_update(self, last_version: int, timeout_s: float) -> None:
+        """Until the version is past ``last_version`` (Kafka's awaitUpdate); TimeoutError."""
+        deadline = time.monotonic() + timeout_s
+        while self.version <= last_version:
+            if self._closed:
+                raise ClientError("Requested metadata update after close")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise asyncio.TimeoutError()
+            await asyncio.wait_for(self._updated.wait(), left)
+
+    async def wait_on_metadata(self, topic: str, partition: int | None, max_wait_ms: int) -> float:
+        """Kafka's ``waitOnMetadata``: returns the ms waited; raises KafkaTimeoutError with
+        Kafka's messages."""
+        self.add(topic)
+        count = self.partition_count(topic)
+        if count is not None and (partition is None or partition < count):
+            return 0.0
+        begin = time.monotonic()
+        remaining_ms = float(max_wait_ms)
+        while True:
+            version = self.request_update()
+            try:
+                await self.await_update(version, remaining_ms / 1000)
+            except asyncio.TimeoutError:
+                # Rethrow with the original max wait, not what was left of it.
+                raise KafkaTimeoutError(f"Topic {topic} not present in metadata after {max_wait_ms} ms.") from None
+            elapsed_ms = (time.monotonic() - begin) * 1000
+            if elapsed_ms >= max_wait_ms:
+                if count is None:
+                    raise KafkaTimeoutError(f"Topic {topic} not present in metadata after {max_wait_ms} ms.")
+                raise KafkaTimeoutError(f"Partition {partition} of topic {topic} with partition count {count} is "
+                                        f"not present in metadata after {max_wait_ms} ms.")
+            t = self.topics.get(topic)
+            if t is not None and t.error == ErrorCode.INVALID_REQUEST:
+                raise BrokerResponseError(t.error, f"Invalid topic: {topic}")
+            remaining_ms = max_wait_ms - elapsed_ms
+            count = self.partition_count(topic)
+            if count is not None and (partition is None or partition < count):
+                return elapsed_ms
+
+    async def _run(self) -> None:
+        while not self._closed:
+            wait = self.max_age_s - (time.monotonic() - self._last_refresh)
+            if not self._need_update and wait > 0:
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), wait)
+                except asyncio.TimeoutError:
+                    pass
+                continue
+            since = time.monotonic() - self._last_refresh
+            if since < self.refresh_backoff_s:
+                await asyncio.sleep(self.refresh_backoff_s - since)
+            try:
+                await self.refresh()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.debug("metadata refresh failed: %s", e)
+                self._last_refresh = time.monotonic()
+
+    def _nodes(self) -> list[str]:
+        known = list(self.brokers.values())
+        return known + [b for b in self.bootstrap if b not in known]
+
+    async def refresh(self) -> None:
+        """One Metadata request to the next broker that answers."""
+        self._need_update = False
+        nodes = self._nodes()
+        last: Exception | None = None
+        for i in range(len(nodes)):
+            address = nodes[(self._next + i) % len(nodes)]
+            try:
+                resp = await self.connections.stub(address).Metadata(
+                    pb.MetadataRequest(topics=sorted(self.wanted)), timeout=min(self.request_timeout_s, 10))
+            except grpc.aio.AioRpcError as e:
+                last = e
+                continue
+            self._next += i + 1
+            if not resp.brokers:
+                log.debug("Ignoring empty metadata response from %s", address)
+                continue
+            self._update(resp)
+            return
+        self._need_update = True
+        raise ClientError(f"no broker answered a metadata request: {last}")
+
+    def _update(self, resp: pb.MetadataResponse) -> None:
+        self.brokers = {b.node_id: f"{b.host}:{b.port}" for b in resp.brokers}
+        self.cluster_id = resp.cluster_id
+        topics = dict(self.topics) if self.wanted else {}
+        for t in resp.topics:
+            parts = tuple(PartitionInfo(p.partition, p.leader, p.leader_epoch, tuple(p.replicas), tuple(p.isr))
+                          for p in sorted(t.partitions, key=lambda p: p.partition))
+            topics[t.name] = TopicInfo(t.name, uuid.UUID(bytes=t.topic_id) if t.topic_id else None, parts,
+                                       ErrorCode.of(t.error_code), tuple(p.partition for p in parts if p.leader >= 0))
+        self.topics = topics
+        self._last_refresh = time.monotonic()
+        self.version += 1
+        updated, self._updated = self._updated, asyncio.Event()
+        updated.set()

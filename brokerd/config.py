@@ -1,0 +1,112 @@
+"""A broker's settings: the Kafka keys a broker reads from its properties file, with Kafka's
+defaults, and the per-topic log settings resolved the way Kafka resolves them (topic config,
+then the broker's dynamic config, then the cluster-wide dynamic default, then the properties
+file, then Kafka's default)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from metadata.config import ServerConfig
+from metadata.image import ConfigResource, MetadataImage, ResourceType
+from raft.config import ConfigError
+
+from .log_store import LONG_MAX, FlushPolicy
+
+HOUR_MS = 3_600_000
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """The settings a partition log and its produce path obey."""
+
+    retention_ms: int = 168 * HOUR_MS  # retention.ms: 7 days; -1 keeps forever
+    retention_bytes: int = -1          # retention.bytes: unlimited
+    max_message_bytes: int = 1048588   # max.message.bytes: the largest batch
+    min_insync_replicas: int = 1       # min.insync.replicas
+
+
+# topic key -> the broker key that is its default
+_BROKER_KEY = {"retention.ms": "log.retention.ms", "retention.bytes": "log.retention.bytes",
+               "max.message.bytes": "message.max.bytes", "min.insync.replicas": "min.insync.replicas"}
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    node_id: int
+    rack: str
+    listener: str                       # the listener clients and other brokers use
+    heartbeat_interval_ms: int          # broker.heartbeat.interval.ms
+    replica_lag_time_max_ms: int        # replica.lag.time.max.ms
+    replica_fetch_wait_max_ms: int      # replica.fetch.wait.max.ms
+    replica_fetch_min_bytes: int        # replica.fetch.min.bytes
+    replica_fetch_max_bytes: int        # replica.fetch.max.bytes (per partition)
+    replica_fetch_response_max_bytes: int  # replica.fetch.response.max.bytes
+    replica_fetch_backoff_ms: int       # replica.fetch.backoff.ms
+    retention_check_interval_ms: int    # log.retention.check.interval.ms
+    hw_checkpoint_interval_ms: int      # replica.high.watermark.checkpoint.interval.ms
+    metadata_snapshot_interval_ms: int  # metadata.log.max.snapshot.interval.ms
+    request_max_bytes: int              # socket.request.max.bytes
+    flush: FlushPolicy
+    static_log: LogConfig               # log defaults from the properties file
+
+    @classmethod
+    def from_server(cls, cfg: ServerConfig) -> "BrokerConfig":
+        listeners = cfg.broker_listeners()
+        name = cfg.props.get("inter.broker.listener.name", "").strip().upper() or next(iter(listeners))
+        if name not in listeners:
+            raise ConfigError(f"inter.broker.listener.name={name} is not one of the broker listeners "
+                              f"({', '.join(listeners)})")
+        return cls(
+            node_id=cfg.node_id,
+            rack=cfg.props.get("broker.rack", "").strip(),
+            listener=name,
+            heartbeat_interval_ms=cfg.int("broker.heartbeat.interval.ms", 2000, 1),
+            replica_lag_time_max_ms=cfg.int("replica.lag.time.max.ms", 30000, 1),
+            replica_fetch_wait_max_ms=cfg.int("replica.fetch.wait.max.ms", 500, 0),
+            replica_fetch_min_bytes=cfg.int("replica.fetch.min.bytes", 1, 0),
+            replica_fetch_max_bytes=cfg.int("replica.fetch.max.bytes", 1048576, 1),
+            replica_fetch_response_max_bytes=cfg.int("replica.fetch.response.max.bytes", 10485760, 1),
+            replica_fetch_backoff_ms=cfg.int("replica.fetch.backoff.ms", 1000, 0),
+            retention_check_interval_ms=cfg.int("log.retention.check.interval.ms", 300000, 1),
+            hw_checkpoint_interval_ms=cfg.int("replica.high.watermark.checkpoint.interval.ms", 5000, 1),
+            metadata_snapshot_interval_ms=cfg.int("metadata.log.max.snapshot.interval.ms", HOUR_MS, 1),
+            request_max_bytes=cfg.int("socket.request.max.bytes", 104857600, 1024),
+            flush=FlushPolicy(cfg.int("log.flush.interval.messages", LONG_MAX, 1),
+                              cfg.int("log.flush.interval.ms", LONG_MAX, 1)),
+            static_log=LogConfig(
+                retention_ms=_retention_ms(cfg),
+                retention_bytes=cfg.int("log.retention.bytes", -1, -1),
+                max_message_bytes=cfg.int("message.max.bytes", 1048588, 0),
+                min_insync_replicas=cfg.int("min.insync.replicas", 1, 1)))
+
+    def log_config(self, image: MetadataImage, topic: str) -> LogConfig:
+        """The effective log settings of ``topic`` in ``image``."""
+        layers = [dict(image.config(ConfigResource(ResourceType.TOPIC, topic))),
+                  dict(image.config(ConfigResource(ResourceType.BROKER, str(self.node_id)))),
+                  dict(image.config(ConfigResource(ResourceType.BROKER, "")))]
+        static = self.static_log
+
+        def pick(key: str, fallback: int) -> int:
+            for i, layer in enumerate(layers):
+                raw = layer.get(key if i == 0 else _BROKER_KEY[key])
+                if raw is not None:
+                    try:
+                        return int(raw)
+                    except ValueError:
+                        pass  # the controller validates; an unreadable value falls through
+            return fallback
+
+        return LogConfig(pick("retention.ms", static.retention_ms), pick("retention.bytes", static.retention_bytes),
+                         pick("max.message.bytes", static.max_message_bytes),
+                         pick("min.insync.replicas", static.min_insync_replicas))
+
+
+def _retention_ms(cfg: ServerConfig) -> int:
+    """log.retention.ms, else log.retention.minutes, else log.retention.hours (Kafka's order)."""
+    if "log.retention.ms" in cfg.props:
+        return cfg.int("log.retention.ms", 168 * HOUR_MS, -1)
+    if "log.retention.minutes" in cfg.props:
+        minutes = cfg.int("log.retention.minutes", 0, -1)
+        return -1 if minutes < 0 else minutes * 60_000
+    hours = cfg.int("log.retention.hours", 168, -1)
+    return -1 if hours < 0 else hours * HOUR_MS

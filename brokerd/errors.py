@@ -1,0 +1,94 @@
+"""The error codes the data plane answers, and the exception that carries one.
+
+The numbers are Kafka's (``org.apache.kafka.common.protocol.Errors``), as in
+``metadata.errors``, so a client that knows Kafka reads them the same way; the data plane
+answers some that a controller never does (CORRUPT_MESSAGE, NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+INVALID_RECORD, ...). Messages are Kafka's where Kafka has one, and always one line.
+"""
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ErrorCode(IntEnum):
+    UNKNOWN_SERVER_ERROR = -1
+    NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
+    CORRUPT_MESSAGE = 2
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    LEADER_NOT_AVAILABLE = 5
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
+    BROKER_NOT_AVAILABLE = 8
+    RECORD_TOO_LARGE = 10  # Kafka's MESSAGE_TOO_LARGE
+    NETWORK_EXCEPTION = 13
+    NOT_ENOUGH_REPLICAS = 19
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
+    INVALID_REQUIRED_ACKS = 21
+    INVALID_REQUEST = 42
+    KAFKA_STORAGE_ERROR = 56
+    FENCED_LEADER_EPOCH = 74
+    UNKNOWN_LEADER_EPOCH = 75
+    INVALID_RECORD = 87
+    UNKNOWN_TOPIC_ID = 100
+
+    @classmethod
+    def of(cls, value: int) -> "ErrorCode":
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.UNKNOWN_SERVER_ERROR
+
+
+#: Kafka's default message for each code, used when there is nothing more specific to say.
+DEFAULT_MESSAGES: dict[ErrorCode, str] = {
+    ErrorCode.UNKNOWN_SERVER_ERROR: "The server experienced an unexpected error when processing the request.",
+    ErrorCode.OFFSET_OUT_OF_RANGE: "The requested offset is not within the range of offsets maintained by the server.",
+    ErrorCode.CORRUPT_MESSAGE: "This message has failed its CRC checksum, exceeds the valid size, has a null key "
+                               "for a compacted topic, or is otherwise corrupt.",
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "This server does not host this topic-partition.",
+    ErrorCode.LEADER_NOT_AVAILABLE: "There is no leader for this topic-partition as we are in the middle of a "
+                                    "leadership election.",
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: "For requests intended only for the leader, this error indicates that the "
+                                      "broker is not the current leader.",
+    ErrorCode.REQUEST_TIMED_OUT: "The request timed out.",
+    ErrorCode.NETWORK_EXCEPTION: "The server disconnected before a response was received.",
+    ErrorCode.RECORD_TOO_LARGE: "The request included a message larger than the max message size the server "
+                                "will accept.",
+    ErrorCode.NOT_ENOUGH_REPLICAS: "Messages are rejected since there are fewer in-sync replicas than required.",
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: "Messages are written to the log, but to fewer in-sync replicas "
+                                                "than required.",
+    ErrorCode.INVALID_REQUIRED_ACKS: "Produce request specified an invalid value for required acks.",
+    ErrorCode.INVALID_REQUEST: "This most likely occurs because of a request being malformed by the client "
+                               "library or the message was sent to an incompatible broker.",
+    ErrorCode.KAFKA_STORAGE_ERROR: "Disk error when trying to access log file on the disk.",
+    ErrorCode.FENCED_LEADER_EPOCH: "The leader epoch in the request is older than the epoch on the broker.",
+    ErrorCode.UNKNOWN_LEADER_EPOCH: "The leader epoch in the request is newer than the epoch on the broker.",
+    ErrorCode.INVALID_RECORD: "This record has failed the validation on broker and hence will be rejected.",
+    ErrorCode.UNKNOWN_TOPIC_ID: "This server does not host this topic ID.",
+}
+
+#: Errors after which a producer may send the same batch again (Kafka's RetriableException).
+RETRIABLE = frozenset({
+    ErrorCode.CORRUPT_MESSAGE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_ENOUGH_REPLICAS,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.KAFKA_STORAGE_ERROR,
+    ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.UNKNOWN_TOPIC_ID,
+    ErrorCode.NETWORK_EXCEPTION,
+})
+
+#: Errors that mean "your metadata is stale: refresh it before trying again".
+STALE_METADATA = frozenset({
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.KAFKA_STORAGE_ERROR,
+    ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.NETWORK_EXCEPTION,
+})
+
+
+class BrokerError(Exception):
+    """A partition-level failure; ``code`` is what the response carries, ``message`` one line."""
+
+    def __init__(self, code: ErrorCode, message: str = "") -> None:
+        self.code = code
+        self.message = message or DEFAULT_MESSAGES.get(code, code.name)
+        super().__init__(f"{code.name}: {self.message}")

@@ -1,0 +1,127 @@
+"""Fetch, for consumers and for followers (Kafka's ReplicaManager.fetchMessages).
+
+A consumer (replica id -1) reads from the leader below the high watermark; a follower (its
+broker id) reads up to the log end, and the offset it asks for *is* its log end offset, which
+is how the leader learns how far each follower got, moves the high watermark and decides ISR
+membership. When fewer than ``min_bytes`` are there the fetch waits up to ``max_wait_ms`` for
+an append or a high watermark move (a long poll, Kafka's DelayedFetch).
+"""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from protos import broker_pb2 as pb
+
+from .errors import BrokerError, ErrorCode
+from .partition import Partition
+from .replica_manager import ReplicaManager
+
+DEFAULT_MAX_BYTES = 52428800        # fetch.max.bytes
+DEFAULT_PARTITION_MAX_BYTES = 1048576  # max.partition.fetch.bytes
+MAX_WAIT_MS = 30_000
+
+
+@dataclass(slots=True)
+class _Read:
+    answer: pb.FetchPartitionResponse
+    partition: Partition
+    offset: int
+    max_bytes: int
+
+
+def _fail(answer: pb.FetchPartitionResponse, e: BrokerError, p: Partition | None = None) -> None:
+    answer.error_code = int(e.code)
+    answer.error_message = e.message
+    answer.high_watermark = answer.log_start_offset = -1
+    if p is not None:
+        answer.leader_id, answer.leader_epoch = p.leader, p.leader_epoch
+
+
+async def fetch(rm: ReplicaManager, req: pb.FetchRequest) -> pb.FetchResponse:
+    replica = req.replica_id
+    follower = replica >= 0
+    resp = pb.FetchResponse()
+    reads: list[_Read] = []
+    for t in req.topics:
+        tr = resp.topics.add(name=t.name, topic_id=t.topic_id)
+        for fp in t.partitions:
+            answer = tr.partitions.add(partition=fp.partition)
+            epoch = fp.current_leader_epoch if fp.HasField("current_leader_epoch") else None
+            p = None
+            try:
+                p = rm.partition(t.name, fp.partition, t.topic_id)
+                if not tr.name:
+                    tr.name = p.topic
+                p.check_leader(epoch)
+                if follower:
+                    if replica not in p.followers:
+                        raise BrokerError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                          f"Broker {replica} is not a follower of {p.name}")
+                    rm.follower_fetched(p, replica, fp.fetch_offset)
+                plog = p.log
+                if fp.fetch_offset < plog.log_start_offset or fp.fetch_offset > plog.log_end_offset:
+                    raise BrokerError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                                      f"Received request for offset {fp.fetch_offset} for partition {p.name}, but "
+                                      f"we only have log segments in the range {plog.log_start_offset} to "
+                                      f"{plog.log_end_offset}.")
+            except BrokerError as e:
+                _fail(answer, e, p)
+                if e.code == ErrorCode.OFFSET_OUT_OF_RANGE and p is not None:
+                    answer.log_start_offset = p.log.log_start_offset
+                    answer.high_watermark = p.log.high_watermark
+                continue
+            reads.append(_Read(answer, p, fp.fetch_offset, fp.partition_max_bytes or DEFAULT_PARTITION_MAX_BYTES))
+    max_bytes = req.max_bytes or DEFAULT_MAX_BYTES
+    got = _read_all(reads, max_bytes, follower)
+    wait_ms = min(req.max_wait_ms, MAX_WAIT_MS)
+    need = max(req.min_bytes, 1)
+    if got < need and wait_ms > 0 and reads and len(reads) == _count(resp):
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_ms / 1000
+        while got < need:
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            fut = loop.create_future()
+            for r in reads:
+                r.partition.change_waiter(fut)
+            try:
+                await asyncio.wait_for(fut, left)
+            except asyncio.TimeoutError:
+                break
+            finally:
+                for r in reads:
+                    r.partition.drop_waiter(fut)
+            got = _read_all(reads, max_bytes, follower)
+            if any(r.answer.error_code for r in reads):
+                break
+    return resp
+
+
+def _count(resp: pb.FetchResponse) -> int:
+    return sum(len(t.partitions) for t in resp.topics)
+
+
+def _read_all(reads: list[_Read], max_bytes: int, follower: bool) -> int:
+    """Fill each answer; returns the bytes read. The first partition with data returns at
+    least one batch whatever the limits, so a fetch always makes progress."""
+    total = 0
+    for r in reads:
+        p, a = r.partition, r.answer
+        if p.stopped or not p.is_leader:
+            _fail(a, BrokerError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                 f"Leader not local for partition {p.name} on broker {p.broker_id}"), p)
+            continue
+        plog = p.log
+        budget = min(r.max_bytes, max_bytes - total)
+        frames: list[memoryview] = []
+        size = 0
+        if budget > 0 or total == 0:
+            frames, size = plog.read(r.offset, max(budget, 1),
+                                     plog.log_end_offset if follower else plog.high_watermark)
+        a.records = b"".join(frames)
+        a.high_watermark = plog.high_watermark
+        a.log_start_offset = plog.log_start_offset
+        total += size
+    return total

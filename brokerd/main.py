@@ -1,0 +1,87 @@
+"""``python -m brokerd.main FILE``: run a broker from a properties file until SIGTERM or Ctrl-C,
+which trigger a controlled shutdown. Start-up errors (bad config, a log directory that is not
+formatted or is formatted for another cluster, a registration the controller refuses) exit
+with code 1 and one line on stderr."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+import click
+
+from metadata.client import ControllerError
+from metadata.config import load
+from raft.config import ConfigError
+from raft.errors import StorageError
+
+from .log_store import StorageFailure
+from .server import BrokerServer
+
+STARTUP_ERRORS = (ConfigError, StorageError, StorageFailure, ControllerError)
+
+
+def _one_line(record: logging.LogRecord) -> bool:
+    """gRPC logs a request it cannot parse with a traceback; the error itself is the news."""
+    if record.exc_info and record.exc_info[1] is not None:
+        record.msg = f"{record.getMessage()}: {record.exc_info[1]}"
+        record.args = ()
+        record.exc_info = None
+    return True
+
+
+def _fail(message: str) -> None:
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(1)
+
+
+async def serve(server: BrokerServer) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    starting = loop.create_task(server.start())
+    await asyncio.wait([starting, loop.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():  # stopped while starting
+        starting.cancel()
+        await asyncio.gather(starting, return_exceptions=True)
+        return 0
+    if starting.exception() is not None:
+        e = starting.exception()
+        if isinstance(e, STARTUP_ERRORS):
+            click.echo(f"Error: {e}", err=True)
+            return 1
+        raise e  # type: ignore[misc]
+    stopped = loop.create_task(server.wait_stopped())
+    await asyncio.wait([stopped, loop.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+    error = stopped.result() if stopped.done() else None
+    await server.stop()
+    if error is not None:
+        click.echo(f"Error: {error}", err=True)
+        return 1
+    return 0
+
+
+@click.command()
+@click.argument("config_path", metavar="FILE", type=click.Path(dir_okay=False))
+@click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING"]), default="INFO", show_default=True)
+def main(config_path: str, log_level: str) -> None:
+    """Run the broker FILE configures (process.roles must include broker)."""
+    try:
+        cfg = load(config_path)
+        if not cfg.is_broker:
+            raise ConfigError(f"{config_path}: process.roles={','.join(sorted(cfg.roles))} has no broker role")
+        server = BrokerServer(cfg)
+    except ConfigError as e:
+        _fail(str(e))
+        return
+    logging.basicConfig(level=log_level, stream=sys.stderr,
+                        format=f"%(asctime)s [broker {cfg.node_id}] %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("grpc").setLevel(logging.WARNING)
+    logging.getLogger("grpc._cython.cygrpc").addFilter(_one_line)
+    sys.exit(asyncio.run(serve(server)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,354 @@
+"""A partition's log in RocksDB: record batches keyed by (topic id, partition, base offset),
+with the log start offset, log end offset, high watermark and size persisted next to them
+(key layout in ``log_store``).
+
+Each append is one atomic RocksDB write holding the batches, the new log end and size, and
+any new leader epoch, so after a crash the log, its end offset and its epochs agree. The
+high watermark is checkpointed with every append and every few seconds otherwise (Kafka's
+``replica.high.watermark.checkpoint.interval.ms``): a stale one after a crash only delays
+what consumers may read until followers fetch again.
+
+Offsets: log start <= high watermark <= log end (LEO, the next offset to assign). Consumers
+read below the high watermark, followers up to the log end.
+"""
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rocksdict import ReadOptions, WriteBatch
+
+from protos import broker_pb2 as pb
+
+from .leader_epochs import LeaderEpochCache
+from .log_store import LogStore, tp_prefix
+from .records import frame
+
+_HEAD = struct.Struct(">qq")      # a stored batch: last offset, max timestamp; then its frame
+_STATE = struct.Struct(">qqqq")   # log start offset, high watermark, log end offset, size in bytes
+_EPOCH = struct.Struct(">q")      # an epoch's start offset
+_END = b"\xff" * 9                # after every 8-byte offset
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    records: int
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBatch:
+    """What a stored batch's head says, without decoding the batch."""
+
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+    size: int
+
+
+class PartitionLog:
+    def __init__(self, store: LogStore, topic_id: uuid.UUID, partition: int) -> None:
+        self.store = store
+        self.db = store.db
+        self.topic_id = topic_id
+        self.partition = partition
+        prefix = tp_prefix(topic_id, partition)
+        self._data = b"d" + prefix
+        self._state_key = b"s" + prefix
+        self._epochs_key = b"e" + prefix
+        raw = self.db.get(self._state_key)
+        if raw is None:
+            self.log_start_offset = self.high_watermark = self.log_end_offset = self.size_bytes = 0
+            self.next_offset = 0
+            wb = WriteBatch(raw_mode=True)
+            wb.put(self._state_key, self._state())
+            store.write_now(wb)
+        else:
+            (self.log_start_offset, self.high_watermark, self.log_end_offset,
+             self.size_bytes) = _STATE.unpack(raw)
+        self.next_offset = self.log_end_offset  # assigned, possibly not yet durable
+        self.epochs = LeaderEpochCache(self._load_epochs())
+        self._hw_dirty = False
+
+    # -- keys and state ---------------------------------------------------------------------
+
+    def _key(self, offset: int) -> bytes:
+        return self._data + offset.to_bytes(8, "big")
+
+    def _state(self) -> bytes:
+        return _STATE.pack(self.log_start_offset, self.high_watermark, self.next_offset, self.size_bytes)
+
+    def _load_epochs(self) -> list[tuple[int, int]]:
+        out = []
+        it = self.db.iter()
+        it.seek(self._epochs_key)
+        n = len(self._epochs_key)
+        while it.valid():
+            k = it.key()
+            if not k.startswith(self._epochs_key):
+                break
+            out.append((int.from_bytes(k[n:], "big"), _EPOCH.unpack(it.value())[0]))
+            it.next()
+        return out
+
+    def _epoch_key(self, epoch: int) -> bytes:
+        return self._epochs_key + epoch.to_bytes(4, "big")
+
+    def _range(self, start: int | None = None) -> ReadOptions:
+        ro = ReadOptions()
+        ro.set_iterate_lower_bound(self._data if start is None else self._key(start))
+        ro.set_iterate_upper_bound(self._data + _END)
+        return ro
+
+    # -- appends ------------------------------------------------------------------------------
+
+    def _stage(self, wb: WriteBatch, batch: pb.RecordBatch) -> int:
+        data = batch.SerializeToString()
+        last = batch.base_offset + batch.last_offset_delta
+        value = frame(data, _HEAD.pack(last, batch.max_timestamp))
+        wb.put(self._key(batch.base_offset), value)
+        return len(value)
+
+    async def append_as_leader(self, batch: pb.RecordBatch, epoch: int) -> AppendInfo:
+        """Assign the batch its offsets and the leader's epoch, and append it."""
+        base = self.next_offset
+        batch.base_offset = base
+        batch.partition_leader_epoch = epoch
+        wb = WriteBatch(raw_mode=True)
+        if self.epochs.assign(epoch, base):
+            wb.put(self._epoch_key(epoch), _EPOCH.pack(base))
+        size = self._stage(wb, batch)
+        return await self._commit(wb, base, batch.record_count, size)
+
+    async def append_as_follower(self, batches: Sequence[pb.RecordBatch]) -> AppendInfo | None:
+        """Append batches copied from the leader, with their offsets and epochs. Batches the
+        log already has are skipped; a gap is refused (ValueError) before anything changes."""
+        new = [b for b in batches if b.base_offset + b.last_offset_delta >= self.next_offset]
+        if not new:
+            return None
+        expected = self.next_offset
+        for b in new:
+            if b.base_offset != expected:
+                raise ValueError(f"batch at offset {b.base_offset} does not follow the log end {expected}")
+            expected = b.base_offset + b.last_offset_delta + 1
+        wb = WriteBatch(raw_mode=True)
+        size = records = 0
+        for b in new:
+            if self.epochs.assign(b.partition_leader_epoch, b.base_offset):
+                wb.put(self._epoch_key(b.partition_leader_epoch), _EPOCH.pack(b.base_offset))
+            size += self._stage(wb, b)
+            records += b.record_count
+        return await self._commit(wb, new[0].base_offset, records, size, end=expected)
+
+    async def _commit(self, wb: WriteBatch, first: int, records: int, size: int, end: int | None = None) -> AppendInfo:
+        end = first + records if end is None else end
+        self.next_offset = end
+        self.size_bytes += size
+        wb.put(self._state_key, self._state())
+        self._hw_dirty = False
+        pending = self.store.write(wb, records)
+        if pending is not None:
+            await pending
+        if end > self.log_end_offset:
+            self.log_end_offset = end
+        return AppendInfo(first, end - 1, records, size)
+
+    def assign_epoch(self, epoch: int, start_offset: int) -> None:
+        """A new leader starts its epoch at its log end (Kafka does it in makeLeader)."""
+        if self.epochs.assign(epoch, start_offset):
+            wb = WriteBatch(raw_mode=True)
+            wb.put(self._epoch_key(epoch), _EPOCH.pack(start_offset))
+            self.store.write_now(wb)
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, max_offset: int) -> tuple[list[memoryview], int]:
+        """Frames of the batches from the one holding ``offset`` up to ``max_offset``
+        (exclusive), at most ``max_bytes`` but always one batch when there is one."""
+        if offset >= max_offset:
+            return [], 0
+        ro = ReadOptions()
+        ro.set_iterate_lower_bound(self._data)
+        ro.set_iterate_upper_bound(self._key(max_offset))
+        it = self.db.iter(ro)
+        it.seek_for_prev(self._key(offset))
+        if not it.valid():
+            it.seek(self._key(offset))
+        elif _HEAD.unpack_from(it.value())[0] < offset:
+            it.next()
+        out: list[memoryview] = []
+        size = 0
+        hs = _HEAD.size
+        while it.valid():
+            v = it.value()
+            n = len(v) - hs
+            if out and size + n > max_bytes:
+                break
+            out.append(memoryview(v)[hs:])
+            size += n
+            if size >= max_bytes:
+                break
+            it.next()
+        return out, size
+
+    def stored_batches(self, start: int | None = None) -> list[StoredBatch]:
+        """Heads of the stored batches from ``start`` (for retention and truncation)."""
+        ro = self._range()  # must outlive the iterator: RocksDB keeps a pointer to its bounds
+        it = self.db.iter(ro)
+        it.seek(self._data if start is None else self._key(start))
+        out = []
+        n = len(self._data)
+        while it.valid():
+            k, v = it.key(), it.value()
+            last, max_ts = _HEAD.unpack_from(v)
+            out.append(StoredBatch(int.from_bytes(k[n:], "big"), last, max_ts, len(v)))
+            it.next()
+        return out
+
+    def batch_at(self, offset: int) -> pb.RecordBatch | None:
+        """The batch holding ``offset``, decoded."""
+        ro = self._range()  # must outlive the iterator: RocksDB keeps a pointer to its bounds
+        it = self.db.iter(ro)
+        it.seek_for_prev(self._key(offset))
+        if not it.valid():
+            return None
+        v = it.value()
+        if _HEAD.unpack_from(v)[0] < offset:
+            return None
+        return pb.RecordBatchSet.FromString(v[_HEAD.size:]).batches[0]
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """The first offset whose record timestamp is >= ``timestamp`` (Kafka's
+        offsetsForTimes), with that record's timestamp; None if no record is that recent."""
+        for b in self.stored_batches(self.log_start_offset):
+            if b.base_offset >= self.high_watermark:
+                return None
+            if b.max_timestamp >= timestamp:
+                batch = self.batch_at(b.base_offset)
+                if batch is None:
+                    return None
+                for r in pb.Records.FromString(batch.records).records:
+                    ts = batch.base_timestamp + r.timestamp_delta
+                    off = batch.base_offset + r.offset_delta
+                    if ts >= timestamp and off >= self.log_start_offset:
+                        return off, ts
+        return None
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        return self.epochs.end_offset_for(epoch, self.log_end_offset)
+
+    # -- high watermark -------------------------------------------------------------------------
+
+    def set_high_watermark(self, hw: int) -> None:
+        hw = max(self.log_start_offset, min(hw, self.log_end_offset))
+        if hw != self.high_watermark:
+            self.high_watermark = hw
+            self._hw_dirty = True
+
+    def checkpoint(self) -> None:
+        if self._hw_dirty:
+            wb = WriteBatch(raw_mode=True)
+            wb.put(self._state_key, self._state())
+            self.store.write_now(wb)
+            self._hw_dirty = False
+
+    # -- truncation and deletion ----------------------------------------------------------------
+
+    async def truncate_to(self, offset: int) -> int:
+        """Remove every batch at or after ``offset`` (a batch spanning it goes whole); returns
+        the new log end."""
+        if offset >= self.next_offset:
+            return self.log_end_offset
+        if offset <= self.log_start_offset:
+            await self.truncate_fully_and_start_at(max(offset, 0))
+            return self.log_end_offset
+        ro = self._range()  # must outlive the iterator: RocksDB keeps a pointer to its bounds
+        it = self.db.iter(ro)
+        it.seek_for_prev(self._key(offset))
+        cut = offset
+        if it.valid():
+            last = _HEAD.unpack_from(it.value())[0]
+            base = int.from_bytes(it.key()[len(self._data):], "big")
+            if base < offset <= last:
+                cut = base
+        removed = sum(b.size for b in self.stored_batches(cut))
+        wb = WriteBatch(raw_mode=True)
+        wb.delete_range(self._key(cut), self._data + _END)
+        for e in self.epochs.truncate_from_end(cut):
+            wb.delete(self._epoch_key(e))
+        self.size_bytes -= removed
+        self.next_offset = self.log_end_offset = cut
+        self.high_watermark = min(self.high_watermark, cut)
+        self.log_start_offset = min(self.log_start_offset, cut)
+        wb.put(self._state_key, self._state())
+        pending = self.store.write(wb)
+        if pending is not None:
+            await pending
+        return cut
+
+    async def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop everything; the log restarts empty at ``offset`` (a follower too far behind a
+        leader whose log now starts later)."""
+        wb = WriteBatch(raw_mode=True)
+        wb.delete_range(self._data, self._data + _END)
+        for e in self.epochs.clear():
+            wb.delete(self._epoch_key(e))
+        self.log_start_offset = self.high_watermark = self.next_offset = self.log_end_offset = offset
+        self.size_bytes = 0
+        wb.put(self._state_key, self._state())
+        pending = self.store.write(wb)
+        if pending is not None:
+            await pending
+
+    def delete_before(self, offset: int) -> int:
+        """Advance the log start offset to ``offset`` (at most the high watermark), deleting the
+        batches wholly before it with one range delete; returns the bytes freed."""
+        offset = min(offset, self.high_watermark)
+        if offset <= self.log_start_offset:
+            return 0
+        doomed = [b for b in self.stored_batches(None) if b.last_offset < offset]
+        freed = sum(b.size for b in doomed)
+        wb = WriteBatch(raw_mode=True)
+        if doomed:
+            wb.delete_range(self._data, self._key(doomed[-1].last_offset + 1))
+        dropped, moved = self.epochs.truncate_from_start(offset)
+        for e in dropped:
+            wb.delete(self._epoch_key(e))
+        if moved is not None:
+            wb.put(self._epoch_key(moved[0]), _EPOCH.pack(moved[1]))
+        self.size_bytes -= freed
+        self.log_start_offset = offset
+        wb.put(self._state_key, self._state())
+        self.store.write_now(wb)
+        return freed
+
+    def retention_offset(self, now_ms: int, retention_ms: int, retention_bytes: int) -> int:
+        """Where the log should start under ``retention.ms`` and ``retention.bytes`` (-1: no
+        limit): past the oldest batches that are all below the high watermark and either
+        older than retention.ms (by their newest timestamp) or more than the size limit
+        needs."""
+        start = self.log_start_offset
+        remaining = self.size_bytes
+        for b in self.stored_batches(None):
+            if b.last_offset >= self.high_watermark:
+                break
+            too_old = retention_ms >= 0 and b.max_timestamp < now_ms - retention_ms
+            too_big = retention_bytes >= 0 and remaining - b.size >= retention_bytes
+            if not (too_old or too_big):
+                break
+            start = b.last_offset + 1
+            remaining -= b.size
+        return start
+
+    def delete_all(self) -> None:
+        """Remove this partition's data, state and epochs (its topic was deleted, or this broker
+        no longer hosts it)."""
+        wb = WriteBatch(raw_mode=True)
+        wb.delete_range(self._data, self._data + _END)
+        wb.delete_range(self._epochs_key, self._epochs_key + _END)
+        wb.delete(self._state_key)
+        self.store.write_now(wb)

@@ -1,0 +1,88 @@
+"""Produce (Kafka's ReplicaManager.appendRecords, seed 002 §H).
+
+- acks must be 0, 1 or -1; anything else answers INVALID_REQUIRED_ACKS for every partition
+  and appends nothing.
+- Each partition is checked and appended on its own, so one can fail while others succeed:
+  unknown partition, not the leader, batch over ``max.message.bytes``, bad CRC or records.
+- With acks=-1 the ISR must have at least ``min.insync.replicas`` members *before* the append
+  (NOT_ENOUGH_REPLICAS), and the answer waits until the high watermark passes the batch, that
+  is, until every ISR member has it (or ``timeout_ms``: REQUEST_TIMED_OUT).
+- acks=1 answers after the leader's append, acks=0 not at all (the ProduceNoAck stream).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from protos import broker_pb2 as pb
+
+from .errors import BrokerError, ErrorCode
+from .partition import Partition
+from .records import validate_batch
+from .replica_manager import ReplicaManager
+
+log = logging.getLogger("brokerd.produce")
+
+DEFAULT_TIMEOUT_MS = 30_000
+VALID_ACKS = (-1, 0, 1)
+
+
+def _error(answer: pb.ProducePartitionResponse, e: BrokerError) -> None:
+    answer.error_code = int(e.code)
+    answer.error_message = e.message
+    answer.base_offset = -1
+    answer.log_append_time = -1
+
+
+async def produce(rm: ReplicaManager, req: pb.ProduceRequest) -> pb.ProduceResponse:
+    resp = pb.ProduceResponse()
+    if req.acks not in VALID_ACKS:
+        e = BrokerError(ErrorCode.INVALID_REQUIRED_ACKS,
+                        f"Produce request specified an invalid value for required acks: {req.acks}.")
+        for t in req.topics:
+            tr = resp.topics.add(name=t.name)
+            for pd in t.partitions:
+                a = tr.partitions.add(partition=pd.partition, log_start_offset=-1)
+                _error(a, e)
+        return resp
+    waits: list[tuple[pb.ProducePartitionResponse, Partition, int]] = []
+    for t in req.topics:
+        tr = resp.topics.add(name=t.name)
+        for pd in t.partitions:
+            a = tr.partitions.add(partition=pd.partition, log_append_time=-1, log_start_offset=-1)
+            try:
+                p = rm.leader(t.name, pd.partition)
+                if not pd.HasField("batch"):
+                    raise BrokerError(ErrorCode.INVALID_REQUEST, f"no record batch for {p.name}")
+                validate_batch(pd.batch, p.name, p.config.max_message_bytes)
+                info = await p.append_as_leader(pd.batch, req.acks)
+            except BrokerError as e:
+                _error(a, e)
+                continue
+            a.base_offset = info.first_offset
+            a.log_start_offset = p.log.log_start_offset
+            if req.acks == -1:
+                waits.append((a, p, info.last_offset + 1))
+    if waits:
+        timeout = (req.timeout_ms if req.timeout_ms > 0 else DEFAULT_TIMEOUT_MS) / 1000
+        if len(waits) == 1:
+            await _replicated(*waits[0], timeout)
+        else:
+            await asyncio.gather(*(_replicated(a, p, required, timeout) for a, p, required in waits))
+    return resp
+
+
+async def _replicated(a: pb.ProducePartitionResponse, p: Partition, required: int, timeout: float) -> None:
+    try:
+        await p.wait_for_replication(required, timeout)
+    except BrokerError as e:
+        _error(a, e)
+
+
+def first_error(resp: pb.ProduceResponse) -> BrokerError | None:
+    """For acks=0 streams: the first partition that failed."""
+    for t in resp.topics:
+        for a in t.partitions:
+            if a.error_code:
+                return BrokerError(ErrorCode.of(a.error_code), f"{t.name}-{a.partition}: {a.error_message}")
+    return None

@@ -1,0 +1,274 @@
+"""Followers copy their leaders' logs (Kafka's ReplicaFetcherThread): one fetcher per leader
+broker long-polls Fetch with this broker's id as the replica id, for every partition it follows
+there, and appends what comes back with the leader's offsets and epochs.
+
+Before fetching under a new leader epoch a follower truncates the suffix of its log the leader
+does not have (KIP-101/279): it asks the leader with OffsetsForLeaderEpoch where its own latest
+epoch ends in the leader's log and truncates there. That is what keeps every acknowledged
+write (acks=all: on every ISR member, so on any new leader) and drops only writes that were
+never committed, which a stale high watermark could not tell apart.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+
+from protos import broker_pb2 as pb
+from protos import broker_pb2_grpc
+
+from .config import BrokerConfig
+from .errors import BrokerError, ErrorCode
+from .leader_epochs import UNDEFINED_EPOCH, UNDEFINED_OFFSET
+from .log_store import StorageFailure
+from .partition import Partition
+from .records import batches, check_crc
+
+log = logging.getLogger("brokerd.replica")
+
+GRPC_OPTIONS = [("grpc.max_receive_message_length", 256 << 20), ("grpc.max_send_message_length", 256 << 20)]
+
+
+@dataclass(slots=True)
+class FetchState:
+    partition: Partition
+    leader_epoch: int
+    truncating: bool = True
+    delayed_until: float = 0.0
+
+
+class ReplicaFetcher:
+    def __init__(self, config: BrokerConfig, leader_id: int, address: str, broker_epoch: Callable[[], int],
+                 on_fatal: Callable[[BaseException], None]) -> None:
+        self.config = config
+        self.leader_id = leader_id
+        self.address = address
+        self.broker_epoch = broker_epoch
+        self.on_fatal = on_fatal
+        self.channel = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
+        self.stub = broker_pb2_grpc.BrokerStub(self.channel)
+        self.states: dict[Partition, FetchState] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._warned = False
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{self.leader_id}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self.channel.close()
+
+    def add(self, p: Partition) -> None:
+        self.states[p] = FetchState(p, p.leader_epoch)
+        self._wake.set()
+
+    def remove(self, p: Partition) -> None:
+        self.states.pop(p, None)
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        backoff = self.config.replica_fetch_backoff_ms / 1000
+        while True:
+            try:
+                now = time.monotonic()
+                truncating = [s for s in self.states.values() if s.truncating and s.delayed_until <= now]
+                if truncating:
+                    await self._truncate(truncating)
+                ready = [s for s in self.states.values() if not s.truncating and s.delayed_until <= now]
+                if ready:
+                    await self._fetch(ready)
+                    continue
+                delays = [s.delayed_until - now for s in self.states.values()]
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), max(0.01, min(delays)) if delays else None)
+                except asyncio.TimeoutError:
+                    pass
+            except asyncio.CancelledError:
+                raise
+            except grpc.aio.AioRpcError as e:
+                if not self._warned:
+                    log.warning("cannot fetch from broker %d at %s: %s", self.leader_id, self.address,
+                                e.details() or e.code().name)
+                    self._warned = True
+                await asyncio.sleep(min(backoff, 0.5))
+            except StorageFailure as e:
+                self.on_fatal(e)
+                return
+            except BrokerError as e:  # a corrupt batch from the leader: say so, try again later
+                log.error("replica fetcher for broker %d: %s", self.leader_id, e)
+                await asyncio.sleep(backoff)
+            except Exception as e:  # a bug: keep the broker up and say so
+                log.exception("replica fetcher for broker %d: %s", self.leader_id, e)
+                await asyncio.sleep(backoff)
+
+    def _delay(self, s: FetchState) -> None:
+        s.delayed_until = time.monotonic() + self.config.replica_fetch_backoff_ms / 1000
+
+    def _current(self, s: FetchState) -> bool:
+        return self.states.get(s.partition) is s and s.partition.leader_epoch == s.leader_epoch
+
+    # -- truncation ---------------------------------------------------------------------------
+
+    async def _truncate(self, states: list[FetchState]) -> None:
+        topics: dict[uuid.UUID, pb.OffsetForLeaderTopic] = {}
+        for s in states:
+            p = s.partition
+            t = topics.get(p.topic_id)
+            if t is None:
+                t = topics[p.topic_id] = pb.OffsetForLeaderTopic(name=p.topic, topic_id=p.topic_id.bytes)
+            t.partitions.add(partition=p.index, current_leader_epoch=s.leader_epoch,
+                             leader_epoch=p.log.epochs.latest_epoch)
+        resp = await self.stub.OffsetsForLeaderEpoch(
+            pb.OffsetsForLeaderEpochRequest(replica_id=self.config.node_id, topics=topics.values()), timeout=10)
+        self._warned = False
+        by_key = {(s.partition.topic_id, s.partition.index): s for s in states}
+        for t in resp.topics:
+            tid = uuid.UUID(bytes=t.topic_id)
+            for r in t.partitions:
+                s = by_key.get((tid, r.partition))
+                if s is None or not self._current(s):
+                    continue
+                if r.error_code != ErrorCode.NONE:
+                    log.info("%s: OffsetsForLeaderEpoch from broker %d: %s", s.partition.name, self.leader_id,
+                             ErrorCode.of(r.error_code).name)
+                    self._delay(s)
+                    continue
+                await self._truncate_one(s, r.leader_epoch, r.end_offset)
+
+    async def _truncate_one(self, s: FetchState, leader_epoch: int, leader_end: int) -> None:
+        p = s.partition
+        plog = p.log
+        if leader_epoch == UNDEFINED_EPOCH or leader_end == UNDEFINED_OFFSET:
+            target, done = plog.high_watermark, True  # the leader knows nothing of our epochs (Kafka's fallback)
+        else:
+            ours, our_end = plog.end_offset_for_epoch(leader_epoch)
+            if ours != leader_epoch:
+                # We do not have the epoch the leader answered with: cut back to where our
+                # nearest older epoch ends and ask again.
+                target, done = min(leader_end, our_end if our_end >= 0 else plog.high_watermark), False
+            else:
+                target, done = min(leader_end, plog.log_end_offset), True
+        if target < plog.log_end_offset:
+            before = plog.log_end_offset
+            await plog.truncate_to(target)
+            log.info("%s: truncated from offset %d to %d (leader %d, epoch %d ends at %d in its log)",
+                     p.name, before, plog.log_end_offset, self.leader_id, leader_epoch, leader_end)
+        if done or not plog.epochs.entries:
+            s.truncating = False
+
+    # -- fetching -----------------------------------------------------------------------------
+
+    async def _fetch(self, states: list[FetchState]) -> None:
+        cfg = self.config
+        topics: dict[uuid.UUID, pb.FetchTopic] = {}
+        sent: dict[tuple[uuid.UUID, int], tuple[FetchState, int]] = {}
+        for s in states:
+            p = s.partition
+            t = topics.get(p.topic_id)
+            if t is None:
+                t = topics[p.topic_id] = pb.FetchTopic(name=p.topic, topic_id=p.topic_id.bytes)
+            offset = p.log.log_end_offset
+            t.partitions.add(partition=p.index, current_leader_epoch=s.leader_epoch, fetch_offset=offset,
+                             log_start_offset=p.log.log_start_offset, partition_max_bytes=cfg.replica_fetch_max_bytes)
+            sent[(p.topic_id, p.index)] = (s, offset)
+        req = pb.FetchRequest(replica_id=cfg.node_id, replica_epoch=self.broker_epoch(),
+                              max_wait_ms=cfg.replica_fetch_wait_max_ms, min_bytes=cfg.replica_fetch_min_bytes,
+                              max_bytes=cfg.replica_fetch_response_max_bytes, topics=topics.values())
+        resp = await self.stub.Fetch(req, timeout=cfg.replica_fetch_wait_max_ms / 1000 + 10)
+        self._warned = False
+        for t in resp.topics:
+            tid = uuid.UUID(bytes=t.topic_id)
+            for r in t.partitions:
+                entry = sent.get((tid, r.partition))
+                if entry is None or not self._current(entry[0]):
+                    continue
+                s, offset = entry
+                if s.truncating or s.partition.log.log_end_offset != offset:
+                    continue  # truncated meanwhile
+                await self._handle(s, offset, r)
+
+    async def _handle(self, s: FetchState, offset: int, r: pb.FetchPartitionResponse) -> None:
+        p = s.partition
+        code = ErrorCode.of(r.error_code)
+        if code == ErrorCode.NONE:
+            got = batches(r.records)
+            if got:
+                for b in got:
+                    check_crc(b)
+                try:
+                    await p.log.append_as_follower(got)
+                except ValueError as e:
+                    log.warning("%s: %s; truncating against the leader again", p.name, e)
+                    s.truncating = True
+                    return
+            plog = p.log
+            if r.log_start_offset > plog.log_start_offset:
+                plog.delete_before(min(r.log_start_offset, r.high_watermark))
+            plog.set_high_watermark(min(r.high_watermark, plog.log_end_offset))
+            p.notify()
+        elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            if offset < r.log_start_offset:
+                log.info("%s: offset %d is below the leader's log start %d; starting over there",
+                         p.name, offset, r.log_start_offset)
+                await p.log.truncate_fully_and_start_at(r.log_start_offset)
+            else:
+                s.truncating = True
+        elif code == ErrorCode.CORRUPT_MESSAGE:
+            raise BrokerError(code, r.error_message)
+        else:
+            log.debug("%s: fetch from broker %d: %s: %s", p.name, self.leader_id, code.name, r.error_message)
+            self._delay(s)
+
+
+class ReplicaFetcherManager:
+    """Which fetcher follows which partition: one fetcher per (leader, address)."""
+
+    def __init__(self, config: BrokerConfig, broker_epoch: Callable[[], int],
+                 on_fatal: Callable[[BaseException], None]) -> None:
+        self.config = config
+        self.broker_epoch = broker_epoch
+        self.on_fatal = on_fatal
+        self.fetchers: dict[tuple[int, str], ReplicaFetcher] = {}
+        self._following: dict[Partition, tuple[int, str]] = {}
+
+    def follow(self, p: Partition, leader_id: int, address: str) -> None:
+        """(Re)start fetching ``p`` from its leader, truncating first."""
+        self.unfollow(p)
+        key = (leader_id, address)
+        f = self.fetchers.get(key)
+        if f is None:
+            f = self.fetchers[key] = ReplicaFetcher(self.config, leader_id, address, self.broker_epoch, self.on_fatal)
+            f.start()
+        f.add(p)
+        self._following[p] = key
+
+    def source(self, p: Partition) -> tuple[int, str] | None:
+        """The (leader, address) ``p`` is fetched from."""
+        return self._following.get(p)
+
+    def unfollow(self, p: Partition) -> None:
+        key = self._following.pop(p, None)
+        if key is not None and key in self.fetchers:
+            self.fetchers[key].remove(p)
+
+    async def prune(self) -> None:
+        """Stop fetchers left without partitions."""
+        for key, f in list(self.fetchers.items()):
+            if not f.states:
+                del self.fetchers[key]
+                await f.stop()
+
+    async def stop(self) -> None:
+        fetchers, self.fetchers = list(self.fetchers.values()), {}
+        self._following.clear()
+        await asyncio.gather(*(f.stop() for f in fetchers), return_exceptions=True)

@@ -1,0 +1,226 @@
+"""The replicas this broker hosts, driven by metadata deltas (Kafka's ReplicaManager with its
+KRaft metadata publisher).
+
+Every image the metadata fetcher applies comes here with what changed: a partition assigned to
+this broker gets a local log and becomes leader or follower as the controller says; one that
+moved away or whose topic was deleted stops being served and its data is deleted; topic and
+broker config changes update the log settings. Produce and fetch look partitions up here.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+
+from metadata.delta import MetadataChanges, changes_between
+from metadata.image import MetadataImage, ResourceType, TopicImage
+
+from .config import BrokerConfig, LogConfig
+from .errors import BrokerError, ErrorCode
+from .isr import IsrManager
+from .log_manager import LogManager
+from .partition import Change, Partition
+from .replica_fetcher import ReplicaFetcherManager
+
+log = logging.getLogger("brokerd.replicas")
+
+
+class ReplicaManager:
+    def __init__(self, config: BrokerConfig, logs: LogManager, fetchers: ReplicaFetcherManager,
+                 fenced: Callable[[], bool]) -> None:
+        self.config = config
+        self.broker_id = config.node_id
+        self.logs = logs
+        self.fetchers = fetchers
+        self.fenced = fenced
+        self.isr: IsrManager | None = None
+        self.image = MetadataImage.empty()
+        self.partitions: dict[tuple[uuid.UUID, int], Partition] = {}
+        self.by_name: dict[tuple[str, int], Partition] = {}
+        self._tasks: list[asyncio.Task] = []
+
+    # -- metadata -------------------------------------------------------------------------------
+
+    def apply(self, image: MetadataImage, changes: MetadataChanges | None) -> None:
+        """Act on a new metadata image (``changes`` None: compare with the last one, e.g. after
+        a snapshot was loaded)."""
+        old, self.image = self.image, image
+        if changes is None:
+            changes = changes_between(old, image)
+        for tid in changes.topics_removed:
+            for key, p in list(self.partitions.items()):
+                if key[0] == tid:
+                    self._remove(p, "its topic was deleted")
+        if any(r.type == ResourceType.BROKER for r in changes.configs_changed):
+            self._reconfigure(p for p in self.partitions.values())
+        else:
+            names = {r.name for r in changes.configs_changed if r.type == ResourceType.TOPIC}
+            if names:
+                self._reconfigure(p for p in self.partitions.values() if p.topic in names)
+        for tp in changes.partitions_changed:
+            topic = image.topics_by_id.get(tp.topic_id)
+            reg = topic.partitions.get(tp.partition) if topic is not None else None
+            p = self.partitions.get((tp.topic_id, tp.partition))
+            if reg is None:
+                continue
+            if self.broker_id not in reg.replicas:
+                if p is not None:
+                    self._remove(p, "this broker is no longer one of its replicas")
+                continue
+            if p is None:
+                assert topic is not None
+                p = self._create(topic, tp.partition)
+            self._act(p, p.update(reg))
+        for bid in changes.brokers_changed:
+            self._leader_moved(bid)
+
+    def _create(self, topic: TopicImage, index: int) -> Partition:
+        plog = self.logs.open(topic.id, index)
+        p = Partition(self.broker_id, topic.name, topic.id, index, plog, self.config.log_config(self.image, topic.name))
+        self.partitions[(topic.id, index)] = p
+        self.by_name[(topic.name, index)] = p
+        return p
+
+    def _act(self, p: Partition, change: Change) -> None:
+        if change == Change.BECAME_LEADER:
+            self.fetchers.unfollow(p)
+            log.info("%s: leader at epoch %d (log end %d, high watermark %d, ISR %s)", p.name, p.leader_epoch,
+                     p.log.log_end_offset, p.log.high_watermark, list(p.isr))
+        elif change == Change.BECAME_FOLLOWER:
+            address = self.address_of(p.leader)
+            if address is None:
+                self.fetchers.unfollow(p)
+                log.info("%s: no leader (epoch %d)", p.name, p.leader_epoch)
+            else:
+                self.fetchers.follow(p, p.leader, address)
+                log.info("%s: following broker %d at epoch %d (log end %d)", p.name, p.leader, p.leader_epoch,
+                         p.log.log_end_offset)
+
+    def _leader_moved(self, broker_id: int) -> None:
+        """A broker re-registered, maybe at another address: follow it there."""
+        address = self.address_of(broker_id)
+        for p in self.partitions.values():
+            key = self.fetchers.source(p)
+            if p.leader == broker_id and not p.is_leader and address is not None and key != (broker_id, address):
+                self.fetchers.follow(p, broker_id, address)
+
+    def _remove(self, p: Partition, why: str) -> None:
+        self.fetchers.unfollow(p)
+        p.stop()
+        self.partitions.pop((p.topic_id, p.index), None)
+        if self.by_name.get((p.topic, p.index)) is p:
+            del self.by_name[(p.topic, p.index)]
+        self.logs.delete(p.topic_id, p.index, p.log)
+        log.info("%s: stopped and deleted: %s", p.name, why)
+
+    def _reconfigure(self, partitions: Iterable[Partition]) -> None:
+        cache: dict[str, LogConfig] = {}
+        for p in partitions:
+            cfg = cache.get(p.topic)
+            if cfg is None:
+                cfg = cache[p.topic] = self.config.log_config(self.image, p.topic)
+            p.config = cfg
+
+    def delete_stray_logs(self) -> None:
+        """Logs on disk for partitions this broker does not host (deleted or moved while it was
+        down) go, as Kafka deletes stray logs at startup."""
+        for tid, index in self.logs.local_partitions():
+            if (tid, index) not in self.partitions:
+                self.logs.delete(tid, index)
+                log.info("deleted the stray log of partition %d of topic id %s", index, tid)
+
+    def address_of(self, broker_id: int) -> str | None:
+        b = self.image.brokers.get(broker_id)
+        if b is None:
+            return None
+        for e in b.endpoints:
+            if e.name == self.config.listener:
+                return f"{e.host}:{e.port}"
+        return None
+
+    # -- lookups --------------------------------------------------------------------------------
+
+    def leaders(self) -> Iterator[Partition]:
+        return (p for p in self.partitions.values() if p.is_leader)
+
+    def partition(self, topic: str, index: int, topic_id: bytes = b"") -> Partition:
+        """The local replica, or UNKNOWN_TOPIC_OR_PARTITION (no such partition) /
+        NOT_LEADER_OR_FOLLOWER (it exists, but not here)."""
+        if topic_id:
+            try:
+                tid = uuid.UUID(bytes=topic_id)
+            except ValueError:
+                raise BrokerError(ErrorCode.UNKNOWN_TOPIC_ID, "the topic id is a 16-byte UUID") from None
+            p = self.partitions.get((tid, index))
+            if p is not None:
+                return p
+            t = self.image.topics_by_id.get(tid)
+            if t is None:
+                raise BrokerError(ErrorCode.UNKNOWN_TOPIC_ID, f"This server does not host topic id {tid}.")
+        else:
+            p = self.by_name.get((topic, index))
+            if p is not None:
+                return p
+            t = self.image.topics_by_name.get(topic)
+        if t is None or index not in t.partitions:
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                              f"This server does not host this topic-partition: {topic}-{index}.")
+        raise BrokerError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                          f"Broker {self.broker_id} is not a replica of {t.name}-{index}")
+
+    def leader(self, topic: str, index: int, current_leader_epoch: int | None = None) -> Partition:
+        p = self.partition(topic, index)
+        p.check_leader(current_leader_epoch)
+        if self.fenced():
+            raise BrokerError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                              f"Broker {self.broker_id} is fenced and does not lead {p.name}")
+        return p
+
+    def follower_fetched(self, p: Partition, replica: int, fetch_offset: int) -> None:
+        st = p.update_follower(replica, fetch_offset)
+        if st is not None and self.isr is not None and replica not in p.maximal_isr:
+            self.isr.maybe_expand(p, replica)
+
+    # -- upkeep ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._every(self.config.hw_checkpoint_interval_ms, self.checkpoint)),
+                       loop.create_task(self._every(self.config.retention_check_interval_ms, self.enforce_retention))]
+
+    async def _every(self, period_ms: int, work: Callable[[], object]) -> None:
+        while True:
+            await asyncio.sleep(period_ms / 1000)
+            try:
+                work()
+            except Exception as e:
+                log.error("%s failed: %s", getattr(work, "__name__", work), e)
+
+    def checkpoint(self) -> None:
+        """Persist high watermarks (Kafka's replication-offset-checkpoint)."""
+        for p in self.partitions.values():
+            p.log.checkpoint()
+
+    def enforce_retention(self) -> None:
+        """Delete batches past retention.ms / retention.bytes, oldest first, with range deletes."""
+        now = int(time.time() * 1000)
+        for p in list(self.partitions.values()):
+            cfg = p.config
+            if cfg.retention_ms < 0 and cfg.retention_bytes < 0:
+                continue
+            start = p.log.retention_offset(now, cfg.retention_ms, cfg.retention_bytes)
+            if start > p.log.log_start_offset:
+                before = p.log.log_start_offset
+                freed = p.log.delete_before(start)
+                log.info("%s: retention moved the log start from %d to %d (%d bytes freed)",
+                         p.name, before, p.log.log_start_offset, freed)
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for p in self.partitions.values():
+            p.stop()
+        self.checkpoint()

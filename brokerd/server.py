@@ -1,0 +1,227 @@
+"""A broker process (Kafka's BrokerServer in KRaft mode).
+
+Start-up, in Kafka's order: check the log directories belong to one cluster and this node;
+open the partition stores; load the local metadata snapshot; listen; register with the
+controller quorum (a new incarnation id, the broker starts fenced) and heartbeat; catch up
+with the metadata log; only then act on it (become leader or follower of the partitions
+assigned here, delete stray logs); the controller unfences the broker once its heartbeats
+report an offset at least that of its registration. Stop is a controlled shutdown: the
+controller moves this broker's leaderships away before the process goes.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import grpc
+
+from metadata.client import ControllerClient, ControllerError
+from metadata.config import ServerConfig
+from metadata.delta import MetadataChanges
+from metadata.errors import ErrorCode as ControllerCode
+from metadata.image import MetadataImage
+from protos import broker_pb2 as pb
+from protos import broker_pb2_grpc
+from protos import controller_pb2 as cpb
+from raft.config import ConfigError
+from raft.errors import StorageError
+from raft.storage import check_formatted
+
+from .cluster_metadata import replica_status
+from .config import BrokerConfig
+from .isr import IsrManager
+from .lifecycle import BrokerLifecycle
+from .log_manager import LogManager
+from .metadata_checkpoint import MetadataCheckpoint
+from .metadata_fetcher import MetadataFetcher
+from .replica_fetcher import ReplicaFetcherManager
+from .replica_manager import ReplicaManager
+from .service import BrokerService
+
+log = logging.getLogger("brokerd.server")
+
+CATCH_UP_TIMEOUT_S = 60.0
+
+
+def cluster_id_of(cfg: ServerConfig) -> str:
+    """The cluster id all of this broker's directories are formatted with (StorageError if
+    one is not formatted, is another node's, or another cluster's)."""
+    found: dict[str, str] = {}
+    for d in dict.fromkeys((cfg.metadata_log_dir, *cfg.log_dirs)):
+        found[d] = check_formatted(d, None, cfg.node_id)["cluster.id"]
+    ids = set(found.values())
+    if len(ids) > 1:
+        raise StorageError("log directories are formatted for different clusters: " +
+                           ", ".join(f"{d} for {c}" for d, c in found.items()))
+    return ids.pop()
+
+
+class BrokerServer:
+    def __init__(self, cfg: ServerConfig) -> None:
+        self.cfg = cfg
+        self.config = BrokerConfig.from_server(cfg)
+        self.cluster_id = ""
+        self.published_offset = 0
+        self.resumed_from_offset = 0
+        self._done: asyncio.Future[BaseException | None] | None = None
+        self._stopping = False
+        self._started = False
+
+    # -- start --------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Raises StorageError (log directories), ControllerError (registration refused, e.g.
+        INCONSISTENT_CLUSTER_ID, or no catching up), StorageFailure (RocksDB) or ConfigError (a
+        listener that cannot bind); what was opened is closed."""
+        self._done = asyncio.get_running_loop().create_future()
+        try:
+            await self._start()
+        except BaseException:
+            self._stopping = True
+            await self._close()
+            raise
+
+    async def _start(self) -> None:
+        cfg, bcfg = self.cfg, self.config
+        self.cluster_id = cluster_id_of(cfg)
+        self.logs = LogManager(cfg.log_dirs, bcfg.flush)
+        self.checkpoint = MetadataCheckpoint(cfg.log_dirs[0], self.cluster_id, bcfg.metadata_snapshot_interval_ms)
+        image = self.checkpoint.load()
+        if image is not None:
+            self.resumed_from_offset = image.offset
+            log.info("resuming the metadata log after offset %d (local snapshot)", image.offset)
+        self.client = ControllerClient(list(cfg.voters.values()), timeout=30, attempt_timeout=5)
+        self.fetcher = MetadataFetcher(self.client, cfg.node_id, image or MetadataImage.empty(self.cluster_id),
+                                       max_wait_ms=500)
+        self.lifecycle = BrokerLifecycle(
+            self.client, cfg.node_id, self.cluster_id, self._endpoints(), rack=bcfg.rack,
+            heartbeat_interval_s=bcfg.heartbeat_interval_ms / 1000, metadata_offset=lambda: self.published_offset)
+        self.fetchers = ReplicaFetcherManager(bcfg, lambda: self.lifecycle.epoch, self._fatal)
+        self.rm = ReplicaManager(bcfg, self.logs, self.fetchers, fenced=lambda: self.lifecycle.fenced)
+        self.rm.isr = IsrManager(self.client, cfg.node_id, lambda: self.lifecycle.epoch,
+                                 bcfg.replica_lag_time_max_ms, self.rm.leaders)
+        self.server = grpc.aio.server(options=[("grpc.max_receive_message_length", bcfg.request_max_bytes),
+                                               ("grpc.max_send_message_length", 256 << 20),
+                                               ("grpc.so_reuseport", 0)])
+        broker_pb2_grpc.add_BrokerServicer_to_server(
+            BrokerService(self.rm, bcfg.listener, lambda: self.client.last_controller_id, self.describe), self.server)
+        for name, (host, port) in cfg.listeners.items():
+            if name != cfg.controller_listener:
+                address = f"{host or '0.0.0.0'}:{port}"
+                try:
+                    bound = self.server.add_insecure_port(address)
+                except RuntimeError:
+                    bound = 0
+                if not bound:
+                    raise ConfigError(f"cannot listen on {address} (listener {name}): the port is in use or the "
+                                      f"address is not local")
+        await self.server.start()
+        try:
+            await self.lifecycle.start()
+        except ControllerError as e:
+            if e.code == ControllerCode.INCONSISTENT_CLUSTER_ID:
+                raise StorageError(f"log directory {cfg.log_dirs[0]} is formatted for cluster {self.cluster_id}, "
+                                   f"but the controller quorum is another cluster ({e.message})") from None
+            raise
+        log.info("broker %d registered with epoch %d; catching up with the metadata log", cfg.node_id,
+                 self.lifecycle.epoch)
+        self.fetcher.start()
+        try:
+            await self.fetcher.wait_caught_up(CATCH_UP_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            raise ControllerError(ControllerCode.REQUEST_TIMED_OUT,
+                                  f"broker {cfg.node_id} did not catch up with the metadata log within "
+                                  f"{CATCH_UP_TIMEOUT_S:.0f}s (at offset {self.fetcher.offset}, the controller's "
+                                  f"high watermark is {self.fetcher.high_watermark})") from None
+        self._publish(self.fetcher.image, None)
+        self.rm.delete_stray_logs()
+        self.fetcher.listeners.append(self._publish)
+        self.fetcher.listeners.append(self.checkpoint.listener)
+        self.checkpoint.listener(self.fetcher.image, None)
+        await self.checkpoint.save_async()
+        self.checkpoint.start()
+        self.logs.start()
+        self.rm.start()
+        self.rm.isr.start()
+        self._started = True
+        log.info("broker %d serving at metadata offset %d (first fetch from offset %s)", cfg.node_id,
+                 self.published_offset, self.fetcher.first_fetch_offset)
+
+    def _endpoints(self) -> list[cpb.Endpoint]:
+        return [cpb.Endpoint(name=n, host=h, port=p, security_protocol="PLAINTEXT")
+                for n, (h, p) in self.cfg.broker_listeners().items()]
+
+    def _publish(self, image: MetadataImage, changes: MetadataChanges | None) -> None:
+        try:
+            self.rm.apply(image, changes)
+        except Exception as e:
+            log.exception("applying metadata offset %d failed", image.offset)
+            self._fatal(e)
+            return
+        self.published_offset = image.offset
+
+    def _fatal(self, e: BaseException) -> None:
+        if self._done is not None and not self._done.done():
+            self._done.set_result(e)
+
+    # -- status -------------------------------------------------------------------------------
+
+    def describe(self) -> pb.DescribeBrokerResponse:
+        return pb.DescribeBrokerResponse(
+            broker_id=self.cfg.node_id, broker_epoch=self.lifecycle.epoch, fenced=self.lifecycle.fenced,
+            metadata_offset=self.published_offset, first_metadata_fetch_offset=self.fetcher.first_fetch_offset or 0,
+            resumed_from_offset=self.resumed_from_offset, metadata_snapshots_loaded=self.fetcher.snapshots_loaded,
+            cluster_id=self.cluster_id,
+            replicas=[replica_status(p) for _, p in sorted(self.rm.partitions.items(), key=lambda kv: (kv[1].topic, kv[1].index))])
+
+    # -- stop ---------------------------------------------------------------------------------
+
+    async def stop(self) -> None:
+        """Controlled shutdown, then close everything; idempotent."""
+        if self._stopping:
+            return
+        self._stopping = True
+        if self._started:
+            if await self.lifecycle.controlled_shutdown(timeout=30):
+                await self._await_no_leaderships(5.0)
+            else:
+                log.warning("the controller did not confirm the controlled shutdown; stopping anyway")
+        await self._close()
+        if self._done is not None and not self._done.done():
+            self._done.set_result(None)
+
+    async def _await_no_leaderships(self, timeout: float) -> None:
+        """Until the metadata moving our leaderships away has arrived, so that waiting producers
+        hear NOT_LEADER_OR_FOLLOWER rather than a timeout."""
+        deadline = time.monotonic() + timeout
+        while any(True for _ in self.rm.leaders()) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+
+    async def _close(self) -> None:
+        """Close whatever start() got to open, in reverse dependency order."""
+        def part(name: str) -> Any:
+            return getattr(self, name, None)
+
+        steps = [(part("lifecycle"), "stop"), (part("fetcher"), "stop"), (part("rm") and self.rm.isr, "stop"),
+                 (part("fetchers"), "stop"), (part("server"), "stop"), (part("rm") if self._started else None, "stop"),
+                 (part("checkpoint") if self._started else None, "stop"), (part("logs"), "close"),
+                 (part("client"), "close")]
+        for obj, method in steps:
+            if obj is None:
+                continue
+            try:
+                if method == "stop" and obj is part("server"):
+                    await obj.stop(grace=1.0)
+                else:
+                    await getattr(obj, method)()
+            except Exception as e:
+                log.warning("shutdown of %s: %s", type(obj).__name__, e)
+        if self._started:
+            log.info("broker %d stopped", self.cfg.node_id)
+
+    async def wait_stopped(self) -> BaseException | None:
+        """None after ``stop()``; the error when the broker cannot go on (a failed log directory)."""
+        assert self._done is not None, "start() first"
+        return await asyncio.shield(self._done)

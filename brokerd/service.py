@@ -1,0 +1,123 @@
+"""The broker's gRPC service (protos/broker.proto): thin adapters from the wire to produce,
+fetch, offsets and metadata. Partition-level problems are answered in-band; a request that
+cannot be served at all (a bug, a failed log directory) gets a gRPC error with one line."""
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
+
+import grpc
+
+from protos import broker_pb2 as pb
+from protos import broker_pb2_grpc
+
+from .cluster_metadata import metadata_answer
+from .errors import BrokerError, ErrorCode
+from .fetch import fetch
+from .log_store import StorageFailure
+from .produce import first_error, produce
+from .replica_manager import ReplicaManager
+
+log = logging.getLogger("brokerd.service")
+T = TypeVar("T")
+
+EARLIEST, LATEST = -2, -1
+
+
+class BrokerService(broker_pb2_grpc.BrokerServicer):
+    def __init__(self, rm: ReplicaManager, listener: str, controller_id: Callable[[], int],
+                 describe: Callable[[], pb.DescribeBrokerResponse]) -> None:
+        self.rm = rm
+        self.listener = listener
+        self.controller_id = controller_id
+        self.describe = describe
+
+    async def _guard(self, context: grpc.aio.ServicerContext, work: Awaitable[T]) -> T:
+        try:
+            return await work
+        except StorageFailure as e:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"KAFKA_STORAGE_ERROR: {e}")
+        except Exception as e:
+            log.exception("request failed: %s", e)
+            await context.abort(grpc.StatusCode.INTERNAL, f"UNKNOWN_SERVER_ERROR: {type(e).__name__}: {e}")
+        raise AssertionError("unreachable")
+
+    async def Produce(self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext) -> pb.ProduceResponse:
+        resp = await self._guard(context, produce(self.rm, request))
+        if request.acks == 0:
+            # Kafka sends nothing back for acks=0, and closes the connection on an error.
+            error = first_error(resp)
+            if error is not None:
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))
+            return pb.ProduceResponse()
+        return resp
+
+    async def ProduceNoAck(self, request_iterator: AsyncIterator[pb.ProduceRequest],
+                           context: grpc.aio.ServicerContext) -> pb.ProduceStreamSummary:
+        summary = pb.ProduceStreamSummary()
+        async for req in request_iterator:
+            if req.acks != 0:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                    f"INVALID_REQUIRED_ACKS: the acks=0 stream got a request with acks={req.acks}")
+            resp = await self._guard(context, produce(self.rm, req))
+            error = first_error(resp)
+            if error is not None:
+                # No answer can carry the error: end the stream, as Kafka closes the connection.
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))
+            summary.requests += 1
+            for t in req.topics:
+                for pd in t.partitions:
+                    summary.batches += 1
+                    summary.records += pd.batch.record_count
+        return summary
+
+    async def Fetch(self, request: pb.FetchRequest, context: grpc.aio.ServicerContext) -> pb.FetchResponse:
+        return await self._guard(context, fetch(self.rm, request))
+
+    async def ListOffsets(self, request: pb.ListOffsetsRequest, context: grpc.aio.ServicerContext) -> pb.ListOffsetsResponse:
+        resp = pb.ListOffsetsResponse()
+        for t in request.topics:
+            tr = resp.topics.add(name=t.name)
+            for lp in t.partitions:
+                a = tr.partitions.add(partition=lp.partition, timestamp=-1, offset=-1, leader_epoch=-1)
+                try:
+                    epoch = lp.current_leader_epoch if lp.HasField("current_leader_epoch") else None
+                    p = self.rm.leader(t.name, lp.partition, epoch)
+                    a.leader_epoch = p.leader_epoch
+                    if lp.timestamp == EARLIEST:
+                        a.offset = p.log.log_start_offset
+                    elif lp.timestamp == LATEST:
+                        a.offset = p.log.high_watermark
+                    elif lp.timestamp < 0:
+                        raise BrokerError(ErrorCode.INVALID_REQUEST, f"unsupported timestamp {lp.timestamp}: use -2 "
+                                                                     f"(earliest), -1 (latest) or a time in ms")
+                    else:
+                        found = p.log.offset_for_timestamp(lp.timestamp)
+                        if found is not None:
+                            a.offset, a.timestamp = found
+                except BrokerError as e:
+                    a.error_code, a.error_message = int(e.code), e.message
+        return resp
+
+    async def OffsetsForLeaderEpoch(self, request: pb.OffsetsForLeaderEpochRequest,
+                                    context: grpc.aio.ServicerContext) -> pb.OffsetsForLeaderEpochResponse:
+        resp = pb.OffsetsForLeaderEpochResponse()
+        for t in request.topics:
+            tr = resp.topics.add(name=t.name, topic_id=t.topic_id)
+            for op in t.partitions:
+                a = tr.partitions.add(partition=op.partition, leader_epoch=-1, end_offset=-1)
+                try:
+                    p = self.rm.partition(t.name, op.partition, t.topic_id)
+                    p.check_leader(op.current_leader_epoch if op.HasField("current_leader_epoch") else None)
+                    a.leader_epoch, a.end_offset = p.log.end_offset_for_epoch(op.leader_epoch)
+                except BrokerError as e:
+                    a.error_code, a.error_message = int(e.code), e.message
+        return resp
+
+    async def Metadata(self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext) -> pb.MetadataResponse:
+        return metadata_answer(self.rm.image, request, self.listener, self.controller_id())
+
+    async def DescribeBroker(self, request: pb.DescribeBrokerRequest,
+                             context: grpc.aio.ServicerContext) -> pb.DescribeBrokerResponse:
+        return self.describe()

@@ -1,0 +1,210 @@
+"""Clusters of real processes for broker tests: a DevQuorum of three controllers and N brokers
+run as ``python -m brokerd.main FILE``, each with its own properties file and formatted log
+directory, killed and stopped with real signals."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from metadata.client import ControllerClient
+from metadata.dev_quorum import DevQuorum
+from protos import broker_pb2 as bpb
+from protos import broker_pb2_grpc
+from protos import controller_pb2 as cpb
+from raft.storage import format_storage
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port_range(n: int) -> int:
+    """A base port with ``n`` free ports after it."""
+    for _ in range(100):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        base = s.getsockname()[1]
+        s.close()
+        if base + n >= 65535:
+            continue
+        socks = []
+        try:
+            for p in range(base, base + n):
+                t = socket.socket()
+                socks.append(t)
+                t.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for t in socks:
+                t.close()
+    raise RuntimeError("no free port range")
+
+
+class BrokerCluster:
+    """Controllers 1-3 and brokers 101, 102, ... on loopback."""
+
+    def __init__(self, base_dir: Path, brokers: int = 3, *, session_timeout_ms: int = 3000,
+                 heartbeat_ms: int = 300, broker_props: dict[str, str] | None = None,
+                 controller_props: dict[str, str] | None = None) -> None:
+        self.base = base_dir
+        ports = free_port_range(3 + brokers)
+        self.quorum = DevQuorum(str(base_dir / "quorum"), ports, election_timeout_ms=500,
+                                session_timeout_ms=session_timeout_ms,
+                                extra={"broker.heartbeat.interval.ms": str(heartbeat_ms), **(controller_props or {})})
+        self.ids = [101 + i for i in range(brokers)]
+        self.ports = {bid: ports + 3 + i for i, bid in enumerate(self.ids)}
+        self.heartbeat_ms = heartbeat_ms
+        self.props = broker_props or {}
+        self.procs: dict[int, subprocess.Popen] = {}
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"127.0.0.1:{p}" for p in self.ports.values())
+
+    def address(self, bid: int) -> str:
+        return f"127.0.0.1:{self.ports[bid]}"
+
+    def log_dir(self, bid: int) -> Path:
+        return self.base / f"broker-{bid}"
+
+    def config_path(self, bid: int) -> Path:
+        return self.base / f"broker-{bid}.properties"
+
+    def log_path(self, bid: int) -> Path:
+        return self.base / f"broker-{bid}.log"
+
+    def write_config(self, bid: int, **extra: str) -> Path:
+        props = {"node.id": str(bid), "process.roles": "broker", "controller.quorum.voters": self.quorum.voters,
+                 "listeners": f"PLAINTEXT://127.0.0.1:{self.ports[bid]}", "log.dirs": str(self.log_dir(bid)),
+                 "broker.heartbeat.interval.ms": str(self.heartbeat_ms), "replica.fetch.backoff.ms": "100",
+                 "metadata.log.max.snapshot.interval.ms": "500", **self.props, **extra}
+        path = self.config_path(bid)
+        path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        return path
+
+    def start(self) -> "BrokerCluster":
+        self.quorum.start()
+        for bid in self.ids:
+            self.write_config(bid)
+            format_storage(str(self.log_dir(bid)), self.quorum.cluster_id, bid)
+            self.start_broker(bid)
+        return self
+
+    def start_broker(self, bid: int) -> subprocess.Popen:
+        out = open(self.log_path(bid), "a")
+        self.procs[bid] = subprocess.Popen([sys.executable, "-m", "brokerd.main", str(self.config_path(bid))],
+                                           cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        return self.procs[bid]
+
+    def signal(self, bid: int, sig: int) -> None:
+        self.procs[bid].send_signal(sig)
+
+    def kill(self, bid: int) -> None:
+        p = self.procs[bid]
+        p.send_signal(signal.SIGKILL)
+        p.wait(10)
+
+    def stop_broker(self, bid: int, timeout: float = 40) -> int:
+        p = self.procs[bid]
+        p.send_signal(signal.SIGTERM)
+        return p.wait(timeout)
+
+    def controller(self, **kw: float) -> ControllerClient:
+        return ControllerClient(self.quorum.bootstrap, timeout=kw.get("timeout", 20), attempt_timeout=2)
+
+    async def wait_unfenced(self, ids: list[int] | None = None, timeout: float = 45) -> None:
+        ids = ids or [b for b in self.ids if self.procs.get(b) and self.procs[b].poll() is None]
+        deadline = time.monotonic() + timeout
+        async with self.controller() as c:
+            while True:
+                r = await c.call("DescribeCluster", cpb.DescribeClusterRequest())
+                up = {b.id for b in r.brokers if not b.fenced}
+                if set(ids) <= up:
+                    return
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"brokers {sorted(set(ids) - up)} not unfenced within {timeout}s; "
+                                         f"see {self.base}/broker-*.log")
+                await asyncio.sleep(0.1)
+
+    async def create_topic(self, name: str, partitions: int = 1, rf: int = 3, configs: dict[str, str] | None = None,
+                           assignments: list[list[int]] | None = None) -> None:
+        t = cpb.CreatableTopic(name=name, num_partitions=-1 if assignments else partitions,
+                               replication_factor=-1 if assignments else rf, configs=configs or {})
+        for i, replicas in enumerate(assignments or []):
+            t.assignments.add(partition=i, replicas=replicas)
+        async with self.controller() as c:
+            r = await c.call("CreateTopics", cpb.CreateTopicsRequest(topics=[t]))
+            assert r.topics[0].error_code == 0, r.topics[0].error_message
+        await self.wait_topic(name, partitions if not assignments else len(assignments))
+
+    async def wait_topic(self, name: str, partitions: int, timeout: float = 20) -> None:
+        """Until every live broker knows the topic and every partition has a leader that knows it leads."""
+        deadline = time.monotonic() + timeout
+        while True:
+            ok = True
+            for bid in self.ids:
+                if self.procs[bid].poll() is not None:
+                    continue
+                try:
+                    md = await self.broker_metadata(bid, [name])
+                except Exception:
+                    ok = False
+                    break
+                t = md.topics[0]
+                if t.error_code or len(t.partitions) != partitions or any(p.leader < 0 for p in t.partitions):
+                    ok = False
+                    break
+            if ok:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"topic {name} not ready on every broker within {timeout}s")
+            await asyncio.sleep(0.1)
+
+    async def broker_metadata(self, bid: int, topics: list[str]) -> bpb.MetadataResponse:
+        async with _stub(self.address(bid)) as stub:
+            return await stub.Metadata(bpb.MetadataRequest(topics=topics), timeout=5)
+
+    async def describe_broker(self, bid: int) -> bpb.DescribeBrokerResponse:
+        async with _stub(self.address(bid)) as stub:
+            return await stub.DescribeBroker(bpb.DescribeBrokerRequest(), timeout=5)
+
+    async def describe_topic(self, name: str) -> cpb.TopicDescription:
+        async with self.controller() as c:
+            r = await c.call("DescribeTopics", cpb.DescribeTopicsRequest(names=[name]))
+            return r.topics[0]
+
+    def close(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGCONT)
+                except OSError:
+                    pass
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs.values():
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
+        self.quorum.stop()
+
+
+class _stub:
+    """``async with _stub(address) as stub``: a Broker stub on a channel closed afterwards."""
+
+    def __init__(self, address: str) -> None:
+        import grpc
+        self.channel = grpc.aio.insecure_channel(address, options=[("grpc.max_receive_message_length", 256 << 20)])
+
+    async def __aenter__(self) -> broker_pb2_grpc.BrokerStub:
+        return broker_pb2_grpc.BrokerStub(self.channel)
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.channel.close()

@@ -1,0 +1,372 @@
+"""Broker pieces in one process: Kafka's partitioner, record batches, the RocksDB partition log
+(range reads, persistence, truncation, retention), leader epochs, and the high watermark with
+seed 004's worked example."""
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+
+from brokerd.config import LogConfig
+from brokerd.errors import BrokerError, ErrorCode
+from brokerd.fetch import fetch
+from brokerd.leader_epochs import UNDEFINED_EPOCH, LeaderEpochCache
+from brokerd.log_store import FlushPolicy, LogStore
+from brokerd.partition import Change, Partition
+from brokerd.partition_log import PartitionLog
+from brokerd.partitioner import StickyPartitioner, murmur2, partition_for_key, to_positive
+from brokerd.records import batches, build_batch, records_of, validate_batch
+from metadata.image import PartitionRegistration
+from protos import broker_pb2 as pb
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+# -- the partitioner ----------------------------------------------------------------------------
+
+def test_murmur2_matches_kafka():
+    # org.apache.kafka.common.utils.UtilsTest.testMurmur2
+    cases = {b"21": -973932308, b"foobar": -790332482, b"a-little-bit-long-string": -985981536,
+             b"a-little-bit-longer-string": -1486304829,
+             b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971, b"abc": 479470107}
+    for key, expected in cases.items():
+        assert murmur2(key) == expected
+    # partitions of 1000 as Kafka's default partitioner picks them (kafka-python's Java check)
+    for key, p in [(b"", 681), (b"a", 524), (b"ab", 434), (b"abc", 107), (b"123456789", 566), (b"\x00 ", 742)]:
+        assert partition_for_key(key, 1000) == p
+    assert to_positive(-2147483648) == 0 and to_positive(-1) == 2147483647
+
+
+def test_sticky_partitioner_moves_to_another_partition_on_a_new_batch():
+    s = StickyPartitioner()
+    first = s.partition("t", 4, [0, 1, 2, 3])
+    assert s.partition("t", 4, [0, 1, 2, 3]) == first  # sticks
+    second = s.next_partition("t", 4, [0, 1, 2, 3], first)
+    assert second != first and s.partition("t", 4, [0, 1, 2, 3]) == second
+    assert s.next_partition("t", 4, [0, 1, 2, 3], first) == second  # someone already moved it on
+    assert s.next_partition("t", 4, [3], second) == 3  # one available partition
+    assert 0 <= s.next_partition("u", 4, [], -1) < 4  # none available: any
+
+
+# -- record batches ---------------------------------------------------------------------------
+
+def _batch(n=3, size=10, ts=None):
+    ts = ts if ts is not None else int(time.time() * 1000)
+    return build_batch([(b"k%d" % i, b"x" * size, ts + i, (("h", b"1"),)) for i in range(n)])
+
+
+def test_batch_round_trip_and_validation():
+    b = _batch(3)
+    assert validate_batch(b, "t-0", 1048588) == b.ByteSize()
+    b.base_offset = 7
+    recs = list(records_of(b, "t", 0))
+    assert [r.offset for r in recs] == [7, 8, 9] and recs[1].key == b"k1" and recs[2].headers == (("h", b"1"),)
+    assert [r.offset for r in records_of(b, "t", 0, from_offset=9)] == [9]
+    null = build_batch([(None, None, 5, ())])
+    r = next(records_of(null, "t", 0))
+    assert r.key is None and r.value is None
+
+    with pytest.raises(BrokerError) as e:
+        validate_batch(_batch(1, 5000), "t-0", 1000)
+    assert e.value.code == ErrorCode.RECORD_TOO_LARGE
+    assert e.value.message.startswith("The record batch size in the append to t-0 is ") and \
+        e.value.message.endswith("bytes which exceeds the maximum configured value of 1000.")
+
+    bad = _batch(2)
+    bad.crc ^= 1
+    with pytest.raises(BrokerError) as e:
+        validate_batch(bad, "t-0", 1048588)
+    assert e.value.code == ErrorCode.CORRUPT_MESSAGE and "Record is corrupt (stored crc = " in e.value.message
+
+    lying = _batch(2)
+    lying.record_count, lying.last_offset_delta = 3, 2
+    with pytest.raises(BrokerError) as e:
+        validate_batch(lying, "t-0", 1048588)
+    assert e.value.code in (ErrorCode.INVALID_RECORD, ErrorCode.CORRUPT_MESSAGE)
+
+    garbage = _batch(1)
+    garbage.records = b"\xff\xff\xff"
+    from brokerd.records import batch_crc
+    garbage.crc = batch_crc(0, garbage.base_timestamp, garbage.max_timestamp, 1, garbage.records)
+    with pytest.raises(BrokerError) as e:
+        validate_batch(garbage, "t-0", 1048588)
+    assert e.value.code == ErrorCode.CORRUPT_MESSAGE
+
+
+# -- the partition log ------------------------------------------------------------------------
+
+def test_partition_log_reads_ranges_and_survives_reopening(tmp_path):
+    tid = uuid.uuid4()
+
+    async def write():
+        store = LogStore(str(tmp_path))
+        log = PartitionLog(store, tid, 0)
+        for epoch in (0, 0, 1, 1):
+            await log.append_as_leader(_batch(3), epoch)
+        log.set_high_watermark(9)
+        log.checkpoint()
+        frames, size = log.read(4, 1 << 20, log.high_watermark)  # inside the second batch
+        got = [r.offset for f in frames for b in batches(bytes(f)) for r in records_of(b, "t", 0, 4)]
+        assert got == [4, 5, 6, 7, 8]
+        one, _ = log.read(0, 1, log.log_end_offset)  # max bytes below one batch: still one batch
+        assert len(one) == 1
+        assert log.end_offset_for_epoch(0) == (0, 6) and log.end_offset_for_epoch(1) == (1, 12)
+        await store.close()
+
+    async def reopen():
+        store = LogStore(str(tmp_path))
+        assert store.local_partitions() == [(tid, 0)]
+        log = PartitionLog(store, tid, 0)
+        state = (log.log_start_offset, log.high_watermark, log.log_end_offset)
+        assert state == (0, 9, 12) and log.size_bytes > 0
+        assert log.epochs.entries == [(0, 0), (1, 6)]
+        assert await log.truncate_to(7) == 6  # a batch spanning the cut goes whole
+        assert (log.log_end_offset, log.high_watermark, log.epochs.entries) == (6, 6, [(0, 0)])
+        await log.append_as_leader(_batch(2), 2)
+        assert log.end_offset_for_epoch(1) == (0, 6)  # we never had epoch 1 now
+        log.delete_all()
+        await store.close()
+        store = LogStore(str(tmp_path))
+        assert store.local_partitions() == []
+        await store.close()
+
+    run(write())
+    run(reopen())
+
+
+def test_retention_by_size_and_time_uses_range_deletes(tmp_path):
+    async def go():
+        store = LogStore(str(tmp_path))
+        log = PartitionLog(store, uuid.uuid4(), 3)
+        old = int(time.time() * 1000) - 3_600_000
+        for i in range(5):
+            await log.append_as_leader(_batch(2, 100, ts=old if i < 2 else None), 0)
+        log.set_high_watermark(log.log_end_offset)
+        now = int(time.time() * 1000)
+        # time: the two old batches go; the HW bounds what may go
+        assert log.retention_offset(now, 60_000, -1) == 4
+        log.delete_before(4)
+        assert log.log_start_offset == 4 and log.stored_batches()[0].base_offset == 4
+        # size: keep the newest batches whose total stays within the limit
+        sizes = [b.size for b in log.stored_batches()]
+        assert log.retention_offset(now, -1, sizes[1] + sizes[2]) == 6
+        freed = log.delete_before(6)
+        assert freed == sizes[0] and log.size_bytes == sizes[1] + sizes[2]
+        frames, _ = log.read(0, 1 << 20, log.high_watermark)
+        assert [b.base_offset for f in frames for b in batches(bytes(f))] == [6, 8]
+        # defaults: 168 hours, unlimited size
+        assert LogConfig().retention_ms == 168 * 3_600_000 and LogConfig().retention_bytes == -1
+        await store.close()
+    run(go())
+
+
+def test_synced_writes_group_commit(tmp_path):
+    async def go():
+        store = LogStore(str(tmp_path), FlushPolicy(interval_messages=1))
+        logs = [PartitionLog(store, uuid.uuid4(), i) for i in range(4)]
+        infos = await asyncio.gather(*(lg.append_as_leader(_batch(2), 0) for lg in logs for _ in range(5)))
+        assert sorted(i.first_offset for i in infos) == sorted([0, 2, 4, 6, 8] * 4)
+        assert all(lg.log_end_offset == 10 for lg in logs)
+        await store.close()
+    run(go())
+
+
+# -- leader epochs -------------------------------------------------------------------------------
+
+def test_leader_epoch_end_offsets():
+    c = LeaderEpochCache([(1, 0), (3, 50), (4, 80)])
+    assert c.end_offset_for(4, 100) == (4, 100)       # the latest: the log end
+    assert c.end_offset_for(3, 100) == (3, 80)
+    assert c.end_offset_for(2, 100) == (1, 50)        # never had 2: the one before, until 3 began
+    assert c.end_offset_for(0, 100) == (0, 0)         # older than anything
+    assert c.end_offset_for(9, 100) == (UNDEFINED_EPOCH, -1)
+    assert not c.assign(2, 90) and c.assign(5, 90)
+    assert c.truncate_from_end(80) == [5, 4] and c.latest_epoch == 3
+    assert c.truncate_from_start(60) == ([1], (3, 60))
+
+
+# -- the high watermark: seed 004's worked example --------------------------------------------------
+
+class _OneReplica:
+    """The two calls fetch() makes of a ReplicaManager."""
+
+    def __init__(self, p: Partition) -> None:
+        self.p = p
+
+    def partition(self, topic, index, topic_id=b""):
+        if (topic or self.p.topic, index) != (self.p.topic, self.p.index):
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        return self.p
+
+    def follower_fetched(self, p, replica, offset):
+        p.update_follower(replica, offset)
+
+
+def _fetch(rm, replica, offset, epoch=None, wait=0):
+    fp = pb.FetchPartition(partition=0, fetch_offset=offset)
+    if epoch is not None:
+        fp.current_leader_epoch = epoch
+    return fetch(rm, pb.FetchRequest(replica_id=replica, max_wait_ms=wait,
+                                     topics=[pb.FetchTopic(name="first", partitions=[fp])]))
+
+
+def test_high_watermark_is_the_smallest_log_end_in_the_isr(tmp_path):
+    """Seed 004: ISR = leader + 2 followers; follower1 has everything, follower2 has synced up to
+    message 3, so HW = 4 and consumers may read offsets 0-3 only."""
+    async def go():
+        store = LogStore(str(tmp_path))
+        p = Partition(1, "first", uuid.uuid4(), 0, PartitionLog(store, uuid.uuid4(), 0), LogConfig())
+        assert p.update(PartitionRegistration((1, 2, 3), (1, 2, 3), 1, 0, 0)) == Change.BECAME_LEADER
+        for _ in range(9):  # offsets 0..8: LEO 9
+            await p.append_as_leader(_batch(1), 1)
+        rm = _OneReplica(p)
+        assert p.log.high_watermark == 0
+        await _fetch(rm, 2, 9)   # follower1: caught up (its LEO = 9)
+        await _fetch(rm, 3, 4)   # follower2: has messages 0..3 (its LEO = 4)
+        assert p.log.log_end_offset == 9 and p.log.high_watermark == 4
+        resp = await _fetch(rm, -1, 0)
+        a = resp.topics[0].partitions[0]
+        offsets = [r.offset for b in batches(a.records) for r in records_of(b, "first", 0)]
+        assert offsets == [0, 1, 2, 3] and a.high_watermark == 4
+        # a follower reads up to the log end; a fetch with an old epoch is fenced
+        follower = (await _fetch(rm, 3, 4)).topics[0].partitions[0]
+        assert [b.base_offset for b in batches(follower.records)] == [4, 5, 6, 7, 8]
+        current = (await _fetch(rm, -1, 0, epoch=0)).topics[0].partitions[0]
+        assert current.error_code == 0
+        p.update(PartitionRegistration((1, 2, 3), (1, 2, 3), 1, 1, 1))  # a new leader epoch
+        fenced = (await _fetch(rm, -1, 0, epoch=0)).topics[0].partitions[0]
+        assert fenced.error_code == ErrorCode.FENCED_LEADER_EPOCH
+        future = (await _fetch(rm, -1, 0, epoch=7)).topics[0].partitions[0]
+        assert future.error_code == ErrorCode.UNKNOWN_LEADER_EPOCH
+        out = (await _fetch(rm, -1, 99)).topics[0].partitions[0]
+        assert out.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and "range 0 to 9" in out.error_message
+        await store.close()
+    run(go())
+
+
+def test_acks_all_waits_for_the_isr_and_min_isr_is_checked_first(tmp_path):
+    async def go():
+        store = LogStore(str(tmp_path))
+        p = Partition(1, "t", uuid.uuid4(), 0, PartitionLog(store, uuid.uuid4(), 0), LogConfig(min_insync_replicas=2))
+        p.update(PartitionRegistration((1, 2), (1, 2), 1, 0, 0))
+        info = await p.append_as_leader(_batch(2), -1)
+        waiter = asyncio.ensure_future(p.wait_for_replication(info.last_offset + 1, 5))
+        await asyncio.sleep(0.01)
+        assert not waiter.done()
+        p.update_follower(2, info.last_offset + 1)  # the follower fetched past the batch
+        await asyncio.wait_for(waiter, 1)
+        with pytest.raises(BrokerError) as e:
+            await p.wait_for_replication(p.log.log_end_offset + 5, 0.05)
+        assert e.value.code == ErrorCode.REQUEST_TIMED_OUT
+        p.update(PartitionRegistration((1, 2), (1,), 1, 0, 1))  # the controller shrank the ISR
+        with pytest.raises(BrokerError) as e:
+            await p.append_as_leader(_batch(1), -1)
+        assert e.value.code == ErrorCode.NOT_ENOUGH_REPLICAS
+        assert e.value.message == ("The size of the current ISR Set(1) is insufficient to satisfy the min.isr "
+                                   "requirement of 2 for partition t-0")
+        await p.append_as_leader(_batch(1), 1)  # acks=1 does not care
+        p.update(PartitionRegistration((1, 2), (2,), 2, 1, 2))  # leadership moved away
+        with pytest.raises(BrokerError) as e:
+            await p.append_as_leader(_batch(1), 1)
+        assert e.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        assert e.value.message == "Leader not local for partition t-0 on broker 1"
+        await store.close()
+    run(go())
+
+
+def test_hand_encoded_records_are_protobuf():
+    """The producer encodes records by hand for speed; the bytes must be what protobuf makes."""
+    from hypothesis import given, settings, strategies as st
+
+    from brokerd.records import encode_records
+    blob = st.one_of(st.none(), st.binary(max_size=300))
+    entry = st.tuples(blob, blob, st.integers(-(1 << 40), 1 << 40),
+                      st.lists(st.tuples(st.text(max_size=5), blob), max_size=2))
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(entry, min_size=1, max_size=40))
+    def check(entries):
+        base = entries[0][2]
+        expected = pb.Records()
+        for i, (k, v, ts, hs) in enumerate(entries):
+            r = expected.records.add(offset_delta=i, timestamp_delta=ts - base)
+            if k is not None:
+                r.key = k
+            if v is not None:
+                r.value = v
+            for hk, hv in hs:
+                h = r.headers.add(key=hk)
+                if hv is not None:
+                    h.value = hv
+        assert encode_records(entries, base) == expected.SerializeToString()
+    check()
+
+
+def test_a_follower_truncates_the_suffix_the_new_leader_never_had(tmp_path):
+    """KIP-101: the old leader wrote offsets 5-8 in epoch 1 that nobody else got; the new
+    leader (epoch 2) has offsets 0-4 of epoch 0 only. Asked where epoch 1 ends, it answers
+    (0, 5): the old leader truncates to 5, then copies the new leader's batches."""
+    from brokerd.config import BrokerConfig
+    from brokerd.log_store import FlushPolicy
+    from brokerd.replica_fetcher import FetchState, ReplicaFetcher
+
+    async def go():
+        store = LogStore(str(tmp_path))
+        tid = uuid.uuid4()
+        new_leader = PartitionLog(store, tid, 0)
+        old_leader = PartitionLog(store, tid, 1)
+        for log in (new_leader, old_leader):
+            for _ in range(5):
+                await log.append_as_leader(_batch(1), 0)
+        for _ in range(4):
+            await old_leader.append_as_leader(_batch(1), 1)
+        new_leader.assign_epoch(2, new_leader.log_end_offset)
+        answer = new_leader.end_offset_for_epoch(old_leader.epochs.latest_epoch)
+        assert answer == (0, 5)
+
+        cfg = BrokerConfig(7, "", "PLAINTEXT", 2000, 30000, 500, 1, 1 << 20, 10 << 20, 100, 300000, 5000, 3600000,
+                           1 << 20, FlushPolicy(), LogConfig())
+        p = Partition(7, "t", tid, 1, old_leader, LogConfig())
+        p.update(PartitionRegistration((7, 8), (8,), 8, 2, 3))
+        fetcher = ReplicaFetcher(cfg, 8, "127.0.0.1:1", lambda: 1, lambda _: None)
+        state = FetchState(p, p.leader_epoch)
+        await fetcher._truncate_one(state, *answer)
+        assert not state.truncating and old_leader.log_end_offset == 5 and old_leader.epochs.entries == [(0, 0)]
+        # then it copies the new leader's log; a gap is refused without changing anything
+        await new_leader.append_as_leader(_batch(2), 2)
+        frames, _ = new_leader.read(5, 1 << 20, new_leader.log_end_offset)
+        copied = [b for f in frames for b in batches(bytes(f))]
+        gap = pb.RecordBatch()
+        gap.CopyFrom(copied[0])
+        gap.base_offset = 9
+        with pytest.raises(ValueError):
+            await old_leader.append_as_follower([gap])
+        assert old_leader.log_end_offset == 5
+        await old_leader.append_as_follower(copied)
+        assert old_leader.log_end_offset == 7 and old_leader.epochs.entries == [(0, 0), (2, 5)]
+        await fetcher.stop()
+        await store.close()
+    run(go())
+
+
+def test_consumer_hands_out_buffered_records_from_its_position_fairly():
+    from collections import deque
+
+    from brokerd.client import Consumer
+    from brokerd.records import ConsumerRecord
+    c = Consumer("127.0.0.1:1", max_poll_records=7)
+    a, b = ("t", 0), ("t", 1)
+    c.positions = {a: 3, b: 0}  # a fetch of partition 0 started inside a batch
+    c._buffer = {a: deque(ConsumerRecord("t", 0, o, 0, None, b"") for o in range(20)),
+                 b: deque(ConsumerRecord("t", 1, o, 0, None, b"") for o in range(4))}
+    polls = [c._drain() for _ in range(6)]
+    assert all(len(p) <= 7 for p in polls)
+    assert any(r.partition == 1 for r in polls[0] + polls[1])  # partition 1 is not starved
+    got = [(r.partition, r.offset) for p in polls for r in p]
+    assert [o for p, o in got if p == 0] == list(range(3, 20))
+    assert [o for p, o in got if p == 1] == list(range(4))
+    assert c.positions == {a: 20, b: 4}
