@@ -8,7 +8,7 @@ GEN    := $(PROTOS:.proto=_pb2.py)
 SEEDS  ?= 20000
 STEPS  ?= 3000
 
-.PHONY: venv protos test test-long demo sim bench-core bench-raft anchors clean
+.PHONY: venv protos test test-long compose-test demo sim bench-core bench-raft anchors clean
 
 venv: $(STAMP) $(GEN)
 
@@ -24,8 +24,14 @@ protos/%_pb2.py: protos/%.proto $(STAMP)
 
 protos: $(GEN)
 
+# The unit, simulation and process tests, then the docker compose test (which prints one
+# line and passes when no Docker engine is reachable: deploy/ensure-docker.sh starts one).
 test: venv
 	$(PY) -m pytest -q
+	$(PY) deploy/compose_test.py
+
+compose-test: venv
+	$(PY) deploy/compose_test.py
 
 test-long: venv
 	$(PY) -m pytest -q -m slow --run-slow

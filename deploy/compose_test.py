@@ -1,0 +1,215 @@
+"""``make compose-test``: the docker compose quorum, tested for real.
+
+Builds the image (offline: wheels from the host, a local base image when python:3.11-slim is
+not available), brings three controllers and three brokers up, waits for their health
+checks, creates a topic with replication factor 3 and produces to it with acks=all from
+inside a container, stops the active controller and checks a new one answers with the topics
+intact, stops a broker that leads partitions and checks every acknowledged message is still
+consumed, starts both again and checks they catch up, then tears everything down. Prints its
+timings. Exits 0 with one line saying why when no Docker engine is reachable.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+COMPOSE_FILE = REPO / "deploy" / "docker-compose.yml"
+PROJECT = "kraftci"
+BOOTSTRAP = "controller-1:9093,controller-2:9093,controller-3:9093"
+SERVERS = "broker-4:9092,broker-5:9092,broker-6:9092"
+LOCAL_BASE = "pykraft-base:bookworm"
+MESSAGES = 300
+T0 = time.monotonic()
+timings: list[tuple[str, float]] = []
+
+
+def log(msg: str) -> None:
+    print(f"[compose-test {time.monotonic() - T0:6.1f}s] {msg}", flush=True)
+
+
+def sh(*cmd: str, check: bool = True, timeout: float = 600, input: str | None = None) -> subprocess.CompletedProcess:
+    p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, input=input)
+    if check and p.returncode != 0:
+        raise SystemExit(f"compose-test: `{' '.join(cmd)}` failed ({p.returncode}): "
+                         f"{(p.stderr or p.stdout).strip()[-1500:]}")
+    return p
+
+
+def compose_cmd() -> list[str]:
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    return ["docker", "compose"]
+
+
+def compose(*args: str, **kw) -> subprocess.CompletedProcess:
+    return sh(*compose_cmd(), "-f", str(COMPOSE_FILE), "-p", PROJECT, *args, **kw)
+
+
+def exec_in(service: str, *cmd: str, **kw) -> subprocess.CompletedProcess:
+    return compose("exec", "-T", service, *cmd, **kw)
+
+
+def step(name: str):
+    class Timer:
+        def __enter__(self) -> None:
+            self.t = time.monotonic()
+            log(f"{name} ...")
+
+        def __exit__(self, *exc: object) -> None:
+            took = time.monotonic() - self.t
+            timings.append((name, took))
+            if exc[0] is None:
+                log(f"{name}: {took:.1f}s")
+    return Timer()
+
+
+def engine_problem() -> str | None:
+    if not shutil.which("docker"):
+        return "no docker client installed"
+    p = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True)
+    if p.returncode != 0:
+        return "no Docker engine reachable (" + (p.stderr.strip().splitlines() or ["docker info failed"])[-1] + ")"
+    if not shutil.which("docker-compose") and subprocess.run(["docker", "compose", "version"],
+                                                           capture_output=True).returncode != 0:
+        return "neither docker-compose nor `docker compose` is installed"
+    return None
+
+
+def image_exists(tag: str) -> bool:
+    return subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0
+
+
+def build_image() -> None:
+    base = os.environ.get("BASE_IMAGE")
+    if not base:
+        base = "python:3.11-slim" if image_exists("python:3.11-slim") else LOCAL_BASE
+    if base == LOCAL_BASE and not image_exists(LOCAL_BASE):
+        with step("build the local base image (debootstrap)"):
+            sh(str(REPO / "deploy" / "build-base-image.sh"), LOCAL_BASE, timeout=900)
+    with step("build wheels on the host"):
+        sh(str(REPO / "deploy" / "build-wheels.sh"))
+    with step(f"build the image on {base}"):
+        docker = "/usr/bin/docker" if Path("/usr/bin/docker").exists() else "docker"
+        env = dict(os.environ, DOCKER_BUILDKIT="1")
+        p = subprocess.run([docker, "build", "-q", "-f", "deploy/Dockerfile", "--build-arg", f"BASE_IMAGE={base}",
+                            "-t", "pykraft:latest", "."], cwd=REPO, capture_output=True, text=True, env=env)
+        if p.returncode != 0:  # an older client without BuildKit: the classic builder
+            sh("docker", "build", "-q", "-f", "deploy/Dockerfile", "--build-arg", f"BASE_IMAGE={base}",
+               "-t", "pykraft:latest", ".", timeout=900)
+
+
+def wait_healthy(services: list[str], timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = {}
+        for s in services:
+            cid = compose("ps", "-q", s).stdout.strip()
+            if cid:
+                states[s] = sh("docker", "inspect", "--format", "{{.State.Health.Status}}", cid,
+                               check=False).stdout.strip()
+        if all(states.get(s) == "healthy" for s in services):
+            return
+        time.sleep(1)
+    raise SystemExit(f"compose-test: not healthy within {timeout:.0f}s: {states}")
+
+
+def describe_quorum(service: str) -> dict[str, str]:
+    out = exec_in(service, "kraft", "quorum", "--bootstrap-controller", BOOTSTRAP, "describe", "--status").stdout
+    return {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in out.splitlines() if ":" in line)}
+
+
+def main() -> int:
+    problem = engine_problem()
+    if problem:
+        print(f"compose-test: SKIPPED: {problem}; run deploy/ensure-docker.sh to start one", flush=True)
+        return 0
+    compose("down", "-v", "--remove-orphans", check=False)
+    try:
+        build_image()
+        controllers = ["controller-1", "controller-2", "controller-3"]
+        brokers = [s for s in compose("config", "--services").stdout.split() if s.startswith("broker")]
+        with step("compose up and wait for every health check"):
+            compose("up", "-d", timeout=600)
+            wait_healthy(controllers + brokers)
+        q = describe_quorum("controller-1")
+        leader = int(q["LeaderId"])
+        log(f"quorum: leader {leader}, voters {q['CurrentVoters']}, observers {q['CurrentObservers']}")
+
+        with step("create a topic with replication factor 3"):
+            rf = "3" if len(brokers) >= 3 else "1"
+            exec_in("controller-1", "kraft", "topics", "--bootstrap-controller", BOOTSTRAP, "create",
+                    "--topic", "orders", "--partitions", "3", "--replication-factor", rf)
+        produced = []
+        if brokers:
+            with step(f"produce {MESSAGES} messages with acks=all from inside a container"):
+                produced = [f"m{i}" for i in range(MESSAGES)]
+                exec_in(brokers[0], "kraft", "console-producer", "--bootstrap-server", SERVERS, "--topic",
+                        "orders", "--acks", "all", input="\n".join(produced) + "\n")
+
+        with step(f"stop the active controller (controller-{leader}); a new one answers"):
+            compose("stop", f"controller-{leader}")
+            others = [c for c in controllers if c != f"controller-{leader}"]
+            deadline = time.monotonic() + 30
+            while True:
+                q2 = describe_quorum(others[0])
+                if q2.get("LeaderId") and int(q2["LeaderId"]) != leader:
+                    break
+                if time.monotonic() > deadline:
+                    raise SystemExit("compose-test: no new active controller within 30s")
+                time.sleep(0.5)
+            exec_in(others[0], "kraft", "topics", "--bootstrap-controller", BOOTSTRAP, "create",
+                    "--topic", "after-failover", "--partitions", "1", "--replication-factor", "1")
+            listed = exec_in(others[0], "kraft", "topics", "--bootstrap-controller", BOOTSTRAP, "list").stdout.split()
+            if "orders" not in listed or "after-failover" not in listed:
+                raise SystemExit(f"compose-test: topics lost across the failover: {listed}")
+            log(f"new active controller: {q2['LeaderId']}; topics intact: {listed}")
+
+        if brokers:
+            desc = exec_in(others[0], "kraft", "topics", "--bootstrap-controller", BOOTSTRAP, "describe",
+                           "--topic", "orders").stdout
+            leaders = [int(m) for m in re.findall(r"Leader: (\d+)", desc)]
+            victim = f"broker-{leaders[0]}"
+            with step(f"stop {victim}, which leads partitions; every acknowledged message is consumed"):
+                compose("stop", victim)
+                reader = next(b for b in brokers if b != victim)
+                out = exec_in(reader, "kraft", "console-consumer", "--bootstrap-server", SERVERS, "--topic",
+                              "orders", "--from-beginning", "--max-messages", str(MESSAGES), "--timeout-ms",
+                              "30000").stdout.split()
+                missing = set(produced) - set(out)
+                if missing:
+                    raise SystemExit(f"compose-test: {len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:5]}")
+                log(f"consumed all {len(out)} messages with {victim} down")
+
+        with step("start them again; they catch up"):
+            compose("start", f"controller-{leader}", *([victim] if brokers else []))
+            wait_healthy(controllers + brokers)
+            deadline = time.monotonic() + 60
+            while True:
+                rep = exec_in("controller-1", "kraft", "quorum", "--bootstrap-controller", BOOTSTRAP, "describe",
+                              "--replication").stdout
+                rows = [line.split("\t") for line in rep.strip().splitlines()[1:]]
+                if len(rows) == len(controllers) + len(brokers) and all(r[2] == "0" for r in rows):
+                    break
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"compose-test: the restarted nodes did not catch up:\n{rep}")
+                time.sleep(1)
+            log("replication (every node caught up):\n" + rep.strip())
+    finally:
+        with step("compose down -v"):
+            compose("down", "-v", "--remove-orphans", check=False)
+    total = time.monotonic() - T0
+    print(json.dumps({"bench": "compose-test", "seconds": round(total, 1),
+                      "steps": {n: round(t, 1) for n, t in timings}}), flush=True)
+    log(f"passed in {total:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
