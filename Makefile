@@ -8,7 +8,7 @@ GEN    := $(PROTOS:.proto=_pb2.py)
 SEEDS  ?= 20000
 STEPS  ?= 3000
 
-.PHONY: venv protos test test-long compose-test demo sim bench-core bench-raft anchors clean
+.PHONY: venv protos test compose-test demo sim bench-core bench-raft anchors clean
 
 venv: $(STAMP) $(GEN)
 
@@ -32,9 +32,6 @@ test: venv
 
 compose-test: venv
 	$(PY) deploy/compose_test.py
-
-test-long: venv
-	$(PY) -m pytest -q -m slow --run-slow
 
 demo: venv
 	$(PY) -m metadata.demo
