@@ -19,7 +19,7 @@ from raft.errors import RaftError
 
 from .client import ControllerClient, ControllerError, error_code
 from .errors import ErrorCode
-from .ids import format_uuid, parse_uuid, random_id
+from .ids import format_uuid, random_id
 
 
 def fail(message: str) -> None:

@@ -129,11 +129,11 @@ async def main_async(base_dir: str, base_port: int) -> None:
         q.start_node(leader)
         q.start_node(victim)
         await q.wait_for_brokers(ids=[victim])
-        for _ in range(150):
+        for _ in range(150):  # until it is back in every ISR
             await asyncio.sleep(0.2)
-            if f"Isr: " in (d := kraft("topics", "--bootstrap-controller", c, "describe", "--topic", "orders",
-                                       quiet=True)) and all(str(victim) in l.split("Isr: ")[1]
-                                                             for l in d.splitlines() if "Partition:" in l):
+            d = kraft("topics", "--bootstrap-controller", c, "describe", "--topic", "orders", quiet=True)
+            isrs = [line.split("Isr: ")[1].split("\t")[0] for line in d.splitlines() if "Partition:" in line]
+            if isrs and all(str(victim) in isr.split(",") for isr in isrs):
                 break
         kraft("topics", "--bootstrap-controller", c, "describe", "--topic", "orders")
         kraft("quorum", "--bootstrap-controller", c, "describe", "--replication")

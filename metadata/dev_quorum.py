@@ -4,7 +4,6 @@ server-start`` exactly as an operator would."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import sys
@@ -14,7 +13,7 @@ from pathlib import Path
 
 from raft.config import ConfigError
 
-from .client import ControllerClient, ControllerError
+from .client import ControllerClient
 from .ids import random_id
 from protos import controller_pb2 as pb
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,32 +17,9 @@ from protos import broker_pb2 as bpb
 from protos import broker_pb2_grpc
 from protos import controller_pb2 as cpb
 from raft.storage import format_storage
+from tests.kvcluster import consecutive_ports
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def free_port_range(n: int) -> int:
-    """A base port with ``n`` free ports after it."""
-    for _ in range(100):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        base = s.getsockname()[1]
-        s.close()
-        if base + n >= 65535:
-            continue
-        socks = []
-        try:
-            for p in range(base, base + n):
-                t = socket.socket()
-                socks.append(t)
-                t.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for t in socks:
-                t.close()
-    raise RuntimeError("no free port range")
 
 
 class BrokerCluster:
@@ -53,7 +29,7 @@ class BrokerCluster:
                  heartbeat_ms: int = 300, broker_props: dict[str, str] | None = None,
                  controller_props: dict[str, str] | None = None) -> None:
         self.base = base_dir
-        ports = free_port_range(3 + brokers)
+        ports = consecutive_ports(3 + brokers)
         self.quorum = DevQuorum(str(base_dir / "quorum"), ports, election_timeout_ms=500,
                                 session_timeout_ms=session_timeout_ms,
                                 extra={"broker.heartbeat.interval.ms": str(heartbeat_ms), **(controller_props or {})})

@@ -34,6 +34,25 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
+def consecutive_ports(n: int) -> int:
+    """A base port with n free ports after it (DevQuorum wants three in a row)."""
+    for _ in range(50):
+        base = free_ports(1)[0]
+        socks = []
+        try:
+            for p in range(base, base + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free port range")
+
+
 class FaultProxy:
     """A TCP forwarder that can be cut: cutting resets its connections and refuses new ones."""
 

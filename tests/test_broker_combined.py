@@ -13,11 +13,11 @@ from metadata.ids import random_id
 from metadata.server import ControllerServer
 from protos import controller_pb2 as cpb
 from raft.storage import format_storage
-from tests.brokercluster import free_port_range
+from tests.kvcluster import consecutive_ports
 
 
 def test_combined_node_serves_a_topic_and_resumes_metadata(tmp_path):
-    base = free_port_range(2)
+    base = consecutive_ports(2)
     data = tmp_path / "node1"
     props = {"node.id": "1", "process.roles": "broker,controller", "controller.quorum.voters": f"1@127.0.0.1:{base}",
              "listeners": f"CONTROLLER://127.0.0.1:{base},PLAINTEXT://127.0.0.1:{base + 1}",

@@ -18,7 +18,8 @@ from brokerd.records import build_batch
 from protos import broker_pb2 as bpb
 from protos import controller_pb2 as cpb
 from raft.storage import format_storage
-from tests.brokercluster import REPO, BrokerCluster, _stub, free_port_range
+from tests.brokercluster import REPO, BrokerCluster, _stub
+from tests.kvcluster import consecutive_ports
 
 LAG_MS = 1000
 
@@ -428,7 +429,7 @@ def test_a_log_dir_of_another_cluster_is_refused(cluster, tmp_path):
     cfg = tmp_path / "foreign.properties"
     log_dir = tmp_path / "foreign"
     cfg.write_text(f"node.id={bid}\nprocess.roles=broker\ncontroller.quorum.voters={cluster.quorum.voters}\n"
-                   f"listeners=PLAINTEXT://127.0.0.1:{free_port_range(1)}\nlog.dirs={log_dir}\n")
+                   f"listeners=PLAINTEXT://127.0.0.1:{consecutive_ports(1)}\nlog.dirs={log_dir}\n")
     format_storage(str(log_dir), "SomeOtherCluster", bid)
     p = subprocess.run([sys.executable, "-m", "brokerd.main", str(cfg)], cwd=REPO, capture_output=True, timeout=60)
     assert p.returncode == 1

@@ -5,10 +5,8 @@ import io
 import uuid
 
 import grpc
-import pytest
 
 from metadata.errors import ErrorCode as E
-from metadata.snapshot import write_snapshot
 from protos import controller_pb2 as pb
 from protos import controller_pb2_grpc
 from tests.controllers import InProcessQuorum, TestBroker, start_brokers

@@ -12,7 +12,7 @@ from metadata.dev_quorum import DevQuorum
 from metadata.errors import ErrorCode as E
 from protos import controller_pb2 as pb
 from tests.controllers import TestBroker
-from tests.kvcluster import REPO, free_ports
+from tests.kvcluster import REPO, consecutive_ports
 
 
 def kraft(*args, check=True):
@@ -20,26 +20,6 @@ def kraft(*args, check=True):
     if check and p.returncode != 0:
         raise AssertionError(f"kraft {' '.join(args)} failed ({p.returncode}): {p.stderr}")
     return p
-
-
-def consecutive_ports(n: int) -> int:
-    """A base port with n free ports after it."""
-    import socket
-    for _ in range(50):
-        base = free_ports(1)[0]
-        socks = []
-        try:
-            for p in range(base, base + n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free port range")
 
 
 @pytest.fixture

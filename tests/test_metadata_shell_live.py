@@ -9,11 +9,8 @@ from __future__ import annotations
 import asyncio
 import io
 import os
-import random
-import socket
 import subprocess
 import sys
-import termios
 import time
 from pathlib import Path
 
@@ -30,7 +27,7 @@ from metadata.shell.live import LiveSource
 from metadata.shell.main import main
 from protos import controller_pb2 as pb
 from tests.controllers import InProcessQuorum, TestBroker, start_brokers
-from tests.kvcluster import free_ports
+from tests.kvcluster import free_ports, consecutive_ports
 
 REPO = Path(__file__).resolve().parent.parent
 COMPACTING = {"metadata.log.max.records.between.snapshots": "10",
@@ -103,7 +100,7 @@ def test_one_shot_over_a_live_quorum_and_back_in_time(tmp_path: Path) -> None:
 
             # changes names the entry and the record that made the path
             out = await lines(q, "changes", "/topics/payments/partitions/0/leader")
-            assert out[0].startswith(f"offset ") and "PartitionRecord" in out[0]
+            assert out[0].startswith("offset ") and "PartitionRecord" in out[0]
             created_at = int(out[0].split()[1])
             assert created_at > before_payments
             assert out[1] == (f"    /topics/payments/partitions/0/leader: (absent) -> "
@@ -240,28 +237,9 @@ def test_exactly_one_source() -> None:
 
 # -- interactive ---------------------------------------------------------------------------------
 
-def _free_base_port() -> int:
-    """Three consecutive free ports, as DevQuorum wants."""
-    for _ in range(50):
-        base = random.randrange(20000, 60000)
-        try:
-            socks = []
-            for port in range(base, base + 3):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise AssertionError("no three consecutive free ports")
-
-
 def test_interactive_follows_the_cluster(tmp_path: Path) -> None:
     async def go() -> None:
-        q = DevQuorum(str(tmp_path / "quorum"), _free_base_port(), election_timeout_ms=300)
+        q = DevQuorum(str(tmp_path / "quorum"), consecutive_ports(3), election_timeout_ms=300)
         q.start()
         brokers: list[TestBroker] = []
         proc: subprocess.Popen | None = None

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from examples.kv.client import KVError, OutcomeUnknown
+from examples.kv.client import KVError
 from raft.storage import wal
 from tests.kvcluster import wipe
 

@@ -3,10 +3,8 @@ SEEDS=20000` runs as many as you like. A failure names the command that replays 
 import multiprocessing as mp
 import os
 
-import pytest
-
 from raft.testing.__main__ import _one
-from raft.testing.sim import SimConfig, Simulation, run_seed
+from raft.testing.sim import run_seed
 
 SEEDS = int(os.environ.get("RAFT_SIM_SEEDS", "500"))
 STEPS = 3000

@@ -14,6 +14,7 @@ import sys
 from typing import Any, Awaitable, Callable
 
 import click
+import grpc
 
 from protos import raft_pb2 as rpb
 from raft.config import ConfigError, NodeOptions, TLSConfig
@@ -219,8 +220,8 @@ def status(obj: dict) -> None:
         for ep in obj["endpoints"]:
             try:
                 s = await c.status(ep)
-            except Exception as e:
-                click.echo(f"{ep}: unreachable ({getattr(e, 'details', lambda: str(e))()})")
+            except grpc.aio.AioRpcError as e:
+                click.echo(f"{ep}: unreachable ({e.details()})")
                 continue
             click.echo(f"{ep}: node {s.node_id} {s.role.lower()} term={s.term} leader={s.leader_id} "
                        f"commit={s.commit_index} applied={s.applied_index} voters={list(s.voters)}"
