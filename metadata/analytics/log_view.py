@@ -23,11 +23,12 @@ from dataclasses import dataclass
 
 from metadata.delta import MetadataDelta
 from metadata.image import MetadataImage
-from metadata.log_dir import LogBatch, MetadataLogDir, MetadataLogError, open_snapshot, replay_batches
+from metadata.log_dir import (LogBatch, MetadataLogDir, MetadataLogError, open_snapshot,
+                              replay_batches)
 from metadata.records import MetadataRecord, RecordError
 from metadata.snapshot import SnapshotError, read_info
 
-from .snapshot_ranges import records
+from .frames import PartitionDecoder, frames, parse
 
 #: Record types that name a topic by id: the topics a log touches.
 _TOPIC_RECORDS = ("topic", "remove_topic", "partition", "partition_change")
@@ -70,7 +71,12 @@ def partial_snapshot_image(path: str, keep_topics: frozenset[bytes]) -> Metadata
             raise MetadataLogError(str(e)) from None
 
         def kept() -> Iterator[MetadataRecord]:
-            for r in records(f, 0, info.record_count):
+            decoder = PartitionDecoder()
+            for i, pos, data in frames(f, info, 0, info.record_count):
+                fast = decoder.decode(data)
+                if fast is not None and fast[0] not in keep_topics:
+                    continue
+                r = parse(info, i, pos, data)
                 if r.WhichOneof("record") != "partition" or r.partition.topic_id in keep_topics:
                     yield r
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterator, Mapping
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from metadata.image import BrokerRegistration, MetadataImage
@@ -25,6 +26,96 @@ from .schemas import TABLES
 BATCH_ROWS = 32_768
 
 Racks = Mapping[int, "str | None"]
+#: Arrow's type for a broker id list column (Spark's array<int> without nulls).
+_BROKER_LIST = to_arrow_schema(TABLES["partitions"], timezone="UTC").field("replicas").type
+
+
+Shape = tuple[tuple[int, ...], tuple[int, ...], int, int, int]  # replicas, isr, leader, epochs
+
+
+class PartitionRows:
+    """Rows of the partitions or replicas table for one batch, held as references: to the
+    batch's topics and to its distinct *shapes* (replicas, isr, leader, leader epoch,
+    partition epoch), of which a cluster has few. Arrow builds the columns with ``take``
+    from the references, instead of converting a million lists value by value; the replicas
+    table is the same references exploded by Arrow."""
+
+    def __init__(self, table: str, racks: Racks) -> None:
+        assert table in ("partitions", "replicas")
+        self.table = table
+        self.schema = to_arrow_schema(TABLES[table], timezone="UTC")
+        self.racks = racks
+        self._topic: tuple[str, str] | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self._names: list[str] = []
+        self._ids: list[str] = []
+        self._topic_ref: int | None = None
+        self._shapes: dict[Hashable, int] = {}
+        self._shape_list: list[Shape] = []
+        self._topic_refs: list[int] = []
+        self._partitions: list[int] = []
+        self._shape_refs: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self._partitions)
+
+    def full(self) -> bool:
+        return len(self._partitions) >= BATCH_ROWS
+
+    def topic(self, name: str, topic_id: str) -> None:
+        """The topic of the partitions added next."""
+        self._topic = (name, topic_id)
+        self._topic_ref = None
+
+    def add(self, partition: int, key: Hashable, shape: Shape) -> None:
+        """A partition of the current topic; ``key`` identifies ``shape`` (equal keys, equal
+        shapes): its record bytes, or the shape itself."""
+        ref = self._shapes.get(key)
+        if ref is None:
+            ref = self._shapes[key] = len(self._shape_list)
+            self._shape_list.append(shape)
+        if self._topic_ref is None:
+            assert self._topic is not None, "a partition before its topic"
+            self._topic_ref = len(self._names)
+            self._names.append(self._topic[0])
+            self._ids.append(self._topic[1])
+        self._topic_refs.append(self._topic_ref)
+        self._partitions.append(partition)
+        self._shape_refs.append(ref)
+
+    def take(self) -> pa.RecordBatch:
+        topic_refs = pa.array(self._topic_refs, pa.int32())
+        shape_refs = pa.array(self._shape_refs, pa.int32())
+        partitions = pa.array(self._partitions, pa.int32())
+        names = pa.array(self._names, pa.string())
+        ids = pa.array(self._ids, pa.string())
+        shapes = self._shape_list
+        replicas = pa.array([s[0] for s in shapes], type=_BROKER_LIST)
+        if self.table == "partitions":
+            columns = [names.take(topic_refs), ids.take(topic_refs), partitions,
+                       replicas.take(shape_refs),
+                       pa.array([s[1] for s in shapes], type=_BROKER_LIST).take(shape_refs),
+                       *(pa.array([s[k] for s in shapes], pa.int32()).take(shape_refs)
+                         for k in (2, 3, 4))]
+        else:
+            per_replica = replicas.take(shape_refs)
+            parent = pc.list_parent_indices(per_replica)
+            of_partition = topic_refs.take(parent)
+
+            def flat(values: list[list], kind: pa.DataType) -> pa.Array:
+                return pc.list_flatten(pa.array(values, pa.list_(kind)).take(shape_refs))
+
+            columns = [names.take(of_partition), ids.take(of_partition), partitions.take(parent),
+                       pc.list_flatten(per_replica),
+                       flat([list(range(len(s[0]))) for s in shapes], pa.int32()),
+                       flat([[b == s[2] for b in s[0]] for s in shapes], pa.bool_()),
+                       flat([[b in s[1] for b in s[0]] for s in shapes], pa.bool_()),
+                       flat([[self.racks.get(b) for b in s[0]] for s in shapes], pa.string())]
+        batch = pa.RecordBatch.from_arrays(columns, schema=self.schema)
+        self._reset()
+        return batch
 
 
 class Rows:
@@ -53,35 +144,6 @@ class Rows:
 def add_topic(rows: Rows, name: str, topic_id: str) -> None:
     rows.cols[0].append(name)
     rows.cols[1].append(topic_id)
-
-
-def add_partition(rows: Rows, topic: str, topic_id: str, partition: int,
-                  replicas: Sequence[int], isr: Sequence[int], leader: int,
-                  leader_epoch: int, partition_epoch: int) -> None:
-    c = rows.cols
-    c[0].append(topic)
-    c[1].append(topic_id)
-    c[2].append(partition)
-    c[3].append(replicas)
-    c[4].append(isr)
-    c[5].append(leader)
-    c[6].append(leader_epoch)
-    c[7].append(partition_epoch)
-
-
-def add_replicas(rows: Rows, topic: str, topic_id: str, partition: int,
-                 replicas: Sequence[int], isr: Sequence[int], leader: int, racks: Racks) -> None:
-    c = rows.cols
-    in_sync = set(isr)
-    for position, broker in enumerate(replicas):
-        c[0].append(topic)
-        c[1].append(topic_id)
-        c[2].append(partition)
-        c[3].append(broker)
-        c[4].append(position)
-        c[5].append(broker == leader)
-        c[6].append(broker in in_sync)
-        c[7].append(racks.get(broker))
 
 
 def add_broker(rows: Rows, broker: int, incarnation_id: str, epoch: int, rack: str | None,
@@ -166,9 +228,20 @@ def image_rows(table: str, image: MetadataImage,
                topic_ids: Collection[uuid.UUID] | None = None) -> Iterator[pa.RecordBatch]:
     """The rows of ``table`` in ``image``; topics, partitions and replicas only of the
     topics in ``topic_ids`` (None: all)."""
-    rows = Rows(table)
     topics = [t for t in image.topics_by_id.values() if topic_ids is None or t.id in topic_ids]
-    racks = {b.id: b.rack for b in image.brokers.values()}
+    if table in ("partitions", "replicas"):
+        parts = PartitionRows(table, {b.id: b.rack for b in image.brokers.values()})
+        for t in topics:
+            parts.topic(t.name, str(t.id))
+            for pid, p in sorted(t.partitions.items()):
+                shape = (p.replicas, p.isr, p.leader, p.leader_epoch, p.partition_epoch)
+                parts.add(pid, shape, shape)
+                if parts.full():
+                    yield parts.take()
+        if len(parts):
+            yield parts.take()
+        return
+    rows = Rows(table)
     if table == "brokers":
         for _, b in sorted(image.brokers.items()):
             broker_from_image(rows, b)
@@ -179,17 +252,6 @@ def image_rows(table: str, image: MetadataImage,
     elif table == "topics":
         for t in topics:
             add_topic(rows, t.name, str(t.id))
-    elif table in ("partitions", "replicas"):
-        for t in topics:
-            tid = str(t.id)
-            for pid, p in sorted(t.partitions.items()):
-                if table == "partitions":
-                    add_partition(rows, t.name, tid, pid, p.replicas, p.isr, p.leader,
-                                  p.leader_epoch, p.partition_epoch)
-                else:
-                    add_replicas(rows, t.name, tid, pid, p.replicas, p.isr, p.leader, racks)
-                if rows.full():
-                    yield rows.take()
     else:
         raise ValueError(f"no image rows for table {table!r}")
     if len(rows):

@@ -65,7 +65,7 @@ RECORDS = StructType([
     _f("offset", LongType()),         # the Raft entry; a snapshot's records all carry its offset
     _f("term", LongType()),
     _f("timestamp", TimestampType(), True),  # the batch's append time; the snapshot's creation
-    _f("index", IntegerType()),       # position in the batch (in the snapshot for its records)
+    _f("position", IntegerType()),    # in the batch (in the snapshot, for its records)
     _f("record_type", StringType()),  # Kafka's name, e.g. PartitionRecord
     _f("version", IntegerType()),
     _f("topic_id", StringType(), True),

@@ -28,6 +28,7 @@ from metadata.records import MetadataRecord, type_name
 from metadata.snapshot import SnapshotError, SnapshotInfo, iter_records
 
 from . import rows as R
+from .frames import PartitionDecoder, frames, is_partition, parse
 
 #: The section of each record type a snapshot holds, in the order the sections come.
 SECTIONS: dict[str, int] = {"feature_level": 0, "register_broker": 1, "producer_ids": 2,
@@ -85,14 +86,17 @@ def layout(f: BinaryIO, info: SnapshotInfo) -> Layout:
 
 def topic_before(f: BinaryIO, info: SnapshotInfo, start: int) -> tuple[str, bytes] | None:
     """The name and raw id of the last TopicRecord before record ``start`` (which begins an
-    index block), reading back one block at a time."""
+    index block), reading back one block at a time. Moves ``f``'s position."""
     n = info.index_interval
     block = start // n
     while block > 0:
         block -= 1
         found: tuple[str, bytes] | None = None
         earlier_section = False
-        for record in records(f, block * n, min((block + 1) * n, start)):
+        for i, pos, data in frames(f, info, block * n, min((block + 1) * n, start)):
+            if is_partition(data):
+                continue
+            record = parse(info, i, pos, data)
             which = record.WhichOneof("record")
             if which == "topic":
                 found = (record.topic.name, record.topic.topic_id)
@@ -131,49 +135,96 @@ def _topic_id(raw: bytes, name: str, number: int) -> str:
 
 def read_range(f: BinaryIO, info: SnapshotInfo, req: RangeRequest) -> Iterator[pa.RecordBatch]:
     """The rows of ``req.table`` in records [req.start, req.end) of the snapshot."""
-    rows = R.Rows(req.table)
-    table, exclude, racks = req.table, req.exclude, dict(req.racks)
-    by_partition = table in ("partitions", "replicas")
-    topic_name, topic_raw, topic_id = "", b"", ""
-    last_section = 0
-    for i, record in enumerate(records(f, req.start, req.end), req.start):
-        which = record.WhichOneof("record")
-        current = section(record, i)
-        if current < last_section:
-            raise MetadataLogError(f"snapshot {info.name}: record {i}: a {type_name(record)} "
-                                   "after a later section; the records are out of order")
-        last_section = current
-        if which == "partition" and by_partition:
-            p = record.partition
-            raw = p.topic_id
-            if raw in exclude:
+    if req.table in ("partitions", "replicas"):
+        return _partition_rows(f, info, req)
+    return _other_rows(f, info, req)
+
+
+class _Order:
+    """Checks that records come in the snapshot's sections, in order."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.last = name, 0
+
+    def check(self, i: int, current: int, record_type: str) -> None:
+        if current < self.last:
+            raise MetadataLogError(f"snapshot {self.name}: record {i}: a {record_type} after "
+                                   "a later section; the records are out of order")
+        self.last = current
+
+
+def _partition_rows(f: BinaryIO, info: SnapshotInfo, req: RangeRequest
+                    ) -> Iterator[pa.RecordBatch]:
+    """The partitions (or replicas) table: PartitionRecords decoded by their tails."""
+    rows = R.PartitionRows(req.table, dict(req.racks))
+    exclude = req.exclude
+    # Looked up before the range is read: both readers would share the file's position.
+    leading = topic_before(f, info, req.start) if req.start else None
+    current = b""  # the raw id of the topic whose partitions come now
+    order = _Order(info.name)
+    decoder = PartitionDecoder()
+    check = order.check
+    for i, pos, data in frames(f, info, req.start, req.end):
+        fast = decoder.decode(data)
+        if fast is not None:
+            raw, partition, key, shape = fast
+        else:
+            record = parse(info, i, pos, data)
+            which = record.WhichOneof("record")
+            check(i, section(record, i), type_name(record))
+            if which == "topic":
+                current = record.topic.topic_id
+                rows.topic(record.topic.name, _topic_id(current, info.name, i))
                 continue
-            if raw != topic_raw:
-                # Only the first topic of a range may have begun before it.
-                before = topic_before(f, info, req.start) if not topic_raw else None
-                if before is None or before[1] != raw:
-                    raise MetadataLogError(
-                        f"snapshot {info.name}: record {i}: a partition of topic "
-                        f"{_topic_id(raw, info.name, i)} outside the records of that topic")
-                topic_name, topic_raw, topic_id = before[0], raw, _topic_id(raw, info.name, i)
-            if table == "partitions":
-                R.add_partition(rows, topic_name, topic_id, p.partition_id, p.replicas[:],
-                                p.isr[:], p.leader, p.leader_epoch, p.partition_epoch)
-            else:
-                R.add_replicas(rows, topic_name, topic_id, p.partition_id, p.replicas[:],
-                               p.isr[:], p.leader, racks)
-        elif which == "topic":
+            if which != "partition":
+                continue
+            p = record.partition
+            raw, partition = p.topic_id, p.partition_id
+            key = shape = (tuple(p.replicas), tuple(p.isr), p.leader, p.leader_epoch,
+                           p.partition_epoch)
+        if order.last != _TOPICS:
+            check(i, _TOPICS, "PartitionRecord")
+        if raw != current:
+            # Only the first topic of a range may have begun before it.
+            if current or leading is None or leading[1] != raw:
+                raise MetadataLogError(
+                    f"snapshot {info.name}: record {i}: a partition of topic "
+                    f"{_topic_id(raw, info.name, i)} outside the records of that topic")
+            current = raw
+            rows.topic(leading[0], _topic_id(raw, info.name, i))
+        if raw in exclude:
+            continue
+        rows.add(partition, key, shape)
+        if rows.full():
+            yield rows.take()
+    if len(rows):
+        yield rows.take()
+
+
+def _other_rows(f: BinaryIO, info: SnapshotInfo, req: RangeRequest) -> Iterator[pa.RecordBatch]:
+    """The other tables: every record parsed, but PartitionRecords, only checked for order
+    (and for the records table, rows of their own)."""
+    table, exclude = req.table, req.exclude
+    rows = R.Rows(table)
+    order = _Order(info.name)
+    skip_partitions = table != "records"
+    for i, pos, data in frames(f, info, req.start, req.end):
+        if skip_partitions and is_partition(data):
+            order.check(i, _TOPICS, "PartitionRecord")
+            continue
+        record = parse(info, i, pos, data)
+        which = record.WhichOneof("record")
+        order.check(i, section(record, i), type_name(record))
+        if table == "topics" and which == "topic":
             t = record.topic
-            topic_name, topic_raw = t.name, t.topic_id
-            topic_id = _topic_id(topic_raw, info.name, i)
-            if table == "topics" and topic_raw not in exclude:
-                R.add_topic(rows, topic_name, topic_id)
-        elif which == "register_broker" and table == "brokers":
+            if t.topic_id not in exclude:
+                R.add_topic(rows, t.name, _topic_id(t.topic_id, info.name, i))
+        elif table == "brokers" and which == "register_broker":
             R.broker_from_record(rows, record.register_broker)
-        elif which == "config" and table == "configs":
+        elif table == "configs" and which == "config":
             R.config_from_record(rows, record.config)
-        if table == "records" and (req.record_types is None
-                                   or type_name(record) in req.record_types):
+        elif table == "records" and (req.record_types is None
+                                     or type_name(record) in req.record_types):
             R.add_record(rows, "snapshot", req.offset, req.term, req.created_ms, i, record)
         if rows.full():
             yield rows.take()

@@ -1,0 +1,111 @@
+"""Starting Spark for the analytics tools: quiet, quick, local by default.
+
+Spark's defaults suit a long-lived cluster shell, not a one-shot report: an INFO log, a
+progress bar, a web UI, 200 shuffle partitions for a few thousand rows. Here the log is at
+WARN (and task failures, which the tools report themselves in one line, are not logged at
+all), the UI is off and shuffles are sized to the cores. Under ``spark-submit`` the JVM is
+already running, so only what can change at run time is applied.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .errors import AnalyticsError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+APP_NAME = "kraft-analytics"
+DEFAULT_MASTER = "local[*]"
+#: Spark's log configuration for these tools (WARN; task failures not logged: the tools
+#: report them in one line).
+LOG4J2 = Path(__file__).with_name("log4j2.properties")
+
+
+def find_java() -> str:
+    """The java Spark will start (JAVA_HOME's, else the PATH's); AnalyticsError if none."""
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        java = os.path.join(home, "bin", "java")
+        if os.access(java, os.X_OK):
+            return java
+        raise AnalyticsError(f"JAVA_HOME is {home}, but {java} is not there; Spark needs Java "
+                             "17 or newer")
+    java = shutil.which("java")
+    if java is None:
+        raise AnalyticsError("Java was not found (Spark needs Java 17 or newer): install it or "
+                             "set JAVA_HOME")
+    return java
+
+
+def under_spark_submit() -> bool:
+    """Whether spark-submit started this process (its JVM is waiting for us)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def start(master: str | None = None, app_name: str = APP_NAME) -> SparkSession:
+    """A SparkSession with the ``kraft`` data source registered. ``master`` None means
+    ``local[*]``, or whatever spark-submit was given."""
+    if not under_spark_submit():
+        find_java()
+        if master is None:
+            master = DEFAULT_MASTER
+    local = master is None or master.startswith("local")
+    if local and master is not None:
+        # Tasks run this interpreter (with this project's packages); bind to loopback, which
+        # also keeps Spark from warning that the host name resolves to it.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
+    conf = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+    }
+    if LOG4J2.exists():  # absent only from an install without package data: Spark's then
+        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{LOG4J2}"
+    if local:
+        conf["spark.sql.shuffle.partitions"] = str(2 * (os.cpu_count() or 1))
+        conf["spark.driver.memory"] = "2g"
+        # The report caches the partitions table once and reads it a few times: compressing
+        # the cache costs more CPU than the memory it saves at this size.
+        conf["spark.sql.inMemoryColumnarStorage.compressed"] = "false"
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    try:
+        spark = builder.getOrCreate()
+    except Exception as e:  # the JVM did not start: say why in one line
+        raise AnalyticsError(f"Spark could not start: {first_line(e)}") from None
+    spark.sparkContext.setLogLevel("WARN")
+    from .source import register
+
+    register(spark)
+    if not local:
+        ship_code(spark)
+    return spark
+
+
+def ship_code(spark: SparkSession) -> None:
+    """Send this project's packages to the executors (a cluster's Python workers do not
+    have them); their dependencies (protobuf, immutables, pyarrow) must be installed there."""
+    root = Path(__file__).resolve().parents[2]
+    archive = Path(tempfile.mkdtemp(prefix="kraft-analytics-")) / "pykraft.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as z:
+        for package in ("metadata", "protos", "raft"):
+            for path in sorted((root / package).rglob("*.py")):
+                z.write(path, path.relative_to(root).as_posix())
+    spark.sparkContext.addPyFile(str(archive))
+
+
+def first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
