@@ -416,6 +416,28 @@ def test_report_over_a_log_directory(spark, log_dir: Path, tmp_path: Path) -> No
     assert F.differences(earlier, plain.figures_of_directory(str(log_dir), 6)) == []
 
 
+def test_a_growing_directory_is_reported_at_the_offset_it_had(spark, tmp_path: Path) -> None:
+    """A live controller appends while the report runs: every table is read at the offset
+    resolved when it started, so the figures and the offset printed agree."""
+    from metadata.analytics.health import compute
+    from metadata.analytics.report import resolve_target
+
+    path = make_log_dir(tmp_path / "growing")
+    target = resolve_target(ReportOptions(directory=str(path)))
+    storage = DiskStorage(str(path), 1)
+    storage.recover()
+    ready = Ready()
+    ready.entries = [Entry(LAST + 1, 1, R.encode_batch([R.remove_topic(T4)],
+                                                       append_time_ms=T0 + LAST + 1))]
+    ready.sync = True
+    storage.save(ready)
+    storage.close()
+    health = compute(spark, target)
+    health.release()
+    assert health.figures.offset == LAST and health.figures.topics == 3
+    assert health.figures.history[-1] == F.HistoryPoint(LAST, 3, 9)
+
+
 # -- errors ----------------------------------------------------------------------------------
 
 def frame_starts(path: Path) -> list[int]:
@@ -482,6 +504,37 @@ def test_without_java_the_cli_says_so(crafted, tmp_path: Path) -> None:
     code, output = cli("--snapshot", str(path), JAVA_HOME="", PATH=str(tmp_path))
     assert code == 1 and output == ("error: Java was not found (Spark needs Java 17 or newer): "
                                     "install it or set JAVA_HOME\n")
+
+
+def test_a_worker_traceback_is_reduced_to_its_error() -> None:
+    from metadata.analytics.report import explain
+
+    spark_error = Exception(
+        "[PYTHON_DATA_SOURCE_ERROR] Failed to create Python data source instance: Traceback "
+        "(most recent call last):\n  File \"/x/worker.py\", line 3, in main\n    import "
+        "pyarrow\nModuleNotFoundError: No module named 'pyarrow'\n\tat org.apache.spark...")
+    assert explain(spark_error) == "Spark failed: ModuleNotFoundError: No module named 'pyarrow'"
+    assert explain(Exception("[X] it broke\nmore")) == "Spark failed: [X] it broke"
+
+
+def test_without_pyspark_the_cli_says_how_to_install_it(crafted, monkeypatch) -> None:
+    import sys
+
+    path, _ = crafted
+    monkeypatch.delitem(sys.modules, "metadata.analytics.health", raising=False)
+    monkeypatch.setitem(sys.modules, "pyspark", None)
+    monkeypatch.setitem(sys.modules, "pyspark.sql", None)
+    code, output = cli("--snapshot", str(path))
+    assert code == 1 and output.count("\n") == 1
+    assert output.startswith("error: PySpark is not installed") and "[analytics]" in output
+
+
+def test_only_local_masters_run_tasks_in_the_driver() -> None:
+    from metadata.analytics.session import local_master
+
+    assert [local_master(m) for m in ("local", "local[2]", "local[*]", "local-cluster[2,1,1024]",
+                                      "spark://h:7077", "yarn", None)] == [
+        True, True, True, False, False, False, False]
 
 
 def test_bad_options_are_clear(spark, crafted) -> None:

@@ -70,10 +70,10 @@ def resolve_target(opts: ReportOptions) -> Target:
         if opts.offset is not None and opts.offset != info.last_offset:
             raise AnalyticsError(f"{opts.snapshot} is a snapshot at offset {info.last_offset}; "
                                  f"--offset {opts.offset} needs a log directory (--directory)")
-        return Target(opts.snapshot, False, info.last_offset, None)
+        return Target(opts.snapshot, False, info.last_offset)
     assert opts.directory is not None
     log = MetadataLogDir(opts.directory)
-    return Target(opts.directory, True, check_offset(log, opts.offset), opts.offset)
+    return Target(opts.directory, True, check_offset(log, opts.offset))
 
 
 def run(opts: ReportOptions, spark: SparkSession | None = None,
@@ -81,8 +81,12 @@ def run(opts: ReportOptions, spark: SparkSession | None = None,
     """Compute, write and print the report; returns its figures. Errors are raised as
     AnalyticsError or MetadataLogError, with one line."""
     target = resolve_target(opts)
+    try:
+        from metadata.analytics.health import compute
+    except ImportError as e:
+        raise AnalyticsError(f"PySpark is not installed ({e}): install the analytics extra, "
+                             "pip install 'pykraft[analytics]' (make venv does)") from None
     from metadata.analytics import session
-    from metadata.analytics.health import compute
     from metadata.analytics.summary import render
 
     own = spark is None
@@ -141,11 +145,14 @@ def write_summary(figures: Figures, output: str) -> None:
 
 
 _REASON = re.compile(r"(?:MetadataLogError|SnapshotError|AnalyticsError|RecordError): (.+)")
+#: The last line of a Python traceback: what a worker raised.
+_PYTHON_ERROR = re.compile(r"^\s*((?:\w+\.)*\w+(?:Error|Exception): .+)$", re.MULTILINE)
 
 
 def explain(e: BaseException) -> str:
     """One line for an exception from Spark: the metadata error a task or the planner raised
-    (Spark wraps it in pages of JVM and Python traces), else the first line Spark gave."""
+    (Spark wraps it in pages of JVM and Python traces), else the Python error a worker
+    raised, else the first line Spark gave."""
     text = str(e)
     java = getattr(e, "java_exception", None)
     if java is not None:
@@ -156,6 +163,10 @@ def explain(e: BaseException) -> str:
     found = _REASON.search(text)
     if found:
         return found.group(1).strip()
+    if "Traceback" in text:
+        raised = _PYTHON_ERROR.findall(text.split("Traceback", 1)[1])
+        if raised:
+            return f"Spark failed: {raised[-1].strip()}"
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return f"Spark failed: {lines[0] if lines else type(e).__name__}"
 

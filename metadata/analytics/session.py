@@ -8,6 +8,7 @@ already running, so only what can change at run time is applied.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import sys
@@ -56,8 +57,7 @@ def start(master: str | None = None, app_name: str = APP_NAME) -> SparkSession:
         find_java()
         if master is None:
             master = DEFAULT_MASTER
-    local = master is None or master.startswith("local")
-    if local and master is not None:
+    if local_master(master):
         # Tasks run this interpreter (with this project's packages); bind to loopback, which
         # also keeps Spark from warning that the host name resolves to it.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -73,12 +73,8 @@ def start(master: str | None = None, app_name: str = APP_NAME) -> SparkSession:
     }
     if LOG4J2.exists():  # absent only from an install without package data: Spark's then
         conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{LOG4J2}"
-    if local:
-        conf["spark.sql.shuffle.partitions"] = str(2 * (os.cpu_count() or 1))
+    if local_master(master):
         conf["spark.driver.memory"] = "2g"
-        # The report caches the partitions table once and reads it a few times: compressing
-        # the cache costs more CPU than the memory it saves at this size.
-        conf["spark.sql.inMemoryColumnarStorage.compressed"] = "false"
     for key, value in conf.items():
         builder = builder.config(key, value)
     try:
@@ -89,16 +85,30 @@ def start(master: str | None = None, app_name: str = APP_NAME) -> SparkSession:
     from .source import register
 
     register(spark)
-    if not local:
+    # The master spark-submit was given is only known now.
+    if local_master(spark.sparkContext.master):
+        spark.conf.set("spark.sql.shuffle.partitions", str(2 * (os.cpu_count() or 1)))
+        # The report caches the partitions table once and reads it a few times: compressing
+        # the cache costs more CPU than the memory it saves at this size.
+        spark.conf.set("spark.sql.inMemoryColumnarStorage.compressed", "false")
+    else:
         ship_code(spark)
     return spark
+
+
+def local_master(master: str | None) -> bool:
+    """Whether tasks run in this machine's driver JVM (``local``, ``local[N]``,
+    ``local[*]``); ``local-cluster[...]`` has executors of its own, like a real cluster."""
+    return master is not None and (master == "local" or master.startswith("local["))
 
 
 def ship_code(spark: SparkSession) -> None:
     """Send this project's packages to the executors (a cluster's Python workers do not
     have them); their dependencies (protobuf, immutables, pyarrow) must be installed there."""
     root = Path(__file__).resolve().parents[2]
-    archive = Path(tempfile.mkdtemp(prefix="kraft-analytics-")) / "pykraft.zip"
+    folder = tempfile.mkdtemp(prefix="kraft-analytics-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # served until the driver ends
+    archive = Path(folder) / "pykraft.zip"
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as z:
         for package in ("metadata", "protos", "raft"):
             for path in sorted((root / package).rglob("*.py")):

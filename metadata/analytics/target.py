@@ -6,10 +6,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """``offset`` is resolved (the snapshot's, or the directory's end unless one was asked
-    for); ``asked_offset`` is what the user gave, passed on to the data source."""
+    """``offset`` is resolved: the snapshot's, or the one asked for in a directory (by
+    default its end when the report started); every table is read at it."""
 
     path: str
     directory: bool
     offset: int
-    asked_offset: int | None = None
