@@ -173,12 +173,17 @@ class RaftCore:
             else:
                 self._become_follower(m.term, m.frm if m.type in _LEADER_TRAFFIC else 0)
         elif m.term < self.term:
-            if m.type in (MT.APPEND, MT.HEARTBEAT) and (self.cfg.check_quorum or self.cfg.pre_vote):
-                # A stale leader that we will never vote for again: tell it our term so it
-                # steps down instead of waiting for a check-quorum timeout.
+            if m.type in (MT.APPEND, MT.HEARTBEAT):
+                # A stale leader: tell it our term so it steps down (Raft §5.1). Waiting for
+                # us to campaign is not enough: we may not be promotable (a voter that has
+                # not yet learned it was added back), and then nobody would ever tell it.
                 self._send(Message(MT.APPEND_RESP, m.frm, self.id, self.term))
-            elif m.type == MT.PRE_VOTE:
-                self._send(Message(MT.PRE_VOTE_RESP, m.frm, self.id, self.term, reject=True))
+            elif m.type in (MT.VOTE, MT.PRE_VOTE):
+                # Refuse with our term (Raft §5.1): a candidate that never hears of it keeps
+                # campaigning in a term nobody answers when the nodes at the higher term
+                # have no reason to write to it.
+                resp = MT.VOTE_RESP if m.type == MT.VOTE else MT.PRE_VOTE_RESP
+                self._send(Message(resp, m.frm, self.id, self.term, reject=True))
             else:
                 self._drop("stale_term")
             return

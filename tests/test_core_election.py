@@ -127,3 +127,33 @@ def test_split_votes_resolve_in_a_later_term():
     net.heal()
     winner = net.elect(3)
     assert winner.term >= 2
+
+
+def test_a_stale_leader_learns_the_higher_term_from_a_follower_that_cannot_campaign():
+    """Without PreVote or CheckQuorum a follower whose term was raised by some candidate
+    still answers the old leader with its term; otherwise a follower that is not promotable
+    (it has not yet learned it was added back) leaves the old leader stuck forever."""
+    net = Network([1, 2, 3], CoreConfig(pre_vote=False, check_quorum=False))
+    net.elect(1)
+    f = net.nodes[2]
+    f.step(Message(MT.VOTE, 2, 3, 7, index=0, log_term=0))  # a candidate with a short log
+    f.ready()
+    assert f.term == 7 and f.leader == 0
+    f.step(Message(MT.HEARTBEAT, 2, 1, 1))
+    replies = f.ready().messages
+    assert [(m.type, m.to, m.term) for m in replies] == [(MT.APPEND_RESP, 1, 7)]
+    leader = net.nodes[1]
+    leader.step(replies[0])
+    assert leader.role == Role.FOLLOWER and leader.term == 7
+
+
+def test_a_candidate_behind_in_term_is_refused_with_the_higher_term():
+    """A stale vote request is answered (rejected, with our term), so a candidate whose
+    peers have no other reason to write to it still catches up in term and can win."""
+    net = Network([1, 2, 3], CoreConfig(pre_vote=False, check_quorum=True))
+    v = net.nodes[2]
+    v.step(Message(MT.VOTE, 2, 3, 9, index=0, log_term=0))
+    v.ready()
+    v.step(Message(MT.VOTE, 2, 1, 4, index=0, log_term=0))
+    assert [(m.type, m.to, m.term, m.reject) for m in v.ready().messages] == [
+        (MT.VOTE_RESP, 1, 9, True)]

@@ -59,6 +59,7 @@ class SimConfig:
     fsync_ms: tuple[int, int] = (0, 4)
     loss: float = 0.0
     duplicate: float = 0.0
+    reorder: float = 0.0  # share of messages that may overtake earlier ones on their link
     partition_every_ms: int = 0  # 0: never partition
     crash_every_ms: int = 0  # 0: never crash
     restart_after_ms: tuple[int, int] = (50, 600)
@@ -94,6 +95,7 @@ class SimConfig:
             fsync_ms=rng.choice([(0, 1), (0, 5), (1, 15)]),
             loss=rng.choice([0.0, 0.01, 0.05, 0.2]),
             duplicate=rng.choice([0.0, 0.02, 0.1]),
+            reorder=rng.choice([0.0, 0.05, 0.3]),
             partition_every_ms=rng.choice([0, 300, 1000]),
             crash_every_ms=rng.choice([0, 250, 800]),
             propose_every_ms=rng.choice([2, 5, 20]),
@@ -275,6 +277,7 @@ class Simulation:
         self.nodes = {i: SimNode(self, i, initial if i <= self.cfg.nodes else Membership())
                       for i in ids}
         self.blocked: set[tuple[int, int]] = set()
+        self._link_clock: dict[tuple[int, int], int] = {}
         self.faults_on = True
         self.proposed = 0
         self.reads: dict[bytes, int] = {}
@@ -328,8 +331,15 @@ class Simulation:
             self.stats["lost"] += 1
             return
         copies = 2 if self.faults_on and self.rng.random() < self.cfg.duplicate else 1
+        link = (m.frm, m.to)
         for _ in range(copies):
-            self.schedule(self.rng.randint(*self.cfg.latency_ms), self._deliver, m)
+            # A link is a stream (FIFO, as the gRPC transport's is) unless this message is one
+            # of the few that may overtake the ones before it.
+            delay = self.rng.randint(*self.cfg.latency_ms)
+            if not (self.faults_on and self.rng.random() < self.cfg.reorder):
+                delay = max(delay, self._link_clock.get(link, 0) - self.now)
+                self._link_clock[link] = self.now + delay
+            self.schedule(delay, self._deliver, m)
 
     def _deliver(self, m: Message) -> None:
         node = self.nodes.get(m.to)
