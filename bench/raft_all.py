@@ -1,7 +1,8 @@
 """``make bench-raft``: the embedded, service and failover benchmarks at 1, 64 and 256 clients,
 and, when they are installed (``make anchors``), etcd's and PySyncObj's anchor benchmarks from
-``../shared/anchors`` in the same run, so the figures can be compared as ratios. Prints every
-JSON line as it comes, then a table.
+``../shared/anchors`` in the same run, so the figures can be compared as ratios; and
+``bench.grpc_floor``, the most a Python gRPC service answers here with nothing behind it.
+Prints every JSON line as it comes, then a table.
 
     python -m bench.raft_all [--seconds 10] [--clients 1,64,256] [--kills 10]
 """
@@ -11,6 +12,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -22,14 +24,20 @@ ANCHOR_VENV = REPO / ".venv-anchors"
 
 def run(cmd: list[str], timeout: float) -> dict | None:
     print(f"# {' '.join(cmd)}", file=sys.stderr, flush=True)
-    try:
-        p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        print("#   timed out", file=sys.stderr)
-        return None
-    rows = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+    # A session of its own, so that a benchmark that hangs goes with every process it started
+    # instead of leaving them to load the machine for the next one.
+    with subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, start_new_session=True) as p:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+            print("#   timed out", file=sys.stderr)
+            return None
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     if p.returncode != 0 or not rows:
-        print(f"#   failed: {p.stderr.strip()[-500:]}", file=sys.stderr)
+        print(f"#   failed: {err.strip()[-500:]}", file=sys.stderr)
         return None
     print(json.dumps(rows[-1]), flush=True)
     return rows[-1]
@@ -58,6 +66,7 @@ def main() -> None:
         if have_pso:
             rows.append(run([str(anchor_py), str(ANCHORS / "pysyncobj_bench.py"), *common], limit))
         rows.append(run([py, "-m", "bench.raft_service", *common], limit))
+        rows.append(run([py, "-m", "bench.grpc_floor", *common], limit))
         if have_etcd:
             rows.append(run([str(anchor_py if have_pso else py), str(ANCHORS / "etcd_bench.py"), *common], limit))
     rows.append(run([py, "-m", "bench.failover", "--kills", str(a.kills)], a.kills * 60 + 60))

@@ -62,7 +62,7 @@ class KVClient:
         last: list[str] = []
         try:
             async for attempt in AsyncRetrying(stop=stop_after_delay(self.timeout),
-                                               wait=wait_exponential(multiplier=0.02, max=0.5),
+                                               wait=wait_exponential(multiplier=0.02, max=0.1),
                                                retry=retry_if_exception_type(_Retry), reraise=True):
                 with attempt:
                     addr = self._target()

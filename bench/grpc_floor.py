@@ -1,0 +1,79 @@
+"""The floor under ``bench.raft_service``: the same clients and requests against a grpc.aio
+server in its own process whose Put does nothing (no Raft, no disk, no replication). Its
+ops/s is the most any Python gRPC service answers on this machine, whatever stands behind
+it; prints one JSON line in the anchors' format.
+
+    python -m bench.grpc_floor --clients 64 --seconds 10 --value 256
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import subprocess
+import sys
+import time
+
+import grpc
+
+from protos import kv_pb2 as pb
+from protos import kv_pb2_grpc
+
+from .common import REPO, emit, free_ports, summary
+
+
+class NoOpKV(kv_pb2_grpc.KVServicer):
+    async def Put(self, request: pb.PutRequest, context: grpc.aio.ServicerContext) -> pb.PutResponse:
+        return pb.PutResponse(index=1)
+
+
+async def serve(port: int) -> None:
+    server = grpc.aio.server()
+    kv_pb2_grpc.add_KVServicer_to_server(NoOpKV(), server)
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    await server.wait_for_termination()
+
+
+async def load(port: int, clients: int, seconds: float, value: int) -> dict:
+    ch = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    stub = kv_pb2_grpc.KVStub(ch)
+    await stub.Put(pb.PutRequest(key=b"warm", value=b"x"), timeout=10, wait_for_ready=True)
+    val = b"v" * value
+    lat: list[float] = []
+    stop = time.perf_counter() + seconds
+
+    async def worker(w: int) -> None:
+        i = 0
+        while time.perf_counter() < stop:
+            t = time.perf_counter()
+            await stub.Put(pb.PutRequest(key=b"k%d-%d" % (w, i % 1000), value=val))
+            lat.append(time.perf_counter() - t)
+            i += 1
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker(w) for w in range(clients)))
+    elapsed = time.perf_counter() - t0
+    await ch.close()
+    return summary("grpc-aio-noop", clients, value, lat, elapsed)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--value", type=int, default=256)
+    ap.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.serve:
+        asyncio.run(serve(a.serve))
+        return
+    port = free_ports(1)[0]
+    server = subprocess.Popen([sys.executable, "-m", "bench.grpc_floor", "--serve", str(port)], cwd=REPO)
+    try:
+        emit(asyncio.run(load(port, a.clients, a.seconds, a.value)))
+    finally:
+        server.kill()
+        server.wait()
+
+
+if __name__ == "__main__":
+    main()
