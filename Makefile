@@ -8,7 +8,7 @@ GEN    := $(PROTOS:.proto=_pb2.py)
 SEEDS  ?= 20000
 STEPS  ?= 3000
 
-.PHONY: venv protos test compose-test demo sim bench-core bench-raft anchors clean
+.PHONY: venv protos test compose-test demo report sim bench-core bench-raft anchors clean
 
 venv: $(STAMP) $(GEN)
 
@@ -35,6 +35,13 @@ compose-test: venv
 
 demo: venv
 	$(PY) -m metadata.demo
+
+# The main job, keeping its data in .demo/, then the Spark health report on a controller's
+# metadata log directory (docs/analytics.md).
+report: venv
+	rm -rf .demo
+	$(PY) -m metadata.demo --dir .demo
+	$(VENV)/bin/kraft analytics report --directory .demo/controller-1 --output .demo/report --plots
 
 sim: venv
 	$(PY) -m raft.testing --seeds $(SEEDS) --steps $(STEPS)

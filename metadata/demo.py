@@ -139,6 +139,9 @@ async def main_async(base_dir: str, base_port: int) -> None:
         kraft("quorum", "--bootstrap-controller", c, "describe", "--replication")
 
         say("Done: shutting down (brokers first, with a controlled shutdown)")
+        print(f"The metadata stays in {q.base_dir}: `kraft analytics report --directory "
+              f"{q.base_dir / 'controller-1'}` reports on it, `metadata-shell --directory ...` "
+              "browses it.")
     finally:
         q.stop()
 
