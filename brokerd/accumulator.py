@@ -36,7 +36,7 @@ class RecordMetadata:
 
 class ProducerBatch:
     __slots__ = ("topic", "partition", "entries", "size", "created", "attempts", "last_attempt", "future",
-                 "capacity", "_encoded")
+                 "capacity", "_encoded", "closed")
 
     def __init__(self, topic: str, partition: int, capacity: int) -> None:
         self.topic = topic
@@ -49,14 +49,19 @@ class ProducerBatch:
         self.last_attempt = 0.0
         self.future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._encoded: pb.RecordBatch | None = None
+        #: Set once the batch is encoded (first sent): a retry resends those bytes, so a record
+        #: appended afterwards would be acknowledged without ever being written (Kafka closes a
+        #: drained batch for appends the same way).
+        self.closed = False
 
     @property
     def full(self) -> bool:
-        return self.size >= self.capacity
+        return self.closed or self.size >= self.capacity
 
     def try_append(self, key: bytes | None, value: bytes | None, ts: int, headers: Sequence[Header], size: int) -> int:
-        """The record's index in the batch, or -1 when it does not fit (a first record always does)."""
-        if self.entries and self.size + size > self.capacity:
+        """The record's index in the batch, or -1 when it does not fit (a first record always does)
+        or the batch is closed (already sent: it goes out again as it was)."""
+        if self.closed or (self.entries and self.size + size > self.capacity):
             return -1
         self.entries.append((key, value, ts, headers))
         self.size += size
@@ -65,6 +70,7 @@ class ProducerBatch:
     def encoded(self) -> pb.RecordBatch:
         """The wire batch, built once so a retry sends the same bytes and CRC."""
         if self._encoded is None:
+            self.closed = True
             self._encoded = build_batch(self.entries)
         return self._encoded
 
@@ -168,7 +174,8 @@ class RecordAccumulator:
         self._freed.set()
 
     def reenqueue(self, batch: ProducerBatch) -> None:
-        """A batch to retry goes back to the front of its partition's queue."""
+        """A batch to retry goes back to the front of its partition's queue. It is closed (it was
+        encoded when first sent), so ``append`` starts a new batch behind it."""
         self.batches.setdefault((batch.topic, batch.partition), deque()).appendleft(batch)
 
     # -- the sender's side ------------------------------------------------------------------------

@@ -370,3 +370,64 @@ def test_consumer_hands_out_buffered_records_from_its_position_fairly():
     assert [o for p, o in got if p == 0] == list(range(3, 20))
     assert [o for p, o in got if p == 1] == list(range(4))
     assert c.positions == {a: 20, b: 4}
+
+
+def test_a_retried_batch_takes_no_more_records_so_every_acknowledged_record_is_written(monkeypatch):
+    """A batch that failed goes back to its queue already encoded; a record sent while it backs
+    off must go into a new batch, not into the retried one (whose bytes no longer change), or it is
+    acknowledged without ever being written (the demo lost 16 records of a killed leader's partition)."""
+    from brokerd import client
+    from brokerd.client_metadata import PartitionInfo, TopicInfo
+
+    class FakeCluster:
+        def __init__(self, *a, **kw) -> None:
+            self.brokers = {1: "fake:1"}
+            self.topics = {"t": TopicInfo("t", None, (PartitionInfo(0, 1, 0, (1,), (1,)),), available=(0,))}
+
+        def start(self) -> None: ...
+        async def close(self) -> None: ...
+        def add(self, topic: str) -> None: ...
+        def request_update(self) -> int: return 0
+        def leader_for(self, topic: str, partition: int) -> int: return 1
+        def partition_count(self, topic: str) -> int: return 1
+
+    written: list[bytes] = []
+    calls = 0
+
+    class FakeBroker:
+        async def Produce(self, req: pb.ProduceRequest, timeout: float) -> pb.ProduceResponse:
+            nonlocal calls
+            calls += 1
+            resp = pb.ProduceResponse()
+            for t in req.topics:
+                rt = resp.topics.add(name=t.name)
+                for p in t.partitions:
+                    if calls == 1:  # the leader is gone: retriable
+                        rt.partitions.add(partition=p.partition, error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER.value)
+                    else:
+                        rt.partitions.add(partition=p.partition, base_offset=len(written))
+                        written.extend(r.value for r in records_of(p.batch, t.name, p.partition))
+            return resp
+
+    class FakeConnections:
+        def stub(self, address: str) -> FakeBroker: return FakeBroker()
+        async def close(self) -> None: ...
+
+    monkeypatch.setattr(client, "ClusterView", FakeCluster)
+    monkeypatch.setattr(client, "Connections", FakeConnections)
+
+    async def go() -> None:
+        p = await client.Producer("fake:1", acks="all", retry_backoff_ms=300).start()
+        futures = [await p.send("t", b"first", key=b"k")]
+        for _ in range(100):  # until the first attempt failed and the batch is backing off
+            await asyncio.sleep(0.01)
+            if calls == 1 and p.acc.has_queued():
+                break
+        assert calls == 1 and p.acc.has_queued()
+        futures += [await p.send("t", f"later-{i}".encode(), key=b"k") for i in range(3)]
+        mds = [await f for f in futures]
+        await p.close()
+        for md, value in zip(mds, [b"first", b"later-0", b"later-1", b"later-2"]):
+            assert written[md.offset] == value  # acknowledged at an offset that holds it
+        assert written == [b"first", b"later-0", b"later-1", b"later-2"]
+    run(go())
