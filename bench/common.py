@@ -27,6 +27,27 @@ def summary(system: str, clients: int, value: int, lat: list[float], elapsed: fl
     return out
 
 
+async def put_load(stub, clients: int, seconds: float, value: int) -> tuple[list[float], float]:
+    """``clients`` concurrent callers each doing one KV Put at a time on ``stub`` for
+    ``seconds`` (the etcd anchor's workload); returns (latencies, elapsed seconds)."""
+    from protos import kv_pb2 as pb
+
+    val = b"v" * value
+    lat: list[float] = []
+    stop = time.perf_counter() + seconds
+
+    async def worker(w: int) -> None:
+        i = 0
+        while time.perf_counter() < stop:
+            t = time.perf_counter()
+            await stub.Put(pb.PutRequest(key=b"k%d-%d" % (w, i % 1000), value=val))
+            lat.append(time.perf_counter() - t)
+            i += 1
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker(w) for w in range(clients)))
+    return lat, time.perf_counter() - t0
+
+
 def emit(row: dict) -> None:
     print(json.dumps(row), flush=True)
 

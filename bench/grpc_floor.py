@@ -11,14 +11,13 @@ import argparse
 import asyncio
 import subprocess
 import sys
-import time
 
 import grpc
 
 from protos import kv_pb2 as pb
 from protos import kv_pb2_grpc
 
-from .common import REPO, emit, free_ports, summary
+from .common import REPO, emit, free_ports, put_load, summary
 
 
 class NoOpKV(kv_pb2_grpc.KVServicer):
@@ -38,20 +37,7 @@ async def load(port: int, clients: int, seconds: float, value: int) -> dict:
     ch = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
     stub = kv_pb2_grpc.KVStub(ch)
     await stub.Put(pb.PutRequest(key=b"warm", value=b"x"), timeout=10, wait_for_ready=True)
-    val = b"v" * value
-    lat: list[float] = []
-    stop = time.perf_counter() + seconds
-
-    async def worker(w: int) -> None:
-        i = 0
-        while time.perf_counter() < stop:
-            t = time.perf_counter()
-            await stub.Put(pb.PutRequest(key=b"k%d-%d" % (w, i % 1000), value=val))
-            lat.append(time.perf_counter() - t)
-            i += 1
-    t0 = time.perf_counter()
-    await asyncio.gather(*(worker(w) for w in range(clients)))
-    elapsed = time.perf_counter() - t0
+    lat, elapsed = await put_load(stub, clients, seconds, value)
     await ch.close()
     return summary("grpc-aio-noop", clients, value, lat, elapsed)
 

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import time
 
 import grpc
 
 from protos import kv_pb2 as pb
 from protos import kv_pb2_grpc
 
-from .common import KVProcesses, emit, summary
+from .common import KVProcesses, emit, put_load, summary
 
 
 async def run(clients: int, seconds: float, value: int, args: tuple[str, ...]) -> dict:
@@ -25,20 +24,7 @@ async def run(clients: int, seconds: float, value: int, args: tuple[str, ...]) -
         ch = grpc.aio.insecure_channel(cluster.endpoint(leader))
         stub = kv_pb2_grpc.KVStub(ch)
         await stub.Put(pb.PutRequest(key=b"warm", value=b"x"), timeout=10)
-        val = b"v" * value
-        lat: list[float] = []
-        stop = time.perf_counter() + seconds
-
-        async def worker(w: int) -> None:
-            i = 0
-            while time.perf_counter() < stop:
-                t = time.perf_counter()
-                await stub.Put(pb.PutRequest(key=b"k%d-%d" % (w, i % 1000), value=val))
-                lat.append(time.perf_counter() - t)
-                i += 1
-        t0 = time.perf_counter()
-        await asyncio.gather(*(worker(w) for w in range(clients)))
-        elapsed = time.perf_counter() - t0
+        lat, elapsed = await put_load(stub, clients, seconds, value)
         await ch.close()
         return summary("pykraft-kv", clients, value, lat, elapsed)
     finally:
