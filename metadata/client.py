@@ -9,7 +9,6 @@ from typing import Any
 import grpc
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
-from protos import controller_pb2 as pb
 from protos import controller_pb2_grpc
 
 from .errors import ErrorCode
