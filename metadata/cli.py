@@ -152,19 +152,27 @@ timeout_option = click.option("--command-timeout", "timeout", type=float, defaul
                               help="seconds to keep retrying while no active controller answers")
 
 
+def controller_group(fn: Callable[[], None]) -> click.Group:
+    """A ``kraft`` command group that talks to the controller quorum, named and documented
+    by ``fn``: its commands get (bootstrap, timeout) as their context object."""
+    @main.group(name=fn.__name__, help=fn.__doc__)
+    @bootstrap_option
+    @timeout_option
+    @click.pass_context
+    def group(ctx: click.Context, bootstrap: str, timeout: float) -> None:
+        ctx.obj = (bootstrap, timeout)
+    return group
+
+
 def _check(code: int, message: str, what: str) -> None:
     c = error_code(code)
     if c != ErrorCode.NONE:
         fail(f"{c.name}: {message or what}")
 
 
-@main.group()
-@bootstrap_option
-@timeout_option
-@click.pass_context
-def topics(ctx: click.Context, bootstrap: str, timeout: float) -> None:
+@controller_group
+def topics() -> None:
     """Create, list, describe, alter and delete topics (kafka-topics.sh)."""
-    ctx.obj = (bootstrap, timeout)
 
 
 def _parse_configs(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -275,13 +283,9 @@ def topics_alter(obj: tuple, topic: str, partitions: int, replica_assignment: st
 
 # ------------------------------------------------------------------------------- quorum, cluster
 
-@main.group()
-@bootstrap_option
-@timeout_option
-@click.pass_context
-def quorum(ctx: click.Context, bootstrap: str, timeout: float) -> None:
+@controller_group
+def quorum() -> None:
     """Describe the controller quorum (kafka-metadata-quorum.sh)."""
-    ctx.obj = (bootstrap, timeout)
 
 
 @quorum.command("describe")
@@ -311,13 +315,9 @@ def quorum_describe(obj: tuple, mode: str) -> None:
                        f"{v.last_caught_up_timestamp}\t{status}")
 
 
-@main.group()
-@bootstrap_option
-@timeout_option
-@click.pass_context
-def cluster(ctx: click.Context, bootstrap: str, timeout: float) -> None:
+@controller_group
+def cluster() -> None:
     """Describe the cluster: id, active controller, brokers."""
-    ctx.obj = (bootstrap, timeout)
 
 
 @cluster.command("describe")
