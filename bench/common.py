@@ -2,6 +2,7 @@
 clusters of `raft-kv serve` processes."""
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -46,6 +47,15 @@ async def put_load(stub, clients: int, seconds: float, value: int) -> tuple[list
     t0 = time.perf_counter()
     await asyncio.gather(*(worker(w) for w in range(clients)))
     return lat, time.perf_counter() - t0
+
+
+def load_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The options every load benchmark takes, as the anchors name them."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--value", type=int, default=256)
+    return ap
 
 
 def emit(row: dict) -> None:

@@ -17,7 +17,7 @@ import grpc
 from protos import kv_pb2 as pb
 from protos import kv_pb2_grpc
 
-from .common import REPO, emit, free_ports, put_load, summary
+from .common import REPO, emit, free_ports, load_parser, put_load, summary
 
 
 class NoOpKV(kv_pb2_grpc.KVServicer):
@@ -43,10 +43,7 @@ async def load(port: int, clients: int, seconds: float, value: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--clients", type=int, default=64)
-    ap.add_argument("--seconds", type=float, default=10)
-    ap.add_argument("--value", type=int, default=256)
+    ap = load_parser(__doc__)
     ap.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.serve:

@@ -6,7 +6,6 @@ in flight from inside the leader for S seconds (the workload of
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import multiprocessing as mp
 import os
@@ -23,7 +22,7 @@ from raft.config import NodeOptions
 from raft.node import RaftNode
 from raft.storage import format_storage
 
-from .common import emit, free_ports, summary
+from .common import emit, free_ports, load_parser, summary
 
 
 class Register:
@@ -86,10 +85,7 @@ async def lead(voters: str, base: str, fsync: bool, clients: int, seconds: float
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--clients", type=int, default=64)
-    ap.add_argument("--seconds", type=float, default=10)
-    ap.add_argument("--value", type=int, default=256)
+    ap = load_parser(__doc__)
     ap.add_argument("--no-fsync", action="store_true", help="like PySyncObj's default in-memory journal")
     a = ap.parse_args()
     base = tempfile.mkdtemp(prefix="raftembedded")

@@ -6,7 +6,6 @@ gRPC clients each doing one put at a time against the leader. The workload of
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 
 import grpc
@@ -14,7 +13,7 @@ import grpc
 from protos import kv_pb2 as pb
 from protos import kv_pb2_grpc
 
-from .common import KVProcesses, emit, put_load, summary
+from .common import KVProcesses, emit, load_parser, put_load, summary
 
 
 async def run(clients: int, seconds: float, value: int, args: tuple[str, ...]) -> dict:
@@ -32,10 +31,7 @@ async def run(clients: int, seconds: float, value: int, args: tuple[str, ...]) -
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--clients", type=int, default=64)
-    ap.add_argument("--seconds", type=float, default=10)
-    ap.add_argument("--value", type=int, default=256)
+    ap = load_parser(__doc__)
     ap.add_argument("--no-fsync", action="store_true", help="unsafe: to measure what fsync costs")
     a = ap.parse_args()
     emit(asyncio.run(run(a.clients, a.seconds, a.value, ("--no-fsync",) if a.no_fsync else ())))
