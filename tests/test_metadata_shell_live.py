@@ -7,11 +7,13 @@ controller processes (DevQuorum), to see the view follow the cluster between com
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import os
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from click.testing import CliRunner, Result
@@ -54,6 +56,35 @@ async def lines(q: InProcessQuorum, *args: object) -> list[str]:
     return result.stdout.splitlines()
 
 
+@contextlib.asynccontextmanager
+async def live(tmp_path: Path, racks: list[tuple[int, str]], **props: str
+               ) -> AsyncIterator[tuple[InProcessQuorum, list[TestBroker], ControllerClient]]:
+    """A running in-process quorum with test brokers and a client; all stopped afterwards
+    (a test that stops some itself removes them from the list)."""
+    q = InProcessQuorum(tmp_path, **props)
+    await q.start()
+    brokers = await start_brokers(q, racks)
+    c = q.client()
+    try:
+        yield q, brokers, c
+    finally:
+        for b in brokers:
+            await b.stop()
+        await c.close()
+        if q.servers:
+            await q.stop()
+
+
+async def wait_compacted(c: ControllerClient, offset: int) -> None:
+    """Until the controller has compacted ``offset`` into a snapshot (taken in the
+    background)."""
+    deadline = time.monotonic() + 10
+    while (await c.call("FetchMetadata", pb.FetchMetadataRequest(
+            offset=offset, broker_id=-1))).error_code != ErrorCode.OFFSET_OUT_OF_RANGE:
+        assert time.monotonic() < deadline, "the controller never compacted its log"
+        await asyncio.sleep(0.05)
+
+
 async def create(c: ControllerClient, name: str, partitions: int = 2, rf: int = 2) -> None:
     r = await c.call("CreateTopics", pb.CreateTopicsRequest(topics=[pb.CreatableTopic(
         name=name, num_partitions=partitions, replication_factor=rf)]))
@@ -62,11 +93,7 @@ async def create(c: ControllerClient, name: str, partitions: int = 2, rf: int = 
 
 def test_one_shot_over_a_live_quorum_and_back_in_time(tmp_path: Path) -> None:
     async def go() -> None:
-        q = InProcessQuorum(tmp_path)
-        await q.start()
-        brokers = await start_brokers(q, [(1, "a"), (2, "b"), (3, "c")])
-        c = q.client()
-        try:
+        async with live(tmp_path, [(1, "a"), (2, "b"), (3, "c")]) as (q, _, c):
             await create(c, "orders", 3, 3)
             before_payments = int((await lines(q, "cat", "/cluster/metadataOffset"))[0])
             await create(c, "payments", 1, 2)
@@ -110,32 +137,16 @@ def test_one_shot_over_a_live_quorum_and_back_in_time(tmp_path: Path) -> None:
             # the log from offset 1 is there: the first entry is the first leader's no-op
             first = await lines(q, "changes", "/cluster/metadataOffset", 0, 1)
             assert "no-op entry" in first[0]
-        finally:
-            for b in brokers:
-                await b.stop()
-            await c.close()
-            await q.stop()
     asyncio.run(go())
 
 
 def test_a_compacted_log_is_read_from_the_snapshot(tmp_path: Path) -> None:
     async def go() -> None:
-        q = InProcessQuorum(tmp_path, **COMPACTING)
-        await q.start()
-        brokers = await start_brokers(q, [(1, "a"), (2, "b")])
-        c = q.client()
-        try:
+        async with live(tmp_path, [(1, "a"), (2, "b")], **COMPACTING) as (q, _, c):
             names = [f"t{i}" for i in range(8)]
             for name in names:
                 await create(c, name)
-            # snapshots are taken in the background: wait until offset 1 is gone
-            deadline = time.monotonic() + 10
-            while True:
-                r = await c.call("FetchMetadata", pb.FetchMetadataRequest(offset=1, broker_id=-1))
-                if r.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
-                    break
-                assert time.monotonic() < deadline, "the controller never compacted its log"
-                await asyncio.sleep(0.05)
+            await wait_compacted(c, 1)
             await create(c, "after-snapshot")
             image = (await q.active()).sm.image
             assert await lines(q, "ls", "/topics") == sorted([*names, "after-snapshot"])
@@ -153,59 +164,42 @@ def test_a_compacted_log_is_read_from_the_snapshot(tmp_path: Path) -> None:
             out = await lines(q, "changes", "/topics/after-snapshot/name")
             assert out[0].endswith('TopicRecord {"name": "after-snapshot", "topicId": "'
                                    f'{image.topic("after-snapshot").id}"}}')
-        finally:
-            for b in brokers:
-                await b.stop()
-            await c.close()
-            await q.stop()
     asyncio.run(go())
 
 
 def test_refresh_follows_compaction_and_survives_a_quorum_that_is_down(tmp_path: Path) -> None:
     """What interactive mode does before each line, on the source and the shell directly."""
     async def go() -> None:
-        q = InProcessQuorum(tmp_path, **COMPACTING)
-        await q.start()
-        brokers = await start_brokers(q, [(1, "a"), (2, "b")])
-        c = q.client()
-        source = await asyncio.to_thread(LiveSource, q.bootstrap, timeout=1.0)
-        try:
-            opened_at = source.image().offset
-            assert source.history().first_offset == 0
-            for i in range(8):  # enough records for a snapshot past where the source is
-                await create(c, f"t{i}")
-            deadline = time.monotonic() + 10
-            while (await c.call("FetchMetadata", pb.FetchMetadataRequest(
-                    offset=opened_at + 1, broker_id=-1))).error_code == 0:
-                assert time.monotonic() < deadline, "the controller never compacted its log"
-                await asyncio.sleep(0.05)
-            notes = await asyncio.to_thread(source.refresh)
-            assert [n.split(":")[0] for n in notes] == [
-                f"the controller compacted its log past offset {opened_at}"]
-            assert source.history().first_offset > opened_at
-            assert sorted(source.image().topics_by_name) == [f"t{i}" for i in range(8)]
-            assert source.image().offset == (await q.active()).sm.image.offset
+        async with live(tmp_path, [(1, "a"), (2, "b")], **COMPACTING) as (q, brokers, c):
+            source = await asyncio.to_thread(LiveSource, q.bootstrap, timeout=1.0)
+            try:
+                opened_at = source.image().offset
+                assert source.history().first_offset == 0
+                for i in range(8):  # enough records for a snapshot past where the source is
+                    await create(c, f"t{i}")
+                await wait_compacted(c, opened_at + 1)
+                notes = await asyncio.to_thread(source.refresh)
+                assert [n.split(":")[0] for n in notes] == [
+                    f"the controller compacted its log past offset {opened_at}"]
+                assert source.history().first_offset > opened_at
+                assert sorted(source.image().topics_by_name) == [f"t{i}" for i in range(8)]
+                assert source.image().offset == (await q.active()).sm.image.offset
 
-            # the quorum goes away: a warning, and the view already held
-            for b in brokers:
-                await b.stop()
-            brokers = []
-            await q.stop()
-            out, err = io.StringIO(), io.StringIO()
-            shell = Shell(source, out, err)
-            await asyncio.to_thread(shell.refresh)
-            [warning] = err.getvalue().splitlines()
-            assert warning.startswith(f"warning: the controller quorum at {q.bootstrap} did not "
-                                      f"answer within 1s")
-            assert warning.endswith(f"; still showing offset {source.image().offset}")
-            assert shell.run(["ls", "/topics/t7/partitions"]) and out.getvalue() == "0\n1\n"
-        finally:
-            await asyncio.to_thread(source.close)
-            for b in brokers:
-                await b.stop()
-            await c.close()
-            if q.servers:
+                # the quorum goes away: a warning, and the view already held
+                for b in brokers:
+                    await b.stop()
+                brokers.clear()
                 await q.stop()
+                out, err = io.StringIO(), io.StringIO()
+                shell = Shell(source, out, err)
+                await asyncio.to_thread(shell.refresh)
+                [warning] = err.getvalue().splitlines()
+                assert warning.startswith(f"warning: the controller quorum at {q.bootstrap} did not "
+                                          f"answer within 1s")
+                assert warning.endswith(f"; still showing offset {source.image().offset}")
+                assert shell.run(["ls", "/topics/t7/partitions"]) and out.getvalue() == "0\n1\n"
+            finally:
+                await asyncio.to_thread(source.close)
     asyncio.run(go())
 
 
