@@ -253,10 +253,14 @@ class RaftCore:
 
     def transfer_leadership(self, target: int) -> None:
         """Bring ``target`` up to date, then tell it to campaign at once (thesis §3.10).
-        Proposals are refused until it completes or an election timeout passes."""
+        Proposals are refused until it completes or an election timeout passes. Naming this
+        node itself cancels a pending transfer, as etcd's raft does."""
         if self.role != Role.LEADER:
             raise NotLeader(self.leader)
-        if target == self.id or target == self.lead_transferee:
+        if target == self.id:
+            self.lead_transferee = 0
+            return
+        if target == self.lead_transferee:
             return
         if target not in self.membership.voters:
             raise RaftError(f"node {target} is not a voter")

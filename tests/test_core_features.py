@@ -201,6 +201,20 @@ def test_a_transfer_to_an_unreachable_node_is_abandoned_after_an_election_timeou
     net.propose(1, b"accepted again")
 
 
+def test_transferring_to_the_leader_itself_cancels_a_pending_transfer():
+    net = Network([1, 2, 3])
+    leader = net.elect(1)
+    net.crash(3)
+    leader.transfer_leadership(3)
+    with pytest.raises(ProposalDropped, match="transferred"):
+        leader.propose([b"refused while transferring"])
+    leader.transfer_leadership(1)  # etcd: a transfer to the leader itself cancels
+    assert leader.lead_transferee == 0
+    net.propose(1, b"accepted at once")
+    net.settle()
+    assert leader.role == Role.LEADER and net.datas(2) == [b"accepted at once"]
+
+
 def test_transfer_refuses_non_voters():
     net = Network([1, 2], learners=[3])
     leader = net.elect(1)
