@@ -51,10 +51,15 @@ class BrokerLifecycle:
                 raise ControllerError(ErrorCode(r.error_code), r.error_message)
             await asyncio.sleep(1.0)
 
-    async def heartbeat(self, *, want_shut_down: bool = False) -> pb.BrokerHeartbeatResponse:
+    async def heartbeat(self, *, want_shut_down: bool = False, timeout: float | None = None) -> pb.BrokerHeartbeatResponse:
+        """One heartbeat. Each attempt waits at most one heartbeat interval, so a controller
+        that hangs (SIGSTOP) costs an interval before the next controller is asked who leads,
+        well inside the session timeout; ``timeout`` bounds all attempts."""
+        budget = timeout or max(2 * self.heartbeat_interval_s, 4.0)
         r = await self.client.call("BrokerHeartbeat", pb.BrokerHeartbeatRequest(
             broker_id=self.broker_id, broker_epoch=self.epoch,
-            current_metadata_offset=self.metadata_offset(), want_shut_down=want_shut_down))
+            current_metadata_offset=self.metadata_offset(), want_shut_down=want_shut_down),
+            timeout=budget, attempt_timeout=min(budget, max(0.5, self.heartbeat_interval_s)))
         if r.error_code != ErrorCode.NONE:
             raise ControllerError(ErrorCode(r.error_code), r.error_message)
         if self.fenced != r.is_fenced:
@@ -91,20 +96,22 @@ class BrokerLifecycle:
             self._task.cancel()
             self._task = None
 
-    async def controlled_shutdown(self, timeout: float = 30.0) -> bool:
-        """Ask the controller to move our leaderships away; True once it says we may stop."""
+    async def controlled_shutdown(self, timeout: float = 5.0) -> bool:
+        """Ask the controller to move our leaderships away; True once it says we may stop,
+        False after ``timeout`` seconds without that answer (no controller reachable: the
+        broker stops anyway and the controller fences it when its session expires)."""
         self.go_silent()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while loop.time() < deadline:
+        while (left := deadline - loop.time()) > 0.05:
             try:
-                r = await self.heartbeat(want_shut_down=True)
+                r = await self.heartbeat(want_shut_down=True, timeout=left)
                 if r.should_shut_down:
                     log.info("broker %d: controlled shutdown complete", self.broker_id)
                     return True
             except ControllerError as e:
                 log.warning("broker %d controlled shutdown: %s", self.broker_id, e)
-            await asyncio.sleep(min(0.5, self.heartbeat_interval_s))
+            await asyncio.sleep(min(0.5, self.heartbeat_interval_s, max(0.0, deadline - loop.time())))
         return False
 
     async def stop(self) -> None:

@@ -23,6 +23,7 @@ from protos import controller_pb2 as pb
 
 log = logging.getLogger("brokerd.metadata")
 
+REPLAY_IN_THREAD_BYTES = 64 << 10
 Listener = Callable[[MetadataImage, MetadataChanges | None], None]
 
 
@@ -52,7 +53,9 @@ class MetadataFetcher:
                                       max_bytes=self.max_bytes, broker_id=self.broker_id)
         if self.first_fetch_offset is None:
             self.first_fetch_offset = req.offset
-        resp = await self.client.call("FetchMetadata", req, timeout=30)
+        # An attempt waits for the long poll plus a margin, not longer: a controller that hangs
+        # is left for the next one soon (the client then asks the others who leads).
+        resp = await self.client.call("FetchMetadata", req, timeout=30, attempt_timeout=self.max_wait_ms / 1000 + 2)
         self.high_watermark = resp.high_watermark
         if resp.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
             await self._load_snapshot(resp.snapshot_offset)
@@ -60,15 +63,19 @@ class MetadataFetcher:
         if not resp.batches:
             self._notice_caught_up()
             return 0
-        delta = MetadataDelta(self.image)
-        try:
-            for b in resp.batches:
-                delta.replay_batch(decode_batch(b.data), b.offset, b.term)
-        except RecordError as e:
-            raise ControllerError(ErrorCode.UNKNOWN_SERVER_ERROR, f"cannot replay the metadata log: {e}") from None
-        self.image = delta.apply()
+        def replay() -> tuple[MetadataImage, MetadataChanges]:
+            delta = MetadataDelta(self.image)
+            try:
+                for b in resp.batches:
+                    delta.replay_batch(decode_batch(b.data), b.offset, b.term)
+            except RecordError as e:
+                raise ControllerError(ErrorCode.UNKNOWN_SERVER_ERROR, f"cannot replay the metadata log: {e}") from None
+            return delta.apply(), delta.changes()
+        # Only this task changes the image, so a large answer (a 10,000-partition create) may be
+        # replayed in a thread while the broker goes on serving.
+        large = sum(len(b.data) for b in resp.batches) >= REPLAY_IN_THREAD_BYTES
+        self.image, changes = await asyncio.to_thread(replay) if large else replay()
         self.offset = resp.batches[-1].offset
-        changes = delta.changes()
         for listener in self.listeners:
             listener(self.image, changes)
         self._notice_caught_up()
@@ -93,7 +100,7 @@ class MetadataFetcher:
             if not r.data and pos < size:
                 raise ControllerError(ErrorCode.UNKNOWN_SERVER_ERROR, "snapshot download stalled")
         buf.seek(0)
-        self.image = read_snapshot(buf)
+        self.image = await asyncio.to_thread(read_snapshot, buf)
         self.offset = snapshot_offset
         self.snapshots_loaded += 1
         log.info("loaded the metadata snapshot at offset %d (%d bytes)", snapshot_offset, size)

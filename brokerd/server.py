@@ -28,6 +28,7 @@ from protos import controller_pb2 as cpb
 from raft.config import ConfigError
 from raft.errors import StorageError
 from raft.storage import check_formatted
+from raft.transport import add_port, add_service
 
 from .cluster_metadata import replica_status
 from .config import BrokerConfig
@@ -40,6 +41,8 @@ from .replica_fetcher import ReplicaFetcherManager
 from .replica_manager import ReplicaManager
 from .service import BrokerService
 
+#: How long a stopping broker waits for the controller to confirm its controlled shutdown.
+CONTROLLED_SHUTDOWN_S = 5.0
 log = logging.getLogger("brokerd.server")
 
 CATCH_UP_TIMEOUT_S = 60.0
@@ -105,16 +108,12 @@ class BrokerServer:
         self.server = grpc.aio.server(options=[("grpc.max_receive_message_length", bcfg.request_max_bytes),
                                                ("grpc.max_send_message_length", 256 << 20),
                                                ("grpc.so_reuseport", 0)])
-        broker_pb2_grpc.add_BrokerServicer_to_server(
-            BrokerService(self.rm, bcfg.listener, lambda: self.client.last_controller_id, self.describe), self.server)
+        add_service(self.server, broker_pb2_grpc.add_BrokerServicer_to_server,
+                    BrokerService(self.rm, bcfg.listener, lambda: self.client.last_controller_id, self.describe))
         for name, (host, port) in cfg.listeners.items():
             if name != cfg.controller_listener:
                 address = f"{host or '0.0.0.0'}:{port}"
-                try:
-                    bound = self.server.add_insecure_port(address)
-                except RuntimeError:
-                    bound = 0
-                if not bound:
+                if not add_port(self.server, address, None):
                     raise ConfigError(f"cannot listen on {address} (listener {name}): the port is in use or the "
                                       f"address is not local")
         await self.server.start()
@@ -184,10 +183,11 @@ class BrokerServer:
             return
         self._stopping = True
         if self._started:
-            if await self.lifecycle.controlled_shutdown(timeout=30):
+            if await self.lifecycle.controlled_shutdown(timeout=CONTROLLED_SHUTDOWN_S):
                 await self._await_no_leaderships(5.0)
             else:
-                log.warning("the controller did not confirm the controlled shutdown; stopping anyway")
+                log.warning("no controller confirmed the controlled shutdown within %.0fs; stopping anyway "
+                            "(the controller fences this broker when its session expires)", CONTROLLED_SHUTDOWN_S)
         await self._close()
         if self._done is not None and not self._done.done():
             self._done.set_result(None)

@@ -86,9 +86,13 @@ class BrokerLifecycle:
         b = image.brokers.get(broker_id)
         if b is None:
             raise ApiError(ErrorCode.BROKER_ID_NOT_REGISTERED, f"broker {broker_id} is not registered")
-        if b.epoch != epoch:
+        if epoch < b.epoch:
             raise ApiError(ErrorCode.STALE_BROKER_EPOCH,
                            f"broker {broker_id} epoch {epoch} is stale; the current registration has epoch {b.epoch}")
+        if epoch != b.epoch:  # Kafka answers STALE_BROKER_EPOCH for any mismatch; the words differ
+            raise ApiError(ErrorCode.STALE_BROKER_EPOCH,
+                           f"broker {broker_id} epoch {epoch} was never issued: the current registration "
+                           f"has epoch {b.epoch}, and no later one exists")
         return b
 
     # -- heartbeats ----------------------------------------------------------------------------

@@ -1,19 +1,30 @@
 """A client of the controller quorum that finds the active controller from any bootstrap
-address and retries what is retriable (NOT_CONTROLLER, REQUEST_TIMED_OUT, a node that is down)
-with exponential backoff; used by the CLI, the tools and the brokers."""
+address; used by the CLI, the tools and the brokers.
+
+What it retries follows ``raft.client``: NOT_CONTROLLER and THROTTLING_QUOTA_EXCEEDED (the
+controller wrote nothing) and a connection that never opened, always; REQUEST_TIMED_OUT and a
+call that broke midway (the outcome is unknown) only for requests that are safe to repeat
+(reads, heartbeats, registration with the same incarnation). For the others, a create or a
+delete, the caller gets REQUEST_TIMED_OUT saying the outcome is unknown, instead of a second
+attempt that would answer TOPIC_ALREADY_EXISTS for their own topic."""
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import grpc
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from protos import controller_pb2_grpc
+from raft.client import LeaderClient, Retry
 
 from .errors import ErrorCode
 
-RETRIABLE = {ErrorCode.NOT_CONTROLLER, ErrorCode.REQUEST_TIMED_OUT}
+#: Answers that prove the controller wrote nothing.
+NOT_APPLIED = {ErrorCode.NOT_CONTROLLER, ErrorCode.THROTTLING_QUOTA_EXCEEDED}
+#: Requests whose repetition changes nothing more than the first attempt did.
+SAFE_TO_REPEAT = frozenset({
+    "DescribeTopics", "DescribeCluster", "DescribeConfigs", "DescribeQuorum", "FetchMetadata",
+    "FetchSnapshot", "BrokerHeartbeat", "BrokerRegistration", "AlterPartition", "AllocateProducerIds",
+})
 
 
 class ControllerError(Exception):
@@ -37,10 +48,6 @@ class QuorumUnreachable(ControllerError):
         super().__init__(ErrorCode.REQUEST_TIMED_OUT, message)
 
 
-class _Retry(Exception):
-    pass
-
-
 def parse_bootstrap(text: str) -> list[str]:
     out = [p.strip() for p in text.split(",") if p.strip()]
     for p in out:
@@ -52,69 +59,41 @@ def parse_bootstrap(text: str) -> list[str]:
     return out
 
 
-class ControllerClient:
+class ControllerClient(LeaderClient):
     def __init__(self, bootstrap: list[str] | str, *, timeout: float = 15.0, attempt_timeout: float = 5.0) -> None:
-        self.bootstrap = parse_bootstrap(bootstrap) if isinstance(bootstrap, str) else list(bootstrap)
-        self.timeout = timeout
-        self.attempt_timeout = attempt_timeout
-        self._channels: dict[str, grpc.aio.Channel] = {}
-        self._active: str | None = None
-        self._next = 0
+        addresses = parse_bootstrap(bootstrap) if isinstance(bootstrap, str) else list(bootstrap)
+        super().__init__(addresses, timeout=timeout, attempt_timeout=attempt_timeout)
+        self.bootstrap = self.endpoints
         self.last_controller_id = -1
 
-    def _stub(self, address: str) -> controller_pb2_grpc.ControllerStub:
-        ch = self._channels.get(address)
-        if ch is None:
-            ch = self._channels[address] = grpc.aio.insecure_channel(
-                address, options=[("grpc.max_receive_message_length", 64 << 20)])
-        return controller_pb2_grpc.ControllerStub(ch)
+    def unreachable(self, message: str) -> Exception:
+        return QuorumUnreachable(f"the controller quorum at {','.join(self.bootstrap)} did not answer {message}")
 
-    def _target(self) -> str:
-        if self._active:
-            return self._active
-        addr = self.bootstrap[self._next % len(self.bootstrap)]
-        self._next += 1
-        return addr
+    def outcome_unknown(self, message: str) -> Exception:
+        return ControllerError(ErrorCode.REQUEST_TIMED_OUT, message)
 
-    async def call(self, method: str, request: Any, *, timeout: float | None = None) -> Any:
+    def failed(self, address: str, error: grpc.aio.AioRpcError) -> Exception:
+        return ControllerError(ErrorCode.INVALID_REQUEST, f"{address}: {error.details() or error.code().name}")
+
+    async def call(self, method: str, request: Any, *, timeout: float | None = None,
+                   attempt_timeout: float | None = None) -> Any:
         """Send ``request`` to the active controller; returns the response once its status is
-        NONE. Raises ControllerError for a non-retriable status, QuorumUnreachable when no
-        controller answered in time."""
-        last = ["no controller answered"]
-        try:
-            async for attempt in AsyncRetrying(stop=stop_after_delay(timeout or self.timeout),
-                                               wait=wait_exponential(multiplier=0.02, max=0.25),
-                                               retry=retry_if_exception_type(_Retry), reraise=True):
-                with attempt:
-                    addr = self._target()
-                    try:
-                        resp = await getattr(self._stub(addr), method)(request, timeout=self.attempt_timeout)
-                    except grpc.aio.AioRpcError as e:
-                        if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                            last[0] = f"{addr}: {e.details() or e.code().name}"
-                            self._active = None
-                            raise _Retry() from None
-                        raise ControllerError(ErrorCode.INVALID_REQUEST, f"{addr}: {e.details()}") from None
-                    code = error_code(resp.status.error_code)
-                    if code == ErrorCode.NONE:
-                        self._active = addr
-                        self.last_controller_id = resp.status.controller_id
-                        return resp
-                    if code in RETRIABLE:
-                        last[0] = f"{addr}: {code.name}: {resp.status.error_message}"
-                        self._active = resp.status.controller_endpoint or None
-                        if self._active == addr:
-                            self._active = None
-                        raise _Retry()
-                    raise ControllerError(code, resp.status.error_message)
-        except _Retry:
-            raise QuorumUnreachable(f"the controller quorum at {','.join(self.bootstrap)} did not answer "
-                                    f"within {timeout or self.timeout:.0f}s (last: {last[0]})") from None
-        raise AssertionError("unreachable")
+        NONE. Raises ControllerError for a final status (REQUEST_TIMED_OUT when the outcome
+        of a write is unknown), QuorumUnreachable when no controller answered in time."""
+        idempotent = method in SAFE_TO_REPEAT
 
-    async def close(self) -> None:
-        await asyncio.gather(*(ch.close() for ch in self._channels.values()), return_exceptions=True)
-        self._channels.clear()
+        def check(address: str, resp: Any) -> Any:
+            code = error_code(resp.status.error_code)
+            if code == ErrorCode.NONE:
+                self.last_controller_id = resp.status.controller_id
+                return resp
+            if code in NOT_APPLIED or (idempotent and code == ErrorCode.REQUEST_TIMED_OUT):
+                raise Retry(f"{code.name}: {resp.status.error_message}", resp.status.controller_endpoint or None)
+            raise ControllerError(code, resp.status.error_message)
+
+        return await super().call(
+            lambda ch, t: getattr(controller_pb2_grpc.ControllerStub(ch), method)(request, timeout=t),
+            idempotent=idempotent, check=check, timeout=timeout, attempt_timeout=attempt_timeout)
 
     async def __aenter__(self) -> "ControllerClient":
         return self

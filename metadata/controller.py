@@ -17,6 +17,7 @@ import asyncio
 import logging
 import random
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
@@ -61,6 +62,10 @@ class QuorumController:
         self.config = config
         self.brokers = BrokerLifecycle(config.session_timeout_ms / 1000)
         self._pending: list[tuple[int, asyncio.Future, MetadataImage]] = []
+        self._building = asyncio.Lock()  # one write is built and appended at a time
+        # One thread for work that scales with a request: more would fight the event loop for
+        # the GIL, and the loop would wake late (metadata/loop_stall.py measures it).
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"controller-{node.id}-worker")
         self._active_term = 0
         self._active = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
@@ -115,6 +120,7 @@ class QuorumController:
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._worker.shutdown(wait=False)
 
     def not_controller(self) -> NotController:
         leader = self.node.leader_id
@@ -141,37 +147,65 @@ class QuorumController:
         return self._pending[-1][2] if self._pending else self.sm.image
 
     async def write(self, build: Callable[[MetadataImage], tuple[list[MetadataRecord], T]],
-                    *, validate_only: bool = False) -> T:
+                    *, validate_only: bool = False, in_thread: bool = False) -> T:
         """Build records from the current view, commit them as one batch, return ``build``'s
         result once they are applied. Raises ApiError, NotController, or ApiError
-        REQUEST_TIMED_OUT when the outcome is unknown."""
+        REQUEST_TIMED_OUT when the outcome is unknown.
+
+        Writes are built one at a time, in order, each on the view left by the one before.
+        ``in_thread`` builds, checks and encodes in a worker thread, for user operations that
+        scale with their input (up to MAX_RECORDS_PER_USER_OP records): the event loop keeps
+        answering heartbeats meanwhile. ``build`` then reads only the view it is given."""
         await self.ensure_active()
-        view = self.view
-        records, result = build(view)
-        if not records or validate_only:
+        async with self._building:
+            view = self.view
+            term = self.node.core.term
+            index = self.node.core.log.last_index() + 1
+            if in_thread:
+                records, result, data, after = await self.in_worker(self._prepare, build, view, index, term,
+                                                                    validate_only)
+                if not self.active or self.node.core.log.last_index() + 1 != index:
+                    # leadership or the log moved while we worked; nothing was written
+                    raise (self.not_controller() if not self.active else ApiError(
+                        ErrorCode.THROTTLING_QUOTA_EXCEEDED, "the controller's log moved meanwhile; "
+                                                             "nothing was written"))
+            else:
+                records, result, data, after = self._prepare(build, view, index, term, validate_only)
+            if validate_only:
+                return result
+            if not records:
+                # The answer was read from the view: it may hold batches not yet committed (a
+                # fence proposed by a controller that has just lost its leadership). Answer
+                # only once they commit, so no one acts on state that may never exist.
+                if not self._pending:
+                    return result
+                index, fut = self._pending[-1][:2]
+                entry = None
+            else:
+                try:
+                    fut = self.node.propose_nowait(data)
+                except NotLeader:
+                    raise self.not_controller() from None
+                except ProposalDropped as e:  # not appended (a transfer, backpressure): nothing was written
+                    raise ApiError(ErrorCode.THROTTLING_QUOTA_EXCEEDED, f"the controller is busy and wrote "
+                                   f"nothing: {e}") from None
+                entry = (index, fut, after)
+                self._pending.append(entry)
+        if entry is None:  # waiting on another write's batch: it fails as that write does
+            try:
+                await asyncio.wait_for(asyncio.shield(fut), self.config.write_timeout_s)
+            except (RaftError, asyncio.TimeoutError):
+                raise self.not_controller() if not self.active else ApiError(
+                    ErrorCode.REQUEST_TIMED_OUT, "the metadata this answer rests on did not commit in time") from None
             return result
-        term = self.node.core.term
-        index = self.node.core.log.last_index() + 1
-        delta = MetadataDelta(view)
-        try:
-            delta.replay_batch(records, index, term)
-            after = delta.apply()
-        except RecordError as e:  # our own bug: never write it
-            log.error("refusing to write an invalid batch: %s", e)
-            raise ApiError(ErrorCode.UNKNOWN_SERVER_ERROR, f"internal error: {e}") from None
-        try:
-            fut = self.node.propose_nowait(encode_batch(records, append_time_ms=int(time.time() * 1000)))
-        except NotLeader:
-            raise self.not_controller() from None
-        except ProposalDropped as e:
-            raise ApiError(ErrorCode.REQUEST_TIMED_OUT, f"the controller is busy: {e}") from None
-        entry = (index, fut, after)
-        self._pending.append(entry)
         try:
             await asyncio.wait_for(asyncio.shield(fut), self.config.write_timeout_s)
-        except (ProposalDropped, NotLeader, RaftError):
+        except ProposalDropped:  # a later leader replaced the entry: nothing was written
             self._drop_from(index)
             raise self.not_controller() from None
+        except RaftError as e:  # OutcomeUnknown: a snapshot superseded it, or we are stopping
+            self._drop_from(index)
+            raise ApiError(ErrorCode.REQUEST_TIMED_OUT, f"the controller lost track of the write: {e}") from None
         except asyncio.TimeoutError:
             self._drop_from(index)
             raise ApiError(ErrorCode.REQUEST_TIMED_OUT,
@@ -180,6 +214,27 @@ class QuorumController:
             if entry in self._pending:
                 self._pending.remove(entry)
         return result
+
+    async def in_worker(self, fn: Callable[..., T], *args: object) -> T:
+        """Run ``fn`` in the controller's worker thread; it must read only immutable state."""
+        return await asyncio.get_running_loop().run_in_executor(self._worker, fn, *args)
+
+    @staticmethod
+    def _prepare(build: Callable[[MetadataImage], tuple[list[MetadataRecord], T]], view: MetadataImage,
+                 index: int, term: int, validate_only: bool
+                 ) -> tuple[list[MetadataRecord], T, bytes, MetadataImage | None]:
+        """Records, result, the encoded batch and the view after it; the batch is checked by
+        replaying it onto the view, so a bad batch never reaches the log."""
+        records, result = build(view)
+        if not records or validate_only:
+            return records, result, b"", None
+        delta = MetadataDelta(view)
+        try:
+            delta.replay_batch(records, index, term)
+        except RecordError as e:  # our own bug: never write it
+            log.error("refusing to write an invalid batch: %s", e)
+            raise ApiError(ErrorCode.UNKNOWN_SERVER_ERROR, f"internal error: {e}") from None
+        return records, result, encode_batch(records, append_time_ms=int(time.time() * 1000)), delta.apply()
 
     def _drop_from(self, index: int) -> None:
         """A proposal failed: it and everything after it will not commit in this term."""
@@ -193,10 +248,18 @@ class QuorumController:
 
     async def _watch_sessions(self, term: int) -> None:
         period = min(1.0, self.config.session_timeout_ms / 4000)
+        woke = time.monotonic()
         while self.active and self.node.core.term == term:
             await asyncio.sleep(period)
             if not self.active:
                 return
+            slept, woke = time.monotonic() - woke, time.monotonic()
+            if slept > period + 1.0:
+                # This controller itself was not running (SIGSTOP, a long pause): the brokers'
+                # silence is no evidence, and it may not even lead any more. Fresh sessions.
+                log.info("node %d did not run for %.1fs; every broker gets a fresh session", self.node.id, slept)
+                self.brokers.reset(self.view)
+                continue
             for b in self.brokers.expired(self.view):
                 log.info("fencing broker %d: no heartbeat for %.1fs", b.id,
                          self.config.session_timeout_ms / 1000)

@@ -5,10 +5,12 @@ from __future__ import annotations
 from protos import controller_pb2_grpc
 from raft.config import NodeOptions
 from raft.node import RaftNode
+from raft.transport import add_service
 from raft.storage import DiskStorage
 
 from .config import ServerConfig
 from .controller import ControllerConfig, QuorumController
+from .loop_stall import LoopStallProbe
 from .service import ControllerService
 from .state_machine import MetadataStateMachine
 
@@ -41,11 +43,16 @@ class ControllerServer:
         self.node = RaftNode(cfg.node_id, cfg.voters, self.sm, storage=storage,
                              options=node_options(cfg), address=cfg.controller_address())
         self.controller = QuorumController(self.node, self.sm, controller_config(cfg))
-        controller_pb2_grpc.add_ControllerServicer_to_server(ControllerService(self.controller), self.node.server)
+        add_service(self.node.server, controller_pb2_grpc.add_ControllerServicer_to_server,
+                    ControllerService(self.controller))
+        self.probe = LoopStallProbe()
 
     async def start(self) -> None:
         await self.node.start()
+        # Every stall over 100 ms is logged: no request may hold the loop that long (docs/operations.md).
+        self.probe = LoopStallProbe(0.02, warn_ms=100, name=f"controller {self.cfg.node_id} event loop").start()
 
     async def stop(self) -> None:
+        await self.probe.stop()
         await self.controller.stop()
         await self.node.stop()

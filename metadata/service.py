@@ -23,8 +23,8 @@ from .errors import ApiError, ErrorCode
 from .image import ConfigResource, MetadataImage, ResourceType, SecurityProtocol
 from .partitions import alter_partition
 from .records import endpoint, producer_ids
-from .topics import (ConfigOp, ItemResult, NewTopic, alter_configs, create_partitions, create_topics,
-                     delete_topics, describe_configs)
+from .topics import (ConfigOp, ItemResult, NewTopic, alter_configs, check_request_size,
+                     create_partitions, create_topics, delete_topics, describe_configs)
 
 PRODUCER_ID_BLOCK = 1000
 MAX_FETCH_BYTES = 8 << 20
@@ -59,19 +59,27 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     # ---------------------------------------------------------------------------- topics
 
     async def CreateTopics(self, request: pb.CreateTopicsRequest, context) -> pb.CreateTopicsResponse:
-        topics = [NewTopic(t.name, t.num_partitions, t.replication_factor,
-                           {a.partition: list(a.replicas) for a in t.assignments}, dict(t.configs))
-                  for t in request.topics]
         cfg = self.c.config
 
-        def build(view: MetadataImage) -> tuple[list, list[ItemResult]]:
-            return create_topics(view, topics, default_partitions=cfg.default_partitions,
-                                 default_replication=cfg.default_replication_factor,
-                                 load=self.c.sm.stats.load(), start=self.c.next_placement_start(),
-                                 collisions=self.c.sm.stats.folded_names if view is self.c.sm.image else None)
-
         async def work() -> pb.CreateTopicsResponse:
-            results = await self.c.write(build, validate_only=request.validate_only)
+            check_request_size(len(request.topics), "topics")  # first: it bounds the sums below
+            check_request_size(sum(len(t.assignments) or (cfg.default_partitions if t.num_partitions == -1
+                                                          else max(t.num_partitions, 0)) for t in request.topics),
+                               "partitions")
+            check_request_size(sum(len(t.configs) for t in request.topics), "configs")
+            # What build needs from the live state machine, taken here on the event loop:
+            # build runs in a thread (QuorumController.write) and reads only its arguments.
+            image, stats = self.c.sm.image, self.c.sm.stats
+            load, start, folded = stats.load(), self.c.next_placement_start(), frozenset(stats.folded_names)
+
+            def build(view: MetadataImage) -> tuple[list, list[ItemResult]]:
+                topics = [NewTopic(t.name, t.num_partitions, t.replication_factor,
+                                   {a.partition: list(a.replicas) for a in t.assignments}, dict(t.configs))
+                          for t in request.topics]
+                return create_topics(view, topics, default_partitions=cfg.default_partitions,
+                                     default_replication=cfg.default_replication_factor, load=load, start=start,
+                                     collisions=folded if view is image else None)
+            results = await self.c.write(build, validate_only=request.validate_only, in_thread=True)
             return pb.CreateTopicsResponse(status=_status(), topics=[
                 pb.CreateTopicResult(name=r.name, topic_id=r.topic_id.bytes if r.topic_id else b"",
                                      error_code=int(r.error.code) if r.error else 0,
@@ -92,46 +100,56 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         async def work() -> pb.DeleteTopicsResponse:
             if None in ids:
                 raise ApiError(ErrorCode.INVALID_REQUEST, "topic ids are 16-byte UUIDs")
-            results = await self.c.write(lambda view: delete_topics(view, list(request.names), ids))
+            check_request_size(len(request.names) + len(ids), "topics")
+            names = list(request.names)
+            results = await self.c.write(lambda view: delete_topics(view, names, ids), in_thread=True)
             return pb.DeleteTopicsResponse(status=_status(), topics=self._topic_results(results))
         return await self._answer(pb.DeleteTopicsResponse, work)
 
     async def CreatePartitions(self, request: pb.CreatePartitionsRequest, context) -> pb.CreatePartitionsResponse:
-        def build(view: MetadataImage) -> tuple[list, list[ItemResult]]:
-            records, results = [], []
-            for t in request.topics:
-                recs, res = create_partitions(view, t.name, t.count, [list(a.replicas) for a in t.assignments],
-                                              load=self.c.sm.stats.load(), start=self.c.next_placement_start())
-                records += recs
-                results.append(res)
-            return records, results
-
         async def work() -> pb.CreatePartitionsResponse:
-            results = await self.c.write(build, validate_only=request.validate_only)
+            check_request_size(len(request.topics), "topics")
+            load, start = self.c.sm.stats.load(), self.c.next_placement_start()
+
+            def build(view: MetadataImage) -> tuple[list, list[ItemResult]]:
+                check_request_size(sum(max(0, t.count - len(view.topics_by_name[t.name].partitions))
+                                       for t in request.topics if t.name in view.topics_by_name), "new partitions")
+                records, results = [], []
+                for k, t in enumerate(request.topics):
+                    recs, res = create_partitions(view, t.name, t.count, [list(a.replicas) for a in t.assignments],
+                                                  load=load, start=start + k)
+                    records += recs
+                    results.append(res)
+                return records, results
+            results = await self.c.write(build, validate_only=request.validate_only, in_thread=True)
             return pb.CreatePartitionsResponse(status=_status(), topics=self._topic_results(results))
         return await self._answer(pb.CreatePartitionsResponse, work)
 
     async def DescribeTopics(self, request: pb.DescribeTopicsRequest, context) -> pb.DescribeTopicsResponse:
         async def work() -> pb.DescribeTopicsResponse:
-            image = await self.c.read_image()
-            names = list(request.names) or sorted(image.topics_by_name)
-            live = {b.id for b in image.brokers.values() if not b.fenced}
-            out = []
-            for name in names:
-                t = image.topics_by_name.get(name)
-                if t is None:
-                    out.append(pb.TopicDescription(name=name, error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-                                                   error_message=f"This server does not host this topic: {name}"))
-                    continue
-                configs = dict(image.config(ConfigResource(ResourceType.TOPIC, name)))
-                out.append(pb.TopicDescription(
-                    name=name, topic_id=t.id.bytes, configs=configs,
-                    partitions=[pb.PartitionInfo(partition=pid, leader=p.leader, leader_epoch=p.leader_epoch,
-                                                 partition_epoch=p.partition_epoch, replicas=p.replicas,
-                                                 isr=p.isr, offline_replicas=[r for r in p.replicas if r not in live])
-                                for pid, p in sorted(t.partitions.items())]))
-            return pb.DescribeTopicsResponse(status=_status(), topics=out, metadata_offset=image.offset)
+            image = await self.c.read_image()  # immutable: described in a thread, as it scales with the cluster
+            return await self.c.in_worker(self._describe_topics, image, list(request.names))
         return await self._answer(pb.DescribeTopicsResponse, work)
+
+    @staticmethod
+    def _describe_topics(image: MetadataImage, names: list[str]) -> pb.DescribeTopicsResponse:
+        names = names or sorted(image.topics_by_name)
+        live = {b.id for b in image.brokers.values() if not b.fenced}
+        out = []
+        for name in names:
+            t = image.topics_by_name.get(name)
+            if t is None:
+                out.append(pb.TopicDescription(name=name, error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                                               error_message=f"This server does not host this topic: {name}"))
+                continue
+            configs = dict(image.config(ConfigResource(ResourceType.TOPIC, name)))
+            out.append(pb.TopicDescription(
+                name=name, topic_id=t.id.bytes, configs=configs,
+                partitions=[pb.PartitionInfo(partition=pid, leader=p.leader, leader_epoch=p.leader_epoch,
+                                             partition_epoch=p.partition_epoch, replicas=p.replicas,
+                                             isr=p.isr, offline_replicas=[r for r in p.replicas if r not in live])
+                            for pid, p in sorted(t.partitions.items())]))
+        return pb.DescribeTopicsResponse(status=_status(), topics=out, metadata_offset=image.offset)
 
     # ---------------------------------------------------------------------------- cluster
 
@@ -167,7 +185,8 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             return records, results
 
         async def work() -> pb.IncrementalAlterConfigsResponse:
-            results = await self.c.write(build, validate_only=request.validate_only)
+            check_request_size(sum(len(r.configs) or 1 for r in request.resources), "config changes")
+            results = await self.c.write(build, validate_only=request.validate_only, in_thread=True)
             return pb.IncrementalAlterConfigsResponse(status=_status(), resources=results)
         return await self._answer(pb.IncrementalAlterConfigsResponse, work)
 

@@ -31,6 +31,7 @@ class ClusterStats:
         self.leaders: Counter[int] = Counter()
         self.replicas: Counter[int] = Counter()
         self.folded_names: set[str] = set()
+        self.removed_names: set[str] = set()  # in a change: names a batch removed
 
     @classmethod
     def of(cls, image: MetadataImage) -> "ClusterStats":
@@ -44,8 +45,18 @@ class ClusterStats:
     def load(self) -> BrokerLoad:
         return BrokerLoad(+self.leaders, +self.replicas)
 
-    def update(self, before: MetadataImage, records: Iterable[pb.MetadataRecord]) -> None:
-        """Account for one batch, given the image it was applied to."""
+    def merge(self, change: "ClusterStats") -> None:
+        """Add what ``changes`` counted (negative counts and removed names included)."""
+        self.leaders.update(change.leaders)
+        self.replicas.update(change.replicas)
+        self.folded_names |= change.folded_names
+        self.folded_names -= change.removed_names
+
+    @classmethod
+    def changes(cls, before: MetadataImage, records: Iterable[pb.MetadataRecord]) -> "ClusterStats":
+        """What one batch changes, as counts to add; reads nothing but its arguments, so it
+        may run in a thread (``MetadataStateMachine.prepare``)."""
+        self = cls()
         current: dict[tuple[bytes, int], tuple[int, tuple[int, ...]]] = {}
 
         def old(tid: bytes, pid: int) -> tuple[int, tuple[int, ...]]:
@@ -58,6 +69,7 @@ class ClusterStats:
             kind = r.WhichOneof("record")
             if kind == "topic":
                 self.folded_names.add(fold(r.topic.name))
+                self.removed_names.discard(fold(r.topic.name))
             elif kind == "partition":
                 p = r.partition
                 if p.leader != NO_LEADER:
@@ -82,11 +94,13 @@ class ClusterStats:
                 t = before.topics_by_id.get(uuid.UUID(bytes=r.remove_topic.topic_id))
                 if t is not None:
                     self.folded_names.discard(fold(t.name))
+                    self.removed_names.add(fold(t.name))
                     for pid in t.partitions:
                         leader, replicas = old(t.id.bytes, pid)
                         if leader != NO_LEADER:
                             self.leaders[leader] -= 1
                         self.replicas.subtract(replicas)
+        return self
 
 
 class MetadataStateMachine:
@@ -98,15 +112,27 @@ class MetadataStateMachine:
 
     def apply(self, entry: Entry) -> MetadataImage:
         """Replay one batch; the proposer receives the image right after it."""
+        return self.prepare(entry)()
+
+    def prepare(self, entry: Entry) -> Callable[[], MetadataImage]:
+        """The replay, which reads only the current (immutable) image: for a large batch the
+        Raft node runs this in a thread, then the returned function on the event loop, so a
+        10,000-partition CreateTopics does not stall the controller (raft/state_machine.py)."""
         batch = decode_batch(entry.data)
-        delta = MetadataDelta(self.image)
+        before = self.image
+        delta = MetadataDelta(before)
         delta.replay_batch(batch, entry.index, entry.term)
-        before, self.image = self.image, delta.apply()
-        self.stats.update(before, batch.records)
-        self.last_append_ms = batch.append_time_ms or self.last_append_ms
-        for listener in self.listeners:
-            listener(self.image)
-        return self.image
+        after = delta.apply()
+        change = ClusterStats.changes(before, batch.records)
+
+        def finish() -> MetadataImage:
+            self.image = after
+            self.stats.merge(change)
+            self.last_append_ms = batch.append_time_ms or self.last_append_ms
+            for listener in self.listeners:
+                listener(after)
+            return after
+        return finish
 
     def snapshot(self) -> Callable[[BinaryIO], None]:
         image, created = self.image, self.last_append_ms

@@ -16,6 +16,19 @@ from .records import MetadataRecord, config, partition, remove_topic, topic
 
 MAX_NAME = 249
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+#: The most partitions, topics, configs or deletions one request may ask for, checked before
+#: any work: Kafka's QuorumController.MAX_RECORDS_PER_USER_OP and ReplicationControlManager's
+#: MAX_PARTITIONS_PER_BATCH (both 10,000). It bounds the records one write makes, so no single
+#: request can hold the controller's event loop for long (docs/operations.md, "Bounded work").
+MAX_RECORDS_PER_USER_OP = 10_000
+
+
+def check_request_size(count: int, what: str) -> None:
+    """POLICY_VIOLATION, as Kafka answers, when one request asks for too much at once."""
+    if count > MAX_RECORDS_PER_USER_OP:
+        raise ApiError(ErrorCode.POLICY_VIOLATION,
+                       f"Excessively large number of {what} per request: {count}, at most "
+                       f"{MAX_RECORDS_PER_USER_OP}; split it into several requests.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,8 +130,8 @@ def create_topics(image: MetadataImage, topics: list[NewTopic], *, default_parti
 def find_topic(image: MetadataImage, name: str | None, topic_id: uuid.UUID | None) -> TopicImage:
     t = image.topics_by_name.get(name) if name else image.topics_by_id.get(topic_id) if topic_id else None
     if t is None:
-        raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                       f"This server does not host this topic: {name or topic_id}")
+        what = name or topic_id or "no name or id was given"
+        raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"This server does not host this topic: {what}")
     return t
 
 

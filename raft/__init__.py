@@ -5,12 +5,13 @@ whole clusters of it deterministically. The asyncio runtime (durable storage, gR
 and the node API) builds on these.
 """
 from .core import CoreConfig, CoreStatus, RaftCore
-from .errors import NotLeader, ProposalDropped, RaftError, StorageError
+from .errors import NodeStopped, NotLeader, OutcomeUnknown, ProposalDropped, RaftError, StorageError
 from .messages import (ConfChangeType, Entry, EntryType, HardState, Membership, Message,
                        MessageType, ReadState, Ready, Role, Snapshot, SnapshotMeta)
 
 __all__ = [
     "ConfChangeType", "CoreConfig", "CoreStatus", "Entry", "EntryType", "HardState",
-    "Membership", "Message", "MessageType", "NotLeader", "ProposalDropped", "RaftCore",
+    "Membership", "Message", "MessageType", "NodeStopped", "NotLeader", "OutcomeUnknown",
+    "ProposalDropped", "RaftCore",
     "RaftError", "ReadState", "Ready", "Role", "Snapshot", "SnapshotMeta", "StorageError",
 ]

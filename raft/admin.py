@@ -12,7 +12,7 @@ import grpc
 from protos import raft_pb2 as pb
 from protos import raft_pb2_grpc
 
-from .errors import NodeStopped, NotLeader, ProposalDropped, RaftError, StorageError
+from .errors import NodeStopped, NotLeader, OutcomeUnknown, ProposalDropped, RaftError, StorageError
 
 LEADER_ID = "leader-id"
 LEADER_ADDRESS = "leader-address"
@@ -21,8 +21,9 @@ NOT_APPLIED = "not-applied"
 
 async def abort_with(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
     """Answer a failed request with a status that tells the client what to do. Trailing
-    metadata ``not-applied: 1`` marks failures that prove a write was not applied, so a
-    client may retry it safely."""
+    metadata ``not-applied: 1`` marks failures that prove a write was not applied (NotLeader,
+    ProposalDropped, NodeStopped before anything was appended), so a client may retry it
+    safely; a timeout and OutcomeUnknown say the outcome is unknown (docs/raft.md)."""
     not_applied = ((NOT_APPLIED, "1"),)
     if isinstance(exc, NotLeader):
         context.set_trailing_metadata(((LEADER_ID, str(exc.leader_id)),
@@ -34,6 +35,8 @@ async def abort_with(context: grpc.aio.ServicerContext, exc: BaseException) -> N
     if isinstance(exc, asyncio.TimeoutError):
         await context.abort(grpc.StatusCode.UNAVAILABLE, "timed out waiting for the quorum; "
                             "a write may or may not have been applied")
+    if isinstance(exc, OutcomeUnknown):
+        await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
     if isinstance(exc, StorageError):
         await context.abort(grpc.StatusCode.INTERNAL, str(exc))
     if isinstance(exc, NodeStopped):

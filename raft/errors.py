@@ -20,12 +20,19 @@ class NotLeader(RaftError):
 
 
 class ProposalDropped(RaftError):
-    """The proposal was not appended (a leadership transfer is in progress, or a membership
-    change is already pending). Retriable."""
+    """The proposal was certainly not applied, and never will be: it was not appended (a
+    leadership transfer or membership change is pending, too much is uncommitted), or a leader
+    of a later term replaced the entry at its index. Safe to retry."""
+
+
+class OutcomeUnknown(RaftError):
+    """The entry was appended, but this node can no longer tell whether it committed: a
+    snapshot from the leader covered its index, or the node stopped first. It may have been
+    applied; do not retry a non-idempotent write blindly (docs/raft.md, "Write outcomes")."""
 
 
 class NodeStopped(RaftError):
-    """The node is not running (stopping, stopped, or not started). Nothing was appended."""
+    """The node is not running (stopping, stopped, or not started), so the call did nothing."""
 
 
 class LogCompacted(RaftError):

@@ -31,12 +31,13 @@ from protos import raft_pb2_grpc
 from .admin import AdminService
 from .config import NodeOptions, parse_voters
 from .core import RaftCore
-from .errors import LogCompacted, NodeStopped, NotLeader, ProposalDropped, RaftError, StorageError
+from .errors import (LogCompacted, NodeStopped, NotLeader, OutcomeUnknown, ProposalDropped, RaftError,
+                     StorageError)
 from .messages import (EARLY_TYPES, ConfChange, ConfChangeType, Entry, EntryType, Membership,
                        Message, Ready, Role, SoftState)
 from .state_machine import StateMachine
 from .storage import DiskStorage, MemoryStorage
-from .transport import PeerTransport, add_port, channel_options
+from .transport import PeerTransport, add_port, add_service, channel_options
 
 log = logging.getLogger("raft.node")
 
@@ -98,12 +99,16 @@ class RaftNode:
         mb = self.options.max_message_bytes
         self.server = server or grpc.aio.server(options=channel_options(mb))
         self.addresses: dict[int, str] = dict(self.voters)
+        # Addresses the cluster recorded (membership changes, and snapshots of them): these are
+        # shared by every node. The configured voters' addresses are this node's own view (a
+        # NAT, a proxy) and stay out of snapshots, so one node's view never replaces another's.
+        self._recorded: dict[int, str] = {}
         self.transport = PeerTransport(node_id, self.cluster_id, self.addresses, self._deliver,
                                        tls=self.options.tls, max_message_bytes=mb,
                                        directory_id=storage.directory_id,
                                        peer_reset=lambda peer: self.core.reset_peer(peer))
         self.transport.register(self.server)
-        raft_pb2_grpc.add_RaftAdminServicer_to_server(AdminService(self), self.server)
+        add_service(self.server, raft_pb2_grpc.add_RaftAdminServicer_to_server, AdminService(self))
         self.core: RaftCore
         self.applied = 0
         self.snapshot_index = 0
@@ -120,6 +125,7 @@ class RaftNode:
         self._tasks: list[asyncio.Task] = []
         self._io = ThreadPoolExecutor(1, thread_name_prefix=f"raft-{node_id}-wal")
         self._snap_io = ThreadPoolExecutor(1, thread_name_prefix=f"raft-{node_id}-snap")
+        self._apply_io = ThreadPoolExecutor(1, thread_name_prefix=f"raft-{node_id}-apply")
         self._failed: BaseException | None = None
         self._stopped = asyncio.Event()
         self._started = False
@@ -182,6 +188,7 @@ class RaftNode:
         await asyncio.get_running_loop().run_in_executor(self._io, self.storage.close)
         self._io.shutdown(wait=False)
         self._snap_io.shutdown(wait=False)
+        self._apply_io.shutdown(wait=False)
         self._stopped.set()
 
     async def wait_stopped(self) -> BaseException | None:
@@ -193,9 +200,9 @@ class RaftNode:
 
     async def propose(self, data: bytes, *, timeout: float | None = None) -> Any:
         """Replicate ``data``; return what the state machine's ``apply`` returned for it on
-        this node. Raises NotLeader (with the leader's id and address) on other nodes, and
-        ProposalDropped if a leader change overwrote the entry before it committed: both
-        mean it was not applied and may be retried."""
+        this node. NotLeader (with the leader's id and address) and ProposalDropped mean it was
+        certainly not applied and may be retried; OutcomeUnknown and a timeout mean it may or
+        may not have been (docs/raft.md, "Write outcomes")."""
         fut = self.propose_nowait(data)
         return await asyncio.wait_for(fut, timeout) if timeout else await fut
 
@@ -207,7 +214,20 @@ class RaftNode:
             index = self.core.propose([data])[0]
         except NotLeader as e:
             raise self._not_leader(e) from None
+        return self._await_entry(index)
+
+    def _await_entry(self, index: int) -> asyncio.Future:
+        """A future for the entry we just appended at ``index`` in this term."""
         fut = asyncio.get_running_loop().create_future()
+        replaced = self._proposals.get(index)
+        if replaced is not None and not replaced[1].done():
+            # An earlier term's entry at this index was cut from our log and the index is ours
+            # again: that entry can never commit (log matching, Raft §5.3).
+            replaced[1].set_exception(ProposalDropped(
+                "a leader change replaced the entry before it committed; it was not applied"))
+        # A caller that stopped waiting (a timeout) leaves the failure unread; mark it read, so
+        # asyncio does not log "Future exception was never retrieved" for it.
+        fut.add_done_callback(lambda f: f.cancelled() or f.exception())
         self._proposals[index] = (self.core.term, fut)
         self._wake.set()
         return fut
@@ -378,10 +398,11 @@ class RaftNode:
             self._bytes_since_snapshot = 0
             self._learn_addresses(meta.context)
             for idx in [i for i in self._proposals if i <= meta.index]:
-                self._proposals.pop(idx)[1].set_exception(
-                    ProposalDropped("superseded by a snapshot from the leader; its outcome is unknown"))
+                term, fut = self._proposals.pop(idx)
+                if not fut.done():
+                    fut.set_exception(_superseded(idx, term, meta.term))
         if rd.committed:
-            self._apply(rd.committed)
+            await self._apply(rd.committed)
         for rs in rd.read_states:
             self._read_ready(rs.context, rs.index)
         for ctx in rd.dropped_reads:
@@ -391,14 +412,19 @@ class RaftNode:
         self.core.advance(rd)
         self._maybe_snapshot()
 
-    def _apply(self, entries: list[Entry]) -> None:
+    async def _apply(self, entries: list[Entry]) -> None:
         apply = self.sm.apply
+        prepare = getattr(self.sm, "prepare", None)
+        large = self.options.prepare_in_thread_bytes
         proposals = self._proposals
         for e in entries:
             result: Any = None
             if e.type == EntryType.NORMAL:
                 try:
-                    result = apply(e)
+                    if prepare is not None and len(e.data) >= large:
+                        result = (await asyncio.get_running_loop().run_in_executor(self._apply_io, prepare, e))()
+                    else:
+                        result = apply(e)
                 except Exception as ex:
                     result = ex
                 self._bytes_since_snapshot += len(e.data)
@@ -483,7 +509,7 @@ class RaftNode:
             return None
         writer = self.sm.snapshot()
         membership = self.core.membership_at(index)
-        context = json.dumps({str(k): v for k, v in sorted(self.addresses.items())}).encode()
+        context = json.dumps({str(k): v for k, v in sorted(self._recorded.items())}).encode()
         self._snapshotting = True
         self._bytes_since_snapshot = 0
         return asyncio.get_running_loop().create_task(
@@ -516,19 +542,17 @@ class RaftNode:
             raise self._not_leader(e) from None
         if index == 0:
             return 0
-        fut = asyncio.get_running_loop().create_future()
-        self._proposals[index] = (self.core.term, fut)
-        self._wake.set()
-        return await asyncio.wait_for(fut, timeout)
+        return await asyncio.wait_for(self._await_entry(index), timeout)
 
     def _learn_conf_change(self, cc: ConfChange, announce: bool) -> None:
         if cc.type == ConfChangeType.REMOVE:
+            self._recorded.pop(cc.node_id, None)
             if cc.node_id != self.id:
                 self.addresses.pop(cc.node_id, None)
                 self.transport.remove(cc.node_id)
         elif cc.context:
             addr = cc.context.decode()
-            self.addresses[cc.node_id] = addr
+            self.addresses[cc.node_id] = self._recorded[cc.node_id] = addr
             if cc.node_id != self.id:
                 self.transport.set_address(cc.node_id, addr)
         if announce:
@@ -544,7 +568,7 @@ class RaftNode:
             log.warning("node %d: a snapshot carries an unreadable address book", self.id)
             return
         for nid, addr in book.items():
-            self.addresses[nid] = addr
+            self.addresses[nid] = self._recorded[nid] = addr
             if nid != self.id:
                 self.transport.set_address(nid, addr)
 
@@ -560,12 +584,25 @@ class RaftNode:
             raise NodeStopped(f"node {self.id} is not running")
 
     def _fail_all(self, reason: BaseException) -> None:
-        for _, fut in self._proposals.values():
-            if not fut.done():
-                fut.set_exception(reason)
+        for index, (_, fut) in self._proposals.items():
+            if not fut.done():  # appended, so it may still commit without us
+                fut.set_exception(OutcomeUnknown(f"entry {index} was appended but {reason}; "
+                                                 f"its outcome is unknown"))
         self._proposals.clear()
         for futs in [self._read_waiting, *self._reads.values(), [f for _, f in self._applied_waiters]]:
             for fut in futs:
                 if not fut.done():
                     fut.set_exception(reason)
         self._read_waiting, self._reads, self._applied_waiters = [], {}, []
+
+
+def _superseded(index: int, term: int, snapshot_term: int) -> RaftError:
+    """What a snapshot from the leader covering our pending entry (``index``, ``term``) says
+    about it. Terms never decrease along a log, so if ours is newer than the snapshot's last
+    entry the leader's log holds another entry at ``index`` (Raft §5.3): not applied.
+    Otherwise it may be the very entry the snapshot includes."""
+    if term > snapshot_term:
+        return ProposalDropped(f"entry {index} of term {term} was replaced by the leader's log "
+                               f"(a snapshot of term {snapshot_term}); it was not applied")
+    return OutcomeUnknown(f"entry {index} of term {term} is covered by a snapshot from the "
+                          f"leader, which may or may not include it; its outcome is unknown")

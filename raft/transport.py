@@ -16,7 +16,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from typing import Callable
+from typing import AsyncIterator, Callable
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -58,13 +58,98 @@ def open_channel(address: str, tls: TLSConfig | None, max_bytes: int) -> grpc.ai
 
 
 def add_port(server: grpc.aio.Server, address: str, tls: TLSConfig | None) -> int:
-    if tls is None:
-        return server.add_insecure_port(address)
-    creds = grpc.ssl_server_credentials(
-        [(_read(tls.key), _read(tls.cert))],
-        root_certificates=_read(tls.ca) if tls.ca else None,
-        require_client_auth=tls.require_client_auth)
-    return server.add_secure_port(address, creds)
+    """Bind ``address``; returns the port, or 0 when it is in use or invalid (grpcio raises a
+    RuntimeError that points at debug logging instead of saying so)."""
+    try:
+        if tls is None:
+            return server.add_insecure_port(address)
+        creds = grpc.ssl_server_credentials(
+            [(_read(tls.key), _read(tls.cert))],
+            root_certificates=_read(tls.ca) if tls.ca else None,
+            require_client_auth=tls.require_client_auth)
+        return server.add_secure_port(address, creds)
+    except RuntimeError:
+        return 0
+
+
+class _Malformed:
+    """What a request that does not decode becomes, so its handler can refuse it in one line."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: str) -> None:
+        self.error = error
+
+
+def _guard(method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """``handler`` with INVALID_ARGUMENT and one log line for a request that does not decode;
+    grpcio would log a traceback and answer UNKNOWN ("Unexpected DecodeError")."""
+    decode = handler.request_deserializer
+    if decode is None:  # raw bytes: the handler parses them itself (RaftPeer)
+        return handler
+
+    def safe_decode(data: bytes) -> object:
+        try:
+            return decode(data)
+        except Exception as e:  # DecodeError, or anything a custom deserializer raises
+            return _Malformed(str(e) or type(e).__name__)
+
+    async def refuse(bad: _Malformed, context: grpc.aio.ServicerContext) -> None:
+        log.warning("refused a malformed request to %s from %s: %s", method, context.peer(), bad.error)
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed request to {method}: {bad.error}")
+
+    if handler.unary_unary is not None:
+        inner = handler.unary_unary
+
+        async def unary(request: object, context: grpc.aio.ServicerContext) -> object:
+            if isinstance(request, _Malformed):
+                await refuse(request, context)
+            return await inner(request, context)
+        return handler._replace(request_deserializer=safe_decode, unary_unary=unary)
+    if handler.stream_unary is not None:
+        inner = handler.stream_unary
+
+        async def checked(requests: AsyncIterator[object], context: grpc.aio.ServicerContext) -> AsyncIterator[object]:
+            async for r in requests:
+                if isinstance(r, _Malformed):
+                    await refuse(r, context)
+                yield r
+
+        async def stream_unary(requests: AsyncIterator[object], context: grpc.aio.ServicerContext) -> object:
+            return await inner(checked(requests, context), context)
+        return handler._replace(request_deserializer=safe_decode, stream_unary=stream_unary)
+    return handler  # no service here streams its responses
+
+
+class _GuardedServer:
+    """What a generated ``add_*Servicer_to_server`` sees: it passes the method handlers through
+    ``_guard`` on their way to the real server."""
+
+    def __init__(self, server: grpc.aio.Server) -> None:
+        self._server = server
+
+    def add_generic_rpc_handlers(self, handlers: tuple) -> None:
+        guarded = []
+        for h in handlers:
+            methods = getattr(h, "_method_handlers", None)  # grpc.method_handlers_generic_handler's
+            if methods is None:
+                guarded.append(h)
+                continue
+            name = h.service_name()
+            prefix = f"/{name}/"
+            guarded.append(grpc.method_handlers_generic_handler(
+                name, {m[len(prefix):]: _guard(m, hd) for m, hd in methods.items()}))
+        self._server.add_generic_rpc_handlers(tuple(guarded))
+
+    def add_registered_method_handlers(self, name: str, handlers: dict) -> None:
+        self._server.add_registered_method_handlers(
+            name, {m: _guard(f"/{name}/{m}", hd) for m, hd in handlers.items()})
+
+
+def add_service(server: grpc.aio.Server, add_to_server: Callable[[object, object], None], servicer: object) -> None:
+    """Register a servicer with a generated ``add_*Servicer_to_server`` so that every method
+    refuses an undecodable request with INVALID_ARGUMENT and one log line."""
+    add_to_server(servicer, _GuardedServer(server))
 
 
 class Rejected(Exception):

@@ -1,6 +1,7 @@
 import pytest
 
 from tests.kvcluster import KVCluster
+from tests.logs import assert_no_tracebacks
 
 
 @pytest.fixture
@@ -15,3 +16,4 @@ def kv_cluster(tmp_path):
     yield make
     for c in made:
         c.close()
+    assert_no_tracebacks(tmp_path)

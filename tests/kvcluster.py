@@ -22,15 +22,21 @@ REPO = Path(__file__).resolve().parent.parent
 RAFT_KV = [sys.executable, "-m", "examples.kv.cli"]
 
 
-def free_ports(n: int) -> list[int]:
+def free_ports(n: int, avoid: set[int] = frozenset()) -> list[int]:
+    """``n`` distinct free ports, none of them in ``avoid`` (ports handed out earlier that
+    nothing listens on yet: the kernel may offer those again)."""
     socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
+    try:
+        while len(ports) < n:
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+            port = s.getsockname()[1]
+            if port not in avoid:
+                ports.append(port)
+    finally:
+        for s in socks:
+            s.close()
     return ports
 
 
@@ -54,11 +60,17 @@ def consecutive_ports(n: int) -> int:
 
 
 class FaultProxy:
-    """A TCP forwarder that can be cut: cutting resets its connections and refuses new ones."""
+    """A TCP forwarder of one directed link that can be cut: ``set_blocked`` resets its
+    connections and refuses new ones; ``set_stalled`` keeps them open but stops forwarding what
+    the client sends, as a one-way partition does to TCP: nothing arrives and nothing fails
+    until the sender's buffers fill, and what was held arrives once the cut heals (TCP never
+    loses bytes from the middle of a stream)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, port: int, target: int) -> None:
         self.loop, self.port, self.target = loop, port, target
         self.blocked = False
+        self.flowing = asyncio.Event()
+        loop.call_soon_threadsafe(self.flowing.set)
         self.conns: set[asyncio.StreamWriter] = set()
         self.server = asyncio.run_coroutine_threadsafe(
             asyncio.start_server(self._accept, "127.0.0.1", port), loop).result()
@@ -74,9 +86,11 @@ class FaultProxy:
             return
         self.conns |= {w, uw}
 
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, outbound: bool) -> None:
             try:
                 while data := await src.read(65536):
+                    if outbound:
+                        await self.flowing.wait()
                     dst.write(data)
                     await dst.drain()
             except (OSError, asyncio.CancelledError):
@@ -84,7 +98,7 @@ class FaultProxy:
             finally:
                 dst.transport.abort()
                 self.conns.discard(dst)
-        await asyncio.gather(pipe(r, uw), pipe(ur, w))
+        await asyncio.gather(pipe(r, uw, True), pipe(ur, w, False))
 
     def set_blocked(self, blocked: bool) -> None:
         def apply() -> None:
@@ -94,6 +108,9 @@ class FaultProxy:
                     w.transport.abort()
                 self.conns.clear()
         self.loop.call_soon_threadsafe(apply)
+
+    def set_stalled(self, stalled: bool) -> None:
+        self.loop.call_soon_threadsafe(self.flowing.clear if stalled else self.flowing.set)
 
 
 class KVCluster:
@@ -118,13 +135,13 @@ class KVCluster:
 
     def add_node_slot(self, nid: int) -> None:
         """Allocate ports and proxies for node ``nid`` (to add a node later too)."""
-        self.ports[nid] = free_ports(1)[0]
-        for other in list(self.ports):
-            for a, b in ((nid, other), (other, nid)):
-                if a != b and (a, b) not in self.proxies:
-                    port = free_ports(1)[0]
-                    self.proxy_ports[(a, b)] = port
-                    self.proxies[(a, b)] = FaultProxy(self._loop, port, self.ports[b])
+        links = [(a, b) for other in [*self.ports, nid] for a, b in ((nid, other), (other, nid))
+                 if a != b and (a, b) not in self.proxies]
+        node_port, *link_ports = free_ports(1 + len(links), avoid=set(self.ports.values()))
+        self.ports[nid] = node_port
+        for (a, b), port in zip(links, link_ports):
+            self.proxy_ports[(a, b)] = port
+            self.proxies[(a, b)] = FaultProxy(self._loop, port, self.ports[b])
 
     def voters_for(self, nid: int, members: list[int] | None = None) -> str:
         """Node ``nid``'s view of the voters: itself directly, the others through proxies."""
@@ -212,9 +229,15 @@ class KVCluster:
             if nid in (a, b):
                 p.set_blocked(True)
 
+    def stall(self, a: int, b: int) -> None:
+        """Cut the link from ``a`` to ``b`` one way: nothing ``a`` sends reaches ``b`` until
+        ``heal``, while ``b`` still reaches ``a``."""
+        self.proxies[(a, b)].set_stalled(True)
+
     def heal(self) -> None:
         for p in self.proxies.values():
             p.set_blocked(False)
+            p.set_stalled(False)
 
     # -- observing ---------------------------------------------------------------------------
 
@@ -249,7 +272,11 @@ class KVCluster:
                 if all(s.leader_id == lid for s in st.values() if s.term == term):
                     return lid, term
             await asyncio.sleep(0.05)
-        raise AssertionError(f"no leader among {among} within {timeout}s; logs:\n" +
+        st = await self.statuses()
+        raise AssertionError(f"no leader among {among} within {timeout}s; " +
+                             "; ".join(f"node {s.node_id}: {s.role} term {s.term} commit {s.commit_index} "
+                                       f"last {s.last_index} snap {s.snapshot_index} rejected {dict(s.rejected)}"
+                                       for s in st.values()) + "; logs:\n" +
                              "\n".join(f"--- node {n}\n{self.log_text(n)[-2000:]}" for n in among))
 
     async def wait_applied(self, nid: int, index: int, timeout: float = 15.0) -> None:

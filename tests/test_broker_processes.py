@@ -20,6 +20,7 @@ from protos import controller_pb2 as cpb
 from raft.storage import format_storage
 from tests.brokercluster import REPO, BrokerCluster, _stub
 from tests.kvcluster import consecutive_ports
+from tests.logs import assert_no_tracebacks
 
 LAG_MS = 1000
 
@@ -34,6 +35,7 @@ def cluster(tmp_path_factory):
         yield c
     finally:
         c.close()
+    assert_no_tracebacks(c.base)
 
 
 def run(coro, timeout=120):
@@ -443,3 +445,24 @@ def test_a_log_dir_of_another_cluster_is_refused(cluster, tmp_path):
     assert p.returncode == 1 and p.stderr.decode().strip().splitlines() == [
         f"Error: log directory {tmp_path / 'empty'} is not formatted: run `kraft storage format --cluster-id ID "
         f"--config FILE` (or `raft-kv format`) first"]
+
+
+def test_sigterm_without_a_reachable_controller_exits_within_seconds(tmp_path):
+    """A broker whose controllers are all gone gives up its controlled shutdown after
+    CONTROLLED_SHUTDOWN_S (5 s) and exits with one warning (it took 31 s before)."""
+    c = BrokerCluster(tmp_path, 1)
+    c.start()
+    try:
+        asyncio.run(c.wait_unfenced(timeout=60))
+        for p in c.quorum.procs.values():
+            p.kill()
+            p.wait(10)
+        started = time.monotonic()
+        assert c.stop_broker(c.ids[0], timeout=30) == 0
+        took = time.monotonic() - started
+    finally:
+        c.close()
+    assert took < 10, f"the broker took {took:.1f}s to stop"
+    log = c.log_path(c.ids[0]).read_text()
+    assert "no controller confirmed the controlled shutdown within 5s; stopping anyway" in log
+    assert_no_tracebacks(tmp_path)

@@ -138,6 +138,10 @@ def test_broker_lifecycle_fencing_and_alter_partition(tmp_path):
         hb = lambda bid, epoch: c.call("BrokerHeartbeat", pb.BrokerHeartbeatRequest(
             broker_id=bid, broker_epoch=epoch, current_metadata_offset=10**6))
         assert E((await hb(1, brokers[0].lifecycle.epoch - 1)).error_code) == E.STALE_BROKER_EPOCH
+        future = await hb(1, brokers[0].lifecycle.epoch + 1000)
+        assert E(future.error_code) == E.STALE_BROKER_EPOCH and "was never issued" in future.error_message
+        deleted = await c.call("DeleteTopics", pb.DeleteTopicsRequest(names=[""]))
+        assert deleted.topics[0].error_message == "This server does not host this topic: no name or id was given"
         assert E((await hb(42, 1)).error_code) == E.BROKER_ID_NOT_REGISTERED
         # AlterPartition: the leader shrinks its ISR; stale epochs and outsiders are refused
         t = (await describe(c, "t"))["t"]

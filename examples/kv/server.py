@@ -10,6 +10,7 @@ from protos import kv_pb2_grpc
 from raft.admin import abort_with
 from raft.errors import RaftError
 from raft.node import RaftNode
+from raft.transport import add_service
 
 from .state_machine import KVStateMachine
 
@@ -59,5 +60,5 @@ def build(node_id: int, voters: str, data_dir: str, **node_kwargs) -> tuple[Raft
     """A node of the store, its KV service registered; ``await node.start()`` to serve."""
     sm = KVStateMachine()
     node = RaftNode(node_id, voters, sm, data_dir=data_dir, **node_kwargs)
-    kv_pb2_grpc.add_KVServicer_to_server(KVService(node, sm), node.server)
+    add_service(node.server, kv_pb2_grpc.add_KVServicer_to_server, KVService(node, sm))
     return node, sm

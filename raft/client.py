@@ -1,0 +1,142 @@
+"""A client of a Raft-backed gRPC service that finds the leader from any endpoint and retries
+only what is safe to retry (docs/raft.md, "Write outcomes").
+
+The rule: an answer that proves the request changed nothing (``not-applied: 1``, NotLeader, a
+connection that never opened) is retried anywhere; an answer that leaves the outcome unknown
+(a broken connection mid-call, a deadline, a server-side timeout) is retried only for requests
+the caller marks ``idempotent`` (reads, heartbeats) and otherwise reported as unknown, so a
+compare-and-set or a create is never run twice behind the caller's back.
+
+Services answer in two ways, and both are handled here: with gRPC statuses and trailing
+metadata (``raft.admin.abort_with``; the KV example), or in-band in the response (the KRaft
+controller's ``Status``). Subclasses read the latter in ``check``.
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+import grpc
+
+from .admin import NOT_APPLIED, leader_hint
+from .config import TLSConfig
+from .transport import open_channel
+
+R = TypeVar("R")
+
+
+class Retry(Exception):
+    """Raised by ``check`` (or the error rules) to try again, at ``leader`` when it is known."""
+
+    def __init__(self, reason: str, leader: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.leader = leader
+
+
+class LeaderClient:
+    """Endpoints, a channel per address (TLS when configured), the leader remembered between
+    calls, and capped exponential backoff with jitter between attempts. Subclasses choose the
+    exceptions ``call`` raises (``unreachable``, ``outcome_unknown``, ``failed``)."""
+
+    def __init__(self, endpoints: Sequence[str], *, timeout: float = 10.0, attempt_timeout: float = 3.0,
+                 tls: TLSConfig | None = None, max_message_bytes: int = 64 << 20,
+                 backoff_s: tuple[float, float] = (0.02, 0.25)) -> None:
+        if not endpoints:
+            raise ValueError("no endpoints given")
+        self.endpoints = list(endpoints)
+        self.timeout = timeout
+        self.attempt_timeout = attempt_timeout
+        self.tls = tls
+        self.max_message_bytes = max_message_bytes
+        self.backoff_s = backoff_s
+        self.leader: str | None = None
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._next = 0
+
+    def unreachable(self, message: str) -> Exception:
+        """No answer was final within the budget; ``message`` reads "within Ns (last: ...)"."""
+        return ConnectionError(f"no leader answered {message}")
+
+    def outcome_unknown(self, message: str) -> Exception:
+        return TimeoutError(message)
+
+    def failed(self, address: str, error: grpc.aio.AioRpcError) -> Exception:
+        return RuntimeError(f"{address}: {error.details() or error.code().name}")
+
+    def channel(self, address: str) -> grpc.aio.Channel:
+        ch = self._channels.get(address)
+        if ch is None:
+            ch = self._channels[address] = open_channel(address, self.tls, self.max_message_bytes)
+        return ch
+
+    def _target(self) -> str:
+        if self.leader:
+            return self.leader
+        address = self.endpoints[self._next % len(self.endpoints)]
+        self._next += 1
+        return address
+
+    async def call(self, invoke: Callable[[grpc.aio.Channel, float], Awaitable[R]], *, idempotent: bool,
+                   check: Callable[[str, R], R] | None = None, timeout: float | None = None,
+                   attempt_timeout: float | None = None) -> R:
+        """``invoke(channel, attempt_timeout)`` at the leader (or the next endpoint) until an
+        answer is final. ``check(address, response)`` may raise Retry for in-band answers.
+        A short ``attempt_timeout`` moves on quickly from a leader that hangs (SIGSTOP)."""
+        per_attempt = attempt_timeout or self.attempt_timeout
+        loop = asyncio.get_running_loop()
+        budget = timeout or self.timeout
+        deadline = loop.time() + budget
+        last = "no endpoint answered"
+        attempt = 0
+        while True:
+            address = self._target()
+            try:
+                response = await invoke(self.channel(address), per_attempt)
+                if check is not None:
+                    response = check(address, response)
+                self.leader = address
+                return response
+            except grpc.aio.AioRpcError as e:
+                retry = self._rpc_error(address, e, idempotent)
+            except Retry as r:
+                retry = r
+            last = f"{address}: {retry.reason}"
+            self.leader = retry.leader if retry.leader and retry.leader != address else None
+            if address in self.endpoints:  # without a hint, ask the next endpoint, not this one again
+                self._next = self.endpoints.index(address) + 1
+            lo, hi = self.backoff_s
+            delay = min(hi, lo * 2 ** attempt) * random.uniform(0.5, 1.0)
+            attempt += 1
+            if loop.time() + delay >= deadline:
+                raise self.unreachable(f"within {budget:.0f}s (last: {last})")
+            await asyncio.sleep(delay)
+
+    def _rpc_error(self, address: str, e: grpc.aio.AioRpcError, idempotent: bool) -> Retry:
+        """The shared outcome rules for gRPC-level answers: a Retry, or raise a final error."""
+        code = e.code()
+        reason = e.details() or code.name
+        not_applied = dict(e.trailing_metadata() or ()).get(NOT_APPLIED) == "1"
+        if not_applied:
+            _, leader = leader_hint(e)
+            return Retry(reason, leader)
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
+            if idempotent or (code == grpc.StatusCode.UNAVAILABLE and not sent(e)):
+                return Retry(reason)
+            self.leader = None
+            raise self.outcome_unknown(f"{address}: {reason}; the write may or may not have been applied")
+        raise self.failed(address, e)
+
+    async def close(self) -> None:
+        await asyncio.gather(*(ch.close() for ch in self._channels.values()), return_exceptions=True)
+        self._channels.clear()
+
+
+def sent(e: grpc.aio.AioRpcError) -> bool:
+    """Whether an UNAVAILABLE failure happened after the request may have reached a server
+    (a reset mid-call) rather than while connecting (nothing was sent)."""
+    details = (e.details() or "").lower()
+    return not any(s in details for s in ("failed to connect", "connection refused",
+                                          "no connection", "connect failed", "dns resolution"))

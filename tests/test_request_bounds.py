@@ -1,0 +1,111 @@
+"""Bounded work per request (issue 11 item 2; docs/operations.md "Bounded work per request"):
+a request that asks for more than MAX_RECORDS_PER_USER_OP is refused with POLICY_VIOLATION
+before any work, and the largest allowed one does not stall the controllers' event loop."""
+import asyncio
+import time
+
+import pytest
+
+from metadata.client import ControllerClient, ControllerError
+from metadata.dev_quorum import DevQuorum
+from metadata.errors import ErrorCode as E
+from metadata.loop_stall import LoopStallProbe
+from metadata.topics import MAX_RECORDS_PER_USER_OP
+from protos import controller_pb2 as pb
+from tests.controllers import InProcessQuorum, TestBroker, start_brokers
+from tests.kvcluster import consecutive_ports
+from tests.test_controller import create, describe, topic
+
+
+async def refused(c, method: str, request) -> str:
+    """The one-line POLICY_VIOLATION a request gets, answered at once."""
+    started = time.monotonic()
+    with pytest.raises(ControllerError) as e:
+        await c.call(method, request, timeout=5)
+    assert e.value.code == E.POLICY_VIOLATION, e.value
+    assert time.monotonic() - started < 2
+    return e.value.message
+
+
+def test_oversized_requests_are_refused_before_any_work(tmp_path):
+    async def go():
+        q = InProcessQuorum(tmp_path)
+        await q.start()
+        brokers = await start_brokers(q, [(1, ""), (2, ""), (3, "")])
+        c = q.client(timeout=10)
+        try:
+            await create(c, topic("small", 1, 1))
+            before = (await q.active()).sm.image.offset
+            too_many = MAX_RECORDS_PER_USER_OP + 1  # the requests are built before the probe starts
+            requests = [
+                ("CreateTopics", pb.CreateTopicsRequest(topics=[topic(f"t{i}", 5001, 1) for i in range(2)])),
+                ("CreateTopics", pb.CreateTopicsRequest(topics=[topic(f"t{i}", 1, 1) for i in range(too_many)])),
+                ("CreatePartitions", pb.CreatePartitionsRequest(
+                    topics=[pb.CreatePartitionsRequest.Topic(name="small", count=2147483647)])),
+                ("DeleteTopics", pb.DeleteTopicsRequest(names=[f"t{i}" for i in range(too_many)])),
+                ("IncrementalAlterConfigs", pb.IncrementalAlterConfigsRequest(resources=[pb.AlterConfigsResource(
+                    resource_type=pb.TOPIC, resource_name="small",
+                    configs=[pb.AlterableConfig(name="retention.ms", value="1000")] * too_many)])),
+            ]
+            async with LoopStallProbe() as probe:
+                msg = await refused(c, "CreateTopics", pb.CreateTopicsRequest(topics=[topic("huge", 2147483647, 3)]))
+                assert msg.startswith("Excessively large number of partitions per request: 2147483647")
+                for method, request in requests:
+                    await refused(c, method, request)
+            assert probe.max_stall_ms < 100, probe.max_stall_ms
+            assert (await q.active()).sm.image.offset - before < 5  # heartbeats at most: nothing was written
+            assert sorted(await describe(c)) == ["small"]
+        finally:
+            await c.close()
+            for b in brokers:
+                await b.stop()
+            await q.stop()
+    asyncio.run(go())
+
+
+def test_the_probe_reports_a_stall(caplog):
+    async def go():
+        async with LoopStallProbe(warn_ms=100) as probe:
+            await asyncio.sleep(0.03)
+            time.sleep(0.15)
+            await asyncio.sleep(0.03)
+        return probe.max_stall_ms
+    assert asyncio.run(go()) >= 140
+    assert "the event loop was blocked for 1" in caplog.text
+
+
+def test_a_10000_partition_create_blocks_no_controller_loop(tmp_path):
+    """Controllers as processes, each with its own probe that logs every stall over 100 ms
+    (metadata/server.py); brokers as TestBrokers here."""
+    q = DevQuorum(str(tmp_path / "q"), consecutive_ports(3))
+    q.start()
+
+    async def go():
+        await q.wait_for_leader()
+        brokers = [await TestBroker(q.bootstrap, q.cluster_id, i).start() for i in (1, 2, 3)]
+        c = ControllerClient(q.bootstrap, timeout=60)
+        try:
+            await q.wait_for_leader()
+            started = time.monotonic()
+            [(_, code, msg)] = await create(c, topic("wide", MAX_RECORDS_PER_USER_OP, 3))
+            took = time.monotonic() - started
+            assert code == E.NONE, msg
+            assert len((await describe(c, "wide"))["wide"].partitions) == MAX_RECORDS_PER_USER_OP
+            for b in brokers:
+                while "wide" not in b.fetcher.image.topics_by_name:
+                    await asyncio.sleep(0.05)
+            assert not any(b.lifecycle.fenced for b in brokers)
+            return took
+        finally:
+            await c.close()
+            for b in brokers:
+                await b.stop()
+    try:
+        took = asyncio.run(go())
+    finally:
+        q.stop()
+    logs = {p.name: p.read_text() for p in (tmp_path / "q").glob("controller-*.log")}
+    assert len(logs) == 3
+    stalls = [line for text in logs.values() for line in text.splitlines() if "was blocked for" in line]
+    print(f"10,000-partition create: {took:.2f}s, stalls over 100 ms: {stalls}")
+    assert not stalls
