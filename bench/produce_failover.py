@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import time
 
 from brokerd.client import Consumer, Producer

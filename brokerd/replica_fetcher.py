@@ -261,13 +261,6 @@ class ReplicaFetcherManager:
         if key is not None and key in self.fetchers:
             self.fetchers[key].remove(p)
 
-    async def prune(self) -> None:
-        """Stop fetchers left without partitions."""
-        for key, f in list(self.fetchers.items()):
-            if not f.states:
-                del self.fetchers[key]
-                await f.stop()
-
     async def stop(self) -> None:
         fetchers, self.fetchers = list(self.fetchers.values()), {}
         self._following.clear()

@@ -77,7 +77,7 @@ class QuorumController:
 
     @property
     def active(self) -> bool:
-        return self._active.is_set() and self.node.is_leader and self.node.core.term == self._active_term
+        return self._active.is_set() and self.node.is_leader and self.node.term == self._active_term
 
     def _role_changed(self, role: Role, leader: int, term: int) -> None:
         if role == Role.LEADER:
@@ -91,7 +91,7 @@ class QuorumController:
             await self.node.read_barrier(timeout=30)
         except (RaftError, asyncio.TimeoutError):
             return
-        if not self.node.is_leader or self.node.core.term != term:
+        if not self.node.is_leader or self.node.term != term:
             return
         self._pending.clear()
         self.brokers.reset(self.sm.image)
@@ -159,12 +159,12 @@ class QuorumController:
         await self.ensure_active()
         async with self._building:
             view = self.view
-            term = self.node.core.term
-            index = self.node.core.log.last_index() + 1
+            term = self.node.term
+            index = self.node.next_index
             if in_thread:
                 records, result, data, after = await self.in_worker(self._prepare, build, view, index, term,
                                                                     validate_only)
-                if not self.active or self.node.core.log.last_index() + 1 != index:
+                if not self.active or self.node.next_index != index:
                     # leadership or the log moved while we worked; nothing was written
                     raise (self.not_controller() if not self.active else ApiError(
                         ErrorCode.THROTTLING_QUOTA_EXCEEDED, "the controller's log moved meanwhile; "
@@ -249,7 +249,7 @@ class QuorumController:
     async def _watch_sessions(self, term: int) -> None:
         period = min(1.0, self.config.session_timeout_ms / 4000)
         woke = time.monotonic()
-        while self.active and self.node.core.term == term:
+        while self.active and self.node.term == term:
             await asyncio.sleep(period)
             if not self.active:
                 return

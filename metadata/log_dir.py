@@ -21,7 +21,7 @@ from raft.storage.snapshot_file import is_raft_snapshot, open_payload
 from .delta import MetadataDelta
 from .image import MetadataImage
 from .records import RecordError, decode_batch
-from .snapshot import SnapshotError, read_info, read_snapshot
+from .snapshot import SnapshotError, read_snapshot
 
 
 class MetadataLogError(Exception):
@@ -138,12 +138,3 @@ def replay_batches(image: MetadataImage, batches: list[LogBatch]) -> MetadataIma
     except RecordError as e:
         raise MetadataLogError(f"cannot replay the log: {e}") from None
     return delta.apply()
-
-
-def snapshot_offset_of(path: str) -> int:
-    """The last offset a snapshot file includes (reads only its header)."""
-    with open_snapshot(path) as f:
-        try:
-            return read_info(f).last_offset
-        except SnapshotError as e:
-            raise MetadataLogError(f"snapshot {path}: byte {e.offset}: {e.problem}") from None

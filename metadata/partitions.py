@@ -90,10 +90,6 @@ def restore_broker(image: MetadataImage, broker: int) -> list[MetadataRecord]:
     return out
 
 
-def leaders_on(image: MetadataImage, broker: int) -> int:
-    return sum(1 for _, _, p in _partitions_with(image, broker) if p.leader == broker)
-
-
 def alter_partition(image: MetadataImage, broker: int, topic_id: uuid.UUID, pid: int, leader_epoch: int,
                     partition_epoch: int, new_isr: list[int]) -> tuple[MetadataRecord | None, PartitionRegistration]:
     """A partition leader asks to shrink or expand its ISR (Kafka's AlterPartition)."""

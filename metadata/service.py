@@ -237,7 +237,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
                 raise ApiError(ErrorCode.INVALID_REQUEST, "the incarnation id is a 16-byte UUID")
             eps = [endpoint(e.name, e.host, e.port, _protocol(e.security_protocol)) for e in request.listeners]
             return self.c.brokers.register(view, request.broker_id, inc, request.cluster_id, eps,
-                                           request.rack or None, self.c.node.core.log.last_index() + 1)
+                                           request.rack or None, self.c.node.next_index)
 
         async def work() -> pb.BrokerRegistrationResponse:
             try:
@@ -301,10 +301,10 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
                     await node.wait_applied(offset, timeout=min(request.max_wait_ms, 30_000) / 1000)
                 except asyncio.TimeoutError:
                     pass
-            resp = pb.FetchMetadataResponse(status=_status(), high_watermark=node.core.log.committed + 1,
-                                            log_start_offset=node.core.log.snap_index + 1,
-                                            snapshot_offset=node.core.snapshot_meta.index,
-                                            snapshot_term=node.core.snapshot_meta.term)
+            resp = pb.FetchMetadataResponse(status=_status(), high_watermark=node.commit_index + 1,
+                                            log_start_offset=node.log_start,
+                                            snapshot_offset=node.latest_snapshot.index,
+                                            snapshot_term=node.latest_snapshot.term)
             try:
                 entries = node.committed_entries(offset, min(request.max_bytes or MAX_FETCH_BYTES, MAX_FETCH_BYTES))
             except LogCompacted:
@@ -322,7 +322,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     async def FetchSnapshot(self, request: pb.FetchSnapshotRequest, context) -> pb.FetchSnapshotResponse:
         async def work() -> pb.FetchSnapshotResponse:
             await self.c.ensure_active()
-            src = self.c.node.core.snapshot_source
+            src = self.c.node.snapshot_reader()
             if src is None or src.meta.index != request.snapshot_offset:
                 current = src.meta.index if src is not None else 0
                 return pb.FetchSnapshotResponse(status=_status(), error_code=int(ErrorCode.OFFSET_OUT_OF_RANGE),

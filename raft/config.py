@@ -33,10 +33,6 @@ def parse_voters(text: str) -> dict[int, str]:
     return voters
 
 
-def format_voters(voters: dict[int, str]) -> str:
-    return ",".join(f"{n}@{a}" for n, a in sorted(voters.items()))
-
-
 @dataclass(frozen=True, slots=True)
 class TLSConfig:
     """PEM files. With ``ca`` set, peers are verified against it; with

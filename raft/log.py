@@ -33,9 +33,6 @@ class RaftLog:
     def last_term(self) -> int:
         return self.entries[-1].term if self.entries else self.snap_term
 
-    def first_index(self) -> int:
-        return self.snap_index + 1
-
     def term(self, index: int) -> int | None:
         """The term of the entry at ``index``; None when compacted away or beyond the end."""
         off = index - self.snap_index
@@ -136,9 +133,6 @@ class RaftLog:
     def stable_to(self, index: int, term: int) -> None:
         if index > self.stable and self.term(index) == term:
             self.stable = index
-
-    def has_committed_to_apply(self) -> bool:
-        return self.committed > self.applied
 
     def take_committed(self, max_entries: int) -> list[Entry]:
         lo = self.applied - self.snap_index

@@ -34,7 +34,7 @@ from .core import RaftCore
 from .errors import (LogCompacted, NodeStopped, NotLeader, OutcomeUnknown, ProposalDropped, RaftError,
                      StorageError)
 from .messages import (EARLY_TYPES, ConfChange, ConfChangeType, Entry, EntryType, Membership,
-                       Message, Ready, Role, SoftState)
+                       Message, Ready, Role, SnapshotMeta, SnapshotSource, SoftState)
 from .state_machine import StateMachine
 from .storage import DiskStorage, MemoryStorage
 from .transport import PeerTransport, add_port, add_service, channel_options
@@ -328,6 +328,38 @@ class RaftNode:
     @property
     def leader_address(self) -> str | None:
         return self.addresses.get(self.core.leader)
+
+    # Read-only views of the log, so that applications never reach into ``core`` (as
+    # hashicorp/raft exposes LastIndex/AppliedIndex and Kafka's RaftClient its offsets).
+
+    @property
+    def term(self) -> int:
+        return self.core.term
+
+    @property
+    def commit_index(self) -> int:
+        """The highest index known to be committed (applied ones are ``applied``)."""
+        return self.core.log.committed
+
+    @property
+    def next_index(self) -> int:
+        """The index the next proposal gets, if it is made on the leader before anything else
+        is appended (in the same step of the event loop): for records that embed their own
+        offset, as KRaft's broker epochs do."""
+        return self.core.log.last_index() + 1
+
+    @property
+    def log_start(self) -> int:
+        """The first index still in the log; earlier ones are only in the latest snapshot."""
+        return self.core.log.snap_index + 1
+
+    @property
+    def latest_snapshot(self) -> SnapshotMeta:
+        return self.core.snapshot_meta
+
+    def snapshot_reader(self) -> SnapshotSource | None:
+        """The latest snapshot's bytes (``read(position, size)``), for serving it to others."""
+        return self.core.snapshot_source
 
     def status(self) -> NodeStatus:
         c = self.core.status()

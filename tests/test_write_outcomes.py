@@ -65,10 +65,10 @@ def test_a_full_uncommitted_window_refuses_at_once_and_nothing_is_appended(tmp_p
             leader = await c.leader()
             c.isolate(leader.id)
             pending = [leader.propose_nowait(b"a"), leader.propose_nowait(b"b")]
-            last = leader.core.log.last_index()
+            last = leader.next_index
             with pytest.raises(ProposalDropped):
                 leader.propose_nowait(b"c")
-            assert leader.core.log.last_index() == last
+            assert leader.next_index == last
             await leader.stop(transfer=False)
             await asyncio.gather(*pending, return_exceptions=True)
     run(go())
