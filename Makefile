@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-PROTOS := $(wildcard protos/*.proto)
+PROTOS := $(wildcard protos/*.proto raft/proto/*.proto)
 GEN    := $(PROTOS:.proto=_pb2.py)
 SEEDS  ?= 20000
 STEPS  ?= 3000
@@ -16,10 +16,10 @@ $(STAMP): pyproject.toml setup.py
 	@command -v java >/dev/null 2>&1 || ./deploy/install-java.sh
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,analytics]'
+	$(PY) -m pip install -q -e '.[server,dev,analytics]'
 	@touch $(STAMP)
 
-protos/%_pb2.py: protos/%.proto $(STAMP)
+%_pb2.py: %.proto $(STAMP)
 	$(PY) -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. --pyi_out=. $<
 
 protos: $(GEN)
@@ -37,13 +37,13 @@ compose-test: venv
 	$(PY) deploy/compose_test.py
 
 demo: venv
-	$(PY) -m metadata.demo
+	$(PY) -m kraft.demo
 
 # The main job, keeping its data in .demo/, then the Spark health report on a controller's
 # metadata log directory (docs/analytics.md).
 report: venv
 	rm -rf .demo
-	$(PY) -m metadata.demo --dir .demo
+	$(PY) -m kraft.demo --dir .demo
 	$(VENV)/bin/kraft analytics report --directory .demo/controller-1 --output .demo/report --plots
 
 sim: venv
@@ -61,4 +61,4 @@ bench-raft: venv
 	$(PY) -m bench.raft_all
 
 clean:
-	rm -rf $(VENV) build *.egg-info protos/*_pb2*.py protos/*_pb2.pyi
+	rm -rf $(VENV) build *.egg-info protos/*_pb2*.py protos/*_pb2.pyi raft/proto/*_pb2*.py raft/proto/*_pb2.pyi

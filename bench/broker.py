@@ -32,7 +32,11 @@ import time
 import uuid
 from pathlib import Path
 
-from .common import REPO, emit
+from kraft.dev_quorum import DevQuorum
+from metadata.client import ControllerClient
+from protos import controller_pb2 as cpb
+
+from .common import REPO, emit, free_ports
 
 MiB = 1 << 20
 _TS = struct.Struct(">d")
@@ -61,7 +65,7 @@ async def _log_rate(directory: str, policy_name: str, seconds: float, value: int
                     records: int) -> dict:
     from brokerd.log_store import FlushPolicy, LogStore
     from brokerd.partition_log import PartitionLog
-    from brokerd.records import build_batch
+    from clients.records import build_batch
     policy = FlushPolicy(interval_messages=1) if policy_name == "sync" else FlushPolicy()
     path = tempfile.mkdtemp(dir=directory, prefix="rocks")
     store = LogStore(path, policy)
@@ -92,7 +96,7 @@ async def _log_rate(directory: str, policy_name: str, seconds: float, value: int
 def _producer(args: argparse.Namespace) -> None:
     """Send as fast as the producer goes (``--rate 0``) or at ``--rate`` messages/s; each value
     starts with the send time, for the end-to-end latency."""
-    from brokerd.client import Producer
+    from clients import Producer
 
     async def go() -> dict:
         pad = b"x" * max(0, args.value - _TS.size)
@@ -122,7 +126,7 @@ def _producer(args: argparse.Namespace) -> None:
 
 def _tail(args: argparse.Namespace) -> None:
     """Tail the topic for ``--seconds``: the end-to-end latency of each record."""
-    from brokerd.client import Consumer
+    from clients import Consumer
 
     async def go() -> dict:
         latencies: list[float] = []
@@ -140,7 +144,7 @@ def _tail(args: argparse.Namespace) -> None:
 
 def _catch_up(args: argparse.Namespace) -> None:
     """Read the whole topic from the beginning as fast as the consumer goes."""
-    from brokerd.client import Consumer
+    from clients import Consumer
 
     async def go() -> dict:
         n = size = 0
@@ -176,15 +180,16 @@ def _pct(xs: list[float], q: float) -> float | None:
 
 
 async def _run_cluster(args: argparse.Namespace, disk: float) -> None:
-    sys.path.insert(0, str(REPO))
-    from tests.brokercluster import BrokerCluster
     base = Path(tempfile.mkdtemp(prefix="brokerbench"))
     props = {"log.flush.interval.messages": "1"} if args.flush == "sync" else {}
-    cluster = BrokerCluster(base, 3, session_timeout_ms=9000, heartbeat_ms=1000, broker_props=props)
+    cluster = DevQuorum(str(base), free_ports(1)[0], brokers=3, session_timeout_ms=9000,
+                        broker_extra={"broker.heartbeat.interval.ms": "1000", **props})
     cluster.start()
     try:
-        await cluster.wait_unfenced(timeout=90)
-        await cluster.create_topic(args.topic, partitions=args.partitions, rf=3)
+        await cluster.wait_for_brokers(timeout=90)
+        async with ControllerClient(cluster.bootstrap, timeout=30) as c:
+            await c.call("CreateTopics", cpb.CreateTopicsRequest(topics=[
+                cpb.CreatableTopic(name=args.topic, num_partitions=args.partitions, replication_factor=3)]))
         me = [sys.executable, "-m", "bench.broker", "--bootstrap", cluster.bootstrap_servers, "--topic", args.topic,
               "--value", str(args.value), "--acks", args.acks, "--batch-size", str(args.batch_size),
               "--linger-ms", str(args.linger_ms)]
@@ -197,10 +202,10 @@ async def _run_cluster(args: argparse.Namespace, disk: float) -> None:
             return json.loads(p.communicate(timeout=timeout)[0].strip().splitlines()[-1])
 
         # 1. throughput: producers flat out
-        brokers_cpu = {b: _cpu_seconds(cluster.procs[b].pid) for b in cluster.ids}
+        brokers_cpu = {b: _cpu_seconds(cluster.broker_procs[b].pid) for b in cluster.broker_ports}
         producers = [run("producer", args.seconds) for _ in range(args.producers)]
         results = [result(p, args.seconds + 120) for p in producers]
-        brokers_cpu = {b: _cpu_seconds(cluster.procs[b].pid) - c for b, c in brokers_cpu.items()}
+        brokers_cpu = {b: _cpu_seconds(cluster.broker_procs[b].pid) - c for b, c in brokers_cpu.items()}
         acked = sum(r["acked"] for r in results)
         elapsed = max(r["elapsed"] for r in results)
         mbps = acked * args.value / elapsed / 1e6
@@ -234,7 +239,7 @@ async def _run_cluster(args: argparse.Namespace, disk: float) -> None:
               "sent": sent["acked"], "samples": len(lat), "p50_ms": _pct(lat, 0.5), "p99_ms": _pct(lat, 0.99),
               "load_average": round(os.getloadavg()[0], 1)})
     finally:
-        cluster.close()
+        cluster.stop()
         shutil.rmtree(base, ignore_errors=True)
 
 

@@ -24,7 +24,7 @@ import uuid
 
 from metadata.client import ControllerClient
 from metadata.delta import MetadataDelta
-from metadata.dev_quorum import DevQuorum
+from kraft.dev_quorum import DevQuorum
 from metadata.image import MetadataImage
 from metadata.log_dir import MetadataLogDir, open_snapshot
 from metadata.records import decode_batch, encode_batch

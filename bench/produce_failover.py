@@ -17,9 +17,9 @@ import argparse
 import asyncio
 import time
 
-from brokerd.client import Consumer, Producer
+from clients import Consumer, Producer
 from metadata.client import ControllerClient
-from metadata.dev_quorum import DevQuorum
+from kraft.dev_quorum import DevQuorum
 from protos import controller_pb2 as pb
 
 from .common import emit, free_ports

@@ -16,8 +16,8 @@ from typing import BinaryIO, Callable
 
 import grpc
 
-from protos import raft_pb2 as rpb
-from protos import raft_pb2_grpc
+from raft.proto import raft_pb2 as rpb
+from raft.proto import raft_pb2_grpc
 from raft.config import NodeOptions
 from raft.node import RaftNode
 from raft.storage import format_storage

@@ -6,7 +6,7 @@ from __future__ import annotations
 from metadata.image import MetadataImage
 from protos import broker_pb2 as pb
 
-from .errors import ErrorCode
+from clients.errors import ErrorCode
 from .partition import Partition, now_ms
 
 NO_LEADER = -1

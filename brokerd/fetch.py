@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from protos import broker_pb2 as pb
 
-from .errors import BrokerError, ErrorCode
+from clients.errors import BrokerError, ErrorCode
 from .partition import Partition
 from .replica_manager import ReplicaManager
 

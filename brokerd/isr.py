@@ -1,4 +1,4 @@
-"""ISR maintenance on the partition leader (seed 004 R5: the leader tracks its followers' lag,
+"""ISR maintenance on the partition leader (Kafka's Partition.maybeShrinkIsr: the leader tracks its followers' lag,
 drops a follower that falls too far behind, and takes it back once it has caught up).
 
 A follower leaves the ISR when it has not caught up with the leader's log end for

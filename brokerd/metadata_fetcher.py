@@ -1,5 +1,5 @@
 """A broker's view of the metadata log, pulled from the active controller (KRaft: brokers
-fetch metadata deltas instead of being pushed full state, seed 000 L326).
+fetch metadata deltas instead of being pushed full state, KIP-500).
 
 The fetcher long-polls FetchMetadata from its last offset and replays each batch into a local
 image. When its offset is older than the controller's log (compacted), it downloads the

@@ -3,7 +3,7 @@
 The controller decides who leads and which replicas are in sync; this object carries out its
 decision. As leader it appends producers' batches under its leader epoch, tracks each
 follower's log end offset (LEO) from the offsets the follower fetches at, and moves the high
-watermark to the smallest LEO over the ISR (seed 004: AR = ISR + OSR, HW = min LEO over the
+watermark to the smallest LEO over the ISR (Kafka's Partition: AR = ISR + OSR, HW = min LEO over the
 ISR, consumers read below the HW). While an ISR change is being proposed, the larger of the
 old and new ISR counts (Kafka's "maximal ISR"), so the HW never gets ahead of a replica the
 controller may still consider in sync. acks=all producers wait here for the HW to pass their
@@ -25,7 +25,7 @@ from metadata.image import PartitionRegistration
 from protos import broker_pb2 as pb
 
 from .config import LogConfig
-from .errors import BrokerError, ErrorCode
+from clients.errors import BrokerError, ErrorCode
 from .partition_log import AppendInfo, PartitionLog
 
 NO_LEADER = -1

@@ -24,7 +24,7 @@ from protos import broker_pb2 as pb
 
 from .leader_epochs import LeaderEpochCache
 from .log_store import LogStore, tp_prefix
-from .records import frame
+from clients.records import frame
 
 _HEAD = struct.Struct(">qq")      # a stored batch: last offset, max timestamp; then its frame
 _STATE = struct.Struct(">qqqq")   # log start offset, high watermark, log end offset, size in bytes

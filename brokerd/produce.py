@@ -1,4 +1,4 @@
-"""Produce (Kafka's ReplicaManager.appendRecords, seed 002 §H).
+"""Produce (Kafka's ReplicaManager.appendRecords).
 
 - acks must be 0, 1 or -1; anything else answers INVALID_REQUIRED_ACKS for every partition
   and appends nothing.
@@ -16,9 +16,9 @@ import logging
 
 from protos import broker_pb2 as pb
 
-from .errors import BrokerError, ErrorCode
+from clients.errors import BrokerError, ErrorCode
 from .partition import Partition
-from .records import validate_batch
+from clients.records import validate_batch
 from .replica_manager import ReplicaManager
 
 log = logging.getLogger("brokerd.produce")

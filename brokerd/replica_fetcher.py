@@ -23,11 +23,11 @@ from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc
 
 from .config import BrokerConfig
-from .errors import BrokerError, ErrorCode
+from clients.errors import BrokerError, ErrorCode
 from .leader_epochs import UNDEFINED_EPOCH, UNDEFINED_OFFSET
 from .log_store import StorageFailure
 from .partition import Partition
-from .records import batches, check_crc
+from clients.records import batches, check_crc
 
 log = logging.getLogger("brokerd.replica")
 

@@ -18,7 +18,7 @@ from metadata.delta import MetadataChanges, changes_between
 from metadata.image import MetadataImage, ResourceType, TopicImage
 
 from .config import BrokerConfig, LogConfig
-from .errors import BrokerError, ErrorCode
+from clients.errors import BrokerError, ErrorCode
 from .isr import IsrManager
 from .log_manager import LogManager
 from .partition import Change, Partition

@@ -13,7 +13,7 @@ from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc
 
 from .cluster_metadata import metadata_answer
-from .errors import BrokerError, ErrorCode
+from clients.errors import BrokerError, ErrorCode
 from .fetch import fetch
 from .log_store import StorageFailure
 from .produce import first_error, produce

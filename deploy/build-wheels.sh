@@ -6,5 +6,5 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 [ -x "$PY" ] || PY=python3
 rm -rf deploy/wheels
-"$PY" -m pip wheel -q --wheel-dir deploy/wheels .
+"$PY" -m pip wheel -q --wheel-dir deploy/wheels ".[server]"
 echo "wheels in deploy/wheels: $(ls deploy/wheels | wc -l) files"

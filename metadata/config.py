@@ -8,35 +8,10 @@ import re
 import socket
 from dataclasses import dataclass, field
 
-from raft.config import ConfigError, parse_voters
+from raft.config import ConfigError, parse_voters, read_properties
 
 ROLES = {"controller", "broker"}
 _LISTENER = re.compile(r"^([A-Za-z][A-Za-z0-9_]*)://(\[[0-9a-fA-F:.]*\]|[A-Za-z0-9_.-]*):(\d{1,5})$")
-
-
-def read_properties_file(path: str) -> dict[str, str]:
-    """Java properties: ``key=value`` or ``key: value``, ``#``/``!`` comments, ``\\`` line
-    continuations."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except OSError as e:
-        raise ConfigError(f"cannot read {path}: {e.strerror}") from None
-    props: dict[str, str] = {}
-    buf = ""
-    for raw in lines:
-        line = raw.strip()
-        if not buf and (not line or line[0] in "#!"):
-            continue
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            buf += line[:-1]
-            continue
-        line, buf = buf + line, ""
-        m = re.match(r"^([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
-        if not m:
-            raise ConfigError(f"{path}: cannot parse line {raw!r}: expected key=value")
-        props[m.group(1)] = m.group(2).strip()
-    return props
 
 
 def parse_listeners(text: str, key: str) -> dict[str, tuple[str, int]]:
@@ -104,7 +79,7 @@ class ServerConfig:
 
 
 def load(path: str) -> ServerConfig:
-    return from_properties(read_properties_file(path), path)
+    return from_properties(read_properties(path), path)
 
 
 def from_properties(props: dict[str, str], source: str = "config") -> ServerConfig:

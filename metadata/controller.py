@@ -9,7 +9,7 @@ fails (leadership lost), the view falls back to the committed image.
 
 A newly elected leader serves writes only once it has applied everything committed before
 its term (a read barrier over its own no-op entry): standbys have replayed the same log, so
-there is no metadata to reload, which is the point of KRaft (seed 000, L268).
+there is no metadata to reload, which is the point of KRaft (KIP-500).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The admin surface of a node over gRPC (``RaftAdmin`` in ``protos/raft.proto``), and the
+"""The admin surface of a node over gRPC (``RaftAdmin`` in ``raft/proto/raft.proto``), and the
 mapping of the library's errors onto gRPC statuses that every service on a node shares.
 
 A NotLeader answer is FAILED_PRECONDITION with the leader in trailing metadata
@@ -9,8 +9,8 @@ import asyncio
 
 import grpc
 
-from protos import raft_pb2 as pb
-from protos import raft_pb2_grpc
+from .proto import raft_pb2 as pb
+from .proto import raft_pb2_grpc
 
 from .errors import NodeStopped, NotLeader, OutcomeUnknown, ProposalDropped, RaftError, StorageError
 

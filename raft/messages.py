@@ -2,7 +2,7 @@
 
 Plain slotted classes rather than protobuf messages: the core is pure Python with no
 dependencies, and attribute access on slotted objects is what keeps it fast. The gRPC
-transport (``raft.transport``) maps these to ``protos/raft.proto`` at the edge.
+transport (``raft.transport``) maps these to ``raft/proto/raft.proto`` at the edge.
 """
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import grpc
 
-from protos import raft_pb2_grpc
+from .proto import raft_pb2_grpc
 
 from .admin import AdminService
 from .config import NodeOptions, parse_voters
@@ -425,6 +425,7 @@ class RaftNode:
         if rd.snapshot is not None:
             meta = rd.snapshot.meta
             self.sm.restore(io.BytesIO(rd.snapshot.data))
+            log.info("node %d: installed a snapshot from the leader at index %d (term %d)", self.id, meta.index, meta.term)
             self.snapshot_index = meta.index
             self._set_applied(meta.index)
             self._bytes_since_snapshot = 0

@@ -1,4 +1,4 @@
-"""The gRPC transport between Raft peers (``protos/raft.proto``).
+"""The gRPC transport between Raft peers (``raft/proto/raft.proto``).
 
 Outgoing: one long-lived client stream per peer (``Send``) carries every message in batches,
 so a busy follower costs one stream write per batch, not one call; snapshot chunks use a
@@ -21,13 +21,19 @@ from typing import AsyncIterator, Callable
 import grpc
 from google.protobuf.message import DecodeError
 
-from protos import raft_pb2 as pb
+from .proto import raft_pb2 as pb
 
 from .config import TLSConfig
 from .messages import Message, MessageType
 from .wire import WireError, from_pb, to_pb
 
 log = logging.getLogger("raft.transport")
+
+# Keep gRPC's asyncio runtime up for the life of the process. Otherwise it is torn down each
+# time its last channel or server goes, and that teardown can hang forever joining its poller
+# thread (grpc/grpc#40989; the workaround from grpc/grpc#22365): seen here as a test run that
+# froze in asyncio.run after many clusters came and went.
+grpc.aio.init_grpc_aio()
 
 SERVICE = "kraft.raft.RaftPeer"
 MAX_QUEUED = 20_000  # messages kept for a peer that is unreachable

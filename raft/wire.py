@@ -1,8 +1,8 @@
-"""Conversion between the core's messages and ``protos/raft.proto``, validating as it goes:
+"""Conversion between the core's messages and ``raft/proto/raft.proto``, validating as it goes:
 a peer's bytes become core messages only if every enum and field is in range."""
 from __future__ import annotations
 
-from protos import raft_pb2 as pb
+from .proto import raft_pb2 as pb
 
 from .messages import Entry, EntryType, Membership, Message, MessageType, SnapshotMeta
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from metadata.client import ControllerClient
-from metadata.dev_quorum import DevQuorum
+from kraft.dev_quorum import DevQuorum
 from protos import broker_pb2 as bpb
 from protos import broker_pb2_grpc
 from protos import controller_pb2 as cpb

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from brokerd.client import Consumer, Producer
+from clients import Consumer, Producer
 from brokerd.server import BrokerServer
 from metadata.client import ControllerClient
 from metadata.config import from_properties

@@ -12,13 +12,14 @@ import time
 import grpc
 import pytest
 
-from brokerd.client import BrokerResponseError, Consumer, KafkaTimeoutError, Producer
-from brokerd.errors import ErrorCode
-from brokerd.records import build_batch
+from clients import BrokerResponseError, Consumer, KafkaTimeoutError, Producer
+from clients.errors import ErrorCode
+from clients.records import build_batch
 from protos import broker_pb2 as bpb
 from protos import controller_pb2 as cpb
 from raft.storage import format_storage
 from tests.brokercluster import REPO, BrokerCluster, _stub
+from tests.eventually import eventually
 from tests.kvcluster import consecutive_ports
 from tests.logs import assert_no_tracebacks
 
@@ -62,17 +63,6 @@ async def leader_of(c: BrokerCluster, topic: str, partition: int = 0) -> tuple[i
     return p.leader, p.leader_epoch, list(p.isr)
 
 
-async def wait_for(predicate, timeout: float, what: str, period: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(period)
-
-
 def produce_request(topic: str, batch, acks=1, partition=0, timeout_ms=5000) -> bpb.ProduceRequest:
     return bpb.ProduceRequest(acks=acks, timeout_ms=timeout_ms, topics=[bpb.ProduceTopicData(
         name=topic, partitions=[bpb.ProducePartitionData(partition=partition, batch=batch)])])
@@ -99,7 +89,7 @@ def test_produce_and_consume_with_each_acks(cluster):
         values = sorted(r.value for r in records)
         assert values == sorted(f"{a}-{i}".encode() for a in ("all", 1, 0) for i in range(300))
         # keys go where Kafka's default partitioner sends them; offsets answer where records are
-        from brokerd.partitioner import partition_for_key
+        from clients.partitioner import partition_for_key
         for r in records:
             assert r.partition == partition_for_key(r.key, 3)
         by_offset = {(r.partition, r.offset): r.value for r in records}
@@ -115,7 +105,7 @@ def test_produce_and_consume_with_each_acks(cluster):
 
 def test_console_producer_and_consumer(cluster):
     run(cluster.create_topic("console", partitions=1, rf=3))
-    cli = [sys.executable, "-m", "brokerd.cli"]
+    cli = [sys.executable, "-m", "clients.console"]
     p = subprocess.run(cli + ["console-producer", "--bootstrap-server", cluster.bootstrap_servers, "--topic", "console",
                               "--key-separator", ":", "--acks", "all"],
                        input=b"a:one\nb:two\nc:three\n", capture_output=True, cwd=REPO, timeout=60)
@@ -263,7 +253,7 @@ def test_a_lagging_follower_leaves_the_isr_and_comes_back(cluster):
             assert not seen[1], f"the follower was fenced before the ISR shrank ({seen[0]:.1f}s)"
             assert seen[0] >= LAG_MS / 1000
             await p.send_and_wait("lag", b"after")
-        await wait_for(lambda: _in_isr(cluster, "lag", victim), 15, "the follower to rejoin the ISR")
+        await eventually(lambda: _in_isr(cluster, "lag", victim), 15, what="the follower to rejoin the ISR")
     run(go())
 
 
@@ -324,7 +314,7 @@ def test_kill_9_of_the_leader_loses_no_acknowledged_write(cluster):
         await cluster.wait_unfenced([victim])
         d = await cluster.describe_broker(victim)
         assert d.resumed_from_offset > 1 and d.first_metadata_fetch_offset == d.resumed_from_offset + 1
-        await wait_for(lambda: _in_isr(cluster, "durable", victim), 20, "the restarted broker to rejoin the ISR")
+        await eventually(lambda: _in_isr(cluster, "durable", victim), 20, what="the restarted broker to rejoin the ISR")
         async with Producer(cluster.bootstrap_servers, acks="all") as p:
             await p.send_and_wait("durable", b"-1", partition=0)
         async def converged():
@@ -334,7 +324,7 @@ def test_kill_9_of_the_leader_loses_no_acknowledged_write(cluster):
                     if r.topic == "durable" and r.partition == 0:
                         ends.add(r.log_end_offset)
             return len(ends) == 1
-        await wait_for(converged, 15, "the replicas of durable-0 to have the same log end")
+        await eventually(converged, 15, what="the replicas of durable-0 to have the same log end")
     run(go(), timeout=150)
 
 
@@ -350,7 +340,7 @@ def test_a_fenced_leader_stops_accepting_writes(cluster):
             async def moved():
                 leader, new_epoch, _ = await leader_of(cluster, "fenced")
                 return leader != old and new_epoch > epoch
-            await wait_for(moved, 15, "a new leader")
+            await eventually(moved, 15, what="a new leader")
         finally:
             cluster.signal(old, signal.SIGCONT)
         async with _stub(cluster.address(old)) as s:
@@ -359,7 +349,7 @@ def test_a_fenced_leader_stops_accepting_writes(cluster):
             async def refused():
                 a = (await s.Produce(produce_request("fenced", one_batch(b"x"), acks=1))).topics[0].partitions[0]
                 return a.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
-            await wait_for(refused, 10, "the old leader to refuse writes")
+            await eventually(refused, 10, what="the old leader to refuse writes")
             a = (await stale).topics[0].partitions[0]
             assert a.error_code != 0, "a write to a fenced leader was acknowledged with acks=all"
         await cluster.wait_unfenced()
@@ -377,6 +367,11 @@ def test_controlled_shutdown_moves_leadership_first_and_restart_resumes(cluster)
             for i in range(30):
                 await p.send("moving", b"%d" % i)
             await p.flush()
+
+        async def full_isrs() -> bool:  # a loaded machine can drop a follower for a moment
+            isrs = [(await leader_of(cluster, "moving", part))[2] for part in range(3)]
+            return all(len(isr) == 3 for isr in isrs)
+        await eventually(full_isrs, 20, what="every replica of 'moving' in its ISR")
         before = (await cluster.describe_broker(victim)).metadata_offset
         assert cluster.stop_broker(victim) == 0
         log = cluster.log_path(victim).read_text()
@@ -409,14 +404,14 @@ def test_deleted_topics_lose_their_data_and_retention_trims_logs(cluster):
         async with cluster.controller() as c:
             r = await c.call("DeleteTopics", cpb.DeleteTopicsRequest(names=["doomed"]))
             assert r.topics[0].error_code == 0
-        await wait_for(lambda: _none(hosted("doomed")), 10, "every broker to drop the deleted topic")
+        await eventually(lambda: _none(hosted("doomed")), 10, what="every broker to drop the deleted topic")
 
         async def trimmed():
             rs = await hosted("trimmed")
             # Kafka's rule: drop the oldest while what stays is still >= retention.bytes, so a
             # log keeps up to retention.bytes plus one batch (~350 bytes here)
             return rs and all(r.log_start_offset > 0 and 2000 <= r.size_bytes < 2400 for r in rs)
-        await wait_for(trimmed, 10, "retention.bytes to trim the log")
+        await eventually(trimmed, 10, what="retention.bytes to trim the log")
         records = await consume_all(cluster.bootstrap_servers, "trimmed")
         assert records and records[0].offset > 0 and records[-1].value.startswith(b"019")
     run(go())

@@ -10,14 +10,14 @@ import uuid
 import pytest
 
 from brokerd.config import LogConfig
-from brokerd.errors import BrokerError, ErrorCode
+from clients.errors import BrokerError, ErrorCode
 from brokerd.fetch import fetch
 from brokerd.leader_epochs import UNDEFINED_EPOCH, LeaderEpochCache
 from brokerd.log_store import FlushPolicy, LogStore
 from brokerd.partition import Change, Partition
 from brokerd.partition_log import PartitionLog
-from brokerd.partitioner import StickyPartitioner, murmur2, partition_for_key, to_positive
-from brokerd.records import batches, build_batch, records_of, validate_batch
+from clients.partitioner import StickyPartitioner, murmur2, partition_for_key, to_positive
+from clients.records import batches, build_batch, records_of, validate_batch
 from metadata.image import PartitionRegistration
 from protos import broker_pb2 as pb
 
@@ -90,7 +90,7 @@ def test_batch_round_trip_and_validation():
 
     garbage = _batch(1)
     garbage.records = b"\xff\xff\xff"
-    from brokerd.records import batch_crc
+    from clients.records import batch_crc
     garbage.crc = batch_crc(0, garbage.base_timestamp, garbage.max_timestamp, 1, garbage.records)
     with pytest.raises(BrokerError) as e:
         validate_batch(garbage, "t-0", 1048588)
@@ -282,7 +282,7 @@ def test_hand_encoded_records_are_protobuf():
     """The producer encodes records by hand for speed; the bytes must be what protobuf makes."""
     from hypothesis import given, settings, strategies as st
 
-    from brokerd.records import encode_records
+    from clients.records import encode_records
     blob = st.one_of(st.none(), st.binary(max_size=300))
     entry = st.tuples(blob, blob, st.integers(-(1 << 40), 1 << 40),
                       st.lists(st.tuples(st.text(max_size=5), blob), max_size=2))
@@ -356,8 +356,8 @@ def test_a_follower_truncates_the_suffix_the_new_leader_never_had(tmp_path):
 def test_consumer_hands_out_buffered_records_from_its_position_fairly():
     from collections import deque
 
-    from brokerd.client import Consumer
-    from brokerd.records import ConsumerRecord
+    from clients import Consumer
+    from clients.records import ConsumerRecord
     c = Consumer("127.0.0.1:1", max_poll_records=7)
     a, b = ("t", 0), ("t", 1)
     c.positions = {a: 3, b: 0}  # a fetch of partition 0 started inside a batch
@@ -376,8 +376,8 @@ def test_a_retried_batch_takes_no_more_records_so_every_acknowledged_record_is_w
     """A batch that failed goes back to its queue already encoded; a record sent while it backs
     off must go into a new batch, not into the retried one (whose bytes no longer change), or it is
     acknowledged without ever being written (the demo lost 16 records of a killed leader's partition)."""
-    from brokerd import client
-    from brokerd.client_metadata import PartitionInfo, TopicInfo
+    from clients import producer as client
+    from clients.cluster_view import PartitionInfo, TopicInfo
 
     class FakeCluster:
         def __init__(self, *a, **kw) -> None:

@@ -10,6 +10,7 @@ from metadata.errors import ErrorCode as E
 from protos import controller_pb2 as pb
 from protos import controller_pb2_grpc
 from tests.controllers import InProcessQuorum, TestBroker, start_brokers
+from tests.eventually import eventually
 
 
 def run(coro):
@@ -165,7 +166,11 @@ def test_broker_lifecycle_fencing_and_alter_partition(tmp_path):
         vid = victim.lifecycle.broker_id
         led = [p.partition for p in (await describe(c, "t"))["t"].partitions if p.leader == vid]
         victim.lifecycle.go_silent()
-        await asyncio.sleep(3.0)  # broker.session.timeout.ms is 2000 here
+
+        async def victim_fenced() -> bool:  # broker.session.timeout.ms is 2000 here
+            cl = await c.call("DescribeCluster", pb.DescribeClusterRequest())
+            return {b.id: b.fenced for b in cl.brokers}[vid]
+        await eventually(victim_fenced, 10)
         after = (await describe(c, "t"))["t"]
         assert led
         for p in after.partitions:
@@ -210,9 +215,11 @@ def test_fetch_metadata_from_zero_middle_and_before_the_log_start(tmp_path):
         assert E(early.error_code) == E.NONE and early.batches[0].offset == 1
         for i in range(40):
             await create(c, topic(f"t{i}", 1, 1))
-        await asyncio.sleep(0.5)  # snapshots happen in the background
-        r = await c.call("FetchMetadata", pb.FetchMetadataRequest(offset=1, broker_id=-1))
-        assert E(r.error_code) == E.OFFSET_OUT_OF_RANGE and r.snapshot_offset >= 20
+
+        async def compacted():  # snapshots happen in the background
+            r = await c.call("FetchMetadata", pb.FetchMetadataRequest(offset=1, broker_id=-1))
+            return r if E(r.error_code) == E.OFFSET_OUT_OF_RANGE and r.snapshot_offset >= 20 else None
+        r = await eventually(compacted, 10)
         assert r.log_start_offset == r.snapshot_offset + 1
         mid = await c.call("FetchMetadata", pb.FetchMetadataRequest(offset=r.log_start_offset, broker_id=-1))
         assert E(mid.error_code) == E.NONE and mid.batches[0].offset == r.log_start_offset
@@ -243,7 +250,9 @@ def test_restart_from_snapshot_and_log_reproduces_the_image_byte_for_byte(tmp_pa
         for i in range(30):
             await create(c, topic(f"t{i}", 2, 2, {"retention.ms": str(1000 + i)} if i % 3 else None))
         await c.call("DeleteTopics", pb.DeleteTopicsRequest(names=["t3", "t7"]))
-        await asyncio.sleep(0.5)
+        last = (await q.active()).sm.image.offset
+        await eventually(lambda: all(s.sm.image.offset >= last and s.node.snapshot_index > 0
+                                     for s in q.servers.values()), 10, what="every controller applied and snapshotted")
         for b in brokers:
             await b.stop()
         before = {}
@@ -257,8 +266,7 @@ def test_restart_from_snapshot_and_log_reproduces_the_image_byte_for_byte(tmp_pa
         await q.start()  # from each directory's snapshot plus the log after it
         for nid, s in q.servers.items():
             assert s.node.snapshot_index > 0
-            while s.sm.image.offset < before[nid][0]:
-                await asyncio.sleep(0.02)
+            await eventually(lambda: s.sm.image.offset >= before[nid][0], 10)
             buf = io.BytesIO()
             s.sm.snapshot()(buf)
             assert buf.getvalue() == before[nid][1], f"controller {nid} rebuilt a different image"

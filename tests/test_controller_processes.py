@@ -8,7 +8,7 @@ import time
 import pytest
 
 from metadata.client import ControllerClient, ControllerError, QuorumUnreachable
-from metadata.dev_quorum import DevQuorum
+from kraft.dev_quorum import DevQuorum
 from metadata.errors import ErrorCode as E
 from protos import controller_pb2 as pb
 from tests.controllers import TestBroker
@@ -17,7 +17,7 @@ from tests.logs import assert_no_tracebacks
 
 
 def kraft(*args, check=True):
-    p = subprocess.run([sys.executable, "-m", "metadata.cli", *args], cwd=REPO, capture_output=True, text=True, timeout=60)
+    p = subprocess.run([sys.executable, "-m", "kraft.cli", *args], cwd=REPO, capture_output=True, text=True, timeout=60)
     if check and p.returncode != 0:
         raise AssertionError(f"kraft {' '.join(args)} failed ({p.returncode}): {p.stderr}")
     return p

@@ -7,7 +7,7 @@ import signal
 import time
 
 from metadata.client import ControllerClient
-from metadata.dev_quorum import DevQuorum
+from kraft.dev_quorum import DevQuorum
 from protos import controller_pb2 as pb
 from tests.kvcluster import consecutive_ports
 from tests.logs import assert_no_tracebacks

@@ -22,7 +22,7 @@ from pexpect.fdpexpect import fdspawn
 from tests.terminal import spawn_on_terminal
 
 from metadata.client import ControllerClient
-from metadata.dev_quorum import DevQuorum
+from kraft.dev_quorum import DevQuorum
 from metadata.errors import ErrorCode
 from metadata.shell.commands import Shell
 from metadata.shell.live import LiveSource

@@ -7,12 +7,13 @@ import time
 import pytest
 
 from metadata.client import ControllerClient, ControllerError
-from metadata.dev_quorum import DevQuorum
+from kraft.dev_quorum import DevQuorum
 from metadata.errors import ErrorCode as E
 from metadata.loop_stall import LoopStallProbe
 from metadata.topics import MAX_RECORDS_PER_USER_OP
 from protos import controller_pb2 as pb
 from tests.controllers import InProcessQuorum, TestBroker, start_brokers
+from tests.eventually import eventually
 from tests.kvcluster import consecutive_ports
 from tests.test_controller import create, describe, topic
 
@@ -91,9 +92,8 @@ def test_a_10000_partition_create_blocks_no_controller_loop(tmp_path):
             took = time.monotonic() - started
             assert code == E.NONE, msg
             assert len((await describe(c, "wide"))["wide"].partitions) == MAX_RECORDS_PER_USER_OP
-            for b in brokers:
-                while "wide" not in b.fetcher.image.topics_by_name:
-                    await asyncio.sleep(0.05)
+            await eventually(lambda: all("wide" in b.fetcher.image.topics_by_name for b in brokers), 30,
+                             what="every broker has the new topic")
             assert not any(b.lifecycle.fenced for b in brokers)
             return took
         finally:

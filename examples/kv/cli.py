@@ -16,7 +16,7 @@ from typing import Any, Awaitable, Callable
 import click
 import grpc
 
-from protos import raft_pb2 as rpb
+from raft.proto import raft_pb2 as rpb
 from raft.config import ConfigError, NodeOptions, TLSConfig
 from raft.errors import RaftError
 from raft.storage import format_storage

@@ -13,8 +13,8 @@ import grpc
 
 from protos import kv_pb2 as pb
 from protos import kv_pb2_grpc
-from protos import raft_pb2 as rpb
-from protos import raft_pb2_grpc
+from raft.proto import raft_pb2 as rpb
+from raft.proto import raft_pb2_grpc
 from raft.client import LeaderClient
 from raft.config import TLSConfig
 

@@ -6,7 +6,7 @@
 
 Why segment files and not RocksDB: the log is written strictly in order and read back only at
 start-up, so a file append plus one ``fdatasync`` per batch is the least work a durable write
-can be; ``bench/storage.py`` measures both engines and docs/storage.md records the figures.
+can be; ``bench/storage.py`` measures both engines and docs/raft.md ("Storage") records the figures.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import BinaryIO, Callable
 
+from .. import config
 from ..errors import StorageError
 from ..messages import Entry, HardState, Membership, Ready, Snapshot, SnapshotMeta
 from . import wal
@@ -42,14 +43,11 @@ class RecoveredState:
 
 
 def read_properties(path: str) -> dict[str, str]:
-    props: dict[str, str] = {}
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if line and not line.startswith(("#", "!")) and "=" in line:
-                k, v = line.split("=", 1)
-                props[k.strip()] = v.strip()
-    return props
+    """``meta.properties``; one that does not parse is a storage problem, said as one."""
+    try:
+        return config.read_properties(path)
+    except config.ConfigError as e:
+        raise StorageError(str(e)) from None
 
 
 def format_storage(data_dir: str, cluster_id: str, node_id: int, *, ignore_formatted: bool = False) -> bool:

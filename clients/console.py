@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import click
 
-from .client import ACKS, ClientError, Consumer, ConsumerRecord, Producer
+from . import ACKS, ClientError, Consumer, ConsumerRecord, Producer
 
 FORMATTER_PROPERTIES = {"print.key", "print.value", "print.offset", "print.partition", "print.timestamp",
                         "key.separator", "line.separator", "null.literal"}

@@ -1,5 +1,5 @@
 """Kafka's default partitioning, so that keyed records land on the same partition as with a
-Java, librdkafka or Sarama producer (seed 003 PP1-PP4, seed 002 C1-C3):
+Java, librdkafka or Sarama producer (Kafka's BuiltInPartitioner and Utils.murmur2; tests/test_broker_units.py):
 
 1. an explicit partition wins;
 2. a key: ``toPositive(murmur2(key)) % numPartitions``, over all partitions, available or not;

@@ -1,4 +1,4 @@
-"""The producer's record accumulator (Kafka's RecordAccumulator, seed 002 §D-E): a deque of
+"""The producer's record accumulator (Kafka's RecordAccumulator): a deque of
 batches per partition that ``send`` appends to and the sender drains.
 
 A batch is ready when it is full (``batch.size``), has waited ``linger.ms``, or a flush or
@@ -18,7 +18,7 @@ from typing import Any
 
 from protos import broker_pb2 as pb
 
-from .client_metadata import KafkaTimeoutError
+from .cluster_view import KafkaTimeoutError
 from .records import Header, build_batch
 
 RECORD_OVERHEAD = 24  # offset and timestamp deltas, lengths, attributes: an upper bound per record

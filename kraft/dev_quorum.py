@@ -13,8 +13,8 @@ from pathlib import Path
 
 from raft.config import ConfigError
 
-from .client import ControllerClient
-from .ids import random_id
+from metadata.client import ControllerClient
+from metadata.ids import random_id
 from protos import controller_pb2 as pb
 
 REPO = Path(__file__).resolve().parent.parent
@@ -61,7 +61,7 @@ class DevQuorum:
             self.config_path(bid).write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
 
     def kraft(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "metadata.cli", *args], cwd=REPO, capture_output=True, text=True)
+        return subprocess.run([sys.executable, "-m", "kraft.cli", *args], cwd=REPO, capture_output=True, text=True)
 
     def start(self) -> None:
         id_file = self.base_dir / "cluster.id"
@@ -82,7 +82,7 @@ class DevQuorum:
         """Start controller or broker ``nid``."""
         kind = "controller" if nid in self.ports else "broker"
         log = open(self.base_dir / f"{kind}-{nid}.log", "a")
-        p = subprocess.Popen([sys.executable, "-m", "metadata.cli", "server-start", str(self.config_path(nid))],
+        p = subprocess.Popen([sys.executable, "-m", "kraft.cli", "server-start", str(self.config_path(nid))],
                              cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         (self.procs if kind == "controller" else self.broker_procs)[nid] = p
         return p

@@ -2,7 +2,7 @@
 the same `kraft` commands an operator types, through the loss of the active controller and of
 a partition leader.
 
-    python -m metadata.demo [--dir DIR] [--base-port P]
+    python -m kraft.demo [--dir DIR] [--base-port P]
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def kraft(*args: str, expect_failure: bool = False, input: str | None = None, qu
     shown = "kraft " + " ".join(shlex.quote(a) for a in args)
     if not quiet:
         print(f"{DIM}${RESET} {shown}", flush=True)
-    p = subprocess.run([sys.executable, "-m", "metadata.cli", *args], cwd=REPO, capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-m", "kraft.cli", *args], cwd=REPO, capture_output=True, text=True,
                        input=input)
     out = (p.stdout + p.stderr).rstrip()
     if out and not quiet:

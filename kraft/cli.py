@@ -17,9 +17,9 @@ from protos import controller_pb2 as pb
 from raft.config import ConfigError
 from raft.errors import RaftError
 
-from .client import ControllerClient, ControllerError, error_code
-from .errors import ErrorCode
-from .ids import format_uuid, random_id
+from metadata.client import ControllerClient, ControllerError, error_code
+from metadata.errors import ErrorCode
+from metadata.ids import format_uuid, random_id
 
 
 def fail(message: str) -> None:
@@ -70,7 +70,7 @@ def random_uuid() -> None:
 def storage_format(cluster_id: str, config_path: str, ignore_formatted: bool) -> None:
     """Format metadata.log.dir (and log.dirs for brokers) with the cluster id and node id."""
     from raft.storage import format_storage
-    from . import config as server_config
+    from metadata import config as server_config
     try:
         cfg = server_config.load(config_path)
         dirs = [cfg.metadata_log_dir] + [d for d in (cfg.log_dirs if cfg.is_broker else ()) if d != cfg.metadata_log_dir]
@@ -89,7 +89,7 @@ def storage_format(cluster_id: str, config_path: str, ignore_formatted: bool) ->
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING"]), default="INFO", show_default=True)
 def server_start(config_path: str, log_level: str) -> None:
     """Run the roles FILE's process.roles names until SIGTERM or Ctrl-C."""
-    from . import config as server_config
+    from metadata import config as server_config
     try:
         cfg = server_config.load(config_path)
     except ConfigError as e:
@@ -105,7 +105,7 @@ async def _serve_roles(cfg) -> int:
     and stops last, since a broker's controlled shutdown needs it)."""
     from brokerd.main import STARTUP_ERRORS
     from brokerd.server import BrokerServer
-    from .server import ControllerServer
+    from metadata.server import ControllerServer
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -391,7 +391,7 @@ def configs(bootstrap: str, timeout: float, entity_type: str, entity_name: str |
 def health(config_path: str) -> None:
     """Exit 0 when this server is healthy: a controller has joined the quorum and knows the
     leader; a broker is registered and unfenced. For container health checks."""
-    from . import config as server_config
+    from metadata import config as server_config
     try:
         cfg = server_config.load(config_path)
     except ConfigError as e:
@@ -405,8 +405,8 @@ def health(config_path: str) -> None:
 
 async def _health_problems(cfg) -> list[str]:
     import grpc
-    from protos import raft_pb2 as rpb
-    from protos import raft_pb2_grpc
+    from raft.proto import raft_pb2 as rpb
+    from raft.proto import raft_pb2_grpc
     problems = []
     if cfg.is_controller:
         try:
@@ -470,9 +470,9 @@ def dev_quorum(base_dir: str | None, base_port: int, brokers: int) -> None:
 
 def _mount() -> None:
     """Commands that live in their own modules."""
-    from brokerd.cli import console_consumer, console_producer
-    from .analytics.cli import analytics
-    from .dump_log import dump_log
+    from clients.console import console_consumer, console_producer
+    from metadata.analytics.cli import analytics
+    from metadata.dump_log import dump_log
     main.add_command(dump_log, "dump-log")
     main.add_command(console_producer, "console-producer")
     main.add_command(console_consumer, "console-consumer")

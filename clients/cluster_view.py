@@ -1,4 +1,4 @@
-"""A client's view of the cluster (Kafka's ProducerMetadata / ConsumerMetadata, seed 001): the
+"""A client's view of the cluster (Kafka's ProducerMetadata / ConsumerMetadata): the
 brokers and the topics it uses, refreshed from any broker's Metadata API when asked or every
 ``metadata.max.age.ms``, with a version that grows at every update.
 
@@ -23,7 +23,9 @@ from protos import broker_pb2_grpc
 
 from .errors import ErrorCode
 
-log = logging.getLogger("brokerd.client")
+log = logging.getLogger("clients")
+
+grpc.aio.init_grpc_aio()  # kept up for the process's life: see raft/transport.py (grpc/grpc#40989)
 
 GRPC_OPTIONS = [("grpc.max_receive_message_length", 256 << 20), ("grpc.max_send_message_length", 256 << 20)]
 

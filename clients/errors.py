@@ -1,9 +1,7 @@
-"""The error codes the data plane answers, and the exception that carries one.
-
-The numbers are Kafka's (``org.apache.kafka.common.protocol.Errors``), as in
-``metadata.errors``, so a client that knows Kafka reads them the same way; the data plane
-answers some that a controller never does (CORRUPT_MESSAGE, NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-INVALID_RECORD, ...). Messages are Kafka's where Kafka has one, and always one line.
+"""Kafka's error codes (``org.apache.kafka.common.protocol.Errors``): the one enum every part
+answers with, controller and data plane alike, so a client that knows Kafka reads them the
+same way; and the exception the data plane carries one in. Messages are Kafka's where Kafka
+has one, and always one line. (Kafka keeps these in its clients' ``common`` package too.)
 """
 from __future__ import annotations
 
@@ -20,17 +18,35 @@ class ErrorCode(IntEnum):
     NOT_LEADER_OR_FOLLOWER = 6
     REQUEST_TIMED_OUT = 7
     BROKER_NOT_AVAILABLE = 8
-    RECORD_TOO_LARGE = 10  # Kafka's MESSAGE_TOO_LARGE
+    RECORD_TOO_LARGE = 10  # Kafka's MESSAGE_TOO_LARGE, raised as RecordTooLargeException
     NETWORK_EXCEPTION = 13
+    INVALID_TOPIC_EXCEPTION = 17
     NOT_ENOUGH_REPLICAS = 19
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
     INVALID_REQUIRED_ACKS = 21
+    TOPIC_ALREADY_EXISTS = 36
+    INVALID_PARTITIONS = 37
+    INVALID_REPLICATION_FACTOR = 38
+    INVALID_REPLICA_ASSIGNMENT = 39
+    INVALID_CONFIG = 40
+    NOT_CONTROLLER = 41
     INVALID_REQUEST = 42
+    POLICY_VIOLATION = 44
     KAFKA_STORAGE_ERROR = 56
+    TOPIC_DELETION_DISABLED = 73
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
+    STALE_BROKER_EPOCH = 77
     INVALID_RECORD = 87
+    THROTTLING_QUOTA_EXCEEDED = 89
+    INVALID_UPDATE_VERSION = 95
     UNKNOWN_TOPIC_ID = 100
+    DUPLICATE_BROKER_REGISTRATION = 101
+    BROKER_ID_NOT_REGISTERED = 102
+    INCONSISTENT_TOPIC_ID = 103
+    INCONSISTENT_CLUSTER_ID = 104
+    INELIGIBLE_REPLICA = 107
+    NEW_LEADER_ELECTED = 108
 
     @classmethod
     def of(cls, value: int) -> "ErrorCode":

@@ -1,0 +1,11 @@
+"""The client library for the brokers, apart from the brokers as Kafka keeps ``clients/``:
+the producer, the consumer, the console tools, and what the brokers share with them (the
+record batch format, ``records``; the error codes, ``errors``). It depends on nothing in
+``brokerd``, ``metadata`` or ``raft`` (tests/test_layering.py)."""
+from .cluster_view import BrokerResponseError, ClientError, KafkaTimeoutError
+from .consumer import Consumer
+from .producer import ACKS, Producer, RecordMetadata, RecordTooLargeError
+from .records import ConsumerRecord
+
+__all__ = ["Producer", "Consumer", "RecordMetadata", "ConsumerRecord", "ClientError", "KafkaTimeoutError",
+           "BrokerResponseError", "RecordTooLargeError", "ACKS"]
