@@ -94,7 +94,10 @@ class LeaderClient:
         while True:
             address = self._target()
             try:
-                response = await invoke(self.channel(address), per_attempt)
+                channel = self.channel(address)
+                if not idempotent:
+                    await self._connected(channel, per_attempt)
+                response = await invoke(channel, per_attempt)
                 if check is not None:
                     response = check(address, response)
                 self.leader = address
@@ -113,6 +116,16 @@ class LeaderClient:
             if loop.time() + delay >= deadline:
                 raise self.unreachable(f"within {budget:.0f}s (last: {last})")
             await asyncio.sleep(delay)
+
+    @staticmethod
+    async def _connected(channel: grpc.aio.Channel, timeout: float) -> None:
+        """Before a call that must not run twice: a channel that cannot connect (refused, a
+        name that does not resolve, a stopped container) is left without sending anything,
+        so the next endpoint may be tried; only a failure after this may have been applied."""
+        try:
+            await asyncio.wait_for(channel.channel_ready(), timeout)
+        except asyncio.TimeoutError:
+            raise Retry("could not connect; nothing was sent") from None
 
     def _rpc_error(self, address: str, e: grpc.aio.AioRpcError, idempotent: bool) -> Retry:
         """The shared outcome rules for gRPC-level answers: a Retry, or raise a final error."""
@@ -138,5 +151,5 @@ def sent(e: grpc.aio.AioRpcError) -> bool:
     """Whether an UNAVAILABLE failure happened after the request may have reached a server
     (a reset mid-call) rather than while connecting (nothing was sent)."""
     details = (e.details() or "").lower()
-    return not any(s in details for s in ("failed to connect", "connection refused",
-                                          "no connection", "connect failed", "dns resolution"))
+    return not any(s in details for s in ("failed to connect", "connection refused", "no connection",
+                                          "connect failed", "dns resolution", "errors resolving"))

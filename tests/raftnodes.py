@@ -11,6 +11,7 @@ from raft.config import NodeOptions
 from raft.messages import Entry, Message
 from raft.node import RaftNode
 from raft.storage import format_storage
+from tests.eventually import eventually
 from tests.kvcluster import free_ports
 
 
@@ -81,20 +82,17 @@ class NodeCluster:
 
     async def leader(self, among: list[int] | None = None, timeout: float = 10.0) -> RaftNode:
         """The leader of the highest term among ``among``, once it has committed in its term."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while loop.time() < deadline:
-            leaders = [self.nodes[i] for i in among or self.ids
-                       if self.nodes[i]._started and self.nodes[i].is_leader]
-            if leaders:
-                node = max(leaders, key=lambda n: n.status().term)
-                try:
-                    await node.read_barrier(timeout=0.5)
-                    return node
-                except Exception:
-                    pass
-            await asyncio.sleep(0.01)
-        raise AssertionError(f"no leader among {among or self.ids} within {timeout}s")
+        async def ready() -> RaftNode | None:
+            leaders = [self.nodes[i] for i in among or self.ids if self.nodes[i]._started and self.nodes[i].is_leader]
+            if not leaders:
+                return None
+            node = max(leaders, key=lambda n: n.term)
+            try:
+                await node.read_barrier(timeout=0.5)
+            except Exception:
+                return None
+            return node
+        return await eventually(ready, timeout, interval=0.01, what=f"a leader among {among or self.ids}")
 
     async def converge(self, timeout: float = 10.0) -> None:
         """Wait until every running node has applied what the leader has."""
