@@ -122,6 +122,8 @@ class LeaderClient:
         """Before a call that must not run twice: a channel that cannot connect (refused, a
         name that does not resolve, a stopped container) is left without sending anything,
         so the next endpoint may be tried; only a failure after this may have been applied."""
+        if channel.get_state(try_to_connect=True) == grpc.ChannelConnectivity.READY:
+            return  # the common case, without a task for the wait
         try:
             await asyncio.wait_for(channel.channel_ready(), timeout)
         except asyncio.TimeoutError:
