@@ -8,7 +8,7 @@ import random
 import signal
 
 from examples.kv.client import KVError, OutcomeUnknown
-from raft.testing.linearizability import HistoryRecorder, check
+from examples.kv.linearizability import HistoryRecorder, check
 
 
 async def _client(cluster, rec, cid, keys, stop, rng):
