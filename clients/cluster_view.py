@@ -14,6 +14,7 @@ import logging
 import random
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -47,12 +48,23 @@ class BrokerResponseError(ClientError):
         super().__init__(f"{code.name}: {message}" if message else code.name)
 
 
-def parse_bootstrap(servers: str | list[str]) -> list[str]:
-    out = [s.strip() for s in (servers.split(",") if isinstance(servers, str) else servers) if s.strip()]
-    for s in out:
-        host, _, port = s.rpartition(":")
+def host_ports(entries: str | Sequence[str]) -> list[str]:
+    """``HOST:PORT[,HOST:PORT...]`` (or a list of them), trimmed: the one parser of address
+    lists, for bootstrap.servers and --bootstrap-controller alike. ValueError names the first
+    entry that is not HOST:PORT."""
+    out = [e.strip() for e in (entries.split(",") if isinstance(entries, str) else entries) if e.strip()]
+    for e in out:
+        host, _, port = e.rpartition(":")
         if not host or not port.isdigit():
-            raise ClientError(f"Invalid url in bootstrap.servers: {s}")
+            raise ValueError(e)
+    return out
+
+
+def parse_bootstrap(servers: str | list[str]) -> list[str]:
+    try:
+        out = host_ports(servers)
+    except ValueError as e:
+        raise ClientError(f"Invalid url in bootstrap.servers: {e}") from None
     if not out:
         raise ClientError("No resolvable bootstrap urls given in bootstrap.servers")
     return out

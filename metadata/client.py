@@ -13,6 +13,7 @@ from typing import Any
 
 import grpc
 
+from clients.cluster_view import host_ports
 from protos import controller_pb2_grpc
 from raft.client import LeaderClient, Retry
 
@@ -49,11 +50,10 @@ class QuorumUnreachable(ControllerError):
 
 
 def parse_bootstrap(text: str) -> list[str]:
-    out = [p.strip() for p in text.split(",") if p.strip()]
-    for p in out:
-        host, _, port = p.rpartition(":")
-        if not host or not port.isdigit():
-            raise ControllerError(ErrorCode.INVALID_REQUEST, f"bad bootstrap address {p!r}: expected HOST:PORT")
+    try:
+        out = host_ports(text)
+    except ValueError as e:
+        raise ControllerError(ErrorCode.INVALID_REQUEST, f"bad bootstrap address {str(e)!r}: expected HOST:PORT") from None
     if not out:
         raise ControllerError(ErrorCode.INVALID_REQUEST, "no bootstrap controller given: expected HOST:PORT[,HOST:PORT]")
     return out
