@@ -89,9 +89,10 @@ class ReplicaFetcher:
                     continue
                 delays = [s.delayed_until - now for s in self.states.values()]
                 self._wake.clear()
-                try:
-                    await asyncio.wait_for(self._wake.wait(), max(0.01, min(delays)) if delays else None)
-                except asyncio.TimeoutError:
+                try:  # asyncio.timeout, not wait_for: see raft/transport.py (a cancel must not be lost)
+                    async with asyncio.timeout(max(0.01, min(delays)) if delays else None):
+                        await self._wake.wait()
+                except TimeoutError:
                     pass
             except asyncio.CancelledError:
                 raise

@@ -212,9 +212,10 @@ class ClusterView:
             wait = self.max_age_s - (time.monotonic() - self._last_refresh)
             if not self._need_update and wait > 0:
                 self._wake.clear()
-                try:
-                    await asyncio.wait_for(self._wake.wait(), wait)
-                except asyncio.TimeoutError:
+                try:  # asyncio.timeout, not wait_for, which can lose a cancel on 3.11 (gh-86296)
+                    async with asyncio.timeout(wait):
+                        await self._wake.wait()
+                except TimeoutError:
                     pass
                 continue
             since = time.monotonic() - self._last_refresh

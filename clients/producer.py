@@ -215,9 +215,10 @@ class Producer:
             if self._stopping and not self.acc.incomplete:
                 return
             self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), None if next_check == float("inf") else next_check)
-            except asyncio.TimeoutError:
+            try:  # asyncio.timeout, not wait_for, which can lose a cancel on 3.11 (gh-86296)
+                async with asyncio.timeout(None if next_check == float("inf") else next_check):
+                    await self._wake.wait()
+            except TimeoutError:
                 pass
 
     async def _produce(self, node: int, address: str, drained: list[ProducerBatch]) -> None:

@@ -215,8 +215,12 @@ class _Link:
                         await self.wake.wait()
                     data, done = self._batch()
                     # A write that cannot complete (a peer that accepts the connection but never
-                    # reads) must not wedge the link forever: give up and re-dial.
-                    await asyncio.wait_for(call.write(data), self.t.write_timeout)
+                    # reads) must not wedge the link forever: give up and re-dial. Not
+                    # asyncio.wait_for: on 3.11 it can swallow the cancel that close() sends when
+                    # the write completes at the same moment, and the link then runs on for ever
+                    # (a node's stop hung on it; CPython gh-86296).
+                    async with asyncio.timeout(self.t.write_timeout):
+                        await call.write(data)
                     backoff = 0.02
                     if done:  # a snapshot transfer is complete: close its stream
                         await call.done_writing()
