@@ -66,7 +66,11 @@ def test_every_method_refuses_an_undecodable_request(service, add, servicer, cap
         assert answer[1].startswith(f"malformed request to /{service}/{m}: Error parsing message"), answer
     refused = [r for r in caplog.records if "refused a malformed request" in r.getMessage()]
     assert len(refused) == len(answers)
-    assert not [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
+    # grpcio itself logs the traceback this guards against ("Unexpected [DecodeError] raised by
+    # servicer method"). Left out: a completion from an earlier test's event loop that gRPC
+    # delivers after that loop closed (this process runs many loops; a server runs one).
+    assert not [r for r in caplog.records if (r.exc_info or "Traceback" in r.getMessage())
+                and "PollerCompletionQueue._handle_events" not in r.getMessage()]
 
 
 def server_handlers(add, servicer) -> list[tuple[str, grpc.RpcMethodHandler]]:
