@@ -184,6 +184,7 @@ class QuorumController:
             else:
                 try:
                     fut = self.node.propose_nowait(data)
+                    assert fut.index == index, "the batch was built for another index"  # next_index, above
                 except NotLeader:
                     raise self.not_controller() from None
                 except ProposalDropped as e:  # not appended (a transfer, backpressure): nothing was written

@@ -42,6 +42,16 @@ from .transport import PeerTransport, add_port, add_service, channel_options
 log = logging.getLogger("raft.node")
 
 
+class Proposal(asyncio.Future):
+    """The future of one proposal, as hashicorp/raft's ApplyFuture: its result is what
+    ``apply`` returned; ``index`` and ``term`` say where the entry sits in the log."""
+
+    def __init__(self, index: int, term: int) -> None:
+        super().__init__()
+        self.index = index
+        self.term = term
+
+
 @dataclass(frozen=True, slots=True)
 class PeerInfo:
     node_id: int
@@ -206,9 +216,10 @@ class RaftNode:
         fut = self.propose_nowait(data)
         return await asyncio.wait_for(fut, timeout) if timeout else await fut
 
-    def propose_nowait(self, data: bytes) -> asyncio.Future:
-        """Append ``data`` now, in call order, and return a future of its ``apply`` result;
-        for callers that pipeline many proposals. Raises NotLeader at once."""
+    def propose_nowait(self, data: bytes) -> "Proposal":
+        """Append ``data`` now, in call order, and return a future of its ``apply`` result
+        that also carries the entry's ``index`` and ``term``; for callers that pipeline many
+        proposals. Raises NotLeader (and the other "not applied" errors) at once."""
         self._check_running()
         try:
             index = self.core.propose([data])[0]
@@ -216,9 +227,9 @@ class RaftNode:
             raise self._not_leader(e) from None
         return self._await_entry(index)
 
-    def _await_entry(self, index: int) -> asyncio.Future:
+    def _await_entry(self, index: int) -> "Proposal":
         """A future for the entry we just appended at ``index`` in this term."""
-        fut = asyncio.get_running_loop().create_future()
+        fut = Proposal(index, self.core.term)
         replaced = self._proposals.get(index)
         if replaced is not None and not replaced[1].done():
             # An earlier term's entry at this index was cut from our log and the index is ours

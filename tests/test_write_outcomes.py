@@ -211,3 +211,15 @@ def test_a_create_whose_commit_outlives_its_deadline_is_reported_unknown_not_alr
         finally:
             await q.stop()
     run(go())
+
+
+def test_a_proposal_says_where_its_entry_went(tmp_path):
+    async def go():
+        async with NodeCluster(tmp_path) as c:
+            leader = await c.leader()
+            expected = leader.next_index
+            fut = leader.propose_nowait(b"here")
+            assert (fut.index, fut.term) == (expected, leader.term)
+            assert await fut == len(c.machines[leader.id].items)  # ListMachine returns its length
+            assert c.applied(leader)[-1] == b"here" and leader.commit_index >= fut.index
+    run(go())
