@@ -158,29 +158,23 @@ class QuorumController:
         answering heartbeats meanwhile. ``build`` then reads only the view it is given."""
         await self.ensure_active()
         async with self._building:
-            view = self.view
-            term = self.node.term
-            index = self.node.next_index
+            view, term, index = self.view, self.node.term, self.node.next_index
             if in_thread:
-                records, result, data, after = await self.in_worker(self._prepare, build, view, index, term,
-                                                                    validate_only)
+                result, data, after = await self.in_worker(self._prepare, build, view, index, term, validate_only)
                 if not self.active or self.node.next_index != index:
                     # leadership or the log moved while we worked; nothing was written
                     raise (self.not_controller() if not self.active else ApiError(
                         ErrorCode.THROTTLING_QUOTA_EXCEEDED, "the controller's log moved meanwhile; "
                                                              "nothing was written"))
             else:
-                records, result, data, after = self._prepare(build, view, index, term, validate_only)
+                result, data, after = self._prepare(build, view, index, term, validate_only)
             if validate_only:
                 return result
-            if not records:
-                # The answer was read from the view: it may hold batches not yet committed (a
-                # fence proposed by a controller that has just lost its leadership). Answer
-                # only once they commit, so no one acts on state that may never exist.
-                if not self._pending:
-                    return result
-                index, fut = self._pending[-1][:2]
-                entry = None
+            if not data:
+                # The answer was read from the view, which may hold batches not yet committed
+                # (a fence proposed by a controller that has just lost its leadership): answer
+                # once the last of them commits, so no one acts on state that may never exist.
+                rests_on = self._pending[-1][1] if self._pending else None
             else:
                 try:
                     fut = self.node.propose_nowait(data)
@@ -192,12 +186,13 @@ class QuorumController:
                                    f"nothing: {e}") from None
                 entry = (index, fut, after)
                 self._pending.append(entry)
-        if entry is None:  # waiting on another write's batch: it fails as that write does
-            try:
-                await asyncio.wait_for(asyncio.shield(fut), self.config.write_timeout_s)
-            except (RaftError, asyncio.TimeoutError):
-                raise self.not_controller() if not self.active else ApiError(
-                    ErrorCode.REQUEST_TIMED_OUT, "the metadata this answer rests on did not commit in time") from None
+        if not data:
+            if rests_on is not None:
+                try:  # it fails as the write that made it does
+                    await asyncio.wait_for(asyncio.shield(rests_on), self.config.write_timeout_s)
+                except (RaftError, asyncio.TimeoutError):
+                    raise self.not_controller() if not self.active else ApiError(
+                        ErrorCode.REQUEST_TIMED_OUT, "the metadata this answer rests on did not commit in time") from None
             return result
         try:
             await asyncio.wait_for(asyncio.shield(fut), self.config.write_timeout_s)
@@ -222,20 +217,20 @@ class QuorumController:
 
     @staticmethod
     def _prepare(build: Callable[[MetadataImage], tuple[list[MetadataRecord], T]], view: MetadataImage,
-                 index: int, term: int, validate_only: bool
-                 ) -> tuple[list[MetadataRecord], T, bytes, MetadataImage | None]:
-        """Records, result, the encoded batch and the view after it; the batch is checked by
-        replaying it onto the view, so a bad batch never reaches the log."""
+                 index: int, term: int, validate_only: bool) -> tuple[T, bytes, MetadataImage | None]:
+        """The result, the encoded batch (empty when there is nothing to write) and the view
+        after it; the batch is checked by replaying it onto the view, so a bad batch never
+        reaches the log."""
         records, result = build(view)
         if not records or validate_only:
-            return records, result, b"", None
+            return result, b"", None
         delta = MetadataDelta(view)
         try:
             delta.replay_batch(records, index, term)
         except RecordError as e:  # our own bug: never write it
             log.error("refusing to write an invalid batch: %s", e)
             raise ApiError(ErrorCode.UNKNOWN_SERVER_ERROR, f"internal error: {e}") from None
-        return records, result, encode_batch(records, append_time_ms=int(time.time() * 1000)), delta.apply()
+        return result, encode_batch(records, append_time_ms=int(time.time() * 1000)), delta.apply()
 
     def _drop_from(self, index: int) -> None:
         """A proposal failed: it and everything after it will not commit in this term."""

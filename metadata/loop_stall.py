@@ -24,11 +24,6 @@ class LoopStallProbe:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="loop-stall-probe")
         return self
 
-    def reset(self) -> float:
-        """The longest stall so far (ms), and start counting again."""
-        worst, self.max_stall_ms = self.max_stall_ms, 0.0
-        return worst
-
     async def _run(self) -> None:
         while True:
             due = time.perf_counter() + self.interval_s
