@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-PROTOS := $(wildcard protos/*.proto raft/proto/*.proto)
+PROTOS := $(wildcard protos/*.proto raft/proto/*.proto raft/examples/kv/*.proto)
 GEN    := $(PROTOS:.proto=_pb2.py)
 SEEDS  ?= 20000
 STEPS  ?= 3000
@@ -61,4 +61,4 @@ bench-raft: venv
 	$(PY) -m bench.raft_all
 
 clean:
-	rm -rf $(VENV) build *.egg-info protos/*_pb2*.py protos/*_pb2.pyi raft/proto/*_pb2*.py raft/proto/*_pb2.pyi
+	rm -rf $(VENV) build *.egg-info protos/*_pb2*.py protos/*_pb2.pyi raft/proto/*_pb2*.py raft/proto/*_pb2.pyi raft/examples/kv/*_pb2*.py raft/examples/kv/*_pb2.pyi

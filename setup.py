@@ -1,5 +1,5 @@
-"""Generates the protobuf/gRPC modules from protos/*.proto and raft/proto/*.proto whenever a
-wheel is built.
+"""Generates the protobuf/gRPC modules from protos/*.proto, raft/proto/*.proto and
+raft/examples/kv/*.proto whenever a wheel is built.
 
 The generated *_pb2*.py files are build products (see .gitignore), never edited by hand.
 """
@@ -16,7 +16,8 @@ def generate_protos() -> None:
     import grpc_tools
 
     include = Path(grpc_tools.__file__).parent / "_proto"
-    for proto in sorted([*(root / "protos").glob("*.proto"), *(root / "raft" / "proto").glob("*.proto")]):
+    for proto in sorted([*(root / "protos").glob("*.proto"), *(root / "raft" / "proto").glob("*.proto"),
+                         *(root / "raft" / "examples" / "kv").glob("*.proto")]):
         rc = protoc.main([
             "protoc", f"-I{root}", f"-I{include}",
             f"--python_out={root}", f"--grpc_python_out={root}", f"--pyi_out={root}",

@@ -31,7 +31,7 @@ def summary(system: str, clients: int, value: int, lat: list[float], elapsed: fl
 async def put_load(stub, clients: int, seconds: float, value: int) -> tuple[list[float], float]:
     """``clients`` concurrent callers each doing one KV Put at a time on ``stub`` for
     ``seconds`` (the etcd anchor's workload); returns (latencies, elapsed seconds)."""
-    from protos import kv_pb2 as pb
+    from raft.examples.kv import kv_pb2 as pb
 
     val = b"v" * value
     lat: list[float] = []
@@ -84,7 +84,7 @@ class KVProcesses:
         self.args = list(args)
         self.procs: dict[int, subprocess.Popen] = {}
         for nid in self.ids:
-            subprocess.run([sys.executable, "-m", "examples.kv.cli", "format", "--id", str(nid),
+            subprocess.run([sys.executable, "-m", "raft.examples.kv.cli", "format", "--id", str(nid),
                             "--data-dir", str(self.base / f"n{nid}"), "--cluster-id", "bench"],
                            cwd=REPO, check=True, capture_output=True)
             self.start(nid)
@@ -95,7 +95,7 @@ class KVProcesses:
     def start(self, nid: int) -> None:
         log = open(self.base / f"n{nid}.log", "a")
         self.procs[nid] = subprocess.Popen(
-            [sys.executable, "-m", "examples.kv.cli", "serve", "--id", str(nid), "--voters", self.voters,
+            [sys.executable, "-m", "raft.examples.kv.cli", "serve", "--id", str(nid), "--voters", self.voters,
              "--data-dir", str(self.base / f"n{nid}"), "--log-level", "WARNING", *self.args],
             cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
 
@@ -104,7 +104,7 @@ class KVProcesses:
         self.procs[nid].wait()
 
     async def leader(self, timeout: float = 20.0, among: list[int] | None = None) -> int:
-        from examples.kv.client import KVClient
+        from raft.examples.kv.client import KVClient
         c = KVClient([self.endpoint(i) for i in self.ids], attempt_timeout=0.5)
         deadline = time.monotonic() + timeout
         try:

@@ -11,7 +11,7 @@ import asyncio
 import statistics
 import time
 
-from examples.kv.client import KVClient, KVError
+from raft.examples.kv.client import KVClient, KVError
 
 from .common import KVProcesses, emit
 

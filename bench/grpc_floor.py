@@ -14,8 +14,8 @@ import sys
 
 import grpc
 
-from protos import kv_pb2 as pb
-from protos import kv_pb2_grpc
+from raft.examples.kv import kv_pb2 as pb
+from raft.examples.kv import kv_pb2_grpc
 
 from .common import REPO, emit, free_ports, load_parser, put_load, summary
 

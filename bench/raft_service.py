@@ -10,8 +10,8 @@ import asyncio
 
 import grpc
 
-from protos import kv_pb2 as pb
-from protos import kv_pb2_grpc
+from raft.examples.kv import kv_pb2 as pb
+from raft.examples.kv import kv_pb2_grpc
 
 from .common import KVProcesses, emit, load_parser, put_load, summary
 

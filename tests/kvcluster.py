@@ -16,10 +16,10 @@ import threading
 import time
 from pathlib import Path
 
-from examples.kv.client import KVClient
+from raft.examples.kv.client import KVClient
 
 REPO = Path(__file__).resolve().parent.parent
-RAFT_KV = [sys.executable, "-m", "examples.kv.cli"]
+RAFT_KV = [sys.executable, "-m", "raft.examples.kv.cli"]
 
 
 def free_ports(n: int, avoid: set[int] = frozenset()) -> list[int]:

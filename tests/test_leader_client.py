@@ -4,8 +4,8 @@ resolves (docker compose) or its port refuses, and is reported unknown only once
 reached a server (docs/raft.md, "Write outcomes")."""
 import asyncio
 
-from examples.kv.client import KVClient
-from examples.kv.server import build
+from raft.examples.kv.client import KVClient
+from raft.examples.kv.server import build
 from raft.config import NodeOptions
 from raft.storage import format_storage
 from tests.kvcluster import free_ports

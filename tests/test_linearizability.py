@@ -1,4 +1,4 @@
-"""The linearizability checker (examples/kv/linearizability.py): hand-written histories it must
+"""The linearizability checker (raft/examples/kv/linearizability.py): hand-written histories it must
 accept or reject, agreement with a brute-force checker, randomized histories of a real atomic
 register (and corrupted ones), its budget guard, its speed, and the history recorder."""
 import asyncio
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from examples.kv.linearizability import (CheckResult, HistoryRecorder, Operation, Outcome, Status,
+from raft.examples.kv.linearizability import (CheckResult, HistoryRecorder, Operation, Outcome, Status,
                                           check)
 
 INF = math.inf

@@ -9,7 +9,8 @@ import logging
 import grpc
 import pytest
 
-from protos import broker_pb2_grpc, controller_pb2_grpc, kv_pb2_grpc
+from protos import broker_pb2_grpc, controller_pb2_grpc
+from raft.examples.kv import kv_pb2_grpc
 from raft.proto import raft_pb2_grpc
 from raft.transport import add_service
 

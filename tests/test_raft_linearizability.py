@@ -7,8 +7,8 @@ import itertools
 import random
 import signal
 
-from examples.kv.client import KVError, OutcomeUnknown
-from examples.kv.linearizability import HistoryRecorder, check
+from raft.examples.kv.client import KVError, OutcomeUnknown
+from raft.examples.kv.linearizability import HistoryRecorder, check
 
 
 async def _client(cluster, rec, cid, keys, stop, rng):

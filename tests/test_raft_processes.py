@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from examples.kv.client import KVError
+from raft.examples.kv.client import KVError
 from raft.storage import wal
 from tests.eventually import eventually
 from tests.kvcluster import wipe

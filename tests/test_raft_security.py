@@ -11,8 +11,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from examples.kv.client import KVClient, KVError
-from examples.kv.server import build
+from raft.examples.kv.client import KVClient, KVError
+from raft.examples.kv.server import build
 from raft.proto import raft_pb2 as pb
 from raft.config import NodeOptions, TLSConfig
 from raft.messages import Entry, Message, MessageType

@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 
-from examples.kv.client import OutcomeUnknown as KVOutcomeUnknown
+from raft.examples.kv.client import OutcomeUnknown as KVOutcomeUnknown
 from metadata.errors import ErrorCode as E
 from protos import controller_pb2 as pb
 from raft.errors import NodeStopped, NotLeader, OutcomeUnknown, ProposalDropped

@@ -13,8 +13,12 @@ import signal
 import sys
 from typing import Any, Awaitable, Callable
 
-import click
 import grpc
+
+try:
+    import click
+except ImportError:  # the base install is the library alone (pyproject.toml)
+    sys.exit("raft-kv: error: the command line needs click: pip install 'pykraft[server]'")
 
 from raft.proto import raft_pb2 as rpb
 from raft.config import ConfigError, NodeOptions, TLSConfig

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import grpc
 
-from protos import kv_pb2 as pb
-from protos import kv_pb2_grpc
+from raft.examples.kv import kv_pb2 as pb
+from raft.examples.kv import kv_pb2_grpc
 from raft.proto import raft_pb2 as rpb
 from raft.proto import raft_pb2_grpc
 from raft.client import LeaderClient

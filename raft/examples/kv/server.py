@@ -5,8 +5,8 @@ import asyncio
 
 import grpc
 
-from protos import kv_pb2 as pb
-from protos import kv_pb2_grpc
+from raft.examples.kv import kv_pb2 as pb
+from raft.examples.kv import kv_pb2_grpc
 from raft.admin import abort_with
 from raft.errors import RaftError
 from raft.node import RaftNode

@@ -4,7 +4,7 @@ from __future__ import annotations
 import struct
 from typing import BinaryIO, Callable
 
-from protos import kv_pb2 as pb
+from raft.examples.kv import kv_pb2 as pb
 from raft.messages import Entry
 
 _PAIR = struct.Struct(">II")

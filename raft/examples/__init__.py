@@ -1,0 +1,1 @@
+"""Example services built on the library: ``kv``, a replicated key-value store (``raft-kv``)."""
