@@ -8,7 +8,7 @@ import re
 import socket
 from dataclasses import dataclass, field
 
-from raft.config import ConfigError, parse_voters, read_properties
+from raft.config import ConfigError, bounded_int, parse_voters, read_properties
 
 ROLES = {"controller", "broker"}
 _LISTENER = re.compile(r"^([A-Za-z][A-Za-z0-9_]*)://(\[[0-9a-fA-F:.]*\]|[A-Za-z0-9_.-]*):(\d{1,5})$")
@@ -33,12 +33,9 @@ def _int(props: dict[str, str], key: str, default: int, minimum: int = 0) -> int
     if raw is None:
         return default
     try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{key}={raw!r} is not an integer") from None
-    if value < minimum:
-        raise ConfigError(f"{key}={value} must be at least {minimum}")
-    return value
+        return bounded_int(raw, minimum)
+    except ValueError as e:
+        raise ConfigError(f"{key}={e}") from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from raft.config import bounded_int
+
 from .errors import ApiError, ErrorCode
 
 LONG_MAX = (1 << 63) - 1
@@ -14,11 +16,9 @@ INT_MAX = (1 << 31) - 1
 def _int(lo: int, hi: int) -> Callable[[str], str | None]:
     def check(v: str) -> str | None:
         try:
-            n = int(v)
-        except ValueError:
-            return f"value {v!r} is not an integer"
-        if not lo <= n <= hi:
-            return f"value {n} must be between {lo} and {hi}"
+            bounded_int(v, lo, hi)
+        except ValueError as e:
+            return f"value {e}"
         return None
     return check
 

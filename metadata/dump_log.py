@@ -36,6 +36,7 @@ from protos import metadata_pb2 as pb
 from raft.errors import StorageError
 from raft.messages import ConfChange, Entry, EntryType
 from raft.storage import wal
+from raft.storage.frames import FRAME
 from raft.storage.snapshot_file import is_raft_snapshot, open_payload, read_meta, verify_payload
 
 from .record_json import JsonValue, format_time, record_to_dict
@@ -252,11 +253,11 @@ def _segment(path: str, data: bytes, newest: bool) -> Iterator[Item]:
                 yield TornTail(path, at, t.reason)
                 return
             if t.reason == "checksum mismatch" and not t.at_tail:
-                length, stored = wal.FRAME.unpack_from(data, at)
-                body = data[at + wal.FRAME.size:at + wal.FRAME.size + length]
+                length, stored = FRAME.unpack_from(data, at)
+                body = data[at + FRAME.size:at + FRAME.size + length]
                 seen += 1
-                yield BadFrame(path, at, wal.FRAME.size + length, stored, zlib.crc32(body))
-                start = at + wal.FRAME.size + length
+                yield BadFrame(path, at, FRAME.size + length, stored, zlib.crc32(body))
+                start = at + FRAME.size + length
                 continue
             if not seen:
                 raise DumpError(f"{path}: byte {at}: not a write-ahead log segment or a snapshot "

@@ -28,6 +28,7 @@ from typing import Any, BinaryIO
 from google.protobuf.message import DecodeError
 
 from protos import metadata_pb2 as pb
+from raft.storage.frames import FRAME, FrameError, read_frame
 
 from .delta import MetadataDelta
 from .image import METADATA_VERSION, MetadataImage
@@ -41,7 +42,6 @@ MAX_RECORD_BYTES = 16 << 20
 MAX_HEADER_BYTES = 1 << 20
 
 _PREFIX = struct.Struct(">4sIII")     # magic, format version, header length, header crc32
-_FRAME = struct.Struct(">II")         # record length, record crc32
 _FOOTER_HEAD = struct.Struct(">IQI")  # index interval, record count, index entry count
 _INDEX_ENTRY = struct.Struct(">Q")    # byte offset of a record
 _CRC = struct.Struct(">I")
@@ -177,7 +177,7 @@ def _write(image: MetadataImage, f: BinaryIO, created_ms: int, interval: int) ->
                         header]
     pos = buffered = _PREFIX.size + len(header)
     index: list[int] = []
-    crc32, frame = zlib.crc32, _FRAME.pack
+    crc32, frame = zlib.crc32, FRAME.pack
     written = 0
     for i, record in enumerate(_records(image, reuse=True)):
         if i % interval == 0:
@@ -185,7 +185,7 @@ def _write(image: MetadataImage, f: BinaryIO, created_ms: int, interval: int) ->
         data = record.SerializeToString(deterministic=True)
         out.append(frame(len(data), crc32(data)))
         out.append(data)
-        n = _FRAME.size + len(data)
+        n = FRAME.size + len(data)
         pos += n
         buffered += n
         written = i + 1
@@ -292,23 +292,20 @@ def _read_header(r: _Reader) -> pb.SnapshotHeader:
 
 def _read_frame(r: _Reader, i: int) -> tuple[int, bytes]:
     """The next frame's start and its record bytes, CRC checked."""
-    buf, at = r.buf, r.at
-    if len(buf) - at >= _FRAME.size:  # the common case: the whole frame is buffered
-        length, crc = _FRAME.unpack_from(buf, at)
-        end = at + _FRAME.size + length
-        if end <= len(buf):
-            data = buf[at + _FRAME.size:end]
-            if zlib.crc32(data) == crc:
-                r.at = end
-                return r.base + at, data
+    at = r.at
+    try:  # the common case: the whole frame is buffered
+        data, r.at = read_frame(r.buf, at, MAX_RECORD_BYTES)
+        return r.base + at, data
+    except FrameError:
+        pass  # read on if the buffer ends inside it; any damage is named below
     start = r.pos
-    length, crc = _FRAME.unpack(r.take(_FRAME.size, f"the frame header of record {i}"))
-    if length > MAX_RECORD_BYTES:
-        raise r.error(f"record {i}: length {length} exceeds {MAX_RECORD_BYTES}", start)
-    data = r.take(length, f"record {i}")
-    if zlib.crc32(data) != crc:
-        raise r.error(f"record {i}: CRC mismatch (stored {crc:#010x}, computed "
-                      f"{zlib.crc32(data):#010x})", start)
+    head = r.take(FRAME.size, f"the frame header of record {i}")
+    length = FRAME.unpack(head)[0]
+    body = r.take(length, f"record {i}") if length <= MAX_RECORD_BYTES else b""
+    try:
+        data, _ = read_frame(head + body, 0, MAX_RECORD_BYTES)
+    except FrameError as e:
+        raise r.error(f"record {i}: {e.problem}", start) from None
     return start, data
 
 
@@ -365,18 +362,9 @@ def read_snapshot(source: Source) -> MetadataImage:
         where = [0, r.pos]    # the record being replayed: its number and byte offset
 
         def records() -> Iterator[MetadataRecord]:
-            parse, unpack, crc32, size = (pb.MetadataRecord.FromString, _FRAME.unpack_from,
-                                          zlib.crc32, _FRAME.size)
+            parse = pb.MetadataRecord.FromString
             for i in range(count):
-                buf, at = r.buf, r.at
-                data = None
-                if len(buf) - at >= size:  # the common case inline: buffered and sound
-                    length, crc = unpack(buf, at)
-                    end = at + size + length
-                    if end <= len(buf) and crc32(frame := buf[at + size:end]) == crc:
-                        r.at, start, data = end, r.base + at, frame
-                if data is None:  # at the end of the buffer, or damaged: the careful path
-                    start, data = _read_frame(r, i)
+                start, data = _read_frame(r, i)
                 try:
                     record = parse(data)  # replay checks its type and version
                 except DecodeError:

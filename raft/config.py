@@ -39,6 +39,20 @@ def read_properties(path: str) -> dict[str, str]:
     return props
 
 
+def bounded_int(text: str, least: int, most: int | None = None) -> int:
+    """The one parser of integer options: ``text`` as an int within [least, most], or a
+    ValueError whose message callers prefix with the option's name."""
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"{text!r} is not an integer") from None
+    if most is not None and not least <= value <= most:
+        raise ValueError(f"{value} must be between {least} and {most}")
+    if value < least:
+        raise ValueError(f"{value} must be at least {least}")
+    return value
+
+
 def parse_voters(text: str) -> dict[int, str]:
     """``1@host:9093,2@host:9094`` -> {1: "host:9093", 2: "host:9094"}."""
     voters: dict[int, str] = {}

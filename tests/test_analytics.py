@@ -540,7 +540,7 @@ def test_only_local_masters_run_tasks_in_the_driver() -> None:
 def test_bad_options_are_clear(spark, crafted) -> None:
     path, _ = crafted
     for options, fragment in (({"table": "nope"}, "option 'table' must be one of"),
-                              ({"table": "topics", "numPartitions": "x"}, "must be an integer"),
+                              ({"table": "topics", "numPartitions": "x"}, "is not an integer"),
                               ({"table": "records", "source": "neither"}, "option 'source'")):
         reader = spark.read.format("kraft")
         for k, v in options.items():

@@ -10,14 +10,12 @@ bytes, in the layout every protobuf serializer writes (fields in number order), 
 each distinct tail once. Records in any other layout take the ordinary parse, so the result
 is always the parser's.
 
-``frames`` walks [u32 length][u32 CRC-32][record] frames (docs/metadata-snapshot-format.md)
+``frames`` walks the record frames (``raft.storage.frames``, docs/metadata-snapshot-format.md)
 over a whole range read in large blocks, checking each CRC; its errors name the file, byte
 and record as ``metadata.snapshot``'s do.
 """
 from __future__ import annotations
 
-import struct
-import zlib
 from collections.abc import Iterator
 from typing import BinaryIO
 
@@ -27,8 +25,8 @@ from metadata.log_dir import MetadataLogError
 from metadata.records import MetadataRecord, RecordError, decode_record
 from metadata.snapshot import MAX_RECORD_BYTES, SnapshotInfo
 from protos import metadata_pb2 as pb
+from raft.storage.frames import FRAME, FrameError, read_frame
 
-_FRAME = struct.Struct(">II")
 _BLOCK = 4 << 20
 #: A MetadataRecord of version 1 holding field 9 (``partition``), length-delimited.
 _PARTITION_PREFIX = b"\x08\x01\x4a"
@@ -57,28 +55,22 @@ def frames(f: BinaryIO, info: SnapshotInfo, start: int, end: int
     base, stop = byte_range(info, start, end)
     f.seek(base)
     buf, at = b"", 0  # buf holds the file from byte ``base``; the next frame is at buf[at]
-    unpack, crc32, size = _FRAME.unpack_from, zlib.crc32, _FRAME.size
+    size = FRAME.size
     for i in range(start, end):
         pos = base + at
-        if len(buf) - at < size:
-            buf, at, base = _refill(f, buf, at, base, size, stop)
-            if len(buf) < size:
-                raise _error(info.name, pos, f"truncated: the frame header of record {i} needs "
-                                             f"{size} bytes, the file has {len(buf)} left")
-        length, crc = unpack(buf, at)
-        if length > MAX_RECORD_BYTES:
-            raise _error(info.name, pos, f"record {i}: length {length} exceeds "
-                                         f"{MAX_RECORD_BYTES}")
-        if len(buf) - at - size < length:
-            buf, at, base = _refill(f, buf, at, base, size + length, stop)
-            if len(buf) - size < length:
-                raise _error(info.name, pos, f"truncated: record {i} needs {length} bytes, the "
-                                             f"file has {len(buf) - size} left")
-        data = buf[at + size:at + size + length]
-        if crc32(data) != crc:
-            raise _error(info.name, pos, f"record {i}: CRC mismatch (stored {crc:#010x}, "
-                                         f"computed {crc32(data):#010x})")
-        at += size + length
+        while True:
+            try:
+                data, next_at = read_frame(buf, at, MAX_RECORD_BYTES)
+                break
+            except FrameError as e:
+                if not e.short:
+                    raise _error(info.name, pos, f"record {i}: {e.problem}") from None
+                had = len(buf) - at  # the buffer ends inside the frame: read on
+                buf, at, base = _refill(f, buf, at, base, size + e.length, stop)
+                if len(buf) - at <= had:
+                    raise _error(info.name, pos, f"truncated: record {i} ({e.problem}), the "
+                                                 f"file has {had} bytes left") from None
+        at = next_at
         if base + at > stop:
             raise _error(info.name, pos, f"record {i} runs past byte {stop}, where the index "
                                          "says the next block (or the footer) starts")

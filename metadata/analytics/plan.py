@@ -22,6 +22,7 @@ from pyspark.sql.datasource import InputPartition
 from metadata.log_dir import LogBatch, MetadataLogError, open_snapshot
 from metadata.records import decode_record, type_name
 from metadata.snapshot import SnapshotError, SnapshotInfo, read_info, record_ranges
+from raft.config import bounded_int
 
 from . import rows as R
 from .errors import AnalyticsError
@@ -72,12 +73,9 @@ def _int(options: Mapping[str, str], name: str, least: int) -> int | None:
     if value is None or value == "":
         return None
     try:
-        number = int(value)
-    except ValueError:
-        raise AnalyticsError(f"option {name!r} must be an integer; got {value!r}") from None
-    if number < least:
-        raise AnalyticsError(f"option {name!r} must be at least {least}; got {number}")
-    return number
+        return bounded_int(value, least)
+    except ValueError as e:
+        raise AnalyticsError(f"option {name!r}: {e}") from None
 
 
 # -- input partitions ------------------------------------------------------------------------

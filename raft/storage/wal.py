@@ -1,7 +1,7 @@
 """The write-ahead log: segment files of CRC-framed records.
 
-A frame is ``[u32 body length][u32 crc32(body)][body]``; the body's first byte is the record
-type. Segments are named after the first log index they were opened for
+A frame is ``[u32 body length][u32 crc32(body)][body]`` (``frames``); the body's first byte
+is the record type. Segments are named after the first log index they were opened for
 (``00000000000000000001.log``). The log is append-only: an entry whose index is at or below
 the current end replaces everything from that index on, so truncating a conflicting suffix
 never rewrites a byte already on disk. Every segment begins with the hard state in force when
@@ -18,8 +18,7 @@ from typing import Iterator
 
 from ..errors import StorageError
 from ..messages import Entry, EntryType, HardState
-
-FRAME = struct.Struct(">II")
+from .frames import FRAME, FrameError, encode_frame, read_frame
 ENTRY_HEAD = struct.Struct(">BQQB")
 HARDSTATE = struct.Struct(">BQQQ")
 BASE = struct.Struct(">BQQ")
@@ -31,18 +30,15 @@ REC_BASE = 3  # the log restarts after (index, term): written when a snapshot re
 
 
 def encode_entry(e: Entry) -> bytes:
-    body = ENTRY_HEAD.pack(REC_ENTRY, e.index, e.term, e.type) + e.data
-    return FRAME.pack(len(body), zlib.crc32(body)) + body
+    return encode_frame(ENTRY_HEAD.pack(REC_ENTRY, e.index, e.term, e.type) + e.data)
 
 
 def encode_hard_state(hs: HardState) -> bytes:
-    body = HARDSTATE.pack(REC_HARDSTATE, hs.term, hs.vote, hs.commit)
-    return FRAME.pack(len(body), zlib.crc32(body)) + body
+    return encode_frame(HARDSTATE.pack(REC_HARDSTATE, hs.term, hs.vote, hs.commit))
 
 
 def encode_base(index: int, term: int) -> bytes:
-    body = BASE.pack(REC_BASE, index, term)
-    return FRAME.pack(len(body), zlib.crc32(body)) + body
+    return encode_frame(BASE.pack(REC_BASE, index, term))
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,26 +87,24 @@ def read_segment(path: str) -> Iterator[WalRecord]:
 def decode_frames(data: bytes) -> Iterator[WalRecord]:
     off, end = 0, len(data)
     while off < end:
-        if end - off < FRAME.size:
-            raise Torn(off, "frame header cut short", at_tail=True)
-        length, crc = FRAME.unpack_from(data, off)
-        body_at = off + FRAME.size
-        if length == 0 and crc == 0 and not any(data[off:]):
+        if not any(data[off:off + FRAME.size]) and not any(data[off:]):
             raise Torn(off, "zero-filled tail", at_tail=True)
-        if length > MAX_RECORD:
-            raise Torn(off, f"implausible record length {length}", at_tail=_rest_is_unreadable(data, off))
-        if body_at + length > end:
-            raise Torn(off, f"record of {length} bytes cut short at {end - body_at}", at_tail=True)
-        body = data[body_at:body_at + length]
-        if zlib.crc32(body) != crc:
-            at_tail = body_at + length == end or not any(data[body_at + length:])
-            raise Torn(off, "checksum mismatch", at_tail=at_tail)
         try:
-            rec = decode_body(body, off, FRAME.size + length)
+            body, next_off = read_frame(data, off, MAX_RECORD)
+        except FrameError as e:
+            if e.short:
+                raise Torn(off, e.problem, at_tail=True) from None
+            if e.computed is None:
+                raise Torn(off, f"implausible record length {e.length}",
+                           at_tail=_rest_is_unreadable(data, off)) from None
+            after = off + FRAME.size + e.length
+            raise Torn(off, "checksum mismatch", at_tail=not any(data[after:])) from None
+        try:
+            rec = decode_body(body, off, next_off - off)
         except ValueError as e:
             raise Torn(off, str(e), at_tail=False) from None
         yield rec
-        off = body_at + length
+        off = next_off
 
 
 def _rest_is_unreadable(data: bytes, off: int) -> bool:
