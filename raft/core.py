@@ -12,12 +12,14 @@ from __future__ import annotations
 import random
 import zlib
 from dataclasses import dataclass, field
+from enum import Enum
+from typing import Callable
 
 from .errors import CommittedConflict, NotLeader, ProposalDropped, RaftError
 from .log import RaftLog
 from .messages import (ConfChange, ConfChangeType, Entry, EntryType, HardState, Membership,
                        Message, MessageType as MT, ReadState, Ready, Role, Snapshot,
-                       SnapshotMeta, SnapshotSource, BytesSnapshotSource, SoftState)
+                       SnapshotMeta, SnapshotSource, BytesReceiver, SnapshotReceiver, SoftState)
 from .progress import Progress, ProgressState
 
 
@@ -46,6 +48,12 @@ class CoreConfig:
             raise ValueError("flow-control limits must be positive")
 
 
+class VoteResult(Enum):
+    WON = "won"
+    LOST = "lost"
+    PENDING = "pending"
+
+
 @dataclass(slots=True)
 class _ReadRequest:
     index: int
@@ -56,7 +64,8 @@ class _ReadRequest:
 class _IncomingSnapshot:
     key: tuple[int, int, int, int]  # (term, leader, snapshot index, snapshot term)
     meta: SnapshotMeta
-    buf: bytearray = field(default_factory=bytearray)
+    receiver: SnapshotReceiver  # the chunks go straight here (to disk), never into a buffer
+    size: int = 0  # bytes received so far: the offset the next chunk must start at
     crc: int = 0
 
 
@@ -96,9 +105,12 @@ class RaftCore:
     def __init__(self, node_id: int, config: CoreConfig | None = None, *, seed: int = 0,
                  hard_state: HardState | None = None, snapshot: SnapshotMeta | None = None,
                  entries: list[Entry] | None = None, membership: Membership | None = None,
-                 snapshot_source: SnapshotSource | None = None) -> None:
+                 snapshot_source: SnapshotSource | None = None,
+                 receive_snapshot: Callable[[SnapshotMeta], SnapshotReceiver] = BytesReceiver) -> None:
         """Start from what storage recovered: ``snapshot`` (or, on a fresh node, the bootstrap
-        ``membership``), the ``entries`` after it and the last ``hard_state``."""
+        ``membership``), the ``entries`` after it and the last ``hard_state``. Snapshots
+        arriving from a leader are written to ``receive_snapshot(meta)`` chunk by chunk
+        (``Storage.receive_snapshot``; in memory by default)."""
         if node_id <= 0:
             raise ValueError("node ids are positive integers")
         self.id = node_id
@@ -128,6 +140,7 @@ class RaftCore:
         self.read_queue: dict[bytes, _ReadRequest] = {}
         self.reads_waiting_commit: list[bytes] = []
         self.dropped_reads: list[bytes] = []
+        self._receive_snapshot = receive_snapshot
         self.incoming: _IncomingSnapshot | None = None
         self.pending_snapshot: Snapshot | None = None
         self.dropped: dict[str, int] = {}
@@ -294,6 +307,12 @@ class RaftCore:
             pr.next = self.log.last_index() + 1
             self._drop("peer_reset")
 
+    def caught_up(self, node_id: int) -> bool:
+        """On a leader: whether ``node_id`` holds every committed entry (a learner ready to
+        be promoted without weighing on the quorum, as in etcd's learner promotion)."""
+        pr = self.progress.get(node_id) if self.role == Role.LEADER else None
+        return pr is not None and pr.match >= self.log.committed
+
     def membership_at(self, index: int) -> Membership:
         """The configuration in force after applying ``index`` (for snapshot metadata)."""
         if index < self.snapshot_meta.index:
@@ -416,7 +435,7 @@ class RaftCore:
             self.role = Role.CANDIDATE
             self.vote = self.id
             vterm, vtype = self.term, MT.VOTE
-        if self._poll(self.id, True) == "won":
+        if self._poll(self.id, True) == VoteResult.WON:
             if pre:
                 self._campaign(pre=False)
             else:
@@ -427,17 +446,18 @@ class RaftCore:
             if nid != self.id:
                 self._send(Message(vtype, nid, self.id, vterm, index=li, log_term=lt, force=force))
 
-    def _poll(self, nid: int, granted: bool) -> str:
+    def _poll(self, nid: int, granted: bool) -> VoteResult:
+        """Record ``nid``'s (pre-)vote, the first one only, and count (Raft §5.2)."""
         if nid in self.membership.voters:
             self.votes.setdefault(nid, granted)
         yes = sum(1 for v in self.votes.values() if v)
         no = len(self.votes) - yes
         q = self.membership.quorum()
         if yes >= q:
-            return "won"
+            return VoteResult.WON
         if no > len(self.membership.voters) - q:
-            return "lost"
-        return "pending"
+            return VoteResult.LOST  # a majority can no longer be reached
+        return VoteResult.PENDING
 
     # ------------------------------------------------------------------ leader --
 
@@ -451,13 +471,8 @@ class RaftCore:
                 return
             self.lead_transferee = 0
         for nid, pr in self.progress.items():
-            if pr.state == ProgressState.SNAPSHOT:
-                pr.snap_idle += 1
-                if pr.snap_idle >= self.cfg.election_ticks:  # chunks or acks were lost
-                    pr.snap_idle = 0
-                    pr.snap_offset = pr.snap_acked
-                    pr.snap_rewound = -1
-                    self._send_snapshot(nid, pr)
+            if pr.snapshot is not None and pr.snapshot.tick(self.cfg.election_ticks):
+                self._send_snapshot(nid, pr)  # chunks or acknowledgements were lost
         if self.heartbeat_elapsed >= self.cfg.heartbeat_ticks:
             self.heartbeat_elapsed = 0
             self._bcast_heartbeat(next(reversed(self.read_queue), b""))
@@ -512,14 +527,6 @@ class RaftCore:
 
     def _maybe_decrease(self, pr: Progress, m: Message) -> bool:
         """A follower rejected the append whose previous entry is ``m.index``."""
-        if pr.state == ProgressState.REPLICATE:
-            if m.index <= pr.match:
-                return False  # stale rejection
-        elif pr.state == ProgressState.PROBE:
-            if pr.next - 1 != m.index:
-                return False  # answers an older probe
-        else:
-            return False
         if self.cfg.fast_backoff:
             nxt = m.hint_index
             if m.hint_term > 0:
@@ -528,9 +535,7 @@ class RaftCore:
                     nxt = last + 1
         else:
             nxt = m.index  # the seed's rule: step back one entry per rejection
-        pr.become_probe()
-        pr.next = max(min(nxt, m.index), pr.match + 1)
-        return True
+        return pr.maybe_decrease(m.index, nxt)
 
     def _maybe_commit(self) -> bool:
         """Raft §5.4.2: commit the highest index on a majority, only if it is of our term."""
@@ -592,18 +597,14 @@ class RaftCore:
                 self._drop("snapshot_unavailable")
                 return False
             pr.become_snapshot(self.snapshot_source)
-        src = pr.snap_source
-        meta = src.meta
-        chunk = self.cfg.snapshot_chunk_bytes
-        window = chunk * self.cfg.snapshot_chunks_inflight
+        transfer = pr.snapshot
+        assert transfer is not None
+        meta = transfer.source.meta
         sent = False
-        while pr.snap_offset <= meta.size and pr.snap_offset - pr.snap_acked < window:
-            off = pr.snap_offset
-            data = src.read(off, min(chunk, meta.size - off))
-            done = off + len(data) >= meta.size
+        for off, data, last in transfer.chunks(self.cfg.snapshot_chunk_bytes,
+                                               self.cfg.snapshot_chunk_bytes * self.cfg.snapshot_chunks_inflight):
             self._send(Message(MT.SNAPSHOT, to, self.id, self.term, snapshot=meta, offset=off,
-                               data=data, done=done))
-            pr.snap_offset = meta.size + 1 if done else off + len(data)
+                               data=data, done=last))
             sent = True
         return sent
 
@@ -614,17 +615,10 @@ class RaftCore:
                 pr.become_probe()
             self._send_append(m.frm)
             return
-        if pr.state != ProgressState.SNAPSHOT or m.index != pr.snap_index:
+        if pr.snapshot is None or m.index != pr.snapshot.index:
             return
-        pr.snap_idle = 0
-        if m.reject:
-            if m.offset == pr.snap_rewound:
-                return  # the other chunks of the window that followed the gap
-            pr.snap_offset = pr.snap_acked = pr.snap_rewound = m.offset
-        elif m.offset > pr.snap_acked:
-            pr.snap_acked = m.offset
-            pr.snap_rewound = -1
-        self._send_snapshot(m.frm, pr)
+        if pr.snapshot.answered(m.offset, m.reject):
+            self._send_snapshot(m.frm, pr)
 
     # reads
 
@@ -688,12 +682,12 @@ class RaftCore:
             self._drop("unexpected_for_candidate")
             return
         outcome = self._poll(m.frm, not m.reject)
-        if outcome == "won":
+        if outcome == VoteResult.WON:
             if self.role == Role.PRE_CANDIDATE:
                 self._campaign(pre=False)
             else:
                 self._become_leader()
-        elif outcome == "lost":
+        elif outcome == VoteResult.LOST:
             self._become_follower(self.term, 0)
 
     def _handle_leader_traffic(self, m: Message) -> None:
@@ -734,59 +728,68 @@ class RaftCore:
         meta = m.snapshot
         assert meta is not None  # checked by _invalid
         if meta.index <= self.log.committed:
-            self.incoming = None
+            self._abandon_incoming()
             self._send(Message(MT.SNAPSHOT_RESP, m.frm, self.id, self.term,
                                index=self.log.committed, done=True))
             return
         key = (m.term, m.frm, meta.index, meta.term)
         inc = self.incoming
         if m.offset == 0:
-            inc = self.incoming = _IncomingSnapshot(key, meta)
+            self._abandon_incoming()
+            inc = self.incoming = _IncomingSnapshot(key, meta, self._receive_snapshot(meta))
         elif inc is None or inc.key != key:
             self._snap_reject(m, 0)
             return
-        if m.offset < len(inc.buf):  # a duplicate: say where we are, the leader may not know
+        if m.offset < inc.size:  # a duplicate: say where we are, the leader may not know
             self._send(Message(MT.SNAPSHOT_RESP, m.frm, self.id, self.term, index=meta.index,
-                               offset=len(inc.buf)))
+                               offset=inc.size))
             return
-        if m.offset > len(inc.buf):
-            self._snap_reject(m, len(inc.buf))  # a chunk was lost: ask for it again
+        if m.offset > inc.size:
+            self._snap_reject(m, inc.size)  # a chunk was lost: ask for it again
             return
-        if len(inc.buf) + len(m.data) > meta.size:
-            self.incoming = None
+        if inc.size + len(m.data) > meta.size:
+            self._abandon_incoming()
             self._snap_reject(m, 0)
             return
-        inc.buf += m.data
+        inc.receiver.write(m.data)
+        inc.size += len(m.data)
         inc.crc = zlib.crc32(m.data, inc.crc)
         if not m.done:
             self._send(Message(MT.SNAPSHOT_RESP, m.frm, self.id, self.term, index=meta.index,
-                               offset=len(inc.buf)))
+                               offset=inc.size))
             return
-        self.incoming = None
-        if len(inc.buf) != meta.size or inc.crc != meta.crc:
+        if inc.size != meta.size or inc.crc != meta.crc:
+            self._abandon_incoming()
             self._drop("snapshot_checksum")
             self._snap_reject(m, 0)
             return
-        self._install_snapshot(meta, bytes(inc.buf))
+        self.incoming = None
+        if self.log.match_term(meta.index, meta.term):
+            inc.receiver.abort()  # we hold that entry already: just commit up to it
+            old = self.log.committed
+            if self.log.commit_to(meta.index):
+                self._on_commit(old)
+        else:
+            self._install_snapshot(meta, inc.receiver.finish())
         self._send(Message(MT.SNAPSHOT_RESP, m.frm, self.id, self.term, index=meta.index, done=True))
+
+    def _abandon_incoming(self) -> None:
+        if self.incoming is not None:
+            self.incoming.receiver.abort()
+            self.incoming = None
 
     def _snap_reject(self, m: Message, offset: int) -> None:
         assert m.snapshot is not None
         self._send(Message(MT.SNAPSHOT_RESP, m.frm, self.id, self.term, index=m.snapshot.index,
                            offset=offset, reject=True))
 
-    def _install_snapshot(self, meta: SnapshotMeta, data: bytes) -> None:
-        if self.log.match_term(meta.index, meta.term):
-            old = self.log.committed  # we hold that entry already: just commit up to it
-            if self.log.commit_to(meta.index):
-                self._on_commit(old)
-            return
+    def _install_snapshot(self, meta: SnapshotMeta, source: SnapshotSource) -> None:
         self.log.restore(meta)
         self.snapshot_meta = meta
-        self.snapshot_source = BytesSnapshotSource(meta, data)
+        self.snapshot_source = source
         self.membership = meta.membership
         self._conf_history = []
-        self.pending_snapshot = Snapshot(meta, data)
+        self.pending_snapshot = Snapshot(meta, source)
 
     # ------------------------------------------------------------------ shared --
 

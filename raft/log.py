@@ -11,7 +11,14 @@ class RaftLog:
     ``snap_index`` is covered by the snapshot.
 
     Cursors: ``stable`` (last index known to be on disk), ``committed`` (known to be on a
-    majority), ``applied`` (handed to the application in a Ready).
+    majority), ``applied`` (handed to the application in a Ready). They keep, at every step
+    (``check``, asserted by the simulator after every event):
+
+        snap_index <= applied <= committed <= last_index    (nothing applied before it is
+                                                              committed, Raft §5.4)
+        snap_index <= stable <= last_index
+        entries[k].index == snap_index + 1 + k               (the log has no holes)
+        terms never decrease along the log                   (Raft §5.3, log matching)
     """
 
     __slots__ = ("snap_index", "snap_term", "entries", "committed", "applied", "stable")
@@ -24,6 +31,23 @@ class RaftLog:
         self.stable = self.last_index()
         self.committed = max(committed, snap_index)
         self.applied = snap_index
+
+    def check(self) -> None:
+        """Raise AssertionError if a cursor invariant above is broken (O(1): the ends)."""
+        problems = []
+        if not self.snap_index <= self.applied <= self.committed <= self.last_index():
+            problems.append("snapshot <= applied <= committed <= last")
+        if not self.snap_index <= self.stable <= self.last_index():
+            problems.append("snapshot <= stable <= last")
+        if self.entries and self.entries[0].index != self.snap_index + 1:
+            problems.append("the first entry follows the snapshot")
+        if self.entries and (self.entries[0].term < self.snap_term
+                             or self.entries[-1].term < self.entries[0].term):
+            problems.append("terms never decrease")
+        if problems:
+            raise AssertionError(f"log cursors broken ({'; '.join(problems)}): snapshot "
+                                 f"{self.snap_index}, applied {self.applied}, committed "
+                                 f"{self.committed}, stable {self.stable}, last {self.last_index()}")
 
     # -- reading -------------------------------------------------------------------------
 

@@ -6,10 +6,11 @@ transport (``raft.transport``) maps these to ``raft/proto/raft.proto`` at the ed
 """
 from __future__ import annotations
 
+import io
 import struct
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import NamedTuple
+from typing import BinaryIO, NamedTuple, Protocol
 
 
 class Role(IntEnum):
@@ -184,21 +185,18 @@ class Message:
                 f"lt={self.log_term} c={self.commit}{extra})")
 
 
-@dataclass(slots=True)
-class Snapshot:
-    """A state-machine snapshot with its Raft metadata. ``data`` is the application's bytes."""
-
-    meta: SnapshotMeta
-    data: bytes
-
-
 class SnapshotSource:
-    """Read access to the leader's latest snapshot, chunk by chunk, without loading it whole.
-    The durable storage supplies a file-backed one; tests use :class:`BytesSnapshotSource`."""
+    """Read access to a snapshot's payload, chunk by chunk, without loading it whole: for a
+    leader streaming it to a follower and for restoring the state machine. The durable
+    storage supplies a file-backed one; :class:`BytesSnapshotSource` holds bytes."""
 
     meta: SnapshotMeta
 
     def read(self, offset: int, size: int) -> bytes:  # pragma: no cover - protocol
+        raise NotImplementedError
+
+    def open_payload(self) -> BinaryIO:  # pragma: no cover - protocol
+        """The payload as a file object, for ``StateMachine.restore``."""
         raise NotImplementedError
 
 
@@ -209,6 +207,51 @@ class BytesSnapshotSource(SnapshotSource):
 
     def read(self, offset: int, size: int) -> bytes:
         return self._data[offset:offset + size]
+
+    def open_payload(self) -> BinaryIO:
+        return io.BytesIO(self._data)
+
+
+class SnapshotReceiver(Protocol):
+    """Where a follower writes a snapshot that arrives from the leader in chunks (Kafka's
+    FetchSnapshot into a RawSnapshotWriter), so it is never held whole in memory. The core
+    checks sizes and the checksum; storage makes the result durable when the Ready holding
+    it is saved."""
+
+    def write(self, data: bytes) -> None:
+        """Append the next chunk."""
+
+    def finish(self) -> SnapshotSource:
+        """Every byte has arrived: a source that reads them back."""
+
+    def abort(self) -> None:
+        """The transfer was abandoned: discard what was written."""
+
+
+class BytesReceiver:
+    """A :class:`SnapshotReceiver` in memory (the core's default, and MemoryStorage's)."""
+
+    def __init__(self, meta: SnapshotMeta) -> None:
+        self.meta = meta
+        self._buf = bytearray()
+
+    def write(self, data: bytes) -> None:
+        self._buf += data
+
+    def finish(self) -> SnapshotSource:
+        return BytesSnapshotSource(self.meta, bytes(self._buf))
+
+    def abort(self) -> None:
+        self._buf = bytearray()
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """A snapshot received from the leader, for storage to make durable and the state machine
+    to restore: its Raft metadata and a source of its payload."""
+
+    meta: SnapshotMeta
+    source: SnapshotSource
 
 
 class ReadState(NamedTuple):

@@ -1,5 +1,5 @@
-"""The embeddable Raft node: the pure core driven by one asyncio loop, with durable storage
-and the gRPC transport.
+"""The embeddable Raft node: the pure core driven by one asyncio loop, with a storage
+(durable on disk by default) and a transport (gRPC by default).
 
     node = RaftNode(1, "1@127.0.0.1:9091,2@127.0.0.1:9092,3@127.0.0.1:9093",
                     MyStateMachine(), data_dir="/var/lib/app/raft")
@@ -15,7 +15,6 @@ round trip (group commit).
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import logging
 import os
@@ -31,13 +30,14 @@ from .proto import raft_pb2_grpc
 from .admin import AdminService
 from .config import NodeOptions, parse_voters
 from .core import RaftCore
+from .driver import handle_ready
 from .errors import (LogCompacted, NodeStopped, NotLeader, OutcomeUnknown, ProposalDropped, RaftError,
                      StorageError)
-from .messages import (EARLY_TYPES, ConfChange, ConfChangeType, Entry, EntryType, Membership,
-                       Message, Ready, Role, SnapshotMeta, SnapshotSource, SoftState)
+from .messages import (ConfChange, ConfChangeType, Entry, EntryType, Membership, Message, Ready,
+                       Role, Snapshot, SnapshotMeta, SnapshotSource, SoftState)
 from .state_machine import StateMachine
-from .storage import DiskStorage, MemoryStorage
-from .transport import PeerTransport, add_port, add_service, channel_options
+from .storage import DiskStorage, Storage
+from .transport import PeerTransport, Transport, add_port, add_service, channel_options
 
 log = logging.getLogger("raft.node")
 
@@ -86,12 +86,18 @@ class NodeStatus:
 class RaftNode:
     def __init__(self, node_id: int, voters: dict[int, str] | str, state_machine: StateMachine, *,
                  data_dir: str | None = None, cluster_id: str | None = None,
-                 storage: DiskStorage | MemoryStorage | None = None,
+                 storage: Storage | None = None, transport: Transport | None = None,
                  options: NodeOptions | None = None, address: str | None = None,
                  seed: int | None = None, server: grpc.aio.Server | None = None) -> None:
         """``voters`` are the initial voters (``1@host:port,...``); once the cluster's log
         or a snapshot records a membership, that wins. A node absent from them starts as an
-        observer and joins when a leader adds it (then give its own ``address``)."""
+        observer and joins when a leader adds it (then give its own ``address``).
+
+        By default the node keeps its log in ``data_dir`` and serves gRPC (``RaftPeer`` and
+        ``RaftAdmin``) on its address, on ``server`` if given so that the application can add
+        its own services. Another ``storage`` (``MemoryStorage``) or ``transport``
+        (``raft.testing.memory``) replaces either; with a transport of its own the node
+        serves no gRPC."""
         self.id = node_id
         self.voters = parse_voters(voters) if isinstance(voters, str) else dict(voters)
         self.sm = state_machine
@@ -106,19 +112,23 @@ class RaftNode:
         if self.address is None:
             raise RaftError(f"node {node_id} is not among the voters; give its own address")
         self.seed = seed if seed is not None else int.from_bytes(os.urandom(4), "big")
-        mb = self.options.max_message_bytes
-        self.server = server or grpc.aio.server(options=channel_options(mb))
         self.addresses: dict[int, str] = dict(self.voters)
         # Addresses the cluster recorded (membership changes, and snapshots of them): these are
         # shared by every node. The configured voters' addresses are this node's own view (a
         # NAT, a proxy) and stay out of snapshots, so one node's view never replaces another's.
         self._recorded: dict[int, str] = {}
-        self.transport = PeerTransport(node_id, self.cluster_id, self.addresses, self._deliver,
-                                       tls=self.options.tls, max_message_bytes=mb,
-                                       directory_id=storage.directory_id,
-                                       peer_reset=lambda peer: self.core.reset_peer(peer))
-        self.transport.register(self.server)
-        add_service(self.server, raft_pb2_grpc.add_RaftAdminServicer_to_server, AdminService(self))
+        self.server: grpc.aio.Server | None = server
+        if transport is None:
+            mb = self.options.max_message_bytes
+            self.server = server or grpc.aio.server(options=channel_options(mb))
+            grpc_transport = PeerTransport(node_id, self.cluster_id, self.addresses,
+                                           tls=self.options.tls, max_message_bytes=mb,
+                                           directory_id=storage.directory_id)
+            grpc_transport.register(self.server)
+            add_service(self.server, raft_pb2_grpc.add_RaftAdminServicer_to_server, AdminService(self))
+            transport = grpc_transport
+        self.transport: Transport = transport
+        self.transport.attach(self._deliver, lambda peer: self.core.reset_peer(peer))
         self.core: RaftCore
         self.applied = 0
         self.snapshot_index = 0
@@ -138,6 +148,7 @@ class RaftNode:
         self._apply_io = ThreadPoolExecutor(1, thread_name_prefix=f"raft-{node_id}-apply")
         self._failed: BaseException | None = None
         self._stopped = asyncio.Event()
+        self._runtime = _NodeRuntime(self)
         self._started = False
 
     # ------------------------------------------------------------------ lifecycle --
@@ -150,7 +161,8 @@ class RaftNode:
                              hard_state=state.hard_state, snapshot=state.snapshot,
                              entries=state.entries,
                              membership=Membership(frozenset(self.voters)),
-                             snapshot_source=state.snapshot_source)
+                             snapshot_source=state.snapshot_source,
+                             receive_snapshot=self.storage.receive_snapshot)
         if state.snapshot is not None and state.snapshot_source is not None:
             with state.snapshot_source.open_payload() as f:
                 self.sm.restore(f)
@@ -159,10 +171,11 @@ class RaftNode:
         for e in state.entries:  # addresses of members added since the snapshot
             if e.type == EntryType.CONF_CHANGE:
                 self._learn_conf_change(ConfChange.decode(e.data), announce=False)
-        listen = self.options.listen or self.address
-        if add_port(self.server, listen, self.options.tls) == 0:
-            raise RaftError(f"cannot listen on {listen}: the address is in use or invalid")
-        await self.server.start()
+        if self.server is not None:
+            listen = self.options.listen or self.address
+            if add_port(self.server, listen, self.options.tls) == 0:
+                raise RaftError(f"cannot listen on {listen}: the address is in use or invalid")
+            await self.server.start()
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._run(), name=f"raft-{self.id}-loop"),
                        loop.create_task(self._ticker(), name=f"raft-{self.id}-ticker")]
@@ -193,7 +206,8 @@ class RaftNode:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.transport.close()
-        await self.server.stop(grace=0.2)
+        if self.server is not None:
+            await self.server.stop(grace=0.2)
         self._fail_all(reason)
         await asyncio.get_running_loop().run_in_executor(self._io, self.storage.close)
         self._io.shutdown(wait=False)
@@ -274,8 +288,7 @@ class RaftNode:
         if node_id not in self.core.membership.members:
             await self.add_learner(node_id, address, timeout=timeout)
             while True:
-                pr = self.core.progress.get(node_id) if self.core.role == Role.LEADER else None
-                if pr is not None and pr.match >= self.core.log.committed:
+                if self.core.caught_up(node_id):
                     break
                 if time.monotonic() > deadline:
                     raise RaftError(f"node {node_id} did not catch up within {timeout:.0f}s; "
@@ -420,41 +433,31 @@ class RaftNode:
             asyncio.get_running_loop().create_task(self._shutdown(self._failed))
 
     async def _handle(self, rd: Ready) -> None:
-        if rd.soft_state is not None:
-            self._soft_changed(rd.soft_state)
-        send = self.transport.send
-        late = rd.messages
-        if self.core.role == Role.LEADER and late:
-            early = [m for m in late if m.type in EARLY_TYPES]
-            if early:
-                send(early)
-                late = [m for m in late if m.type not in EARLY_TYPES]
+        await handle_ready(self.core, rd, self._runtime)
+        self._maybe_snapshot()
+
+    async def _persist(self, rd: Ready) -> None:
         if rd.hard_state is not None or rd.entries or rd.snapshot is not None:
             await asyncio.get_running_loop().run_in_executor(self._io, self.storage.save, rd)
-        if late:
-            send(late)
-        if rd.snapshot is not None:
-            meta = rd.snapshot.meta
-            self.sm.restore(io.BytesIO(rd.snapshot.data))
-            log.info("node %d: installed a snapshot from the leader at index %d (term %d)", self.id, meta.index, meta.term)
-            self.snapshot_index = meta.index
-            self._set_applied(meta.index)
-            self._bytes_since_snapshot = 0
-            self._learn_addresses(meta.context)
-            for idx in [i for i in self._proposals if i <= meta.index]:
-                term, fut = self._proposals.pop(idx)
-                if not fut.done():
-                    fut.set_exception(_superseded(idx, term, meta.term))
-        if rd.committed:
-            await self._apply(rd.committed)
-        for rs in rd.read_states:
-            self._read_ready(rs.context, rs.index)
-        for ctx in rd.dropped_reads:
-            for fut in self._reads.pop(ctx, ()):
-                if not fut.done():
-                    fut.set_exception(self._not_leader(NotLeader(self.core.leader)))
-        self.core.advance(rd)
-        self._maybe_snapshot()
+
+    def _restore(self, snapshot: Snapshot) -> None:
+        meta = snapshot.meta
+        with snapshot.source.open_payload() as payload:
+            self.sm.restore(payload)
+        log.info("node %d: installed a snapshot from the leader at index %d (term %d)", self.id, meta.index, meta.term)
+        self.snapshot_index = meta.index
+        self._set_applied(meta.index)
+        self._bytes_since_snapshot = 0
+        self._learn_addresses(meta.context)
+        for idx in [i for i in self._proposals if i <= meta.index]:
+            term, fut = self._proposals.pop(idx)
+            if not fut.done():
+                fut.set_exception(_superseded(idx, term, meta.term))
+
+    def _read_dropped(self, ctx: bytes) -> None:
+        for fut in self._reads.pop(ctx, ()):
+            if not fut.done():
+                fut.set_exception(self._not_leader(NotLeader(self.core.leader)))
 
     async def _apply(self, entries: list[Entry]) -> None:
         apply = self.sm.apply
@@ -638,6 +641,19 @@ class RaftNode:
                 if not fut.done():
                     fut.set_exception(reason)
         self._read_waiting, self._reads, self._applied_waiters = [], {}, []
+
+
+class _NodeRuntime:
+    """The node's side of ``raft.driver.handle_ready`` (kept off RaftNode's public API)."""
+
+    def __init__(self, node: RaftNode) -> None:
+        self.send = node.transport.send
+        self.soft_state_changed = node._soft_changed
+        self.persist = node._persist
+        self.restore = node._restore
+        self.apply = node._apply
+        self.read_ready = node._read_ready
+        self.read_dropped = node._read_dropped
 
 
 def _superseded(index: int, term: int, snapshot_term: int) -> RaftError:

@@ -16,7 +16,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator, Callable, Protocol
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -36,6 +36,35 @@ log = logging.getLogger("raft.transport")
 grpc.aio.init_grpc_aio()
 
 SERVICE = "kraft.raft.RaftPeer"
+
+
+class Transport(Protocol):
+    """How a node's messages reach its peers (hashicorp/raft's Transport). ``RaftNode`` uses
+    :class:`PeerTransport` (gRPC) unless given another, such as
+    :class:`raft.testing.memory.MemoryTransport` for in-process tests."""
+
+    #: When each peer was last heard from (``time.monotonic()``), for ``status()``.
+    last_heard: dict[int, float]
+    #: Incoming requests refused, by reason, for ``status()``.
+    rejected: dict[str, int]
+
+    def attach(self, deliver: Callable[[list[Message]], None],
+               peer_reset: Callable[[int], None]) -> None:
+        """Hand incoming messages to ``deliver``; call ``peer_reset(peer)`` when a peer's
+        storage was formatted again. Called once, before the first ``send``."""
+
+    def send(self, msgs: list[Message]) -> None:
+        """Queue messages for their recipients without blocking; losing some is allowed
+        (Raft retransmits), reordering within one peer's stream is not."""
+
+    def set_address(self, peer: int, address: str) -> None:
+        """A peer was added or moved (membership changes, snapshots)."""
+
+    def remove(self, peer: int) -> None:
+        """A peer left the cluster: stop sending to it."""
+
+    async def close(self) -> None:
+        """Stop sending; called once when the node stops."""
 MAX_QUEUED = 20_000  # messages kept for a peer that is unreachable
 
 
@@ -241,17 +270,19 @@ class _Link:
 
 
 class PeerTransport:
-    def __init__(self, node_id: int, cluster_id: str, addresses: dict[int, str],
-                 deliver: Callable[[list[Message]], None], *, tls: TLSConfig | None = None,
-                 max_message_bytes: int = 32 << 20, directory_id: str = "",
-                 peer_reset: Callable[[int], None] = lambda peer: None) -> None:
+    """The gRPC :class:`Transport`: it serves ``RaftPeer`` on the node's server (``register``)
+    and keeps one outgoing stream per peer."""
+
+    def __init__(self, node_id: int, cluster_id: str, addresses: dict[int, str], *,
+                 tls: TLSConfig | None = None, max_message_bytes: int = 32 << 20,
+                 directory_id: str = "") -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.directory_id = directory_id
-        self.peer_reset = peer_reset
+        self.peer_reset: Callable[[int], None] = lambda peer: None
         self.peer_directories: dict[int, str] = {}
         self.addresses = dict(addresses)
-        self.deliver = deliver
+        self.deliver: Callable[[list[Message]], None] = lambda msgs: None
         self.tls = tls
         self.max_message_bytes = max_message_bytes
         self.rejected: dict[str, int] = {}
@@ -260,6 +291,10 @@ class PeerTransport:
         self.write_timeout = 5.0
         self._channels: dict[int, grpc.aio.Channel] = {}
         self._links: dict[tuple[int, str], _Link] = {}
+
+    def attach(self, deliver: Callable[[list[Message]], None],
+               peer_reset: Callable[[int], None]) -> None:
+        self.deliver, self.peer_reset = deliver, peer_reset
 
     # -- outgoing --------------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 """Durable storage: format checks, recovery, torn tails, corruption, snapshots, compaction."""
 import os
+import zlib
 
 import pytest
 
@@ -163,13 +164,31 @@ def test_only_the_newest_two_snapshots_are_kept(data_dir):
 def test_a_snapshot_from_the_leader_replaces_the_whole_log(data_dir):
     s, _ = _open(data_dir)
     s.save(_ready(_es(1, 10)))  # diverged from the leader after index 4
-    meta = SnapshotMeta(20, 3, M, 5, 0)
-    s.save(_ready(snapshot=Snapshot(meta, b"lead!")))
+    meta = SnapshotMeta(20, 3, M, 5, zlib.crc32(b"lead!"))
+    receiver = s.receive_snapshot(meta)  # chunks go to a file as they arrive
+    for chunk in (b"le", b"ad", b"!"):
+        receiver.write(chunk)
+    source = receiver.finish()
+    s.save(_ready(snapshot=Snapshot(meta, source)))
+    with source.open_payload() as f:
+        assert f.read() == b"lead!"
     s.save(_ready(_es(21, 22, term=3)))
     s.close()
     _, st = _open(data_dir)
     assert st.snapshot.index == 20 and st.entries == _es(21, 22, term=3)
+    with st.snapshot_source.open_payload() as f:
+        assert f.read() == b"lead!"
     assert len(wal.list_segments(os.path.join(data_dir, "wal"))) == 1  # the old log is gone
+    assert not [n for n in os.listdir(os.path.join(data_dir, "snapshots")) if n.endswith(".tmp")]
+
+
+def test_an_abandoned_transfer_leaves_no_file(data_dir):
+    s, _ = _open(data_dir)
+    receiver = s.receive_snapshot(SnapshotMeta(20, 3, M, 5, 0))
+    receiver.write(b"lea")
+    assert os.listdir(os.path.join(data_dir, "snapshots"))  # written as it arrives
+    receiver.abort()
+    assert os.listdir(os.path.join(data_dir, "snapshots")) == []
 
 
 def test_divergent_entries_after_an_installed_snapshot_are_dropped_after_a_crash(data_dir):
@@ -209,3 +228,21 @@ def test_commit_only_hard_states_are_written_without_fsync(data_dir, monkeypatch
     assert syncs == []
     s.save(_ready(_es(1, 1)))
     assert len(syncs) == 1
+
+
+def test_the_frame_reader_tells_a_short_buffer_from_damage():
+    from raft.storage.frames import FrameError, encode_frame, read_frame
+    data = encode_frame(b"hello") + encode_frame(b"")
+    assert read_frame(data, 0, 100) == (b"hello", 13)
+    assert read_frame(data, 13, 100) == (b"", 21)
+    for cut, short in ((4, True), (10, True)):
+        with pytest.raises(FrameError) as e:
+            read_frame(data[:cut], 0, 100)
+        assert e.value.short is short
+    with pytest.raises(FrameError, match="length 5 exceeds 4") as e:
+        read_frame(data, 0, 4)
+    assert not e.value.short
+    damaged = data[:8] + b"J" + data[9:]
+    with pytest.raises(FrameError, match="CRC mismatch") as e:
+        read_frame(damaged, 0, 100)
+    assert not e.value.short and e.value.computed is not None

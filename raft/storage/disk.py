@@ -19,24 +19,15 @@ from typing import BinaryIO, Callable
 
 from .. import config
 from ..errors import StorageError
-from ..messages import Entry, HardState, Membership, Ready, Snapshot, SnapshotMeta
+from ..messages import Entry, HardState, Membership, Ready, Snapshot, SnapshotMeta, SnapshotSource
 from . import wal
-from .snapshot_file import FileSnapshotSource, read_meta, verify_payload, write_snapshot
+from .base import RecoveredState
+from .snapshot_file import (FileSnapshotSource, SnapshotFileReceiver, read_meta, verify_payload,
+                            write_snapshot)
 
 META_FILE = "meta.properties"
 META_VERSION = "1"
 _SNAP_RE = re.compile(r"^(\d{20})-(\d{20})\.snap$")
-
-
-@dataclass
-class RecoveredState:
-    """What a node restarts from."""
-
-    hard_state: HardState = HardState()
-    snapshot: SnapshotMeta | None = None
-    snapshot_source: FileSnapshotSource | None = None
-    entries: list[Entry] = field(default_factory=list)
-    truncated_tail: str = ""  # set when a torn tail was cut off: what and where
 
 
 # ------------------------------------------------------------------------------- format
@@ -180,6 +171,17 @@ def replay(data_dir: str, *, verify: bool = True) -> ReplayedLog:
 # ------------------------------------------------------------------------------ storage
 
 
+def _copy_payload(source: SnapshotSource, f: BinaryIO) -> None:
+    offset = 0
+    while offset < source.meta.size:
+        chunk = source.read(offset, 1 << 20)
+        if not chunk:
+            raise StorageError(f"snapshot {source.meta.index} ended at byte {offset} of "
+                               f"{source.meta.size}")
+        f.write(chunk)
+        offset += len(chunk)
+
+
 class DiskStorage:
     """The write-ahead log and snapshots of one node. ``save`` is called from one thread at a
     time (the runtime's storage thread); snapshots are written from another."""
@@ -266,12 +268,19 @@ class DiskStorage:
         if self._writer.size >= self.segment_bytes:
             self._open_segment()
 
+    def receive_snapshot(self, meta: SnapshotMeta) -> SnapshotFileReceiver:
+        """Where a snapshot from the leader is written as its chunks arrive (on the loop)."""
+        return SnapshotFileReceiver(self.snap_dir, meta)
+
     def _install(self, snap: Snapshot) -> None:
         """A snapshot received from the leader replaces the whole log."""
-        meta = snap.meta
-        data = snap.data
-        write_snapshot(self.snap_dir, meta.index, meta.term, meta.membership, meta.context,
-                       lambda f: f.write(data))
+        meta, source = snap.meta, snap.source
+        if isinstance(source, FileSnapshotSource) and source.receiver is not None:
+            source.receiver.publish(source, fsync=self.fsync)
+            source.receiver = None
+        else:  # from another receiver: copy it in
+            write_snapshot(self.snap_dir, meta.index, meta.term, meta.membership, meta.context,
+                           lambda f: _copy_payload(source, f))
         self._snapshot = meta
         self._last_index = meta.index
         assert self._writer is not None

@@ -1,13 +1,13 @@
 """Storage that keeps nothing across restarts: for tests, and for embedders whose state is
-rebuilt from elsewhere. Same interface as :class:`~raft.storage.disk.DiskStorage`."""
+rebuilt from elsewhere (a :class:`~raft.storage.base.Storage`)."""
 from __future__ import annotations
 
 import io
 import zlib
 from typing import BinaryIO, Callable
 
-from ..messages import BytesSnapshotSource, Membership, Ready, SnapshotMeta
-from .disk import RecoveredState
+from ..messages import BytesReceiver, BytesSnapshotSource, Membership, Ready, SnapshotMeta
+from .base import RecoveredState
 
 
 class MemoryStorage:
@@ -19,6 +19,9 @@ class MemoryStorage:
 
     def save(self, rd: Ready) -> None:
         pass
+
+    def receive_snapshot(self, meta: SnapshotMeta) -> BytesReceiver:
+        return BytesReceiver(meta)
 
     def write_snapshot(self, index: int, term: int, membership: Membership, context: bytes,
                        write_payload: Callable[[BinaryIO], None]) -> BytesSnapshotSource:

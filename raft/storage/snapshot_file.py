@@ -59,17 +59,68 @@ def write_snapshot(directory: str, index: int, term: int, membership: Membership
         w = _CrcWriter(f)
         write_payload(w)  # type: ignore[arg-type]
         meta = SnapshotMeta(index, term, membership, w.size, w.crc, context)
-        footer = encode_footer(meta)
-        f.write(footer + TRAILER.pack(len(footer), zlib.crc32(footer), MAGIC, VERSION, 0))
-        f.flush()
+        _write_footer(f, meta)
         os.fsync(f.fileno())
+    _publish(tmp, path)
+    return path, meta
+
+
+def _write_footer(f: BinaryIO, meta: SnapshotMeta) -> None:
+    footer = encode_footer(meta)
+    f.write(footer + TRAILER.pack(len(footer), zlib.crc32(footer), MAGIC, VERSION, 0))
+    f.flush()
+
+
+def _publish(tmp: str, path: str) -> None:
+    """Give a durable temporary file its name, durably."""
     os.replace(tmp, path)
-    dfd = os.open(directory, os.O_RDONLY)
+    dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
     try:
         os.fsync(dfd)
     finally:
         os.close(dfd)
-    return path, meta
+
+
+class SnapshotFileReceiver:
+    """Writes a snapshot arriving from the leader chunk by chunk into a temporary file beside
+    the others (a :class:`~raft.messages.SnapshotReceiver`); ``publish`` makes it durable under
+    its final name once the core has accepted it. Start-up deletes an unfinished one."""
+
+    def __init__(self, directory: str, meta: SnapshotMeta) -> None:
+        self.meta = meta
+        self.path = os.path.join(directory, file_name(meta.index, meta.term))
+        self._tmp = self.path + ".recv.tmp"
+        self._f: BinaryIO | None = open(self._tmp, "wb")
+
+    def write(self, data: bytes) -> None:
+        assert self._f is not None, "write after finish or abort"
+        self._f.write(data)
+
+    def finish(self) -> "FileSnapshotSource":
+        assert self._f is not None, "finish after finish or abort"
+        _write_footer(self._f, self.meta)
+        source = FileSnapshotSource(self._tmp, self.meta)
+        source.receiver = self
+        return source
+
+    def publish(self, source: "FileSnapshotSource", fsync: bool = True) -> None:
+        """fsync and rename (storage's thread, when the Ready holding it is saved)."""
+        assert self._f is not None
+        if fsync:
+            os.fsync(self._f.fileno())
+        self._f.close()
+        self._f = None
+        _publish(self._tmp, self.path)
+        source.path = self.path
+
+    def abort(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+            try:
+                os.unlink(self._tmp)
+            except FileNotFoundError:
+                pass
 
 
 def encode_footer(meta: SnapshotMeta) -> bytes:
@@ -137,6 +188,8 @@ class FileSnapshotSource(SnapshotSource):
         self.path = path
         self.meta = meta
         self._fd = os.open(path, os.O_RDONLY)
+        #: Set while the file is one received from the leader and not yet durable.
+        self.receiver: SnapshotFileReceiver | None = None
 
     def read(self, offset: int, size: int) -> bytes:
         return os.pread(self._fd, min(size, self.meta.size - offset), offset)

@@ -8,8 +8,9 @@ from collections import Counter
 from typing import Callable
 
 from ..core import CoreConfig, RaftCore
+from ..driver import handle_ready
 from ..messages import (BytesSnapshotSource, Entry, EntryType, HardState, Membership, Message,
-                        MessageType, Ready, Role, SnapshotMeta)
+                        MessageType, Ready, Role, Snapshot, SnapshotMeta, SoftState)
 from .sim import Durable
 
 
@@ -113,12 +114,13 @@ class Network:
         raise AssertionError("cluster did not settle")
 
     def handle_ready(self, nid: int, rd: Ready) -> list[Message]:
-        self.durable[nid].persist(rd)
-        if rd.snapshot is not None:
-            self.applied[nid] = [Entry(rd.snapshot.meta.index, rd.snapshot.meta.term, b"<snapshot>")]
-        self.applied[nid] += [e for e in rd.committed if e.type == EntryType.NORMAL]
-        self.nodes[nid].advance(rd)
-        return rd.messages
+        """Handle a Ready at once (``raft.driver.handle_ready``); returns what it sent."""
+        runtime = _NetRuntime(self, nid)
+        try:
+            handle_ready(self.nodes[nid], rd, runtime).send(None)
+        except StopIteration:
+            return runtime.sent
+        raise AssertionError("handling a Ready waited for something")
 
     def snapshot(self, nid: int, data: bytes = b"state", trailing: int = 0) -> SnapshotMeta:
         """Have ``nid`` snapshot at its applied index and compact its log."""
@@ -142,6 +144,35 @@ class Network:
 
     def datas(self, nid: int) -> list[bytes]:
         return [e.data for e in self.applied[nid]]
+
+
+class _NetRuntime:
+    """Persists at once, records what is applied, collects what is sent."""
+
+    def __init__(self, net: Network, nid: int) -> None:
+        self.net, self.nid = net, nid
+        self.sent: list[Message] = []
+
+    def send(self, msgs: list[Message]) -> None:
+        self.sent += msgs
+
+    def soft_state_changed(self, soft: SoftState) -> None:
+        pass
+
+    async def persist(self, rd: Ready) -> None:
+        self.net.durable[self.nid].persist(rd)
+
+    def restore(self, snapshot: Snapshot) -> None:
+        self.net.applied[self.nid] = [Entry(snapshot.meta.index, snapshot.meta.term, b"<snapshot>")]
+
+    async def apply(self, entries: list[Entry]) -> None:
+        self.net.applied[self.nid] += [e for e in entries if e.type == EntryType.NORMAL]
+
+    def read_ready(self, context: bytes, index: int) -> None:
+        pass
+
+    def read_dropped(self, context: bytes) -> None:
+        pass
 
 
 def entries(*terms: int, start: int = 1) -> list[Entry]:

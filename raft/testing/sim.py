@@ -12,22 +12,26 @@ Use it to test your own state machine too: subclass :class:`SimStateMachine`.
 from __future__ import annotations
 
 import heapq
+import io
 import random
 import struct
 import zlib
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, BinaryIO, Callable, Coroutine, Generator
 
 from ..core import CoreConfig, RaftCore
+from ..driver import handle_ready
 from ..errors import RaftError
-from ..messages import (EARLY_TYPES, BytesSnapshotSource, ConfChangeType, Entry, EntryType,
-                        HardState, Membership, Message, Ready, Role, SnapshotMeta)
+from ..messages import (BytesSnapshotSource, ConfChangeType, Entry, EntryType, HardState,
+                        Membership, Message, Ready, Role, Snapshot, SnapshotMeta, SoftState)
 from .checker import SafetyChecker, SafetyViolation
 
 
 class SimStateMachine:
     """A digest of every applied entry: two nodes agree iff they applied the same sequence.
-    The snapshot is padded to a pseudo-random length so transfers span several chunks."""
+    The snapshot is padded to a pseudo-random length so transfers span several chunks. It is
+    a :class:`raft.state_machine.StateMachine`, as yours is (``skip`` is the simulator's: a
+    configuration entry moves the applied index without changing the digest)."""
 
     def __init__(self, pad: int = 0) -> None:
         self.index = 0
@@ -41,11 +45,12 @@ class SimStateMachine:
     def skip(self, e: Entry) -> None:
         self.index = e.index
 
-    def snapshot(self) -> bytes:
-        return struct.pack(">QI", self.index, self.digest) + bytes(self.pad)
+    def snapshot(self) -> Callable[[BinaryIO], None]:
+        data = struct.pack(">QI", self.index, self.digest) + bytes(self.pad)
+        return lambda f: f.write(data)  # type: ignore[func-returns-value]
 
-    def restore(self, data: bytes) -> None:
-        self.index, self.digest = struct.unpack_from(">QI", data)
+    def restore(self, source: BinaryIO) -> None:
+        self.index, self.digest = struct.unpack(">QI", source.read(12))
 
 
 @dataclass
@@ -120,7 +125,8 @@ class Durable:
 
     def persist(self, rd: Ready) -> None:
         if rd.snapshot is not None:
-            self.snapshot, self.snapshot_data = rd.snapshot.meta, rd.snapshot.data
+            meta = rd.snapshot.meta
+            self.snapshot, self.snapshot_data = meta, rd.snapshot.source.read(0, meta.size)
             self.entries = []  # a received snapshot replaces the log
         if rd.hard_state is not None:
             self.hard_state = rd.hard_state
@@ -168,7 +174,7 @@ class SimNode:
                              snapshot_source=src)
         self.sm = SimStateMachine(self._pad())
         if d.snapshot.index:
-            self.sm.restore(d.snapshot_data)
+            self.sm.restore(io.BytesIO(d.snapshot_data))
         self.sim.checker.commit_monotonic(self.id, d.hard_state.commit, self.core.log.committed)
         self.commit_seen = self.core.log.committed
         self.was_leader_term = -1
@@ -191,6 +197,10 @@ class SimNode:
     def observe(self) -> None:
         """After any input: check invariants, then start work on a Ready if idle."""
         core, chk = self.core, self.sim.checker
+        try:
+            core.log.check()
+        except AssertionError as e:
+            raise SafetyViolation(f"node {self.id}: {e}") from None
         if core.log.committed != self.commit_seen:
             chk.commit_monotonic(self.id, self.commit_seen, core.log.committed)
             chk.commit(self.id, core.log, self.commit_seen, core.log.committed)
@@ -202,43 +212,19 @@ class SimNode:
             self.sim.stats["elections"] += 1
             self.sim.log(f"node {self.id} leads term {core.term}")
         if not self.busy and core.has_ready():
-            rd = core.ready()
             self.busy = True
-            late: list[Message] = []
-            for m in rd.messages:
-                if m.type in EARLY_TYPES and core.role == Role.LEADER:
-                    self.sim.send(m)
-                else:
-                    late.append(m)
-            rd.messages = late
-            delay = self.sim.rng.randint(*self.sim.cfg.fsync_ms) if rd.must_sync() else 0
-            self.sim.schedule(delay, self._persisted, self.incarnation, rd)
+            runtime = _SimRuntime(self, self.incarnation)
+            runtime.work = handle_ready(core, core.ready(), runtime)
+            self._step(runtime.work)
 
-    def _persisted(self, incarnation: int, rd: Ready) -> None:
-        if incarnation != self.incarnation or not self.alive:
-            return  # crashed while writing: the Ready is lost
-        chk = self.sim.checker
-        self.durable.persist(rd)
-        if rd.entries:
-            chk.persisted(self.id, rd.entries, self.durable.term_at(rd.entries[0].index - 1))
-        for m in rd.messages:
-            self.sim.send(m)
-        if rd.snapshot is not None:
-            self.sm.restore(rd.snapshot.data)
-            chk.digest(self.id, rd.snapshot.meta.index, self.sm.digest)
-        for e in rd.committed:
-            if e.type == EntryType.NORMAL:
-                self.sm.apply(e)
-                chk.apply(self.id, e, self.sm.digest)
-            else:
-                self.sm.skip(e)
-                chk.digest(self.id, e.index, self.sm.digest)
-        for rs in rd.read_states:
-            self.sim.read_done(self.id, rs.context, rs.index)
-        self.core.advance(rd)
-        self.busy = False
-        self._maybe_snapshot()
-        self.observe()
+    def _step(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run a Ready's handling until it waits for a persist (``_SimRuntime.persist``)."""
+        try:
+            work.send(None)
+        except StopIteration:
+            self.busy = False
+            self._maybe_snapshot()
+            self.observe()
 
     def _maybe_snapshot(self) -> None:
         if not self.next_snapshot or self.sm.index < self.next_snapshot:
@@ -247,7 +233,9 @@ class SimNode:
         idx = self.sm.index
         if idx <= core.snapshot_meta.index:
             return
-        data = self.sm.snapshot()
+        buf = io.BytesIO()
+        self.sm.snapshot()(buf)
+        data = buf.getvalue()
         meta = SnapshotMeta(idx, core.log.term(idx) or 0, core.membership_at(idx), len(data),
                             zlib.crc32(data))
         trailing = self.sim.cfg.snapshot_trailing
@@ -256,6 +244,66 @@ class SimNode:
         self.sm.pad = self._pad()
         self._plan_snapshot()
         self.sim.stats["snapshots"] += 1
+
+
+class _Persisting:
+    """What a Ready's handling awaits while the simulator "fsyncs": it suspends the coroutine
+    until the scheduled event resumes it (or a crash abandons it)."""
+
+    def __await__(self) -> Generator["_Persisting", None, None]:
+        yield self
+
+
+class _SimRuntime:
+    """A simulated node's side of ``raft.driver.handle_ready``, checking safety as it goes."""
+
+    def __init__(self, node: SimNode, incarnation: int) -> None:
+        self.node, self.incarnation = node, incarnation
+        self.sim, self.chk = node.sim, node.sim.checker
+        self.work: Coroutine[Any, Any, None]  # the handling this runtime serves
+
+    def send(self, msgs: list[Message]) -> None:
+        for m in msgs:
+            self.sim.send(m)
+
+    def soft_state_changed(self, soft: SoftState) -> None:
+        pass
+
+    async def persist(self, rd: Ready) -> None:
+        """Wait a random fsync time (none if nothing must sync); lost if the node crashes."""
+        delay = self.sim.rng.randint(*self.sim.cfg.fsync_ms) if rd.must_sync() else 0
+        self.sim.schedule(delay, self._persisted, rd)
+        await _Persisting()
+
+    def _persisted(self, rd: Ready) -> None:
+        node = self.node
+        if self.incarnation != node.incarnation or not node.alive:
+            return  # crashed while writing: the Ready is lost
+        node.durable.persist(rd)
+        if rd.entries:
+            self.chk.persisted(node.id, rd.entries, node.durable.term_at(rd.entries[0].index - 1))
+        node._step(self.work)
+
+    def restore(self, snapshot: Snapshot) -> None:
+        with snapshot.source.open_payload() as payload:
+            self.node.sm.restore(payload)
+        self.chk.digest(self.node.id, snapshot.meta.index, self.node.sm.digest)
+
+    async def apply(self, entries: list[Entry]) -> None:
+        sm, nid = self.node.sm, self.node.id
+        for e in entries:
+            if e.type == EntryType.NORMAL:
+                sm.apply(e)
+                self.chk.apply(nid, e, sm.digest)
+            else:
+                sm.skip(e)
+                self.chk.digest(nid, e.index, sm.digest)
+
+    def read_ready(self, context: bytes, index: int) -> None:
+        self.sim.read_done(self.node.id, context, index)
+
+    def read_dropped(self, context: bytes) -> None:
+        pass
 
 
 class Simulation:

@@ -1,0 +1,157 @@
+"""RaftNode clusters in one process and one event loop, over the in-memory transport
+(``raft.testing.memory``): the runtime's own behaviour (group commit, early send, snapshot
+scheduling, snapshots streamed to a joining node, membership) without ports or processes."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import os
+import threading
+from typing import Any, AsyncIterator, BinaryIO, Callable
+
+from raft.config import NodeOptions
+from raft.messages import Entry, MessageType, Ready
+from raft.node import RaftNode
+from raft.storage import DiskStorage, MemoryStorage, format_storage
+from raft.testing.memory import MemoryNetwork
+from tests.eventually import eventually
+
+OPTIONS = NodeOptions(tick_ms=10, heartbeat_interval_ms=20, election_timeout_ms=150, fsync=False)
+VOTERS = {1: "mem:1", 2: "mem:2", 3: "mem:3"}
+
+
+class ListMachine:
+    """Applies entries to a list: two nodes agree iff their lists are equal."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    def apply(self, entry: Entry) -> Any:
+        self.items.append(entry.data.decode())
+        return entry.index
+
+    def snapshot(self) -> Callable[[BinaryIO], None]:
+        data = json.dumps(self.items).encode()
+        return lambda f: f.write(data)  # type: ignore[func-returns-value]
+
+    def restore(self, source: BinaryIO) -> None:
+        self.items = json.loads(source.read())
+
+
+class RecordingStorage(MemoryStorage):
+    """Counts what each save persisted; ``hold`` blocks saves of entries until released."""
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+        self.hold = threading.Event()
+        self.hold.set()
+        self.saving = threading.Event()
+
+    def save(self, rd: Ready) -> None:
+        if rd.entries:
+            self.saving.set()
+            self.hold.wait(10)
+            self.batches.append(len(rd.entries))
+
+
+@contextlib.asynccontextmanager
+async def cluster(options: NodeOptions = OPTIONS) -> AsyncIterator[tuple[MemoryNetwork, dict[int, RaftNode]]]:
+    net = MemoryNetwork()
+    nodes = {i: RaftNode(i, VOTERS, ListMachine(), storage=RecordingStorage(),
+                         transport=net.transport(i), options=options, seed=i) for i in VOTERS}
+    try:
+        for n in nodes.values():
+            await n.start()
+        yield net, nodes
+    finally:
+        for n in nodes.values():
+            n.storage.hold.set()
+            await n.stop(transfer=False)
+
+
+def in_loop(test: Callable[..., Any]) -> Callable[..., None]:
+    @functools.wraps(test)
+    def run(*args: Any, **kwargs: Any) -> None:
+        asyncio.run(test(*args, **kwargs))
+    return run
+
+
+async def leader_of(nodes: dict[int, RaftNode]) -> RaftNode:
+    return await eventually(lambda: next((n for n in nodes.values() if n.is_leader), None),
+                            what="a leader")
+
+
+@in_loop
+async def test_concurrent_proposals_share_one_write():
+    async with cluster() as (_, nodes):
+        leader = await leader_of(nodes)
+        futures = [leader.propose_nowait(b"%d" % i) for i in range(300)]
+        results = await asyncio.gather(*futures)
+        assert results == [f.index for f in futures]
+        batches = leader.storage.batches
+        assert max(batches) >= 100, batches  # group commit: one write for many proposals
+        assert len(batches) < 30, batches
+
+
+@in_loop
+async def test_the_leader_sends_appends_before_its_own_write_completes():
+    async with cluster() as (net, nodes):
+        leader = await leader_of(nodes)
+        await leader.propose(b"warm-up")
+        appended: set[int] = set()
+        net.on_send.append(lambda m: m.type == MessageType.APPEND and m.frm == leader.id
+                           and m.entries and appended.add(m.to))
+        leader.storage.hold.clear()
+        leader.storage.saving.clear()
+        fut = leader.propose_nowait(b"x")
+        await eventually(lambda: leader.storage.saving.is_set(), what="the leader's write started")
+        await eventually(lambda: len(appended) == 2, what="appends to both followers")
+        assert not leader.storage.hold.is_set() and not fut.done()  # its own write still held
+        leader.storage.hold.set()
+        assert await fut == fut.index
+
+
+@in_loop
+async def test_snapshots_are_taken_on_schedule_and_streamed_to_a_joining_node(tmp_path):
+    options = NodeOptions(tick_ms=10, heartbeat_interval_ms=20, election_timeout_ms=150,
+                          fsync=False, snapshot_entries=20, snapshot_trailing_entries=0,
+                          snapshot_chunk_bytes=64)
+    async with cluster(options) as (net, nodes):
+        leader = await leader_of(nodes)
+        for i in range(50):
+            await leader.propose(b"item-%d" % i)
+        await eventually(lambda: all(n.latest_snapshot.index >= 20 for n in nodes.values()),
+                         what="every node snapshotted after 20 entries")
+        assert leader.log_start > 1  # the log was compacted behind the snapshot
+        data_dir = str(tmp_path / "n4")
+        format_storage(data_dir, "default", 4)
+        sm = ListMachine()
+        joiner = RaftNode(4, VOTERS, sm, address="mem:4", options=options,
+                          transport=net.transport(4), storage=DiskStorage(data_dir, 4, fsync=False))
+        await joiner.start()
+        try:
+            await leader.add_voter(4, "mem:4")
+            await eventually(lambda: sm.items == nodes[leader.id].sm.items,
+                             what="the new node caught up")
+            assert joiner.latest_snapshot.index >= 20  # it came as a snapshot (many chunks)
+            assert net.sent[MessageType.SNAPSHOT] > 5
+            names = os.listdir(os.path.join(data_dir, "snapshots"))
+            assert [n for n in names if n.endswith(".snap")] and not [n for n in names if n.endswith(".tmp")]
+        finally:
+            await joiner.stop(transfer=False)
+
+
+@in_loop
+async def test_membership_changes_reach_every_node():
+    async with cluster() as (net, nodes):
+        leader = await leader_of(nodes)
+        follower = next(i for i in nodes if i != leader.id)
+        await leader.remove_member(follower)
+        rest = [n for n in nodes.values() if n.id != follower]
+        await eventually(lambda: all(follower not in n.status().voters for n in rest),
+                         what="the removed voter gone everywhere")
+        assert follower not in leader.transport.peers
+        assert await leader.propose(b"after") > 0  # two voters still commit
+
