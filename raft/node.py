@@ -647,13 +647,16 @@ class _NodeRuntime:
     """The node's side of ``raft.driver.handle_ready`` (kept off RaftNode's public API)."""
 
     def __init__(self, node: RaftNode) -> None:
-        self.send = node.transport.send
+        self.node = node
         self.soft_state_changed = node._soft_changed
         self.persist = node._persist
         self.restore = node._restore
         self.apply = node._apply
         self.read_ready = node._read_ready
         self.read_dropped = node._read_dropped
+
+    def send(self, msgs: list[Message]) -> None:
+        self.node.transport.send(msgs)  # looked up each time: tests wrap it to cut links
 
 
 def _superseded(index: int, term: int, snapshot_term: int) -> RaftError:

@@ -3,12 +3,10 @@ run as ``python -m brokerd.main FILE``, each with its own properties file and fo
 directory, killed and stopped with real signals."""
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from metadata.client import ControllerClient
@@ -17,6 +15,7 @@ from protos import broker_pb2 as bpb
 from protos import broker_pb2_grpc
 from protos import controller_pb2 as cpb
 from raft.storage import format_storage
+from tests.eventually import eventually
 from tests.kvcluster import consecutive_ports
 
 REPO = Path(__file__).resolve().parent.parent
@@ -96,17 +95,13 @@ class BrokerCluster:
 
     async def wait_unfenced(self, ids: list[int] | None = None, timeout: float = 45) -> None:
         ids = ids or [b for b in self.ids if self.procs.get(b) and self.procs[b].poll() is None]
-        deadline = time.monotonic() + timeout
         async with self.controller() as c:
-            while True:
+            async def all_up() -> bool:
                 r = await c.call("DescribeCluster", cpb.DescribeClusterRequest())
-                up = {b.id for b in r.brokers if not b.fenced}
-                if set(ids) <= up:
-                    return
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"brokers {sorted(set(ids) - up)} not unfenced within {timeout}s; "
-                                         f"see {self.base}/broker-*.log")
-                await asyncio.sleep(0.1)
+                return set(ids) <= {b.id for b in r.brokers if not b.fenced}
+
+            await eventually(all_up, timeout, interval=0.1,
+                             what=f"brokers {ids} unfenced (see {self.base}/broker-*.log)")
 
     async def create_topic(self, name: str, partitions: int = 1, rf: int = 3, configs: dict[str, str] | None = None,
                            assignments: list[list[int]] | None = None) -> None:
@@ -121,26 +116,20 @@ class BrokerCluster:
 
     async def wait_topic(self, name: str, partitions: int, timeout: float = 20) -> None:
         """Until every live broker knows the topic and every partition has a leader that knows it leads."""
-        deadline = time.monotonic() + timeout
-        while True:
-            ok = True
+        async def ready() -> bool:
             for bid in self.ids:
                 if self.procs[bid].poll() is not None:
                     continue
                 try:
                     md = await self.broker_metadata(bid, [name])
                 except Exception:
-                    ok = False
-                    break
+                    return False
                 t = md.topics[0]
                 if t.error_code or len(t.partitions) != partitions or any(p.leader < 0 for p in t.partitions):
-                    ok = False
-                    break
-            if ok:
-                return
-            if time.monotonic() > deadline:
-                raise AssertionError(f"topic {name} not ready on every broker within {timeout}s")
-            await asyncio.sleep(0.1)
+                    return False
+            return True
+
+        await eventually(ready, timeout, interval=0.1, what=f"topic {name} ready on every broker")
 
     async def broker_metadata(self, bid: int, topics: list[str]) -> bpb.MetadataResponse:
         async with _stub(self.address(bid)) as stub:

@@ -13,6 +13,7 @@ from metadata.ids import random_id
 from metadata.server import ControllerServer
 from protos import controller_pb2 as pb
 from raft.storage import format_storage
+from tests.eventually import eventually
 from tests.kvcluster import free_ports
 
 
@@ -52,13 +53,8 @@ class InProcessQuorum:
             await s.stop()
 
     async def active(self, timeout: float = 10.0) -> ControllerServer:
-        deadline = asyncio.get_running_loop().time() + timeout
-        while asyncio.get_running_loop().time() < deadline:
-            for s in self.servers.values():
-                if s.controller.active:
-                    return s
-            await asyncio.sleep(0.02)
-        raise AssertionError("no active controller")
+        return await eventually(lambda: next((s for s in self.servers.values() if s.controller.active), None),
+                                timeout, interval=0.02, what="an active controller")
 
     def client(self, **kw) -> ControllerClient:
         return ControllerClient(self.bootstrap, **kw)

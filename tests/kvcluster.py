@@ -13,10 +13,10 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 from raft.examples.kv.client import KVClient
+from tests.eventually import eventually
 
 REPO = Path(__file__).resolve().parent.parent
 RAFT_KV = [sys.executable, "-m", "raft.examples.kv.cli"]
@@ -262,31 +262,33 @@ class KVCluster:
                           not_term: int = 0) -> tuple[int, int]:
         """(leader id, term) once a live node of ``among`` leads in a term other than
         ``not_term`` and the others in ``among`` agree."""
-        deadline = time.monotonic() + timeout
         among = among or self.ids
-        while time.monotonic() < deadline:
+
+        async def agreed() -> tuple[int, int] | None:
             st = await self.statuses(among)
             leaders = [(s.node_id, s.term) for s in st.values() if s.role == "LEADER" and s.term != not_term]
             if leaders:
                 lid, term = max(leaders, key=lambda x: x[1])
                 if all(s.leader_id == lid for s in st.values() if s.term == term):
                     return lid, term
-            await asyncio.sleep(0.05)
-        st = await self.statuses()
-        raise AssertionError(f"no leader among {among} within {timeout}s; " +
-                             "; ".join(f"node {s.node_id}: {s.role} term {s.term} commit {s.commit_index} "
-                                       f"last {s.last_index} snap {s.snapshot_index} rejected {dict(s.rejected)}"
-                                       for s in st.values()) + "; logs:\n" +
-                             "\n".join(f"--- node {n}\n{self.log_text(n)[-2000:]}" for n in among))
+            return None
+
+        try:
+            return await eventually(agreed, timeout, what=f"a leader among {among}")
+        except AssertionError as e:
+            st = await self.statuses()
+            raise AssertionError(f"{e}; " +
+                                 "; ".join(f"node {s.node_id}: {s.role} term {s.term} commit {s.commit_index} "
+                                           f"last {s.last_index} snap {s.snapshot_index} rejected {dict(s.rejected)}"
+                                           for s in st.values()) + "; logs:\n" +
+                                 "\n".join(f"--- node {n}\n{self.log_text(n)[-2000:]}" for n in among)) from None
 
     async def wait_applied(self, nid: int, index: int, timeout: float = 15.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        async def applied() -> bool:
             st = await self.statuses([nid])
-            if nid in st and st[nid].applied_index >= index:
-                return
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"node {nid} did not apply index {index} within {timeout}s")
+            return nid in st and st[nid].applied_index >= index
+
+        await eventually(applied, timeout, what=f"node {nid} applied index {index}")
 
 
 def wipe(path: Path) -> None:

@@ -1,6 +1,6 @@
 """Broker pieces in one process: Kafka's partitioner, record batches, the RocksDB partition log
 (range reads, persistence, truncation, retention), leader epochs, and the high watermark with
-seed 004's worked example."""
+Kafka's definition (the smallest log end offset among the in-sync replicas, docs/brokers.md)."""
 from __future__ import annotations
 
 import asyncio
@@ -20,6 +20,7 @@ from clients.partitioner import StickyPartitioner, murmur2, partition_for_key, t
 from clients.records import batches, build_batch, records_of, validate_batch
 from metadata.image import PartitionRegistration
 from protos import broker_pb2 as pb
+from tests.eventually import eventually
 
 
 def run(coro):
@@ -189,7 +190,7 @@ def test_leader_epoch_end_offsets():
     assert c.truncate_from_start(60) == ([1], (3, 60))
 
 
-# -- the high watermark: seed 004's worked example --------------------------------------------------
+# -- the high watermark: the smallest log end offset of the ISR (docs/brokers.md) ------------------
 
 class _OneReplica:
     """The two calls fetch() makes of a ReplicaManager."""
@@ -419,11 +420,8 @@ def test_a_retried_batch_takes_no_more_records_so_every_acknowledged_record_is_w
     async def go() -> None:
         p = await client.Producer("fake:1", acks="all", retry_backoff_ms=300).start()
         futures = [await p.send("t", b"first", key=b"k")]
-        for _ in range(100):  # until the first attempt failed and the batch is backing off
-            await asyncio.sleep(0.01)
-            if calls == 1 and p.acc.has_queued():
-                break
-        assert calls == 1 and p.acc.has_queued()
+        await eventually(lambda: calls == 1 and p.acc.has_queued(), 5, interval=0.01,
+                         what="the first attempt failed and the batch is backing off")
         futures += [await p.send("t", f"later-{i}".encode(), key=b"k") for i in range(3)]
         mds = [await f for f in futures]
         await p.close()

@@ -13,6 +13,7 @@ from metadata.errors import ErrorCode as E
 from protos import controller_pb2 as pb
 from tests.controllers import TestBroker
 from tests.kvcluster import REPO, consecutive_ports
+from tests.eventually import eventually
 from tests.logs import assert_no_tracebacks
 
 
@@ -115,7 +116,7 @@ def test_kill_9_of_the_active_controller_during_create_topics(quorum):
                 acked[name] = t.topic_id
 
         writers = [asyncio.create_task(creator(w)) for w in range(4)]
-        await asyncio.sleep(0.8)
+        await eventually(lambda: len(acked) >= 20, 20, what="creates acknowledged before the kill")
         leader = await quorum.wait_for_leader()
         quorum.kill(leader)
         killed_at = time.monotonic()

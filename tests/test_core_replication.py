@@ -61,7 +61,7 @@ def _rejections_to_converge(fast: bool, behind: int) -> tuple[int, int]:
 
 
 def test_decrementing_next_index_walks_back_one_entry_per_rejection():
-    # seed 000 L466-470: the leader decrements nextIndex after each rejection until the logs
+    # Raft §5.3: the leader decrements nextIndex after each rejection until the logs
     # match, then overwrites everything after the match point
     rejections, _ = _rejections_to_converge(fast=False, behind=300)
     assert rejections == 300

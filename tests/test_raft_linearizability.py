@@ -9,6 +9,7 @@ import signal
 
 from raft.examples.kv.client import KVError, OutcomeUnknown
 from raft.examples.kv.linearizability import HistoryRecorder, check
+from tests.eventually import eventually
 
 
 async def _client(cluster, rec, cid, keys, stop, rng):
@@ -53,14 +54,24 @@ async def _client(cluster, rec, cid, keys, stop, rng):
 
 
 async def _history(c, faults) -> None:
-    """Run five clients while ``faults(leader, term)`` runs; then check what they saw."""
+    """Run five clients while ``faults(leader, term, progress)`` runs; then check what they
+    saw. ``progress(n)`` waits until the clients complete ``n`` more operations, so each phase
+    (after a restart, a resume, a heal) is exercised rather than slept through."""
     rec = HistoryRecorder()
+
+    def completed() -> int:
+        return sum(1 for op in rec.history() if op.outcome.name == "OK")
+
+    async def progress(n: int = 20) -> None:
+        target = completed() + n
+        await eventually(lambda: completed() >= target, 30, what=f"{n} more operations")
+
     keys = [b"x", b"y", b"z"]
     stop = asyncio.Event()
     lid, term = await c.wait_leader()
     clients = [asyncio.create_task(_client(c, rec, i, keys, stop, random.Random(i))) for i in range(5)]
-    await asyncio.sleep(1.0)
-    await faults(lid, term)
+    await progress(50)
+    await faults(lid, term, progress)
     stop.set()
     await asyncio.gather(*clients)
     history = rec.history()
@@ -75,25 +86,25 @@ def test_client_history_through_kills_pauses_and_cuts_is_linearizable(kv_cluster
     c = kv_cluster(3)
     c.start_all()
 
-    async def faults(lid, term):
+    async def faults(lid, term, progress):
         # 1: kill -9 the leader, restart it
         c.kill(lid)
         lid2, term = await c.wait_leader([n for n in c.ids if n != lid], not_term=term)
-        await asyncio.sleep(1.0)
+        await progress()
         c.start(lid)
-        await asyncio.sleep(1.0)
+        await progress()
         # 2: pause the leader past the election timeout, resume it
         c.signal(lid2, signal.SIGSTOP)
         lid3, term = await c.wait_leader([n for n in c.ids if n != lid2], not_term=term)
-        await asyncio.sleep(0.5)
+        await progress()
         c.signal(lid2, signal.SIGCONT)
-        await asyncio.sleep(1.0)
+        await progress()
         # 3: cut the leader off the network, heal
         c.isolate(lid3)
         await c.wait_leader([n for n in c.ids if n != lid3], not_term=term)
-        await asyncio.sleep(1.0)
+        await progress()
         c.heal()
-        await asyncio.sleep(1.5)
+        await progress()
     asyncio.run(_history(c, faults))
 
 
@@ -104,27 +115,27 @@ def test_client_history_through_one_way_cuts_with_snapshots_is_linearizable(kv_c
     c = kv_cluster(3, args=("--snapshot-entries", "100", "--snapshot-trailing-entries", "10"))
     c.start_all()
 
-    async def faults(lid, term):
+    async def faults(lid, term, progress):
         others = [n for n in c.ids if n != lid]
         for o in others:  # its appends arrive, their answers do not
             c.stall(o, lid)
         lid, term = await c.wait_leader(others, not_term=term)
-        await asyncio.sleep(1.0)
+        await progress()
         c.heal()
-        await asyncio.sleep(1.0)
+        await progress()
         others = [n for n in c.ids if n != lid]
         for o in others:  # the leader's appends and heartbeats vanish
             c.stall(lid, o)
         lid, term = await c.wait_leader(others, not_term=term)
-        await asyncio.sleep(1.0)
+        await progress()
         c.heal()
-        await asyncio.sleep(1.0)
+        await progress()
         a, b = [n for n in c.ids if n != lid]
         c.stall(lid, a)
         c.stall(b, lid)
-        await asyncio.sleep(1.5)
+        await asyncio.sleep(1.5)  # how long the crossed cut lasts (it may or may not stall writes)
         c.heal()
-        await asyncio.sleep(1.5)
+        await progress()
         statuses = await c.statuses()
         assert any(s.snapshot_index > 0 for s in statuses.values()), "no snapshot was taken"
     asyncio.run(_history(c, faults))
