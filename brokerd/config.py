@@ -10,6 +10,8 @@ from metadata.config import ServerConfig
 from metadata.image import ConfigResource, MetadataImage, ResourceType
 from raft.config import ConfigError
 
+from clients.compression import Codec
+
 from .log_store import LONG_MAX, FlushPolicy
 
 HOUR_MS = 3_600_000
@@ -23,11 +25,13 @@ class LogConfig:
     retention_bytes: int = -1          # retention.bytes: unlimited
     max_message_bytes: int = 1048588   # max.message.bytes: the largest batch
     min_insync_replicas: int = 1       # min.insync.replicas
+    compression_type: str = "producer"  # compression.type: keep the producer's codec, or this one
 
 
 # topic key -> the broker key that is its default
 _BROKER_KEY = {"retention.ms": "log.retention.ms", "retention.bytes": "log.retention.bytes",
-               "max.message.bytes": "message.max.bytes", "min.insync.replicas": "min.insync.replicas"}
+               "max.message.bytes": "message.max.bytes", "min.insync.replicas": "min.insync.replicas",
+               "compression.type": "compression.type"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +50,8 @@ class BrokerConfig:
     hw_checkpoint_interval_ms: int      # replica.high.watermark.checkpoint.interval.ms
     metadata_snapshot_interval_ms: int  # metadata.log.max.snapshot.interval.ms
     request_max_bytes: int              # socket.request.max.bytes
+    producer_id_expiration_ms: int      # producer.id.expiration.ms
+    producer_id_expiration_check_interval_ms: int  # producer.id.expiration.check.interval.ms
     flush: FlushPolicy
     static_log: LogConfig               # log defaults from the properties file
 
@@ -71,13 +77,17 @@ class BrokerConfig:
             hw_checkpoint_interval_ms=cfg.int("replica.high.watermark.checkpoint.interval.ms", 5000, 1),
             metadata_snapshot_interval_ms=cfg.int("metadata.log.max.snapshot.interval.ms", HOUR_MS, 1),
             request_max_bytes=cfg.int("socket.request.max.bytes", 104857600, 1024),
+            producer_id_expiration_ms=cfg.int("producer.id.expiration.ms", 86_400_000, 1),
+            producer_id_expiration_check_interval_ms=cfg.int("producer.id.expiration.check.interval.ms",
+                                                             600_000, 1),
             flush=FlushPolicy(cfg.int("log.flush.interval.messages", LONG_MAX, 1),
                               cfg.int("log.flush.interval.ms", LONG_MAX, 1)),
             static_log=LogConfig(
                 retention_ms=_retention_ms(cfg),
                 retention_bytes=cfg.int("log.retention.bytes", -1, -1),
                 max_message_bytes=cfg.int("message.max.bytes", 1048588, 0),
-                min_insync_replicas=cfg.int("min.insync.replicas", 1, 1)))
+                min_insync_replicas=cfg.int("min.insync.replicas", 1, 1),
+                compression_type=_compression_type(cfg.props.get("compression.type", "producer"))))
 
     def log_config(self, image: MetadataImage, topic: str) -> LogConfig:
         """The effective log settings of ``topic`` in ``image``."""
@@ -86,19 +96,40 @@ class BrokerConfig:
                   dict(image.config(ConfigResource(ResourceType.BROKER, "")))]
         static = self.static_log
 
+        def raw(key: str) -> list[str]:
+            return [v for i, layer in enumerate(layers)
+                    if (v := layer.get(key if i == 0 else _BROKER_KEY[key])) is not None]
+
         def pick(key: str, fallback: int) -> int:
-            for i, layer in enumerate(layers):
-                raw = layer.get(key if i == 0 else _BROKER_KEY[key])
-                if raw is not None:
-                    try:
-                        return int(raw)
-                    except ValueError:
-                        pass  # the controller validates; an unreadable value falls through
+            for value in raw(key):
+                try:
+                    return int(value)
+                except ValueError:
+                    pass  # the controller validates; an unreadable value falls through
             return fallback
 
+        codec = static.compression_type
+        for value in raw("compression.type"):
+            try:
+                codec = _compression_type(value)
+                break
+            except ConfigError:
+                pass  # as above
         return LogConfig(pick("retention.ms", static.retention_ms), pick("retention.bytes", static.retention_bytes),
                          pick("max.message.bytes", static.max_message_bytes),
-                         pick("min.insync.replicas", static.min_insync_replicas))
+                         pick("min.insync.replicas", static.min_insync_replicas),
+                         codec)
+
+
+def _compression_type(value: str) -> str:
+    """``producer`` or a codec name (``uncompressed`` is ``none``)."""
+    value = value.strip().lower()
+    if value == "producer":
+        return value
+    try:
+        return Codec.named(value).name.lower()
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _retention_ms(cfg: ServerConfig) -> int:

@@ -1,9 +1,10 @@
 """A partition's log in RocksDB: record batches keyed by (topic id, partition, base offset),
 with the log start offset, log end offset, high watermark and size persisted next to them
-(key layout in ``log_store``).
+(key layout in ``log_store``), and the state of its idempotent producers (``producer_state``).
 
-Each append is one atomic RocksDB write holding the batches, the new log end and size, and
-any new leader epoch, so after a crash the log, its end offset and its epochs agree. The
+Each append is one atomic RocksDB write holding the batches, the new log end and size, any new
+leader epoch and the producers' updated entries, so after a crash the log, its end offset, its
+epochs and its producer state agree. The
 high watermark is checkpointed with every append and every few seconds otherwise (Kafka's
 ``replica.high.watermark.checkpoint.interval.ms``): a stale one after a crash only delays
 what consumers may read until followers fetch again.
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from rocksdict import ReadOptions, WriteBatch
@@ -24,9 +25,11 @@ from protos import broker_pb2 as pb
 
 from .leader_epochs import LeaderEpochCache
 from .log_store import LogStore, tp_prefix
-from clients.records import frame
+from .producer_state import ProducerEntry, ProducerStateManager, last_sequence
+from clients.records import NO_PRODUCER_ID, frame, records_bytes
 
-_HEAD = struct.Struct(">qq")      # a stored batch: last offset, max timestamp; then its frame
+# A stored batch: last offset, max timestamp, producer id, epoch and base sequence; then its frame.
+_HEAD = struct.Struct(">qqqhi")
 _STATE = struct.Struct(">qqqq")   # log start offset, high watermark, log end offset, size in bytes
 _EPOCH = struct.Struct(">q")      # an epoch's start offset
 _END = b"\xff" * 9                # after every 8-byte offset
@@ -38,6 +41,7 @@ class AppendInfo:
     last_offset: int
     records: int
     bytes: int
+    duplicate: bool = False  # a producer's retry of a batch already in the log: not written again
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +52,9 @@ class StoredBatch:
     last_offset: int
     max_timestamp: int
     size: int
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = 0
+    base_sequence: int = 0
 
 
 class PartitionLog:
@@ -60,6 +67,7 @@ class PartitionLog:
         self._data = b"d" + prefix
         self._state_key = b"s" + prefix
         self._epochs_key = b"e" + prefix
+        self._producers_key = b"p" + prefix
         raw = self.db.get(self._state_key)
         if raw is None:
             self.log_start_offset = self.high_watermark = self.log_end_offset = self.size_bytes = 0
@@ -72,6 +80,7 @@ class PartitionLog:
              self.size_bytes) = _STATE.unpack(raw)
         self.next_offset = self.log_end_offset  # assigned, possibly not yet durable
         self.epochs = LeaderEpochCache(self._load_epochs())
+        self.producers = ProducerStateManager(f"{topic_id}-{partition}", self._load_producers())
         self._hw_dirty = False
 
     # -- keys and state ---------------------------------------------------------------------
@@ -82,18 +91,34 @@ class PartitionLog:
     def _state(self) -> bytes:
         return _STATE.pack(self.log_start_offset, self.high_watermark, self.next_offset, self.size_bytes)
 
-    def _load_epochs(self) -> list[tuple[int, int]]:
-        out = []
+    def _scan(self, prefix: bytes) -> Iterator[tuple[int, bytes]]:
+        """(the key's number after ``prefix``, value) of every key under ``prefix``."""
         it = self.db.iter()
-        it.seek(self._epochs_key)
-        n = len(self._epochs_key)
+        it.seek(prefix)
+        n = len(prefix)
         while it.valid():
             k = it.key()
-            if not k.startswith(self._epochs_key):
+            if not k.startswith(prefix):
                 break
-            out.append((int.from_bytes(k[n:], "big"), _EPOCH.unpack(it.value())[0]))
+            yield int.from_bytes(k[n:], "big"), it.value()
             it.next()
-        return out
+
+    def _load_epochs(self) -> list[tuple[int, int]]:
+        return [(epoch, _EPOCH.unpack(v)[0]) for epoch, v in self._scan(self._epochs_key)]
+
+    def _load_producers(self) -> list[ProducerEntry]:
+        return [ProducerEntry.decode(pid, v) for pid, v in self._scan(self._producers_key)]
+
+    def _producer_key(self, producer_id: int) -> bytes:
+        return self._producers_key + producer_id.to_bytes(8, "big")
+
+    def _save_producers(self, wb: WriteBatch, producer_ids: Iterable[int]) -> None:
+        for pid in producer_ids:
+            e = self.producers.producers.get(pid)
+            if e is None:
+                wb.delete(self._producer_key(pid))
+            else:
+                wb.put(self._producer_key(pid), e.encode())
 
     def _epoch_key(self, epoch: int) -> bytes:
         return self._epochs_key + epoch.to_bytes(4, "big")
@@ -109,13 +134,26 @@ class PartitionLog:
     def _stage(self, wb: WriteBatch, batch: pb.RecordBatch) -> int:
         data = batch.SerializeToString()
         last = batch.base_offset + batch.last_offset_delta
-        value = frame(data, _HEAD.pack(last, batch.max_timestamp))
+        pid = batch.producer_id if batch.HasField("producer_id") else NO_PRODUCER_ID
+        value = frame(data, _HEAD.pack(last, batch.max_timestamp, pid, batch.producer_epoch, batch.base_sequence))
         wb.put(self._key(batch.base_offset), value)
+        if pid != NO_PRODUCER_ID:
+            self.producers.record_batch(batch.base_offset, last, batch.max_timestamp, pid, batch.producer_epoch,
+                                        batch.base_sequence)
+            self._save_producers(wb, (pid,))
         return len(value)
 
     async def append_as_leader(self, batch: pb.RecordBatch, epoch: int) -> AppendInfo:
-        """Assign the batch its offsets and the leader's epoch, and append it."""
+        """Assign the batch its offsets and the leader's epoch, and append it. A batch of an
+        idempotent producer is checked against its state first: a duplicate of one of its
+        last five batches is answered with the original's offsets and not written."""
         base = self.next_offset
+        if batch.HasField("producer_id"):
+            last_seq = last_sequence(batch.base_sequence, batch.record_count)
+            dup = self.producers.check(batch.producer_id, batch.producer_epoch, batch.base_sequence,
+                                       last_seq, base)
+            if dup is not None:
+                return AppendInfo(dup.first_offset, dup.last_offset, 0, 0, duplicate=True)
         batch.base_offset = base
         batch.partition_leader_epoch = epoch
         wb = WriteBatch(raw_mode=True)
@@ -125,8 +163,9 @@ class PartitionLog:
         return await self._commit(wb, base, batch.record_count, size)
 
     async def append_as_follower(self, batches: Sequence[pb.RecordBatch]) -> AppendInfo | None:
-        """Append batches copied from the leader, with their offsets and epochs. Batches the
-        log already has are skipped; a gap is refused (ValueError) before anything changes."""
+        """Append batches copied from the leader, with their offsets, epochs and producer
+        fields. Batches the log already has are skipped; a gap is refused (ValueError) before
+        anything changes."""
         new = [b for b in batches if b.base_offset + b.last_offset_delta >= self.next_offset]
         if not new:
             return None
@@ -204,8 +243,8 @@ class PartitionLog:
         n = len(self._data)
         while it.valid():
             k, v = it.key(), it.value()
-            last, max_ts = _HEAD.unpack_from(v)
-            out.append(StoredBatch(int.from_bytes(k[n:], "big"), last, max_ts, len(v)))
+            last, max_ts, pid, epoch, seq = _HEAD.unpack_from(v)
+            out.append(StoredBatch(int.from_bytes(k[n:], "big"), last, max_ts, len(v), pid, epoch, seq))
             it.next()
         return out
 
@@ -231,7 +270,7 @@ class PartitionLog:
                 batch = self.batch_at(b.base_offset)
                 if batch is None:
                     return None
-                for r in pb.Records.FromString(batch.records).records:
+                for r in pb.Records.FromString(records_bytes(batch)).records:
                     ts = batch.base_timestamp + r.timestamp_delta
                     off = batch.base_offset + r.offset_delta
                     if ts >= timestamp and off >= self.log_start_offset:
@@ -275,15 +314,18 @@ class PartitionLog:
             base = int.from_bytes(it.key()[len(self._data):], "big")
             if base < offset <= last:
                 cut = base
-        removed = sum(b.size for b in self.stored_batches(cut))
+        doomed = self.stored_batches(cut)
         wb = WriteBatch(raw_mode=True)
         wb.delete_range(self._key(cut), self._data + _END)
         for e in self.epochs.truncate_from_end(cut):
             wb.delete(self._epoch_key(e))
-        self.size_bytes -= removed
+        self.size_bytes -= sum(b.size for b in doomed)
         self.next_offset = self.log_end_offset = cut
         self.high_watermark = min(self.high_watermark, cut)
         self.log_start_offset = min(self.log_start_offset, cut)
+        if any(b.producer_id != NO_PRODUCER_ID for b in doomed):
+            # Producer state as of the new end: rebuilt from the batch heads that remain.
+            self._rebuild_producers(wb, [b for b in self.stored_batches(None) if b.base_offset < cut])
         wb.put(self._state_key, self._state())
         pending = self.store.write(wb)
         if pending is not None:
@@ -297,6 +339,7 @@ class PartitionLog:
         wb.delete_range(self._data, self._data + _END)
         for e in self.epochs.clear():
             wb.delete(self._epoch_key(e))
+        self._rebuild_producers(wb, [])
         self.log_start_offset = self.high_watermark = self.next_offset = self.log_end_offset = offset
         self.size_bytes = 0
         wb.put(self._state_key, self._state())
@@ -322,9 +365,24 @@ class PartitionLog:
             wb.put(self._epoch_key(moved[0]), _EPOCH.pack(moved[1]))
         self.size_bytes -= freed
         self.log_start_offset = offset
+        self._save_producers(wb, self.producers.remove_before(offset))
         wb.put(self._state_key, self._state())
         self.store.write_now(wb)
         return freed
+
+    def expire_producers(self, now_ms: int, expiration_ms: int) -> list[int]:
+        """Forget producers silent for ``producer.id.expiration.ms``; returns their ids."""
+        gone = self.producers.expire(now_ms, expiration_ms)
+        if gone:
+            wb = WriteBatch(raw_mode=True)
+            self._save_producers(wb, gone)
+            self.store.write_now(wb)
+        return gone
+
+    def _rebuild_producers(self, wb: WriteBatch, heads: list[StoredBatch]) -> None:
+        wb.delete_range(self._producers_key, self._producers_key + _END)
+        self.producers.rebuild(heads)
+        self._save_producers(wb, list(self.producers.producers))
 
     def retention_offset(self, now_ms: int, retention_ms: int, retention_bytes: int) -> int:
         """Where the log should start under ``retention.ms`` and ``retention.bytes`` (-1: no
@@ -350,5 +408,6 @@ class PartitionLog:
         wb = WriteBatch(raw_mode=True)
         wb.delete_range(self._data, self._data + _END)
         wb.delete_range(self._epochs_key, self._epochs_key + _END)
+        wb.delete_range(self._producers_key, self._producers_key + _END)
         wb.delete(self._state_key)
         self.store.write_now(wb)

@@ -8,17 +8,28 @@
   (NOT_ENOUGH_REPLICAS), and the answer waits until the high watermark passes the batch, that
   is, until every ISR member has it (or ``timeout_ms``: REQUEST_TIMED_OUT).
 - acks=1 answers after the leader's append, acks=0 not at all (the ProduceNoAck stream).
+- A batch of an idempotent producer is checked against the partition's producer state
+  (``producer_state``): a retry of a batch already in the log is answered with its original
+  offsets and not written again (with acks=-1 it still waits for the ISR to have the
+  original); a gap in sequence numbers is OUT_OF_ORDER_SEQUENCE_NUMBER, an older producer
+  epoch INVALID_PRODUCER_EPOCH, an unknown producer UNKNOWN_PRODUCER_ID.
+- A topic whose ``compression.type`` names a codec gets its batches in that codec (the leader
+  recompresses, as Kafka's does); ``producer`` keeps what the producer sent.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Coroutine
+from typing import Any
 
 from protos import broker_pb2 as pb
 
 from clients.errors import BrokerError, ErrorCode
 from .partition import Partition
-from clients.records import validate_batch
+from .partition_log import AppendInfo
+from clients.compression import Codec
+from clients.records import recompress, validate_batch
 from .replica_manager import ReplicaManager
 
 log = logging.getLogger("brokerd.produce")
@@ -45,7 +56,10 @@ async def produce(rm: ReplicaManager, req: pb.ProduceRequest) -> pb.ProduceRespo
                 a = tr.partitions.add(partition=pd.partition, log_start_offset=-1)
                 _error(a, e)
         return resp
-    waits: list[tuple[pb.ProducePartitionResponse, Partition, int]] = []
+    # Every partition's batch is checked first, then all are appended at once: each append
+    # takes its offsets (and its producer's sequence) in its first step, before any await, so
+    # the batches of one request are ordered before those of the next request to arrive.
+    appends: list[tuple[pb.ProducePartitionResponse, Partition, Coroutine[Any, Any, AppendInfo]]] = []
     for t in req.topics:
         tr = resp.topics.add(name=t.name)
         for pd in t.partitions:
@@ -54,15 +68,26 @@ async def produce(rm: ReplicaManager, req: pb.ProduceRequest) -> pb.ProduceRespo
                 p = rm.leader(t.name, pd.partition)
                 if not pd.HasField("batch"):
                     raise BrokerError(ErrorCode.INVALID_REQUEST, f"no record batch for {p.name}")
-                validate_batch(pd.batch, p.name, p.config.max_message_bytes)
-                info = await p.append_as_leader(pd.batch, req.acks)
+                batch = pd.batch
+                validate_batch(batch, p.name, p.config.max_message_bytes)
+                if p.config.compression_type != "producer":
+                    batch = recompress(batch, Codec.named(p.config.compression_type))
             except BrokerError as e:
                 _error(a, e)
                 continue
-            a.base_offset = info.first_offset
-            a.log_start_offset = p.log.log_start_offset
-            if req.acks == -1:
-                waits.append((a, p, info.last_offset + 1))
+            appends.append((a, p, p.append_as_leader(batch, req.acks)))
+    results = await asyncio.gather(*(c for _, _, c in appends), return_exceptions=True)
+    waits: list[tuple[pb.ProducePartitionResponse, Partition, int]] = []
+    for (a, p, _), info in zip(appends, results):
+        if isinstance(info, BrokerError):
+            _error(a, info)
+            continue
+        if isinstance(info, BaseException):
+            raise info
+        a.base_offset = info.first_offset
+        a.log_start_offset = p.log.log_start_offset
+        if req.acks == -1:
+            waits.append((a, p, info.last_offset + 1))
     if waits:
         timeout = (req.timeout_ms if req.timeout_ms > 0 else DEFAULT_TIMEOUT_MS) / 1000
         if len(waits) == 1:

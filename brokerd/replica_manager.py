@@ -188,7 +188,9 @@ class ReplicaManager:
     def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._every(self.config.hw_checkpoint_interval_ms, self.checkpoint)),
-                       loop.create_task(self._every(self.config.retention_check_interval_ms, self.enforce_retention))]
+                       loop.create_task(self._every(self.config.retention_check_interval_ms, self.enforce_retention)),
+                       loop.create_task(self._every(self.config.producer_id_expiration_check_interval_ms,
+                                                    self.expire_producers))]
 
     async def _every(self, period_ms: int, work: Callable[[], object]) -> None:
         while True:
@@ -216,6 +218,15 @@ class ReplicaManager:
                 freed = p.log.delete_before(start)
                 log.info("%s: retention moved the log start from %d to %d (%d bytes freed)",
                          p.name, before, p.log.log_start_offset, freed)
+
+    def expire_producers(self) -> None:
+        """Forget idempotent producers silent for ``producer.id.expiration.ms`` (Kafka's
+        ``producer.id.expiration.check.interval.ms`` schedule)."""
+        now = int(time.time() * 1000)
+        for p in list(self.partitions.values()):
+            gone = p.log.expire_producers(now, self.config.producer_id_expiration_ms)
+            if gone:
+                log.info("%s: producer ids %s expired", p.name, gone)
 
     async def stop(self) -> None:
         for t in self._tasks:

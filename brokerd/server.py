@@ -38,6 +38,7 @@ from .log_manager import LogManager
 from .metadata_checkpoint import MetadataCheckpoint
 from .metadata_fetcher import MetadataFetcher
 from .replica_fetcher import ReplicaFetcherManager
+from .producer_ids import ProducerIdManager
 from .replica_manager import ReplicaManager
 from .service import BrokerService
 
@@ -109,7 +110,8 @@ class BrokerServer:
                                                ("grpc.max_send_message_length", 256 << 20),
                                                ("grpc.so_reuseport", 0)])
         add_service(self.server, broker_pb2_grpc.add_BrokerServicer_to_server,
-                    BrokerService(self.rm, bcfg.listener, lambda: self.client.last_controller_id, self.describe))
+                    BrokerService(self.rm, bcfg.listener, lambda: self.client.last_controller_id, self.describe,
+                                  ProducerIdManager(self.client, cfg.node_id, lambda: self.lifecycle.epoch)))
         for name, (host, port) in cfg.listeners.items():
             if name != cfg.controller_listener:
                 address = f"{host or '0.0.0.0'}:{port}"

@@ -17,6 +17,7 @@ from clients.errors import BrokerError, ErrorCode
 from .fetch import fetch
 from .log_store import StorageFailure
 from .produce import first_error, produce
+from .producer_ids import ProducerIdManager
 from .replica_manager import ReplicaManager
 
 log = logging.getLogger("brokerd.service")
@@ -27,8 +28,9 @@ EARLIEST, LATEST = -2, -1
 
 class BrokerService(broker_pb2_grpc.BrokerServicer):
     def __init__(self, rm: ReplicaManager, listener: str, controller_id: Callable[[], int],
-                 describe: Callable[[], pb.DescribeBrokerResponse]) -> None:
+                 describe: Callable[[], pb.DescribeBrokerResponse], producer_ids: ProducerIdManager) -> None:
         self.rm = rm
+        self.producer_ids = producer_ids
         self.listener = listener
         self.controller_id = controller_id
         self.describe = describe
@@ -117,6 +119,10 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
     async def Metadata(self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext) -> pb.MetadataResponse:
         return metadata_answer(self.rm.image, request, self.listener, self.controller_id())
+
+    async def InitProducerId(self, request: pb.InitProducerIdRequest,
+                             context: grpc.aio.ServicerContext) -> pb.InitProducerIdResponse:
+        return await self._guard(context, self.producer_ids.init_producer_id(request))
 
     async def DescribeBroker(self, request: pb.DescribeBrokerRequest,
                              context: grpc.aio.ServicerContext) -> pb.DescribeBrokerResponse:

@@ -4,8 +4,8 @@ record batch format, ``records``; the error codes, ``errors``). It depends on no
 ``brokerd``, ``metadata`` or ``raft`` (tests/test_layering.py)."""
 from .cluster_view import BrokerResponseError, ClientError, KafkaTimeoutError
 from .consumer import Consumer
-from .producer import ACKS, Producer, RecordMetadata, RecordTooLargeError
+from .producer import ACKS, ConfigException, Producer, RecordMetadata, RecordTooLargeError, producer_config
 from .records import ConsumerRecord
 
 __all__ = ["Producer", "Consumer", "RecordMetadata", "ConsumerRecord", "ClientError", "KafkaTimeoutError",
-           "BrokerResponseError", "RecordTooLargeError", "ACKS"]
+           "BrokerResponseError", "RecordTooLargeError", "ConfigException", "ACKS", "producer_config"]

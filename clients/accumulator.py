@@ -19,7 +19,8 @@ from typing import Any
 from protos import broker_pb2 as pb
 
 from .cluster_view import KafkaTimeoutError
-from .records import Header, build_batch
+from .compression import Codec
+from .records import Header, build_batch, set_producer
 
 RECORD_OVERHEAD = 24  # offset and timestamp deltas, lengths, attributes: an upper bound per record
 
@@ -36,9 +37,9 @@ class RecordMetadata:
 
 class ProducerBatch:
     __slots__ = ("topic", "partition", "entries", "size", "created", "attempts", "last_attempt", "future",
-                 "capacity", "_encoded", "closed")
+                 "capacity", "_encoded", "closed", "codec", "producer_epoch", "base_sequence")
 
-    def __init__(self, topic: str, partition: int, capacity: int) -> None:
+    def __init__(self, topic: str, partition: int, capacity: int, codec: Codec = Codec.NONE) -> None:
         self.topic = topic
         self.partition = partition
         self.entries: list[tuple[bytes | None, bytes | None, int, Sequence[Header]]] = []
@@ -53,6 +54,11 @@ class ProducerBatch:
         #: appended afterwards would be acknowledged without ever being written (Kafka closes a
         #: drained batch for appends the same way).
         self.closed = False
+        self.codec = codec
+        #: An idempotent producer's epoch and sequence for the batch, set when first drained and
+        #: kept by retries (the broker recognises a retry by them); None until then.
+        self.producer_epoch = -1
+        self.base_sequence: int | None = None
 
     @property
     def full(self) -> bool:
@@ -68,11 +74,15 @@ class ProducerBatch:
         return len(self.entries) - 1
 
     def encoded(self) -> pb.RecordBatch:
-        """The wire batch, built once so a retry sends the same bytes and CRC."""
+        """The wire batch, built (and compressed) once so a retry sends the same bytes and CRC."""
         if self._encoded is None:
             self.closed = True
-            self._encoded = build_batch(self.entries)
+            self._encoded = build_batch(self.entries, self.codec)
         return self._encoded
+
+    def set_producer(self, producer_id: int, epoch: int, base_sequence: int) -> None:
+        self.producer_epoch, self.base_sequence = epoch, base_sequence
+        set_producer(self.encoded(), producer_id, epoch, base_sequence)
 
     def done(self, base_offset: int) -> None:
         if not self.future.done():
@@ -116,8 +126,13 @@ class RecordFuture:
 
 
 class RecordAccumulator:
-    def __init__(self, batch_size: int, linger_ms: int, buffer_memory: int, retry_backoff_ms: int) -> None:
+    def __init__(self, batch_size: int, linger_ms: int, buffer_memory: int, retry_backoff_ms: int,
+                 codec: Codec = Codec.NONE) -> None:
         self.batch_size = batch_size
+        self.codec = codec
+        #: Whether a partition's first batch may go now (an idempotent producer holds a retried
+        #: batch until every earlier one of its partition is answered).
+        self.may_send: Callable[[ProducerBatch], bool] = lambda batch: True
         self.linger_s = linger_ms / 1000
         self.buffer_memory = buffer_memory
         self.retry_backoff_s = retry_backoff_ms / 1000
@@ -161,7 +176,7 @@ class RecordAccumulator:
                 return RecordFuture(last, i), last.full and not was_full
         if abort_on_new_batch:
             return None, False
-        batch = ProducerBatch(topic, partition, self.batch_size)
+        batch = ProducerBatch(topic, partition, self.batch_size, self.codec)
         i = batch.try_append(key, value, ts, headers, size)
         dq.append(batch)
         self.incomplete.add(batch)
@@ -174,9 +189,15 @@ class RecordAccumulator:
         self._freed.set()
 
     def reenqueue(self, batch: ProducerBatch) -> None:
-        """A batch to retry goes back to the front of its partition's queue. It is closed (it was
-        encoded when first sent), so ``append`` starts a new batch behind it."""
-        self.batches.setdefault((batch.topic, batch.partition), deque()).appendleft(batch)
+        """A batch to retry goes back to the front of its partition's queue, among the other
+        retries in sequence order (Kafka's insertInSequenceOrder). It is closed (it was encoded
+        when first sent), so ``append`` starts a new batch behind it."""
+        dq = self.batches.setdefault((batch.topic, batch.partition), deque())
+        i = 0
+        if batch.base_sequence is not None:
+            while i < len(dq) and dq[i].base_sequence is not None and dq[i].base_sequence < batch.base_sequence:
+                i += 1
+        dq.insert(i, batch)
 
     # -- the sender's side ------------------------------------------------------------------------
 
@@ -197,6 +218,8 @@ class RecordAccumulator:
             if leader in nodes:
                 continue
             first = dq[0]
+            if not self.may_send(first):
+                continue  # the sender wakes when the batch it waits for is answered
             backing_off = first.attempts > 0 and now - first.last_attempt < self.retry_backoff_s
             wait = self.retry_backoff_s if backing_off else self.linger_s
             waited = now - (first.last_attempt if backing_off else first.created)
@@ -222,7 +245,7 @@ class RecordAccumulator:
             if dq:
                 first = dq[0]
                 backing_off = first.attempts > 0 and now - first.last_attempt < self.retry_backoff_s
-                if not backing_off:
+                if not backing_off and self.may_send(first):
                     if out and size + first.size > max_size:
                         break
                     out.append(dq.popleft())

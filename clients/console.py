@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import click
 
-from . import ACKS, ClientError, Consumer, ConsumerRecord, Producer
+from . import ACKS, ClientError, Consumer, ConsumerRecord, Producer, producer_config
 
 FORMATTER_PROPERTIES = {"print.key", "print.value", "print.offset", "print.partition", "print.timestamp",
                         "key.separator", "line.separator", "null.literal"}
@@ -41,10 +41,29 @@ def _describe(b: bytes | None) -> str:
 @click.option("--max-block-ms", type=int, default=60000, show_default=True)
 @click.option("--request-timeout-ms", type=int, default=30000, show_default=True)
 @click.option("--sync", is_flag=True, help="wait for each record's answer before reading the next line")
+@click.option("--compression-codec", type=click.Choice(["none", "gzip", "snappy", "lz4", "zstd"]), default=None,
+              help="compress batches (compression.type)")
+@click.option("--producer-property", "properties", multiple=True, metavar="KEY=VALUE",
+              help="any producer setting by its Kafka name, e.g. enable.idempotence=false (repeatable)")
 def console_producer(bootstrap_server: str, topic: str, acks: str, key_separator: str | None, linger_ms: int,
-                     max_block_ms: int, request_timeout_ms: int, sync: bool) -> None:
+                     max_block_ms: int, request_timeout_ms: int, sync: bool, compression_codec: str | None,
+                     properties: tuple[str, ...]) -> None:
     """Send the lines of stdin to TOPIC."""
     sep = key_separator.encode() if key_separator else None
+    settings: dict[str, object] = {"acks": ACKS[acks], "linger_ms": linger_ms, "max_block_ms": max_block_ms,
+                                   "request_timeout_ms": request_timeout_ms}
+    if compression_codec:
+        settings["compression_type"] = compression_codec
+    pairs = {}
+    for prop in properties:
+        key, found, value = prop.partition("=")
+        if not found:
+            _fail(f"--producer-property {prop!r}: expected KEY=VALUE")
+        pairs[key] = value
+    try:
+        settings.update(producer_config(pairs))
+    except ClientError as e:
+        _fail(str(e))
 
     async def run() -> int:
         failures = 0
@@ -56,8 +75,7 @@ def console_producer(bootstrap_server: str, topic: str, acks: str, key_separator
                        f"{_describe(value)} with error: {error}", err=True)
 
         try:
-            producer = await Producer(bootstrap_server, acks=ACKS[acks], linger_ms=linger_ms, max_block_ms=max_block_ms,
-                                      request_timeout_ms=request_timeout_ms).start()
+            producer = await Producer(bootstrap_server, **settings).start()  # type: ignore[arg-type]
         except ClientError as e:
             _fail(str(e))
         loop = asyncio.get_running_loop()

@@ -7,13 +7,25 @@
 messages), picks the partition like Kafka's default partitioner (``partitioner``), and appends
 to a batch (``accumulator``); a sender task drains ready batches into one Produce request per
 leader, at most ``max.in.flight.requests.per.connection`` in flight per broker, retrying
-retriable errors until ``delivery.timeout.ms``. acks=0 batches go down a fire-and-forget
-stream and complete with offset -1. There is no idempotence: a retry after a lost answer can
-write a batch twice (use ``retries=0`` for at-most-once).
+retriable errors until ``delivery.timeout.ms``. Batches are compressed with
+``compression.type``. acks=0 batches go down a fire-and-forget stream and complete with
+offset -1.
+
+Idempotence is on by default (``enable.idempotence``, as in Kafka 3): the producer gets an id
+and epoch from a broker (InitProducerId) and numbers each partition's batches; a retry carries
+the same numbers, so the partition leader writes it at most once and answers a duplicate with
+the original offsets, and it refuses a batch that skips ahead, so with up to five requests in
+flight the order of a partition's batches survives retries (a retried batch waits until every
+earlier batch of its partition is answered, Kafka's insertInSequenceOrder). When the sequence
+is broken (a batch failed for good, or the leader lost the producer's state) the producer bumps
+its epoch and numbers the partition's batches from 0 again, as Kafka's does (KIP-360).
+``enable_idempotence=False`` gives at-least-once: a retry after a lost answer can write a
+batch twice, and retried batches can be reordered.
 """
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from collections.abc import Sequence
@@ -24,6 +36,7 @@ import grpc
 from protos import broker_pb2 as pb
 
 from .accumulator import RECORD_OVERHEAD, RecordAccumulator, RecordFuture, RecordMetadata, ProducerBatch
+from .compression import Codec
 from .cluster_view import (BrokerResponseError, ClientError, ClusterView, Connections, KafkaTimeoutError,
                            parse_bootstrap)
 from .errors import RETRIABLE, STALE_METADATA, ErrorCode
@@ -37,6 +50,14 @@ ACKS: dict[Any, int] = {"all": -1, "-1": -1, "1": 1, "0": 0, -1: -1, 1: 1, 0: 0}
 
 class RecordTooLargeError(ClientError):
     """Kafka's RecordTooLargeException, raised by ``send`` before anything is sent."""
+
+
+class ConfigException(ClientError):
+    """Kafka's ConfigException: settings that cannot work together, raised at construction."""
+
+
+MAX_IN_FLIGHT_IDEMPOTENT = 5
+SEQUENCE_MODULUS = 1 << 31  # sequences wrap after Int32.MAX
 
 
 def _bytes(v: bytes | str | None) -> bytes | None:
@@ -55,16 +76,68 @@ def _rpc_error(e: grpc.aio.AioRpcError) -> tuple[ErrorCode, str]:
     return ErrorCode.UNKNOWN_SERVER_ERROR, f"{e.code().name}: {e.details()}"
 
 
+def producer_config(properties: dict[str, str]) -> dict[str, Any]:
+    """Kafka producer keys (``linger.ms=5``, ``enable.idempotence=false``) as ``Producer``
+    keyword arguments; ConfigException for an unknown key or a value of the wrong type."""
+    params = inspect.signature(Producer.__init__).parameters
+    out: dict[str, Any] = {}
+    for key, value in properties.items():
+        name = key.strip().replace(".", "_")
+        param = params.get(name)
+        if param is None or name == "bootstrap_servers" or param.kind != param.KEYWORD_ONLY:
+            raise ConfigException(f"Unknown producer config {key}")
+        value = value.strip()
+        if name in ("acks", "compression_type", "client_id"):
+            out[name] = value
+        elif name == "enable_idempotence":
+            if value.lower() not in ("true", "false"):
+                raise ConfigException(f"Invalid value {value} for configuration {key}: Expected value to be "
+                                      f"either true or false")
+            out[name] = value.lower() == "true"
+        else:
+            try:
+                out[name] = int(value)
+            except ValueError:
+                raise ConfigException(f"Invalid value {value} for configuration {key}: Not a number of "
+                                      f"type INT") from None
+    return out
+
+
 class Producer:
     def __init__(self, bootstrap_servers: str | list[str], *, acks: str | int = "all", batch_size: int = 16384,
                  linger_ms: int = 0, max_request_size: int = 1048576, buffer_memory: int = 33554432,
                  max_block_ms: int = 60000, request_timeout_ms: int = 30000, delivery_timeout_ms: int = 120000,
                  retries: int = 2147483647, retry_backoff_ms: int = 100,
                  max_in_flight_requests_per_connection: int = 5, metadata_max_age_ms: int = 300000,
-                 client_id: str = "") -> None:
+                 client_id: str = "", enable_idempotence: bool | None = None,
+                 compression_type: str = "none") -> None:
+        """``enable_idempotence`` None means Kafka's default: on, unless ``acks``, ``retries``
+        or ``max_in_flight_requests_per_connection`` rule it out (then off); True with such a
+        setting raises ConfigException with Kafka's message."""
         if acks not in ACKS:
-            raise ClientError(f"Invalid value {acks} for configuration acks: String must be one of: all, -1, 0, 1")
+            raise ConfigException(f"Invalid value {acks} for configuration acks: String must be one of: all, -1, 0, 1")
         self.acks = ACKS[acks]
+        try:
+            self.codec = Codec.named(compression_type)
+        except ValueError as e:
+            raise ConfigException(str(e)) from None
+        conflicts = [m for bad, m in (
+            (self.acks != -1, "Must set acks to all in order to use the idempotent producer. Otherwise we "
+                              "cannot guarantee idempotence."),
+            (max_in_flight_requests_per_connection > MAX_IN_FLIGHT_IDEMPOTENT,
+             "Must set max.in.flight.requests.per.connection to at most 5 to use the idempotent producer."),
+            (retries == 0, "Must set retries to non-zero when using the idempotent producer.")) if bad]
+        if enable_idempotence and conflicts:
+            raise ConfigException(conflicts[0])
+        self.idempotent = enable_idempotence is not False and not conflicts
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self._next_sequence: dict[tuple[str, int], int] = {}
+        #: Batches sent with a sequence and not yet answered for good, per partition.
+        self._unresolved: dict[tuple[str, int], set[ProducerBatch]] = {}
+        self._epoch_bump = False  # a sequence is broken: bump the epoch once nothing is in flight
+        #: Per partition, the sequence after the last acknowledged batch.
+        self._acked_next: dict[tuple[str, int], int] = {}
         self.max_request_size = max_request_size
         self.buffer_memory = buffer_memory
         self.max_block_ms = max_block_ms
@@ -92,7 +165,9 @@ class Producer:
         self.connections = Connections()
         self.cluster = ClusterView(self._bootstrap, self.connections, refresh_backoff_ms=self._retry_backoff_ms,
                                    max_age_ms=self._metadata_max_age_ms, request_timeout_ms=self.request_timeout_ms)
-        self.acc = RecordAccumulator(self._batch_size, self._linger_ms, self.buffer_memory, self._retry_backoff_ms)
+        self.acc = RecordAccumulator(self._batch_size, self._linger_ms, self.buffer_memory, self._retry_backoff_ms,
+                                     self.codec)
+        self.acc.may_send = self._may_send
         self._wake = asyncio.Event()
         self.cluster.start()
         self._sender = asyncio.get_running_loop().create_task(self._run(), name="producer-sender")
@@ -193,6 +268,10 @@ class Producer:
             for b in self.acc.expired(now, self.delivery_timeout_s):
                 self._fail(b, KafkaTimeoutError(f"Expiring {len(b.entries)} record(s) for {b.topic}-{b.partition}:"
                                                 f"{(now - b.created) * 1000:.0f} ms has passed since batch creation"))
+            if self._stopping and not self.acc.incomplete:
+                return
+            if self.idempotent and self.acc.has_queued() and not await self._ready_to_number():
+                continue
             nodes, next_check, unknown = self.acc.ready(self.cluster.leader_for, now)
             if unknown:
                 for t in unknown:
@@ -209,6 +288,9 @@ class Producer:
                     continue
                 parts = [tp for tp, dq in self.acc.batches.items() if dq and self.cluster.leader_for(*tp) == node]
                 drained = self.acc.drain(parts, node, self.max_request_size, now)
+                if self.idempotent:
+                    for b in drained:
+                        self._number(b)
                 if drained:
                     self._inflight[node] = self._inflight.get(node, 0) + 1
                     asyncio.get_running_loop().create_task(self._produce(node, address, drained))
@@ -283,10 +365,106 @@ class Producer:
             code = ErrorCode.__members__.get(code_name, ErrorCode.NETWORK_EXCEPTION)
             raise BrokerResponseError(code, message or (details or "")) from None
 
+    # -- idempotence ------------------------------------------------------------------------------
+
+    async def _ready_to_number(self) -> bool:
+        """Whether batches can be numbered now: the producer has an id, and no epoch bump is
+        due (one waits until nothing is in flight, so every answer under the old epoch is in)."""
+        if self.producer_id >= 0 and not self._epoch_bump:
+            return True
+        if self._epoch_bump and any(self._inflight.values()):
+            self._wake.clear()
+            await self._wake.wait()  # an answer arrives
+            return False
+        try:
+            await self._init_producer_id()
+            return True
+        except (ClientError, grpc.aio.AioRpcError) as e:
+            log.info("no producer id yet: %s", e)
+            self._wake.clear()
+            try:
+                async with asyncio.timeout(self._retry_backoff_ms / 1000):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+            return False
+
+    async def _init_producer_id(self) -> None:
+        req = pb.InitProducerIdRequest()
+        if self.producer_id >= 0:
+            req.producer_id, req.producer_epoch = self.producer_id, self.producer_epoch
+        addresses = list(self.cluster.brokers.values()) or self._bootstrap
+        address = addresses[self.metrics["request-total"] % len(addresses)]
+        r = await self.connections.stub(address).InitProducerId(req, timeout=self.request_timeout_ms / 1000)
+        if r.error_code:
+            raise BrokerResponseError(ErrorCode.of(r.error_code), r.error_message)
+        bumped = self.producer_id == r.producer_id
+        self.producer_id, self.producer_epoch = r.producer_id, r.producer_epoch
+        self._epoch_bump = False
+        # Every partition starts over at sequence 0 under the new epoch; batches waiting to be
+        # retried are numbered again, in their order, when next drained.
+        self._next_sequence.clear()
+        self._unresolved.clear()
+        self._acked_next.clear()
+        for dq in self.acc.batches.values():
+            for b in dq:
+                b.base_sequence = None
+        log.info("producer id %d, epoch %d%s", self.producer_id, self.producer_epoch,
+                 " (epoch bumped: sequences start over)" if bumped else "")
+
+    def _number(self, b: ProducerBatch) -> None:
+        """Give a drained batch its sequence, unless it has one (a retry keeps it)."""
+        tp = (b.topic, b.partition)
+        if b.base_sequence is None:
+            seq = self._next_sequence.get(tp, 0)
+            b.set_producer(self.producer_id, self.producer_epoch, seq)
+            self._next_sequence[tp] = (seq + len(b.entries)) % SEQUENCE_MODULUS
+        self._unresolved.setdefault(tp, set()).add(b)
+
+    def _may_send(self, b: ProducerBatch) -> bool:
+        """A retried batch goes only once every earlier batch of its partition is answered."""
+        if not self.idempotent or b.base_sequence is None:
+            return True
+        pending = self._unresolved.get((b.topic, b.partition))
+        return not pending or b.base_sequence == min(x.base_sequence for x in pending if x.base_sequence is not None)
+
+    def _resolved(self, b: ProducerBatch, failed: bool) -> None:
+        tp = (b.topic, b.partition)
+        pending = self._unresolved.get(tp)
+        if pending is not None and b in pending:
+            pending.discard(b)
+            if failed:  # the sequence has a hole now: the broker would refuse what follows
+                self._epoch_bump = True
+            elif b.base_sequence is not None:
+                self._acked_next[tp] = (b.base_sequence + len(b.entries)) % SEQUENCE_MODULUS
+
+    def _earlier_unresolved(self, b: ProducerBatch) -> bool:
+        pending = self._unresolved.get((b.topic, b.partition), ())
+        return any(x.base_sequence is not None and b.base_sequence is not None and x.base_sequence < b.base_sequence
+                   for x in pending)
+
     def _retry_or_fail(self, b: ProducerBatch, code: ErrorCode, message: str) -> None:
         if code in STALE_METADATA:
             self.cluster.request_update()
-        if (code in RETRIABLE and b.attempts <= self.retries and not self._stopping
+        retriable = code in RETRIABLE
+        if self.idempotent and b.base_sequence is not None:
+            in_line = self._acked_next.get((b.topic, b.partition), 0) == b.base_sequence
+            if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and (
+                    self._earlier_unresolved(b) or (in_line and b.attempts <= 3)):
+                # An earlier batch failed first, or reached the leader after this one: this one
+                # follows it again (a batch next in line refused repeatedly means the leader lost
+                # our state: then the epoch is bumped, below).
+                retriable = True
+            elif code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID):
+                # The leader's state for us does not follow our numbers (it expired, or was
+                # truncated away): start over under a new epoch, as Kafka's producer does.
+                log.info("%s-%d: %s; bumping the producer epoch", b.topic, b.partition, code.name)
+                self._epoch_bump = True
+                retriable = True
+            elif code == ErrorCode.INVALID_PRODUCER_EPOCH and (b.producer_epoch < self.producer_epoch
+                                                                or self._epoch_bump):
+                retriable = True  # sent under the epoch we have since left: numbered again
+        if (retriable and b.attempts <= self.retries and not self._stopping
                 and time.monotonic() - b.created < self.delivery_timeout_s):
             log.debug("retrying a batch for %s-%d (attempt %d): %s", b.topic, b.partition, b.attempts, code.name)
             self.acc.reenqueue(b)
@@ -294,11 +472,13 @@ class Producer:
             self._fail(b, BrokerResponseError(code, message))
 
     def _complete(self, b: ProducerBatch, base_offset: int) -> None:
+        self._resolved(b, failed=False)
         b.done(base_offset)
         self.acc.deallocate(b)
         self.metrics["record-send-total"] += len(b.entries)
 
     def _fail(self, b: ProducerBatch, error: BaseException) -> None:
+        self._resolved(b, failed=True)
         b.fail(error)
         self.acc.deallocate(b)
         self.metrics["record-error-total"] += len(b.entries)

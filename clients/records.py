@@ -1,11 +1,12 @@
 """Record batches: how a producer builds one, how a leader checks and stamps one, how a reader
 gets the records back (Kafka's RecordBatch v2, carried as the ``RecordBatch`` protobuf).
 
-The CRC is CRC-32 (IEEE, ``zlib.crc32``; Kafka uses CRC-32C, which the standard library does
-not have) over ``last_offset_delta, base_timestamp, max_timestamp, record_count`` packed
-big-endian and then the serialized records. Like Kafka's, it leaves out the two fields the
-leader rewrites (base offset and partition leader epoch), so it is computed once by the
-producer and checked by the leader, every follower and every consumer.
+The CRC is Kafka's: CRC-32C over ``attributes, last_offset_delta, base_timestamp,
+max_timestamp, producer_id, producer_epoch, base_sequence, record_count`` packed big-endian
+(Kafka's widths, producer id -1 when absent) and then the records as sent (compressed, if the
+attributes name a codec). Like Kafka's, it leaves out the two fields the leader rewrites (base
+offset and partition leader epoch), so it is computed once by the producer and checked by the
+leader, every follower and every consumer.
 
 A stored batch is a *frame*: the batch encoded as field 1 of ``RecordBatchSet``, so that a
 fetch answer is stored frames concatenated, read from RocksDB and sent without decoding.
@@ -13,17 +14,19 @@ fetch answer is stored frames concatenated, read from RocksDB and sent without d
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
+import crc32c
 from google.protobuf.message import DecodeError
 
 from protos import broker_pb2 as pb
 
+from .compression import CODEC_MASK, MAX_UNCOMPRESSED_BYTES, Codec, CompressionError, compress, decompress
 from .errors import BrokerError, ErrorCode
 
-_CRC_HEADER = struct.Struct(">iqqi")
+NO_PRODUCER_ID = -1
+_CRC_HEADER = struct.Struct(">hiqqqhii")
 _FRAME_TAG = b"\x0a"  # RecordBatchSet.batches: field 1, length-delimited
 
 Header = tuple[str, bytes | None]
@@ -42,24 +45,63 @@ class ConsumerRecord(NamedTuple):
     leader_epoch: int = -1
 
 
-def batch_crc(last_offset_delta: int, base_timestamp: int, max_timestamp: int, record_count: int,
-              records: bytes) -> int:
-    head = _CRC_HEADER.pack(last_offset_delta, base_timestamp, max_timestamp, record_count)
-    return zlib.crc32(records, zlib.crc32(head))
+def batch_crc(batch: pb.RecordBatch) -> int:
+    pid = batch.producer_id if batch.HasField("producer_id") else NO_PRODUCER_ID
+    head = _CRC_HEADER.pack(batch.attributes, batch.last_offset_delta, batch.base_timestamp,
+                            batch.max_timestamp, pid, batch.producer_epoch, batch.base_sequence,
+                            batch.record_count)
+    return crc32c.crc32c(batch.records, crc32c.crc32c(head))
 
 
-def build_batch(entries: Sequence[tuple[bytes | None, bytes | None, int, Sequence[Header]]]) -> pb.RecordBatch:
-    """A batch of ``(key, value, timestamp ms, headers)``; base offset and epoch left for the
-    leader to assign."""
+def build_batch(entries: Sequence[tuple[bytes | None, bytes | None, int, Sequence[Header]]],
+                codec: Codec = Codec.NONE) -> pb.RecordBatch:
+    """A batch of ``(key, value, timestamp ms, headers)``, its records compressed with
+    ``codec``; base offset and epoch left for the leader to assign, producer fields for
+    ``set_producer``."""
     if not entries:
         raise ValueError("a record batch needs at least one record")
     base_ts = entries[0][2]
     max_ts = max(e[2] for e in entries)
-    data = encode_records(entries, base_ts)
     n = len(entries)
-    return pb.RecordBatch(base_offset=0, partition_leader_epoch=-1, last_offset_delta=n - 1,
-                          base_timestamp=base_ts, max_timestamp=max_ts, record_count=n,
-                          crc=batch_crc(n - 1, base_ts, max_ts, n, data), records=data)
+    batch = pb.RecordBatch(base_offset=0, partition_leader_epoch=-1, last_offset_delta=n - 1,
+                           base_timestamp=base_ts, max_timestamp=max_ts, record_count=n,
+                           attributes=int(codec), records=compress(codec, encode_records(entries, base_ts)))
+    batch.crc = batch_crc(batch)
+    return batch
+
+
+def set_producer(batch: pb.RecordBatch, producer_id: int, epoch: int, base_sequence: int) -> None:
+    """Stamp an idempotent producer's id, epoch and sequence on a batch (and its CRC)."""
+    batch.producer_id, batch.producer_epoch, batch.base_sequence = producer_id, epoch, base_sequence
+    batch.crc = batch_crc(batch)
+
+
+def codec_of(batch: pb.RecordBatch) -> int:
+    return batch.attributes & CODEC_MASK
+
+
+def records_bytes(batch: pb.RecordBatch, limit: int = MAX_UNCOMPRESSED_BYTES) -> bytes:
+    """The serialized Records of a batch, decompressed; CORRUPT_MESSAGE if they cannot be."""
+    codec = codec_of(batch)
+    if codec == Codec.NONE:
+        return batch.records
+    try:
+        return decompress(codec, batch.records, limit)
+    except CompressionError as e:
+        raise BrokerError(ErrorCode.CORRUPT_MESSAGE, f"Record batch at offset {batch.base_offset}: {e}") from None
+
+
+def recompress(batch: pb.RecordBatch, codec: Codec) -> pb.RecordBatch:
+    """The batch with its records in ``codec`` (a topic whose ``compression.type`` is not
+    ``producer``): a new batch with a new CRC, producer fields kept."""
+    if codec_of(batch) == codec:
+        return batch
+    out = pb.RecordBatch()
+    out.CopyFrom(batch)
+    out.records = compress(codec, records_bytes(batch))
+    out.attributes = (batch.attributes & ~CODEC_MASK) | int(codec)
+    out.crc = batch_crc(out)
+    return out
 
 
 _SMALL = [bytes([i]) if i < 0x80 else bytes([(i & 0x7F) | 0x80, i >> 7]) for i in range(1 << 14)]
@@ -103,8 +145,7 @@ def encode_records(entries: Sequence[tuple[bytes | None, bytes | None, int, Sequ
 
 
 def check_crc(batch: pb.RecordBatch) -> None:
-    computed = batch_crc(batch.last_offset_delta, batch.base_timestamp, batch.max_timestamp,
-                         batch.record_count, batch.records)
+    computed = batch_crc(batch)
     if computed != batch.crc:
         raise BrokerError(ErrorCode.CORRUPT_MESSAGE,
                           f"Record is corrupt (stored crc = {batch.crc}, computed crc = {computed})")
@@ -128,8 +169,19 @@ def validate_batch(batch: pb.RecordBatch, where: str, max_message_bytes: int) ->
                           f"Record batch for {where} has max_timestamp {batch.max_timestamp} below its "
                           f"base_timestamp {batch.base_timestamp}")
     check_crc(batch)
+    if codec_of(batch) not in Codec.__members__.values():
+        raise BrokerError(ErrorCode.CORRUPT_MESSAGE, f"Record batch for {where} names an unknown "
+                                                     f"compression codec {codec_of(batch)}")
+    if batch.attributes & ~CODEC_MASK:
+        raise BrokerError(ErrorCode.INVALID_RECORD, f"Record batch for {where} has attributes "
+                                                    f"{batch.attributes:#x}; only the codec bits are supported")
+    if batch.HasField("producer_id") and (batch.producer_id < 0 or not 0 <= batch.producer_epoch <= 32767
+                                          or batch.base_sequence < 0):
+        raise BrokerError(ErrorCode.INVALID_RECORD, f"Record batch for {where} has producer id "
+                                                    f"{batch.producer_id}, epoch {batch.producer_epoch}, "
+                                                    f"sequence {batch.base_sequence}")
     try:
-        records = pb.Records.FromString(batch.records).records
+        records = pb.Records.FromString(records_bytes(batch)).records
     except DecodeError:
         raise BrokerError(ErrorCode.CORRUPT_MESSAGE, f"Record batch for {where} holds records that cannot "
                                                      f"be decoded") from None
@@ -173,7 +225,12 @@ def batches(data: bytes) -> Sequence[pb.RecordBatch]:
 def records_of(batch: pb.RecordBatch, topic: str, partition: int, from_offset: int = 0) -> Iterator[ConsumerRecord]:
     """The records of a batch from ``from_offset`` on (a fetch may start inside a batch)."""
     base, base_ts, epoch = batch.base_offset, batch.base_timestamp, batch.partition_leader_epoch
-    for r in pb.Records.FromString(batch.records).records:
+    try:
+        records = pb.Records.FromString(records_bytes(batch)).records
+    except DecodeError:
+        raise BrokerError(ErrorCode.CORRUPT_MESSAGE, f"Record batch at offset {base} holds records "
+                                                     f"that cannot be decoded") from None
+    for r in records:
         offset = base + r.offset_delta
         if offset < from_offset:
             continue

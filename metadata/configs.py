@@ -64,6 +64,9 @@ BROKER_CONFIGS = {k.name: k for k in [
     ConfigKey("unclean.leader.election.enable", "false", _bool, "default for topics"),
     ConfigKey("replica.lag.time.max.ms", "30000", _int(0, LONG_MAX),
               "a follower behind for longer leaves the ISR"),
+    ConfigKey("compression.type", "producer",
+              _choice("producer", "none", "gzip", "snappy", "lz4", "zstd", "uncompressed"),
+              "default compression.type of topics"),
 ]}
 
 

@@ -92,7 +92,7 @@ def test_batch_round_trip_and_validation():
     garbage = _batch(1)
     garbage.records = b"\xff\xff\xff"
     from clients.records import batch_crc
-    garbage.crc = batch_crc(0, garbage.base_timestamp, garbage.max_timestamp, 1, garbage.records)
+    garbage.crc = batch_crc(garbage)
     with pytest.raises(BrokerError) as e:
         validate_batch(garbage, "t-0", 1048588)
     assert e.value.code == ErrorCode.CORRUPT_MESSAGE
@@ -330,7 +330,7 @@ def test_a_follower_truncates_the_suffix_the_new_leader_never_had(tmp_path):
         assert answer == (0, 5)
 
         cfg = BrokerConfig(7, "", "PLAINTEXT", 2000, 30000, 500, 1, 1 << 20, 10 << 20, 100, 300000, 5000, 3600000,
-                           1 << 20, FlushPolicy(), LogConfig())
+                           1 << 20, 86_400_000, 600_000, FlushPolicy(), LogConfig())
         p = Partition(7, "t", tid, 1, old_leader, LogConfig())
         p.update(PartitionRegistration((7, 8), (8,), 8, 2, 3))
         fetcher = ReplicaFetcher(cfg, 8, "127.0.0.1:1", lambda: 1, lambda _: None)
@@ -378,24 +378,15 @@ def test_a_retried_batch_takes_no_more_records_so_every_acknowledged_record_is_w
     off must go into a new batch, not into the retried one (whose bytes no longer change), or it is
     acknowledged without ever being written (the demo lost 16 records of a killed leader's partition)."""
     from clients import producer as client
-    from clients.cluster_view import PartitionInfo, TopicInfo
-
-    class FakeCluster:
-        def __init__(self, *a, **kw) -> None:
-            self.brokers = {1: "fake:1"}
-            self.topics = {"t": TopicInfo("t", None, (PartitionInfo(0, 1, 0, (1,), (1,)),), available=(0,))}
-
-        def start(self) -> None: ...
-        async def close(self) -> None: ...
-        def add(self, topic: str) -> None: ...
-        def request_update(self) -> int: return 0
-        def leader_for(self, topic: str, partition: int) -> int: return 1
-        def partition_count(self, topic: str) -> int: return 1
+    from tests.fakes import FakeCluster
 
     written: list[bytes] = []
     calls = 0
 
     class FakeBroker:
+        async def InitProducerId(self, req: pb.InitProducerIdRequest, timeout: float) -> pb.InitProducerIdResponse:
+            return pb.InitProducerIdResponse(producer_id=1, producer_epoch=0)
+
         async def Produce(self, req: pb.ProduceRequest, timeout: float) -> pb.ProduceResponse:
             nonlocal calls
             calls += 1

@@ -1,36 +1,23 @@
 """Broker registrations replayed onto the image's broker map (Kafka's ``ClusterDelta``)."""
 from __future__ import annotations
 
-from immutables import Map, MapMutation
+from immutables import Map
 
 from protos import metadata_pb2 as pb
 
 from ..image import BrokerRegistration, Endpoint, SecurityProtocol
 from ..records import RecordError, uuid_of
+from .maps import MapDelta
 
 
-class ClusterDelta:
+class ClusterDelta(MapDelta[int, BrokerRegistration]):
     """Registrations, fencing and controlled shutdown of brokers. A record naming a broker
     must carry its current registration's epoch, so a stale one cannot touch a newer
     incarnation."""
 
     def __init__(self, brokers: Map[int, BrokerRegistration]) -> None:
-        self._current = brokers  # as of the last finish()
-        self._mutation: MapMutation[int, BrokerRegistration] | None = None
+        super().__init__(brokers)
         self.touched: set[int] = set()  # since the base, for changes()
-
-    def view(self) -> Map[int, BrokerRegistration] | MapMutation[int, BrokerRegistration]:
-        return self._current if self._mutation is None else self._mutation
-
-    def finish(self) -> Map[int, BrokerRegistration]:
-        if self._mutation is not None:
-            self._current, self._mutation = self._mutation.finish(), None
-        return self._current
-
-    def _write(self) -> MapMutation[int, BrokerRegistration]:
-        if self._mutation is None:
-            self._mutation = self._current.mutate()
-        return self._mutation
 
     def _broker(self, broker_id: int, epoch: int, action: str) -> BrokerRegistration:
         b = self.view().get(broker_id)

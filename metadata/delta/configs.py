@@ -3,39 +3,26 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from immutables import Map, MapMutation
+from immutables import Map
 
 from protos import metadata_pb2 as pb
 
 from ..image import ConfigResource, ResourceType
 from ..records import RecordError
+from .maps import MapDelta
 
 _EMPTY: Map = Map()
 
 
-class ConfigurationsDelta:
+class ConfigurationsDelta(MapDelta[ConfigResource, Map[str, str]]):
     """Topic and broker configs: a ConfigRecord sets or (without a value) deletes one key; a
     topic's configs go with the topic (``remove_topic``)."""
 
     def __init__(self, configs: Map[ConfigResource, Map[str, str]],
                  topic_exists: Callable[[str], bool]) -> None:
-        self._current = configs  # as of the last finish()
-        self._mutation: MapMutation[ConfigResource, Map[str, str]] | None = None
+        super().__init__(configs)
         self._topic_exists = topic_exists
         self.touched: set[ConfigResource] = set()  # since the base, for changes()
-
-    def view(self) -> Map[ConfigResource, Map[str, str]] | MapMutation[ConfigResource, Map[str, str]]:
-        return self._current if self._mutation is None else self._mutation
-
-    def finish(self) -> Map[ConfigResource, Map[str, str]]:
-        if self._mutation is not None:
-            self._current, self._mutation = self._mutation.finish(), None
-        return self._current
-
-    def _write(self) -> MapMutation[ConfigResource, Map[str, str]]:
-        if self._mutation is None:
-            self._mutation = self._current.mutate()
-        return self._mutation
 
     def config(self, r: pb.ConfigRecord) -> None:
         if r.resource_type not in (ResourceType.TOPIC, ResourceType.BROKER):

@@ -2,31 +2,21 @@
 ``FeaturesDelta`` and ``ProducerIdsDelta``)."""
 from __future__ import annotations
 
-from immutables import Map, MapMutation
+from immutables import Map
 
 from protos import metadata_pb2 as pb
 
 from ..image import METADATA_VERSION
 from ..records import RecordError
+from .maps import MapDelta
 
 
-class FeaturesDelta:
+class FeaturesDelta(MapDelta[str, int]):
     """Finalized feature levels; level 0 removes a feature, except ``metadata.version``."""
 
     def __init__(self, features: Map[str, int]) -> None:
-        self._current = features  # as of the last finish()
-        self._mutation: MapMutation[str, int] | None = None
+        super().__init__(features)
         self.touched: set[str] = set()  # since the base, for changes()
-
-    def finish(self) -> Map[str, int]:
-        if self._mutation is not None:
-            self._current, self._mutation = self._mutation.finish(), None
-        return self._current
-
-    def _write(self) -> MapMutation[str, int]:
-        if self._mutation is None:
-            self._mutation = self._current.mutate()
-        return self._mutation
 
     def feature_level(self, r: pb.FeatureLevelRecord) -> None:
         if not r.name:
@@ -34,8 +24,7 @@ class FeaturesDelta:
         if r.feature_level == 0:
             if r.name == METADATA_VERSION:
                 raise RecordError(f"{METADATA_VERSION} cannot be removed (level 0)")
-            view = self._current if self._mutation is None else self._mutation
-            if r.name in view:
+            if r.name in self.view():
                 del self._write()[r.name]
         else:
             self._write()[r.name] = r.feature_level

@@ -1,0 +1,159 @@
+"""What a partition knows of each idempotent producer (Kafka's ProducerStateManager): its
+epoch and the metadata of its last five batches, enough to answer a retried batch with its
+original offsets instead of writing it twice, and to refuse a batch that skips ahead.
+
+The leader checks every batch that carries a producer id before it is appended (``check``),
+under the same synchronous step that assigns its offsets, so two batches of one producer in
+flight at once are judged in order. Leader and followers record every appended batch
+(``record``); followers store the same producer fields, so a new leader already has the
+state. Entries persist in RocksDB with the batches (``partition_log``), are rebuilt from the
+log's batch heads after a truncation, dropped when retention removes a producer's last batch
+(its state is then unknown, as in Kafka), and expire after ``producer.id.expiration.ms``
+without a write.
+"""
+from __future__ import annotations
+
+import struct
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from clients.errors import BrokerError, ErrorCode
+
+#: Batches remembered per producer (Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN): the
+#: producer has at most five requests in flight per partition, so a retry is one of them.
+RETAINED_BATCHES = 5
+INT32_MAX = (1 << 31) - 1
+
+_ENTRY = struct.Struct(">hqB")       # epoch, last timestamp, batch count
+_BATCH = struct.Struct(">iiqq")      # first sequence, last sequence, first offset, last offset
+
+
+def next_sequence(seq: int) -> int:
+    """Sequences wrap to 0 after Int32.MAX, as Kafka's do."""
+    return 0 if seq == INT32_MAX else seq + 1
+
+
+def last_sequence(base_sequence: int, record_count: int) -> int:
+    return (base_sequence + record_count - 1) % (INT32_MAX + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+
+
+@dataclass(slots=True)
+class ProducerEntry:
+    producer_id: int
+    epoch: int
+    last_timestamp: int  # the newest batch's max timestamp (expiry is measured from it)
+    batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=RETAINED_BATCHES))
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq
+
+    def encode(self) -> bytes:
+        return _ENTRY.pack(self.epoch, self.last_timestamp, len(self.batches)) + b"".join(
+            _BATCH.pack(b.first_seq, b.last_seq, b.first_offset, b.last_offset) for b in self.batches)
+
+    @classmethod
+    def decode(cls, producer_id: int, data: bytes) -> "ProducerEntry":
+        epoch, ts, n = _ENTRY.unpack_from(data)
+        if len(data) != _ENTRY.size + n * _BATCH.size or not 0 < n <= RETAINED_BATCHES:
+            raise ValueError(f"producer {producer_id}: a state record of {len(data)} bytes for {n} batches")
+        entry = cls(producer_id, epoch, ts)
+        for k in range(n):
+            entry.batches.append(BatchMetadata(*_BATCH.unpack_from(data, _ENTRY.size + k * _BATCH.size)))
+        return entry
+
+
+class BatchHead(Protocol):
+    """What the log keeps beside each stored batch (``partition_log.StoredBatch``)."""
+
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+    producer_id: int  # -1: none
+    producer_epoch: int
+    base_sequence: int
+
+
+class ProducerStateManager:
+    def __init__(self, name: str, entries: Iterable[ProducerEntry] = ()) -> None:
+        self.name = name  # the partition, for messages
+        self.producers: dict[int, ProducerEntry] = {e.producer_id: e for e in entries}
+
+    def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, offset: int
+              ) -> BatchMetadata | None:
+        """Judge a batch before the leader appends it: None to append it, the original's
+        metadata for a duplicate of one of the last five, or BrokerError with Kafka's code."""
+        e = self.producers.get(producer_id)
+        if e is None:
+            if first_seq != 0:
+                raise BrokerError(ErrorCode.UNKNOWN_PRODUCER_ID,
+                                  f"Found no record of producerId={producer_id} on the broker at offset "
+                                  f"{offset} in partition {self.name}. It is possible that the last message "
+                                  f"with the producerId={producer_id} has been removed due to hitting the "
+                                  f"retention limit.")
+            return None
+        if epoch < e.epoch:
+            raise BrokerError(ErrorCode.INVALID_PRODUCER_EPOCH,
+                              f"Epoch of producer {producer_id} at offset {offset} in {self.name} is {epoch}, "
+                              f"which is smaller than the last seen epoch {e.epoch}")
+        if epoch > e.epoch:
+            if first_seq != 0:
+                raise BrokerError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                  f"Invalid sequence number for new epoch of producer {producer_id} at offset "
+                                  f"{offset} in partition {self.name}: {epoch} (request epoch), {first_seq} "
+                                  f"(seq. number), {e.epoch} (current producer epoch)")
+            return None
+        for b in e.batches:
+            if b.first_seq == first_seq and b.last_seq == last_seq:
+                return b
+        if first_seq != next_sequence(e.last_seq):
+            raise BrokerError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                              f"Out of order sequence number for producer {producer_id} at offset {offset} in "
+                              f"partition {self.name}: {first_seq} (incoming seq. number), {e.last_seq} "
+                              f"(current end sequence number)")
+        return None
+
+    def record_batch(self, base_offset: int, last_offset: int, max_timestamp: int, producer_id: int,
+                     epoch: int, base_sequence: int) -> ProducerEntry:
+        """An appended batch of a producer (leader or follower): it becomes the newest of its
+        entry; a new epoch starts the entry over."""
+        e = self.producers.get(producer_id)
+        if e is None or epoch != e.epoch:
+            e = self.producers[producer_id] = ProducerEntry(producer_id, epoch, max_timestamp)
+        e.batches.append(BatchMetadata(base_sequence, last_sequence(base_sequence, last_offset - base_offset + 1),
+                                       base_offset, last_offset))
+        e.last_timestamp = max(e.last_timestamp, max_timestamp)
+        return e
+
+    def rebuild(self, heads: Iterable[BatchHead]) -> None:
+        """Start over from the batches the log holds, oldest first (after a truncation)."""
+        self.producers = {}
+        for h in heads:
+            if h.producer_id >= 0:
+                self.record_batch(h.base_offset, h.last_offset, h.max_timestamp, h.producer_id,
+                                  h.producer_epoch, h.base_sequence)
+
+    def remove_before(self, log_start_offset: int) -> list[int]:
+        """Producers whose every remembered batch is now before the log start: forget them
+        (a later batch with a sequence past 0 gets UNKNOWN_PRODUCER_ID)."""
+        gone = [pid for pid, e in self.producers.items() if e.batches[-1].last_offset < log_start_offset]
+        for pid in gone:
+            del self.producers[pid]
+        return gone
+
+    def expire(self, now_ms: int, expiration_ms: int) -> list[int]:
+        """Producers silent for ``producer.id.expiration.ms``."""
+        gone = [pid for pid, e in self.producers.items() if now_ms - e.last_timestamp >= expiration_ms]
+        for pid in gone:
+            del self.producers[pid]
+        return gone

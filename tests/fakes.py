@@ -1,0 +1,18 @@
+"""Stand-ins for the producer's cluster view: one broker (1, ``fake:1``) leading partition 0 of
+topic ``t``; tests give the broker's stub."""
+from __future__ import annotations
+
+from clients.cluster_view import PartitionInfo, TopicInfo
+
+
+class FakeCluster:
+    def __init__(self, *a: object, **kw: object) -> None:
+        self.brokers = {1: "fake:1"}
+        self.topics = {"t": TopicInfo("t", None, (PartitionInfo(0, 1, 0, (1,), (1,)),), available=(0,))}
+
+    def start(self) -> None: ...
+    async def close(self) -> None: ...
+    def add(self, topic: str) -> None: ...
+    def request_update(self) -> int: return 0
+    def leader_for(self, topic: str, partition: int) -> int: return 1
+    def partition_count(self, topic: str) -> int: return 1
