@@ -13,6 +13,12 @@ JSON lines:
 - ``end_to_end``: p50/p99 ms from ``send`` to a tailing consumer's ``poll``;
 - ``consume``: a consumer reading everything back from the beginning, messages/s and MB/s.
 
+``--idempotence on,off`` and ``--compression none,gzip,snappy,lz4,zstd`` take lists: each
+combination produces to its own topic and is read back, in the same cluster and run, so the
+rows compare (the ``produce`` rows carry ``idempotence``, ``compression`` and, for a codec,
+``compression_ratio``: compressed / uncompressed bytes of the payload). Values are realistic
+JSON log lines (``json_line``), not random bytes, so that codecs have something to find.
+
 The producers use the client library's sticky partitioner (no keys) with ``--batch-size``
 and ``--linger-ms``; every process (3 controllers, 3 brokers, producers, consumers) shares
 this machine's cores, which bounds what is measured here.
@@ -93,24 +99,39 @@ async def _log_rate(directory: str, policy_name: str, seconds: float, value: int
 
 # -- the cluster --------------------------------------------------------------------------------
 
+_LEVELS = ("INFO", "INFO", "INFO", "DEBUG", "WARN", "ERROR")
+_PATHS = ("/api/v1/orders", "/api/v1/orders/{id}", "/api/v1/items", "/healthz", "/api/v1/users/{id}/cart")
+
+
+def json_line(i: int, size: int) -> bytes:
+    """A log line as services write them (JSON, repetitive keys, varying numbers), padded or cut
+    to ``size`` bytes; deterministic in ``i``."""
+    line = json.dumps({"ts": 1_732_000_000_000 + i * 7, "level": _LEVELS[i % 6], "service": "checkout",
+                       "path": _PATHS[i % 5].replace("{id}", str(i * 7919 % 100_000)), "status": 200 + (i % 50 == 0) * 300,
+                       "duration_ms": i * 31 % 977, "trace_id": f"{i * 2654435761 % 2**64:016x}",
+                       "msg": "request served" if i % 6 else "cache miss, loaded from the database"}).encode()
+    return (line + b" " * size)[:size]
+
+
 def _producer(args: argparse.Namespace) -> None:
     """Send as fast as the producer goes (``--rate 0``) or at ``--rate`` messages/s; each value
-    starts with the send time, for the end-to-end latency."""
+    starts with the send time, for the end-to-end latency, then a JSON log line."""
     from clients import Producer
 
     async def go() -> dict:
-        pad = b"x" * max(0, args.value - _TS.size)
+        lines = [json_line(i, max(0, args.value - _TS.size)) for i in range(1024)]
         sent = 0
         async with Producer(args.bootstrap, acks=args.acks, batch_size=args.batch_size, linger_ms=args.linger_ms,
-                            buffer_memory=64 * MiB) as p:
+                            buffer_memory=64 * MiB, enable_idempotence=args.idempotence == "on",
+                            compression_type=args.compression) as p:
             send, topic, now = p.send, args.topic, time.time
             cpu = time.process_time()
             start = time.perf_counter()
             stop = start + args.seconds
             step = 200 if args.rate <= 0 else max(1, args.rate // 100)
             while time.perf_counter() < stop:
-                for _ in range(step):
-                    await send(topic, _TS.pack(now()) + pad)
+                for k in range(step):
+                    await send(topic, _TS.pack(now()) + lines[(sent + k) & 1023])
                 sent += step
                 if args.rate <= 0:
                     await asyncio.sleep(0)
@@ -163,6 +184,17 @@ def _catch_up(args: argparse.Namespace) -> None:
     print(json.dumps(asyncio.run(go())), flush=True)
 
 
+def _ratio(codec: str, value: int) -> float | None:
+    """Compressed / uncompressed size of a batch of 1000 of the producers' values."""
+    if codec == "none":
+        return None
+    from clients.compression import Codec, compress
+    from clients.records import encode_records
+    raw = encode_records([(None, _TS.pack(0.0) + json_line(i, max(0, value - _TS.size)), 0, ())
+                          for i in range(1000)], 0)
+    return round(len(compress(Codec.named(codec), raw)) / len(raw), 3)
+
+
 def _cpu_seconds(pid: int) -> float:
     """utime + stime of a process, from /proc (Linux)."""
     try:
@@ -187,48 +219,58 @@ async def _run_cluster(args: argparse.Namespace, disk: float) -> None:
     cluster.start()
     try:
         await cluster.wait_for_brokers(timeout=90)
+        combos = [(i, c) for i in args.idempotence.split(",") for c in args.compression.split(",")]
         async with ControllerClient(cluster.bootstrap, timeout=30) as c:
             await c.call("CreateTopics", cpb.CreateTopicsRequest(topics=[
-                cpb.CreatableTopic(name=args.topic, num_partitions=args.partitions, replication_factor=3)]))
-        me = [sys.executable, "-m", "bench.broker", "--bootstrap", cluster.bootstrap_servers, "--topic", args.topic,
-              "--value", str(args.value), "--acks", args.acks, "--batch-size", str(args.batch_size),
-              "--linger-ms", str(args.linger_ms)]
+                cpb.CreatableTopic(name=f"{args.topic}-{i}-{codec}", num_partitions=args.partitions,
+                                   replication_factor=3) for i, codec in combos]))
 
-        def run(role: str, seconds: float, *extra: str) -> subprocess.Popen:
+        def run(role: str, seconds: float, *extra: str, idempotence: str = combos[0][0],
+                compression: str = combos[0][1]) -> subprocess.Popen:
+            me = [sys.executable, "-m", "bench.broker", "--bootstrap", cluster.bootstrap_servers,
+                  "--topic", f"{args.topic}-{idempotence}-{compression}", "--value", str(args.value),
+                  "--acks", args.acks, "--batch-size", str(args.batch_size), "--linger-ms", str(args.linger_ms),
+                  "--idempotence", idempotence, "--compression", compression]
             return subprocess.Popen(me + ["--role", role, "--seconds", str(seconds), *extra], cwd=REPO,
                                     stdout=subprocess.PIPE, text=True)
 
         def result(p: subprocess.Popen, timeout: float) -> dict:
             return json.loads(p.communicate(timeout=timeout)[0].strip().splitlines()[-1])
 
-        # 1. throughput: producers flat out
-        brokers_cpu = {b: _cpu_seconds(cluster.broker_procs[b].pid) for b in cluster.broker_ports}
-        producers = [run("producer", args.seconds) for _ in range(args.producers)]
-        results = [result(p, args.seconds + 120) for p in producers]
-        brokers_cpu = {b: _cpu_seconds(cluster.broker_procs[b].pid) - c for b, c in brokers_cpu.items()}
-        acked = sum(r["acked"] for r in results)
-        elapsed = max(r["elapsed"] for r in results)
-        mbps = acked * args.value / elapsed / 1e6
-        emit({"system": "brokerd", "phase": "produce", "acks": args.acks, "producers": args.producers,
-              "partitions": args.partitions, "replication_factor": 3, "value_bytes": args.value,
-              "batch_size": args.batch_size, "linger_ms": args.linger_ms, "flush": args.flush,
-              "messages": acked, "failed": sum(r["failed"] for r in results),
-              "msgs_per_s": round(acked / elapsed), "MBps": round(mbps, 2),
-              "records_per_batch": round(acked / max(1, sum(r["batches"] for r in results))),
-              "batches_per_request": round(sum(r["batches"] for r in results) / max(1, sum(r["requests"] for r in results)), 2),
-              "replica_MBps_written": round(mbps * 3, 2), "ratio_to_disk": round(mbps * 3 / disk, 4),
-              # CPU seconds per message: what bounds throughput when the cores are shared
-              "producer_cpu_us_per_msg": round(sum(r["cpu_s"] for r in results) / max(acked, 1) * 1e6, 1),
-              "brokers_cpu_us_per_msg": round(sum(brokers_cpu.values()) / max(acked, 1) * 1e6, 1),
-              "load_average": round(os.getloadavg()[0], 1)})
-        # 2. a consumer reads it all back
-        c = result(run("catch-up", 0), 300)
-        emit({"system": "brokerd", "phase": "consume", "messages": c["consumed"],
-              "msgs_per_s": round(c["consumed"] / c["elapsed"]) if c["elapsed"] else 0,
-              "MBps": round(c["bytes"] / c["elapsed"] / 1e6, 2) if c["elapsed"] else 0,
-              "consumer_cpu_us_per_msg": round(c["cpu_s"] / max(c["consumed"], 1) * 1e6, 1),
-              "load_average": round(os.getloadavg()[0], 1)})
-        # 3. end-to-end latency at a steady rate a tailing consumer keeps up with
+        for idempotence, compression in combos:
+            # 1. throughput: producers flat out
+            brokers_cpu = {b: _cpu_seconds(cluster.broker_procs[b].pid) for b in cluster.broker_ports}
+            producers = [run("producer", args.seconds, idempotence=idempotence, compression=compression)
+                         for _ in range(args.producers)]
+            results = [result(p, args.seconds + 120) for p in producers]
+            brokers_cpu = {b: _cpu_seconds(cluster.broker_procs[b].pid) - c for b, c in brokers_cpu.items()}
+            acked = sum(r["acked"] for r in results)
+            elapsed = max(r["elapsed"] for r in results)
+            mbps = acked * args.value / elapsed / 1e6
+            emit({"system": "brokerd", "phase": "produce", "acks": args.acks, "idempotence": idempotence,
+                  "compression": compression, "compression_ratio": _ratio(compression, args.value),
+                  "producers": args.producers,
+                  "partitions": args.partitions, "replication_factor": 3, "value_bytes": args.value,
+                  "batch_size": args.batch_size, "linger_ms": args.linger_ms, "flush": args.flush,
+                  "messages": acked, "failed": sum(r["failed"] for r in results),
+                  "msgs_per_s": round(acked / elapsed), "MBps": round(mbps, 2),
+                  "records_per_batch": round(acked / max(1, sum(r["batches"] for r in results))),
+                  "batches_per_request": round(sum(r["batches"] for r in results)
+                                               / max(1, sum(r["requests"] for r in results)), 2),
+                  "replica_MBps_written": round(mbps * 3, 2), "ratio_to_disk": round(mbps * 3 / disk, 4),
+                  # CPU seconds per message: what bounds throughput when the cores are shared
+                  "producer_cpu_us_per_msg": round(sum(r["cpu_s"] for r in results) / max(acked, 1) * 1e6, 1),
+                  "brokers_cpu_us_per_msg": round(sum(brokers_cpu.values()) / max(acked, 1) * 1e6, 1),
+                  "load_average": round(os.getloadavg()[0], 1)})
+            # 2. a consumer reads it all back
+            c = result(run("catch-up", 0, idempotence=idempotence, compression=compression), 300)
+            emit({"system": "brokerd", "phase": "consume", "idempotence": idempotence, "compression": compression,
+                  "messages": c["consumed"],
+                  "msgs_per_s": round(c["consumed"] / c["elapsed"]) if c["elapsed"] else 0,
+                  "MBps": round(c["bytes"] / c["elapsed"] / 1e6, 2) if c["elapsed"] else 0,
+                  "consumer_cpu_us_per_msg": round(c["cpu_s"] / max(c["consumed"], 1) * 1e6, 1),
+                  "load_average": round(os.getloadavg()[0], 1)})
+        # 3. end-to-end latency at a steady rate (the first combination) a tailing consumer keeps up with
         seconds = min(args.seconds, 5.0)
         tail = run("tail", seconds + 2)
         assert tail.stdout is not None and tail.stdout.readline().strip() == "ready"
@@ -254,6 +296,9 @@ def main() -> None:
     ap.add_argument("--linger-ms", type=int, default=5, help="producer linger.ms")
     ap.add_argument("--flush", choices=["default", "sync"], default="default",
                     help="brokers' flush policy: default (page cache) or sync (log.flush.interval.messages=1)")
+    ap.add_argument("--idempotence", default="on", help="on, off, or both: on,off")
+    ap.add_argument("--compression", default="none",
+                    help="codec(s), comma-separated: none, gzip, snappy, lz4, zstd")
     ap.add_argument("--latency-rate", type=int, default=2000, help="messages/s while measuring end-to-end latency")
     ap.add_argument("--skip-storage", action="store_true", help="skip the disk and RocksDB measurements")
     ap.add_argument("--rate", type=int, default=0, help=argparse.SUPPRESS)

@@ -572,6 +572,9 @@ def test_every_codec_round_trips_through_produce_replication_and_fetch(cluster):
             bomb.crc = batch_crc(bomb)
             a = (await s.Produce(produce_request("codec-zstd", bomb))).topics[0].partitions[0]
             assert a.error_code == ErrorCode.CORRUPT_MESSAGE and "does not decompress" in a.error_message
+            ends = [r.log_end_offset for r in (await cluster.describe_broker(leader)).replicas
+                    if r.topic == "codec-zstd"]
+            assert ends == [300], f"a refused batch changed the log: {ends}"
 
         async def replicated() -> bool:
             ends = [r.log_end_offset for b in ids for r in (await cluster.describe_broker(b)).replicas
