@@ -93,8 +93,11 @@ def main() -> None:
     voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports))
     for nid in (1, 2, 3):
         format_storage(os.path.join(base, f"n{nid}"), "bench", nid)
-    stop = mp.Event()
-    procs = [mp.Process(target=follower, args=(nid, voters, base, not a.no_fsync, stop)) for nid in (2, 3)]
+    # spawn, not fork: gRPC's runtime is up in this process (raft.transport starts it at import)
+    # and does not survive a fork.
+    ctx = mp.get_context("spawn")
+    stop = ctx.Event()
+    procs = [ctx.Process(target=follower, args=(nid, voters, base, not a.no_fsync, stop)) for nid in (2, 3)]
     for p in procs:
         p.start()
     try:

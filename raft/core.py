@@ -584,8 +584,13 @@ class RaftCore:
         return bool(entries)
 
     def _bcast_heartbeat(self, context: bytes) -> None:
+        """``context`` names the newest pending ReadIndex request (empty if none): followers
+        echo it, and a majority of echoes confirms leadership for that read and every one
+        queued before it (``_ack_read``), so one round serves all reads waiting (thesis §6.4)."""
         for nid, pr in self.progress.items():
             if nid != self.id:
+                # Never a commit index beyond what the follower holds: it could not tell that
+                # entry from a different one it has at that index (etcd does the same).
                 self._send(Message(MT.HEARTBEAT, nid, self.id, self.term,
                                    commit=min(pr.match, self.log.committed), context=context))
 
