@@ -97,32 +97,95 @@ class ConfigResource:
 _EMPTY: Map = Map()
 
 
+# -- one image per domain, as Kafka's MetadataImage composes them; each is what its delta in
+# -- metadata/delta/ produces --------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class ClusterImage:
+    """Registered brokers by id (Kafka's ClusterImage)."""
+
+    brokers: Map[int, BrokerRegistration]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicsImage:
+    """Topics by id and by name, the same ``TopicImage`` objects in both (Kafka's TopicsImage)."""
+
+    by_id: Map[uuid.UUID, TopicImage]
+    by_name: Map[str, TopicImage]
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigurationsImage:
+    """Explicitly set config keys per resource (Kafka's ConfigurationsImage)."""
+
+    resources: Map[ConfigResource, Map[str, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class FeaturesImage:
+    """Finalized feature levels by name (Kafka's FeaturesImage)."""
+
+    levels: Map[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdsImage:
+    """Where the next block of producer ids starts, 0 if none was handed out (Kafka's
+    ProducerIdsImage)."""
+
+    next_producer_id: int
+
+
 @dataclass(frozen=True, slots=True)
 class MetadataImage:
-    """All cluster metadata as of Raft entry ``offset`` (written in term ``epoch``).
-
-    ``offset`` 0 means nothing applied yet. ``topics_by_id`` and ``topics_by_name`` hold the
-    same ``TopicImage`` objects. ``next_producer_id`` is where the next block of producer ids
-    starts (0: none handed out yet).
+    """All cluster metadata as of Raft entry ``offset`` (written in term ``epoch``): one image
+    per domain. ``offset`` 0 means nothing applied yet. The maps are also reachable by their
+    own names (``brokers``, ``topics_by_id``, ``topics_by_name``, ``configs``, ``features``,
+    ``next_producer_id``), which is how most readers use them.
     """
 
     cluster_id: str
     offset: int
     epoch: int
-    brokers: Map[int, BrokerRegistration]
-    topics_by_id: Map[uuid.UUID, TopicImage]
-    topics_by_name: Map[str, TopicImage]
-    configs: Map[ConfigResource, Map[str, str]]
-    features: Map[str, int]
-    next_producer_id: int
+    cluster: ClusterImage
+    topics: TopicsImage
+    configurations: ConfigurationsImage
+    finalized_features: FeaturesImage
+    producer_ids: ProducerIdsImage
 
     @classmethod
     def empty(cls, cluster_id: str = "") -> MetadataImage:
-        return cls(cluster_id, 0, 0, _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY, 0)
+        return cls(cluster_id, 0, 0, ClusterImage(_EMPTY), TopicsImage(_EMPTY, _EMPTY),
+                   ConfigurationsImage(_EMPTY), FeaturesImage(_EMPTY), ProducerIdsImage(0))
 
     def at(self, offset: int, epoch: int) -> MetadataImage:
         """The same metadata, as of another Raft position (entries that carry no records)."""
         return replace(self, offset=offset, epoch=epoch)
+
+    @property
+    def brokers(self) -> Map[int, BrokerRegistration]:
+        return self.cluster.brokers
+
+    @property
+    def topics_by_id(self) -> Map[uuid.UUID, TopicImage]:
+        return self.topics.by_id
+
+    @property
+    def topics_by_name(self) -> Map[str, TopicImage]:
+        return self.topics.by_name
+
+    @property
+    def configs(self) -> Map[ConfigResource, Map[str, str]]:
+        return self.configurations.resources
+
+    @property
+    def features(self) -> Map[str, int]:
+        return self.finalized_features.levels
+
+    @property
+    def next_producer_id(self) -> int:
+        return self.producer_ids.next_producer_id
 
     @property
     def metadata_version(self) -> int:
@@ -130,22 +193,22 @@ class MetadataImage:
         return self.features.get(METADATA_VERSION, 0)
 
     def topic(self, name: str) -> TopicImage | None:
-        return self.topics_by_name.get(name)
+        return self.topics.by_name.get(name)
 
     def partition(self, topic_id: uuid.UUID, partition_id: int) -> PartitionRegistration | None:
-        t = self.topics_by_id.get(topic_id)
+        t = self.topics.by_id.get(topic_id)
         return None if t is None else t.partitions.get(partition_id)
 
     def config(self, resource: ConfigResource) -> Map[str, str]:
         """The resource's explicitly set keys (empty if none)."""
-        return self.configs.get(resource, _EMPTY)
+        return self.configurations.resources.get(resource, _EMPTY)
 
     def partition_count(self) -> int:
         """Partitions over all topics (walks the topics, not the partitions)."""
-        return sum(len(t.partitions) for t in self.topics_by_id.values())
+        return sum(len(t.partitions) for t in self.topics.by_id.values())
 
     def partitions(self) -> Iterator[tuple[TopicImage, int, PartitionRegistration]]:
         """Every partition, in no particular order."""
-        for t in self.topics_by_id.values():
+        for t in self.topics.by_id.values():
             for pid, p in t.partitions.items():
                 yield t, pid, p

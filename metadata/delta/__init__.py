@@ -4,8 +4,9 @@ A delta starts from a base image, replays committed records in log order, and ``
 yields the next image; the base is never touched, so whoever holds it keeps a consistent
 view. As Kafka's ``MetadataDelta`` composes ``TopicsDelta``, ``ClusterDelta``,
 ``ConfigurationsDelta``, ``FeaturesDelta`` and ``ProducerIdsDelta``, this one dispatches each
-record to the delta of its domain (``topics``, ``cluster``, ``configs``, ``features``) and
-composes their results into the image. Records apply as Kafka's do (a PartitionChangeRecord
+record to the delta of its domain (``topics``, ``cluster``, ``configs``, ``features``,
+``producer_ids``) and composes their results into the domain images of the next
+``MetadataImage`` (``metadata/image.py``), keeping each unchanged domain's image as it was. Records apply as Kafka's do (a PartitionChangeRecord
 changes only its present fields, RemoveTopicRecord also drops the topic's partitions and
 configs, ...). A record that names a topic, partition or broker registration that does not
 exist raises ``RecordError``: such a log is corrupt, and applying past it would let this
@@ -22,7 +23,8 @@ from typing import Any, NoReturn
 
 from protos import metadata_pb2 as pb
 
-from ..image import MetadataImage, TopicImage
+from ..image import (ClusterImage, ConfigurationsImage, FeaturesImage, MetadataImage, ProducerIdsImage,
+                     TopicImage, TopicsImage)
 from ..records import RECORD_VERSION, MetadataRecord, RecordBatch, RecordError, check, type_name
 from .changes import MetadataChanges, TopicIdPartition, changes_between, compare
 from .cluster import ClusterDelta
@@ -149,11 +151,18 @@ class MetadataDelta:
             raise self._error
         if not self._dirty:
             return self._image
+        img = self._image
+        # Each domain's image is kept, object and all, unless its delta changed something.
         by_id, by_name = self.topics.finish()
+        brokers, configs, features = self.cluster.finish(), self.configs.finish(), self.features.finish()
+        next_id = self.producer_ids.next_producer_id
         self._image = MetadataImage(
-            self._image.cluster_id, self._offset, self._epoch, self.cluster.finish(), by_id,
-            by_name, self.configs.finish(), self.features.finish(),
-            self.producer_ids.next_producer_id)
+            img.cluster_id, self._offset, self._epoch,
+            img.cluster if brokers is img.brokers else ClusterImage(brokers),
+            img.topics if by_id is img.topics_by_id and by_name is img.topics_by_name else TopicsImage(by_id, by_name),
+            img.configurations if configs is img.configs else ConfigurationsImage(configs),
+            img.finalized_features if features is img.features else FeaturesImage(features),
+            img.producer_ids if next_id == img.next_producer_id else ProducerIdsImage(next_id))
         self._dirty = False
         return self._image
 
