@@ -2,6 +2,8 @@
 topic ``t``; tests give the broker's stub."""
 from __future__ import annotations
 
+from typing import Any
+
 from clients.cluster_view import PartitionInfo, TopicInfo
 
 
@@ -16,3 +18,18 @@ class FakeCluster:
     def request_update(self) -> int: return 0
     def leader_for(self, topic: str, partition: int) -> int: return 1
     def partition_count(self, topic: str) -> int: return 1
+
+
+def fake_broker(monkeypatch: Any, broker: object) -> None:
+    """Producers created from now on see FakeCluster and send every request to ``broker``
+    (an object with the methods of the Broker stub they call)."""
+    from clients import producer
+
+    class Connections:
+        def stub(self, address: str) -> object:
+            return broker
+
+        async def close(self) -> None: ...
+
+    monkeypatch.setattr(producer, "ClusterView", FakeCluster)
+    monkeypatch.setattr(producer, "Connections", Connections)

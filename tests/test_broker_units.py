@@ -378,7 +378,7 @@ def test_a_retried_batch_takes_no_more_records_so_every_acknowledged_record_is_w
     off must go into a new batch, not into the retried one (whose bytes no longer change), or it is
     acknowledged without ever being written (the demo lost 16 records of a killed leader's partition)."""
     from clients import producer as client
-    from tests.fakes import FakeCluster
+    from tests.fakes import fake_broker
 
     written: list[bytes] = []
     calls = 0
@@ -401,12 +401,7 @@ def test_a_retried_batch_takes_no_more_records_so_every_acknowledged_record_is_w
                         written.extend(r.value for r in records_of(p.batch, t.name, p.partition))
             return resp
 
-    class FakeConnections:
-        def stub(self, address: str) -> FakeBroker: return FakeBroker()
-        async def close(self) -> None: ...
-
-    monkeypatch.setattr(client, "ClusterView", FakeCluster)
-    monkeypatch.setattr(client, "Connections", FakeConnections)
+    fake_broker(monkeypatch, FakeBroker())
 
     async def go() -> None:
         p = await client.Producer("fake:1", acks="all", retry_backoff_ms=300).start()

@@ -241,8 +241,7 @@ def _fake_leader(monkeypatch, tmp_path, answer):
     """A Producer whose one broker appends to a real PartitionLog; ``answer(request_no, batch)``
     may return an ErrorCode to answer instead of appending, or ("lose", None) to append and
     then lose the answer."""
-    from clients import producer as client
-    from tests.fakes import FakeCluster
+    from tests.fakes import fake_broker
 
     store, log = _log(tmp_path)
     calls = {"produce": 0, "init": []}
@@ -276,12 +275,7 @@ def _fake_leader(monkeypatch, tmp_path, answer):
                     rt.partitions.add(partition=p.partition, base_offset=info.first_offset)
             return resp
 
-    class FakeConnections:
-        def stub(self, address: str) -> FakeBroker: return FakeBroker()
-        async def close(self) -> None: ...
-
-    monkeypatch.setattr(client, "ClusterView", FakeCluster)
-    monkeypatch.setattr(client, "Connections", FakeConnections)
+    fake_broker(monkeypatch, FakeBroker())
     return store, log, calls
 
 
