@@ -496,19 +496,26 @@ async def _produce_through_faults(c: BrokerCluster, topic: str, idempotent: bool
                 print(f"{name}-{seq}: {e}")
 
     writers = [asyncio.create_task(write(name, p)) for name, p in zip(acked, producers)]
+
+    async def progress(n: int = 300) -> None:
+        """Until every producer has had ``n`` more records acknowledged."""
+        target = [p.metrics["record-send-total"] + n for p in producers]
+        await eventually(lambda: all(p.metrics["record-send-total"] >= t for p, t in zip(producers, target)),
+                         60, what=f"{n} more records acknowledged per producer")
+
     try:
-        await asyncio.sleep(1.5)  # the fault schedule: how long the workload runs before each fault
+        await progress()
         killed, _, _ = await leader_of(c, topic, 0)
         c.kill(killed)
-        await asyncio.sleep(2.0)
+        await asyncio.sleep(2.0)  # how long the killed broker stays down (the fault, not a wait)
         c.start_broker(killed)
         paused, _, _ = await leader_of(c, topic, 1)
         c.signal(paused, signal.SIGSTOP)
         try:
-            await asyncio.sleep(3.5)  # past the broker session (3 s): fenced, leadership moves
+            await asyncio.sleep(3.5)  # frozen past the broker session (3 s): fenced, leadership moves
         finally:
             c.signal(paused, signal.SIGCONT)
-        await asyncio.sleep(2.0)
+        await progress()
     finally:
         stop.set()
         await asyncio.gather(*writers)
