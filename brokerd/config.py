@@ -26,12 +26,25 @@ class LogConfig:
     max_message_bytes: int = 1048588   # max.message.bytes: the largest batch
     min_insync_replicas: int = 1       # min.insync.replicas
     compression_type: str = "producer"  # compression.type: keep the producer's codec, or this one
+    cleanup_policy: str = "delete"     # cleanup.policy: delete (retention), compact, or both
+    delete_retention_ms: int = 86_400_000  # delete.retention.ms: how long tombstones stay
+    min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy
 
 
 # topic key -> the broker key that is its default
 _BROKER_KEY = {"retention.ms": "log.retention.ms", "retention.bytes": "log.retention.bytes",
                "max.message.bytes": "message.max.bytes", "min.insync.replicas": "min.insync.replicas",
-               "compression.type": "compression.type"}
+               "compression.type": "compression.type", "cleanup.policy": "log.cleanup.policy",
+               "delete.retention.ms": "log.cleaner.delete.retention.ms",
+               "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +65,8 @@ class BrokerConfig:
     request_max_bytes: int              # socket.request.max.bytes
     producer_id_expiration_ms: int      # producer.id.expiration.ms
     producer_id_expiration_check_interval_ms: int  # producer.id.expiration.check.interval.ms
+    log_cleaner_enable: bool            # log.cleaner.enable
+    log_cleaner_backoff_ms: int         # log.cleaner.backoff.ms: between compaction passes
     flush: FlushPolicy
     static_log: LogConfig               # log defaults from the properties file
 
@@ -80,6 +95,8 @@ class BrokerConfig:
             producer_id_expiration_ms=cfg.int("producer.id.expiration.ms", 86_400_000, 1),
             producer_id_expiration_check_interval_ms=cfg.int("producer.id.expiration.check.interval.ms",
                                                              600_000, 1),
+            log_cleaner_enable=cfg.props.get("log.cleaner.enable", "true").strip().lower() == "true",
+            log_cleaner_backoff_ms=cfg.int("log.cleaner.backoff.ms", 15_000, 1),
             flush=FlushPolicy(cfg.int("log.flush.interval.messages", LONG_MAX, 1),
                               cfg.int("log.flush.interval.ms", LONG_MAX, 1)),
             static_log=LogConfig(
@@ -87,7 +104,10 @@ class BrokerConfig:
                 retention_bytes=cfg.int("log.retention.bytes", -1, -1),
                 max_message_bytes=cfg.int("message.max.bytes", 1048588, 0),
                 min_insync_replicas=cfg.int("min.insync.replicas", 1, 1),
-                compression_type=_compression_type(cfg.props.get("compression.type", "producer"))))
+                compression_type=_compression_type(cfg.props.get("compression.type", "producer")),
+                cleanup_policy=_cleanup_policy(cfg.props.get("log.cleanup.policy", "delete")),
+                delete_retention_ms=cfg.int("log.cleaner.delete.retention.ms", 86_400_000, 0),
+                min_cleanable_dirty_ratio=_ratio(cfg.props.get("log.cleaner.min.cleanable.ratio", "0.5"))))
 
     def log_config(self, image: MetadataImage, topic: str) -> LogConfig:
         """The effective log settings of ``topic`` in ``image``."""
@@ -115,10 +135,40 @@ class BrokerConfig:
                 break
             except ConfigError:
                 pass  # as above
+        policies = [v for v in raw("cleanup.policy") if _is_policy(v)]
+        ratios = [v for v in raw("min.cleanable.dirty.ratio") if _is_ratio(v)]
         return LogConfig(pick("retention.ms", static.retention_ms), pick("retention.bytes", static.retention_bytes),
                          pick("max.message.bytes", static.max_message_bytes),
                          pick("min.insync.replicas", static.min_insync_replicas),
-                         codec)
+                         codec, _cleanup_policy(policies[0]) if policies else static.cleanup_policy,
+                         pick("delete.retention.ms", static.delete_retention_ms),
+                         float(ratios[0]) if ratios else static.min_cleanable_dirty_ratio)
+
+
+def _is_policy(value: str) -> bool:
+    return set(value.replace(" ", "").lower().split(",")) <= {"delete", "compact"} and bool(value.strip())
+
+
+def _cleanup_policy(value: str) -> str:
+    """``delete``, ``compact`` or ``compact,delete``."""
+    if not _is_policy(value):
+        raise ConfigError(f"Invalid value {value} for configuration log.cleanup.policy: must be delete, compact "
+                          f"or compact,delete")
+    return ",".join(sorted(set(value.replace(" ", "").lower().split(","))))
+
+
+def _is_ratio(value: str) -> bool:
+    try:
+        return 0.0 <= float(value) <= 1.0
+    except ValueError:
+        return False
+
+
+def _ratio(value: str) -> float:
+    if not _is_ratio(value):
+        raise ConfigError(f"Invalid value {value} for configuration log.cleaner.min.cleanable.ratio: must be "
+                          f"a number between 0 and 1")
+    return float(value)
 
 
 def _compression_type(value: str) -> str:

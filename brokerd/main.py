@@ -15,20 +15,12 @@ from metadata.client import ControllerError
 from metadata.config import load
 from raft.config import ConfigError
 from raft.errors import StorageError
+from raft.transport import grpc_errors_in_one_line
 
 from .log_store import StorageFailure
 from .server import BrokerServer
 
 STARTUP_ERRORS = (ConfigError, StorageError, StorageFailure, ControllerError)
-
-
-def _one_line(record: logging.LogRecord) -> bool:
-    """gRPC logs a request it cannot parse with a traceback; the error itself is the news."""
-    if record.exc_info and record.exc_info[1] is not None:
-        record.msg = f"{record.getMessage()}: {record.exc_info[1]}"
-        record.args = ()
-        record.exc_info = None
-    return True
 
 
 def _fail(message: str) -> None:
@@ -78,8 +70,7 @@ def main(config_path: str, log_level: str) -> None:
         return
     logging.basicConfig(level=log_level, stream=sys.stderr,
                         format=f"%(asctime)s [broker {cfg.node_id}] %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("grpc").setLevel(logging.WARNING)
-    logging.getLogger("grpc._cython.cygrpc").addFilter(_one_line)
+    grpc_errors_in_one_line()
     sys.exit(asyncio.run(serve(server)))
 
 

@@ -18,6 +18,7 @@ import struct
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from rocksdict import ReadOptions, WriteBatch
 
@@ -68,6 +69,7 @@ class PartitionLog:
         self._state_key = b"s" + prefix
         self._epochs_key = b"e" + prefix
         self._producers_key = b"p" + prefix
+        self._clean_key = b"c" + prefix
         raw = self.db.get(self._state_key)
         if raw is None:
             self.log_start_offset = self.high_watermark = self.log_end_offset = self.size_bytes = 0
@@ -81,6 +83,11 @@ class PartitionLog:
         self.next_offset = self.log_end_offset  # assigned, possibly not yet durable
         self.epochs = LeaderEpochCache(self._load_epochs())
         self.producers = ProducerStateManager(f"{topic_id}-{partition}", self._load_producers())
+        clean = self.db.get(self._clean_key)
+        #: Where the part of the log not yet compacted starts (``log_cleaner``).
+        self.first_dirty_offset = _EPOCH.unpack(clean)[0] if clean is not None else 0
+        #: The oldest tombstone the last compaction kept (inf: none; None: not known yet).
+        self.oldest_tombstone_ms: float | None = None
         self._hw_dirty = False
 
     # -- keys and state ---------------------------------------------------------------------
@@ -164,15 +171,16 @@ class PartitionLog:
 
     async def append_as_follower(self, batches: Sequence[pb.RecordBatch]) -> AppendInfo | None:
         """Append batches copied from the leader, with their offsets, epochs and producer
-        fields. Batches the log already has are skipped; a gap is refused (ValueError) before
-        anything changes."""
+        fields. Batches the log already has are skipped; one that starts before the log end
+        is refused (ValueError) before anything changes. Gaps between batches are the leader's
+        compaction (``log_cleaner``): offsets only have to increase, as in Kafka."""
         new = [b for b in batches if b.base_offset + b.last_offset_delta >= self.next_offset]
         if not new:
             return None
         expected = self.next_offset
         for b in new:
-            if b.base_offset != expected:
-                raise ValueError(f"batch at offset {b.base_offset} does not follow the log end {expected}")
+            if b.base_offset < expected:
+                raise ValueError(f"batch at offset {b.base_offset} overlaps the log end {expected}")
             expected = b.base_offset + b.last_offset_delta + 1
         wb = WriteBatch(raw_mode=True)
         size = records = 0
@@ -205,6 +213,13 @@ class PartitionLog:
 
     # -- reads --------------------------------------------------------------------------------
 
+    def _seek_at_or_before(self, it: Any, offset: int) -> bool:
+        """Put ``it`` on this partition's batch with the largest base offset <= ``offset``.
+        False if there is none: the iterator's lower bound is not relied on, since RocksDB can
+        step below it in reverse (seen once compaction had removed the log's first batch)."""
+        it.seek_for_prev(self._key(offset))
+        return it.valid() and it.key().startswith(self._data)
+
     def read(self, offset: int, max_bytes: int, max_offset: int) -> tuple[list[memoryview], int]:
         """Frames of the batches from the one holding ``offset`` up to ``max_offset``
         (exclusive), at most ``max_bytes`` but always one batch when there is one."""
@@ -214,8 +229,7 @@ class PartitionLog:
         ro.set_iterate_lower_bound(self._data)
         ro.set_iterate_upper_bound(self._key(max_offset))
         it = self.db.iter(ro)
-        it.seek_for_prev(self._key(offset))
-        if not it.valid():
+        if not self._seek_at_or_before(it, offset):
             it.seek(self._key(offset))
         elif _HEAD.unpack_from(it.value())[0] < offset:
             it.next()
@@ -252,8 +266,7 @@ class PartitionLog:
         """The batch holding ``offset``, decoded."""
         ro = self._range()  # must outlive the iterator: RocksDB keeps a pointer to its bounds
         it = self.db.iter(ro)
-        it.seek_for_prev(self._key(offset))
-        if not it.valid():
+        if not self._seek_at_or_before(it, offset):
             return None
         v = it.value()
         if _HEAD.unpack_from(v)[0] < offset:
@@ -307,9 +320,8 @@ class PartitionLog:
             return self.log_end_offset
         ro = self._range()  # must outlive the iterator: RocksDB keeps a pointer to its bounds
         it = self.db.iter(ro)
-        it.seek_for_prev(self._key(offset))
         cut = offset
-        if it.valid():
+        if self._seek_at_or_before(it, offset):
             last = _HEAD.unpack_from(it.value())[0]
             base = int.from_bytes(it.key()[len(self._data):], "big")
             if base < offset <= last:
@@ -323,6 +335,7 @@ class PartitionLog:
         self.next_offset = self.log_end_offset = cut
         self.high_watermark = min(self.high_watermark, cut)
         self.log_start_offset = min(self.log_start_offset, cut)
+        self._set_first_dirty(wb, min(self.first_dirty_offset, cut))
         if any(b.producer_id != NO_PRODUCER_ID for b in doomed):
             # Producer state as of the new end: rebuilt from the batch heads that remain.
             self._rebuild_producers(wb, [b for b in self.stored_batches(None) if b.base_offset < cut])
@@ -340,6 +353,7 @@ class PartitionLog:
         for e in self.epochs.clear():
             wb.delete(self._epoch_key(e))
         self._rebuild_producers(wb, [])
+        self._set_first_dirty(wb, offset)
         self.log_start_offset = self.high_watermark = self.next_offset = self.log_end_offset = offset
         self.size_bytes = 0
         wb.put(self._state_key, self._state())
@@ -369,6 +383,42 @@ class PartitionLog:
         wb.put(self._state_key, self._state())
         self.store.write_now(wb)
         return freed
+
+    # -- compaction (log_cleaner) ----------------------------------------------------------------
+
+    def _set_first_dirty(self, wb: WriteBatch, offset: int) -> None:
+        self.first_dirty_offset = offset
+        wb.put(self._clean_key, _EPOCH.pack(offset))
+
+    def replace_batches(self, replacements: dict[int, pb.RecordBatch | None], cleaned_to: int) -> int:
+        """Write the cleaner's result in one atomic write: each batch at a base offset is
+        replaced by a smaller one over the same offsets (None: removed), and the log is clean
+        up to ``cleaned_to``. A batch no longer in the log (retention or truncation got there
+        first) is left alone. Returns the bytes freed."""
+        wb = WriteBatch(raw_mode=True)
+        freed = 0
+        for base, batch in replacements.items():
+            key = self._key(base)
+            old = self.db.get(key)
+            if old is None or base < self.log_start_offset:
+                continue
+            if batch is None:
+                wb.delete(key)
+                freed += len(old)
+            else:
+                value = frame(batch.SerializeToString(), old[:_HEAD.size])  # the head is unchanged
+                wb.put(key, value)
+                freed += len(old) - len(value)
+        self.size_bytes -= freed
+        self._set_first_dirty(wb, max(self.first_dirty_offset, min(cleaned_to, self.next_offset)))
+        wb.put(self._state_key, self._state())
+        self.store.write_now(wb)
+        return freed
+
+    def reclaim_space(self) -> None:
+        """Have RocksDB compact this partition's batches, so rewritten and removed ones free
+        their disk space now rather than at some later compaction (blocking: run it in a thread)."""
+        self.db.compact_range(self._data, self._data + _END)
 
     def expire_producers(self, now_ms: int, expiration_ms: int) -> list[int]:
         """Forget producers silent for ``producer.id.expiration.ms``; returns their ids."""
@@ -409,5 +459,6 @@ class PartitionLog:
         wb.delete_range(self._data, self._data + _END)
         wb.delete_range(self._epochs_key, self._epochs_key + _END)
         wb.delete_range(self._producers_key, self._producers_key + _END)
+        wb.delete(self._clean_key)
         wb.delete(self._state_key)
         self.store.write_now(wb)

@@ -69,7 +69,7 @@ async def produce(rm: ReplicaManager, req: pb.ProduceRequest) -> pb.ProduceRespo
                 if not pd.HasField("batch"):
                     raise BrokerError(ErrorCode.INVALID_REQUEST, f"no record batch for {p.name}")
                 batch = pd.batch
-                validate_batch(batch, p.name, p.config.max_message_bytes)
+                validate_batch(batch, p.name, p.config.max_message_bytes, require_keys=p.config.compact)
                 if p.config.compression_type != "producer":
                     batch = recompress(batch, Codec.named(p.config.compression_type))
             except BrokerError as e:

@@ -21,6 +21,7 @@ from .config import BrokerConfig, LogConfig
 from clients.errors import BrokerError, ErrorCode
 from .isr import IsrManager
 from .log_manager import LogManager
+from .log_cleaner import clean
 from .partition import Change, Partition
 from .replica_fetcher import ReplicaFetcherManager
 
@@ -191,6 +192,8 @@ class ReplicaManager:
                        loop.create_task(self._every(self.config.retention_check_interval_ms, self.enforce_retention)),
                        loop.create_task(self._every(self.config.producer_id_expiration_check_interval_ms,
                                                     self.expire_producers))]
+        if self.config.log_cleaner_enable:
+            self._tasks.append(loop.create_task(self._clean_logs()))
 
     async def _every(self, period_ms: int, work: Callable[[], object]) -> None:
         while True:
@@ -210,7 +213,7 @@ class ReplicaManager:
         now = int(time.time() * 1000)
         for p in list(self.partitions.values()):
             cfg = p.config
-            if cfg.retention_ms < 0 and cfg.retention_bytes < 0:
+            if not cfg.delete or (cfg.retention_ms < 0 and cfg.retention_bytes < 0):
                 continue
             start = p.log.retention_offset(now, cfg.retention_ms, cfg.retention_bytes)
             if start > p.log.log_start_offset:
@@ -218,6 +221,22 @@ class ReplicaManager:
                 freed = p.log.delete_before(start)
                 log.info("%s: retention moved the log start from %d to %d (%d bytes freed)",
                          p.name, before, p.log.log_start_offset, freed)
+
+    async def _clean_logs(self) -> None:
+        """Compact the logs of topics whose cleanup.policy includes compact, one partition at
+        a time, every ``log.cleaner.backoff.ms`` (Kafka's cleaner thread)."""
+        while True:
+            await asyncio.sleep(self.config.log_cleaner_backoff_ms / 1000)
+            for p in [p for p in self.partitions.values() if p.config.compact and not p.stopped]:
+                try:
+                    result = await clean(p.log, p.config, int(time.time() * 1000))
+                except Exception as e:
+                    log.error("%s: compaction failed: %s", p.name, e)
+                    continue
+                if result is not None and result.records_removed:
+                    log.info("%s: compacted up to offset %d: %d records removed, %d batches rewritten and %d "
+                             "removed, %d bytes freed", p.name, result.cleaned_to, result.records_removed,
+                             result.batches_rewritten, result.batches_removed, result.bytes_freed)
 
     def expire_producers(self) -> None:
         """Forget idempotent producers silent for ``producer.id.expiration.ms`` (Kafka's

@@ -151,9 +151,10 @@ def check_crc(batch: pb.RecordBatch) -> None:
                           f"Record is corrupt (stored crc = {batch.crc}, computed crc = {computed})")
 
 
-def validate_batch(batch: pb.RecordBatch, where: str, max_message_bytes: int) -> int:
-    """Check a batch a producer sent (size, CRC, record count and offsets); returns its size.
-    Raises BrokerError with RECORD_TOO_LARGE, CORRUPT_MESSAGE or INVALID_RECORD."""
+def validate_batch(batch: pb.RecordBatch, where: str, max_message_bytes: int, *, require_keys: bool = False) -> int:
+    """Check a batch a producer sent (size, CRC, record count and offsets, and keys for a
+    compacted topic); returns its size. Raises BrokerError with RECORD_TOO_LARGE,
+    CORRUPT_MESSAGE or INVALID_RECORD."""
     size = batch.ByteSize()
     if size > max_message_bytes:
         raise BrokerError(ErrorCode.RECORD_TOO_LARGE,
@@ -190,6 +191,9 @@ def validate_batch(batch: pb.RecordBatch, where: str, max_message_bytes: int) ->
                           f"Record batch for {where} declares {count} records but holds {len(records)} "
                           f"with offset deltas {records[0].offset_delta if records else '-'}.."
                           f"{records[-1].offset_delta if records else '-'}")
+    if require_keys and not all(r.HasField("key") for r in records):
+        raise BrokerError(ErrorCode.INVALID_RECORD,
+                          f"Compacted topic cannot accept message without key in topic partition {where}.")
     return size
 
 

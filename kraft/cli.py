@@ -96,7 +96,8 @@ def server_start(config_path: str, log_level: str) -> None:
         fail(str(e))
     logging.basicConfig(level=log_level, stream=sys.stderr,
                         format=f"%(asctime)s [node {cfg.node_id}] %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("grpc").setLevel(logging.WARNING)
+    from raft.transport import grpc_errors_in_one_line
+    grpc_errors_in_one_line()
     sys.exit(run(_serve_roles(cfg)))
 
 

@@ -23,6 +23,14 @@ def _int(lo: int, hi: int) -> Callable[[str], str | None]:
     return check
 
 
+def _ratio(v: str) -> str | None:
+    try:
+        n = float(v)
+    except ValueError:
+        return f"value {v!r} is not a number"
+    return None if 0.0 <= n <= 1.0 else f"value {n} must be between 0 and 1"
+
+
 def _choice(*options: str) -> Callable[[str], str | None]:
     def check(v: str) -> str | None:
         return None if v in options else f"value {v!r} must be one of {', '.join(options)}"
@@ -54,6 +62,10 @@ TOPIC_CONFIGS = {k.name: k for k in [
               "elect a leader outside the ISR when no ISR member is alive (may lose data)"),
     ConfigKey("compression.type", "producer",
               _choice("producer", "none", "gzip", "snappy", "lz4", "zstd", "uncompressed"), "codec"),
+    ConfigKey("delete.retention.ms", "86400000", _int(0, LONG_MAX),
+              "how long a compacted topic keeps a tombstone (a null value)"),
+    ConfigKey("min.cleanable.dirty.ratio", "0.5", _ratio,
+              "compact once this share of the log was written since the last compaction"),
 ]}
 
 BROKER_CONFIGS = {k.name: k for k in [
@@ -67,6 +79,10 @@ BROKER_CONFIGS = {k.name: k for k in [
     ConfigKey("compression.type", "producer",
               _choice("producer", "none", "gzip", "snappy", "lz4", "zstd", "uncompressed"),
               "default compression.type of topics"),
+    ConfigKey("log.cleanup.policy", "delete", _choice("delete", "compact", "compact,delete", "delete,compact"),
+              "default cleanup.policy of topics"),
+    ConfigKey("log.cleaner.delete.retention.ms", "86400000", _int(0, LONG_MAX), "default delete.retention.ms"),
+    ConfigKey("log.cleaner.min.cleanable.ratio", "0.5", _ratio, "default min.cleanable.dirty.ratio"),
 ]}
 
 

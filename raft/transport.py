@@ -38,6 +38,22 @@ grpc.aio.init_grpc_aio()
 SERVICE = "kraft.raft.RaftPeer"
 
 
+def _one_line(record: logging.LogRecord) -> bool:
+    """gRPC's core logs some failures with a traceback (a request it cannot parse, an answer to
+    a client that went away meanwhile); the error itself is the news."""
+    if record.exc_info and record.exc_info[1] is not None:
+        record.msg = f"{record.getMessage()}: {record.exc_info[1]}"
+        record.args = ()
+        record.exc_info = None
+    return True
+
+
+def grpc_errors_in_one_line() -> None:
+    """For server processes: what gRPC's core logs stays one line (docs: logs carry no traceback)."""
+    logging.getLogger("grpc").setLevel(logging.WARNING)
+    logging.getLogger("grpc._cython.cygrpc").addFilter(_one_line)
+
+
 class Transport(Protocol):
     """How a node's messages reach its peers (hashicorp/raft's Transport). ``RaftNode`` uses
     :class:`PeerTransport` (gRPC) unless given another, such as

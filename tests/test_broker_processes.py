@@ -30,7 +30,8 @@ LAG_MS = 1000
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     c = BrokerCluster(tmp_path_factory.mktemp("brokers"), 3, session_timeout_ms=3000, heartbeat_ms=300,
-                      broker_props={"replica.lag.time.max.ms": str(LAG_MS), "log.retention.check.interval.ms": "300"})
+                      broker_props={"replica.lag.time.max.ms": str(LAG_MS), "log.retention.check.interval.ms": "300",
+                                    "log.cleaner.backoff.ms": "300"})
     c.start()
     try:
         asyncio.run(c.wait_unfenced(timeout=60))
@@ -596,6 +597,65 @@ def test_every_codec_round_trips_through_produce_replication_and_fetch(cluster):
                 await eventually(moved, 20, what=f"a new leader for {topic}")
                 records = await consume_all(cluster.bootstrap_servers, topic, expected=300)
                 assert [r.value for r in records] == lines, f"{topic} read back differs from the followers"
+        finally:
+            cluster.start_broker(leader)
+            await cluster.wait_unfenced([leader], timeout=60)
+    run(go(), timeout=180)
+
+
+def test_compaction_keeps_the_latest_value_of_every_key_on_every_replica(cluster):
+    """A topic written 20 times per key is switched to cleanup.policy=compact: once the cleaner
+    has run, every replica holds only each key's latest value at its original offset and a
+    fraction of the bytes, the tombstone goes after delete.retention.ms, and a producer without
+    a key is refused."""
+    async def go():
+        await cluster.create_topic("compacted", partitions=1, rf=3, configs={"delete.retention.ms": "1000"})
+        latest: dict[bytes, int] = {}
+        async with Producer(cluster.bootstrap_servers, linger_ms=0) as p:
+            for round_ in range(20):
+                for k in range(20):
+                    md = await p.send_and_wait("compacted", b"v%d" % round_, key=b"k%d" % k)
+                    latest[b"k%d" % k] = md.offset
+            gone = await p.send_and_wait("compacted", None, key=b"k0")  # a tombstone
+        del latest[b"k0"]
+
+        async def sizes() -> dict[int, int]:
+            return {b: r.size_bytes for b in cluster.ids for r in (await cluster.describe_broker(b)).replicas
+                    if r.topic == "compacted"}
+
+        async def replicated() -> bool:
+            return len(set((await sizes()).values())) == 1
+        await eventually(replicated, 20, what="every replica holding the whole log")
+        before = await sizes()
+        async with cluster.controller() as c:
+            await c.call("IncrementalAlterConfigs", cpb.IncrementalAlterConfigsRequest(resources=[
+                cpb.AlterConfigsResource(resource_type=cpb.TOPIC, resource_name="compacted", configs=[
+                    cpb.AlterableConfig(name="cleanup.policy", value="compact"),
+                    # so that the tombstone's own batch, written last, is soon worth a pass
+                    cpb.AlterableConfig(name="min.cleanable.dirty.ratio", value="0.01")])]))
+
+        async def compacted() -> bool:
+            now = await sizes()
+            return all(now[b] < before[b] / 10 for b in before)
+        await eventually(compacted, 30, what="every replica of the compacted topic to shrink tenfold")
+        async with Producer(cluster.bootstrap_servers) as p:
+            with pytest.raises(BrokerResponseError) as e:
+                await p.send_and_wait("compacted", b"no key")
+            assert e.value.code == ErrorCode.INVALID_RECORD
+
+        async def only_latest():
+            records = await consume_all(cluster.bootstrap_servers, "compacted", idle_ms=500)
+            return records if {r.key: r.offset for r in records} == latest else None
+        records = await eventually(only_latest, 30, what="only each key's latest value, the tombstone gone")
+        assert all(r.value == b"v19" for r in records) and gone.offset == 400
+        leader, _, _ = await leader_of(cluster, "compacted")
+        cluster.kill(leader)  # a follower's own compacted copy serves the same records
+        try:
+            async def moved() -> bool:
+                return (await leader_of(cluster, "compacted"))[0] not in (leader, -1)
+            await eventually(moved, 20, what="a new leader")
+            # replicas compact on their own schedule: the tombstone goes there too, in time
+            await eventually(only_latest, 30, what="the new leader serving only each key's latest value")
         finally:
             cluster.start_broker(leader)
             await cluster.wait_unfenced([leader], timeout=60)

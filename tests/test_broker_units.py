@@ -330,22 +330,23 @@ def test_a_follower_truncates_the_suffix_the_new_leader_never_had(tmp_path):
         assert answer == (0, 5)
 
         cfg = BrokerConfig(7, "", "PLAINTEXT", 2000, 30000, 500, 1, 1 << 20, 10 << 20, 100, 300000, 5000, 3600000,
-                           1 << 20, 86_400_000, 600_000, FlushPolicy(), LogConfig())
+                           1 << 20, 86_400_000, 600_000, True, 15_000, FlushPolicy(), LogConfig())
         p = Partition(7, "t", tid, 1, old_leader, LogConfig())
         p.update(PartitionRegistration((7, 8), (8,), 8, 2, 3))
         fetcher = ReplicaFetcher(cfg, 8, "127.0.0.1:1", lambda: 1, lambda _: None)
         state = FetchState(p, p.leader_epoch)
         await fetcher._truncate_one(state, *answer)
         assert not state.truncating and old_leader.log_end_offset == 5 and old_leader.epochs.entries == [(0, 0)]
-        # then it copies the new leader's log; a gap is refused without changing anything
+        # then it copies the new leader's log; a batch overlapping its log end is refused without
+        # changing anything (a gap is not: compaction leaves gaps between batches)
         await new_leader.append_as_leader(_batch(2), 2)
         frames, _ = new_leader.read(5, 1 << 20, new_leader.log_end_offset)
         copied = [b for f in frames for b in batches(bytes(f))]
-        gap = pb.RecordBatch()
-        gap.CopyFrom(copied[0])
-        gap.base_offset = 9
+        overlap = pb.RecordBatch()
+        overlap.CopyFrom(copied[0])
+        overlap.base_offset = 4
         with pytest.raises(ValueError):
-            await old_leader.append_as_follower([gap])
+            await old_leader.append_as_follower([overlap])
         assert old_leader.log_end_offset == 5
         await old_leader.append_as_follower(copied)
         assert old_leader.log_end_offset == 7 and old_leader.epochs.entries == [(0, 0), (2, 5)]

@@ -24,6 +24,7 @@ from raft.proto import raft_pb2 as rpb
 from raft.config import ConfigError, NodeOptions, TLSConfig
 from raft.errors import RaftError
 from raft.storage import format_storage
+from raft.transport import grpc_errors_in_one_line
 
 from .client import KVClient, KVError
 
@@ -109,7 +110,7 @@ def serve(obj: dict, node_id: int, voters: str, data_dir: str, address: str | No
     from .server import build
 
     logging.basicConfig(level=log_level, format=f"%(asctime)s node{node_id} %(name)s %(levelname)s %(message)s")
-    logging.getLogger("grpc").setLevel(logging.WARNING)
+    grpc_errors_in_one_line()
     tls = obj["tls"]
     if tls is not None and tls_client_auth:
         tls = TLSConfig(tls.cert, tls.key, tls.ca, require_client_auth=True)

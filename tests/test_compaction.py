@@ -1,0 +1,119 @@
+"""Log compaction in one process (brokerd/log_cleaner.py): the latest record of every key
+survives at its original offset, tombstones go after delete.retention.ms, removed batches leave
+gaps that readers and followers step over, and the space is freed."""
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+
+from brokerd.config import LogConfig
+from brokerd.log_cleaner import clean
+from brokerd.log_store import LogStore
+from brokerd.partition_log import PartitionLog
+from clients.compression import Codec
+from clients.errors import BrokerError, ErrorCode
+from clients.records import batches, build_batch, records_of, validate_batch
+
+COMPACT = LogConfig(cleanup_policy="compact", delete_retention_ms=60_000, min_cleanable_dirty_ratio=0.5)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def _batch(pairs: list[tuple[bytes | None, bytes | None]], ts: int, codec: Codec = Codec.NONE):
+    return build_batch([(k, v, ts, ()) for k, v in pairs], codec)
+
+
+def _read(plog: PartitionLog) -> list[tuple[int, bytes | None, bytes | None]]:
+    frames, _ = plog.read(plog.log_start_offset, 1 << 30, plog.log_end_offset)
+    return [(r.offset, r.key, r.value) for f in frames for b in batches(bytes(f))
+            for r in records_of(b, "t", 0)]
+
+
+async def _fill(plog: PartitionLog, codec: Codec, ts: int) -> dict[bytes, tuple[int, bytes | None]]:
+    """Ten keys, each written five times over 25 batches, k3 deleted at the end; returns each
+    key's latest (offset, value)."""
+    latest: dict[bytes, tuple[int, bytes | None]] = {}
+    for round_ in range(5):
+        for half in (0, 1):
+            pairs = [(b"k%d" % k, b"v%d-%d" % (k, round_)) for k in range(half * 5, half * 5 + 5)]
+            info = await plog.append_as_leader(_batch(pairs, ts, codec), 0)
+            for i, (k, v) in enumerate(pairs):
+                latest[k] = (info.first_offset + i, v)
+    info = await plog.append_as_leader(_batch([(b"k3", None)], ts, codec), 0)  # a tombstone
+    latest[b"k3"] = (info.first_offset, None)
+    plog.set_high_watermark(plog.log_end_offset)
+    return latest
+
+
+@pytest.mark.parametrize("codec", [Codec.NONE, Codec.ZSTD])
+def test_the_latest_record_of_every_key_survives_at_its_offset(tmp_path, codec):
+    async def go():
+        store = LogStore(str(tmp_path))
+        plog = PartitionLog(store, uuid.uuid4(), 0)
+        now = int(time.time() * 1000)
+        latest = await _fill(plog, codec, now)
+        end, size = plog.log_end_offset, plog.size_bytes
+        result = await clean(plog, COMPACT, now)
+        assert result is not None and result.records_removed == 41 and result.bytes_freed > 0
+        got = _read(plog)
+        assert sorted((o, k, v) for k, (o, v) in latest.items()) == got  # the tombstone is still there
+        assert plog.log_end_offset == end and plog.size_bytes == size - result.bytes_freed
+        assert await clean(plog, COMPACT, now) is None  # nothing new to clean
+        # past delete.retention.ms the tombstone goes too
+        result = await clean(plog, LogConfig(cleanup_policy="compact", delete_retention_ms=60_000,
+                                             min_cleanable_dirty_ratio=0.0), now + 61_000)
+        assert result is not None and result.records_removed == 1
+        assert [k for _, k, _ in _read(plog)] == sorted(k for k in latest if k != b"k3")
+        await store.close()
+        # and all of it survives a restart
+        store = LogStore(str(tmp_path))
+        plog = PartitionLog(store, plog.topic_id, 0)
+        assert len(_read(plog)) == 9 and plog.log_end_offset == end
+        await store.close()
+    run(go())
+
+
+def test_only_data_below_the_high_watermark_is_cleaned(tmp_path):
+    async def go():
+        store = LogStore(str(tmp_path))
+        plog = PartitionLog(store, uuid.uuid4(), 0)
+        now = int(time.time() * 1000)
+        for i in range(4):
+            await plog.append_as_leader(_batch([(b"k", b"%d" % i)], now), 0)
+        plog.set_high_watermark(2)
+        await clean(plog, COMPACT, now)
+        assert [o for o, _, _ in _read(plog)] == [1, 2, 3]  # offset 2 and 3 are above the HW
+        assert plog.first_dirty_offset == 2
+        await store.close()
+    run(go())
+
+
+def test_a_follower_copies_a_compacted_log_with_its_gaps(tmp_path):
+    async def go():
+        store = LogStore(str(tmp_path))
+        leader = PartitionLog(store, uuid.uuid4(), 0)
+        follower = PartitionLog(store, uuid.uuid4(), 0)
+        now = int(time.time() * 1000)
+        await _fill(leader, Codec.LZ4, now)
+        await clean(leader, COMPACT, now)
+        frames, _ = leader.read(0, 1 << 30, leader.log_end_offset)
+        copied = [b for f in frames for b in batches(bytes(f))]
+        assert copied[0].base_offset > 0  # the first batches were removed: a gap at the start
+        await follower.truncate_fully_and_start_at(0)
+        await follower.append_as_follower(copied)
+        assert _read(follower) == _read(leader) and follower.log_end_offset == leader.log_end_offset
+        await store.close()
+    run(go())
+
+
+def test_a_compacted_topic_refuses_records_without_a_key():
+    validate_batch(_batch([(b"k", b"v")], 1), "t-0", 1 << 20, require_keys=True)
+    with pytest.raises(BrokerError) as e:
+        validate_batch(_batch([(b"k", b"v"), (None, b"v")], 1), "t-0", 1 << 20, require_keys=True)
+    assert e.value.code == ErrorCode.INVALID_RECORD
+    assert e.value.message == "Compacted topic cannot accept message without key in topic partition t-0."

@@ -1,0 +1,38 @@
+"""Server logs carry no tracebacks: what gRPC's core logs with one (here an answer to a client
+that had gone away while the controller was stopped, seen in test_hung_controller) is one line
+in every server process (controller and combined nodes, brokers, raft-kv)."""
+from __future__ import annotations
+
+import io
+import logging
+
+from raft.transport import grpc_errors_in_one_line
+
+
+def test_grpc_core_errors_are_logged_in_one_line():
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    core = logging.getLogger("grpc._cython.cygrpc")
+    core.addHandler(handler)
+    try:
+        grpc_errors_in_one_line()
+        try:
+            raise RuntimeError('Failed "execute_batch": (SendInitialMetadataOperation, ...)')
+        except RuntimeError:
+            core.error("ExecuteBatchError raised in core by servicer method [%s]", "/kraft.controller.Controller/Fetch",
+                       exc_info=True)
+    finally:
+        core.removeHandler(handler)
+    text = out.getvalue()
+    assert "Traceback" not in text and text.count("\n") == 1
+    assert "servicer method [/kraft.controller.Controller/Fetch]: Failed \"execute_batch\"" in text
+
+
+def test_every_server_entry_point_installs_it():
+    import inspect
+
+    import brokerd.main
+    import kraft.cli
+    import raft.examples.kv.cli
+    for module in (kraft.cli, brokerd.main, raft.examples.kv.cli):
+        assert "grpc_errors_in_one_line()" in inspect.getsource(module), module.__name__
