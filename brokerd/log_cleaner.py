@@ -13,7 +13,8 @@ A pass runs when at least ``min.cleanable.dirty.ratio`` of the cleanable bytes w
 since the last pass (``PartitionLog.first_dirty_offset``), or when a tombstone the last pass
 kept has since passed ``delete.retention.ms`` (and once after a restart, to find out). It works on the event loop in
 steps of ``STEP`` batches, so appends and fetches go on meanwhile; its result is written in one
-atomic RocksDB write that skips any batch retention or truncation removed in the meantime, and
+atomic RocksDB write that skips any batch retention removed in the meantime (a truncation
+meanwhile voids the pass: the offsets it mapped may hold other records by then), and
 RocksDB then compacts the partition's range in a thread so the space comes back at once.
 """
 from __future__ import annotations
@@ -58,6 +59,7 @@ async def clean(plog: PartitionLog, cfg: LogConfig, now_ms: int) -> CleanResult 
     tombstones_due = plog.oldest_tombstone_ms is None or plog.oldest_tombstone_ms < horizon
     if not heads or not (dirty and dirty / total >= cfg.min_cleanable_dirty_ratio or tombstones_due):
         return None
+    truncations = plog.truncations
     # 1. The offset of each key's latest record.
     latest: dict[bytes, int] = {}
     for i, h in enumerate(heads):
@@ -88,6 +90,8 @@ async def clean(plog: PartitionLog, cfg: LogConfig, now_ms: int) -> CleanResult 
             replacements[h.base_offset] = _rewritten(batch, kept) if kept else None
         if i % STEP == STEP - 1:
             await asyncio.sleep(0)
+    if plog.truncations != truncations:
+        return None  # a truncation (a follower meeting a new leader) moved under the pass: next time
     freed = plog.replace_batches(replacements, end)
     plog.oldest_tombstone_ms = oldest_tombstone
     if replacements:

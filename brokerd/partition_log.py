@@ -88,6 +88,9 @@ class PartitionLog:
         self.first_dirty_offset = _EPOCH.unpack(clean)[0] if clean is not None else 0
         #: The oldest tombstone the last compaction kept (inf: none; None: not known yet).
         self.oldest_tombstone_ms: float | None = None
+        #: Counts truncations, so a compaction pass that spans one can tell and give up (the
+        #: offsets it mapped may since hold other records).
+        self.truncations = 0
         self._hw_dirty = False
 
     # -- keys and state ---------------------------------------------------------------------
@@ -327,6 +330,7 @@ class PartitionLog:
             if base < offset <= last:
                 cut = base
         doomed = self.stored_batches(cut)
+        self.truncations += 1
         wb = WriteBatch(raw_mode=True)
         wb.delete_range(self._key(cut), self._data + _END)
         for e in self.epochs.truncate_from_end(cut):
@@ -348,6 +352,7 @@ class PartitionLog:
     async def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop everything; the log restarts empty at ``offset`` (a follower too far behind a
         leader whose log now starts later)."""
+        self.truncations += 1
         wb = WriteBatch(raw_mode=True)
         wb.delete_range(self._data, self._data + _END)
         for e in self.epochs.clear():

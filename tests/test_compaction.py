@@ -117,3 +117,21 @@ def test_a_compacted_topic_refuses_records_without_a_key():
         validate_batch(_batch([(b"k", b"v"), (None, b"v")], 1), "t-0", 1 << 20, require_keys=True)
     assert e.value.code == ErrorCode.INVALID_RECORD
     assert e.value.message == "Compacted topic cannot accept message without key in topic partition t-0."
+
+
+def test_a_truncation_during_a_pass_voids_it(tmp_path, monkeypatch):
+    async def go():
+        store = LogStore(str(tmp_path))
+        plog = PartitionLog(store, uuid.uuid4(), 0)
+        now = int(time.time() * 1000)
+        await _fill(plog, Codec.NONE, now)
+        import brokerd.log_cleaner as cleaner
+        monkeypatch.setattr(cleaner, "STEP", 1)  # yield after every batch
+        task = asyncio.ensure_future(clean(plog, COMPACT, now))
+        await asyncio.sleep(0)
+        await plog.truncate_to(plog.log_end_offset - 1)  # a follower cutting its last batch
+        truncated = _read(plog)
+        assert await task is None
+        assert _read(plog) == truncated and len(truncated) == 50  # nothing compacted
+        await store.close()
+    run(go())
