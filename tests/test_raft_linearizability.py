@@ -116,26 +116,28 @@ def test_client_history_through_one_way_cuts_with_snapshots_is_linearizable(kv_c
     c.start_all()
 
     async def faults(lid, term, progress):
+        # 100 operations per phase: about half are writes, so snapshots (every 100 entries)
+        # are taken and sent to the nodes the cuts left behind
         others = [n for n in c.ids if n != lid]
         for o in others:  # its appends arrive, their answers do not
             c.stall(o, lid)
         lid, term = await c.wait_leader(others, not_term=term)
-        await progress()
+        await progress(100)
         c.heal()
-        await progress()
+        await progress(100)
         others = [n for n in c.ids if n != lid]
         for o in others:  # the leader's appends and heartbeats vanish
             c.stall(lid, o)
         lid, term = await c.wait_leader(others, not_term=term)
-        await progress()
+        await progress(100)
         c.heal()
-        await progress()
+        await progress(100)
         a, b = [n for n in c.ids if n != lid]
         c.stall(lid, a)
         c.stall(b, lid)
         await asyncio.sleep(1.5)  # how long the crossed cut lasts (it may or may not stall writes)
         c.heal()
-        await progress()
+        await progress(100)
         statuses = await c.statuses()
         assert any(s.snapshot_index > 0 for s in statuses.values()), "no snapshot was taken"
     asyncio.run(_history(c, faults))
