@@ -67,6 +67,12 @@ class BrokerConfig:
     producer_id_expiration_check_interval_ms: int  # producer.id.expiration.check.interval.ms
     log_cleaner_enable: bool            # log.cleaner.enable
     log_cleaner_backoff_ms: int         # log.cleaner.backoff.ms: between compaction passes
+    offsets_topic_num_partitions: int   # offsets.topic.num.partitions
+    offsets_topic_replication_factor: int  # offsets.topic.replication.factor
+    group_min_session_timeout_ms: int   # group.min.session.timeout.ms
+    group_max_session_timeout_ms: int   # group.max.session.timeout.ms
+    group_initial_rebalance_delay_ms: int  # group.initial.rebalance.delay.ms
+    offset_metadata_max_bytes: int      # offset.metadata.max.bytes
     flush: FlushPolicy
     static_log: LogConfig               # log defaults from the properties file
 
@@ -97,6 +103,12 @@ class BrokerConfig:
                                                              600_000, 1),
             log_cleaner_enable=cfg.props.get("log.cleaner.enable", "true").strip().lower() == "true",
             log_cleaner_backoff_ms=cfg.int("log.cleaner.backoff.ms", 15_000, 1),
+            offsets_topic_num_partitions=cfg.int("offsets.topic.num.partitions", 50, 1),
+            offsets_topic_replication_factor=cfg.int("offsets.topic.replication.factor", 3, 1),
+            group_min_session_timeout_ms=cfg.int("group.min.session.timeout.ms", 6000, 1),
+            group_max_session_timeout_ms=cfg.int("group.max.session.timeout.ms", 1_800_000, 1),
+            group_initial_rebalance_delay_ms=cfg.int("group.initial.rebalance.delay.ms", 3000, 0),
+            offset_metadata_max_bytes=cfg.int("offset.metadata.max.bytes", 4096, 0),
             flush=FlushPolicy(cfg.int("log.flush.interval.messages", LONG_MAX, 1),
                               cfg.int("log.flush.interval.ms", LONG_MAX, 1)),
             static_log=LogConfig(

@@ -32,6 +32,7 @@ from raft.transport import add_port, add_service
 
 from .cluster_metadata import replica_status
 from .config import BrokerConfig
+from .group_coordinator import OFFSETS_TOPIC, GroupCoordinator
 from .isr import IsrManager
 from .lifecycle import BrokerLifecycle
 from .log_manager import LogManager
@@ -106,12 +107,14 @@ class BrokerServer:
         self.rm = ReplicaManager(bcfg, self.logs, self.fetchers, fenced=lambda: self.lifecycle.fenced)
         self.rm.isr = IsrManager(self.client, cfg.node_id, lambda: self.lifecycle.epoch,
                                  bcfg.replica_lag_time_max_ms, self.rm.leaders)
+        self.groups = GroupCoordinator(self.rm, bcfg, self._create_offsets_topic)
         self.server = grpc.aio.server(options=[("grpc.max_receive_message_length", bcfg.request_max_bytes),
                                                ("grpc.max_send_message_length", 256 << 20),
                                                ("grpc.so_reuseport", 0)])
         add_service(self.server, broker_pb2_grpc.add_BrokerServicer_to_server,
                     BrokerService(self.rm, bcfg.listener, lambda: self.client.last_controller_id, self.describe,
-                                  ProducerIdManager(self.client, cfg.node_id, lambda: self.lifecycle.epoch)))
+                                  ProducerIdManager(self.client, cfg.node_id, lambda: self.lifecycle.epoch),
+                                  self.groups))
         for name, (host, port) in cfg.listeners.items():
             if name != cfg.controller_listener:
                 address = f"{host or '0.0.0.0'}:{port}"
@@ -145,10 +148,28 @@ class BrokerServer:
         self.checkpoint.start()
         self.logs.start()
         self.rm.start()
+        self.groups.start()
         self.rm.isr.start()
         self._started = True
         log.info("broker %d serving at metadata offset %d (first fetch from offset %s)", cfg.node_id,
                  self.published_offset, self.fetcher.first_fetch_offset)
+
+    async def _create_offsets_topic(self, partitions: int, replication_factor: int) -> None:
+        """Have the controller create __consumer_offsets (the first FindCoordinator asks)."""
+        try:
+            r = await self.client.call("CreateTopics", cpb.CreateTopicsRequest(topics=[cpb.CreatableTopic(
+                name=OFFSETS_TOPIC, num_partitions=partitions, replication_factor=replication_factor,
+                configs={"cleanup.policy": "compact"})]))
+        except ControllerError as e:
+            log.warning("could not create %s: %s", OFFSETS_TOPIC, e)
+            return
+        t = r.topics[0]
+        if t.error_code not in (ControllerCode.NONE, ControllerCode.TOPIC_ALREADY_EXISTS):
+            log.warning("could not create %s: %s: %s", OFFSETS_TOPIC, ControllerCode(t.error_code).name,
+                        t.error_message)
+        elif t.error_code == ControllerCode.NONE:
+            log.info("created %s with %d partitions, replication factor %d", OFFSETS_TOPIC, partitions,
+                     replication_factor)
 
     def _endpoints(self) -> list[cpb.Endpoint]:
         return [cpb.Endpoint(name=n, host=h, port=p, security_protocol="PLAINTEXT")
@@ -206,7 +227,8 @@ class BrokerServer:
         def part(name: str) -> Any:
             return getattr(self, name, None)
 
-        steps = [(part("lifecycle"), "stop"), (part("fetcher"), "stop"), (part("rm") and self.rm.isr, "stop"),
+        steps = [(part("groups"), "stop"), (part("lifecycle"), "stop"), (part("fetcher"), "stop"),
+                 (part("rm") and self.rm.isr, "stop"),
                  (part("fetchers"), "stop"), (part("server"), "stop"), (part("rm") if self._started else None, "stop"),
                  (part("checkpoint") if self._started else None, "stop"), (part("logs"), "close"),
                  (part("client"), "close")]

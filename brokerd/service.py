@@ -17,6 +17,7 @@ from clients.errors import BrokerError, ErrorCode
 from .fetch import fetch
 from .log_store import StorageFailure
 from .produce import first_error, produce
+from .group_coordinator import GroupCoordinator
 from .producer_ids import ProducerIdManager
 from .replica_manager import ReplicaManager
 
@@ -28,9 +29,11 @@ EARLIEST, LATEST = -2, -1
 
 class BrokerService(broker_pb2_grpc.BrokerServicer):
     def __init__(self, rm: ReplicaManager, listener: str, controller_id: Callable[[], int],
-                 describe: Callable[[], pb.DescribeBrokerResponse], producer_ids: ProducerIdManager) -> None:
+                 describe: Callable[[], pb.DescribeBrokerResponse], producer_ids: ProducerIdManager,
+                 groups: GroupCoordinator) -> None:
         self.rm = rm
         self.producer_ids = producer_ids
+        self.groups = groups
         self.listener = listener
         self.controller_id = controller_id
         self.describe = describe
@@ -123,6 +126,45 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     async def InitProducerId(self, request: pb.InitProducerIdRequest,
                              context: grpc.aio.ServicerContext) -> pb.InitProducerIdResponse:
         return await self._guard(context, self.producer_ids.init_producer_id(request))
+
+    # -- consumer groups (group_coordinator) --------------------------------------------------
+
+    async def FindCoordinator(self, request: pb.FindCoordinatorRequest,
+                              context: grpc.aio.ServicerContext) -> pb.FindCoordinatorResponse:
+        return await self._guard(context, self.groups.find_coordinator(request, self.listener))
+
+    async def JoinGroup(self, request: pb.JoinGroupRequest, context: grpc.aio.ServicerContext) -> pb.JoinGroupResponse:
+        return await self._guard(context, self.groups.join_group(request))
+
+    async def SyncGroup(self, request: pb.SyncGroupRequest, context: grpc.aio.ServicerContext) -> pb.SyncGroupResponse:
+        return await self._guard(context, self.groups.sync_group(request))
+
+    async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext) -> pb.HeartbeatResponse:
+        return await self._guard(context, self.groups.heartbeat(request))
+
+    async def LeaveGroup(self, request: pb.LeaveGroupRequest,
+                         context: grpc.aio.ServicerContext) -> pb.LeaveGroupResponse:
+        return await self._guard(context, self.groups.leave_group(request))
+
+    async def OffsetCommit(self, request: pb.OffsetCommitRequest,
+                           context: grpc.aio.ServicerContext) -> pb.OffsetCommitResponse:
+        return await self._guard(context, self.groups.offset_commit(request))
+
+    async def OffsetFetch(self, request: pb.OffsetFetchRequest,
+                          context: grpc.aio.ServicerContext) -> pb.OffsetFetchResponse:
+        return await self._guard(context, self.groups.offset_fetch(request))
+
+    async def ListGroups(self, request: pb.ListGroupsRequest,
+                         context: grpc.aio.ServicerContext) -> pb.ListGroupsResponse:
+        return self.groups.list_groups()
+
+    async def DescribeGroups(self, request: pb.DescribeGroupsRequest,
+                             context: grpc.aio.ServicerContext) -> pb.DescribeGroupsResponse:
+        return self.groups.describe_groups(request)
+
+    async def DeleteGroups(self, request: pb.DeleteGroupsRequest,
+                           context: grpc.aio.ServicerContext) -> pb.DeleteGroupsResponse:
+        return await self._guard(context, self.groups.delete_groups(request))
 
     async def DescribeBroker(self, request: pb.DescribeBrokerRequest,
                              context: grpc.aio.ServicerContext) -> pb.DescribeBrokerResponse:

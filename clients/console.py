@@ -151,10 +151,12 @@ def _formatter(props: dict[str, str]) -> Callable[[ConsumerRecord], bytes]:
 @click.option("--timeout-ms", type=int, default=None, help="exit when no message came for this long")
 @click.option("--property", "properties", multiple=True, metavar="KEY=VALUE",
               help="formatter: print.key, print.offset, print.partition, print.timestamp, key.separator, ...")
+@click.option("--group", default=None, help="consume as a member of this consumer group, committing what it printed")
 def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, partition: int | None,
                      offset: str | None, max_messages: int | None, timeout_ms: int | None,
-                     properties: tuple[str, ...]) -> None:
-    """Print the messages of TOPIC to stdout."""
+                     properties: tuple[str, ...], group: str | None) -> None:
+    """Print the messages of TOPIC to stdout. With --group, partitions are shared with the
+    group's other members and a second run resumes after what the first printed."""
     if offset is not None and partition is None:
         _fail("The partition is required when offset is specified.")
     if offset is not None and from_beginning:
@@ -169,9 +171,16 @@ def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, pa
         props[k] = v
     fmt = _formatter(props)
 
+    if group is not None and partition is not None:
+        _fail("Options group and partition cannot be specified together.")
+
     async def run() -> int:
-        consumer = Consumer(bootstrap_server, auto_offset_reset="earliest" if from_beginning else "latest")
+        # Commits are of what was printed (a poll may return more than --max-messages takes).
+        consumer = Consumer(bootstrap_server, auto_offset_reset="earliest" if from_beginning else "latest",
+                            group_id=group, enable_auto_commit=False)
         await consumer.start()
+        printed: dict[tuple[str, int], int] = {}
+        next_commit = asyncio.get_running_loop().time() + 5
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -195,15 +204,21 @@ def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, pa
                 for r in records:
                     out.write(fmt(r))
                     count += 1
+                    printed[(r.topic, r.partition)] = r.offset + 1
                     if max_messages is not None and count >= max_messages:
                         stop.set()
                         break
                 out.flush()
+                if group is not None and printed and loop.time() >= next_commit:
+                    next_commit = loop.time() + 5
+                    await consumer.commit(dict(printed))
                 if records:
                     idle_since = loop.time()
                 elif timeout_ms is not None and (loop.time() - idle_since) * 1000 >= timeout_ms:
                     click.echo("Error processing message, terminating consumer process: TimeoutException", err=True)
                     break
+            if group is not None and printed:
+                await consumer.commit(dict(printed))
         except ClientError as e:
             click.echo(f"Error processing message, terminating consumer process: {e}", err=True)
             return 1

@@ -1,23 +1,35 @@
-"""The consumer (asyncio), after Kafka's KafkaConsumer, without groups yet: it is assigned
-partitions, fetches from their leaders below the high watermark, and resets a missing or
-out-of-range position per ``auto.offset.reset``.
+"""The consumer (asyncio), after Kafka's KafkaConsumer: it fetches from the leaders of its
+partitions below the high watermark, and starts each partition at the group's committed
+offset, else per ``auto.offset.reset``.
 
-    async with Consumer("127.0.0.1:9092", auto_offset_reset="earliest") as c:
-        await c.subscribe("orders")
-        records = await c.poll(1000)
+    async with Consumer("127.0.0.1:9092", group_id="billing", auto_offset_reset="earliest") as c:
+        await c.subscribe(["orders"])           # group management: the coordinator assigns
+        records = await c.poll(1000)             # commits every auto.commit.interval.ms
+
+With a ``group_id``, ``subscribe`` puts the consumer in a consumer group
+(``consumer_coordinator``): the group's members share the partitions, rebalance when one
+joins, leaves or dies, and commit offsets to the group's coordinator, so a restarted member
+resumes where the group left off (at least once: what was consumed but not yet committed is
+read again). Without one, ``subscribe`` assigns every partition of the topics, and ``assign``
+always assigns exactly the partitions given (commits then need a ``group_id`` and no
+``subscribe``, as Kafka's "simple" consumer).
 """
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
+from typing import Any
 
 import grpc
 
 from protos import broker_pb2 as pb
 
 from .cluster_view import ClientError, ClusterView, Connections, parse_bootstrap
+from .consumer_coordinator import ConsumerCoordinator
 from .errors import RETRIABLE, STALE_METADATA, ErrorCode
 from .records import ConsumerRecord, batches, check_crc, records_of
 
@@ -32,7 +44,11 @@ class Consumer:
                  fetch_min_bytes: int = 1, fetch_max_wait_ms: int = 500, fetch_max_bytes: int = 52428800,
                  max_partition_fetch_bytes: int = 1048576, max_poll_records: int = 500,
                  request_timeout_ms: int = 30000, metadata_max_age_ms: int = 300000, check_crcs: bool = True,
-                 retry_backoff_ms: int = 100) -> None:
+                 retry_backoff_ms: int = 100, group_id: str | None = None, client_id: str = "",
+                 enable_auto_commit: bool = True, auto_commit_interval_ms: int = 5000,
+                 session_timeout_ms: int = 45000, heartbeat_interval_ms: int = 3000,
+                 max_poll_interval_ms: int = 300000, partition_assignment_strategy: str | list[str] = "range",
+                 group_instance_id: str | None = None) -> None:
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise ClientError(f"Invalid value {auto_offset_reset} for configuration auto.offset.reset: String must "
                               f"be one of: latest, earliest, none")
@@ -55,12 +71,32 @@ class Consumer:
         self._fetched = asyncio.Event()
         self._error: ClientError | None = None
         self._rotation = -1
+        self.group_id = group_id
+        self.client_id = client_id
+        self.enable_auto_commit = enable_auto_commit and group_id is not None
+        self.auto_commit_s = auto_commit_interval_ms / 1000
+        self._group_settings = dict(
+            client_id=client_id, session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=max_poll_interval_ms,
+            heartbeat_interval_ms=heartbeat_interval_ms, instance_id=group_instance_id,
+            strategies=[partition_assignment_strategy] if isinstance(partition_assignment_strategy, str)
+            else list(partition_assignment_strategy),
+            request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms)
+        self.group: ConsumerCoordinator | None = None
+        self._subscription: list[str] = []  # topics under group management
+        self._on_assigned: Callable[[list[TopicPartition]], Any] | None = None
+        self._on_revoked: Callable[[list[TopicPartition]], Any] | None = None
+        self._paused: set[TopicPartition] = set()
+        self._next_auto_commit = 0.0
+        self._committing: asyncio.Task | None = None
 
     async def start(self) -> "Consumer":
         self.connections = Connections()
         self.cluster = ClusterView(self._bootstrap, self.connections, max_age_ms=self._metadata_max_age_ms,
                                    request_timeout_ms=self.request_timeout_ms)
         self.cluster.start()
+        if self.group_id is not None:
+            self.group = ConsumerCoordinator(self.group_id, self.cluster, self.connections,
+                                             **self._group_settings)  # type: ignore[arg-type]
         return self
 
     async def __aenter__(self) -> "Consumer":
@@ -70,6 +106,16 @@ class Consumer:
         await self.close()
 
     async def close(self) -> None:
+        """Commit what was consumed (with auto commit) and leave the group, then close."""
+        if self.group is not None:
+            try:
+                if self.enable_auto_commit:
+                    await self.commit()
+            except ClientError as e:
+                log.info("group %s: the final commit failed: %s", self.group_id, e)
+            if self._subscription:
+                await self.group.leave()
+            self.group.stop_heartbeats()
         for t in self._inflight.values():
             t.cancel()
         await asyncio.gather(*self._inflight.values(), return_exceptions=True)
@@ -78,20 +124,106 @@ class Consumer:
 
     # -- assignment and positions -----------------------------------------------------------------
 
-    async def subscribe(self, topic: str, timeout_ms: int = 60000) -> list[TopicPartition]:
-        """Assign every partition of ``topic`` (no consumer group)."""
-        await self.cluster.wait_on_metadata(topic, None, timeout_ms)
-        count = self.cluster.partition_count(topic) or 0
-        tps = [(topic, p) for p in range(count)]
+    async def subscribe(self, topics: str | list[str], timeout_ms: int = 60000, *,
+                        on_assigned: Callable[[list[TopicPartition]], Any] | None = None,
+                        on_revoked: Callable[[list[TopicPartition]], Any] | None = None) -> list[TopicPartition]:
+        """With a group id: join the group for ``topics``; partitions arrive with the next
+        ``poll`` (``on_assigned``/``on_revoked`` are Kafka's ConsumerRebalanceListener, plain
+        or async functions). Without one: assign every partition of ``topics``."""
+        names = [topics] if isinstance(topics, str) else list(topics)
+        if self.group is not None:
+            self._subscription, self._on_assigned, self._on_revoked = names, on_assigned, on_revoked
+            self.group.rejoin_needed = True
+            return []
+        tps = []
+        for topic in names:
+            await self.cluster.wait_on_metadata(topic, None, timeout_ms)
+            tps += [(topic, p) for p in range(self.cluster.partition_count(topic) or 0)]
         await self.assign(tps)
         return tps
 
     async def assign(self, tps: list[TopicPartition]) -> None:
+        """Exactly these partitions, without group management; with a group id each starts at
+        the group's committed offset."""
         for topic, p in tps:
             self.cluster.add(topic)
             await self.cluster.wait_on_metadata(topic, p, 60000)
+        await self._set_assignment(tps)
+
+    async def _set_assignment(self, tps: list[TopicPartition]) -> None:
+        new = [tp for tp in tps if tp not in self.positions]
         self.positions = {tp: self.positions.get(tp) for tp in tps}
         self._buffer = {tp: q for tp, q in self._buffer.items() if tp in self.positions}
+        self._paused &= set(tps)
+        if self.group is not None and new:
+            committed = await self.group.committed(new)
+            for tp, offset in committed.items():
+                self.positions[tp] = offset
+
+    async def _wait_topics(self, topics: list[str]) -> dict[str, int]:
+        counts = {}
+        for topic in topics:
+            self.cluster.add(topic)
+            try:
+                await self.cluster.wait_on_metadata(topic, None, 10000)
+            except ClientError:
+                continue  # a topic that does not exist yet: no partitions for now
+            counts[topic] = self.cluster.partition_count(topic) or 0
+        return counts
+
+    async def _ensure_group(self) -> None:
+        """Carry out a rebalance the coordinator asked for (Kafka does it inside poll)."""
+        group = self.group
+        if group is None or not self._subscription or not group.rejoin_needed:
+            return
+        revoked = list(self.positions)
+        if revoked:
+            if self.enable_auto_commit:
+                try:
+                    await self.commit()
+                except ClientError as e:
+                    log.info("group %s: commit before rebalancing failed: %s", self.group_id, e)
+            await _call_back(self._on_revoked, revoked)
+        assigned = await group.join(self._subscription, revoked, self._wait_topics)
+        self.positions = {}
+        self._buffer, self._next_fetch, self._reset = {}, {}, {}
+        await self._set_assignment(assigned)
+        await _call_back(self._on_assigned, assigned)
+
+    # -- committing -------------------------------------------------------------------------------
+
+    def _consumed(self) -> dict[TopicPartition, int]:
+        return {tp: pos for tp, pos in self.positions.items() if pos is not None}
+
+    async def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
+        """Commit ``offsets`` (the next offset to read per partition; default: the positions
+        of everything returned by ``poll`` so far) and wait for the coordinator's answer.
+        CommitFailedError if the group rebalanced meanwhile."""
+        if self.group is None:
+            raise ClientError("Cannot commit offsets without a group.id")
+        await self.group.commit(self._consumed() if offsets is None else offsets, managed=bool(self._subscription))
+
+    def commit_async(self, offsets: dict[TopicPartition, int] | None = None) -> asyncio.Task:
+        """Commit without waiting; the task's result or exception says how it went."""
+        task = asyncio.get_running_loop().create_task(self.commit(offsets))
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return task
+
+    async def committed(self, topic: str, partition: int) -> int | None:
+        """The group's committed offset of a partition, None if none."""
+        if self.group is None:
+            raise ClientError("Cannot fetch committed offsets without a group.id")
+        return (await self.group.committed([(topic, partition)])).get((topic, partition))
+
+    def pause(self, *tps: TopicPartition) -> None:
+        """Stop fetching these partitions (their position stays) until ``resume``."""
+        self._paused |= {tp for tp in tps if tp in self.positions}
+
+    def resume(self, *tps: TopicPartition) -> None:
+        self._paused -= set(tps)
+
+    def paused(self) -> set[TopicPartition]:
+        return set(self._paused)
 
     def assignment(self) -> list[TopicPartition]:
         return list(self.positions)
@@ -162,6 +294,11 @@ class Consumer:
     async def poll(self, timeout_ms: int = 1000) -> list[ConsumerRecord]:
         """Records from the assigned partitions, at most ``max.poll.records``; [] on timeout."""
         deadline = time.monotonic() + timeout_ms / 1000
+        await self._ensure_group()
+        if self.enable_auto_commit and time.monotonic() >= self._next_auto_commit:
+            self._next_auto_commit = time.monotonic() + self.auto_commit_s
+            if self._committing is None or self._committing.done():
+                self._committing = self.commit_async()
         while True:
             if self._error is not None:
                 error, self._error = self._error, None
@@ -196,7 +333,7 @@ class Consumer:
         for tp in tps[self._rotation:] + tps[:self._rotation]:
             q = self._buffer[tp]
             pos = self.positions.get(tp)
-            if pos is None:
+            if pos is None or tp in self._paused:
                 continue
             while q and q[0].offset < pos:  # already consumed (a fetch started inside a batch)
                 q.popleft()
@@ -216,7 +353,7 @@ class Consumer:
     def _send_fetches(self) -> None:
         by_node: dict[int, list[TopicPartition]] = {}
         for tp, pos in self.positions.items():
-            if pos is None or len(self._buffer.get(tp, ())) >= self.max_poll_records:
+            if pos is None or tp in self._paused or len(self._buffer.get(tp, ())) >= self.max_poll_records:
                 continue
             leader = self.cluster.leader_for(*tp)
             if leader is None or leader not in self.cluster.brokers:
@@ -293,3 +430,15 @@ class Consumer:
                     self.cluster.request_update()
                 else:
                     raise ClientError(f"Fetch for {tp[0]}-{tp[1]} failed: {code.name}: {a.error_message}")
+
+
+async def _call_back(fn: Callable[[list[TopicPartition]], Any] | None, tps: list[TopicPartition]) -> None:
+    """A rebalance listener, plain or async; its failure is logged, not raised (as in Kafka)."""
+    if fn is None:
+        return
+    try:
+        result = fn(tps)
+        if inspect.isawaitable(result):
+            await result
+    except Exception as e:
+        log.error("rebalance listener %s failed: %s", getattr(fn, "__name__", fn), e)

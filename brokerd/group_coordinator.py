@@ -1,0 +1,661 @@
+"""The group coordinator (Kafka's GroupCoordinator): consumer group membership, rebalances and
+committed offsets, on the broker that leads the group's partition of ``__consumer_offsets``.
+
+A group lives on partition ``abs(javaHash(group_id)) % offsets.topic.num.partitions`` of the
+internal, compacted topic ``__consumer_offsets``, which the first FindCoordinator has the
+controller create. Its leader is the group's coordinator. Offsets and group metadata
+(generation, protocol, leader, members and their assignments) are records in that partition,
+written with acks=all before they are acknowledged, so when leadership moves the new leader
+loads the partition (answering COORDINATOR_LOAD_IN_PROGRESS meanwhile) and goes on: committed
+offsets intact, members given a full session to find it.
+
+Membership follows Kafka's state machine. A JoinGroup moves the group to PreparingRebalance;
+the rebalance completes once every member has rejoined (or the rebalance timeout removes those
+that did not; a new group first waits ``group.initial.rebalance.delay.ms`` for more members),
+with a new generation and the leader chosen; the group is then CompletingRebalance until the
+leader's SyncGroup brings the assignment, which is persisted, and the group is Stable.
+Heartbeats keep a member alive for its session timeout; one that stops heartbeating, leaves, or
+misses a rebalance is removed and the others rebalance. Static members (``group.instance.id``)
+keep their place across restarts within the session timeout. Errors are Kafka's: see
+docs/brokers.md, "Consumer groups".
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from enum import Enum
+
+from clients.errors import BrokerError, ErrorCode
+from clients.records import batches, build_batch, records_of
+from protos import broker_pb2 as pb
+
+from .config import BrokerConfig
+from .partition import Partition
+from .replica_manager import ReplicaManager
+
+log = logging.getLogger("brokerd.groups")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+OFFSET_RECORD, GROUP_RECORD = 1, 2  # the key's first byte
+WRITE_TIMEOUT_S = 30.0
+
+
+def java_hash(text: str) -> int:
+    """Java's String.hashCode, which Kafka uses to place a group: over UTF-16 code units."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def partition_for(group_id: str, partitions: int) -> int:
+    """Kafka's ``Utils.abs(groupId.hashCode()) % groupMetadataTopicPartitionCount``."""
+    h = java_hash(group_id)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+class GroupState(Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+@dataclass
+class Member:
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocols: list[tuple[str, bytes]]
+    assignment: bytes = b""
+    last_heartbeat: float = field(default_factory=time.monotonic)
+    join: asyncio.Future | None = None  # a JoinGroup waiting for the rebalance to complete
+    sync: asyncio.Future | None = None  # a SyncGroup waiting for the leader's assignment
+
+    def metadata(self, protocol: str) -> bytes:
+        return next((m for name, m in self.protocols if name == protocol), b"")
+
+
+@dataclass
+class Group:
+    group_id: str
+    partition: int  # of __consumer_offsets
+    state: GroupState = GroupState.EMPTY
+    protocol_type: str = ""
+    protocol: str = ""
+    generation: int = 0
+    leader: str = ""
+    members: dict[str, Member] = field(default_factory=dict)
+    offsets: dict[tuple[str, int], pb.OffsetValue] = field(default_factory=dict)
+    rebalance_deadline: float = 0.0  # when PreparingRebalance gives up on members not rejoined
+    initial_delay_until: float = 0.0  # a new group waits this long for more members
+
+    def by_instance(self, instance_id: str) -> Member | None:
+        return next((m for m in self.members.values() if m.instance_id == instance_id), None)
+
+
+def _fail(fut: asyncio.Future | None, code: ErrorCode, message: str = "") -> None:
+    if fut is not None and not fut.done():
+        fut.set_exception(BrokerError(code, message))
+
+
+class GroupCoordinator:
+    def __init__(self, rm: ReplicaManager, config: BrokerConfig,
+                 create_offsets_topic: Callable[[int, int], Awaitable[None]]) -> None:
+        self.rm = rm
+        self.config = config
+        self.create_offsets_topic = create_offsets_topic
+        self.groups: dict[str, Group] = {}
+        self._loaded: dict[int, int] = {}  # offsets partition -> the leader epoch it was loaded in
+        self._loading: dict[int, asyncio.Task] = {}
+        self._creating: asyncio.Task | None = None
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._tick_forever(), name="group-coordinator")
+
+    async def stop(self) -> None:
+        for t in [self._task, self._creating, *self._loading.values()]:
+            if t is not None:
+                t.cancel()
+        for g in self.groups.values():
+            for m in g.members.values():
+                _fail(m.join, ErrorCode.NOT_COORDINATOR, "the coordinator is shutting down")
+                _fail(m.sync, ErrorCode.NOT_COORDINATOR, "the coordinator is shutting down")
+
+    # -- finding the coordinator -----------------------------------------------------------------
+
+    def _offsets_partitions(self) -> int:
+        t = self.rm.image.topics_by_name.get(OFFSETS_TOPIC)
+        return len(t.partitions) if t is not None else 0
+
+    async def find_coordinator(self, req: pb.FindCoordinatorRequest, listener: str) -> pb.FindCoordinatorResponse:
+        if not req.key:
+            return _find_error(ErrorCode.INVALID_GROUP_ID)
+        n = self._offsets_partitions()
+        if not n:
+            if self._creating is None or self._creating.done():
+                live = sum(1 for b in self.rm.image.brokers.values() if not b.fenced)
+                rf = max(1, min(self.config.offsets_topic_replication_factor, live))
+                self._creating = asyncio.get_running_loop().create_task(
+                    self.create_offsets_topic(self.config.offsets_topic_num_partitions, rf))
+            return _find_error(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                               f"the internal topic {OFFSETS_TOPIC} is being created")
+        reg = self.rm.image.topics_by_name[OFFSETS_TOPIC].partitions.get(partition_for(req.key, n))
+        broker = self.rm.image.brokers.get(reg.leader) if reg is not None else None
+        endpoint = next((e for e in broker.endpoints if e.name == listener), None) if broker else None
+        if endpoint is None or broker is None or broker.fenced:
+            return _find_error(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                               f"partition {partition_for(req.key, n)} of {OFFSETS_TOPIC} has no leader")
+        return pb.FindCoordinatorResponse(node_id=broker.id, host=endpoint.host, port=endpoint.port)
+
+    def _coordinator(self, group_id: str) -> Partition:
+        """The partition of ``__consumer_offsets`` holding the group, which this broker must
+        lead and have loaded; BrokerError otherwise."""
+        if not group_id:
+            raise BrokerError(ErrorCode.INVALID_GROUP_ID)
+        n = self._offsets_partitions()
+        if not n:
+            raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        index = partition_for(group_id, n)
+        p = self.rm.by_name.get((OFFSETS_TOPIC, index))
+        if p is None or not p.is_leader:
+            raise BrokerError(ErrorCode.NOT_COORDINATOR,
+                              f"broker {self.rm.broker_id} is not the coordinator of group {group_id}")
+        if self._loaded.get(index) != p.leader_epoch:
+            if index not in self._loading:
+                self._loading[index] = asyncio.get_running_loop().create_task(self._load(p, p.leader_epoch))
+            raise BrokerError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+        return p
+
+    # -- loading and writing the partition ---------------------------------------------------------
+
+    async def _load(self, p: Partition, epoch: int) -> None:
+        """Rebuild the groups of one partition from its log (a new leader does this first)."""
+        try:
+            self._unload(p.index, "its partition is being loaded again")
+            groups: dict[str, Group] = {}
+            offset, start = p.log.log_start_offset, time.monotonic()
+            records = 0
+            while offset < p.log.log_end_offset:
+                frames, _ = p.log.read(offset, 1 << 20, p.log.log_end_offset)
+                if not frames:
+                    break
+                for frame in frames:
+                    for b in batches(bytes(frame)):
+                        for r in records_of(b, OFFSETS_TOPIC, p.index, offset):
+                            _replay(groups, p.index, r.key, r.value)
+                            records += 1
+                        offset = max(offset, b.base_offset + b.last_offset_delta + 1)
+                await asyncio.sleep(0)
+            if not p.is_leader or p.leader_epoch != epoch:
+                return
+            now = time.monotonic()
+            for g in groups.values():
+                for m in g.members.values():
+                    m.last_heartbeat = now  # a full session to find the new coordinator
+                self.groups[g.group_id] = g
+            self._loaded[p.index] = epoch
+            log.info("%s-%d: loaded %d groups from %d records in %.2fs", OFFSETS_TOPIC, p.index, len(groups),
+                     records, time.monotonic() - start)
+        finally:
+            self._loading.pop(p.index, None)
+
+    def _unload(self, index: int, why: str) -> None:
+        self._loaded.pop(index, None)
+        for gid in [gid for gid, g in self.groups.items() if g.partition == index]:
+            g = self.groups.pop(gid)
+            for m in g.members.values():
+                _fail(m.join, ErrorCode.NOT_COORDINATOR, why)
+                _fail(m.sync, ErrorCode.NOT_COORDINATOR, why)
+
+    async def _write(self, p: Partition, records: list[tuple[bytes, bytes | None]]) -> None:
+        """Append records with acks=all semantics; Kafka's coordinator error mapping."""
+        now = int(time.time() * 1000)
+        batch = build_batch([(k, v, now, ()) for k, v in records])
+        try:
+            info = await p.append_as_leader(batch, -1)
+            await p.wait_for_replication(info.last_offset + 1, WRITE_TIMEOUT_S)
+        except BrokerError as e:
+            if e.code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                raise BrokerError(ErrorCode.NOT_COORDINATOR, e.message) from None
+            if e.code == ErrorCode.RECORD_TOO_LARGE:
+                raise BrokerError(ErrorCode.INVALID_COMMIT_OFFSET_SIZE, e.message) from None
+            raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, e.message) from None
+
+    async def _persist_group(self, p: Partition, g: Group) -> None:
+        value = pb.GroupValue(protocol_type=g.protocol_type, generation_id=g.generation, protocol=g.protocol,
+                              leader=g.leader, members=[pb.GroupMemberValue(
+                                  member_id=m.member_id, group_instance_id=m.instance_id, client_id=m.client_id,
+                                  session_timeout_ms=m.session_timeout_ms, rebalance_timeout_ms=m.rebalance_timeout_ms,
+                                  subscription=m.metadata(g.protocol), assignment=m.assignment)
+                                  for m in g.members.values()])
+        await self._write(p, [(_group_key(g.group_id), value.SerializeToString())])
+
+    # -- membership ---------------------------------------------------------------------------------
+
+    async def join_group(self, req: pb.JoinGroupRequest) -> pb.JoinGroupResponse:
+        try:
+            p = self._coordinator(req.group_id)
+            cfg = self.config
+            if not cfg.group_min_session_timeout_ms <= req.session_timeout_ms <= cfg.group_max_session_timeout_ms:
+                raise BrokerError(ErrorCode.INVALID_SESSION_TIMEOUT)
+            if not req.protocol_type or not req.protocols:
+                raise BrokerError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+            g = self.groups.get(req.group_id)
+            if g is None:
+                g = self.groups[req.group_id] = Group(req.group_id, p.index)
+            protocols = [(x.name, x.metadata) for x in req.protocols]
+            if g.members and (req.protocol_type != g.protocol_type or not self._common(g, protocols, req.member_id)):
+                raise BrokerError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+            instance = req.group_instance_id if req.HasField("group_instance_id") else None
+            member = self._admit(g, req, protocols, instance)
+        except BrokerError as e:
+            return pb.JoinGroupResponse(error_code=int(e.code), error_message=e.message, generation_id=-1,
+                                        member_id=req.member_id)
+        g.protocol_type = req.protocol_type
+        joined = member.join = asyncio.get_running_loop().create_future()
+        if g.state != GroupState.PREPARING_REBALANCE:
+            self._prepare_rebalance(g, f"member {member.member_id} joined")
+        self._maybe_complete_join(g)  # may answer at once: keep our own reference to the future
+        try:
+            return await joined
+        except BrokerError as e:
+            return pb.JoinGroupResponse(error_code=int(e.code), error_message=e.message, generation_id=-1,
+                                        member_id=member.member_id)
+
+    def _admit(self, g: Group, req: pb.JoinGroupRequest, protocols: list[tuple[str, bytes]],
+               instance: str | None) -> Member:
+        """The member joining: new, known, or a static member back with a new member id."""
+        if instance is not None:
+            known = g.by_instance(instance)
+            if known is not None:
+                if req.member_id and req.member_id != known.member_id:
+                    raise BrokerError(ErrorCode.FENCED_INSTANCE_ID)
+                if not req.member_id:  # a restarted static member: takes its old place
+                    del g.members[known.member_id]
+                    _fail(known.join, ErrorCode.FENCED_INSTANCE_ID)
+                    _fail(known.sync, ErrorCode.FENCED_INSTANCE_ID)
+                    known.member_id = f"{instance}-{uuid.uuid4()}"
+                    if g.leader and g.leader not in g.members:
+                        g.leader = known.member_id
+                    g.members[known.member_id] = known
+                known.protocols, known.session_timeout_ms = protocols, req.session_timeout_ms
+                known.rebalance_timeout_ms = req.rebalance_timeout_ms or req.session_timeout_ms
+                known.last_heartbeat = time.monotonic()
+                return known
+        if not req.member_id:
+            m = Member(f"{req.client_id or 'consumer'}-{uuid.uuid4()}", instance, req.client_id,
+                       req.session_timeout_ms, req.rebalance_timeout_ms or req.session_timeout_ms, protocols)
+            g.members[m.member_id] = m
+            return m
+        m = g.members.get(req.member_id)
+        if m is None:
+            raise BrokerError(ErrorCode.UNKNOWN_MEMBER_ID,
+                              f"member {req.member_id} is not in group {g.group_id}")
+        m.protocols, m.session_timeout_ms = protocols, req.session_timeout_ms
+        m.rebalance_timeout_ms = req.rebalance_timeout_ms or req.session_timeout_ms
+        m.last_heartbeat = time.monotonic()
+        return m
+
+    @staticmethod
+    def _common(g: Group, protocols: list[tuple[str, bytes]], member_id: str) -> bool:
+        names = {n for n, _ in protocols}
+        for m in g.members.values():
+            if m.member_id != member_id:
+                names &= {n for n, _ in m.protocols}
+        return bool(names)
+
+    def _prepare_rebalance(self, g: Group, why: str) -> None:
+        was_empty = g.state == GroupState.EMPTY
+        g.state = GroupState.PREPARING_REBALANCE
+        now = time.monotonic()
+        timeout = max((m.rebalance_timeout_ms for m in g.members.values()), default=0) / 1000
+        g.rebalance_deadline = now + timeout
+        g.initial_delay_until = now + min(self.config.group_initial_rebalance_delay_ms / 1000, timeout) \
+            if was_empty else 0.0
+        for m in g.members.values():
+            _fail(m.sync, ErrorCode.REBALANCE_IN_PROGRESS)
+            m.sync = None
+        log.info("group %s: preparing to rebalance in generation %d (%s)", g.group_id, g.generation, why)
+
+    def _maybe_complete_join(self, g: Group, now: float | None = None) -> None:
+        if g.state != GroupState.PREPARING_REBALANCE:
+            return
+        now = time.monotonic() if now is None else now
+        all_joined = all(m.join is not None for m in g.members.values())
+        if (all_joined and now >= g.initial_delay_until) or now >= g.rebalance_deadline:
+            self._complete_join(g)
+
+    def _complete_join(self, g: Group) -> None:
+        for m in [m for m in g.members.values() if m.join is None]:
+            log.info("group %s: member %s did not rejoin in time, removing it", g.group_id, m.member_id)
+            del g.members[m.member_id]
+        g.generation += 1
+        if not g.members:
+            g.state, g.protocol, g.leader = GroupState.EMPTY, "", ""
+            p = self.rm.by_name.get((OFFSETS_TOPIC, g.partition))
+            if p is not None:
+                asyncio.get_running_loop().create_task(self._persist_quietly(p, g))
+            return
+        votes: dict[str, int] = {}
+        common = set.intersection(*({n for n, _ in m.protocols} for m in g.members.values()))
+        for m in g.members.values():
+            choice = next(n for n, _ in m.protocols if n in common)
+            votes[choice] = votes.get(choice, 0) + 1
+        g.protocol = max(votes, key=lambda n: votes[n])
+        if g.leader not in g.members:
+            g.leader = next(iter(g.members))
+        g.state = GroupState.COMPLETING_REBALANCE
+        now = time.monotonic()
+        everyone = [pb.JoinGroupMember(member_id=m.member_id, group_instance_id=m.instance_id,
+                                       metadata=m.metadata(g.protocol)) for m in g.members.values()]
+        for m in g.members.values():
+            m.last_heartbeat = now
+            resp = pb.JoinGroupResponse(generation_id=g.generation, protocol_name=g.protocol, leader=g.leader,
+                                        member_id=m.member_id, members=everyone if m.member_id == g.leader else [])
+            if m.join is not None and not m.join.done():
+                m.join.set_result(resp)
+            m.join = None
+        log.info("group %s: generation %d with %d members (leader %s, protocol %s)", g.group_id, g.generation,
+                 len(g.members), g.leader, g.protocol)
+
+    async def _persist_quietly(self, p: Partition, g: Group) -> None:
+        try:
+            await self._persist_group(p, g)
+        except BrokerError as e:
+            log.info("group %s: could not persist its metadata: %s", g.group_id, e)
+
+    def _member(self, group_id: str, member_id: str, instance: str | None, generation: int | None
+                ) -> tuple[Partition, Group, Member]:
+        p = self._coordinator(group_id)
+        g = self.groups.get(group_id)
+        m = g.members.get(member_id) if g is not None else None
+        if instance is not None and g is not None:
+            known = g.by_instance(instance)
+            if known is not None and known.member_id != member_id:
+                raise BrokerError(ErrorCode.FENCED_INSTANCE_ID)
+        if g is None or m is None:
+            raise BrokerError(ErrorCode.UNKNOWN_MEMBER_ID,
+                              f"member {member_id} is not in group {group_id}")
+        if generation is not None and generation != g.generation:
+            raise BrokerError(ErrorCode.ILLEGAL_GENERATION,
+                              f"generation {generation} of group {group_id} is not its current one, {g.generation}")
+        return p, g, m
+
+    async def sync_group(self, req: pb.SyncGroupRequest) -> pb.SyncGroupResponse:
+        try:
+            instance = req.group_instance_id if req.HasField("group_instance_id") else None
+            p, g, m = self._member(req.group_id, req.member_id, instance, req.generation_id)
+            if g.state == GroupState.PREPARING_REBALANCE:
+                raise BrokerError(ErrorCode.REBALANCE_IN_PROGRESS)
+            if g.state == GroupState.STABLE:
+                return pb.SyncGroupResponse(assignment=m.assignment)
+            m.last_heartbeat = time.monotonic()
+            synced = m.sync = asyncio.get_running_loop().create_future()
+            if m.member_id == g.leader:
+                assignments = {a.member_id: a.assignment for a in req.assignments}
+                for member in g.members.values():
+                    member.assignment = assignments.get(member.member_id, b"")
+                generation = g.generation
+                try:
+                    await self._persist_group(p, g)
+                except BrokerError as e:
+                    for member in g.members.values():
+                        _fail(member.sync, e.code, e.message)
+                    if g.generation == generation and g.state == GroupState.COMPLETING_REBALANCE:
+                        self._prepare_rebalance(g, f"its assignment could not be written: {e.code.name}")
+                    raise
+                if g.generation == generation and g.state == GroupState.COMPLETING_REBALANCE:
+                    g.state = GroupState.STABLE
+                    for member in g.members.values():
+                        if member.sync is not None and not member.sync.done():
+                            member.sync.set_result(member.assignment)
+                        member.sync = None
+                    log.info("group %s: stable in generation %d", g.group_id, g.generation)
+            return pb.SyncGroupResponse(assignment=await synced)
+        except BrokerError as e:
+            return pb.SyncGroupResponse(error_code=int(e.code), error_message=e.message)
+
+    async def heartbeat(self, req: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
+        try:
+            instance = req.group_instance_id if req.HasField("group_instance_id") else None
+            _, g, m = self._member(req.group_id, req.member_id, instance, req.generation_id)
+            m.last_heartbeat = time.monotonic()
+            if g.state == GroupState.PREPARING_REBALANCE:
+                raise BrokerError(ErrorCode.REBALANCE_IN_PROGRESS)
+            return pb.HeartbeatResponse()
+        except BrokerError as e:
+            return pb.HeartbeatResponse(error_code=int(e.code), error_message=e.message)
+
+    async def leave_group(self, req: pb.LeaveGroupRequest) -> pb.LeaveGroupResponse:
+        try:
+            self._coordinator(req.group_id)
+        except BrokerError as e:
+            return pb.LeaveGroupResponse(error_code=int(e.code), error_message=e.message)
+        g = self.groups.get(req.group_id)
+        resp = pb.LeaveGroupResponse()
+        left = []
+        for who in req.members:
+            instance = who.group_instance_id if who.HasField("group_instance_id") else None
+            m = g.members.get(who.member_id) if g is not None else None
+            if m is None and instance is not None and g is not None:
+                m = g.by_instance(instance)
+            code = ErrorCode.NONE
+            if m is None:
+                code = ErrorCode.UNKNOWN_MEMBER_ID
+            elif instance is not None and m.instance_id != instance:
+                code = ErrorCode.FENCED_INSTANCE_ID
+            else:
+                left.append(m)
+            resp.members.add(member_id=who.member_id, group_instance_id=instance, error_code=int(code))
+        if g is not None and left:
+            self._remove(g, left, "left the group")
+        return resp
+
+    def _remove(self, g: Group, members: list[Member], why: str) -> None:
+        for m in members:
+            g.members.pop(m.member_id, None)
+            _fail(m.join, ErrorCode.UNKNOWN_MEMBER_ID, why)
+            _fail(m.sync, ErrorCode.UNKNOWN_MEMBER_ID, why)
+            log.info("group %s: member %s %s", g.group_id, m.member_id, why)
+        if g.state == GroupState.PREPARING_REBALANCE:
+            self._maybe_complete_join(g)
+        elif g.members:
+            self._prepare_rebalance(g, f"{len(members)} member(s) {why}")
+        else:
+            g.generation += 1
+            g.state, g.protocol, g.leader = GroupState.EMPTY, "", ""
+            p = self.rm.by_name.get((OFFSETS_TOPIC, g.partition))
+            if p is not None:
+                asyncio.get_running_loop().create_task(self._persist_quietly(p, g))
+
+    async def _tick_forever(self) -> None:
+        while True:
+            await asyncio.sleep(0.1)
+            try:
+                self._tick()
+            except Exception as e:  # never let the sweep die
+                log.error("group coordinator sweep failed: %s", e)
+
+    def _tick(self) -> None:
+        """Drop partitions no longer led here, expire members, finish rebalances that timed out."""
+        for index, epoch in list(self._loaded.items()):
+            p = self.rm.by_name.get((OFFSETS_TOPIC, index))
+            if p is None or not p.is_leader or p.leader_epoch != epoch:
+                self._unload(index, "this broker is no longer its coordinator")
+        now = time.monotonic()
+        for g in list(self.groups.values()):
+            expired = [m for m in g.members.values()
+                       if m.join is None and now - m.last_heartbeat > m.session_timeout_ms / 1000]
+            if expired:
+                self._remove(g, expired, "failed: no heartbeat within its session timeout")
+            self._maybe_complete_join(g, now)
+
+    # -- offsets -----------------------------------------------------------------------------------
+
+    async def offset_commit(self, req: pb.OffsetCommitRequest) -> pb.OffsetCommitResponse:
+        resp = pb.OffsetCommitResponse()
+        try:
+            p = self._coordinator(req.group_id)
+            g = self.groups.get(req.group_id)
+            simple = req.generation_id < 0 and not req.member_id
+            if not (simple and (g is None or not g.members)):
+                instance = req.group_instance_id if req.HasField("group_instance_id") else None
+                _, g, _ = self._member(req.group_id, req.member_id, instance, req.generation_id)
+                if g.state != GroupState.STABLE:
+                    raise BrokerError(ErrorCode.REBALANCE_IN_PROGRESS)
+            too_big = {(t.name, x.partition) for t in req.topics for x in t.partitions
+                       if len(x.metadata.encode()) > self.config.offset_metadata_max_bytes}
+            now = int(time.time() * 1000)
+            values = {(t.name, x.partition): pb.OffsetValue(offset=x.offset, leader_epoch=x.leader_epoch,
+                                                             metadata=x.metadata, commit_timestamp=now)
+                      for t in req.topics for x in t.partitions if (t.name, x.partition) not in too_big}
+            if values:
+                await self._write(p, [(_offset_key(req.group_id, *tp), v.SerializeToString())
+                                      for tp, v in values.items()])
+                g = self.groups.get(req.group_id)
+                if g is None:
+                    g = self.groups[req.group_id] = Group(req.group_id, p.index)
+                g.offsets.update(values)
+            for t in req.topics:
+                tr = resp.topics.add(name=t.name)
+                for x in t.partitions:
+                    code = ErrorCode.OFFSET_METADATA_TOO_LARGE if (t.name, x.partition) in too_big else ErrorCode.NONE
+                    tr.partitions.add(partition=x.partition, error_code=int(code))
+        except BrokerError as e:
+            del resp.topics[:]
+            for t in req.topics:
+                tr = resp.topics.add(name=t.name)
+                for x in t.partitions:
+                    tr.partitions.add(partition=x.partition, error_code=int(e.code), error_message=e.message)
+        return resp
+
+    async def offset_fetch(self, req: pb.OffsetFetchRequest) -> pb.OffsetFetchResponse:
+        try:
+            self._coordinator(req.group_id)
+        except BrokerError as e:
+            return pb.OffsetFetchResponse(error_code=int(e.code), error_message=e.message)
+        g = self.groups.get(req.group_id)
+        offsets = g.offsets if g is not None else {}
+        wanted: dict[str, list[int]] = {}
+        if req.topics:
+            for t in req.topics:
+                wanted[t.name] = list(t.partitions)
+        else:
+            for topic, part in sorted(offsets):
+                wanted.setdefault(topic, []).append(part)
+        resp = pb.OffsetFetchResponse()
+        for topic, parts in wanted.items():
+            tr = resp.topics.add(name=topic)
+            for part in parts:
+                v = offsets.get((topic, part))
+                if v is None:
+                    tr.partitions.add(partition=part, offset=-1, leader_epoch=-1)
+                else:
+                    tr.partitions.add(partition=part, offset=v.offset, leader_epoch=v.leader_epoch, metadata=v.metadata)
+        return resp
+
+    # -- administration ---------------------------------------------------------------------------
+
+    def list_groups(self) -> pb.ListGroupsResponse:
+        resp = pb.ListGroupsResponse()
+        for g in sorted(self.groups.values(), key=lambda g: g.group_id):
+            p = self.rm.by_name.get((OFFSETS_TOPIC, g.partition))
+            if p is not None and p.is_leader and self._loaded.get(g.partition) == p.leader_epoch:
+                resp.groups.add(group_id=g.group_id, protocol_type=g.protocol_type, state=g.state.value)
+        return resp
+
+    def describe_groups(self, req: pb.DescribeGroupsRequest) -> pb.DescribeGroupsResponse:
+        resp = pb.DescribeGroupsResponse()
+        for gid in req.groups:
+            try:
+                self._coordinator(gid)
+            except BrokerError as e:
+                resp.groups.add(group_id=gid, error_code=int(e.code), error_message=e.message, state="Dead")
+                continue
+            g = self.groups.get(gid)
+            if g is None:
+                resp.groups.add(group_id=gid, error_code=int(ErrorCode.GROUP_ID_NOT_FOUND),
+                                error_message=f"Group {gid} not found.", state="Dead")
+                continue
+            d = resp.groups.add(group_id=gid, state=g.state.value, protocol_type=g.protocol_type,
+                                protocol=g.protocol, generation_id=g.generation)
+            for m in g.members.values():
+                d.members.add(member_id=m.member_id, group_instance_id=m.instance_id, client_id=m.client_id,
+                              metadata=m.metadata(g.protocol), assignment=m.assignment)
+        return resp
+
+    async def delete_groups(self, req: pb.DeleteGroupsRequest) -> pb.DeleteGroupsResponse:
+        resp = pb.DeleteGroupsResponse()
+        for gid in req.groups:
+            try:
+                p = self._coordinator(gid)
+                g = self.groups.get(gid)
+                if g is None:
+                    raise BrokerError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} not found.")
+                if g.members:
+                    raise BrokerError(ErrorCode.NON_EMPTY_GROUP, f"Group {gid} is not empty: it has "
+                                                                 f"{len(g.members)} members.")
+                await self._write(p, [(_group_key(gid), None)] +
+                                  [(_offset_key(gid, *tp), None) for tp in g.offsets])
+                self.groups.pop(gid, None)
+                resp.results.add(group_id=gid)
+            except BrokerError as e:
+                resp.results.add(group_id=gid, error_code=int(e.code), error_message=e.message)
+        return resp
+
+
+# -- the records of __consumer_offsets ------------------------------------------------------------
+
+def _offset_key(group_id: str, topic: str, partition: int) -> bytes:
+    return bytes([OFFSET_RECORD]) + pb.OffsetKey(group_id=group_id, topic=topic, partition=partition).SerializeToString()
+
+
+def _group_key(group_id: str) -> bytes:
+    return bytes([GROUP_RECORD]) + pb.GroupKey(group_id=group_id).SerializeToString()
+
+
+def _replay(groups: dict[str, Group], index: int, key: bytes | None, value: bytes | None) -> None:
+    """Apply one record of __consumer_offsets; a record it cannot read is skipped with a line
+    in the log (a newer broker's record type, or damage the CRC did not catch)."""
+    if not key:
+        return
+    try:
+        if key[0] == OFFSET_RECORD:
+            k = pb.OffsetKey.FromString(key[1:])
+            g = groups.get(k.group_id) or groups.setdefault(k.group_id, Group(k.group_id, index))
+            if value is None:
+                g.offsets.pop((k.topic, k.partition), None)
+            else:
+                g.offsets[(k.topic, k.partition)] = pb.OffsetValue.FromString(value)
+        elif key[0] == GROUP_RECORD:
+            gk = pb.GroupKey.FromString(key[1:])
+            if value is None:
+                groups.pop(gk.group_id, None)
+                return
+            v = pb.GroupValue.FromString(value)
+            g = groups.get(gk.group_id) or groups.setdefault(gk.group_id, Group(gk.group_id, index))
+            g.protocol_type, g.generation, g.protocol, g.leader = v.protocol_type, v.generation_id, v.protocol, v.leader
+            g.members = {m.member_id: Member(m.member_id, m.group_instance_id if m.HasField("group_instance_id") else None,
+                                             m.client_id, m.session_timeout_ms, m.rebalance_timeout_ms,
+                                             [(v.protocol, m.subscription)], m.assignment)
+                         for m in v.members}
+            g.state = GroupState.STABLE if g.members else GroupState.EMPTY
+        else:
+            log.warning("%s-%d: skipping a record of unknown type %d", OFFSETS_TOPIC, index, key[0])
+    except Exception as e:  # DecodeError and the like: one line, go on
+        log.warning("%s-%d: skipping an unreadable record: %s", OFFSETS_TOPIC, index, e)
+
+
+def _find_error(code: ErrorCode, message: str = "") -> pb.FindCoordinatorResponse:
+    e = BrokerError(code, message)
+    return pb.FindCoordinatorResponse(error_code=int(code), error_message=e.message, node_id=-1, port=-1)

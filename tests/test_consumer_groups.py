@@ -1,0 +1,212 @@
+"""Consumer groups as operators run them (docs/brokers.md, "Consumer groups"): three broker
+processes, group members as processes killed with SIGKILL, the coordinator's broker killed,
+a console consumer resuming from its group's committed offsets, and Kafka's errors for bad
+requests. Short timeouts keep it quick: sessions of 3 s, no initial rebalance delay."""
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from clients import Consumer, Producer
+from clients.errors import ErrorCode
+from protos import broker_pb2 as bpb
+from tests.brokercluster import REPO, BrokerCluster, _stub
+from tests.eventually import eventually
+from tests.logs import assert_no_tracebacks
+
+GROUP_PROPS = {"offsets.topic.num.partitions": "3", "group.initial.rebalance.delay.ms": "0",
+               "group.min.session.timeout.ms": "1000", "log.cleaner.backoff.ms": "500"}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = BrokerCluster(tmp_path_factory.mktemp("groups"), 3, session_timeout_ms=3000, heartbeat_ms=300,
+                      broker_props=GROUP_PROPS)
+    c.start()
+    try:
+        asyncio.run(c.wait_unfenced(timeout=60))
+        yield c
+    finally:
+        c.close()
+    assert_no_tracebacks(c.base)
+
+
+def run(coro, timeout=120):
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+async def produce(c: BrokerCluster, topic: str, n: int, start: int = 0) -> None:
+    async with Producer(c.bootstrap_servers, linger_ms=5) as p:
+        futures = [await p.send(topic, b"%d" % i, key=b"%d" % i) for i in range(start, start + n)]
+        for f in futures:
+            await f
+
+
+class Member:
+    """A group member process and what it printed."""
+
+    def __init__(self, c: BrokerCluster, group: str, topic: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.group_member", c.bootstrap_servers, group, topic],
+                                     cwd=REPO, stdout=subprocess.PIPE, text=True)
+        self.assignments: list[list[tuple[str, int]]] = []
+        self.values: list[int] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            msg = json.loads(line)
+            if "assigned" in msg:
+                self.assignments.append([tuple(tp) for tp in msg["assigned"]])
+            else:
+                self.values.append(int(msg["v"]))
+
+    @property
+    def owned(self) -> set[int]:
+        return {p for _, p in self.assignments[-1]} if self.assignments else set()
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def test_members_share_the_partitions_and_a_killed_members_move_on(cluster):
+    async def go():
+        await cluster.create_topic("shared", partitions=6, rf=3)
+        await produce(cluster, "shared", 300)
+        members = [Member(cluster, "sharers", "shared") for _ in range(3)]
+        try:
+            def balanced() -> bool:
+                owned = [m.owned for m in members]
+                return (sorted(p for o in owned for p in o) == list(range(6))
+                        and all(len(o) == 2 for o in owned))
+            await eventually(balanced, 40, what="six partitions, two to each of three members")
+            victim = members[0]
+            lost = victim.owned
+            victim.kill()
+            killed_at = time.monotonic()
+            await produce(cluster, "shared", 300, start=300)
+            survivors = members[1:]
+
+            def moved() -> bool:
+                owned = [m.owned for m in survivors]
+                return sorted(p for o in owned for p in o) == list(range(6))
+            await eventually(moved, 30, what="the killed member's partitions reassigned")
+            took = time.monotonic() - killed_at
+            assert lost <= set().union(*(m.owned for m in survivors))
+
+            def everything() -> bool:
+                return set(range(600)) <= {v for m in members for v in m.values}
+            await eventually(everything, 30, what="every message consumed by some member")
+            seen = [v for m in members for v in m.values]
+            print(f"reassigned {took:.1f}s after the kill; {len(seen) - len(set(seen))} duplicates, 0 missing")
+        finally:
+            for m in members:
+                if m.proc.poll() is None:
+                    m.stop()
+    run(go(), timeout=150)
+
+
+def test_committed_offsets_survive_the_coordinators_death_and_a_restart(cluster):
+    async def go():
+        await cluster.create_topic("kept", partitions=2, rf=3)
+        await produce(cluster, "kept", 50)
+        async with Consumer(cluster.bootstrap_servers, group_id="keepers", enable_auto_commit=False) as c:
+            await c.assign([("kept", 0), ("kept", 1)])
+            await c.commit({("kept", 0): 17, ("kept", 1): 23})
+            assert await c.committed("kept", 0) == 17
+            coordinator = c.group.coordinator
+        async with _stub(cluster.bootstrap_servers.split(",")[0]) as s:
+            r = await s.FindCoordinator(bpb.FindCoordinatorRequest(key="keepers"))
+        victim = r.node_id
+        assert coordinator == f"{r.host}:{r.port}"
+        cluster.kill(victim)
+        try:
+            async with Consumer(cluster.bootstrap_servers, group_id="keepers", enable_auto_commit=False) as c:
+                async def moved():
+                    async with _stub(cluster.address(next(b for b in cluster.ids if b != victim))) as s:
+                        r = await s.FindCoordinator(bpb.FindCoordinatorRequest(key="keepers"))
+                    return r.error_code == 0 and r.node_id != victim
+                await eventually(moved, 30, what="a new coordinator for the group")
+                assert await c.committed("kept", 0) == 17 and await c.committed("kept", 1) == 23
+        finally:
+            cluster.start_broker(victim)
+            await cluster.wait_unfenced([victim], timeout=60)
+        # every broker restarted: still there
+        for b in cluster.ids:
+            cluster.stop_broker(b)
+        for b in cluster.ids:
+            cluster.start_broker(b)
+        await cluster.wait_unfenced(timeout=60)
+        async with Consumer(cluster.bootstrap_servers, group_id="keepers", enable_auto_commit=False) as c:
+            assert await c.committed("kept", 0) == 17 and await c.committed("kept", 1) == 23
+            await c.assign([("kept", 0)])
+            records = await c.poll(5000)
+            assert records and records[0].offset == 17  # it resumes where the group left off
+    run(go(), timeout=240)
+
+
+def test_a_console_consumer_in_a_group_resumes_after_what_it_printed(cluster):
+    async def go():
+        await cluster.create_topic("lines", partitions=3, rf=3)
+        await produce(cluster, "lines", 30)
+
+        def consume(n: int) -> list[int]:
+            out = subprocess.run([sys.executable, "-m", "clients.console", "console-consumer", "--bootstrap-server",
+                                  cluster.bootstrap_servers, "--topic", "lines", "--group", "readers",
+                                  "--from-beginning", "--max-messages", str(n), "--timeout-ms", "15000"],
+                                 cwd=REPO, capture_output=True, text=True, timeout=90)
+            assert f"Processed a total of {n} messages" in out.stderr, out.stderr
+            return [int(x) for x in out.stdout.split()]
+        first = await asyncio.to_thread(consume, 12)
+        second = await asyncio.to_thread(consume, 18)
+        assert sorted(first + second) == list(range(30))  # nothing twice, nothing skipped
+    run(go(), timeout=200)
+
+
+def test_bad_group_requests_get_kafkas_errors(cluster):
+    async def go():
+        await cluster.create_topic("errs", partitions=1, rf=3)
+        async with Consumer(cluster.bootstrap_servers, group_id="strict", session_timeout_ms=3000,
+                            heartbeat_interval_ms=300, enable_auto_commit=False) as c:
+            await c.subscribe(["errs"])
+            await c.poll(100)
+            await eventually(lambda: c.group.generation > 0, 20, what="the member to join")
+            address = c.group.coordinator
+            generation, member = c.group.generation, c.group.member_id
+            async with _stub(address) as s:
+                r = await s.DescribeGroups(bpb.DescribeGroupsRequest(groups=["strict"]))
+                g = r.groups[0]
+                assert g.state == "Stable" and [m.member_id for m in g.members] == [member]
+                stale = await s.OffsetCommit(bpb.OffsetCommitRequest(
+                    group_id="strict", generation_id=generation - 1, member_id=member,
+                    topics=[bpb.OffsetCommitTopic(name="errs", partitions=[bpb.OffsetCommitPartition(partition=0, offset=1)])]))
+                assert stale.topics[0].partitions[0].error_code == ErrorCode.ILLEGAL_GENERATION
+                stranger = await s.Heartbeat(bpb.HeartbeatRequest(group_id="strict", generation_id=generation,
+                                                                  member_id="nobody"))
+                assert stranger.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+                empty = await s.JoinGroup(bpb.JoinGroupRequest(group_id="", session_timeout_ms=3000,
+                                                               protocol_type="consumer"))
+                assert empty.error_code == ErrorCode.INVALID_GROUP_ID
+                short = await s.JoinGroup(bpb.JoinGroupRequest(group_id="strict", session_timeout_ms=10,
+                                                               protocol_type="consumer", protocols=[
+                                                                   bpb.JoinGroupProtocol(name="range")]))
+                assert short.error_code == ErrorCode.INVALID_SESSION_TIMEOUT
+                busy = await s.DeleteGroups(bpb.DeleteGroupsRequest(groups=["strict"]))
+                assert busy.results[0].error_code == ErrorCode.NON_EMPTY_GROUP
+                unknown = await s.DescribeGroups(bpb.DescribeGroupsRequest(groups=["no-such-group"]))
+                assert unknown.groups[0].error_code in (ErrorCode.GROUP_ID_NOT_FOUND, ErrorCode.NOT_COORDINATOR)
+            await c.commit({("errs", 0): 0})
+            assert await c.committed("errs", 0) == 0  # what was committed is still there
+    run(go(), timeout=120)
