@@ -18,6 +18,7 @@ from collections.abc import Callable
 import click
 
 from . import ACKS, ClientError, Consumer, ConsumerRecord, Producer, producer_config
+from .consumer_groups import consumer_groups
 
 FORMATTER_PROPERTIES = {"print.key", "print.value", "print.offset", "print.partition", "print.timestamp",
                         "key.separator", "line.separator", "null.literal"}
@@ -237,8 +238,9 @@ def main() -> None:
 
 main.add_command(console_producer)
 main.add_command(console_consumer)
+main.add_command(consumer_groups)
 
-__all__ = ["console_producer", "console_consumer", "main"]
+__all__ = ["console_producer", "console_consumer", "consumer_groups", "main"]
 
 if __name__ == "__main__":
     main()

@@ -91,7 +91,7 @@ class ConsumerCoordinator:
                 await asyncio.sleep(self.backoff_s)
         return self.coordinator
 
-    async def _call(self, method: str, request: Any, deadline: float, timeout: float | None = None) -> Any:
+    async def call(self, method: str, request: Any, deadline: float, timeout: float | None = None) -> Any:
         """One request to the coordinator, finding it again while it moves or loads."""
         while True:
             address = await self._find(deadline)
@@ -125,7 +125,7 @@ class ConsumerCoordinator:
                                       protocols=[pb.JoinGroupProtocol(name=s, metadata=meta) for s in self.strategies])
             if self.instance_id is not None:
                 req.group_instance_id = self.instance_id
-            r = await self._call("JoinGroup", req, deadline, timeout=self.rebalance_timeout_ms / 1000 + self.timeout_s)
+            r = await self.call("JoinGroup", req, deadline, timeout=self.rebalance_timeout_ms / 1000 + self.timeout_s)
             code = ErrorCode.of(r.error_code)
             if code == ErrorCode.UNKNOWN_MEMBER_ID:
                 self.member_id, self.generation = "", -1
@@ -142,7 +142,7 @@ class ConsumerCoordinator:
                                     assignments=assignments)
             if self.instance_id is not None:
                 s.group_instance_id = self.instance_id
-            sr = await self._call("SyncGroup", s, deadline, timeout=self.rebalance_timeout_ms / 1000 + self.timeout_s)
+            sr = await self.call("SyncGroup", s, deadline, timeout=self.rebalance_timeout_ms / 1000 + self.timeout_s)
             code = ErrorCode.of(sr.error_code)
             if code in REJOIN_ERRORS:
                 if code == ErrorCode.UNKNOWN_MEMBER_ID:
@@ -179,7 +179,7 @@ class ConsumerCoordinator:
             if self.instance_id is not None:
                 req.group_instance_id = self.instance_id
             try:
-                r = await self._call("Heartbeat", req, time.monotonic() + self.session_timeout_ms / 1000)
+                r = await self.call("Heartbeat", req, time.monotonic() + self.session_timeout_ms / 1000)
             except ClientError as e:
                 log.info("group %s: heartbeat failed: %s", self.group_id, e)
                 continue
@@ -206,7 +206,7 @@ class ConsumerCoordinator:
         if not self.member_id or self.instance_id is not None:
             return
         try:
-            await self._call("LeaveGroup", pb.LeaveGroupRequest(group_id=self.group_id, members=[
+            await self.call("LeaveGroup", pb.LeaveGroupRequest(group_id=self.group_id, members=[
                 pb.MemberIdentity(member_id=self.member_id)]), time.monotonic() + self.timeout_s)
         except ClientError as e:
             log.info("group %s: leaving failed: %s", self.group_id, e)
@@ -227,7 +227,7 @@ class ConsumerCoordinator:
         for (topic, p), offset in sorted(offsets.items()):
             t = by_topic.get(topic) or by_topic.setdefault(topic, req.topics.add(name=topic))
             t.partitions.add(partition=p, offset=offset, leader_epoch=-1)
-        r = await self._call("OffsetCommit", req, time.monotonic() + self.timeout_s * 2)
+        r = await self.call("OffsetCommit", req, time.monotonic() + self.timeout_s * 2)
         for t in r.topics:
             for x in t.partitions:
                 code = ErrorCode.of(x.error_code)
@@ -244,7 +244,7 @@ class ConsumerCoordinator:
         for topic, p in tps:
             t = by_topic.get(topic) or by_topic.setdefault(topic, req.topics.add(name=topic))
             t.partitions.append(p)
-        r = await self._call("OffsetFetch", req, time.monotonic() + self.timeout_s * 2)
+        r = await self.call("OffsetFetch", req, time.monotonic() + self.timeout_s * 2)
         if r.error_code:
             raise BrokerResponseError(ErrorCode.of(r.error_code), r.error_message)
         return {(t.name, x.partition): x.offset for t in r.topics for x in t.partitions if x.offset >= 0}

@@ -472,11 +472,13 @@ def dev_quorum(base_dir: str | None, base_port: int, brokers: int) -> None:
 def _mount() -> None:
     """Commands that live in their own modules."""
     from clients.console import console_consumer, console_producer
+    from clients.consumer_groups import consumer_groups
     from metadata.analytics.cli import analytics
     from metadata.dump_log import dump_log
     main.add_command(dump_log, "dump-log")
     main.add_command(console_producer, "console-producer")
     main.add_command(console_consumer, "console-consumer")
+    main.add_command(consumer_groups, "consumer-groups")
     main.add_command(analytics, "analytics")
 
 

@@ -210,3 +210,42 @@ def test_bad_group_requests_get_kafkas_errors(cluster):
             await c.commit({("errs", 0): 0})
             assert await c.committed("errs", 0) == 0  # what was committed is still there
     run(go(), timeout=120)
+
+
+def kraft(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kraft.cli", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_the_consumer_groups_tool_lists_describes_resets_and_deletes(cluster):
+    async def go():
+        await cluster.create_topic("tool", partitions=2, rf=3)
+        await produce(cluster, "tool", 40)
+        async with Consumer(cluster.bootstrap_servers, group_id="tooled", enable_auto_commit=False) as c:
+            await c.assign([("tool", 0), ("tool", 1)])
+            await c.commit({("tool", 0): 5, ("tool", 1): 7})
+        bs = cluster.bootstrap_servers
+        out = await asyncio.to_thread(kraft, "consumer-groups", "--bootstrap-server", bs, "--list")
+        assert "tooled" in out.stdout.split(), out.stderr
+        out = await asyncio.to_thread(kraft, "consumer-groups", "--bootstrap-server", bs, "--describe", "--group", "tooled")
+        lines = [line.split() for line in out.stdout.splitlines() if line.startswith("tooled ")]
+        ends = {int(p): int(end) for _, _, p, _, end, _, _, _ in lines}
+        assert {int(p): (int(cur), int(lag)) for _, _, p, cur, _, lag, _, _ in lines} == {
+            0: (5, ends[0] - 5), 1: (7, ends[1] - 7)}
+        assert "has no active members" in out.stdout
+        out = await asyncio.to_thread(kraft, "consumer-groups", "--bootstrap-server", bs, "--reset-offsets", "--group",
+                                      "tooled", "--topic", "tool", "--to-offset", "1000", "--execute")
+        assert out.returncode == 0 and "is higher than latest offset for topic partition tool-0" in out.stderr
+        async with Consumer(cluster.bootstrap_servers, group_id="tooled", enable_auto_commit=False) as c:
+            assert await c.committed("tool", 0) == ends[0] and await c.committed("tool", 1) == ends[1]
+        out = await asyncio.to_thread(kraft, "consumer-groups", "--bootstrap-server", bs, "--reset-offsets", "--group",
+                                      "tooled", "--topic", "tool", "--to-earliest", "--dry-run")
+        assert [line.split()[-1] for line in out.stdout.splitlines()[1:]] == ["0", "0"]
+        async with Consumer(cluster.bootstrap_servers, group_id="tooled", enable_auto_commit=False) as c:
+            assert await c.committed("tool", 0) == ends[0]  # a dry run commits nothing
+        out = await asyncio.to_thread(kraft, "consumer-groups", "--bootstrap-server", bs, "--delete", "--group", "tooled")
+        assert "was successful" in out.stdout, out.stderr
+        out = await asyncio.to_thread(kraft, "consumer-groups", "--bootstrap-server", bs, "--describe", "--group", "tooled")
+        assert out.returncode == 1 and out.stderr.strip().startswith("Error: GROUP_ID_NOT_FOUND"), out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1
+    run(go(), timeout=180)

@@ -1,0 +1,219 @@
+"""``kraft consumer-groups`` (kafka-consumer-groups.sh): list groups, describe one (members,
+assignment, committed offset, log end offset and lag per partition), reset an inactive group's
+offsets, delete an empty group. Every failure is one line with Kafka's error name."""
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+import grpc
+
+from protos import broker_pb2 as pb
+
+from .cluster_view import BrokerResponseError, ClientError, ClusterView, Connections, parse_bootstrap
+from .consumer_coordinator import ConsumerCoordinator
+from .errors import ErrorCode
+from .group_protocol import decode_assignment
+
+TopicPartition = tuple[str, int]
+EARLIEST, LATEST = -2, -1
+
+
+class _Admin:
+    def __init__(self, bootstrap: str) -> None:
+        self.connections = Connections()
+        self.cluster = ClusterView(parse_bootstrap(bootstrap), self.connections)
+
+    async def __aenter__(self) -> "_Admin":
+        self.cluster.start()
+        await self.cluster.refresh()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.cluster.close()
+        await self.connections.close()
+
+    def group(self, group_id: str) -> ConsumerCoordinator:
+        return ConsumerCoordinator(group_id, self.cluster, self.connections, client_id="consumer-groups",
+                                   session_timeout_ms=10000, rebalance_timeout_ms=10000, heartbeat_interval_ms=3000,
+                                   strategies=["range"], instance_id=None, request_timeout_ms=10000,
+                                   retry_backoff_ms=200)
+
+    async def list_groups(self) -> list[pb.ListedGroup]:
+        out: dict[str, pb.ListedGroup] = {}
+        for address in list(self.cluster.brokers.values()) or self.cluster.bootstrap:
+            try:
+                r = await self.connections.stub(address).ListGroups(pb.ListGroupsRequest(), timeout=10)
+            except grpc.aio.AioRpcError as e:
+                raise ClientError(f"broker {address} did not answer: {e.code().name}") from None
+            for g in r.groups:
+                out[g.group_id] = g
+        return [out[k] for k in sorted(out)]
+
+    async def offsets(self, tps: list[TopicPartition], which: int) -> dict[TopicPartition, int]:
+        """Log start (-2) or high watermark (-1) offsets from the partitions' leaders."""
+        by_leader: dict[int, list[TopicPartition]] = {}
+        for tp in tps:
+            self.cluster.add(tp[0])
+            await self.cluster.wait_on_metadata(tp[0], tp[1], 10000)
+            leader = self.cluster.leader_for(*tp)
+            if leader is None:
+                raise ClientError(f"partition {tp[0]}-{tp[1]} has no leader")
+            by_leader.setdefault(leader, []).append(tp)
+        out = {}
+        for leader, group in by_leader.items():
+            req = pb.ListOffsetsRequest()
+            topics: dict[str, pb.ListOffsetsTopic] = {}
+            for t, p in group:
+                (topics.get(t) or topics.setdefault(t, req.topics.add(name=t))).partitions.add(partition=p,
+                                                                                            timestamp=which)
+            r = await self.connections.stub(self.cluster.brokers[leader]).ListOffsets(req, timeout=10)
+            for t in r.topics:
+                for a in t.partitions:
+                    if a.error_code:
+                        raise BrokerResponseError(ErrorCode.of(a.error_code), a.error_message)
+                    out[(t.name, a.partition)] = a.offset
+        return out
+
+    async def partitions_of(self, topic: str) -> list[TopicPartition]:
+        self.cluster.add(topic)
+        await self.cluster.wait_on_metadata(topic, None, 10000)
+        return [(topic, p) for p in range(self.cluster.partition_count(topic) or 0)]
+
+
+def _table(rows: list[list[Any]]) -> str:
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join(" ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)
+
+
+async def _describe(admin: _Admin, group_id: str) -> str:
+    g = admin.group(group_id)
+    r = await g.call("DescribeGroups", pb.DescribeGroupsRequest(groups=[group_id]), asyncio.get_running_loop().time() + 15)
+    d = r.groups[0]
+    if d.error_code:
+        raise BrokerResponseError(ErrorCode.of(d.error_code), d.error_message)
+    committed = await g.committed([])
+    owner: dict[TopicPartition, pb.DescribedGroupMember] = {}
+    for m in d.members:
+        try:
+            for tp in decode_assignment(m.assignment):
+                owner[tp] = m
+        except ValueError:
+            pass
+    tps = sorted(set(committed) | set(owner))
+    ends = await admin.offsets(tps, LATEST) if tps else {}
+    rows: list[list[Any]] = [["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
+                              "CONSUMER-ID", "CLIENT-ID"]]
+    for tp in tps:
+        cur = committed.get(tp)
+        m = owner.get(tp)
+        rows.append([group_id, tp[0], tp[1], "-" if cur is None else cur, ends.get(tp, "-"),
+                     "-" if cur is None or tp not in ends else max(0, ends[tp] - cur),
+                     m.member_id if m else "-", m.client_id if m and m.client_id else "-"])
+    head = "" if d.members else f"Consumer group '{group_id}' has no active members.\n\n"
+    return head + _table(rows) + f"\n\nState: {d.state}, generation {d.generation_id}, {len(d.members)} members"
+
+
+async def _reset(admin: _Admin, group_id: str, topic: str, how: tuple[str, int | None], execute: bool,
+                 warn: Callable[[str], None]) -> str:
+    g = admin.group(group_id)
+    r = await g.call("DescribeGroups", pb.DescribeGroupsRequest(groups=[group_id]), asyncio.get_running_loop().time() + 15)
+    d = r.groups[0]
+    if d.error_code not in (ErrorCode.NONE, ErrorCode.GROUP_ID_NOT_FOUND):
+        raise BrokerResponseError(ErrorCode.of(d.error_code), d.error_message)
+    if d.members:
+        raise ClientError(f"Assignments can only be reset if the group '{group_id}' is inactive, but the current "
+                          f"state is {d.state}.")
+    tps = await admin.partitions_of(topic)
+    if not tps:
+        raise BrokerResponseError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {topic} does not exist.")
+    earliest, latest = await admin.offsets(tps, EARLIEST), await admin.offsets(tps, LATEST)
+    current = await g.committed(tps)
+    kind, n = how
+    new = {}
+    for tp in tps:
+        target = {"earliest": earliest[tp], "latest": latest[tp], "offset": n,
+                  "shift": current.get(tp, latest[tp]) + (n or 0)}[kind]
+        if target > latest[tp]:
+            warn(f"New offset ({target}) is higher than latest offset for topic partition {tp[0]}-{tp[1]}. Value "
+                 f"will be set to {latest[tp]}")
+            target = latest[tp]
+        elif target < earliest[tp]:
+            warn(f"New offset ({target}) is lower than earliest offset for topic partition {tp[0]}-{tp[1]}. Value "
+                 f"will be set to {earliest[tp]}")
+            target = earliest[tp]
+        new[tp] = target
+    if execute:
+        await g.commit(new, managed=False)
+    rows: list[list[Any]] = [["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]]
+    rows += [[group_id, t, p, o] for (t, p), o in sorted(new.items())]
+    return _table(rows)
+
+
+@click.command("consumer-groups")
+@click.option("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT...] of any brokers")
+@click.option("--list", "list_", is_flag=True, help="list every group")
+@click.option("--describe", is_flag=True, help="members, committed offsets and lag of --group")
+@click.option("--delete", is_flag=True, help="delete --group (it must have no members)")
+@click.option("--reset-offsets", is_flag=True, help="set --group's offsets of --topic (the group must be inactive)")
+@click.option("--group", default=None)
+@click.option("--topic", default=None)
+@click.option("--to-earliest", is_flag=True)
+@click.option("--to-latest", is_flag=True)
+@click.option("--to-offset", type=int, default=None)
+@click.option("--shift-by", type=int, default=None)
+@click.option("--dry-run", is_flag=True, help="show the new offsets (the default)")
+@click.option("--execute", is_flag=True, help="commit the new offsets")
+def consumer_groups(bootstrap_server: str, list_: bool, describe: bool, delete: bool, reset_offsets: bool,
+                    group: str | None, topic: str | None, to_earliest: bool, to_latest: bool, to_offset: int | None,
+                    shift_by: int | None, dry_run: bool, execute: bool) -> None:
+    """List, describe, reset and delete consumer groups."""
+    actions = [a for a, on in (("list", list_), ("describe", describe), ("delete", delete),
+                               ("reset-offsets", reset_offsets)) if on]
+    if len(actions) != 1:
+        _fail("Command must include exactly one action: --list, --describe, --delete, --reset-offsets")
+    if actions[0] != "list" and not group:
+        _fail(f"Option --{actions[0]} takes the option: --group")
+    how: tuple[str, int | None] = ("latest", None)
+    if reset_offsets:
+        if not topic:
+            _fail("Option --reset-offsets takes the option: --topic (one topic)")
+        chosen = [h for h in (("earliest", None) if to_earliest else None, ("latest", None) if to_latest else None,
+                              ("offset", to_offset) if to_offset is not None else None,
+                              ("shift", shift_by) if shift_by is not None else None) if h]
+        if len(chosen) != 1:
+            _fail("Option --reset-offsets takes exactly one of: --to-earliest, --to-latest, --to-offset, --shift-by")
+        how = chosen[0]
+        if dry_run and execute:
+            _fail("Options --dry-run and --execute cannot be specified together.")
+
+    async def run() -> str:
+        async with _Admin(bootstrap_server) as admin:
+            if list_:
+                return "\n".join(g.group_id for g in await admin.list_groups())
+            assert group is not None
+            if describe:
+                return await _describe(admin, group)
+            if delete:
+                g = admin.group(group)
+                r = await g.call("DeleteGroups", pb.DeleteGroupsRequest(groups=[group]),
+                                  asyncio.get_running_loop().time() + 15)
+                res = r.results[0]
+                if res.error_code:
+                    raise BrokerResponseError(ErrorCode.of(res.error_code), res.error_message)
+                return f"Deletion of requested consumer groups ('{group}') was successful."
+            assert topic is not None
+            return await _reset(admin, group, topic, how, execute, lambda w: click.echo(f"Warning: {w}", err=True))
+
+    try:
+        click.echo(asyncio.run(run()))
+    except ClientError as e:
+        _fail(str(e))
+
+
+def _fail(message: str) -> None:
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(1)
