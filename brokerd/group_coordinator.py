@@ -511,7 +511,10 @@ class GroupCoordinator:
             if not (simple and (g is None or not g.members)):
                 instance = req.group_instance_id if req.HasField("group_instance_id") else None
                 _, g, _ = self._member(req.group_id, req.member_id, instance, req.generation_id)
-                if g.state != GroupState.STABLE:
+                # While a rebalance is being prepared, members commit what they consumed before
+                # giving their partitions up (as Kafka allows); between the join and the leader's
+                # assignment they may not.
+                if g.state == GroupState.COMPLETING_REBALANCE:
                     raise BrokerError(ErrorCode.REBALANCE_IN_PROGRESS)
             too_big = {(t.name, x.partition) for t in req.topics for x in t.partitions
                        if len(x.metadata.encode()) > self.config.offset_metadata_max_bytes}

@@ -18,6 +18,8 @@ from collections.abc import Callable
 import click
 
 from . import ACKS, ClientError, Consumer, ConsumerRecord, Producer, producer_config
+from .config import from_properties
+from .consumer_coordinator import CommitFailedError
 from .consumer_groups import consumer_groups
 
 FORMATTER_PROPERTIES = {"print.key", "print.value", "print.offset", "print.partition", "print.timestamp",
@@ -27,6 +29,16 @@ FORMATTER_PROPERTIES = {"print.key", "print.value", "print.offset", "print.parti
 def _fail(message: str) -> None:
     click.echo(f"Error: {message}", err=True)
     sys.exit(1)
+
+
+def _pairs(items: tuple[str, ...], option: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, found, value = item.partition("=")
+        if not found:
+            _fail(f"{option} {item!r}: expected KEY=VALUE")
+        out[key] = value
+    return out
 
 
 def _describe(b: bytes | None) -> str:
@@ -55,14 +67,8 @@ def console_producer(bootstrap_server: str, topic: str, acks: str, key_separator
                                    "request_timeout_ms": request_timeout_ms}
     if compression_codec:
         settings["compression_type"] = compression_codec
-    pairs = {}
-    for prop in properties:
-        key, found, value = prop.partition("=")
-        if not found:
-            _fail(f"--producer-property {prop!r}: expected KEY=VALUE")
-        pairs[key] = value
     try:
-        settings.update(producer_config(pairs))
+        settings.update(producer_config(_pairs(properties, "--producer-property")))
     except ClientError as e:
         _fail(str(e))
 
@@ -153,9 +159,11 @@ def _formatter(props: dict[str, str]) -> Callable[[ConsumerRecord], bytes]:
 @click.option("--property", "properties", multiple=True, metavar="KEY=VALUE",
               help="formatter: print.key, print.offset, print.partition, print.timestamp, key.separator, ...")
 @click.option("--group", default=None, help="consume as a member of this consumer group, committing what it printed")
+@click.option("--consumer-property", "consumer_properties", multiple=True, metavar="KEY=VALUE",
+              help="any consumer setting by its Kafka name, e.g. session.timeout.ms=6000 (repeatable)")
 def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, partition: int | None,
                      offset: str | None, max_messages: int | None, timeout_ms: int | None,
-                     properties: tuple[str, ...], group: str | None) -> None:
+                     properties: tuple[str, ...], group: str | None, consumer_properties: tuple[str, ...]) -> None:
     """Print the messages of TOPIC to stdout. With --group, partitions are shared with the
     group's other members and a second run resumes after what the first printed."""
     if offset is not None and partition is None:
@@ -174,11 +182,17 @@ def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, pa
 
     if group is not None and partition is not None:
         _fail("Options group and partition cannot be specified together.")
+    settings = {"auto_offset_reset": "earliest" if from_beginning else "latest"}
+    try:
+        settings.update(from_properties(Consumer.__init__, _pairs(consumer_properties, "--consumer-property"),
+                                        "consumer"))
+    except ClientError as e:
+        _fail(str(e))
 
     async def run() -> int:
         # Commits are of what was printed (a poll may return more than --max-messages takes).
-        consumer = Consumer(bootstrap_server, auto_offset_reset="earliest" if from_beginning else "latest",
-                            group_id=group, enable_auto_commit=False)
+        consumer = Consumer(bootstrap_server, **{**settings, "group_id": group,  # type: ignore[arg-type]
+                                                 "enable_auto_commit": False})
         await consumer.start()
         printed: dict[tuple[str, int], int] = {}
         next_commit = asyncio.get_running_loop().time() + 5
@@ -189,8 +203,13 @@ def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, pa
         count = 0
         out = sys.stdout.buffer
         try:
+            async def revoked(tps: list[tuple[str, int]]) -> None:
+                mine = {tp: o for tp, o in printed.items() if tp in tps}
+                if mine:
+                    await consumer.commit(mine)  # before another member takes them over
+
             if partition is None:
-                await consumer.subscribe(topic)
+                await consumer.subscribe(topic, on_revoked=revoked)
             else:
                 await consumer.assign([(topic, partition)])
                 if offset == "earliest":
@@ -212,7 +231,10 @@ def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, pa
                 out.flush()
                 if group is not None and printed and loop.time() >= next_commit:
                     next_commit = loop.time() + 5
-                    await consumer.commit(dict(printed))
+                    try:
+                        await consumer.commit(dict(printed))
+                    except CommitFailedError:
+                        pass  # the group is rebalancing: the partitions' commit happens on revocation
                 if records:
                     idle_since = loop.time()
                 elif timeout_ms is not None and (loop.time() - idle_since) * 1000 >= timeout_ms:

@@ -25,7 +25,6 @@ batch twice, and retried batches can be reordered.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import time
 from collections.abc import Sequence
@@ -37,6 +36,7 @@ from protos import broker_pb2 as pb
 
 from .accumulator import RECORD_OVERHEAD, RecordAccumulator, RecordFuture, RecordMetadata, ProducerBatch
 from .compression import Codec
+from .config import ConfigException, from_properties
 from .cluster_view import (BrokerResponseError, ClientError, ClusterView, Connections, KafkaTimeoutError,
                            parse_bootstrap)
 from .errors import RETRIABLE, STALE_METADATA, ErrorCode
@@ -50,10 +50,6 @@ ACKS: dict[Any, int] = {"all": -1, "-1": -1, "1": 1, "0": 0, -1: -1, 1: 1, 0: 0}
 
 class RecordTooLargeError(ClientError):
     """Kafka's RecordTooLargeException, raised by ``send`` before anything is sent."""
-
-
-class ConfigException(ClientError):
-    """Kafka's ConfigException: settings that cannot work together, raised at construction."""
 
 
 MAX_IN_FLIGHT_IDEMPOTENT = 5
@@ -77,30 +73,8 @@ def _rpc_error(e: grpc.aio.AioRpcError) -> tuple[ErrorCode, str]:
 
 
 def producer_config(properties: dict[str, str]) -> dict[str, Any]:
-    """Kafka producer keys (``linger.ms=5``, ``enable.idempotence=false``) as ``Producer``
-    keyword arguments; ConfigException for an unknown key or a value of the wrong type."""
-    params = inspect.signature(Producer.__init__).parameters
-    out: dict[str, Any] = {}
-    for key, value in properties.items():
-        name = key.strip().replace(".", "_")
-        param = params.get(name)
-        if param is None or name == "bootstrap_servers" or param.kind != param.KEYWORD_ONLY:
-            raise ConfigException(f"Unknown producer config {key}")
-        value = value.strip()
-        if name in ("acks", "compression_type", "client_id"):
-            out[name] = value
-        elif name == "enable_idempotence":
-            if value.lower() not in ("true", "false"):
-                raise ConfigException(f"Invalid value {value} for configuration {key}: Expected value to be "
-                                      f"either true or false")
-            out[name] = value.lower() == "true"
-        else:
-            try:
-                out[name] = int(value)
-            except ValueError:
-                raise ConfigException(f"Invalid value {value} for configuration {key}: Not a number of "
-                                      f"type INT") from None
-    return out
+    """Kafka producer keys as ``Producer`` keyword arguments (``clients.config``)."""
+    return from_properties(Producer.__init__, properties, "producer")
 
 
 class Producer:
@@ -136,6 +110,7 @@ class Producer:
         #: Batches sent with a sequence and not yet answered for good, per partition.
         self._unresolved: dict[tuple[str, int], set[ProducerBatch]] = {}
         self._epoch_bump = False  # a sequence is broken: bump the epoch once nothing is in flight
+        self._init_attempts = 0
         #: Per partition, the sequence after the last acknowledged batch.
         self._acked_next: dict[tuple[str, int], int] = {}
         self.max_request_size = max_request_size
@@ -394,7 +369,8 @@ class Producer:
         if self.producer_id >= 0:
             req.producer_id, req.producer_epoch = self.producer_id, self.producer_epoch
         addresses = list(self.cluster.brokers.values()) or self._bootstrap
-        address = addresses[self.metrics["request-total"] % len(addresses)]
+        self._init_attempts += 1  # a broker that does not answer is not asked again next time
+        address = addresses[self._init_attempts % len(addresses)]
         r = await self.connections.stub(address).InitProducerId(req, timeout=self.request_timeout_ms / 1000)
         if r.error_code:
             raise BrokerResponseError(ErrorCode.of(r.error_code), r.error_message)

@@ -1,6 +1,6 @@
 """The main job (``make demo``): three controllers and three brokers on loopback, driven with
 the same `kraft` commands an operator types, through the loss of the active controller and of
-a partition leader.
+a partition leader, then a consumer group losing a member.
 
     python -m kraft.demo [--dir DIR] [--base-port P]
 """
@@ -13,6 +13,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from metadata.client import ControllerClient
@@ -58,6 +59,64 @@ def leaders(describe_output: str, topic: str) -> dict[int, int]:
         if m:
             out[int(m.group(1))] = int(m.group(2)) if m.group(2).isdigit() else -1
     return out
+
+
+class Member:
+    """A `kraft console-consumer --group` process and the values it printed."""
+
+    def __init__(self, bootstrap: str, group: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kraft.cli", "console-consumer", "--bootstrap-server", bootstrap, "--topic",
+             "orders", "--group", group, "--from-beginning", "--consumer-property", "session.timeout.ms=6000",
+             "--consumer-property", "heartbeat.interval.ms=1000"],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.values: list[str] = []
+        threading.Thread(target=lambda: self.values.extend(line.rstrip("\n") for line in self.proc.stdout or ()),
+                         daemon=True).start()
+
+
+def members_of(bootstrap: str, group: str) -> int:
+    """Members of a stable group (0 while it rebalances)."""
+    p = subprocess.run([sys.executable, "-m", "kraft.cli", "consumer-groups", "--bootstrap-server", bootstrap,
+                        "--describe", "--group", group], cwd=REPO, capture_output=True, text=True)
+    m = re.search(r"State: Stable, generation \d+, (\d+) members", p.stdout)
+    return int(m.group(1)) if m else 0
+
+
+async def group_scene(s: str, sent: list[str]) -> None:
+    say("A consumer group of three console consumers shares orders; kill -9 one of them")
+    members = [Member(s, "billing") for _ in range(3)]
+    try:
+        for _ in range(300):
+            await asyncio.sleep(0.2)
+            if members_of(s, "billing") == 3:
+                break
+        kraft("consumer-groups", "--bootstrap-server", s, "--describe", "--group", "billing")
+        victim = members[0]
+        victim.proc.kill()
+        victim.proc.wait(10)
+        print(f"killed a member that had printed {len(victim.values)} messages; the coordinator notices when its "
+              f"6 s session expires and the other two share its partitions")
+        third = [f"order-{i}:item {i}" for i in range(200, 260)]
+        kraft("console-producer", "--bootstrap-server", s, "--topic", "orders", "--key-separator", ":",
+              input="\n".join(third) + "\n", quiet=True)
+        expected = {m.split(":", 1)[1] for m in sent + third}
+        for _ in range(300):
+            await asyncio.sleep(0.2)
+            if expected <= {v for m in members for v in m.values} and members_of(s, "billing") == 2:
+                break
+        kraft("consumer-groups", "--bootstrap-server", s, "--describe", "--group", "billing")
+        seen = [v for m in members for v in m.values]
+        missing = expected - set(seen)
+        print(f"{len(expected)} messages, each consumed by some member; missing: {len(missing)}; read twice: "
+              f"{len(seen) - len(set(seen))} (what the killed member printed but had not committed yet)")
+        if missing:
+            raise SystemExit(f"demo failed: {len(missing)} messages never consumed by the group")
+    finally:
+        for m in members:
+            if m.proc.poll() is None:
+                m.proc.terminate()
+                m.proc.wait(15)
 
 
 async def main_async(base_dir: str, base_port: int) -> None:
@@ -137,6 +196,8 @@ async def main_async(base_dir: str, base_port: int) -> None:
                 break
         kraft("topics", "--bootstrap-controller", c, "describe", "--topic", "orders")
         kraft("quorum", "--bootstrap-controller", c, "describe", "--replication")
+
+        await group_scene(s, first + second)
 
         say("Done: shutting down (brokers first, with a controlled shutdown)")
         print(f"The metadata stays in {q.base_dir}: `kraft analytics report --directory "

@@ -307,3 +307,47 @@ def test_an_unknown_producer_makes_the_client_bump_its_epoch_and_start_over(monk
         assert (last.producer_epoch, last.base_sequence) == (1, 1)  # numbered from 0 again
         await store.close()
     run(go())
+
+
+def test_the_producer_id_comes_from_the_next_broker_when_one_is_down(monkeypatch):
+    """InitProducerId rotates over the brokers: a dead one (the demo killed broker 101, first in
+    the list) must not be asked forever."""
+    from tests.fakes import FakeCluster, fake_broker
+
+    asked: list[str] = []
+
+    class Brokers(FakeCluster):
+        def __init__(self, *a, **kw) -> None:
+            super().__init__(*a, **kw)
+            self.brokers = {1: "dead:1", 2: "alive:2"}
+
+    class Stub:
+        def __init__(self, address: str) -> None:
+            self.address = address
+
+        async def InitProducerId(self, req, timeout):
+            asked.append(self.address)
+            if self.address.startswith("dead"):
+                raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, None, None, "connection refused")
+            from protos import broker_pb2 as pb
+            return pb.InitProducerIdResponse(producer_id=PID, producer_epoch=0)
+
+    from clients import producer as client
+    fake_broker(monkeypatch, None)
+    monkeypatch.setattr(client, "ClusterView", Brokers)
+
+    class Connections:
+        def stub(self, address: str) -> Stub:
+            return Stub(address)
+
+        async def close(self) -> None: ...
+    monkeypatch.setattr(client, "Connections", Connections)
+
+    async def go():
+        p = await Producer("fake:1", retry_backoff_ms=10).start()
+        p.acc.append("t", 0, None, b"x", 0, (), 10, False)
+        await p._ready_to_number() or await p._ready_to_number()
+        assert p.producer_id == PID and "alive:2" in asked
+        p._closed = p._stopping = True
+        p._sender.cancel()
+    run(go())
