@@ -294,6 +294,8 @@ class Consumer:
     async def poll(self, timeout_ms: int = 1000) -> list[ConsumerRecord]:
         """Records from the assigned partitions, at most ``max.poll.records``; [] on timeout."""
         deadline = time.monotonic() + timeout_ms / 1000
+        if self.group is not None:
+            self.group.last_poll = time.monotonic()
         await self._ensure_group()
         if self.enable_auto_commit and time.monotonic() >= self._next_auto_commit:
             self._next_auto_commit = time.monotonic() + self.auto_commit_s

@@ -66,6 +66,9 @@ class ConsumerCoordinator:
         self.rejoin_needed = False
         self.assigned: list[TopicPartition] = []
         self._heartbeats: asyncio.Task | None = None
+        #: When the application last called poll (the consumer sets it): a member that stops
+        #: polling for max.poll.interval.ms (the rebalance timeout) leaves, as Kafka's does.
+        self.last_poll = time.monotonic()
 
     # -- talking to the coordinator ---------------------------------------------------------------
 
@@ -175,6 +178,13 @@ class ConsumerCoordinator:
     async def _heartbeat_loop(self) -> None:
         while True:
             await asyncio.sleep(self.heartbeat_s)
+            if time.monotonic() - self.last_poll > self.rebalance_timeout_ms / 1000:
+                log.warning("group %s: consumer poll timeout has expired: poll() was not called for longer than "
+                            "max.poll.interval.ms (%d ms); leaving the group", self.group_id,
+                            self.rebalance_timeout_ms)
+                self.rejoin_needed = True
+                asyncio.get_running_loop().create_task(self.leave())
+                return
             req = pb.HeartbeatRequest(group_id=self.group_id, generation_id=self.generation, member_id=self.member_id)
             if self.instance_id is not None:
                 req.group_instance_id = self.instance_id

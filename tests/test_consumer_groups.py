@@ -249,3 +249,35 @@ def test_the_consumer_groups_tool_lists_describes_resets_and_deletes(cluster):
         assert out.returncode == 1 and out.stderr.strip().startswith("Error: GROUP_ID_NOT_FOUND"), out.stderr
         assert len(out.stderr.strip().splitlines()) == 1
     run(go(), timeout=180)
+
+
+def test_a_member_that_stops_polling_leaves_and_rejoins_when_it_polls_again(cluster):
+    async def go():
+        await cluster.create_topic("slow", partitions=4, rf=3)
+        settings = dict(group_id="pollers", session_timeout_ms=3000, heartbeat_interval_ms=200,
+                        max_poll_interval_ms=1500, enable_auto_commit=False)
+        async with Consumer(cluster.bootstrap_servers, **settings) as a, \
+                Consumer(cluster.bootstrap_servers, **settings) as b:
+            await a.subscribe(["slow"])
+            await b.subscribe(["slow"])
+
+            async def keep_polling(c: Consumer) -> None:  # each member polls in its own task
+                while True:
+                    await c.poll(50)
+
+            polling_a = asyncio.create_task(keep_polling(a))
+            polling_b = asyncio.create_task(keep_polling(b))
+            try:
+                def split() -> bool:
+                    return len(a.assignment()) == 2 and len(b.assignment()) == 2
+                await eventually(split, 30, what="the four partitions split between the two members")
+                polling_a.cancel()  # a stops polling; its heartbeats go on until max.poll.interval.ms
+                await eventually(lambda: len(b.assignment()) == 4, 30,
+                                 what="the member that stopped polling to leave, b taking everything")
+                polling_a = asyncio.create_task(keep_polling(a))
+                await eventually(split, 30, what="the member to rejoin once it polls again")
+            finally:
+                polling_a.cancel()
+                polling_b.cancel()
+                await asyncio.gather(polling_a, polling_b, return_exceptions=True)
+    run(go(), timeout=120)
