@@ -3,10 +3,13 @@ run as ``python -m brokerd.main FILE``, each with its own properties file and fo
 directory, killed and stopped with real signals."""
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from metadata.client import ControllerClient
@@ -17,6 +20,7 @@ from protos import controller_pb2 as cpb
 from raft.storage import format_storage
 from tests.eventually import eventually
 from tests.kvcluster import consecutive_ports
+from tests.logs import assert_no_tracebacks
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -173,3 +177,17 @@ class _stub:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.channel.close()
+
+
+@contextlib.contextmanager
+def running_cluster(base: Path, broker_props: dict[str, str]) -> Iterator[BrokerCluster]:
+    """Three brokers (sessions of 3 s, heartbeats every 300 ms) unfenced, then closed; their
+    logs must hold no traceback."""
+    c = BrokerCluster(base, 3, session_timeout_ms=3000, heartbeat_ms=300, broker_props=broker_props)
+    c.start()
+    try:
+        asyncio.run(c.wait_unfenced(timeout=60))
+        yield c
+    finally:
+        c.close()
+    assert_no_tracebacks(c.base)

@@ -19,7 +19,7 @@ from clients.records import batch_crc, batches, build_batch
 from protos import broker_pb2 as bpb
 from protos import controller_pb2 as cpb
 from raft.storage import format_storage
-from tests.brokercluster import REPO, BrokerCluster, _stub
+from tests.brokercluster import REPO, BrokerCluster, _stub, running_cluster
 from tests.eventually import eventually
 from tests.kvcluster import consecutive_ports
 from tests.logs import assert_no_tracebacks
@@ -29,16 +29,10 @@ LAG_MS = 1000
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = BrokerCluster(tmp_path_factory.mktemp("brokers"), 3, session_timeout_ms=3000, heartbeat_ms=300,
-                      broker_props={"replica.lag.time.max.ms": str(LAG_MS), "log.retention.check.interval.ms": "300",
-                                    "log.cleaner.backoff.ms": "300"})
-    c.start()
-    try:
-        asyncio.run(c.wait_unfenced(timeout=60))
+    props = {"replica.lag.time.max.ms": str(LAG_MS), "log.retention.check.interval.ms": "300",
+             "log.cleaner.backoff.ms": "300"}
+    with running_cluster(tmp_path_factory.mktemp("brokers"), props) as c:
         yield c
-    finally:
-        c.close()
-    assert_no_tracebacks(c.base)
 
 
 def run(coro, timeout=120):

@@ -16,9 +16,8 @@ import pytest
 from clients import Consumer, Producer
 from clients.errors import ErrorCode
 from protos import broker_pb2 as bpb
-from tests.brokercluster import REPO, BrokerCluster, _stub
+from tests.brokercluster import REPO, BrokerCluster, _stub, running_cluster
 from tests.eventually import eventually
-from tests.logs import assert_no_tracebacks
 
 GROUP_PROPS = {"offsets.topic.num.partitions": "3", "group.initial.rebalance.delay.ms": "0",
                "group.min.session.timeout.ms": "1000", "log.cleaner.backoff.ms": "500"}
@@ -26,15 +25,8 @@ GROUP_PROPS = {"offsets.topic.num.partitions": "3", "group.initial.rebalance.del
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = BrokerCluster(tmp_path_factory.mktemp("groups"), 3, session_timeout_ms=3000, heartbeat_ms=300,
-                      broker_props=GROUP_PROPS)
-    c.start()
-    try:
-        asyncio.run(c.wait_unfenced(timeout=60))
+    with running_cluster(tmp_path_factory.mktemp("groups"), GROUP_PROPS) as c:
         yield c
-    finally:
-        c.close()
-    assert_no_tracebacks(c.base)
 
 
 def run(coro, timeout=120):
