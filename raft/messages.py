@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import struct
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import BinaryIO, NamedTuple, Protocol
@@ -185,19 +186,20 @@ class Message:
                 f"lt={self.log_term} c={self.commit}{extra})")
 
 
-class SnapshotSource:
+class SnapshotSource(ABC):
     """Read access to a snapshot's payload, chunk by chunk, without loading it whole: for a
     leader streaming it to a follower and for restoring the state machine. The durable
     storage supplies a file-backed one; :class:`BytesSnapshotSource` holds bytes."""
 
     meta: SnapshotMeta
 
-    def read(self, offset: int, size: int) -> bytes:  # pragma: no cover - protocol
-        raise NotImplementedError
+    @abstractmethod
+    def read(self, offset: int, size: int) -> bytes:
+        """Up to ``size`` bytes of the payload from ``offset``."""
 
-    def open_payload(self) -> BinaryIO:  # pragma: no cover - protocol
+    @abstractmethod
+    def open_payload(self) -> BinaryIO:
         """The payload as a file object, for ``StateMachine.restore``."""
-        raise NotImplementedError
 
 
 class BytesSnapshotSource(SnapshotSource):
