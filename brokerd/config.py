@@ -4,7 +4,9 @@ then the broker's dynamic config, then the cluster-wide dynamic default, then th
 file, then Kafka's default)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from metadata.config import ServerConfig
 from metadata.image import ConfigResource, MetadataImage, ResourceType
@@ -15,6 +17,7 @@ from clients.compression import Codec
 from .log_store import LONG_MAX, FlushPolicy
 
 HOUR_MS = 3_600_000
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,59 +131,46 @@ class BrokerConfig:
                   dict(image.config(ConfigResource(ResourceType.BROKER, "")))]
         static = self.static_log
 
-        def raw(key: str) -> list[str]:
-            return [v for i, layer in enumerate(layers)
-                    if (v := layer.get(key if i == 0 else _BROKER_KEY[key])) is not None]
-
-        def pick(key: str, fallback: int) -> int:
-            for value in raw(key):
-                try:
-                    return int(value)
-                except ValueError:
-                    pass  # the controller validates; an unreadable value falls through
+        def pick(key: str, parse: Callable[[str], T], fallback: T) -> T:
+            """The first layer's value that parses; the controller validates, so an unreadable
+            one is rare and falls through to the next layer."""
+            for i, layer in enumerate(layers):
+                value = layer.get(key if i == 0 else _BROKER_KEY[key])
+                if value is not None:
+                    try:
+                        return parse(value)
+                    except ValueError:  # ConfigError is one
+                        pass
             return fallback
 
-        codec = static.compression_type
-        for value in raw("compression.type"):
-            try:
-                codec = _compression_type(value)
-                break
-            except ConfigError:
-                pass  # as above
-        policies = [v for v in raw("cleanup.policy") if _is_policy(v)]
-        ratios = [v for v in raw("min.cleanable.dirty.ratio") if _is_ratio(v)]
-        return LogConfig(pick("retention.ms", static.retention_ms), pick("retention.bytes", static.retention_bytes),
-                         pick("max.message.bytes", static.max_message_bytes),
-                         pick("min.insync.replicas", static.min_insync_replicas),
-                         codec, _cleanup_policy(policies[0]) if policies else static.cleanup_policy,
-                         pick("delete.retention.ms", static.delete_retention_ms),
-                         float(ratios[0]) if ratios else static.min_cleanable_dirty_ratio)
-
-
-def _is_policy(value: str) -> bool:
-    return set(value.replace(" ", "").lower().split(",")) <= {"delete", "compact"} and bool(value.strip())
+        return LogConfig(pick("retention.ms", int, static.retention_ms),
+                         pick("retention.bytes", int, static.retention_bytes),
+                         pick("max.message.bytes", int, static.max_message_bytes),
+                         pick("min.insync.replicas", int, static.min_insync_replicas),
+                         pick("compression.type", _compression_type, static.compression_type),
+                         pick("cleanup.policy", _cleanup_policy, static.cleanup_policy),
+                         pick("delete.retention.ms", int, static.delete_retention_ms),
+                         pick("min.cleanable.dirty.ratio", _ratio, static.min_cleanable_dirty_ratio))
 
 
 def _cleanup_policy(value: str) -> str:
     """``delete``, ``compact`` or ``compact,delete``."""
-    if not _is_policy(value):
+    parts = set(value.replace(" ", "").lower().split(","))
+    if not value.strip() or not parts <= {"delete", "compact"}:
         raise ConfigError(f"Invalid value {value} for configuration log.cleanup.policy: must be delete, compact "
                           f"or compact,delete")
-    return ",".join(sorted(set(value.replace(" ", "").lower().split(","))))
-
-
-def _is_ratio(value: str) -> bool:
-    try:
-        return 0.0 <= float(value) <= 1.0
-    except ValueError:
-        return False
+    return ",".join(sorted(parts))
 
 
 def _ratio(value: str) -> float:
-    if not _is_ratio(value):
+    try:
+        ratio = float(value)
+    except ValueError:
+        ratio = -1.0
+    if not 0.0 <= ratio <= 1.0:
         raise ConfigError(f"Invalid value {value} for configuration log.cleaner.min.cleanable.ratio: must be "
                           f"a number between 0 and 1")
-    return float(value)
+    return ratio
 
 
 def _compression_type(value: str) -> str:

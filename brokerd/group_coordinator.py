@@ -339,13 +339,10 @@ class GroupCoordinator:
         for m in [m for m in g.members.values() if m.join is None]:
             log.info("group %s: member %s did not rejoin in time, removing it", g.group_id, m.member_id)
             del g.members[m.member_id]
-        g.generation += 1
         if not g.members:
-            g.state, g.protocol, g.leader = GroupState.EMPTY, "", ""
-            p = self.rm.by_name.get((OFFSETS_TOPIC, g.partition))
-            if p is not None:
-                asyncio.get_running_loop().create_task(self._persist_quietly(p, g))
+            self._emptied(g)
             return
+        g.generation += 1
         votes: dict[str, int] = {}
         common = set.intersection(*({n for n, _ in m.protocols} for m in g.members.values()))
         for m in g.members.values():
@@ -472,11 +469,15 @@ class GroupCoordinator:
         elif g.members:
             self._prepare_rebalance(g, f"{len(members)} member(s) {why}")
         else:
-            g.generation += 1
-            g.state, g.protocol, g.leader = GroupState.EMPTY, "", ""
-            p = self.rm.by_name.get((OFFSETS_TOPIC, g.partition))
-            if p is not None:
-                asyncio.get_running_loop().create_task(self._persist_quietly(p, g))
+            self._emptied(g)
+
+    def _emptied(self, g: Group) -> None:
+        """The last member went: a new, empty generation, persisted in the background."""
+        g.generation += 1
+        g.state, g.protocol, g.leader = GroupState.EMPTY, "", ""
+        p = self.rm.by_name.get((OFFSETS_TOPIC, g.partition))
+        if p is not None:
+            asyncio.get_running_loop().create_task(self._persist_quietly(p, g))
 
     async def _tick_forever(self) -> None:
         while True:
