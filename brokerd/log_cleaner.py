@@ -24,7 +24,7 @@ import logging
 from dataclasses import dataclass
 
 from clients.compression import Codec, compress
-from clients.records import batch_crc, codec_of, records_bytes
+from clients.records import Record, batch_crc, codec_of, decode_records, encode_record, records_bytes
 from protos import broker_pb2 as pb
 
 from .config import LogConfig
@@ -44,8 +44,8 @@ class CleanResult:
     cleaned_to: int
 
 
-def _records(batch: pb.RecordBatch) -> list[pb.Record]:
-    return list(pb.Records.FromString(records_bytes(batch)).records)
+def _records(batch: pb.RecordBatch) -> list[Record]:
+    return decode_records(records_bytes(batch), batch.record_count, f"offset {batch.base_offset}")
 
 
 async def clean(plog: PartitionLog, cfg: LogConfig, now_ms: int) -> CleanResult | None:
@@ -66,7 +66,7 @@ async def clean(plog: PartitionLog, cfg: LogConfig, now_ms: int) -> CleanResult 
         batch = plog.batch_at(h.base_offset)
         if batch is not None:
             for r in _records(batch):
-                if r.HasField("key"):
+                if r.key is not None:
                     latest[r.key] = batch.base_offset + r.offset_delta
         if i % STEP == STEP - 1:
             await asyncio.sleep(0)
@@ -80,10 +80,10 @@ async def clean(plog: PartitionLog, cfg: LogConfig, now_ms: int) -> CleanResult 
             continue
         records = _records(batch)
         kept = [r for r in records
-                if r.HasField("key") and latest.get(r.key) == batch.base_offset + r.offset_delta
-                and (r.HasField("value") or batch.base_timestamp + r.timestamp_delta >= horizon)]
+                if r.key is not None and latest.get(r.key) == batch.base_offset + r.offset_delta
+                and (r.value is not None or batch.base_timestamp + r.timestamp_delta >= horizon)]
         for r in kept:
-            if not r.HasField("value"):
+            if r.value is None:
                 oldest_tombstone = min(oldest_tombstone, batch.base_timestamp + r.timestamp_delta)
         if len(kept) < len(records):
             removed += len(records) - len(kept)
@@ -100,10 +100,10 @@ async def clean(plog: PartitionLog, cfg: LogConfig, now_ms: int) -> CleanResult 
                        sum(1 for b in replacements.values() if b is None), removed, freed, end)
 
 
-def _rewritten(batch: pb.RecordBatch, kept: list[pb.Record]) -> pb.RecordBatch:
+def _rewritten(batch: pb.RecordBatch, kept: list[Record]) -> pb.RecordBatch:
     out = pb.RecordBatch()
     out.CopyFrom(batch)
     out.record_count = len(kept)
-    out.records = compress(Codec(codec_of(batch)), pb.Records(records=kept).SerializeToString())
+    out.records = compress(Codec(codec_of(batch)), b"".join(encode_record(*r) for r in kept))
     out.crc = batch_crc(out)
     return out

@@ -27,7 +27,7 @@ from protos import broker_pb2 as pb
 from .leader_epochs import LeaderEpochCache
 from .log_store import LogStore, tp_prefix
 from .producer_state import ProducerEntry, ProducerStateManager, last_sequence
-from clients.records import NO_PRODUCER_ID, frame, records_bytes
+from clients.records import NO_PRODUCER_ID, decode_records, frame, records_bytes
 
 # A stored batch: last offset, max timestamp, producer id, epoch and base sequence; then its frame.
 _HEAD = struct.Struct(">qqqhi")
@@ -286,7 +286,7 @@ class PartitionLog:
                 batch = self.batch_at(b.base_offset)
                 if batch is None:
                     return None
-                for r in pb.Records.FromString(records_bytes(batch)).records:
+                for r in decode_records(records_bytes(batch), batch.record_count, f"partition {self.partition}"):
                     ts = batch.base_timestamp + r.timestamp_delta
                     off = batch.base_offset + r.offset_delta
                     if ts >= timestamp and off >= self.log_start_offset:

@@ -279,11 +279,14 @@ def test_acks_all_waits_for_the_isr_and_min_isr_is_checked_first(tmp_path):
     run(go())
 
 
-def test_hand_encoded_records_are_protobuf():
-    """The producer encodes records by hand for speed; the bytes must be what protobuf makes."""
+def test_records_round_trip_in_kafkas_encoding():
+    """What the producer encodes, a reader decodes, and the bytes are Kafka's DefaultRecord
+    encoding (checked against kafka-python's own reader of Kafka's batches)."""
     from hypothesis import given, settings, strategies as st
+    from kafka.record.default_records import DefaultRecordBatch
 
-    from clients.records import encode_records
+    from clients.records import build_batch, decode_records, encode_records
+    from brokerd.kafka.batches import to_wire
     blob = st.one_of(st.none(), st.binary(max_size=300))
     entry = st.tuples(blob, blob, st.integers(-(1 << 40), 1 << 40),
                       st.lists(st.tuples(st.text(max_size=5), blob), max_size=2))
@@ -292,19 +295,27 @@ def test_hand_encoded_records_are_protobuf():
     @given(st.lists(entry, min_size=1, max_size=40))
     def check(entries):
         base = entries[0][2]
-        expected = pb.Records()
-        for i, (k, v, ts, hs) in enumerate(entries):
-            r = expected.records.add(offset_delta=i, timestamp_delta=ts - base)
-            if k is not None:
-                r.key = k
-            if v is not None:
-                r.value = v
-            for hk, hv in hs:
-                h = r.headers.add(key=hk)
-                if hv is not None:
-                    h.value = hv
-        assert encode_records(entries, base) == expected.SerializeToString()
+        decoded = decode_records(encode_records(entries, base), len(entries), "t-0")
+        assert [(r.key, r.value, base + r.timestamp_delta, list(r.headers)) for r in decoded] == \
+            [(k, v, ts, [(hk, hv) for hk, hv in hs]) for k, v, ts, hs in entries]
+        batch = build_batch(entries)
+        batch.base_offset = 7
+        theirs = DefaultRecordBatch(to_wire(batch))
+        assert theirs.validate_crc()
+        assert [(r.offset, r.key, r.value, r.timestamp, [(hk, hv) for hk, hv in r.headers]) for r in theirs] == \
+            [(7 + i, k, v, ts, [(hk, hv) for hk, hv in hs]) for i, (k, v, ts, hs) in enumerate(entries)]
     check()
+
+
+def test_garbled_records_are_corrupt_not_a_crash():
+    from clients.records import decode_records, encode_records
+    good = encode_records([(b"k", b"v" * 100, 5, [("h", b"x")]), (None, None, 6, [])], 5)
+    for bad in (good[:-1], good + b"\x00", good[:10], b"\xff" * 12, b"\x02\x00\x00\x00\x7f"):
+        with pytest.raises(BrokerError) as e:
+            decode_records(bad, 2, "t-0")
+        assert e.value.code == ErrorCode.CORRUPT_MESSAGE
+    with pytest.raises(BrokerError):
+        decode_records(good, 3, "t-0")
 
 
 def test_a_follower_truncates_the_suffix_the_new_leader_never_had(tmp_path):

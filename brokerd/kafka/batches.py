@@ -1,0 +1,62 @@
+"""Record batches on Kafka's wire (RecordBatch v2, magic 2) and as stored here.
+
+A stored batch (``pb.RecordBatch``) holds Kafka's header fields and Kafka's encoded records
+(clients/records.py), so converting either way packs or unpacks the 61-byte header and
+copies the records untouched: the CRC a Kafka producer computed is the one every replica and
+consumer checks, and a fetch never decodes a record.
+"""
+from __future__ import annotations
+
+import struct
+
+from clients.errors import BrokerError, ErrorCode
+from clients.records import NO_PRODUCER_ID
+from protos import broker_pb2 as pb
+
+# baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
+# baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordsCount
+_HEAD = struct.Struct(">qiibIhiqqqhii")
+HEADER_BYTES = _HEAD.size            # 61
+_LENGTH_FIELDS = 12                  # baseOffset and batchLength precede what batchLength counts
+MAGIC = 2
+
+
+def to_wire(batch: pb.RecordBatch) -> bytes:
+    records = batch.records
+    pid = batch.producer_id if batch.HasField("producer_id") else NO_PRODUCER_ID
+    return _HEAD.pack(batch.base_offset, HEADER_BYTES - _LENGTH_FIELDS + len(records), batch.partition_leader_epoch,
+                      MAGIC, batch.crc, batch.attributes, batch.last_offset_delta, batch.base_timestamp,
+                      batch.max_timestamp, pid, batch.producer_epoch, batch.base_sequence,
+                      batch.record_count) + records
+
+
+def stored_to_wire(stored: bytes) -> bytes:
+    """A fetch answer's stored frames (a RecordBatchSet) as Kafka's concatenated batches."""
+    if not stored:
+        return b""
+    return b"".join([to_wire(b) for b in pb.RecordBatchSet.FromString(stored).batches])
+
+
+def from_wire(data: bytes, where: str) -> pb.RecordBatch:
+    """The one batch of a produce request's partition (Kafka requires exactly one since
+    Produce v3); CORRUPT_MESSAGE or INVALID_RECORD for anything else. The CRC is checked by
+    ``validate_batch`` afterwards, over the very fields Kafka's covers."""
+    if len(data) < HEADER_BYTES:
+        raise BrokerError(ErrorCode.CORRUPT_MESSAGE, f"Record batch for {where} has {len(data)} bytes, "
+                                                     f"fewer than a batch header's {HEADER_BYTES}")
+    (base_offset, length, epoch, magic, crc, attributes, last_delta, base_ts, max_ts, pid, producer_epoch,
+     base_sequence, count) = _HEAD.unpack_from(data)
+    if magic != MAGIC:
+        raise BrokerError(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                          f"Record batch for {where} has magic {magic}; only message format v2 is supported")
+    if length + _LENGTH_FIELDS != len(data):
+        raise BrokerError(ErrorCode.INVALID_RECORD,
+                          f"Produce requests with version 3 or above must contain exactly one record batch "
+                          f"(the batch for {where} is {length + _LENGTH_FIELDS} bytes of {len(data)})")
+    batch = pb.RecordBatch(base_offset=0, partition_leader_epoch=epoch, last_offset_delta=last_delta,
+                           base_timestamp=base_ts, max_timestamp=max_ts, record_count=count, crc=crc,
+                           records=data[HEADER_BYTES:], attributes=attributes, producer_epoch=producer_epoch,
+                           base_sequence=base_sequence)
+    if pid != NO_PRODUCER_ID:
+        batch.producer_id = pid
+    return batch
