@@ -13,16 +13,9 @@ NO_LEADER = -1
 
 
 def metadata_answer(image: MetadataImage, req: pb.MetadataRequest, listener: str, controller_id: int) -> pb.MetadataResponse:
-    resp = pb.MetadataResponse(cluster_id=image.cluster_id, controller_id=controller_id, metadata_offset=image.offset)
-    live = set()
-    for b in sorted(image.brokers.values(), key=lambda b: b.id):
-        if b.fenced:
-            continue
-        live.add(b.id)
-        for e in b.endpoints:
-            if e.name == listener:
-                resp.brokers.add(node_id=b.id, host=e.host, port=e.port, rack=b.rack or "")
-                break
+    resp = pb.MetadataResponse(cluster_id=image.cluster_id, controller_id=controller_id, metadata_offset=image.offset,
+                               brokers=live_brokers(image, listener))
+    live = {b.id for b in image.brokers.values() if not b.fenced}
     names = list(req.topics) or sorted(image.topics_by_name)
     for name in names:
         t = image.topics_by_name.get(name)
@@ -38,6 +31,16 @@ def metadata_answer(image: MetadataImage, req: pb.MetadataRequest, listener: str
                 partition=pid, leader=p.leader, leader_epoch=p.leader_epoch, replicas=p.replicas, isr=p.isr,
                 offline_replicas=[r for r in p.replicas if r not in live])
     return resp
+
+
+def live_brokers(image: MetadataImage, listener: str) -> list[pb.BrokerEndpoint]:
+    """The unfenced brokers, by id, with their endpoint on ``listener``."""
+    out = []
+    for b in sorted(image.brokers.values(), key=lambda b: b.id):
+        e = next((e for e in b.endpoints if e.name == listener), None)
+        if not b.fenced and e is not None:
+            out.append(pb.BrokerEndpoint(node_id=b.id, host=e.host, port=e.port, rack=b.rack or ""))
+    return out
 
 
 def replica_status(p: Partition) -> pb.ReplicaStatus:

@@ -4,7 +4,7 @@ then the broker's dynamic config, then the cluster-wide dynamic default, then th
 file, then Kafka's default)."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -54,7 +54,9 @@ _BROKER_KEY = {"retention.ms": "log.retention.ms", "retention.bytes": "log.reten
 class BrokerConfig:
     node_id: int
     rack: str
-    listener: str                       # the listener clients and other brokers use
+    listener: str                       # the gRPC listener our clients and other brokers use
+    kafka_listeners: tuple[str, ...]    # the listeners speaking Kafka's protocol (kafka.listener.names)
+    security_protocols: dict[str, str]  # listener.security.protocol.map
     heartbeat_interval_ms: int          # broker.heartbeat.interval.ms
     replica_lag_time_max_ms: int        # replica.lag.time.max.ms
     replica_fetch_wait_max_ms: int      # replica.fetch.wait.max.ms
@@ -79,17 +81,32 @@ class BrokerConfig:
     flush: FlushPolicy
     static_log: LogConfig               # log defaults from the properties file
 
+    def security_protocol(self, listener: str) -> str:
+        return self.security_protocols.get(listener, "PLAINTEXT")
+
     @classmethod
     def from_server(cls, cfg: ServerConfig) -> "BrokerConfig":
         listeners = cfg.broker_listeners()
-        name = cfg.props.get("inter.broker.listener.name", "").strip().upper() or next(iter(listeners))
+        kafka_names = {n.strip().upper() for n in cfg.props.get("kafka.listener.names", "KAFKA").split(",")}
+        kafka = tuple(n for n in listeners if n in kafka_names)
+        grpc_listeners = [n for n in listeners if n not in kafka_names]
+        if not grpc_listeners:
+            raise ConfigError(f"the broker needs a gRPC listener besides its Kafka listeners ({', '.join(kafka)}), "
+                              f"for replication and the kraft tools, e.g. PLAINTEXT://:9092")
+        name = cfg.props.get("inter.broker.listener.name", "").strip().upper() or grpc_listeners[0]
         if name not in listeners:
             raise ConfigError(f"inter.broker.listener.name={name} is not one of the broker listeners "
                               f"({', '.join(listeners)})")
+        if name in kafka:
+            raise ConfigError(f"inter.broker.listener.name={name} speaks Kafka's protocol (kafka.listener.names); "
+                              f"brokers replicate over a gRPC listener")
+        protocols = _security_protocols(cfg.props.get("listener.security.protocol.map", ""), listeners)
         return cls(
             node_id=cfg.node_id,
             rack=cfg.props.get("broker.rack", "").strip(),
             listener=name,
+            kafka_listeners=kafka,
+            security_protocols=protocols,
             heartbeat_interval_ms=cfg.int("broker.heartbeat.interval.ms", 2000, 1),
             replica_lag_time_max_ms=cfg.int("replica.lag.time.max.ms", 30000, 1),
             replica_fetch_wait_max_ms=cfg.int("replica.fetch.wait.max.ms", 500, 0),
@@ -193,3 +210,19 @@ def _retention_ms(cfg: ServerConfig) -> int:
         return -1 if minutes < 0 else minutes * 60_000
     hours = cfg.int("log.retention.hours", 168, -1)
     return -1 if hours < 0 else hours * HOUR_MS
+
+
+def _security_protocols(text: str, listeners: Iterable[str]) -> dict[str, str]:
+    """``listener.security.protocol.map`` (NAME:PROTOCOL,...); a listener it leaves out is
+    PLAINTEXT. Only PLAINTEXT is served so far: SSL and SASL are refused here, not ignored."""
+    out: dict[str, str] = {}
+    for item in filter(None, (i.strip() for i in text.split(","))):
+        name, sep, protocol = item.partition(":")
+        name, protocol = name.strip().upper(), protocol.strip().upper()
+        if not sep or not name or protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+            raise ConfigError(f"listener.security.protocol.map: {item!r} is not NAME:PLAINTEXT|SSL|SASL_PLAINTEXT|"
+                              f"SASL_SSL")
+        if protocol != "PLAINTEXT" and name in listeners:
+            raise ConfigError(f"listener {name}: security protocol {protocol} is not supported yet; only PLAINTEXT")
+        out[name] = protocol
+    return out

@@ -34,6 +34,8 @@ from .cluster_metadata import replica_status
 from .config import BrokerConfig
 from .group_coordinator import OFFSETS_TOPIC, GroupCoordinator
 from .isr import IsrManager
+from .kafka.apis import KafkaApis
+from .kafka.listener import KafkaListener
 from .lifecycle import BrokerLifecycle
 from .log_manager import LogManager
 from .metadata_checkpoint import MetadataCheckpoint
@@ -111,16 +113,26 @@ class BrokerServer:
         self.server = grpc.aio.server(options=[("grpc.max_receive_message_length", bcfg.request_max_bytes),
                                                ("grpc.max_send_message_length", 256 << 20),
                                                ("grpc.so_reuseport", 0)])
+        producer_ids = ProducerIdManager(self.client, cfg.node_id, lambda: self.lifecycle.epoch)
         add_service(self.server, broker_pb2_grpc.add_BrokerServicer_to_server,
                     BrokerService(self.rm, bcfg.listener, lambda: self.client.last_controller_id, self.describe,
-                                  ProducerIdManager(self.client, cfg.node_id, lambda: self.lifecycle.epoch),
-                                  self.groups))
+                                  producer_ids, self.groups))
+        self.kafka_listeners = []
         for name, (host, port) in cfg.listeners.items():
-            if name != cfg.controller_listener:
-                address = f"{host or '0.0.0.0'}:{port}"
-                if not add_port(self.server, address, None):
-                    raise ConfigError(f"cannot listen on {address} (listener {name}): the port is in use or the "
-                                      f"address is not local")
+            if name == cfg.controller_listener:
+                continue
+            address = f"{host or '0.0.0.0'}:{port}"
+            if name in bcfg.kafka_listeners:
+                listener = KafkaListener(name, host, port, KafkaApis(self.rm, name, self.groups, producer_ids,
+                                                                     self.client), bcfg.request_max_bytes)
+                try:
+                    await listener.start()
+                except OSError as e:
+                    raise ConfigError(f"cannot listen on {address} (listener {name}): {e.strerror}") from None
+                self.kafka_listeners.append(listener)
+            elif not add_port(self.server, address, None):
+                raise ConfigError(f"cannot listen on {address} (listener {name}): the port is in use or the "
+                                  f"address is not local")
         await self.server.start()
         try:
             await self.lifecycle.start()
@@ -172,7 +184,7 @@ class BrokerServer:
                      replication_factor)
 
     def _endpoints(self) -> list[cpb.Endpoint]:
-        return [cpb.Endpoint(name=n, host=h, port=p, security_protocol="PLAINTEXT")
+        return [cpb.Endpoint(name=n, host=h, port=p, security_protocol=self.config.security_protocol(n))
                 for n, (h, p) in self.cfg.broker_listeners().items()]
 
     def _publish(self, image: MetadataImage, changes: MetadataChanges | None) -> None:
@@ -229,7 +241,8 @@ class BrokerServer:
 
         steps = [(part("groups"), "stop"), (part("lifecycle"), "stop"), (part("fetcher"), "stop"),
                  (part("rm") and self.rm.isr, "stop"),
-                 (part("fetchers"), "stop"), (part("server"), "stop"), (part("rm") if self._started else None, "stop"),
+                 (part("fetchers"), "stop"), *((k, "stop") for k in part("kafka_listeners") or ()),
+                 (part("server"), "stop"), (part("rm") if self._started else None, "stop"),
                  (part("checkpoint") if self._started else None, "stop"), (part("logs"), "close"),
                  (part("client"), "close")]
         for obj, method in steps:

@@ -15,6 +15,7 @@ from protos import broker_pb2_grpc
 from .cluster_metadata import metadata_answer
 from clients.errors import BrokerError, ErrorCode
 from .fetch import fetch
+from .list_offsets import list_offsets
 from .log_store import StorageFailure
 from .produce import first_error, produce
 from .group_coordinator import GroupCoordinator
@@ -23,9 +24,6 @@ from .replica_manager import ReplicaManager
 
 log = logging.getLogger("brokerd.service")
 T = TypeVar("T")
-
-EARLIEST, LATEST = -2, -1
-
 
 class BrokerService(broker_pb2_grpc.BrokerServicer):
     def __init__(self, rm: ReplicaManager, listener: str, controller_id: Callable[[], int],
@@ -81,29 +79,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         return await self._guard(context, fetch(self.rm, request))
 
     async def ListOffsets(self, request: pb.ListOffsetsRequest, context: grpc.aio.ServicerContext) -> pb.ListOffsetsResponse:
-        resp = pb.ListOffsetsResponse()
-        for t in request.topics:
-            tr = resp.topics.add(name=t.name)
-            for lp in t.partitions:
-                a = tr.partitions.add(partition=lp.partition, timestamp=-1, offset=-1, leader_epoch=-1)
-                try:
-                    epoch = lp.current_leader_epoch if lp.HasField("current_leader_epoch") else None
-                    p = self.rm.leader(t.name, lp.partition, epoch)
-                    a.leader_epoch = p.leader_epoch
-                    if lp.timestamp == EARLIEST:
-                        a.offset = p.log.log_start_offset
-                    elif lp.timestamp == LATEST:
-                        a.offset = p.log.high_watermark
-                    elif lp.timestamp < 0:
-                        raise BrokerError(ErrorCode.INVALID_REQUEST, f"unsupported timestamp {lp.timestamp}: use -2 "
-                                                                     f"(earliest), -1 (latest) or a time in ms")
-                    else:
-                        found = p.log.offset_for_timestamp(lp.timestamp)
-                        if found is not None:
-                            a.offset, a.timestamp = found
-                except BrokerError as e:
-                    a.error_code, a.error_message = int(e.code), e.message
-        return resp
+        return list_offsets(self.rm, request)
 
     async def OffsetsForLeaderEpoch(self, request: pb.OffsetsForLeaderEpochRequest,
                                     context: grpc.aio.ServicerContext) -> pb.OffsetsForLeaderEpochResponse:

@@ -21,7 +21,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 class DevQuorum:
-    """Controllers 1-3 on base_port..base_port+2; brokers 101.. on the ports after them."""
+    """Controllers 1-3 on base_port..base_port+2; brokers 101.. on the ports after them (gRPC),
+    then the brokers' Kafka listeners: 3 + 2 x brokers consecutive ports in all."""
 
     def __init__(self, base_dir: str | None = None, base_port: int = 19093, *, election_timeout_ms: int = 500,
                  session_timeout_ms: int = 9000, extra: dict[str, str] | None = None, brokers: int = 0,
@@ -29,7 +30,10 @@ class DevQuorum:
         self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix="kraft-dev-"))
         self.ports = {i: base_port + i - 1 for i in (1, 2, 3)}
         self.broker_ports = {101 + i: base_port + 3 + i for i in range(brokers)}
+        self.kafka_ports = {101 + i: base_port + 3 + brokers + i for i in range(brokers)}
         self.bootstrap_servers = ",".join(f"127.0.0.1:{p}" for p in self.broker_ports.values())
+        #: what a Kafka client (librdkafka, kafka-python, ...) takes as bootstrap.servers
+        self.kafka_bootstrap_servers = ",".join(f"127.0.0.1:{p}" for p in self.kafka_ports.values())
         self.broker_extra = broker_extra or {}
         self.broker_procs: dict[int, subprocess.Popen] = {}
         self.voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in self.ports.items())
@@ -55,7 +59,9 @@ class DevQuorum:
             self.config_path(nid).write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
         for bid, port in self.broker_ports.items():
             lines = {"node.id": str(bid), "process.roles": "broker", "controller.quorum.voters": self.voters,
-                     "listeners": f"PLAINTEXT://127.0.0.1:{port}", "log.dirs": str(self.base_dir / f"broker-{bid}"),
+                     "listeners": f"PLAINTEXT://127.0.0.1:{port},KAFKA://127.0.0.1:{self.kafka_ports[bid]}",
+                     "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,KAFKA:PLAINTEXT",
+                     "log.dirs": str(self.base_dir / f"broker-{bid}"),
                      "broker.rack": f"rack-{'abc'[(bid - 101) % 3]}", "broker.heartbeat.interval.ms": "500",
                      **self.broker_extra}
             self.config_path(bid).write_text("".join(f"{k}={v}\n" for k, v in lines.items()))

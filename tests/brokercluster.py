@@ -32,12 +32,13 @@ class BrokerCluster:
                  heartbeat_ms: int = 300, broker_props: dict[str, str] | None = None,
                  controller_props: dict[str, str] | None = None) -> None:
         self.base = base_dir
-        ports = consecutive_ports(3 + brokers)
+        ports = consecutive_ports(3 + 2 * brokers)
         self.quorum = DevQuorum(str(base_dir / "quorum"), ports, election_timeout_ms=500,
                                 session_timeout_ms=session_timeout_ms,
                                 extra={"broker.heartbeat.interval.ms": str(heartbeat_ms), **(controller_props or {})})
         self.ids = [101 + i for i in range(brokers)]
         self.ports = {bid: ports + 3 + i for i, bid in enumerate(self.ids)}
+        self.kafka_ports = {bid: ports + 3 + brokers + i for i, bid in enumerate(self.ids)}
         self.heartbeat_ms = heartbeat_ms
         self.props = broker_props or {}
         self.procs: dict[int, subprocess.Popen] = {}
@@ -45,6 +46,11 @@ class BrokerCluster:
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(f"127.0.0.1:{p}" for p in self.ports.values())
+
+    @property
+    def kafka_bootstrap_servers(self) -> str:
+        """bootstrap.servers for a Kafka client: the brokers' Kafka listeners."""
+        return ",".join(f"127.0.0.1:{p}" for p in self.kafka_ports.values())
 
     def address(self, bid: int) -> str:
         return f"127.0.0.1:{self.ports[bid]}"
@@ -60,7 +66,8 @@ class BrokerCluster:
 
     def write_config(self, bid: int, **extra: str) -> Path:
         props = {"node.id": str(bid), "process.roles": "broker", "controller.quorum.voters": self.quorum.voters,
-                 "listeners": f"PLAINTEXT://127.0.0.1:{self.ports[bid]}", "log.dirs": str(self.log_dir(bid)),
+                 "listeners": f"PLAINTEXT://127.0.0.1:{self.ports[bid]},KAFKA://127.0.0.1:{self.kafka_ports[bid]}",
+                 "log.dirs": str(self.log_dir(bid)),
                  "broker.heartbeat.interval.ms": str(self.heartbeat_ms), "replica.fetch.backoff.ms": "100",
                  "metadata.log.max.snapshot.interval.ms": "500", **self.props, **extra}
         path = self.config_path(bid)

@@ -14,7 +14,7 @@ from tests.logs import assert_no_tracebacks
 
 
 def test_sigstop_of_the_active_controller_for_8_15_and_25_s_fences_no_broker(tmp_path):
-    q = DevQuorum(str(tmp_path / "q"), consecutive_ports(6), brokers=3,
+    q = DevQuorum(str(tmp_path / "q"), consecutive_ports(9), brokers=3,
                   broker_extra={"broker.heartbeat.interval.ms": "2000"})
     q.start()
 

@@ -1,0 +1,443 @@
+"""Kafka's APIs on the broker (Kafka's KafkaApis): each handler turns a request read by
+``codec`` into the broker's own request, calls the same code the gRPC service calls
+(produce, fetch, list_offsets, metadata_answer, the group coordinator, the producer id
+manager) and turns the answer into Kafka's response. Admin requests go to the active
+controller, as a KRaft broker forwards them; DescribeCluster is answered from the broker's
+metadata image, as Kafka's brokers do.
+
+``VERSIONS`` is what ApiVersions advertises: the versions today's clients negotiate and kio
+has schemas for. An API or version not listed is never sent by a client that asked, and one
+that is sent anyway closes its connection (codec.MalformedRequest).
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from clients.errors import BrokerError, ErrorCode
+from metadata.client import ControllerClient, ControllerError
+from metadata.image import MetadataImage
+from protos import broker_pb2 as pb
+from protos import controller_pb2 as cpb
+
+from ..cluster_metadata import live_brokers, metadata_answer
+from ..fetch import fetch
+from ..group_coordinator import OFFSETS_TOPIC, GroupCoordinator
+from ..list_offsets import list_offsets
+from ..produce import produce
+from ..producer_ids import ProducerIdManager
+from ..replica_manager import ReplicaManager
+from .batches import from_wire, stored_to_wire
+from .codec import RequestHeader, build, ms, response_schema
+
+log = logging.getLogger("brokerd.kafka")
+
+PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 0, 1, 2, 3, 8, 9, 10
+JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 11, 12, 13, 14, 15, 16
+API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID, DESCRIBE_CONFIGS = 18, 19, 20, 22, 32
+CREATE_PARTITIONS, DELETE_GROUPS, INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CLUSTER = 37, 42, 44, 60
+
+#: api key -> (min version, max version) served.
+VERSIONS: dict[int, tuple[int, int]] = {
+    PRODUCE: (3, 9), FETCH: (4, 12), LIST_OFFSETS: (1, 7), METADATA: (1, 12), OFFSET_COMMIT: (2, 8),
+    OFFSET_FETCH: (1, 7), FIND_COORDINATOR: (0, 4), JOIN_GROUP: (0, 9), HEARTBEAT: (0, 4), LEAVE_GROUP: (0, 5),
+    SYNC_GROUP: (0, 5), DESCRIBE_GROUPS: (0, 5), LIST_GROUPS: (0, 4), API_VERSIONS: (0, 3), CREATE_TOPICS: (2, 7),
+    DELETE_TOPICS: (1, 6), INIT_PRODUCER_ID: (0, 4), DESCRIBE_CONFIGS: (1, 4), CREATE_PARTITIONS: (0, 3),
+    DELETE_GROUPS: (0, 2), INCREMENTAL_ALTER_CONFIGS: (0, 1), DESCRIBE_CLUSTER: (0, 1),
+}
+
+NO_OPERATIONS = -2147483648          # authorized operations: not asked for
+TOPIC_CONFIG_SOURCE, BROKER_CONFIG_SOURCE, DEFAULT_CONFIG_SOURCE = 1, 4, 5
+COORDINATOR_GROUP, COORDINATOR_TRANSACTION = 0, 1
+
+
+class CloseConnection(Exception):
+    """Kafka's answer to an acks=0 produce that failed: no response, the connection closed,
+    so that the client refreshes its metadata."""
+
+
+def _uuid_bytes(u: uuid.UUID | None) -> bytes:
+    return u.bytes if u is not None and u.int else b""
+
+
+def _message(code: int, message: str) -> str | None:
+    return message if code and message else None
+
+
+class KafkaApis:
+    def __init__(self, rm: ReplicaManager, listener: str, groups: GroupCoordinator, producer_ids: ProducerIdManager,
+                 controller: ControllerClient) -> None:
+        self.rm = rm
+        self.listener = listener
+        self.groups = groups
+        self.producer_ids = producer_ids
+        self.controller = controller
+        self.handlers: dict[int, Callable[[Any, int], Awaitable[dict[str, Any] | None]]] = {
+            PRODUCE: self.produce, FETCH: self.fetch, LIST_OFFSETS: self.list_offsets, METADATA: self.metadata,
+            OFFSET_COMMIT: self.offset_commit, OFFSET_FETCH: self.offset_fetch,
+            FIND_COORDINATOR: self.find_coordinator, JOIN_GROUP: self.join_group, HEARTBEAT: self.heartbeat,
+            LEAVE_GROUP: self.leave_group, SYNC_GROUP: self.sync_group, DESCRIBE_GROUPS: self.describe_groups,
+            LIST_GROUPS: self.list_groups, API_VERSIONS: self.api_versions, CREATE_TOPICS: self.create_topics,
+            DELETE_TOPICS: self.delete_topics, INIT_PRODUCER_ID: self.init_producer_id,
+            DESCRIBE_CONFIGS: self.describe_configs, CREATE_PARTITIONS: self.create_partitions,
+            DELETE_GROUPS: self.delete_groups, INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs,
+            DESCRIBE_CLUSTER: self.describe_cluster,
+        }
+
+    @property
+    def image(self) -> MetadataImage:
+        return self.rm.image
+
+    async def handle(self, header: RequestHeader, request: Any) -> Any | None:
+        """The response entity for a request (None: no response, acks=0)."""
+        answer = await self.handlers[header.api_key](request, header.api_version)
+        if answer is None:
+            return None
+        return build(response_schema(header.api_key, header.api_version), answer)
+
+    # -- versions and metadata -------------------------------------------------------------------
+
+    async def api_versions(self, req: Any, version: int) -> dict[str, Any]:
+        return {"error_code": 0, "api_keys": api_version_list()}
+
+    async def metadata(self, req: Any, version: int) -> dict[str, Any]:
+        wanted = req.topics
+        names: list[str] = []
+        for t in wanted or ():
+            name = getattr(t, "name", None)
+            if name is None and getattr(t, "topic_id", None) is not None:
+                found = self.image.topics_by_id.get(t.topic_id)
+                name = found.name if found is not None else str(t.topic_id)
+            names.append(name or "")
+        resp = metadata_answer(self.image, pb.MetadataRequest(topics=names), self.listener, -1)
+        topics = [] if wanted is not None and not wanted else resp.topics  # [] asks for no topic; null for all
+        return {
+            "brokers": [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack or None}
+                        for b in resp.brokers],
+            "cluster_id": resp.cluster_id,
+            # Kafka clients send admin requests to the "controller"; in KRaft a broker names a live
+            # broker (itself here), which forwards them to the active controller.
+            "controller_id": self.rm.broker_id,
+            "topics": [{"error_code": t.error_code, "name": t.name, "topic_id": t.topic_id,
+                        "is_internal": t.name == OFFSETS_TOPIC,
+                        "partitions": [{"error_code": p.error_code, "partition_index": p.partition,
+                                        "leader_id": p.leader, "leader_epoch": p.leader_epoch,
+                                        "replica_nodes": list(p.replicas), "isr_nodes": list(p.isr),
+                                        "offline_replicas": list(p.offline_replicas)} for p in t.partitions]}
+                       for t in topics],
+        }
+
+    async def describe_cluster(self, req: Any, version: int) -> dict[str, Any]:
+        return {"error_code": 0, "cluster_id": self.image.cluster_id, "controller_id": self.rm.broker_id,
+                "brokers": [{"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack or None}
+                            for b in live_brokers(self.image, self.listener)]}
+
+    # -- produce, fetch, offsets ---------------------------------------------------------------
+
+    async def produce(self, req: Any, version: int) -> dict[str, Any] | None:
+        answers: dict[tuple[str, int], dict[str, Any]] = {}
+        order: list[tuple[str, int]] = []
+        ours = pb.ProduceRequest(acks=req.acks, timeout_ms=ms(req.timeout))
+        for t in req.topic_data:
+            topic = ours.topics.add(name=t.name)
+            for pd in t.partition_data:
+                order.append((t.name, pd.index))
+                try:
+                    if req.transactional_id is not None:
+                        raise BrokerError(ErrorCode.INVALID_REQUEST, "transactions are not supported")
+                    batch = from_wire(pd.records or b"", f"{t.name}-{pd.index}")
+                except BrokerError as e:
+                    answers[(t.name, pd.index)] = _produce_error(pd.index, e)
+                    continue
+                topic.partitions.add(partition=pd.index, batch=batch)
+        resp = await produce(self.rm, ours)
+        for t in resp.topics:
+            for a in t.partitions:
+                answers[(t.name, a.partition)] = {
+                    "index": a.partition, "error_code": a.error_code, "base_offset": a.base_offset,
+                    "log_start_offset": a.log_start_offset, "error_message": _message(a.error_code, a.error_message)}
+        if req.acks == 0:
+            if any(a["error_code"] for a in answers.values()):
+                raise CloseConnection(next(f"{n}-{p}: {ErrorCode.of(answers[(n, p)]['error_code']).name}"
+                                           for n, p in order if answers[(n, p)]["error_code"]))
+            return None
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for key in order:
+            by_topic.setdefault(key[0], []).append(answers[key])
+        return {"responses": [{"name": n, "partition_responses": ps} for n, ps in by_topic.items()]}
+
+    async def fetch(self, req: Any, version: int) -> dict[str, Any]:
+        if req.session_id != 0 or req.session_epoch > 0:
+            # No fetch sessions here (KIP-227): a client that names one is told it does not
+            # exist and falls back to full fetches; a new session (epoch 0) gets id 0, "none".
+            return {"error_code": int(ErrorCode.FETCH_SESSION_ID_NOT_FOUND), "session_id": 0, "responses": []}
+        ours = pb.FetchRequest(replica_id=-1, max_wait_ms=ms(req.max_wait), min_bytes=req.min_bytes,
+                               max_bytes=max(1, req.max_bytes) if version >= 3 else 0)
+        for t in req.topics:
+            ft = ours.topics.add(name=t.topic)
+            for fp in t.partitions:
+                p = ft.partitions.add(partition=fp.partition, fetch_offset=fp.fetch_offset,
+                                      log_start_offset=-1, partition_max_bytes=max(1, fp.partition_max_bytes))
+                epoch = getattr(fp, "current_leader_epoch", -1)
+                if epoch >= 0:
+                    p.current_leader_epoch = epoch
+        resp = await fetch(self.rm, ours)
+        return {"error_code": 0, "session_id": 0, "responses": [
+            {"topic": t.name, "partitions": [
+                {"partition_index": a.partition, "error_code": a.error_code, "high_watermark": a.high_watermark,
+                 "last_stable_offset": a.high_watermark, "log_start_offset": a.log_start_offset,
+                 "aborted_transactions": None,  # no transactions: none were aborted
+                 "current_leader": {"leader_id": a.leader_id, "leader_epoch": a.leader_epoch}
+                 if a.error_code else {}, "records": stored_to_wire(a.records)} for a in t.partitions]}
+            for t in resp.topics]}
+
+    async def list_offsets(self, req: Any, version: int) -> dict[str, Any]:
+        ours = pb.ListOffsetsRequest()
+        for t in req.topics:
+            lt = ours.topics.add(name=t.name)
+            for lp in t.partitions:
+                p = lt.partitions.add(partition=lp.partition_index, timestamp=ms(lp.timestamp))
+                epoch = getattr(lp, "current_leader_epoch", -1)
+                if epoch >= 0:
+                    p.current_leader_epoch = epoch
+        resp = list_offsets(self.rm, ours)
+        return {"topics": [{"name": t.name, "partitions": [
+            {"partition_index": a.partition, "error_code": a.error_code, "timestamp": a.timestamp, "offset": a.offset,
+             "leader_epoch": a.leader_epoch} for a in t.partitions]} for t in resp.topics]}
+
+    async def init_producer_id(self, req: Any, version: int) -> dict[str, Any]:
+        if req.transactional_id is not None:
+            return {"error_code": int(ErrorCode.INVALID_REQUEST), "producer_id": -1, "producer_epoch": -1}
+        ours = pb.InitProducerIdRequest()
+        pid = getattr(req, "producer_id", -1)
+        if pid >= 0:
+            ours.producer_id, ours.producer_epoch = pid, req.producer_epoch
+        resp = await self.producer_ids.init_producer_id(ours)
+        return {"error_code": resp.error_code, "producer_id": resp.producer_id if not resp.error_code else -1,
+                "producer_epoch": resp.producer_epoch if not resp.error_code else -1}
+
+    # -- groups --------------------------------------------------------------------------------
+
+    async def find_coordinator(self, req: Any, version: int) -> dict[str, Any]:
+        keys = list(req.coordinator_keys) if version >= 4 else [req.key]
+        key_type = getattr(req, "key_type", COORDINATOR_GROUP)
+        found = []
+        for key in keys:
+            if key_type != COORDINATOR_GROUP:
+                r = pb.FindCoordinatorResponse(error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                                               error_message="transactions are not supported")
+            else:
+                r = await self.groups.find_coordinator(pb.FindCoordinatorRequest(key=key), self.listener)
+            found.append({"key": key, "node_id": r.node_id if not r.error_code else -1, "host": r.host,
+                          "port": r.port if not r.error_code else -1, "error_code": r.error_code,
+                          "error_message": _message(r.error_code, r.error_message)})
+        return {"coordinators": found} if version >= 4 else found[0]
+
+    async def join_group(self, req: Any, version: int) -> dict[str, Any]:
+        ours = pb.JoinGroupRequest(group_id=req.group_id, session_timeout_ms=ms(req.session_timeout),
+                                   rebalance_timeout_ms=ms(getattr(req, "rebalance_timeout", req.session_timeout)),
+                                   member_id=req.member_id, protocol_type=req.protocol_type,
+                                   protocols=[pb.JoinGroupProtocol(name=p.name, metadata=p.metadata)
+                                              for p in req.protocols])
+        if getattr(req, "group_instance_id", None) is not None:
+            ours.group_instance_id = req.group_instance_id
+        r = await self.groups.join_group(ours)
+        return {"error_code": r.error_code, "generation_id": r.generation_id, "protocol_type": req.protocol_type,
+                "protocol_name": r.protocol_name or None, "leader": r.leader, "member_id": r.member_id,
+                "members": [{"member_id": m.member_id, "metadata": m.metadata,
+                             "group_instance_id": m.group_instance_id if m.HasField("group_instance_id") else None}
+                            for m in r.members]}
+
+    async def sync_group(self, req: Any, version: int) -> dict[str, Any]:
+        ours = pb.SyncGroupRequest(group_id=req.group_id, generation_id=req.generation_id, member_id=req.member_id,
+                                   assignments=[pb.SyncGroupAssignment(member_id=a.member_id, assignment=a.assignment)
+                                                for a in req.assignments])
+        if getattr(req, "group_instance_id", None) is not None:
+            ours.group_instance_id = req.group_instance_id
+        r = await self.groups.sync_group(ours)
+        return {"error_code": r.error_code, "assignment": r.assignment,
+                "protocol_type": getattr(req, "protocol_type", None), "protocol_name": getattr(req, "protocol_name", None)}
+
+    async def heartbeat(self, req: Any, version: int) -> dict[str, Any]:
+        ours = pb.HeartbeatRequest(group_id=req.group_id, generation_id=req.generation_id, member_id=req.member_id)
+        if getattr(req, "group_instance_id", None) is not None:
+            ours.group_instance_id = req.group_instance_id
+        return {"error_code": (await self.groups.heartbeat(ours)).error_code}
+
+    async def leave_group(self, req: Any, version: int) -> dict[str, Any]:
+        members = req.members if version >= 3 else [req]
+        ours = pb.LeaveGroupRequest(group_id=req.group_id)
+        for m in members:
+            identity = ours.members.add(member_id=m.member_id)
+            if getattr(m, "group_instance_id", None) is not None:
+                identity.group_instance_id = m.group_instance_id
+        r = await self.groups.leave_group(ours)
+        code = r.error_code
+        if version < 3 and not code and r.members:
+            code = r.members[0].error_code
+        return {"error_code": code, "members": [
+            {"member_id": m.member_id, "error_code": m.error_code,
+             "group_instance_id": m.group_instance_id if m.HasField("group_instance_id") else None} for m in r.members]}
+
+    async def offset_commit(self, req: Any, version: int) -> dict[str, Any]:
+        generation = getattr(req, "generation_id_or_member_epoch", getattr(req, "generation_id", -1))
+        ours = pb.OffsetCommitRequest(group_id=req.group_id, generation_id=generation, member_id=req.member_id)
+        if getattr(req, "group_instance_id", None) is not None:
+            ours.group_instance_id = req.group_instance_id
+        for t in req.topics:
+            ot = ours.topics.add(name=t.name)
+            for p in t.partitions:
+                ot.partitions.add(partition=p.partition_index, offset=p.committed_offset,
+                                  leader_epoch=getattr(p, "committed_leader_epoch", -1),
+                                  metadata=p.committed_metadata or "")
+        r = await self.groups.offset_commit(ours)
+        return {"topics": [{"name": t.name, "partitions": [
+            {"partition_index": p.partition, "error_code": p.error_code} for p in t.partitions]} for t in r.topics]}
+
+    async def offset_fetch(self, req: Any, version: int) -> dict[str, Any]:
+        ours = pb.OffsetFetchRequest(group_id=req.group_id)
+        for t in req.topics or ():
+            ours.topics.add(name=t.name, partitions=list(t.partition_indexes))
+        r = await self.groups.offset_fetch(ours)
+        topics = [{"name": t.name, "partitions": [
+            {"partition_index": p.partition, "committed_offset": p.offset, "committed_leader_epoch": p.leader_epoch,
+             "metadata": p.metadata, "error_code": p.error_code or r.error_code} for p in t.partitions]}
+            for t in r.topics]
+        if r.error_code and req.topics:  # the group-level error on each partition too (v1 has no other place)
+            topics = [{"name": t.name, "partitions": [
+                {"partition_index": i, "committed_offset": -1, "metadata": "", "error_code": r.error_code}
+                for i in t.partition_indexes]} for t in req.topics]
+        return {"error_code": r.error_code, "topics": topics}
+
+    async def list_groups(self, req: Any, version: int) -> dict[str, Any]:
+        r = self.groups.list_groups()
+        wanted = {s.lower() for s in getattr(req, "states_filter", ())}
+        return {"error_code": r.error_code, "groups": [
+            {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state}
+            for g in r.groups if not wanted or g.state.lower() in wanted]}
+
+    async def describe_groups(self, req: Any, version: int) -> dict[str, Any]:
+        r = self.groups.describe_groups(pb.DescribeGroupsRequest(groups=list(req.groups)))
+        return {"groups": [
+            {"error_code": g.error_code, "group_id": g.group_id, "group_state": g.state,
+             "protocol_type": g.protocol_type, "protocol_data": g.protocol, "members": [
+                 {"member_id": m.member_id, "client_id": m.client_id, "client_host": "",
+                  "member_metadata": m.metadata, "member_assignment": m.assignment,
+                  "group_instance_id": m.group_instance_id if m.HasField("group_instance_id") else None}
+                 for m in g.members]} for g in r.groups]}
+
+    async def delete_groups(self, req: Any, version: int) -> dict[str, Any]:
+        r = await self.groups.delete_groups(pb.DeleteGroupsRequest(groups=list(req.groups_names)))
+        return {"results": [{"group_id": g.group_id, "error_code": g.error_code} for g in r.results]}
+
+    # -- admin, forwarded to the active controller ---------------------------------------------
+
+    async def _forward(self, method: str, request: Any) -> tuple[Any, ErrorCode, str]:
+        try:
+            return await self.controller.call(method, request), ErrorCode.NONE, ""
+        except ControllerError as e:
+            return None, ErrorCode.of(int(e.code)), e.message
+
+    async def create_topics(self, req: Any, version: int) -> dict[str, Any]:
+        ours = cpb.CreateTopicsRequest(validate_only=req.validate_only if version >= 1 else False)
+        for t in req.topics:
+            ours.topics.add(name=t.name, num_partitions=t.num_partitions, replication_factor=t.replication_factor,
+                            assignments=[cpb.ReplicaAssignment(partition=a.partition_index, replicas=list(a.broker_ids))
+                                         for a in t.assignments],
+                            configs={c.name: c.value or "" for c in t.configs})
+        r, code, message = await self._forward("CreateTopics", ours)
+        if r is None:
+            return {"topics": [{"name": t.name, "error_code": int(code), "error_message": message}
+                               for t in req.topics]}
+        return {"topics": [{"name": t.name, "topic_id": t.topic_id, "error_code": t.error_code,
+                            "error_message": _message(t.error_code, t.error_message),
+                            "num_partitions": t.num_partitions if not t.error_code else -1,
+                            "replication_factor": t.replication_factor if not t.error_code else -1,
+                            "configs": None if t.error_code else []} for t in r.topics]}
+
+    async def delete_topics(self, req: Any, version: int) -> dict[str, Any]:
+        ours = cpb.DeleteTopicsRequest()
+        if version >= 6:
+            for t in req.topics:
+                if t.name is not None:
+                    ours.names.append(t.name)
+                else:
+                    ours.topic_ids.append(_uuid_bytes(t.topic_id))
+        else:
+            ours.names.extend(req.topic_names)
+        r, code, message = await self._forward("DeleteTopics", ours)
+        if r is None:
+            return {"responses": [{"name": n, "error_code": int(code), "error_message": message} for n in ours.names]}
+        return {"responses": [{"name": t.name, "topic_id": t.topic_id, "error_code": t.error_code,
+                               "error_message": _message(t.error_code, t.error_message)} for t in r.topics]}
+
+    async def create_partitions(self, req: Any, version: int) -> dict[str, Any]:
+        ours = cpb.CreatePartitionsRequest(validate_only=req.validate_only)
+        image = self.image
+        for t in req.topics:
+            topic = ours.topics.add(name=t.name, count=t.count)
+            existing = image.topics_by_name.get(t.name)
+            first = len(existing.partitions) if existing is not None else 0
+            for i, a in enumerate(t.assignments or ()):
+                topic.assignments.add(partition=first + i, replicas=list(a.broker_ids))
+        r, code, message = await self._forward("CreatePartitions", ours)
+        if r is None:
+            return {"results": [{"name": t.name, "error_code": int(code), "error_message": message} for t in req.topics]}
+        return {"results": [{"name": t.name, "error_code": t.error_code,
+                             "error_message": _message(t.error_code, t.error_message)} for t in r.topics]}
+
+    async def describe_configs(self, req: Any, version: int) -> dict[str, Any]:
+        ours = cpb.DescribeConfigsRequest(resources=[
+            cpb.AlterConfigsResource(resource_type=r.resource_type, resource_name=r.resource_name)
+            for r in req.resources])
+        r, code, message = await self._forward("DescribeConfigs", ours)
+        if r is None:
+            return {"results": [{"error_code": int(code), "error_message": message, "resource_type": x.resource_type,
+                                 "resource_name": x.resource_name} for x in req.resources]}
+        results = []
+        for asked, got in zip(req.resources, r.resources):
+            keys = set(asked.configuration_keys) if asked.configuration_keys is not None else None
+            source = TOPIC_CONFIG_SOURCE if got.resource_type == cpb.TOPIC else BROKER_CONFIG_SOURCE
+            results.append({
+                "error_code": got.error_code, "error_message": _message(got.error_code, got.error_message),
+                "resource_type": got.resource_type, "resource_name": got.resource_name,
+                "configs": [{"name": c.name, "value": c.value, "read_only": False, "is_sensitive": False,
+                             "is_default": c.is_default,
+                             "config_source": DEFAULT_CONFIG_SOURCE if c.is_default else source, "synonyms": []}
+                            for c in got.configs if keys is None or c.name in keys]})
+        return {"results": results}
+
+    async def incremental_alter_configs(self, req: Any, version: int) -> dict[str, Any]:
+        ours = cpb.IncrementalAlterConfigsRequest(validate_only=req.validate_only)
+        refused: dict[tuple[int, str], str] = {}
+        for res in req.resources:
+            resource = ours.resources.add(resource_type=res.resource_type, resource_name=res.resource_name)
+            for c in res.configs:
+                if c.config_operation not in (0, 1):
+                    refused[(res.resource_type, res.resource_name)] = (
+                        f"config operation {c.config_operation} (APPEND or SUBTRACT) on {c.name} is not supported; "
+                        f"use SET or DELETE")
+                resource.configs.add(name=c.name, op=c.config_operation if c.config_operation in (0, 1) else 0,
+                                     value=c.value or "")
+        if refused:
+            return {"responses": [{"error_code": int(ErrorCode.INVALID_REQUEST) if key in refused else 0,
+                                   "error_message": refused.get(key), "resource_type": key[0], "resource_name": key[1]}
+                                  for key in ((x.resource_type, x.resource_name) for x in req.resources)]}
+        r, code, message = await self._forward("IncrementalAlterConfigs", ours)
+        if r is None:
+            return {"responses": [{"error_code": int(code), "error_message": message, "resource_type": x.resource_type,
+                                   "resource_name": x.resource_name} for x in req.resources]}
+        return {"responses": [{"error_code": x.error_code, "error_message": _message(x.error_code, x.error_message),
+                               "resource_type": x.resource_type, "resource_name": x.resource_name}
+                              for x in r.resources]}
+
+
+def api_version_list() -> list[dict[str, int]]:
+    return [{"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in sorted(VERSIONS.items())]
+
+
+def _produce_error(index: int, e: BrokerError) -> dict[str, Any]:
+    return {"index": index, "error_code": int(e.code), "base_offset": -1, "log_start_offset": -1,
+            "error_message": e.message}

@@ -1,0 +1,197 @@
+"""Kafka's wire framing and message schemas.
+
+A request is ``int32 size`` then a request header (api key, api version, correlation id,
+client id, and tagged fields when the API version is flexible) then the body; a response is
+``int32 size``, the correlation id (and tagged fields when flexible, except for ApiVersions,
+whose response header is always v0 so that a client can read it before it knows our versions)
+and the body. The bodies' schemas come from ``kio``, generated from Kafka's own message JSON
+files (clients/src/main/resources/common/message), one dataclass per API version.
+
+Handlers answer with plain dicts of field names (``build``): a field the version does not
+have is left out, one it has but the dict does not is its schema default or zero, so one
+handler serves every version of its API.
+"""
+from __future__ import annotations
+
+import datetime
+import io
+import struct
+import uuid
+from dataclasses import MISSING, dataclass, fields, is_dataclass
+from functools import cache
+from types import NoneType, UnionType
+from typing import Any, get_args, get_origin
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode as KioErrorCode
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.serial import entity_reader, entity_writer
+
+API_VERSIONS_KEY = 18
+_KEY_VERSION = struct.Struct(">hh")
+_CORRELATION = struct.Struct(">ii")
+_EPOCH = datetime.datetime.fromtimestamp(0, datetime.timezone.utc)
+
+
+class MalformedRequest(Exception):
+    """A request that cannot be read: the connection it came on is closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    flexible: bool
+
+
+def peek_api(body: bytes) -> tuple[int, int]:
+    if len(body) < 8:
+        raise MalformedRequest(f"a request of {len(body)} bytes is shorter than a request header")
+    return _KEY_VERSION.unpack_from(body)
+
+
+@cache
+def request_schema(api_key: int, version: int) -> Any:
+    return load_request_schema(api_key, version)
+
+
+@cache
+def response_schema(api_key: int, version: int) -> Any:
+    return load_response_schema(api_key, version)
+
+
+@cache
+def _reader(cls: type) -> Any:
+    return entity_reader(cls)
+
+
+@cache
+def _writer(cls: type) -> Any:
+    return entity_writer(cls)
+
+
+def read_request(body: bytes, api_key: int, version: int) -> tuple[RequestHeader, Any]:
+    """The header and body of a request whose API and version we serve; MalformedRequest if
+    the bytes do not hold exactly that."""
+    cls = request_schema(api_key, version)
+    header_cls = RequestHeaderV2 if cls.__flexible__ else RequestHeaderV1
+    try:
+        header, used = _reader(header_cls)(body, 0)
+        request, size = _reader(cls)(body, used)
+    except Exception as e:  # kio raises its own errors, ValueError and UnicodeDecodeError
+        raise MalformedRequest(f"{cls.__name__} v{version} cannot be read: {type(e).__name__}: {e}") from None
+    if used + size != len(body):
+        raise MalformedRequest(f"{cls.__name__} v{version} has {len(body) - used - size} bytes after its end")
+    return RequestHeader(api_key, version, header.correlation_id, header.client_id, cls.__flexible__), request
+
+
+def correlation_id(body: bytes) -> int:
+    return _CORRELATION.unpack_from(body, 4)[0] if len(body) >= 8 else 0
+
+
+def frame_response(header: RequestHeader, response: Any) -> bytes:
+    """The response's bytes on the wire, size prefix included."""
+    out = io.BytesIO()
+    out.write(b"\0\0\0\0")
+    out.write(struct.pack(">i", header.correlation_id))
+    if header.flexible and header.api_key != API_VERSIONS_KEY:
+        out.write(b"\0")  # no tagged fields
+    _writer(type(response))(out, response)
+    data = out.getbuffer()
+    struct.pack_into(">i", data, 0, len(data) - 4)
+    return bytes(data)
+
+
+# -- building responses from dicts ----------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class _Field:
+    name: str
+    kind: str            # "entity", "entities", "value", "values"
+    target: Any          # the nested schema class, or the kafka type
+    nullable: bool
+    has_default: bool
+
+
+@cache
+def _fields(cls: type) -> tuple[_Field, ...]:
+    out = []
+    for f in fields(cls):
+        t, nullable = f.type, False
+        if get_origin(t) is UnionType:
+            args = [a for a in get_args(t) if a is not NoneType]
+            t, nullable = args[0], True
+        many = get_origin(t) is tuple
+        inner = get_args(t)[0] if many else t
+        if is_dataclass(inner):
+            kind, target = ("entities" if many else "entity"), inner
+        else:
+            kind, target = ("values" if many else "value"), f.metadata.get("kafka_type")
+        has_default = f.default is not MISSING or f.default_factory is not MISSING
+        out.append(_Field(f.name, kind, target, nullable, has_default))
+    return tuple(out)
+
+
+def _zero(f: _Field) -> Any:
+    if f.nullable:
+        return None
+    if f.kind in ("entities", "values"):
+        return ()
+    if f.kind == "entity":
+        return build(f.target, {})
+    return _value(f.target, 0 if f.target not in ("string", "bytes", "records", "bool", "uuid") else None)
+
+
+def _value(kafka_type: str, v: Any) -> Any:
+    match kafka_type:
+        case "error_code":
+            return KioErrorCode(int(v))
+        case "timedelta_i32" | "timedelta_i64":
+            return datetime.timedelta(milliseconds=v)
+        case "datetime_i64":
+            return _EPOCH + datetime.timedelta(milliseconds=v)
+        case "uuid":
+            return uuid.UUID(bytes=v) if v else uuid.UUID(int=0)
+        case "string":
+            return v if v is not None else ""
+        case "bytes" | "records":
+            return v if v is not None else b""
+        case "bool":
+            return bool(v)
+        case _:
+            return v
+
+
+def build(cls: type, data: dict[str, Any]) -> Any:
+    """An instance of schema ``cls`` from ``data`` (field name -> plain value, dicts for
+    nested entities); names ``cls`` does not have are ignored."""
+    kwargs: dict[str, Any] = {}
+    for f in _fields(cls):
+        if f.name not in data:
+            if not f.has_default:
+                kwargs[f.name] = _zero(f)
+            continue
+        v = data[f.name]
+        if v is None and f.nullable:
+            kwargs[f.name] = None
+        elif f.kind == "entities":
+            kwargs[f.name] = tuple(build(f.target, d) for d in v)
+        elif f.kind == "entity":
+            kwargs[f.name] = build(f.target, v)
+        elif f.kind == "values":
+            kwargs[f.name] = tuple(v)
+        else:
+            kwargs[f.name] = _value(f.target, v)
+    return cls(**kwargs)
+
+
+def ms(v: Any) -> int:
+    """A request field that kio reads as a timedelta or datetime, in milliseconds."""
+    if isinstance(v, datetime.timedelta):
+        return round(v.total_seconds() * 1000)
+    if isinstance(v, datetime.datetime):
+        return round(v.timestamp() * 1000)
+    return int(v)

@@ -1,0 +1,124 @@
+"""A listener that speaks Kafka's wire protocol (Kafka's SocketServer and its Processors).
+
+Each connection reads size-prefixed requests, refusing a size over ``socket.request.max.bytes``
+before reading the body, and handles them as they arrive: a client may pipeline (Kafka's
+producers keep up to five requests in flight), requests start in the order they came, and
+responses are written in that same order. At most ``MAX_IN_FLIGHT`` requests of a connection
+are pending; reading waits for the oldest to be answered. Whatever cannot be read (garbage, a
+truncated request, an API or version we did not advertise) closes that one connection with
+one log line; the broker and other connections go on.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from .apis import API_VERSIONS, VERSIONS, CloseConnection, KafkaApis, api_version_list
+from .codec import MalformedRequest, RequestHeader, build, correlation_id, frame_response, peek_api, read_request, \
+    response_schema
+
+log = logging.getLogger("brokerd.kafka")
+
+MAX_IN_FLIGHT = 16
+UNSUPPORTED_VERSION = 35
+
+
+class KafkaListener:
+    def __init__(self, name: str, host: str, port: int, apis: KafkaApis, max_request_bytes: int) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+        self.apis = apis
+        self.max_request_bytes = max_request_bytes
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        """Raises OSError when the address cannot be bound."""
+        self._server = await asyncio.start_server(self._serve, self.host or "0.0.0.0", self.port,
+                                                  reuse_address=True, limit=1 << 20)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        if self._connections:
+            await asyncio.gather(*self._connections, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        me = asyncio.current_task()
+        assert me is not None
+        self._connections.add(me)
+        peer = writer.get_extra_info("peername")
+        where = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        slots = asyncio.Semaphore(MAX_IN_FLIGHT)
+        pending: asyncio.Queue[tuple[RequestHeader, asyncio.Task[Any]] | None] = asyncio.Queue()
+        sender = asyncio.create_task(self._send(writer, pending, slots, where))
+        try:
+            while True:
+                size = int.from_bytes(await reader.readexactly(4), "big", signed=True)
+                if not 8 <= size <= self.max_request_bytes:
+                    raise MalformedRequest(f"a request of {size} bytes (socket.request.max.bytes is "
+                                           f"{self.max_request_bytes})")
+                body = await reader.readexactly(size)
+                api_key, version = peek_api(body)
+                await slots.acquire()
+                if api_key == API_VERSIONS and version > VERSIONS[API_VERSIONS][1]:
+                    # KIP-511: answer in v0 with the versions we have, so the client can pick one.
+                    header = RequestHeader(api_key, 0, correlation_id(body), None, False)
+                    answer = build(response_schema(API_VERSIONS, 0),
+                                   {"error_code": UNSUPPORTED_VERSION, "api_keys": api_version_list()})
+                    pending.put_nowait((header, asyncio.create_task(_ready(answer))))
+                    continue
+                served = VERSIONS.get(api_key)
+                if served is None or not served[0] <= version <= served[1]:
+                    raise MalformedRequest(f"api key {api_key} version {version} is not served here "
+                                           f"(ApiVersions lists what is)")
+                header, request = read_request(body, api_key, version)
+                pending.put_nowait((header, asyncio.create_task(self.apis.handle(header, request))))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the client went away, or the sender closed the connection
+        except MalformedRequest as e:
+            log.warning("closing the Kafka connection from %s on listener %s: %s", where, self.name, e)
+        except asyncio.CancelledError:
+            sender.cancel()  # the listener is stopping; this task ends here, quietly
+        finally:
+            pending.put_nowait(None)
+            if not sender.done():
+                await asyncio.shield(sender)  # answers already started are still sent
+            writer.close()
+            self._connections.discard(me)
+
+    async def _send(self, writer: asyncio.StreamWriter, pending: asyncio.Queue[Any], slots: asyncio.Semaphore,
+                    where: str) -> None:
+        """Write the answers in the order the requests came. After a failure the connection is
+        closed and what is still pending is awaited but not sent."""
+        closed = False
+        while (item := await pending.get()) is not None:
+            header, task = item
+            try:
+                answer = await task
+                if answer is not None and not closed:
+                    writer.write(frame_response(header, answer))
+                    await writer.drain()
+            except CloseConnection as e:
+                log.info("closing the Kafka connection from %s after an acks=0 produce failed: %s", where, e)
+                closed = True
+            except ConnectionError:
+                closed = True
+            except Exception as e:
+                log.error("closing the Kafka connection from %s: api key %d v%d failed: %s: %s", where,
+                          header.api_key, header.api_version, type(e).__name__, e)
+                closed = True
+            finally:
+                slots.release()
+            if closed:
+                writer.close()
+
+
+async def _ready(value: Any) -> Any:
+    return value
