@@ -88,8 +88,10 @@ class KafkaListener:
             sender.cancel()  # the listener is stopping; this task ends here, quietly
         finally:
             pending.put_nowait(None)
-            if not sender.done():
+            try:
                 await asyncio.shield(sender)  # answers already started are still sent
+            except asyncio.CancelledError:
+                sender.cancel()
             writer.close()
             self._connections.discard(me)
 
