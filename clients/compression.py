@@ -3,7 +3,8 @@ attributes, and decompression that is bounded, because a batch is untrusted inpu
 
 Codec ids are Kafka's (``CompressionType``): 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd. gzip is
 the standard library's zlib; lz4 (frame format) and zstd are the ``lz4`` and ``zstandard``
-packages; snappy is ``cramjam``'s raw snappy. Each decompressor stops at ``limit`` bytes of
+packages; snappy is ``cramjam``'s raw snappy (what librdkafka writes), and batches in the
+xerial framing that Java's and kafka-python's producers write are read too. Each decompressor stops at ``limit`` bytes of
 output: a small batch that expands without end (a decompression bomb) is refused as corrupt
 instead of filling the broker's memory.
 """
@@ -73,6 +74,8 @@ def decompress(codec: int, data: bytes, limit: int = MAX_UNCOMPRESSED_BYTES) -> 
                 raise CompressionError("the gzip stream is truncated" if len(out) <= limit else _too_big(limit))
             return _checked(out, limit)
         if codec == Codec.SNAPPY:
+            if data[:8] == _XERIAL_MAGIC:
+                return _xerial(data, limit)
             if _snappy_length(data) > limit:
                 raise CompressionError(_too_big(limit))
             return bytes(cramjam.snappy.decompress_raw(data))
@@ -91,6 +94,29 @@ def decompress(codec: int, data: bytes, limit: int = MAX_UNCOMPRESSED_BYTES) -> 
     except Exception as e:  # each library has its own error types; all mean "corrupt"
         raise CompressionError(f"the {Codec(codec).name.lower()} payload does not decompress: {e}") from None
     raise CompressionError(f"unknown compression codec {codec}")
+
+
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = 16  # magic, then int32 version and int32 compatible version
+
+
+def _xerial(data: bytes, limit: int) -> bytes:
+    """xerial's snappy-java framing: after the header, blocks of int32 length + raw snappy."""
+    out: list[bytes] = []
+    pos, total = _XERIAL_HEADER, 0
+    while pos < len(data):
+        if pos + 4 > len(data):
+            raise CompressionError("the snappy (xerial) payload ends inside a block length")
+        n = int.from_bytes(data[pos:pos + 4], "big")
+        block = data[pos + 4:pos + 4 + n]
+        if len(block) != n:
+            raise CompressionError("the snappy (xerial) payload ends inside a block")
+        total += _snappy_length(block)
+        if total > limit:
+            raise CompressionError(_too_big(limit))
+        out.append(bytes(cramjam.snappy.decompress_raw(block)))
+        pos += 4 + n
+    return b"".join(out)
 
 
 def _checked(out: bytes, limit: int) -> bytes:

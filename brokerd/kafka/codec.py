@@ -75,16 +75,15 @@ def _writer(cls: type) -> Any:
 
 def read_request(body: bytes, api_key: int, version: int) -> tuple[RequestHeader, Any]:
     """The header and body of a request whose API and version we serve; MalformedRequest if
-    the bytes do not hold exactly that."""
+    the bytes do not hold that. Bytes after the body are ignored, as Kafka's brokers ignore
+    them (librdkafka's Metadata v12 carries three)."""
     cls = request_schema(api_key, version)
     header_cls = RequestHeaderV2 if cls.__flexible__ else RequestHeaderV1
     try:
         header, used = _reader(header_cls)(body, 0)
-        request, size = _reader(cls)(body, used)
+        request, _ = _reader(cls)(body, used)
     except Exception as e:  # kio raises its own errors, ValueError and UnicodeDecodeError
         raise MalformedRequest(f"{cls.__name__} v{version} cannot be read: {type(e).__name__}: {e}") from None
-    if used + size != len(body):
-        raise MalformedRequest(f"{cls.__name__} v{version} has {len(body) - used - size} bytes after its end")
     return RequestHeader(api_key, version, header.correlation_id, header.client_id, cls.__flexible__), request
 
 

@@ -1,0 +1,268 @@
+"""A stock Kafka client against the brokers' Kafka listener, next to our own client over gRPC:
+produce and consume throughput, in the same run and the same three-broker cluster
+(replication factor 3), for the same workload.
+
+    python -m bench.kafka_clients --seconds 10 --value 256 --partitions 6
+
+Why: the Kafka listener is only worth having if real Kafka clients work through it, without
+errors and at least as fast as our own client does over gRPC; librdkafka (confluent-kafka)
+is the client most deployments use. The topics are created with confluent-kafka's AdminClient
+over the Kafka listener, so that path is exercised too.
+
+JSON lines (``system`` is ``confluent-kafka`` or ``pykraft-client``):
+- ``produce``: acks=all, idempotence on, linger.ms=5, batch.size 256 KiB, a 4 MiB buffer
+  (``BUFFER_BYTES``), ``--value``-byte
+  JSON log lines (``bench.broker.json_line``), no keys, for ``--seconds`` or ``--messages``:
+  messages/s and MB/s acknowledged (the clock stops after the final flush), delivery failures
+  (must be 0), and p50/p99 ms from a record's being queued by ``produce``/``send`` to its
+  acknowledgement, for every record (librdkafka's ``Message.latency()``; our producer's batch
+  future);
+- ``consume``: everything read back from the beginning, messages/s and MB/s, and whether the
+  count equals what was acknowledged. confluent-kafka uses a group consumer (the group APIs
+  over the Kafka listener; the clock starts at its first record, ``join_s`` is the time before
+  it); ours is ``bench.broker``'s catch-up consumer (every partition assigned, no group).
+- ``logs``: WARNING/ERROR/Traceback lines in the controllers' and brokers' logs during the run.
+
+Each row carries the issue's targets (``target_produce_msgs_per_s``,
+``target_consume_msgs_per_s``). The benchmark, 3 controllers and 3 brokers share this
+machine's cores, which bounds what is measured here.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kraft.dev_quorum import DevQuorum
+
+from .broker import MiB, _pct, json_line
+from .common import REPO, emit, free_ports
+
+TARGETS = {"target_produce_msgs_per_s": 50000, "target_consume_msgs_per_s": 100000}
+BATCH_SIZE, LINGER_MS = 262144, 5
+#: Both producers' buffer: flat out, a record waits behind a full buffer (Little's law), so the
+#: produce latency mostly measures the buffer's size; the same size on both sides compares.
+BUFFER_BYTES = 4 * MiB
+
+
+def _values(size: int) -> list[bytes]:
+    return [json_line(i, size) for i in range(1024)]
+
+
+def _row(system: str, phase: str, n: int, nbytes: int, elapsed: float, **extra: Any) -> dict[str, Any]:
+    return {"system": system, "phase": phase, "messages": n,
+            "msgs_per_s": round(n / elapsed) if elapsed else 0,
+            "MBps": round(nbytes / elapsed / 1e6, 2) if elapsed else 0, **extra, **TARGETS}
+
+
+def _produce_row(system: str, acked: int, failed: int, elapsed: float, lat: list[float],
+                 args: argparse.Namespace) -> dict[str, Any]:
+    return _row(system, "produce", acked, acked * args.value, elapsed, failed=failed,
+                p50_ms=_pct(lat, 0.5), p99_ms=_pct(lat, 0.99), acks="all", idempotence=True, linger_ms=LINGER_MS,
+                batch_size=BATCH_SIZE, buffer_bytes=BUFFER_BYTES, value_bytes=args.value, partitions=args.partitions,
+                replication_factor=3)
+
+
+def _step(args: argparse.Namespace, start: float, sent: int) -> int:
+    """How many records to send next (0: done): ``--messages`` in all, or for ``--seconds``."""
+    if args.messages:
+        return min(200, args.messages - sent)
+    return 200 if time.perf_counter() - start < args.seconds else 0
+
+
+# -- confluent-kafka over the Kafka listener ----------------------------------------------------
+
+def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
+    """Create the topics with the AdminClient, then wait until every partition has a leader."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(n, partitions, 3) for n in names], operation_timeout=30).values():
+        f.result(timeout=60)
+    deadline = time.monotonic() + 60
+    for name in names:
+        while True:
+            t = admin.list_topics(name, timeout=10).topics[name]
+            if t.error is None and len(t.partitions) == partitions and all(
+                    p.leader >= 0 and len(p.isrs) == 3 for p in t.partitions.values()):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{name}: partitions without a leader or a full ISR: {t.partitions}")
+            time.sleep(0.2)
+
+
+def confluent_produce(bootstrap: str, topic: str, args: argparse.Namespace) -> dict[str, Any]:
+    lat: list[float] = []
+    errors: list[str] = []
+
+    def delivered(err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            errors.append(str(err))
+        else:
+            lat.append(msg.latency() or 0.0)
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                  "linger.ms": LINGER_MS, "batch.size": BATCH_SIZE, "queue.buffering.max.kbytes": BUFFER_BYTES // 1024,
+                  "on_delivery": delivered})
+    values = _values(args.value)
+    sent = 0
+    start = time.perf_counter()
+    while step := _step(args, start, sent):
+        for k in range(step):
+            while True:
+                try:
+                    p.produce(topic, values[(sent + k) & 1023])
+                    break
+                except BufferError:  # the buffer is full: serve delivery callbacks until there is room
+                    p.poll(0.005)
+        sent += step
+        p.poll(0)
+    left = p.flush(120)
+    elapsed = time.perf_counter() - start
+    row = _produce_row("confluent-kafka", len(lat), len(errors) + left, elapsed, lat, args)
+    if errors:
+        row["first_error"] = errors[0]
+    return row
+
+
+def confluent_consume(bootstrap: str, topic: str, expected: int, value: int) -> dict[str, Any]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-readers", "auto.offset.reset": "earliest",
+                  "enable.auto.commit": True})
+    c.subscribe([topic])
+    n = size = 0
+    errors: list[str] = []
+    begin = time.perf_counter()
+    first = idle = 0.0
+    try:
+        while n < expected:
+            now = time.perf_counter()
+            if (first and now - idle > 10) or now - begin > 120:
+                break  # nothing for 10 s after the first record, or 2 minutes in all
+            for m in c.consume(num_messages=10000, timeout=0.5):
+                if m.error() is not None:
+                    errors.append(str(m.error()))
+                    continue
+                n += 1
+                size += len(m.value() or b"")
+            if n:
+                idle = time.perf_counter()
+                first = first or idle
+    finally:
+        c.close()
+    elapsed = idle - first if first else 0.0
+    row = _row("confluent-kafka", "consume", n, size, elapsed, expected=expected, complete=n == expected,
+               join_s=round(first - begin, 2) if first else None, errors=len(errors))
+    if errors:
+        row["first_error"] = errors[0]
+    return row
+
+
+# -- our client over gRPC ---------------------------------------------------------------------
+
+async def pykraft_produce(bootstrap: str, topic: str, args: argparse.Namespace) -> dict[str, Any]:
+    """bench.broker's producer loop, plus a latency per record: the send times are kept per
+    batch and resolved by one callback when the batch's answer comes."""
+    from clients import Producer as OurProducer
+    from clients.accumulator import RecordFuture
+
+    lat: list[float] = []
+    waiting: dict[Any, list[float]] = {}
+
+    def answered(fut: RecordFuture) -> None:
+        now = time.perf_counter()
+        times = waiting.pop(fut.batch, [])
+        if fut.exception() is None:
+            lat.extend(now - t for t in times)
+    values = _values(args.value)
+    sent = 0
+    async with OurProducer(bootstrap, acks="all", batch_size=BATCH_SIZE, linger_ms=LINGER_MS,
+                           buffer_memory=BUFFER_BYTES, enable_idempotence=True) as p:
+        send, clock = p.send, time.perf_counter
+        start = clock()
+        while step := _step(args, start, sent):
+            for k in range(step):
+                fut = await send(topic, values[(sent + k) & 1023])
+                t = clock()  # queued (a wait for buffer space is not counted, as librdkafka's latency())
+                times = waiting.get(fut.batch)
+                if times is None:
+                    times = waiting[fut.batch] = []
+                    fut.add_done_callback(answered)
+                times.append(t)
+            sent += step
+            await asyncio.sleep(0)
+        await p.flush()
+        elapsed = clock() - start
+        return _produce_row("pykraft-client", p.metrics["record-send-total"], p.metrics["record-error-total"],
+                            elapsed, lat, args)
+
+
+def pykraft_consume(bootstrap: str, topic: str, expected: int, value: int) -> dict[str, Any]:
+    """bench.broker's catch-up consumer, in its own process as bench.broker runs it."""
+    p = subprocess.run([sys.executable, "-m", "bench.broker", "--role", "catch-up", "--bootstrap", bootstrap,
+                        "--topic", topic, "--value", str(value)], cwd=REPO, capture_output=True, text=True, timeout=300,
+                       check=False)
+    if p.returncode:
+        raise RuntimeError(f"the catch-up consumer failed: {p.stderr.strip()[-2000:]}")
+    c = json.loads(p.stdout.strip().splitlines()[-1])
+    return _row("pykraft-client", "consume", c["consumed"], c["bytes"], c["elapsed"], expected=expected,
+                complete=c["consumed"] == expected)
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+_NOTEWORTHY = re.compile(r" (WARNING|ERROR|CRITICAL) |Traceback")
+
+
+def log_summary(base: Path) -> dict[str, Any]:
+    lines = [f"{f.name}: {line.strip()}" for f in sorted(base.glob("*.log"))
+             for line in f.read_text(errors="replace").splitlines() if _NOTEWORTHY.search(line)]
+    return {"system": "cluster", "phase": "logs", "noteworthy_lines": len(lines), "first": lines[:5]}
+
+
+def run(args: argparse.Namespace) -> None:
+    base = Path(tempfile.mkdtemp(prefix="kafkabench"))
+    cluster = DevQuorum(str(base), free_ports(1)[0], brokers=3, session_timeout_ms=9000,
+                        broker_extra={"broker.heartbeat.interval.ms": "1000"})
+    cluster.start()
+    try:
+        asyncio.run(cluster.wait_for_brokers(timeout=90))
+        kafka, grpc = cluster.kafka_bootstrap_servers, cluster.bootstrap_servers
+        topics = {"confluent-kafka": "bench-confluent", "pykraft-client": "bench-pykraft"}
+        create_topics(kafka, list(topics.values()), args.partitions)
+
+        row = confluent_produce(kafka, topics["confluent-kafka"], args)
+        emit(row)
+        emit(confluent_consume(kafka, topics["confluent-kafka"], row["messages"], args.value))
+
+        row = asyncio.run(pykraft_produce(grpc, topics["pykraft-client"], args))
+        emit(row)
+        emit(pykraft_consume(grpc, topics["pykraft-client"], row["messages"], args.value))
+    finally:
+        cluster.stop()
+        emit(log_summary(base))
+        if args.keep:
+            print(f"cluster directory kept: {base}", file=sys.stderr)
+        else:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=10, help="seconds of producing per client")
+    ap.add_argument("--messages", type=int, default=0, help="produce this many messages instead of --seconds")
+    ap.add_argument("--value", type=int, default=256, help="value bytes")
+    ap.add_argument("--partitions", type=int, default=6)
+    ap.add_argument("--keep", action="store_true", help="keep the cluster's directory (logs, data)")
+    run(ap.parse_args())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,256 @@
+"""The brokers' Kafka listener against librdkafka (confluent-kafka), a client nobody here
+wrote: its admin API, an idempotent acks=all producer in every codec, a group consumer that
+commits and resumes, the cluster and group descriptions; bad bytes on the socket; and kill -9
+of a partition leader under an idempotent producer (issue 15). kafka-python and aiokafka are
+in tests/test_kafka_python_clients.py."""
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import struct
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions,
+                                   NewTopic)
+
+from tests.brokercluster import BrokerCluster, running_cluster
+from tests.eventually import eventually
+
+GROUP_PROPS = {"offsets.topic.num.partitions": "3", "group.initial.rebalance.delay.ms": "0",
+               "group.min.session.timeout.ms": "1000", "socket.request.max.bytes": "1048576"}
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> Iterator[BrokerCluster]:
+    with running_cluster(tmp_path_factory.mktemp("kafka"), GROUP_PROPS) as c:
+        yield c
+
+
+def admin(c: BrokerCluster) -> AdminClient:
+    return AdminClient({"bootstrap.servers": c.kafka_bootstrap_servers})
+
+
+def create(c: BrokerCluster, name: str, partitions: int, rf: int = 3) -> None:
+    a = admin(c)  # kept: a client destroyed while its request is out fails the request
+    a.create_topics([NewTopic(name, partitions, rf)])[name].result(30)
+    asyncio.run(c.wait_topic(name, partitions))
+
+
+def producer(c: BrokerCluster, **extra: object) -> Producer:
+    return Producer({"bootstrap.servers": c.kafka_bootstrap_servers, "acks": "all", "enable.idempotence": True,
+                     "linger.ms": 5, **extra})
+
+
+def consume(c: BrokerCluster, group: str, topics: list[str], n: int, timeout: float = 60) -> tuple[Consumer, list]:
+    """A group consumer that has read ``n`` records (no fewer, and no more arrive in a second)."""
+    cons = Consumer({"bootstrap.servers": c.kafka_bootstrap_servers, "group.id": group,
+                     "auto.offset.reset": "earliest", "enable.auto.commit": False, "session.timeout.ms": 6000})
+    cons.subscribe(topics)
+    got: list = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and len(got) < n:
+        m = cons.poll(0.5)
+        if m is not None and not m.error():
+            got.append(m)
+    extra = cons.poll(1.0)
+    assert extra is None or extra.error(), f"more than {n} records: {extra.value()!r}"
+    assert len(got) == n, f"{group}: {len(got)} of {n} records within {timeout:.0f}s"
+    return cons, got
+
+
+def test_confluent_kafka_admin_produce_every_codec_consume_commit_and_resume(cluster):
+    create(cluster, "cf", 3)
+    base_ts = int(time.time() * 1000) - 60_000
+    sent: dict[bytes, tuple[bytes, list, int]] = {}
+    errors: list = []
+    for codec in CODECS:
+        p = producer(cluster, **{"compression.type": codec})
+        for i in range(40):
+            key, value = f"{codec}-{i}".encode(), os.urandom(8) + b"x" * 200
+            headers = [("codec", codec.encode()), ("i", str(i).encode()), ("null", None)]
+            sent[key] = (value, headers, base_ts + i)
+            p.produce("cf", value, key, headers=headers, timestamp=base_ts + i,
+                      on_delivery=lambda err, msg: err and errors.append(err))
+        assert p.flush(30) == 0
+    assert not errors
+
+    cons, got = consume(cluster, "cf-group", ["cf"], len(sent))
+    by_partition: dict[int, list[int]] = {}
+    for m in got:
+        value, headers, ts = sent[m.key()]
+        assert (m.value(), m.headers(), m.timestamp()[1]) == (value, headers, ts)
+        by_partition.setdefault(m.partition(), []).append(m.offset())
+    assert sorted(k for k in sent) == sorted(m.key() for m in got)
+    assert all(offs == list(range(len(offs))) for offs in by_partition.values()), by_partition
+    cons.commit(asynchronous=False)
+    committed = {tp.partition: tp.offset for tp in cons.committed([TopicPartition("cf", i) for i in range(3)], 10)}
+    assert committed == {p: len(offs) for p, offs in by_partition.items()}
+    cons.close()
+
+    p = producer(cluster)
+    for i in range(12):
+        p.produce("cf", b"after-%d" % i, b"after-%d" % i)
+    assert p.flush(30) == 0
+    cons, got = consume(cluster, "cf-group", ["cf"], 12)  # resumes at the committed offsets
+    assert sorted(m.value() for m in got) == sorted(b"after-%d" % i for i in range(12))
+    assert all(m.offset() >= committed[m.partition()] for m in got)
+
+    a = admin(cluster)
+    listed = a.list_consumer_groups().result(10)
+    assert "cf-group" in {g.group_id for g in listed.valid}
+    desc = a.describe_consumer_groups(["cf-group"])["cf-group"].result(10)
+    assert desc.group_id == "cf-group" and len(desc.members) == 1
+    assert {tp.partition for tp in desc.members[0].assignment.topic_partitions} == {0, 1, 2}
+    cons.close()
+    info = a.describe_cluster().result(10)
+    assert info.cluster_id == cluster.quorum.cluster_id
+    assert sorted(n.id for n in info.nodes) == cluster.ids
+    assert {n.port for n in info.nodes} == set(cluster.kafka_ports.values())
+
+
+def test_confluent_kafka_admin_configs_partitions_and_deletes(cluster):
+    a = admin(cluster)
+    create(cluster, "cf-admin", 1)
+    res = ConfigResource(ConfigResource.Type.TOPIC, "cf-admin",
+                         incremental_configs=[ConfigEntry("retention.ms", "123456",
+                                                          incremental_operation=AlterConfigOpType.SET)])
+    a.incremental_alter_configs([res])[res].result(10)
+    configs = a.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "cf-admin")])
+    described = next(iter(configs.values())).result(10)
+    assert described["retention.ms"].value == "123456"
+    a.create_partitions([NewPartitions("cf-admin", 3)])["cf-admin"].result(10)
+    asyncio.run(cluster.wait_topic("cf-admin", 3))
+    with pytest.raises(Exception) as e:  # Kafka's own errors come back as Kafka's errors
+        a.create_topics([NewTopic("cf-admin", 1, 3)])["cf-admin"].result(10)
+    assert e.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
+    a.delete_topics(["cf-admin"])["cf-admin"].result(10)
+    asyncio.run(eventually(lambda: "cf-admin" not in a.list_topics(timeout=5).topics, timeout=20))
+
+
+# -- bad input -----------------------------------------------------------------------------------
+
+def _request(api_key: int, version: int, body: bytes = b"", flexible: bool = False) -> bytes:
+    header = struct.pack(">hhih", api_key, version, 7, 4) + b"test" + (b"\0" if flexible else b"")
+    return struct.pack(">i", len(header) + len(body)) + header + body
+
+
+def _closed(sock: socket.socket, timeout: float = 5) -> bool:
+    sock.settimeout(timeout)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def _api_versions(port: int) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), 5) as s:
+        s.sendall(_request(18, 3, b"\x05pytk\x021\x00", flexible=True))
+        s.settimeout(5)
+        size = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))[0]
+        return s.recv(size, socket.MSG_WAITALL)
+
+
+def test_bad_bytes_close_one_connection_and_nothing_else(cluster):
+    create(cluster, "cf-bad", 1)
+    port = cluster.kafka_ports[cluster.ids[0]]
+    p = producer(cluster)
+    bad = {
+        "garbage": struct.pack(">i", 64) + os.urandom(64),
+        "over the size limit": struct.pack(">i", 1048577),
+        "unknown api key": _request(999, 0),
+        "unadvertised version": _request(0, 2),
+        "truncated Metadata": _request(3, 12, b"\x02\x04na", flexible=True),
+        "negative size": struct.pack(">i", -5),
+    }
+    for what, data in bad.items():
+        with socket.create_connection(("127.0.0.1", port), 5) as s:
+            s.sendall(data)
+            assert _closed(s), f"{what}: the connection stayed open"
+        p.produce("cf-bad", what.encode())
+    assert p.flush(30) == 0  # the broker, and another client's connection, carry on
+    answer = _api_versions(port)
+    assert struct.unpack_from(">ih", answer) == (7, 0)  # correlation id, no error
+    # A newer ApiVersions than ours is answered in v0 with our versions (KIP-511), not closed.
+    with socket.create_connection(("127.0.0.1", port), 5) as s:
+        s.sendall(_request(18, 99))
+        size = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))[0]
+        correlation, error, count = struct.unpack_from(">ihi", s.recv(size, socket.MSG_WAITALL))
+        assert (correlation, error) == (7, 35) and count > 10
+    log = cluster.log_path(cluster.ids[0]).read_text()
+    assert log.count("closing the Kafka connection") >= len(bad) - 1  # a refused size may race the close
+
+
+def test_xerial_framed_snappy_is_read():
+    """kafka-python and Java producers frame snappy the xerial way; librdkafka writes it raw."""
+    from kafka.codec import snappy_encode
+
+    from clients.compression import CompressionError, decompress
+    data = b"a log line, again and again " * 5000
+    framed = snappy_encode(data, xerial_compatible=True, xerial_blocksize=4096)
+    assert framed[:8] == b"\x82SNAPPY\x00" and decompress(2, framed) == data
+    with pytest.raises(CompressionError, match="expands past"):
+        decompress(2, framed, limit=10_000)
+    with pytest.raises(CompressionError, match="ends inside"):
+        decompress(2, framed[:-3])
+
+
+# -- faults --------------------------------------------------------------------------------------
+
+def test_idempotent_librdkafka_producer_loses_and_duplicates_nothing_when_the_leader_is_killed(cluster):
+    create(cluster, "cf-kill", 2)
+    acked: list[bytes] = []
+    failed: list = []
+    stop = threading.Event()
+
+    def delivered(err, msg) -> None:
+        (failed.append(err) if err else acked.append(msg.value()))
+
+    def run() -> None:
+        p = producer(cluster, **{"compression.type": "lz4", "message.timeout.ms": 120000})
+        i = 0
+        while not stop.is_set():
+            try:
+                p.produce("cf-kill", b"%08d" % i, b"%d" % (i % 97), on_delivery=delivered)
+                i += 1
+            except BufferError:
+                p.poll(0.05)
+                continue
+            if i % 50 == 0:
+                p.poll(0.01)
+        p.flush(120)
+
+    t = threading.Thread(target=run)
+    t.start()
+    try:
+        asyncio.run(eventually(lambda: len(acked) >= 3000, timeout=60))
+        leader = asyncio.run(cluster.describe_topic("cf-kill")).partitions[0].leader
+        cluster.kill(leader)
+        at_kill = len(acked)
+        asyncio.run(eventually(lambda: len(acked) >= at_kill + 3000, timeout=90))
+    finally:
+        stop.set()
+        t.join(150)
+    assert not failed, failed[:3]
+    cons = Consumer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "group.id": "cf-kill-reader",
+                     "auto.offset.reset": "earliest"})
+    cons.assign([TopicPartition("cf-kill", i, 0) for i in range(2)])
+    read: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(read) < len(acked) and time.monotonic() < deadline:
+        m = cons.poll(0.5)
+        if m is not None and not m.error():
+            read.append(m.value())
+    cons.close()
+    print(f"acknowledged {len(acked)}, read {len(read)} ({at_kill} before the kill of broker {leader})")
+    duplicates = [v for v, n in Counter(read).items() if n > 1]
+    assert not duplicates, f"{len(duplicates)} duplicates, e.g. {duplicates[:3]}"
+    assert set(read) == set(acked), f"{len(set(acked) - set(read))} acknowledged records lost"
+    cluster.start_broker(leader)
+    asyncio.run(cluster.wait_unfenced(timeout=60))
