@@ -430,7 +430,7 @@ async def _health_problems(cfg) -> list[str]:
 @main.command("dev-quorum")
 @click.option("--dir", "base_dir", default=None, help="where configs and data go (default: a new temp dir)")
 @click.option("--base-port", type=int, default=19093, show_default=True,
-              help="controllers listen on P..P+2, brokers on P+3...")
+              help="controllers listen on P..P+2, brokers on P+3... (gRPC), then on the ports after (Kafka)")
 @click.option("--brokers", type=int, default=3, show_default=True, help="broker processes (ids 101...)")
 def dev_quorum(base_dir: str | None, base_port: int, brokers: int) -> None:
     """Three controllers (and brokers) on loopback as processes; prints the bootstrap strings;
@@ -450,7 +450,8 @@ def dev_quorum(base_dir: str | None, base_port: int, brokers: int) -> None:
                f"active controller: node {leader}")
     click.echo(f"controllers: {q.bootstrap}")
     if brokers:
-        click.echo(f"brokers:     {q.bootstrap_servers}")
+        click.echo(f"brokers:     {q.bootstrap_servers}  (gRPC: kraft tools, clients/)")
+        click.echo(f"Kafka:       {q.kafka_bootstrap_servers}  (bootstrap.servers for any Kafka client)")
     click.echo(f"try:  kraft topics --bootstrap-controller {q.bootstrap} create --topic demo --partitions 3"
                f"{' --replication-factor 3' if brokers >= 3 else ''}")
     click.echo(f"      kraft quorum --bootstrap-controller {q.bootstrap} describe --status")
