@@ -11,12 +11,11 @@ over the Kafka listener, so that path is exercised too.
 
 JSON lines (``system`` is ``confluent-kafka`` or ``pykraft-client``):
 - ``produce``: acks=all, idempotence on, linger.ms=5, batch.size 256 KiB, a 4 MiB buffer
-  (``BUFFER_BYTES``), ``--value``-byte
-  JSON log lines (``bench.broker.json_line``), no keys, for ``--seconds`` or ``--messages``:
-  messages/s and MB/s acknowledged (the clock stops after the final flush), delivery failures
-  (must be 0), and p50/p99 ms from a record's being queued by ``produce``/``send`` to its
-  acknowledgement, for every record (librdkafka's ``Message.latency()``; our producer's batch
-  future);
+  (``BUFFER_BYTES``), ``--value``-byte JSON log lines (``bench.broker.json_line``), no keys,
+  for ``--seconds`` or ``--messages``: messages/s and MB/s acknowledged (the clock stops after
+  the final flush), delivery failures (must be 0), and p50/p99 ms from a record's being queued
+  by ``produce``/``send`` to its acknowledgement, for every record (librdkafka's
+  ``Message.latency()``; our producer's batch future);
 - ``consume``: everything read back from the beginning, messages/s and MB/s, and whether the
   count equals what was acknowledged. confluent-kafka uses a group consumer (the group APIs
   over the Kafka listener; the clock starts at its first record, ``join_s`` is the time before

@@ -24,6 +24,7 @@ COMPOSE_FILE = REPO / "deploy" / "docker-compose.yml"
 PROJECT = "kraftci"
 BOOTSTRAP = "controller-1:9093,controller-2:9093,controller-3:9093"
 SERVERS = "broker-4:9092,broker-5:9092,broker-6:9092"
+KAFKA_SERVERS = "127.0.0.1:29094,127.0.0.1:29095,127.0.0.1:29096"  # the brokers' published Kafka listeners
 LOCAL_BASE = "pykraft-base:bookworm"
 MESSAGES = 300
 T0 = time.monotonic()
@@ -125,6 +126,35 @@ def describe_quorum(service: str) -> dict[str, str]:
     return {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in out.splitlines() if ":" in line)}
 
 
+def kafka_client_round_trip(messages: int = 200) -> None:
+    """librdkafka through the brokers' published Kafka listeners, with nothing but
+    bootstrap.servers: admin create, idempotent acks=all produce, a group consumer."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    conf = {"bootstrap.servers": KAFKA_SERVERS}
+    admin = AdminClient(conf)
+    admin.create_topics([NewTopic("kafka-orders", 3, 3)])["kafka-orders"].result(60)
+    p = Producer({**conf, "acks": "all", "enable.idempotence": True, "compression.type": "zstd"})
+    sent = {f"k{i}".encode() for i in range(messages)}
+    for key in sent:
+        p.produce("kafka-orders", b"value-" + key, key)
+    if p.flush(60):
+        raise SystemExit("compose-test: the Kafka producer did not deliver everything within 60s")
+    c = Consumer({**conf, "group.id": "compose", "auto.offset.reset": "earliest"})
+    c.subscribe(["kafka-orders"])
+    got: set[bytes] = set()
+    deadline = time.monotonic() + 60
+    while got != sent and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            got.add(m.key())
+    c.close()
+    if got != sent:
+        raise SystemExit(f"compose-test: the Kafka consumer read {len(got)} of {len(sent)} messages")
+    log(f"confluent-kafka on the host: {len(sent)} messages produced and consumed via {KAFKA_SERVERS}")
+
+
 def main() -> int:
     problem = engine_problem()
     if problem:
@@ -156,6 +186,10 @@ def main() -> int:
                 produced = [f"m{i}" for i in range(MESSAGES)]
                 exec_in(brokers[0], "kraft", "console-producer", "--bootstrap-server", SERVERS, "--topic",
                         "orders", "--acks", "all", input="\n".join(produced) + "\n")
+
+        if brokers:
+            with step("a Kafka client on the host (confluent-kafka) creates, produces and consumes"):
+                kafka_client_round_trip()
 
         with step(f"stop the active controller (controller-{leader}); a new one answers"):
             compose("stop", f"controller-{leader}")

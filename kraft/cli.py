@@ -425,6 +425,20 @@ async def _health_problems(cfg) -> list[str]:
     return problems
 
 
+@main.command("broker-api-versions")
+@click.option("--bootstrap-server", required=True, help="HOST:PORT of a broker's Kafka listener")
+@click.option("--timeout", type=float, default=10.0, show_default=True, help="seconds per request")
+def broker_api_versions(bootstrap_server: str, timeout: float) -> None:
+    """The APIs and versions each broker serves to Kafka clients (kafka-broker-api-versions.sh)."""
+    from .broker_api_versions import KafkaToolError, broker_api_versions as ask
+    try:
+        lines = run(ask(bootstrap_server, timeout))
+    except (KafkaToolError, ValueError) as e:
+        fail(str(e))
+        return
+    click.echo("\n".join(lines))
+
+
 # ------------------------------------------------------------------------------- development
 
 @main.command("dev-quorum")

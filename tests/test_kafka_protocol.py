@@ -187,6 +187,47 @@ def test_bad_bytes_close_one_connection_and_nothing_else(cluster):
     assert log.count("closing the Kafka connection") >= len(bad) - 1  # a refused size may race the close
 
 
+def test_pipelined_requests_are_answered_in_order(cluster):
+    """Requests sent back to back on one connection come back in the order sent, a slow one
+    (a Fetch that long-polls) holding back the quick ones behind it."""
+    create(cluster, "cf-pipe", 1)
+    fetch = (b"\xff\xff\xff\xff" + struct.pack(">iiib", 800, 1, 1 << 20, 0) + struct.pack(">i", 1)  # Fetch v4
+             + struct.pack(">h", 7) + b"cf-pipe" + struct.pack(">iiqi", 1, 0, 0, 1 << 20))
+    frames = [_request(1, 4, fetch)] + [_request(18, 0) for _ in range(3)]
+    ids = [100, 101, 102, 103]
+    data = b"".join(f[:8] + struct.pack(">i", i) + f[12:] for f, i in zip(frames, ids))
+    port = cluster.kafka_ports[asyncio.run(cluster.describe_topic("cf-pipe")).partitions[0].leader]
+    with socket.create_connection(("127.0.0.1", port), 5) as s:
+        start = time.monotonic()
+        s.sendall(data)
+        s.settimeout(10)
+        seen = []
+        for _ in ids:
+            size = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))[0]
+            seen.append(struct.unpack_from(">i", s.recv(size, socket.MSG_WAITALL))[0])
+        assert seen == ids
+        assert time.monotonic() - start >= 0.7  # the empty fetch waited its max_wait_ms first
+
+
+def test_every_advertised_api_and_version_answers(cluster):
+    """A minimal request (every field zero or empty) of each API at each version ApiVersions
+    lists gets an answer that reads as that version's response, not a closed connection."""
+    from brokerd.kafka.apis import VERSIONS
+    from brokerd.kafka.codec import build, frame_request, read_response, request_schema
+    port = cluster.kafka_ports[cluster.ids[0]]
+    fields = {0: {"acks": 1}}  # a produce with acks=0 is not answered
+    with socket.create_connection(("127.0.0.1", port), 5) as s:
+        s.settimeout(15)
+        for key, (low, high) in sorted(VERSIONS.items()):
+            for v in range(low, high + 1):
+                request = build(request_schema(key, v), fields.get(key, {}))
+                s.sendall(frame_request(key, v, key * 100 + v, "pytest", request))
+                size = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL) or b"\0\0\0\0")[0]
+                assert size > 0, f"api {key} v{v}: the connection was closed"
+                correlation, _ = read_response(s.recv(size, socket.MSG_WAITALL), key, v)
+                assert correlation == key * 100 + v
+
+
 def test_xerial_framed_snappy_is_read():
     """kafka-python and Java producers frame snappy the xerial way; librdkafka writes it raw."""
     from kafka.codec import snappy_encode
@@ -254,3 +295,20 @@ def test_idempotent_librdkafka_producer_loses_and_duplicates_nothing_when_the_le
     assert set(read) == set(acked), f"{len(set(acked) - set(read))} acknowledged records lost"
     cluster.start_broker(leader)
     asyncio.run(cluster.wait_unfenced(timeout=60))
+
+
+def test_broker_api_versions_tool(cluster):
+    import subprocess
+    import sys
+
+    from tests.brokercluster import REPO
+    tool = [sys.executable, "-m", "kraft.cli", "broker-api-versions", "--bootstrap-server"]
+    p = subprocess.run([*tool, cluster.kafka_bootstrap_servers.split(",")[0]], cwd=REPO, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert [line.split(" ")[0] for line in p.stdout.splitlines() if "->" in line] == \
+        [f"127.0.0.1:{port}" for port in cluster.kafka_ports.values()]
+    assert p.stdout.count("\tProduce(0): 3 to 9,") == 3
+    p = subprocess.run([*tool, cluster.address(cluster.ids[0]), "--timeout", "3"], cwd=REPO, capture_output=True,
+                       text=True, timeout=60)  # a gRPC listener, not a Kafka one
+    assert p.returncode == 1 and p.stderr.count("\n") == 1 and "is it a Kafka listener?" in p.stderr, p.stderr

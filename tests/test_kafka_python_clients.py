@@ -119,9 +119,14 @@ def kp_admin_create(cluster: BrokerCluster, admin: KafkaAdminClient, topic: str)
     assert sorted(len(p["replica_nodes"]) for p in described["partitions"]) == [3, 3, 3]
 
 
-def kp_coordinator(admin: KafkaAdminClient, group: str) -> int:
-    """FindCoordinator over the Kafka listener (the admin client has no public call for it)."""
-    return admin._manager.run(admin._find_coordinator_id, group)
+def kp_coordinator(bs: str, group: str) -> int:
+    """FindCoordinator over the Kafka listener, by a new admin client (one caches the answer;
+    and the admin client has no public call for it)."""
+    admin = KafkaAdminClient(bootstrap_servers=bs, request_timeout_ms=15000)
+    try:
+        return admin._manager.run(admin._find_coordinator_id, group)
+    finally:
+        admin.close()
 
 
 def test_kafka_python_round_trip_commit_resume_and_admin(cluster: BrokerCluster) -> None:
@@ -153,7 +158,7 @@ def test_kafka_python_round_trip_commit_resume_and_admin(cluster: BrokerCluster)
             described = admin.describe_groups([group])[group]
             assert (described["group_state"], described["protocol_type"], len(described["members"])) == \
                 ("Stable", "consumer", 1), described
-            assert kp_coordinator(admin, group) in cluster.ids
+            assert kp_coordinator(bs, group) in cluster.ids
         finally:
             c.close()
         info = admin.describe_cluster()
@@ -318,12 +323,12 @@ def test_kafka_python_group_goes_on_after_its_coordinator_is_killed(cluster: Bro
             await eventually(lambda: step() or enough(), timeout, interval=0, what=what)
 
         asyncio.run(consume_until(lambda: sum(committed.values()) >= 75, 30, "a few batches consumed and committed"))
-        victim = kp_coordinator(admin, group)
+        victim = kp_coordinator(bs, group)
         cluster.kill(victim)
         sent |= kp_produce(bs, topic, "lz4", range(300, 450))
         asyncio.run(consume_until(lambda: set(sent) <= set(delivered) and committed == end_offsets(sent), 60,
                                   "every record consumed and committed after the coordinator's death"))
-        assert kp_coordinator(admin, group) != victim
+        assert kp_coordinator(bs, group) != victim
         assert commits_after_kill, "no commit succeeded after the kill"
         assert not early, f"(partition, offset, committed) delivered again below a successful commit: {early}"
         after = admin.list_group_offsets(group)[group]

@@ -169,12 +169,12 @@ class KafkaApis:
         return {"responses": [{"name": n, "partition_responses": ps} for n, ps in by_topic.items()]}
 
     async def fetch(self, req: Any, version: int) -> dict[str, Any]:
-        if req.session_id != 0 or req.session_epoch > 0:
+        if getattr(req, "session_id", 0) != 0 or getattr(req, "session_epoch", -1) > 0:  # v7+
             # No fetch sessions here (KIP-227): a client that names one is told it does not
             # exist and falls back to full fetches; a new session (epoch 0) gets id 0, "none".
             return {"error_code": int(ErrorCode.FETCH_SESSION_ID_NOT_FOUND), "session_id": 0, "responses": []}
         ours = pb.FetchRequest(replica_id=-1, max_wait_ms=ms(req.max_wait), min_bytes=req.min_bytes,
-                               max_bytes=max(1, req.max_bytes) if version >= 3 else 0)
+                               max_bytes=max(1, req.max_bytes))
         for t in req.topics:
             ft = ours.topics.add(name=t.topic)
             for fp in t.partitions:

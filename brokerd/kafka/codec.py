@@ -26,6 +26,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
 
 API_VERSIONS_KEY = 18
@@ -102,6 +103,35 @@ def frame_response(header: RequestHeader, response: Any) -> bytes:
     data = out.getbuffer()
     struct.pack_into(">i", data, 0, len(data) - 4)
     return bytes(data)
+
+
+# -- the client's side: for tools (kraft broker-api-versions) --------------------------------------
+
+def frame_request(api_key: int, version: int, correlation: int, client_id: str, request: Any) -> bytes:
+    flexible = request_schema(api_key, version).__flexible__
+    out = io.BytesIO()
+    out.write(b"\0\0\0\0")
+    header_cls = RequestHeaderV2 if flexible else RequestHeaderV1
+    _writer(header_cls)(out, header_cls(request_api_key=api_key, request_api_version=version,
+                                         correlation_id=correlation, client_id=client_id))
+    _writer(type(request))(out, request)
+    data = out.getbuffer()
+    struct.pack_into(">i", data, 0, len(data) - 4)
+    return bytes(data)
+
+
+def read_response(body: bytes, api_key: int, version: int) -> tuple[int, Any]:
+    """The correlation id and response in ``body`` (a response without its size prefix)."""
+    cls = response_schema(api_key, version)
+    try:
+        if cls.__flexible__ and api_key != API_VERSIONS_KEY:
+            header, used = _reader(ResponseHeaderV1)(body, 0)
+            correlation = header.correlation_id
+        else:
+            correlation, used = struct.unpack_from(">i", body)[0], 4
+        return correlation, _reader(cls)(body, used)[0]
+    except Exception as e:
+        raise MalformedRequest(f"{cls.__name__} v{version} cannot be read: {type(e).__name__}: {e}") from None
 
 
 # -- building responses from dicts ----------------------------------------------------------------
