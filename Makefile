@@ -13,7 +13,8 @@ STEPS  ?= 3000
 venv: $(STAMP) $(GEN)
 
 $(STAMP): pyproject.toml setup.py
-	@command -v java >/dev/null 2>&1 || ./deploy/install-java.sh
+	@command -v java >/dev/null 2>&1 || ./deploy/install-debian.sh java default-jre-headless
+	@command -v kcat >/dev/null 2>&1 || ./deploy/install-debian.sh kcat kcat
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[server,dev,analytics]'

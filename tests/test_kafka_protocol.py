@@ -312,3 +312,26 @@ def test_broker_api_versions_tool(cluster):
     p = subprocess.run([*tool, cluster.address(cluster.ids[0]), "--timeout", "3"], cwd=REPO, capture_output=True,
                        text=True, timeout=60)  # a gRPC listener, not a Kafka one
     assert p.returncode == 1 and p.stderr.count("\n") == 1 and "is it a Kafka listener?" in p.stderr, p.stderr
+
+
+def test_kcat_lists_produces_and_consumes(cluster):
+    """kcat (librdkafka's command-line client, from Debian): metadata, an idempotent lz4
+    produce with keys and headers, and a consume that prints them back."""
+    import json
+    import shutil
+    import subprocess
+    kcat = shutil.which("kcat")
+    assert kcat, "kcat is not installed (make venv installs Debian's kcat)"
+    create(cluster, "cf-kcat", 2)
+    boot = ["-b", cluster.kafka_bootstrap_servers]
+    md = json.loads(subprocess.run([kcat, *boot, "-L", "-J"], capture_output=True, text=True, timeout=30,
+                                   check=True).stdout)
+    assert sorted(b["id"] for b in md["brokers"]) == cluster.ids
+    assert {p["partition"] for t in md["topics"] if t["topic"] == "cf-kcat" for p in t["partitions"]} == {0, 1}
+    lines = [f"k{i}:v{i}" for i in range(50)]
+    subprocess.run([kcat, *boot, "-t", "cf-kcat", "-P", "-K:", "-z", "lz4", "-H", "src=kcat",
+                    "-X", "enable.idempotence=true", "-X", "acks=all"], input="\n".join(lines) + "\n",
+                   capture_output=True, text=True, timeout=60, check=True)
+    out = subprocess.run([kcat, *boot, "-t", "cf-kcat", "-C", "-e", "-o", "beginning", "-q", "-f", "%k=%s %h\n"],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    assert sorted(out.splitlines()) == sorted(f"k{i}=v{i} src=kcat" for i in range(50))

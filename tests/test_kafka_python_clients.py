@@ -326,8 +326,16 @@ def test_kafka_python_group_goes_on_after_its_coordinator_is_killed(cluster: Bro
         victim = kp_coordinator(bs, group)
         cluster.kill(victim)
         sent |= kp_produce(bs, topic, "lz4", range(300, 450))
-        asyncio.run(consume_until(lambda: set(sent) <= set(delivered) and committed == end_offsets(sent), 60,
-                                  "every record consumed and committed after the coordinator's death"))
+        try:
+            asyncio.run(consume_until(lambda: set(sent) <= set(delivered) and committed == end_offsets(sent), 60,
+                                      "every record consumed and committed after the coordinator's death"))
+        except AssertionError as e:
+            missing: dict[int, list[int]] = {}
+            for p, o in sorted(set(sent) - set(delivered)):
+                missing.setdefault(p, []).append(o)
+            raise AssertionError(f"{e}; partition: [first offset not consumed, how many] "
+                                 f"{ {p: [os[0], len(os)] for p, os in missing.items()} }; committed {committed}; "
+                                 f"the end offsets {end_offsets(sent)}") from None
         assert kp_coordinator(bs, group) != victim
         assert commits_after_kill, "no commit succeeded after the kill"
         assert not early, f"(partition, offset, committed) delivered again below a successful commit: {early}"
