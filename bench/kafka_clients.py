@@ -20,6 +20,9 @@ JSON lines (``system`` is ``confluent-kafka`` or ``pykraft-client``):
   count equals what was acknowledged. confluent-kafka uses a group consumer (the group APIs
   over the Kafka listener; the clock starts at its first record, ``join_s`` is the time before
   it); ours is ``bench.broker``'s catch-up consumer (every partition assigned, no group).
+- ``fetch_conversion``: the broker's cost per record of answering a Kafka fetch from stored
+  batches (headers packed, records untouched), beside re-encoding every record, which any
+  stored record format other than Kafka's own would need (measured in this process);
 - ``logs``: WARNING/ERROR/Traceback lines in the controllers' and brokers' logs during the run.
 
 Each row carries the issue's targets (``target_produce_msgs_per_s``,
@@ -44,6 +47,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kraft.dev_quorum import DevQuorum
+from protos import broker_pb2 as pb
 
 from .broker import MiB, _pct, json_line
 from .common import REPO, emit, free_ports
@@ -220,6 +224,32 @@ def pykraft_consume(bootstrap: str, topic: str, expected: int, value: int) -> di
 _NOTEWORTHY = re.compile(r" (WARNING|ERROR|CRITICAL) |Traceback")
 
 
+def fetch_conversion(value: int, batches: int = 200, records: int = 500) -> dict[str, Any]:
+    """What a Kafka fetch costs the broker per record, in one process: stored batches turned
+    into Kafka's wire form as done here (pack each 61-byte header in front of the stored
+    records), beside what it would cost if the stored records were in any other encoding
+    (decode every record, re-encode it Kafka's way, recompute the CRC)."""
+    from brokerd.kafka.batches import stored_to_wire
+    from clients.records import batch_crc, build_batch, decode_records, encode_record, frame
+
+    payloads = _values(value)
+    stored = b"".join(frame(build_batch([(None, payloads[i % len(payloads)], 0, ()) for i in range(records)])
+                            .SerializeToString()) for _ in range(batches))
+    n = batches * records
+    start = time.perf_counter()
+    stored_to_wire(stored)
+    header_only = time.perf_counter() - start
+    start = time.perf_counter()
+    for b in pb.RecordBatchSet.FromString(stored).batches:
+        b.records = b"".join(encode_record(*r) for r in decode_records(b.records, b.record_count, "bench"))
+        b.crc = batch_crc(b)
+    re_encoded = time.perf_counter() - start
+    return {"system": "brokerd", "phase": "fetch_conversion", "records": n, "value_bytes": value,
+            "header_only_us_per_record": round(header_only / n * 1e6, 3),
+            "re_encode_us_per_record": round(re_encoded / n * 1e6, 3),
+            "ratio": round(re_encoded / header_only, 1)}
+
+
 def log_summary(base: Path) -> dict[str, Any]:
     lines = [f"{f.name}: {line.strip()}" for f in sorted(base.glob("*.log"))
              for line in f.read_text(errors="replace").splitlines() if _NOTEWORTHY.search(line)]
@@ -227,6 +257,7 @@ def log_summary(base: Path) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> None:
+    emit(fetch_conversion(args.value))
     base = Path(tempfile.mkdtemp(prefix="kafkabench"))
     cluster = DevQuorum(str(base), free_ports(1)[0], brokers=3, session_timeout_ms=9000,
                         broker_extra={"broker.heartbeat.interval.ms": "1000"})

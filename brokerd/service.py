@@ -15,7 +15,7 @@ from protos import broker_pb2_grpc
 from .cluster_metadata import metadata_answer
 from clients.errors import BrokerError, ErrorCode
 from .fetch import fetch
-from .list_offsets import list_offsets
+from .offsets import list_offsets, offsets_for_leader_epoch
 from .log_store import StorageFailure
 from .produce import first_error, produce
 from .group_coordinator import GroupCoordinator
@@ -83,18 +83,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
     async def OffsetsForLeaderEpoch(self, request: pb.OffsetsForLeaderEpochRequest,
                                     context: grpc.aio.ServicerContext) -> pb.OffsetsForLeaderEpochResponse:
-        resp = pb.OffsetsForLeaderEpochResponse()
-        for t in request.topics:
-            tr = resp.topics.add(name=t.name, topic_id=t.topic_id)
-            for op in t.partitions:
-                a = tr.partitions.add(partition=op.partition, leader_epoch=-1, end_offset=-1)
-                try:
-                    p = self.rm.partition(t.name, op.partition, t.topic_id)
-                    p.check_leader(op.current_leader_epoch if op.HasField("current_leader_epoch") else None)
-                    a.leader_epoch, a.end_offset = p.log.end_offset_for_epoch(op.leader_epoch)
-                except BrokerError as e:
-                    a.error_code, a.error_message = int(e.code), e.message
-        return resp
+        return offsets_for_leader_epoch(self.rm, request)
 
     async def Metadata(self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext) -> pb.MetadataResponse:
         return metadata_answer(self.rm.image, request, self.listener, self.controller_id())

@@ -16,9 +16,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka import TopicPartition as ATP
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin import NewTopic as ANewTopic
-from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata
 from kafka.admin import KafkaAdminClient, NewTopic
-from kafka.codec import has_snappy
 from kafka.errors import KafkaError
 
 from clients import Consumer, Producer
@@ -168,9 +167,8 @@ def test_kafka_python_round_trip_commit_resume_and_admin(cluster: BrokerCluster)
         admin.close()
 
 
-@pytest.mark.skipif(not has_snappy(), reason="kafka-python's snappy needs python-snappy, not installed here "
-                                             "(aiokafka's snappy, through cramjam, is tested below)")
 def test_kafka_python_snappy(cluster: BrokerCluster) -> None:
+    """kafka-python frames snappy the xerial way (python-snappy, a dev dependency)."""
     topic = "kp-snappy"
     asyncio.run(cluster.create_topic(topic, partitions=3, rf=3))
     sent = kp_produce(cluster.kafka_bootstrap_servers, topic, "snappy", range(30))

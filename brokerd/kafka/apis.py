@@ -25,7 +25,7 @@ from protos import controller_pb2 as cpb
 from ..cluster_metadata import live_brokers, metadata_answer
 from ..fetch import fetch
 from ..group_coordinator import OFFSETS_TOPIC, GroupCoordinator
-from ..list_offsets import list_offsets
+from ..offsets import list_offsets, offsets_for_leader_epoch
 from ..produce import produce
 from ..producer_ids import ProducerIdManager
 from ..replica_manager import ReplicaManager
@@ -36,7 +36,8 @@ log = logging.getLogger("brokerd.kafka")
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 0, 1, 2, 3, 8, 9, 10
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 11, 12, 13, 14, 15, 16
-API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID, DESCRIBE_CONFIGS = 18, 19, 20, 22, 32
+API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH = 18, 19, 20, 22, 23
+DESCRIBE_CONFIGS = 32
 CREATE_PARTITIONS, DELETE_GROUPS, INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CLUSTER = 37, 42, 44, 60
 
 #: api key -> (min version, max version) served.
@@ -44,7 +45,7 @@ VERSIONS: dict[int, tuple[int, int]] = {
     PRODUCE: (3, 9), FETCH: (4, 12), LIST_OFFSETS: (1, 6), METADATA: (1, 12), OFFSET_COMMIT: (2, 8),
     OFFSET_FETCH: (1, 7), FIND_COORDINATOR: (0, 4), JOIN_GROUP: (0, 9), HEARTBEAT: (0, 4), LEAVE_GROUP: (0, 5),
     SYNC_GROUP: (0, 5), DESCRIBE_GROUPS: (0, 5), LIST_GROUPS: (0, 4), API_VERSIONS: (0, 3), CREATE_TOPICS: (2, 7),
-    DELETE_TOPICS: (1, 6), INIT_PRODUCER_ID: (0, 4), DESCRIBE_CONFIGS: (1, 4), CREATE_PARTITIONS: (0, 3),
+    DELETE_TOPICS: (1, 6), INIT_PRODUCER_ID: (0, 4), OFFSET_FOR_LEADER_EPOCH: (2, 4), DESCRIBE_CONFIGS: (1, 4), CREATE_PARTITIONS: (0, 3),
     DELETE_GROUPS: (0, 2), INCREMENTAL_ALTER_CONFIGS: (0, 1), DESCRIBE_CLUSTER: (0, 1),
 }
 
@@ -81,6 +82,7 @@ class KafkaApis:
             LEAVE_GROUP: self.leave_group, SYNC_GROUP: self.sync_group, DESCRIBE_GROUPS: self.describe_groups,
             LIST_GROUPS: self.list_groups, API_VERSIONS: self.api_versions, CREATE_TOPICS: self.create_topics,
             DELETE_TOPICS: self.delete_topics, INIT_PRODUCER_ID: self.init_producer_id,
+            OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
             DESCRIBE_CONFIGS: self.describe_configs, CREATE_PARTITIONS: self.create_partitions,
             DELETE_GROUPS: self.delete_groups, INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs,
             DESCRIBE_CLUSTER: self.describe_cluster,
@@ -206,6 +208,21 @@ class KafkaApis:
         return {"topics": [{"name": t.name, "partitions": [
             {"partition_index": a.partition, "error_code": a.error_code, "timestamp": a.timestamp, "offset": a.offset,
              "leader_epoch": a.leader_epoch} for a in t.partitions]} for t in resp.topics]}
+
+    async def offset_for_leader_epoch(self, req: Any, version: int) -> dict[str, Any]:
+        """A consumer validating its position after a leader change (KIP-320): where its
+        epoch ends on the current leader (followers replicate over gRPC, not here)."""
+        ours = pb.OffsetsForLeaderEpochRequest(replica_id=-1)
+        for t in req.topics:
+            ot = ours.topics.add(name=t.topic)
+            for p in t.partitions:
+                op = ot.partitions.add(partition=p.partition, leader_epoch=p.leader_epoch)
+                if p.current_leader_epoch >= 0:
+                    op.current_leader_epoch = p.current_leader_epoch
+        resp = offsets_for_leader_epoch(self.rm, ours)
+        return {"topics": [{"topic": t.name, "partitions": [
+            {"error_code": a.error_code, "partition": a.partition, "leader_epoch": a.leader_epoch,
+             "end_offset": a.end_offset} for a in t.partitions]} for t in resp.topics]}
 
     async def init_producer_id(self, req: Any, version: int) -> dict[str, Any]:
         if req.transactional_id is not None:

@@ -21,20 +21,27 @@ _LENGTH_FIELDS = 12                  # baseOffset and batchLength precede what b
 MAGIC = 2
 
 
-def to_wire(batch: pb.RecordBatch) -> bytes:
-    records = batch.records
+def _header(batch: pb.RecordBatch, records: bytes) -> bytes:
     pid = batch.producer_id if batch.HasField("producer_id") else NO_PRODUCER_ID
     return _HEAD.pack(batch.base_offset, HEADER_BYTES - _LENGTH_FIELDS + len(records), batch.partition_leader_epoch,
                       MAGIC, batch.crc, batch.attributes, batch.last_offset_delta, batch.base_timestamp,
-                      batch.max_timestamp, pid, batch.producer_epoch, batch.base_sequence,
-                      batch.record_count) + records
+                      batch.max_timestamp, pid, batch.producer_epoch, batch.base_sequence, batch.record_count)
+
+
+def to_wire(batch: pb.RecordBatch) -> bytes:
+    records = batch.records
+    return _header(batch, records) + records
 
 
 def stored_to_wire(stored: bytes) -> bytes:
     """A fetch answer's stored frames (a RecordBatchSet) as Kafka's concatenated batches."""
     if not stored:
         return b""
-    return b"".join([to_wire(b) for b in pb.RecordBatchSet.FromString(stored).batches])
+    parts = []
+    for b in pb.RecordBatchSet.FromString(stored).batches:
+        records = b.records
+        parts += (_header(b, records), records)
+    return b"".join(parts)
 
 
 def from_wire(data: bytes, where: str) -> pb.RecordBatch:

@@ -1,5 +1,8 @@
-"""ListOffsets (Kafka's ReplicaManager.fetchOffset): the earliest offset, the latest (the high
-watermark: what a consumer can read) or the first offset at or after a time, from the leader."""
+"""Where offsets lie in a leader's log, for both front ends: ListOffsets (Kafka's
+ReplicaManager.fetchOffset: the earliest offset, the latest, that is the high watermark a
+consumer can read to, or the first offset at or after a time) and OffsetsForLeaderEpoch
+(KIP-101/279: where an epoch ends, for a follower truncating its log and for a consumer
+validating its position after a leader change, KIP-320)."""
 from __future__ import annotations
 
 from clients.errors import BrokerError, ErrorCode
@@ -31,6 +34,22 @@ def list_offsets(rm: ReplicaManager, request: pb.ListOffsetsRequest) -> pb.ListO
                     found = p.log.offset_for_timestamp(lp.timestamp)
                     if found is not None:
                         a.offset, a.timestamp = found
+            except BrokerError as e:
+                a.error_code, a.error_message = int(e.code), e.message
+    return resp
+
+
+def offsets_for_leader_epoch(rm: ReplicaManager, request: pb.OffsetsForLeaderEpochRequest
+                             ) -> pb.OffsetsForLeaderEpochResponse:
+    resp = pb.OffsetsForLeaderEpochResponse()
+    for t in request.topics:
+        tr = resp.topics.add(name=t.name, topic_id=t.topic_id)
+        for op in t.partitions:
+            a = tr.partitions.add(partition=op.partition, leader_epoch=-1, end_offset=-1)
+            try:
+                p = rm.partition(t.name, op.partition, t.topic_id)
+                p.check_leader(op.current_leader_epoch if op.HasField("current_leader_epoch") else None)
+                a.leader_epoch, a.end_offset = p.log.end_offset_for_epoch(op.leader_epoch)
             except BrokerError as e:
                 a.error_code, a.error_message = int(e.code), e.message
     return resp
