@@ -113,12 +113,13 @@ class KafkaApis:
                 found = self.image.topics_by_id.get(t.topic_id)
                 name = found.name if found is not None else str(t.topic_id)
             names.append(name or "")
-        resp = metadata_answer(self.image, pb.MetadataRequest(topics=names), self.listener, -1)
-        topics = [] if wanted is not None and not wanted else resp.topics  # [] asks for no topic; null for all
+        # null asks for every topic, [] for none (a client that wants only the brokers)
+        topics = metadata_answer(self.image, pb.MetadataRequest(topics=names), self.listener, -1).topics \
+            if wanted is None or wanted else []
         return {
             "brokers": [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack or None}
-                        for b in resp.brokers],
-            "cluster_id": resp.cluster_id,
+                        for b in live_brokers(self.image, self.listener)],
+            "cluster_id": self.image.cluster_id,
             # Kafka clients send admin requests to the "controller"; in KRaft a broker names a live
             # broker (itself here), which forwards them to the active controller.
             "controller_id": self.rm.broker_id,
