@@ -13,28 +13,14 @@ import grpc
 
 from protos import broker_pb2 as pb
 
-from .cluster_view import BrokerResponseError, ClientError, ClusterView, Connections, parse_bootstrap
+from .admin import EARLIEST, LATEST, Admin, TopicPartition
+from .cluster_view import BrokerResponseError, ClientError
 from .consumer_coordinator import ConsumerCoordinator
 from .errors import ErrorCode
 from .group_protocol import decode_assignment
 
-TopicPartition = tuple[str, int]
-EARLIEST, LATEST = -2, -1
-
-
-class _Admin:
-    def __init__(self, bootstrap: str) -> None:
-        self.connections = Connections()
-        self.cluster = ClusterView(parse_bootstrap(bootstrap), self.connections)
-
-    async def __aenter__(self) -> "_Admin":
-        self.cluster.start()
-        await self.cluster.refresh()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.cluster.close()
-        await self.connections.close()
+class _Admin(Admin):
+    """The cluster view plus the group requests the tool makes."""
 
     def group(self, group_id: str) -> ConsumerCoordinator:
         return ConsumerCoordinator(group_id, self.cluster, self.connections, client_id="consumer-groups",
@@ -53,35 +39,9 @@ class _Admin:
                 out[g.group_id] = g
         return [out[k] for k in sorted(out)]
 
-    async def offsets(self, tps: list[TopicPartition], which: int) -> dict[TopicPartition, int]:
+    async def offsets(self, tps: list[TopicPartition], which: int) -> dict[TopicPartition, int]:  # type: ignore[override]
         """Log start (-2) or high watermark (-1) offsets from the partitions' leaders."""
-        by_leader: dict[int, list[TopicPartition]] = {}
-        for tp in tps:
-            self.cluster.add(tp[0])
-            await self.cluster.wait_on_metadata(tp[0], tp[1], 10000)
-            leader = self.cluster.leader_for(*tp)
-            if leader is None:
-                raise ClientError(f"partition {tp[0]}-{tp[1]} has no leader")
-            by_leader.setdefault(leader, []).append(tp)
-        out = {}
-        for leader, group in by_leader.items():
-            req = pb.ListOffsetsRequest()
-            topics: dict[str, pb.ListOffsetsTopic] = {}
-            for t, p in group:
-                (topics.get(t) or topics.setdefault(t, req.topics.add(name=t))).partitions.add(partition=p,
-                                                                                            timestamp=which)
-            r = await self.connections.stub(self.cluster.brokers[leader]).ListOffsets(req, timeout=10)
-            for t in r.topics:
-                for a in t.partitions:
-                    if a.error_code:
-                        raise BrokerResponseError(ErrorCode.of(a.error_code), a.error_message)
-                    out[(t.name, a.partition)] = a.offset
-        return out
-
-    async def partitions_of(self, topic: str) -> list[TopicPartition]:
-        self.cluster.add(topic)
-        await self.cluster.wait_on_metadata(topic, None, 10000)
-        return [(topic, p) for p in range(self.cluster.partition_count(topic) or 0)]
+        return {tp: offset for tp, (offset, _) in (await super().offsets({tp: which for tp in tps})).items()}
 
 
 def _table(rows: list[list[Any]]) -> str:

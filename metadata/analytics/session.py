@@ -51,7 +51,8 @@ def under_spark_submit() -> bool:
 
 
 def start(master: str | None = None, app_name: str = APP_NAME) -> SparkSession:
-    """A SparkSession with the ``kraft`` data source registered. ``master`` None means
+    """A SparkSession with the ``kraft`` (metadata) and ``kraft-topic`` (topics, clients.spark)
+    data sources registered. ``master`` None means
     ``local[*]``, or whatever spark-submit was given."""
     if not under_spark_submit():
         find_java()
@@ -82,9 +83,12 @@ def start(master: str | None = None, app_name: str = APP_NAME) -> SparkSession:
     except Exception as e:  # the JVM did not start: say why in one line
         raise AnalyticsError(f"Spark could not start: {first_line(e)}") from None
     spark.sparkContext.setLogLevel("WARN")
+    from clients.spark import register as register_topics
+
     from .source import register
 
     register(spark)
+    register_topics(spark)
     # The master spark-submit was given is only known now.
     if local_master(spark.sparkContext.master):
         spark.conf.set("spark.sql.shuffle.partitions", str(2 * (os.cpu_count() or 1)))
@@ -104,13 +108,14 @@ def local_master(master: str | None) -> bool:
 
 def ship_code(spark: SparkSession) -> None:
     """Send this project's packages to the executors (a cluster's Python workers do not
-    have them); their dependencies (protobuf, immutables, pyarrow) must be installed there."""
+    have them); their dependencies (protobuf, immutables, pyarrow, and for topics grpcio, crc32c
+    and the codecs) must be installed there."""
     root = Path(__file__).resolve().parents[2]
     folder = tempfile.mkdtemp(prefix="kraft-analytics-")
     atexit.register(shutil.rmtree, folder, ignore_errors=True)  # served until the driver ends
     archive = Path(folder) / "pykraft.zip"
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as z:
-        for package in ("metadata", "protos", "raft"):
+        for package in ("metadata", "protos", "raft", "clients"):
             for path in sorted((root / package).rglob("*.py")):
                 z.write(path, path.relative_to(root).as_posix())
     spark.sparkContext.addPyFile(str(archive))

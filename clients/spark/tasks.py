@@ -1,0 +1,139 @@
+"""What a Spark task does: read one offset range with the consumer, as Arrow record batches in
+the Kafka source's schema; or write its rows with the idempotent producer (acks=all).
+
+Tasks run in Spark's Python workers, which are plain synchronous code and serve one task after
+another, so the asyncio clients run on one event loop per process that is never closed: gRPC's
+asyncio support binds itself to the first loop it meets in a process."""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any, Awaitable, TypeVar
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType,
+                               TimestampType)
+
+from ..cluster_view import ClientError
+from ..consumer import Consumer
+from ..producer import Producer
+from ..records import ConsumerRecord
+from .options import TopicSourceError
+from .ranges import OffsetRange
+
+T = TypeVar("T")
+BATCH_ROWS = 8192
+_loop: asyncio.AbstractEventLoop | None = None
+
+
+def run(work: Awaitable[T]) -> T:
+    """``work`` to completion on this process's event loop."""
+    global _loop
+    if _loop is None:
+        _loop = asyncio.new_event_loop()
+    return _loop.run_until_complete(work)
+CREATE_TIME = 0  # timestampType: Kafka's CreateTime
+#: Spark's Kafka source schema (spark-sql-kafka), headers included.
+SCHEMA = StructType([
+    StructField("key", BinaryType(), True),
+    StructField("value", BinaryType(), True),
+    StructField("topic", StringType(), False),
+    StructField("partition", IntegerType(), False),
+    StructField("offset", LongType(), False),
+    StructField("timestamp", TimestampType(), False),
+    StructField("timestampType", IntegerType(), False),
+    StructField("headers", ArrayType(StructType([StructField("key", StringType(), False),
+                                                 StructField("value", BinaryType(), True)]), False), True),
+])
+ARROW_SCHEMA = to_arrow_schema(SCHEMA, timezone="UTC")
+_TYPES = [f.type for f in ARROW_SCHEMA]
+
+
+def _batch(records: list[ConsumerRecord]) -> pa.RecordBatch:
+    columns = ([r.key for r in records], [r.value for r in records], [r.topic for r in records],
+               [r.partition for r in records], [r.offset for r in records], [r.timestamp * 1000 for r in records],
+               [CREATE_TIME] * len(records), [[{"key": k, "value": v} for k, v in r.headers] for r in records])
+    return pa.RecordBatch.from_arrays([pa.array(c, t) for c, t in zip(columns, _TYPES)], schema=ARROW_SCHEMA)
+
+
+def read_range(bootstrap: str, r: OffsetRange, *, fail_on_data_loss: bool, poll_timeout_ms: int
+               ) -> Iterator[pa.RecordBatch]:
+    """The records of ``r`` from the partition's leader, in offset order (a compacted topic
+    has gaps). Offsets retention has removed fail the task with ``fail_on_data_loss``, and
+    are skipped without it."""
+    if r.end <= r.start:
+        return
+    consumer = Consumer(bootstrap, auto_offset_reset="none" if fail_on_data_loss else "earliest",
+                        enable_auto_commit=False, max_poll_records=BATCH_ROWS, max_partition_fetch_bytes=8 << 20)
+    tp = (r.topic, r.partition)
+    try:
+        run(consumer.start())
+        run(consumer.assign([tp]))
+        consumer.seek(r.topic, r.partition, r.start)
+        pending: list[ConsumerRecord] = []
+        progress = time.monotonic()
+        while True:
+            position = consumer.position(*tp)
+            if position is not None and position >= r.end:
+                break
+            got = run(consumer.poll(1000))
+            if got:
+                progress = time.monotonic()
+                pending += [x for x in got if x.offset < r.end]
+                if len(pending) >= BATCH_ROWS:
+                    yield _batch(pending)
+                    pending = []
+            elif time.monotonic() - progress > poll_timeout_ms / 1000:
+                raise TopicSourceError(f"no record of {r.topic}-{r.partition} at offsets {position}..{r.end} "
+                                       f"arrived within {poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs)")
+        if pending:
+            yield _batch(pending)
+    except TopicSourceError:
+        raise
+    except ClientError as e:
+        if "out of range" in str(e):
+            raise TopicSourceError(
+                f"offsets {r.start} to {r.end} of {r.topic}-{r.partition} are no longer in the log (retention "
+                f"removed them, or the topic was deleted and created again); set failOnDataLoss=false to skip "
+                f"what is gone") from None
+        raise TopicSourceError(f"reading {r.topic}-{r.partition}: {e}") from None
+    finally:
+        run(consumer.close())
+
+
+def _bytes(v: Any) -> bytes | None:
+    if v is None or isinstance(v, bytes):
+        return v
+    if isinstance(v, str):
+        return v.encode()
+    return bytes(v)
+
+
+def write_rows(bootstrap: str, rows: Iterator[Any], topic: str | None, producer_options: dict[str, Any]) -> int:
+    """Send each row (columns key, value, topic, partition, headers as Spark's Kafka sink has
+    them) with the idempotent producer, acks=all; returns how many, once all are acknowledged.
+    A row without a topic (no column, no ``topic`` option) fails the task."""
+    async def send() -> int:
+        n = 0
+        async with Producer(bootstrap, acks="all", **producer_options) as p:
+            futures = []
+            for row in rows:
+                d = row.asDict() if hasattr(row, "asDict") else dict(row)
+                name = topic or d.get("topic")  # the option wins, as in Spark's Kafka sink
+                if not name:
+                    raise TopicSourceError("a row has no topic: give a 'topic' column or the 'topic' option")
+                headers = [(h["key"], _bytes(h["value"])) for h in d.get("headers") or ()]
+                futures.append(await p.send(name, _bytes(d.get("value")), _bytes(d.get("key")),
+                                            partition=d.get("partition"), headers=headers))
+                n += 1
+            await p.flush()
+            for f in futures:
+                await f
+        return n
+
+    try:
+        return run(send())
+    except ClientError as e:
+        raise TopicSourceError(f"writing to the brokers failed: {e}") from None
