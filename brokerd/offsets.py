@@ -23,6 +23,14 @@ def list_offsets(rm: ReplicaManager, request: pb.ListOffsetsRequest) -> pb.ListO
                 epoch = lp.current_leader_epoch if lp.HasField("current_leader_epoch") else None
                 p = rm.leader(t.name, lp.partition, epoch)
                 a.leader_epoch = p.leader_epoch
+                if p.log.high_watermark < p.epoch_start_offset:
+                    # A new leader learns the high watermark from its followers' fetches; until
+                    # it has, "latest" would be too low (Kafka's KIP-207, OFFSET_NOT_AVAILABLE).
+                    raise BrokerError(ErrorCode.OFFSET_NOT_AVAILABLE,
+                                      f"Failed to fetch offsets for partition {p.name} with leader epoch "
+                                      f"{p.leader_epoch} as this partition's high watermark "
+                                      f"({p.log.high_watermark}) is lagging behind the start offset from the "
+                                      f"beginning of this epoch ({p.epoch_start_offset}).")
                 if lp.timestamp == EARLIEST:
                     a.offset = p.log.log_start_offset
                 elif lp.timestamp == LATEST:

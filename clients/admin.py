@@ -4,19 +4,23 @@ where a time falls in it (ListOffsets at the leaders). The consumer-groups tool 
 topic source plan from it."""
 from __future__ import annotations
 
+import asyncio
 from typing import Any
+
+import grpc
 
 from protos import broker_pb2 as pb
 
 from .cluster_view import ClientError, BrokerResponseError, ClusterView, Connections, TopicInfo, parse_bootstrap
-from .errors import ErrorCode
+from .errors import RETRIABLE, ErrorCode
 
 TopicPartition = tuple[str, int]
 EARLIEST, LATEST = -2, -1
+RETRY_BACKOFF_S = 0.2
 
 
 class Admin:
-    def __init__(self, bootstrap: str | list[str], *, timeout_ms: int = 10000) -> None:
+    def __init__(self, bootstrap: str | list[str], *, timeout_ms: int = 30000) -> None:
         self.connections = Connections()
         self.cluster = ClusterView(parse_bootstrap(bootstrap), self.connections)
         self.timeout_ms = timeout_ms
@@ -40,33 +44,69 @@ class Admin:
         return dict(self.cluster.topics)
 
     async def partitions_of(self, topic: str) -> list[TopicPartition]:
+        """The topic's partitions; [] when the cluster has no such topic (one Metadata round,
+        not a wait for it to appear)."""
         self.cluster.add(topic)
-        await self.cluster.wait_on_metadata(topic, None, self.timeout_ms)
-        return [(topic, p) for p in range(self.cluster.partition_count(topic) or 0)]
+        version = self.cluster.request_update()
+        try:
+            await self.cluster.await_update(version, self.timeout_ms / 1000)
+        except asyncio.TimeoutError:
+            raise ClientError(f"no broker answered a metadata request within {self.timeout_ms} ms") from None
+        t = self.cluster.topics.get(topic)
+        return [(topic, p.partition) for p in t.partitions] if t is not None and not t.error else []
 
     async def offsets(self, which: dict[TopicPartition, int]) -> dict[TopicPartition, tuple[int, int]]:
         """ListOffsets for each partition: -2 its log start, -1 its high watermark, else the
         first offset whose record is at or after that time in ms (-1 when none is). Answers
-        ``(offset, timestamp)``; a partition without a leader or an error raises ClientError."""
+        ``(offset, timestamp)``. A leader that is gone or moving is waited for (new metadata,
+        then again) until ``timeout_ms``; any other error raises BrokerResponseError."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_ms / 1000
+        pending, out = dict(which), {}
+        while True:
+            last = await self._list_offsets(pending, out)
+            if not pending:
+                return out
+            if loop.time() > deadline:
+                raise ClientError(f"no leader answered ListOffsets for {', '.join(f'{t}-{p}' for t, p in pending)} "
+                                  f"within {self.timeout_ms} ms: {last}")
+            version = self.cluster.request_update()
+            try:
+                await self.cluster.await_update(version, max(0.0, min(1.0, deadline - loop.time())))
+            except asyncio.TimeoutError:
+                pass
+            await asyncio.sleep(RETRY_BACKOFF_S)
+
+    async def _list_offsets(self, pending: dict[TopicPartition, int], out: dict[TopicPartition, tuple[int, int]]) -> str:
+        """One round: answered partitions move from ``pending`` to ``out``; returns why the
+        others are still pending."""
         by_leader: dict[int, list[TopicPartition]] = {}
-        for tp in which:
+        last = "no leader"
+        for tp in pending:
             self.cluster.add(tp[0])
             await self.cluster.wait_on_metadata(tp[0], tp[1], self.timeout_ms)
             leader = self.cluster.leader_for(*tp)
-            if leader is None:
-                raise ClientError(f"partition {tp[0]}-{tp[1]} has no leader")
-            by_leader.setdefault(leader, []).append(tp)
-        out: dict[TopicPartition, tuple[int, int]] = {}
+            if leader is not None and leader in self.cluster.brokers:
+                by_leader.setdefault(leader, []).append(tp)
         for leader, group in by_leader.items():
             req = pb.ListOffsetsRequest()
             topics: dict[str, Any] = {}
             for t, p in group:
                 (topics.get(t) or topics.setdefault(t, req.topics.add(name=t))).partitions.add(
-                    partition=p, timestamp=which[(t, p)])
-            r = await self.connections.stub(self.cluster.brokers[leader]).ListOffsets(req, timeout=self.timeout_ms / 1000)
+                    partition=p, timestamp=pending[(t, p)])
+            try:
+                r = await self.connections.stub(self.cluster.brokers[leader]).ListOffsets(req, timeout=10)
+            except grpc.aio.AioRpcError as e:
+                last = f"broker {leader}: {e.code().name}"
+                continue
             for t in r.topics:
                 for a in t.partitions:
-                    if a.error_code:
-                        raise BrokerResponseError(ErrorCode.of(a.error_code), a.error_message)
-                    out[(t.name, a.partition)] = (a.offset, a.timestamp)
-        return out
+                    code = ErrorCode.of(a.error_code)
+                    if code in RETRIABLE:
+                        last = f"{t.name}-{a.partition}: {code.name}"
+                    elif code != ErrorCode.NONE:
+                        raise BrokerResponseError(code, a.error_message)
+                    else:
+                        out[(t.name, a.partition)] = (a.offset, a.timestamp)
+                        pending.pop((t.name, a.partition), None)
+        return last

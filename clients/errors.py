@@ -54,6 +54,7 @@ class ErrorCode(IntEnum):
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
     STALE_BROKER_EPOCH = 77
+    OFFSET_NOT_AVAILABLE = 78
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
     FETCH_SESSION_ID_NOT_FOUND = 70
@@ -121,6 +122,8 @@ DEFAULT_MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.UNKNOWN_LEADER_EPOCH: "The leader epoch in the request is newer than the epoch on the broker.",
     ErrorCode.INVALID_RECORD: "This record has failed the validation on broker and hence will be rejected.",
     ErrorCode.UNKNOWN_TOPIC_ID: "This server does not host this topic ID.",
+    ErrorCode.OFFSET_NOT_AVAILABLE: "The leader high watermark has not caught up from a recent leader election so the "
+                                    "offsets cannot be guaranteed to be monotonically increasing.",
     ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER: "The broker received an out of order sequence number.",
     ErrorCode.DUPLICATE_SEQUENCE_NUMBER: "The broker received a duplicate sequence number.",
     ErrorCode.INVALID_PRODUCER_EPOCH: "Producer attempted to produce with an old epoch.",
@@ -135,7 +138,7 @@ RETRIABLE = frozenset({
     ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.KAFKA_STORAGE_ERROR,
     ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.UNKNOWN_TOPIC_ID,
     ErrorCode.NETWORK_EXCEPTION, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-    ErrorCode.NOT_COORDINATOR,
+    ErrorCode.NOT_COORDINATOR, ErrorCode.OFFSET_NOT_AVAILABLE,
 })
 
 #: Errors that mean "your metadata is stale: refresh it before trying again".

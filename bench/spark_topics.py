@@ -1,0 +1,164 @@
+"""Spark over topics, measured: the ``kraft-topic`` data source (clients/spark) reading a topic
+into a DataFrame, beside our plain consumer client reading the same messages, in the same run
+and the same three-broker cluster (replication factor 3).
+
+    python -m bench.spark_topics --messages 1000000 --value 256 --partitions 6
+
+Why (the issue): "read 1,000,000 messages of 256 bytes from 6 partitions into a DataFrame count
+and into Parquet; target >= 100,000 messages/s on this 2-core machine, reported beside our plain
+consumer client in the same run". A Spark job is only worth pointing at the brokers if it reads
+at least about as fast as a plain consumer does.
+
+The messages are produced first, as fast as our producer goes (``bench.kafka_clients``'
+``pykraft_produce``: acks=all, idempotent, ``bench.broker.json_line`` values). JSON lines
+(each with ``target_msgs_per_s``, ``seconds`` wall clock, MB/s of value bytes):
+- ``pykraft-producer`` ``produce``: how the topic was filled (not a target of the issue);
+- ``pykraft-consumer`` ``consume``: ``bench.broker``'s catch-up consumer (every partition,
+  from the beginning, its own process; the clock stops at its last record);
+- ``spark-kraft-topic`` ``startup``: Spark's start (JVM, session) and a warm-up read of a few
+  records per partition (starts the Python workers); excluded from the rows below;
+- ``spark-kraft-topic`` ``count``: ``load()`` then ``agg(count(*), sum(length(value)))``, which
+  makes every row's value cross from the Python workers into the JVM (a bare ``count()`` over
+  a pruned column could skip that);
+- ``spark-kraft-topic`` ``parquet``: ``load()`` written to Parquet in a temporary directory;
+  its row count, read back afterwards (not timed), must equal the messages produced;
+- ``cluster`` ``logs``: WARNING/ERROR/Traceback lines in the controllers' and brokers' logs.
+
+Spark runs ``local[*]``; the benchmark, Spark's JVM and Python workers, 3 controllers and 3
+brokers share this machine's cores, which bounds what is measured here (``load_average``).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kraft.dev_quorum import DevQuorum
+
+from .common import REPO, emit, free_ports
+from .kafka_clients import create_topics, log_summary, pykraft_produce
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+TARGET = {"target_msgs_per_s": 100_000}
+TOPIC = "bench-spark"
+
+
+def _row(system: str, phase: str, n: int, nbytes: int, seconds: float, **extra: Any) -> dict[str, Any]:
+    return {"system": system, "phase": phase, "messages": n, "msgs_per_s": round(n / seconds) if seconds else 0,
+            "MBps": round(nbytes / seconds / 1e6, 2) if seconds else 0, "seconds": round(seconds, 2), **extra,
+            **TARGET, "load_average": round(os.getloadavg()[0], 2)}
+
+
+def consume(bootstrap: str, expected: int, value: int) -> dict[str, Any]:
+    """``bench.broker``'s catch-up consumer, in its own process."""
+    p = subprocess.run([sys.executable, "-m", "bench.broker", "--role", "catch-up", "--bootstrap", bootstrap,
+                        "--topic", TOPIC, "--value", str(value)], cwd=REPO, capture_output=True, text=True,
+                       timeout=300, check=False)
+    if p.returncode:
+        raise RuntimeError(f"the catch-up consumer failed: {p.stderr.strip()[-2000:]}")
+    c = json.loads(p.stdout.strip().splitlines()[-1])
+    return _row("pykraft-consumer", "consume", c["consumed"], c["bytes"], c["elapsed"], expected=expected,
+                complete=c["consumed"] == expected)
+
+
+def _topic(spark: SparkSession, bootstrap: str, most: int, **options: str) -> DataFrame:
+    reader = spark.read.format("kraft-topic").option("bootstrap.servers", bootstrap).option("subscribe", TOPIC)
+    if most:
+        reader = reader.option("maxRecordsPerPartition", str(most))
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def spark_reads(bootstrap: str, args: argparse.Namespace, expected: int, spark_box: list[Any]) -> None:
+    from pyspark.sql import functions as F
+
+    from metadata.analytics import session
+
+    start = time.perf_counter()
+    spark = session.start()
+    spark_box.append(spark)
+    started = time.perf_counter() - start
+    few = json.dumps({TOPIC: {str(p): 100 for p in range(args.partitions)}})
+    start = time.perf_counter()
+    _topic(spark, bootstrap, 0, endingOffsets=few).agg(F.sum(F.length("value"))).collect()
+    warm = time.perf_counter() - start
+    spark_row = {"max_records_per_partition": args.max_records_per_partition or None,
+                 "master": spark.sparkContext.master, "spark_startup_s": round(started + warm, 2)}
+    emit({"system": "spark-kraft-topic", "phase": "startup", "session_s": round(started, 2),
+          "warmup_s": round(warm, 2), "seconds": round(started + warm, 2),
+          "load_average": round(os.getloadavg()[0], 2)})
+
+    start = time.perf_counter()
+    n, nbytes = _topic(spark, bootstrap, args.max_records_per_partition).agg(
+        F.count(F.lit(1)), F.sum(F.length("value"))).collect()[0]
+    emit(_row("spark-kraft-topic", "count", n, nbytes or 0, time.perf_counter() - start, expected=expected,
+              complete=n == expected, **spark_row))
+
+    out = tempfile.mkdtemp(prefix="spark-topics-parquet")
+    try:
+        start = time.perf_counter()
+        _topic(spark, bootstrap, args.max_records_per_partition).write.mode("overwrite").parquet(out + "/t")
+        elapsed = time.perf_counter() - start
+        written = spark.read.parquet(out + "/t").count()
+        emit(_row("spark-kraft-topic", "parquet", written, written * args.value, elapsed, expected=expected,
+                  complete=written == expected, **spark_row))
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def run(args: argparse.Namespace) -> None:
+    base = Path(tempfile.mkdtemp(prefix="sparkbench"))
+    cluster = DevQuorum(str(base), free_ports(1)[0], brokers=3, session_timeout_ms=9000,
+                        broker_extra={"broker.heartbeat.interval.ms": "1000"})
+    spark_box: list[Any] = []
+    cluster.start()
+    try:
+        asyncio.run(cluster.wait_for_brokers(timeout=90))
+        create_topics(cluster.kafka_bootstrap_servers, [TOPIC], args.partitions)
+        grpc = cluster.bootstrap_servers
+        produced = asyncio.run(pykraft_produce(grpc, TOPIC, argparse.Namespace(
+            messages=args.messages, seconds=0.0, value=args.value, partitions=args.partitions)))
+        for k in ("target_produce_msgs_per_s", "target_consume_msgs_per_s"):
+            produced.pop(k, None)
+        rate = produced["msgs_per_s"]  # the helper's row has no elapsed time: derived from the rate
+        emit({**produced, "system": "pykraft-producer",
+              "seconds": round(produced["messages"] / rate, 2) if rate else None,
+              "load_average": round(os.getloadavg()[0], 2)})
+        expected = produced["messages"]
+        emit(consume(grpc, expected, args.value))
+        spark_reads(grpc, args, expected, spark_box)
+    finally:
+        for spark in spark_box:
+            spark.stop()
+        cluster.stop()
+        emit(log_summary(base))
+        if args.keep:
+            print(f"cluster directory kept: {base}", file=sys.stderr)
+        else:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--messages", type=int, default=1_000_000)
+    ap.add_argument("--value", type=int, default=256, help="value bytes")
+    ap.add_argument("--partitions", type=int, default=6)
+    ap.add_argument("--max-records-per-partition", type=int, default=0,
+                    help="the source's maxRecordsPerPartition (0: not set, one Spark task per topic partition)")
+    ap.add_argument("--keep", action="store_true", help="keep the cluster's directory (logs, data)")
+    run(ap.parse_args())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,181 @@
+"""Spark over topics (issue 16): the ``kraft-topic`` source reads what was produced, exactly,
+by offsets, by time, while a leader is killed, and as a streaming query that is killed with
+kill -9 and restarted from its checkpoint; the sink writes; bad options fail with one line."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from clients import Producer
+from tests.brokercluster import REPO, BrokerCluster, running_cluster
+from tests.eventually import eventually
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> Iterator[BrokerCluster]:
+    with running_cluster(tmp_path_factory.mktemp("spark-topics"), {}) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator:
+    from metadata.analytics.session import start
+    session = start("local[2]")
+    yield session
+    session.stop()
+
+
+def produce(c: BrokerCluster, topic: str, n: int, *, start: int = 0, timestamp_ms: int | None = None) -> dict:
+    """``n`` records with keys, values and headers; (partition, offset) -> (key, value, headers, ts)."""
+    async def go() -> dict:
+        out = {}
+        async with Producer(c.bootstrap_servers, linger_ms=5) as p:
+            sent = []
+            for i in range(start, start + n):
+                key, value, headers = b"k%d" % i, b"v%d" % i * 3, [("i", b"%d" % i), ("null", None)]
+                f = await p.send(topic, value, key, headers=headers, timestamp_ms=timestamp_ms)
+                sent.append(((key, value, headers), f))
+            for (key, value, headers), f in sent:
+                md = await f
+                out[(md.partition, md.offset)] = (key, value, headers, md.timestamp)
+        return out
+    return asyncio.run(go())
+
+
+def reader(spark, c: BrokerCluster, **options: str):
+    r = spark.read.format("kraft-topic").option("bootstrap.servers", c.bootstrap_servers)
+    for k, v in options.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+def rows(df) -> dict:
+    return {(r.partition, r.offset): (r.key, r.value, [(h.key, h.value) for h in r.headers],
+                                      int(r.timestamp.timestamp() * 1000), r.topic, r.timestampType)
+            for r in df.collect()}
+
+
+def test_a_batch_read_is_exactly_what_was_produced(cluster, spark):
+    asyncio.run(cluster.create_topic("sp-batch", partitions=3))
+    sent = produce(cluster, "sp-batch", 300)
+    assert {p for p, _ in sent} == {0, 1, 2}
+    for options in ({}, {"maxRecordsPerPartition": "40"}):
+        df = reader(spark, cluster, subscribe="sp-batch", **options)
+        got = rows(df)
+        assert {k: v[:4] for k, v in got.items()} == sent
+        assert {(v[4], v[5]) for v in got.values()} == {("sp-batch", 0)}
+    assert reader(spark, cluster, subscribe="sp-batch", maxRecordsPerPartition="40").rdd.getNumPartitions() >= 9
+    assert reader(spark, cluster, subscribePattern="sp-ba.*").count() == 300
+
+
+def test_offsets_by_json_and_by_timestamp(cluster, spark):
+    asyncio.run(cluster.create_topic("sp-offsets", partitions=2))
+    old = produce(cluster, "sp-offsets", 40, timestamp_ms=1_000_000)
+    cut = int(time.time() * 1000) + 1000
+    new = produce(cluster, "sp-offsets", 30, start=40, timestamp_ms=cut + 5000)
+    df = reader(spark, cluster, assign='{"sp-offsets":[1]}', startingOffsets='{"sp-offsets":{"1":3}}',
+                endingOffsets='{"sp-offsets":{"1":9}}')
+    assert sorted(rows(df)) == [(1, o) for o in range(3, 9)]
+    df = reader(spark, cluster, subscribe="sp-offsets", startingOffsets='{"sp-offsets":{"0":-2,"1":-1}}')
+    assert set(rows(df)) == {tp for tp in {**old, **new} if tp[0] == 0}
+    df = reader(spark, cluster, subscribe="sp-offsets", startingTimestamp=str(cut))
+    assert set(rows(df)) == set(new)
+    df = reader(spark, cluster, subscribe="sp-offsets",
+                startingOffsetsByTimestamp=json.dumps({"sp-offsets": {"0": cut, "1": 0}}),
+                endingOffsetsByTimestamp=json.dumps({"sp-offsets": {"0": cut + 10_000, "1": cut}}))
+    assert set(rows(df)) == {tp for tp in new if tp[0] == 0} | {tp for tp in old if tp[0] == 1}
+
+
+def test_writes_round_trip(cluster, spark):
+    asyncio.run(cluster.create_topic("sp-write", partitions=2))
+    asyncio.run(cluster.create_topic("sp-write-2", partitions=1))
+    data = [(b"k%d" % i, b"v%d" % i, i % 2, [("h", b"x%d" % i)]) for i in range(50)]
+    df = spark.createDataFrame(data, "key binary, value binary, partition int, headers array<struct<key:string,value:binary>>")
+    df.write.format("kraft-topic").option("bootstrap.servers", cluster.bootstrap_servers).option("topic", "sp-write") \
+        .mode("append").save()
+    got = rows(reader(spark, cluster, subscribe="sp-write"))
+    assert sorted((v[0], v[1], p, v[2]) for (p, _), v in got.items()) == \
+        sorted((k, v, p, [("h", h[0][1])]) for k, v, p, h in data)
+    spark.createDataFrame([("sp-write-2", "a"), ("sp-write-2", "b")], "topic string, value string") \
+        .write.format("kraft-topic").option("bootstrap.servers", cluster.bootstrap_servers).mode("append").save()
+    assert sorted(v[1] for v in rows(reader(spark, cluster, subscribe="sp-write-2")).values()) == [b"a", b"b"]
+
+
+@pytest.mark.parametrize("options, line", [
+    ({"subscribe": "sp-batch", "assign": '{"sp-batch":[0]}'},
+     "exactly one of the options 'subscribe', 'subscribePattern' or 'assign' must be specified; subscribe, assign "
+     "were given"),
+    ({"subscribe": "no-such-topic"}, "topic no-such-topic does not exist (UNKNOWN_TOPIC_OR_PARTITION)"),
+    ({"subscribe": "sp-batch", "startingOffsets": '{"sp-batch":'},
+     "option 'startingOffsets' is not valid JSON (Expecting value at character 12): '{\"sp-batch\":'"),
+    ({"assign": '["sp-batch"]'}, "option 'assign' must be JSON like {\"topicA\":[0,1],\"topicB\":[2,4]}"),
+    ({"subscribe": "sp-batch", "startingOffsets": "latest"},
+     "startingOffsets 'latest' is not valid for a batch read (it would read nothing)"),
+])
+def test_bad_options_fail_with_one_line(cluster, spark, options, line):
+    with pytest.raises(Exception) as e:
+        reader(spark, cluster, **options).count()
+    assert f"TopicSourceError: {line}" in str(e.value)
+
+
+def test_a_read_while_a_partition_leader_is_killed(cluster, spark):
+    asyncio.run(cluster.create_topic("sp-failover", partitions=2))
+    sent = produce(cluster, "sp-failover", 200)
+    leader = asyncio.run(cluster.describe_topic("sp-failover")).partitions[0].leader
+    cluster.kill(leader)  # no wait for the new leader: the read finds it
+    try:
+        assert {k: v[:4] for k, v in rows(reader(spark, cluster, subscribe="sp-failover")).items()} == sent
+    finally:
+        cluster.start_broker(leader)
+        asyncio.run(cluster.wait_unfenced(timeout=60))
+
+
+def test_a_streaming_query_killed_mid_batch_resumes_from_its_checkpoint_exactly_once(cluster, spark, tmp_path):
+    asyncio.run(cluster.create_topic("sp-stream", partitions=3))
+    checkpoint, sink = tmp_path / "checkpoint", tmp_path / "sink"
+    produce(cluster, "sp-stream", 1500)
+
+    def job() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "tests.spark_topic_stream", cluster.bootstrap_servers,
+                                 "sp-stream", str(checkpoint), str(sink)], cwd=REPO, start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=open(tmp_path / "job.log", "a"))
+
+    def committed_batches() -> int:
+        commits = checkpoint / "commits"
+        return len([f for f in commits.iterdir() if f.name.isdigit()]) if commits.exists() else 0
+
+    def sink_rows() -> list:
+        return spark.read.parquet(str(sink)).collect() if (sink / "_spark_metadata").exists() else []
+
+    first = job()
+    try:
+        asyncio.run(eventually(lambda: committed_batches() >= 2, timeout=180, what="two micro-batches"))
+        produce(cluster, "sp-stream", 1500, start=1500)  # more arrives while it runs
+        done = committed_batches()
+        asyncio.run(eventually(lambda: (checkpoint / "offsets" / str(done)).exists(), timeout=60,
+                               what="a micro-batch planned and not yet committed"))
+        os.killpg(first.pid, signal.SIGKILL)  # the driver and its JVM, mid-batch
+        first.wait(30)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+    produce(cluster, "sp-stream", 1000, start=3000)
+    second = job()
+    try:
+        asyncio.run(eventually(lambda: len(sink_rows()) >= 4000, timeout=240, what="all 4000 records in the sink"))
+        got = sink_rows()
+        assert len(got) == 4000, f"{len(got)} rows for 4000 records"
+        assert len({(r.partition, r.offset) for r in got}) == 4000  # none twice
+        assert {r.key for r in got} == {f"k{i}" for i in range(4000)}  # none missing
+    finally:
+        os.killpg(second.pid, signal.SIGKILL)
+        second.wait(30)
