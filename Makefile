@@ -8,7 +8,7 @@ GEN    := $(PROTOS:.proto=_pb2.py)
 SEEDS  ?= 20000
 STEPS  ?= 3000
 
-.PHONY: venv protos test compose-test demo report sim bench-core bench-raft anchors clean
+.PHONY: venv protos test compose-test demo report topics-example sim bench-core bench-raft anchors clean
 
 venv: $(STAMP) $(GEN)
 
@@ -46,6 +46,11 @@ report: venv
 	rm -rf .demo
 	$(PY) -m kraft.demo --dir .demo
 	$(VENV)/bin/kraft analytics report --directory .demo/controller-1 --output .demo/report --plots
+
+# Spark over topics (docs/analytics.md, "Topics"): a batch word count, a streaming aggregation
+# with a checkpoint written back to a topic and run twice, the results read back.
+topics-example: venv
+	$(PY) -m kraft.topics_example
 
 sim: venv
 	$(PY) -m raft.testing --seeds $(SEEDS) --steps $(STEPS)

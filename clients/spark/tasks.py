@@ -52,10 +52,14 @@ _TYPES = [f.type for f in ARROW_SCHEMA]
 
 
 def _batch(records: list[ConsumerRecord]) -> pa.RecordBatch:
-    columns = ([r.key for r in records], [r.value for r in records], [r.topic for r in records],
-               [r.partition for r in records], [r.offset for r in records], [r.timestamp * 1000 for r in records],
-               [CREATE_TIME] * len(records), [[{"key": k, "value": v} for k, v in r.headers] for r in records])
-    return pa.RecordBatch.from_arrays([pa.array(c, t) for c, t in zip(columns, _TYPES)], schema=ARROW_SCHEMA)
+    """Rows as Spark's Kafka source has them: ``headers`` null for a record without any."""
+    topic, partition, offset, ts, key, value, headers, _ = zip(*records)
+    when = pa.array(ts, pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(_TYPES[5])
+    listed = [[{"key": k, "value": v} for k, v in h] if h else None for h in headers]
+    columns = [pa.array(key, _TYPES[0]), pa.array(value, _TYPES[1]), pa.array(topic, _TYPES[2]),
+               pa.array(partition, _TYPES[3]), pa.array(offset, _TYPES[4]), when,
+               pa.array([CREATE_TIME] * len(records), _TYPES[6]), pa.array(listed, _TYPES[7])]
+    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
 
 
 def read_range(bootstrap: str, r: OffsetRange, *, fail_on_data_loss: bool, poll_timeout_ms: int
