@@ -67,7 +67,9 @@ def run(base: Path, base_port: int) -> None:
              .selectExpr("status AS key", "CAST(count AS STRING) AS value")
              .writeStream.format("kraft-topic").option("bootstrap.servers", q.bootstrap_servers)
              .option("topic", "status-counts").option("checkpointLocation", str(checkpoint))
-             .outputMode("update").trigger(availableNow=True).start().awaitTermination())
+             .outputMode("complete").trigger(availableNow=True).start().awaitTermination())
+            # complete mode: each micro-batch writes every status's running count; a reader
+            # takes the latest per key, as from a compacted topic
 
         aggregate()
         asyncio.run(produce_log_lines(q.bootstrap_servers, 1000, seed=2))
@@ -76,7 +78,7 @@ def run(base: Path, base_port: int) -> None:
         print("== 3. the latest count per status, read back from status-counts")
         (spark.read.format("kraft-topic").option("bootstrap.servers", q.bootstrap_servers)
          .option("subscribe", "status-counts").load()
-         .selectExpr("CAST(key AS STRING) AS status", "CAST(value AS INT) AS requests", "offset", "partition")
+         .selectExpr("CAST(key AS STRING) AS status", "CAST(CAST(value AS STRING) AS INT) AS requests", "offset", "partition")
          .createOrReplaceTempView("counts"))
         spark.sql("SELECT status, max_by(requests, offset) AS requests FROM counts GROUP BY status "
                   "ORDER BY status").show()

@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader, DataSourceStreamWriter,
                                     DataSourceWriter, InputPartition, WriterCommitMessage)
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from ..admin import Admin
@@ -86,12 +86,19 @@ class TopicReader(DataSourceReader):
         return _read(self.opts, partition)
 
 
-class TopicStreamReader(DataSourceStreamReader):
+class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches: each reads from where the last ended to the high watermarks, at most
-    ``maxOffsetsPerTrigger`` records, shared among the partitions by what each has waiting."""
+    ``maxOffsetsPerTrigger`` records, shared among the partitions by what each has waiting.
+    With Trigger.AvailableNow, no further than the high watermarks when the query started."""
 
     def __init__(self, opts: TopicOptions) -> None:
         self.opts = opts
+        self.target: dict[TopicPartition, int] | None = None
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        async def now(admin: Admin) -> dict[TopicPartition, int]:
+            return await resolve(admin, "latest", await partitions(admin, self.opts), default=LATEST)
+        self.target = run(_with_admin(self.opts.bootstrap, now))
 
     def initialOffset(self) -> Offsets:
         async def first(admin: Admin) -> Offsets:
@@ -106,6 +113,8 @@ class TopicStreamReader(DataSourceStreamReader):
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
         async def latest(admin: Admin) -> Offsets:
             tps = await partitions(admin, self.opts)
+            if self.target is not None:
+                tps = [tp for tp in tps if tp in self.target]
             done = from_json(start)
             gone = sorted(set(done) - set(tps))
             if gone and self.opts.fail_on_data_loss:
@@ -115,6 +124,8 @@ class TopicStreamReader(DataSourceStreamReader):
             starts = {**{tp: done[tp] for tp in tps if tp in done},
                       **(await resolve(admin, "earliest", new, default=EARLIEST))}  # new partitions: from the start
             ends = await resolve(admin, "latest", tps, default=LATEST)
+            if self.target is not None:
+                ends = {tp: min(end, self.target[tp]) for tp, end in ends.items()}
             for tp in tps:
                 if ends[tp] < starts[tp]:
                     if self.opts.fail_on_data_loss:
