@@ -22,7 +22,7 @@ from tests.eventually import eventually
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[BrokerCluster]:
-    with running_cluster(tmp_path_factory.mktemp("spark-topics"), {}) as c:
+    with running_cluster(tmp_path_factory.mktemp("spark-topics"), {"log.retention.check.interval.ms": "300"}) as c:
         yield c
 
 
@@ -79,8 +79,8 @@ def test_a_batch_read_is_exactly_what_was_produced(cluster, spark):
 
 def test_offsets_by_json_and_by_timestamp(cluster, spark):
     asyncio.run(cluster.create_topic("sp-offsets", partitions=2))
-    old = produce(cluster, "sp-offsets", 40, timestamp_ms=1_000_000)
     cut = int(time.time() * 1000) + 1000
+    old = produce(cluster, "sp-offsets", 40, timestamp_ms=cut - 3_600_000)  # within retention.ms (7 days)
     new = produce(cluster, "sp-offsets", 30, start=40, timestamp_ms=cut + 5000)
     df = reader(spark, cluster, assign='{"sp-offsets":[1]}', startingOffsets='{"sp-offsets":{"1":3}}',
                 endingOffsets='{"sp-offsets":{"1":9}}')
@@ -181,3 +181,21 @@ def test_a_streaming_query_killed_mid_batch_resumes_from_its_checkpoint_exactly_
     finally:
         os.killpg(second.pid, signal.SIGKILL)
         second.wait(30)
+
+
+def test_offsets_that_retention_removed_fail_the_read_unless_told_to_skip(cluster, spark):
+    asyncio.run(cluster.create_topic("sp-retention", partitions=1, configs={"retention.bytes": "2000"}))
+    for round in range(6):  # separate batches, so retention can drop the oldest
+        produce(cluster, "sp-retention", 20, start=round * 20)
+
+    async def log_start() -> int:
+        from clients.admin import Admin
+        async with Admin(cluster.bootstrap_servers) as admin:
+            return (await admin.offsets({("sp-retention", 0): -2}))[("sp-retention", 0)][0]
+    first = asyncio.run(eventually(log_start, timeout=30, what="retention moving the log start"))
+    from_zero = {"assign": '{"sp-retention":[0]}', "startingOffsets": '{"sp-retention":{"0":0}}'}
+    with pytest.raises(Exception) as e:
+        reader(spark, cluster, **from_zero).count()
+    assert "of sp-retention-0 are no longer in the log" in str(e.value)
+    kept = rows(reader(spark, cluster, failOnDataLoss="false", **from_zero))
+    assert min(o for _, o in kept) >= first and max(o for _, o in kept) == 119

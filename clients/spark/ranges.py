@@ -27,8 +27,9 @@ class OffsetRange(InputPartition):
     end: int
 
 
-async def partitions(admin: Admin, opts: TopicOptions) -> list[TopicPartition]:
-    """The partitions the options name, as the cluster has them now."""
+async def partitions(admin: Admin, opts: TopicOptions, *, missing_ok: bool = False) -> list[TopicPartition]:
+    """The partitions the options name, as the cluster has them now (with ``missing_ok``, a
+    subscribed topic that is gone is left out rather than an error)."""
     if opts.pattern is not None:
         pattern = re.compile(opts.pattern)
         topics = await admin.topics()
@@ -41,10 +42,12 @@ async def partitions(admin: Admin, opts: TopicOptions) -> list[TopicPartition]:
             found = await admin.partitions_of(name)
         except ClientError:
             found = []
-        if not found:
+        if not found and not missing_ok:
             raise TopicSourceError(f"topic {name} does not exist (UNKNOWN_TOPIC_OR_PARTITION)")
         out += found
     if opts.assign:
+        if missing_ok:
+            return sorted(set(opts.assign) & set(out))
         missing = sorted(set(opts.assign) - set(out))
         if missing:
             raise TopicSourceError(f"option 'assign' names partitions the cluster does not have: "

@@ -112,7 +112,7 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
         async def latest(admin: Admin) -> Offsets:
-            tps = await partitions(admin, self.opts)
+            tps = await partitions(admin, self.opts, missing_ok=True)
             if self.target is not None:
                 tps = [tp for tp in tps if tp in self.target]
             done = from_json(start)
@@ -120,6 +120,8 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if gone and self.opts.fail_on_data_loss:
                 raise TopicSourceError(f"partitions {', '.join(f'{t}-{p}' for t, p in gone)} are gone (a topic was "
                                        f"deleted); set failOnDataLoss=false to go on without them")
+            if not tps and not done:
+                raise TopicSourceError("no partition to read: the topics do not exist")
             new = [tp for tp in tps if tp not in done]
             starts = {**{tp: done[tp] for tp in tps if tp in done},
                       **(await resolve(admin, "earliest", new, default=EARLIEST))}  # new partitions: from the start
