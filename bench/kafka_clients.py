@@ -276,12 +276,17 @@ def run(args: argparse.Namespace) -> None:
         emit(row)
         emit(pykraft_consume(grpc, topics["pykraft-client"], row["messages"], args.value))
     finally:
-        cluster.stop()
-        emit(log_summary(base))
-        if args.keep:
-            print(f"cluster directory kept: {base}", file=sys.stderr)
-        else:
-            shutil.rmtree(base, ignore_errors=True)
+        stop_cluster(cluster, base, args.keep)
+
+
+def stop_cluster(cluster: DevQuorum, base: Path, keep: bool) -> None:
+    """Stop it, report what its logs say, and remove its directory unless asked to keep it."""
+    cluster.stop()
+    emit(log_summary(base))
+    if keep:
+        print(f"cluster directory kept: {base}", file=sys.stderr)
+    else:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def main() -> None:

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from kraft.dev_quorum import DevQuorum
 
 from .common import REPO, emit, free_ports
-from .kafka_clients import create_topics, log_summary, pykraft_produce
+from .kafka_clients import create_topics, pykraft_produce, stop_cluster
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -141,12 +141,7 @@ def run(args: argparse.Namespace) -> None:
     finally:
         for spark in spark_box:
             spark.stop()
-        cluster.stop()
-        emit(log_summary(base))
-        if args.keep:
-            print(f"cluster directory kept: {base}", file=sys.stderr)
-        else:
-            shutil.rmtree(base, ignore_errors=True)
+        stop_cluster(cluster, base, args.keep)
 
 
 def main() -> None:
