@@ -13,12 +13,11 @@ from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc
 
 from .cluster_metadata import metadata_answer
-from clients.errors import BrokerError, ErrorCode
 from .fetch import fetch
-from .offsets import list_offsets, offsets_for_leader_epoch
-from .log_store import StorageFailure
-from .produce import first_error, produce
 from .group_coordinator import GroupCoordinator
+from .log_store import StorageFailure
+from .offsets import list_offsets, offsets_for_leader_epoch
+from .produce import first_error, produce
 from .producer_ids import ProducerIdManager
 from .replica_manager import ReplicaManager
 
