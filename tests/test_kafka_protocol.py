@@ -162,7 +162,7 @@ def test_bad_bytes_close_one_connection_and_nothing_else(cluster):
     port = cluster.kafka_ports[cluster.ids[0]]
     p = producer(cluster)
     bad = {
-        "garbage": struct.pack(">i", 64) + os.urandom(64),
+        "garbage": struct.pack(">i", 64) + b"\xff\xff" + os.urandom(62),  # api key -1: never a real one
         "over the size limit": struct.pack(">i", 1048577),
         "unknown api key": _request(999, 0),
         "unadvertised version": _request(0, 2),
