@@ -33,7 +33,8 @@ def spark() -> Iterator:
     session.stop()
 
 
-def produce(c: BrokerCluster, topic: str, n: int, *, start: int = 0, timestamp_ms: int | None = None) -> dict:
+def produce(c: BrokerCluster, topic: str, n: int, *, start: int = 0, timestamp_ms: int | None = None,
+            partition: int | None = None) -> dict:
     """``n`` records with keys, values and headers; (partition, offset) -> (key, value, headers, ts)."""
     async def go() -> dict:
         out = {}
@@ -41,7 +42,7 @@ def produce(c: BrokerCluster, topic: str, n: int, *, start: int = 0, timestamp_m
             sent = []
             for i in range(start, start + n):
                 key, value, headers = b"k%d" % i, b"v%d" % i * 3, [("i", b"%d" % i), ("null", None)]
-                f = await p.send(topic, value, key, headers=headers, timestamp_ms=timestamp_ms)
+                f = await p.send(topic, value, key, headers=headers, timestamp_ms=timestamp_ms, partition=partition)
                 sent.append(((key, value, headers), f))
             for (key, value, headers), f in sent:
                 md = await f
@@ -140,6 +141,37 @@ def test_a_read_while_a_partition_leader_is_killed(cluster, spark):
         asyncio.run(cluster.wait_unfenced(timeout=60))
 
 
+async def add_partitions(c: BrokerCluster, topic: str, count: int) -> None:
+    from protos import controller_pb2 as cpb
+    async with c.controller() as ctl:
+        await ctl.call("CreatePartitions", cpb.CreatePartitionsRequest(
+            topics=[cpb.CreatePartitionsRequest.Topic(name=topic, count=count)]))
+    await c.wait_topic(topic, count)
+
+
+def test_a_streaming_write_copies_a_topic(cluster, spark, tmp_path):
+    """readStream from one topic, writeStream to another (Trigger.AvailableNow: up to the high
+    watermarks at the start), run twice on one checkpoint: the copy has each record once."""
+    asyncio.run(cluster.create_topic("sp-copy-from", partitions=2))
+    asyncio.run(cluster.create_topic("sp-copy-to", partitions=2))
+
+    def copy() -> None:
+        (spark.readStream.format("kraft-topic").option("bootstrap.servers", cluster.bootstrap_servers)
+         .option("subscribe", "sp-copy-from").option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "70")
+         .load().select("key", "value", "headers")
+         .writeStream.format("kraft-topic").option("bootstrap.servers", cluster.bootstrap_servers)
+         .option("topic", "sp-copy-to").option("checkpointLocation", str(tmp_path / "copy"))
+         .trigger(availableNow=True).start().awaitTermination(120))
+
+    sent = produce(cluster, "sp-copy-from", 150)
+    copy()
+    more = produce(cluster, "sp-copy-from", 50, start=150)
+    copy()
+    copied = reader(spark, cluster, subscribe="sp-copy-to").collect()
+    assert sorted((r.key, r.value, [(h.key, h.value) for h in r.headers]) for r in copied) == \
+        sorted((k, v, h) for k, v, h, _ in {**sent, **more}.values())
+
+
 def test_a_streaming_query_killed_mid_batch_resumes_from_its_checkpoint_exactly_once(cluster, spark, tmp_path):
     asyncio.run(cluster.create_topic("sp-stream", partitions=3))
     checkpoint, sink = tmp_path / "checkpoint", tmp_path / "sink"
@@ -169,7 +201,9 @@ def test_a_streaming_query_killed_mid_batch_resumes_from_its_checkpoint_exactly_
     finally:
         if first.poll() is None:
             os.killpg(first.pid, signal.SIGKILL)
-    produce(cluster, "sp-stream", 1000, start=3000)
+    asyncio.run(add_partitions(cluster, "sp-stream", 4))  # a new partition is read from its start
+    produce(cluster, "sp-stream", 900, start=3000)
+    produce(cluster, "sp-stream", 100, start=3900, partition=3)
     second = job()
     try:
         asyncio.run(eventually(lambda: len(sink_rows()) >= 4000, timeout=240, what="all 4000 records in the sink"))
@@ -177,6 +211,7 @@ def test_a_streaming_query_killed_mid_batch_resumes_from_its_checkpoint_exactly_
         assert len(got) == 4000, f"{len(got)} rows for 4000 records"
         assert len({(r.partition, r.offset) for r in got}) == 4000  # none twice
         assert {r.key for r in got} == {f"k{i}" for i in range(4000)}  # none missing
+        assert 3 in {r.partition for r in got}
     finally:
         os.killpg(second.pid, signal.SIGKILL)
         second.wait(30)
