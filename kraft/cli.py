@@ -425,6 +425,54 @@ async def _health_problems(cfg) -> list[str]:
     return problems
 
 
+@main.command("leader-election")
+@click.option("--bootstrap-controller", "bootstrap", required=True, help="HOST:PORT[,HOST:PORT] of controllers")
+@click.option("--election-type", type=click.Choice(["preferred", "unclean"], case_sensitive=False), required=True,
+              help="preferred: the first replica leads again; unclean: a leaderless partition takes any live replica")
+@click.option("--all-topic-partitions", is_flag=True, help="every partition")
+@click.option("--topic", help="one topic (all its partitions, or --partition)")
+@click.option("--partition", type=int, help="one partition of --topic")
+@click.option("--timeout", type=float, default=30.0, show_default=True)
+def leader_election(bootstrap: str, election_type: str, all_topic_partitions: bool, topic: str | None,
+                    partition: int | None, timeout: float) -> None:
+    """Elect leaders (kafka-leader-election.sh); exits 1 when a partition could not be elected."""
+    from protos import controller_pb2 as cpb
+    if all_topic_partitions == bool(topic) or (partition is not None and not topic):
+        fail("give either --all-topic-partitions, or --topic (and optionally --partition)")
+        return
+    kind = election_type.upper()
+
+    async def work(client: ControllerClient) -> Any:
+        req = cpb.ElectLeadersRequest(election_type=getattr(cpb.ElectLeadersRequest, kind))
+        if topic:
+            if partition is None:
+                r = await client.call("DescribeTopics", cpb.DescribeTopicsRequest(names=[topic]))
+                t = r.topics[0]
+                if t.error_code:
+                    fail(f"{error_code(t.error_code).name}: {t.error_message}")
+                parts = [p.partition for p in t.partitions]
+            else:
+                parts = [partition]
+            req.topics.add(name=topic, partitions=parts)
+        return await client.call("ElectLeaders", req)
+
+    resp = with_client(bootstrap, timeout, work)
+    done = [f"{r.topic}-{r.partition}" for r in resp.results if r.error_code == ErrorCode.NONE]
+    needless = [f"{r.topic}-{r.partition}" for r in resp.results if r.error_code == ErrorCode.ELECTION_NOT_NEEDED]
+    failed = [r for r in resp.results if r.error_code not in (ErrorCode.NONE, ErrorCode.ELECTION_NOT_NEEDED)]
+    if done:
+        click.echo(f"Successfully completed leader election ({kind}) for partitions {', '.join(done)}")
+    if needless:
+        click.echo(f"Valid replica already elected for partitions {', '.join(needless)}")
+    if not resp.results:
+        click.echo(f"No partition needed a leader election ({kind})")
+    for r in failed:
+        click.echo(f"Error completing leader election ({kind}) for partition: {r.topic}-{r.partition}: "
+                   f"{error_code(r.error_code).name}: {r.error_message}", err=True)
+    if failed:
+        sys.exit(1)
+
+
 @main.command("broker-api-versions")
 @click.option("--bootstrap-server", required=True, help="HOST:PORT of a broker's Kafka listener")
 @click.option("--timeout", type=float, default=10.0, show_default=True, help="seconds per request")

@@ -29,6 +29,7 @@ from .brokers import BrokerLifecycle
 from .delta import MetadataDelta
 from .errors import ApiError, ErrorCode
 from .image import METADATA_VERSION, MetadataImage
+from .partitions import PREFERRED, elect_leaders, imbalanced
 from .records import MetadataRecord, RecordError, encode_batch, feature_level
 from .state_machine import MetadataStateMachine
 
@@ -45,6 +46,9 @@ class ControllerConfig:
     default_replication_factor: int = 1  # default.replication.factor
     write_timeout_s: float = 15.0
     activation_wait_s: float = 5.0  # how long a write waits for a new leader to be ready
+    auto_leader_rebalance: bool = True  # auto.leader.rebalance.enable
+    leader_imbalance_percentage: int = 10  # leader.imbalance.per.broker.percentage
+    leader_imbalance_check_interval_s: float = 300.0  # leader.imbalance.check.interval.seconds
 
 
 class NotController(Exception):
@@ -100,6 +104,8 @@ class QuorumController:
         log.info("node %d is the active controller (term %d, metadata offset %d, ready in %.0f ms)",
                  self.node.id, term, self.sm.image.offset, (time.monotonic() - started) * 1000)
         self._tasks.append(asyncio.get_running_loop().create_task(self._watch_sessions(term)))
+        if self.config.auto_leader_rebalance:
+            self._tasks.append(asyncio.get_running_loop().create_task(self._rebalance_leaders(term)))
         if self.sm.image.metadata_version == 0:  # a new cluster: record its metadata.version first
             try:
                 await self.write(lambda view: ([feature_level(METADATA_VERSION, METADATA_VERSION_LEVEL)]
@@ -266,6 +272,27 @@ class QuorumController:
                 except (ApiError, NotController) as e:
                     log.warning("could not fence broker %d: %s", b.id, e)
                     return
+
+    async def _rebalance_leaders(self, term: int) -> None:
+        """Kafka's auto leader rebalance: every leader.imbalance.check.interval.seconds, a broker
+        that leads fewer than (100 - leader.imbalance.per.broker.percentage)% of the partitions
+        it is the preferred replica of gets them back, where it is alive and in their ISR."""
+        while self.active and self.node.term == term:
+            await asyncio.sleep(self.config.leader_imbalance_check_interval_s)
+            if not self.active:
+                return
+            wanted = imbalanced(self.view, self.config.leader_imbalance_percentage)
+            if not wanted:
+                continue
+            try:
+                results = await self.write(lambda view: elect_leaders(view, PREFERRED, wanted), in_thread=True)
+            except (ApiError, NotController) as e:
+                log.warning("could not rebalance leaders: %s", e)
+                continue
+            moved = [f"{r.topic}-{r.partition}" for r in results if r.code == ErrorCode.NONE]
+            if moved:
+                log.info("leader rebalance: %d partitions led by their preferred replica again (%s)", len(moved),
+                         ", ".join(moved[:10]) + (", ..." if len(moved) > 10 else ""))
 
     # ------------------------------------------------------------------ reads --
 

@@ -3,13 +3,17 @@ PartitionChangeBuilder). A PartitionChange record names only what changes; repla
 increments the partition epoch, and the leader epoch when it names a leader."""
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from .configs import topic_config
 from .errors import ApiError, ErrorCode
 from .image import ConfigResource, MetadataImage, PartitionRegistration, ResourceType, TopicImage
 from .records import NO_LEADER, MetadataRecord, partition_change
+
+log = logging.getLogger("metadata.partitions")
 
 
 def live_brokers(image: MetadataImage, exclude: int | None = None) -> set[int]:
@@ -121,3 +125,90 @@ def alter_partition(image: MetadataImage, broker: int, topic_id: uuid.UUID, pid:
     ordered = tuple(r for r in p.replicas if r in isr)
     rec = _change(t, pid, p, p.leader, ordered)
     return rec, p
+
+
+# -- leader elections on demand and leader rebalancing (Kafka's ElectLeaders, the controller's
+# -- auto.leader.rebalance.enable) ---------------------------------------------------------------
+
+PREFERRED, UNCLEAN = "preferred", "unclean"
+
+
+@dataclass(frozen=True, slots=True)
+class Election:
+    """The outcome for one partition: code NONE when its leader changed."""
+
+    topic: str
+    partition: int
+    code: ErrorCode
+    message: str = ""
+
+
+def elect_leaders(image: MetadataImage, kind: str, wanted: list[tuple[str, int]] | None
+                  ) -> tuple[list[MetadataRecord], list[Election]]:
+    """Kafka's ElectLeaders. Preferred: the first replica leads again when it is alive and in
+    the ISR. Unclean: a partition without a leader takes any live replica, even one outside the
+    ISR, as the operator asked (records acknowledged only by the lost ISR may be gone).
+    ``wanted`` None means every partition, and only those that change or fail are answered."""
+    live = live_brokers(image)
+    records: list[MetadataRecord] = []
+    results: list[Election] = []
+    if wanted is None:
+        targets = [(t, pid, p) for t in image.topics_by_id.values() for pid, p in sorted(t.partitions.items())]
+    else:
+        targets = []
+        for name, pid in wanted:
+            t = image.topics_by_name.get(name)
+            p = t.partitions.get(pid) if t is not None else None
+            if t is None or p is None:
+                results.append(Election(name, pid, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                        f"partition {name}-{pid} does not exist"))
+            else:
+                targets.append((t, pid, p))
+    for t, pid, p in targets:
+        if kind == PREFERRED:
+            leader, isr = p.replicas[0], p.isr
+            if p.leader == leader:
+                code, why = ErrorCode.ELECTION_NOT_NEEDED, "the preferred replica already leads"
+            elif leader not in live or leader not in p.isr:
+                code, why = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE, (
+                    f"the preferred replica {leader} is {'not alive' if leader not in live else 'not in the ISR'}")
+            else:
+                code, why = ErrorCode.NONE, ""
+        else:
+            leader = elect(p, live, unclean=True)
+            isr = p.isr if leader in p.isr else (leader,)
+            if p.leader != NO_LEADER:
+                code, why = ErrorCode.ELECTION_NOT_NEEDED, f"broker {p.leader} leads"
+            elif leader == NO_LEADER:
+                code, why = ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, f"no replica of {list(p.replicas)} is alive"
+            else:
+                code, why = ErrorCode.NONE, ""
+                if leader not in p.isr:
+                    log.warning("unclean election of %s-%d asked for: broker %d, outside the ISR %s, leads; what "
+                                "only the ISR had is lost", t.name, pid, leader, list(p.isr))
+        if code == ErrorCode.NONE:
+            rec = _change(t, pid, p, leader, isr)
+            if rec is not None:
+                records.append(rec)
+        if wanted is not None or code not in (ErrorCode.ELECTION_NOT_NEEDED, ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+                                              ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE):
+            results.append(Election(t.name, pid, code, why))
+    return records, results
+
+
+def imbalanced(image: MetadataImage, percentage: int) -> list[tuple[str, int]]:
+    """The partitions to hand back to their preferred leaders (Kafka's leader imbalance check):
+    for each broker whose share of not-led preferred partitions is over ``percentage``
+    (leader.imbalance.per.broker.percentage), those it could lead now."""
+    live = live_brokers(image)
+    preferred: dict[int, list[tuple[TopicImage, int, PartitionRegistration]]] = {}
+    for t in image.topics_by_id.values():
+        for pid, p in t.partitions.items():
+            if p.replicas:
+                preferred.setdefault(p.replicas[0], []).append((t, pid, p))
+    out = []
+    for broker, parts in sorted(preferred.items()):
+        not_led = [(t, pid, p) for t, pid, p in parts if p.leader != broker]
+        if broker in live and not_led and len(not_led) * 100 > percentage * len(parts):
+            out += [(t.name, pid) for t, pid, p in not_led if broker in p.isr]
+    return out

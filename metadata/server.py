@@ -32,7 +32,10 @@ def controller_config(cfg: ServerConfig) -> ControllerConfig:
         session_timeout_ms=cfg.int("broker.session.timeout.ms", 9000, 1),
         heartbeat_interval_ms=cfg.int("broker.heartbeat.interval.ms", 2000, 1),
         default_partitions=cfg.int("num.partitions", 1, 1),
-        default_replication_factor=cfg.int("default.replication.factor", 1, 1))
+        default_replication_factor=cfg.int("default.replication.factor", 1, 1),
+        auto_leader_rebalance=cfg.props.get("auto.leader.rebalance.enable", "true").strip().lower() == "true",
+        leader_imbalance_percentage=cfg.int("leader.imbalance.per.broker.percentage", 10, 0),
+        leader_imbalance_check_interval_s=cfg.int("leader.imbalance.check.interval.seconds", 300, 1))
 
 
 class ControllerServer:

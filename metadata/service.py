@@ -21,7 +21,7 @@ from .brokers import Heartbeat
 from .controller import NotController, QuorumController
 from .errors import ApiError, ErrorCode
 from .image import ConfigResource, MetadataImage, ResourceType, SecurityProtocol
-from .partitions import alter_partition
+from .partitions import PREFERRED, UNCLEAN, alter_partition, elect_leaders
 from .records import endpoint, producer_ids
 from .topics import (ConfigOp, ItemResult, NewTopic, alter_configs, check_request_size,
                      create_partitions, create_topics, delete_topics, describe_configs)
@@ -124,6 +124,17 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             results = await self.c.write(build, validate_only=request.validate_only, in_thread=True)
             return pb.CreatePartitionsResponse(status=_status(), topics=self._topic_results(results))
         return await self._answer(pb.CreatePartitionsResponse, work)
+
+    async def ElectLeaders(self, request: pb.ElectLeadersRequest, context) -> pb.ElectLeadersResponse:
+        async def work() -> pb.ElectLeadersResponse:
+            wanted = [(t.name, p) for t in request.topics for p in t.partitions] if request.topics else None
+            check_request_size(len(wanted or ()), "partitions")
+            kind = UNCLEAN if request.election_type == pb.ElectLeadersRequest.UNCLEAN else PREFERRED
+            results = await self.c.write(lambda view: elect_leaders(view, kind, wanted), in_thread=True)
+            return pb.ElectLeadersResponse(status=_status(), results=[
+                pb.ElectionResult(topic=r.topic, partition=r.partition, error_code=int(r.code),
+                                  error_message=r.message) for r in results])
+        return await self._answer(pb.ElectLeadersResponse, work)
 
     async def DescribeTopics(self, request: pb.DescribeTopicsRequest, context) -> pb.DescribeTopicsResponse:
         async def work() -> pb.DescribeTopicsResponse:
