@@ -197,6 +197,16 @@ async def main_async(base_dir: str, base_port: int) -> None:
         kraft("topics", "--bootstrap-controller", c, "describe", "--topic", "orders")
         kraft("quorum", "--bootstrap-controller", c, "describe", "--replication")
 
+        say(f"Hand leadership back to the preferred replicas (broker {victim} leads nothing since its restart)")
+        kraft("leader-election", "--bootstrap-controller", c, "--election-type", "preferred", "--all-topic-partitions")
+        d = kraft("topics", "--bootstrap-controller", c, "describe", "--topic", "orders")
+        off = [line for line in d.splitlines() if "Partition:" in line
+               and line.split("Leader: ")[1].split("\t")[0] != line.split("Replicas: ")[1].split(",")[0]]
+        if off:
+            raise SystemExit(f"demo failed: partitions not led by their preferred replica: {off}")
+        print("every partition is led by its first (preferred) replica again; with auto.leader.rebalance.enable "
+              "(on by default) the controller does this itself every leader.imbalance.check.interval.seconds")
+
         await group_scene(s, first + second)
 
         say("Done: shutting down (brokers first, with a controlled shutdown)")
