@@ -82,6 +82,46 @@ def storage_format(cluster_id: str, config_path: str, ignore_formatted: bool) ->
         fail(str(e))
 
 
+@storage.command("info")
+@click.option("--config", "-c", "config_path", required=True, type=click.Path(dir_okay=False))
+def storage_info(config_path: str) -> None:
+    """What each of the server's directories holds (kafka-storage.sh info); exits 1 when one is
+    missing, unformatted, another node's or another cluster's."""
+    import os
+    from metadata import config as server_config
+    from raft.storage.disk import META_FILE, read_properties
+    try:
+        cfg = server_config.load(config_path)
+    except ConfigError as e:
+        fail(str(e))
+        return
+    dirs = list(dict.fromkeys([cfg.metadata_log_dir, *(cfg.log_dirs if cfg.is_broker else ())]))
+    problems, found = [], {}
+    for d in dirs:
+        meta = os.path.join(d, META_FILE)
+        if not os.path.isdir(d):
+            problems.append(f"{d} does not exist")
+        elif not os.path.exists(meta):
+            problems.append(f"{d} is not formatted")
+        else:
+            try:
+                found[d] = read_properties(meta)
+            except RaftError as e:
+                problems.append(f"{d}: {e}")
+    for d, props in found.items():
+        if props.get("node.id") != str(cfg.node_id):
+            problems.append(f"{d} is formatted for node {props.get('node.id')}, this is node {cfg.node_id}")
+    if len({p.get("cluster.id") for p in found.values()}) > 1:
+        problems.append("the directories are formatted for different clusters: " +
+                        ", ".join(f"{d} for {p.get('cluster.id')}" for d, p in found.items()))
+    click.echo(f"Found log director{'ies' if len(dirs) > 1 else 'y'}:\n" + "".join(f"  {d}\n" for d in dirs))
+    for d, props in found.items():
+        click.echo(f"Found metadata in {d}: {{" + ", ".join(f"{k}={v}" for k, v in sorted(props.items())) + "}")
+    if problems:
+        click.echo(f"\nFound problem{'s' if len(problems) > 1 else ''}:\n" + "".join(f"  {p}\n" for p in problems))
+        sys.exit(1)
+
+
 # ------------------------------------------------------------------------------- servers
 
 @main.command("server-start")
@@ -235,22 +275,48 @@ def _ids(xs: Any) -> str:
 @click.option("--topic", help="one topic (default: all)")
 @click.option("--under-replicated-partitions", is_flag=True, help="only partitions whose ISR is short")
 @click.option("--unavailable-partitions", is_flag=True, help="only partitions without a leader")
+@click.option("--under-min-isr-partitions", is_flag=True, help="only partitions whose ISR is below min.insync.replicas")
+@click.option("--at-min-isr-partitions", is_flag=True, help="only partitions whose ISR is exactly min.insync.replicas")
+@click.option("--topics-with-overrides", is_flag=True, help="only topics with configs of their own (no partitions)")
 @click.pass_obj
-def topics_describe(obj: tuple, topic: str | None, under_replicated_partitions: bool,
-                    unavailable_partitions: bool) -> None:
-    resp = with_client(*obj, lambda c: c.call("DescribeTopics", pb.DescribeTopicsRequest(names=[topic] if topic else [])))
+def topics_describe(obj: tuple, topic: str | None, under_replicated_partitions: bool, unavailable_partitions: bool,
+                    under_min_isr_partitions: bool, at_min_isr_partitions: bool, topics_with_overrides: bool) -> None:
+    """Topics and partitions (kafka-topics.sh --describe); the filters show only what they name.
+    min.insync.replicas is the topic's, else the cluster-wide dynamic default, else 1."""
+    async def work(c: ControllerClient) -> tuple[Any, int]:
+        resp = await c.call("DescribeTopics", pb.DescribeTopicsRequest(names=[topic] if topic else []))
+        default = 1
+        if under_min_isr_partitions or at_min_isr_partitions:
+            cluster = await c.call("DescribeConfigs", pb.DescribeConfigsRequest(resources=[
+                pb.AlterConfigsResource(resource_type=pb.BROKER, resource_name="")]))
+            default = int(next((e.value for r in cluster.resources for e in r.configs
+                                if e.name == "min.insync.replicas" and not e.is_default), "1"))
+        return resp, default
+
+    resp, min_isr_default = with_client(*obj, work)
+    partition_filters = (under_replicated_partitions, unavailable_partitions, under_min_isr_partitions,
+                         at_min_isr_partitions)
     for t in resp.topics:
         _check(t.error_code, t.error_message, f"topic {t.name}")
+        if topics_with_overrides and not t.configs:
+            continue
         parts = list(t.partitions)
+        min_isr = int(t.configs.get("min.insync.replicas", min_isr_default))
         if under_replicated_partitions:
             parts = [p for p in parts if len(p.isr) < len(p.replicas)]
         if unavailable_partitions:
             parts = [p for p in parts if p.leader < 0]
-        if not under_replicated_partitions and not unavailable_partitions:
+        if under_min_isr_partitions:
+            parts = [p for p in parts if len(p.isr) < min_isr]
+        if at_min_isr_partitions:
+            parts = [p for p in parts if len(p.isr) == min_isr]
+        if not any(partition_filters):
             rf = len(t.partitions[0].replicas) if t.partitions else 0
             cfg = ",".join(f"{k}={v}" for k, v in sorted(t.configs.items()))
             click.echo(f"Topic: {t.name}\tTopicId: {format_uuid(uuid.UUID(bytes=t.topic_id))}\t"
                        f"PartitionCount: {len(t.partitions)}\tReplicationFactor: {rf}\tConfigs: {cfg}")
+        if topics_with_overrides:
+            continue
         for p in parts:
             offline = f"\tOffline: {_ids(p.offline_replicas)}" if p.offline_replicas else ""
             click.echo(f"\tTopic: {t.name}\tPartition: {p.partition}\tLeader: {p.leader if p.leader >= 0 else 'none'}"
@@ -423,6 +489,47 @@ async def _health_problems(cfg) -> list[str]:
         from brokerd.health import broker_problems
         problems += await broker_problems(cfg)
     return problems
+
+
+@main.command("get-offsets")
+@click.option("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT] of brokers (gRPC listeners)")
+@click.option("--topic", required=True)
+@click.option("--partitions", help="comma-separated partition ids (default: all)")
+@click.option("--time", "when", default="-1", show_default=True,
+              help="-1 (latest: the high watermark), -2 (earliest) or a time in ms since the epoch")
+def get_offsets(bootstrap_server: str, topic: str, partitions: str | None, when: str) -> None:
+    """Each partition's offset at a time, as TOPIC:PARTITION:OFFSET (kafka-get-offsets.sh); an
+    offset is left empty when no record is that recent."""
+    from clients.admin import Admin
+    from clients.cluster_view import ClientError
+    try:
+        at = int(when)
+        wanted = [int(p) for p in partitions.split(",")] if partitions else None
+    except ValueError:
+        fail("--time takes -1, -2 or a time in ms; --partitions takes ids like 0,1,2")
+        return
+    if at < -2:
+        fail(f"--time {at}: use -1 (latest), -2 (earliest) or a time in ms")
+        return
+
+    async def ask() -> dict[tuple[str, int], tuple[int, int]]:
+        async with Admin(bootstrap_server) as admin:
+            tps = await admin.partitions_of(topic)
+            if not tps:
+                raise ClientError(f"UNKNOWN_TOPIC_OR_PARTITION: Topic {topic} does not exist.")
+            if wanted is not None:
+                missing = sorted(set(wanted) - {p for _, p in tps})
+                if missing:
+                    raise ClientError(f"UNKNOWN_TOPIC_OR_PARTITION: topic {topic} has no partitions {missing}")
+                tps = [(topic, p) for p in wanted]
+            return await admin.offsets({tp: at for tp in tps})
+    try:
+        found = asyncio.run(ask())
+    except ClientError as e:
+        fail(str(e))
+        return
+    for (t, p), (offset, _) in sorted(found.items()):
+        click.echo(f"{t}:{p}:{offset if offset >= 0 else ''}")
 
 
 @main.command("leader-election")
