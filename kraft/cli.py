@@ -384,7 +384,16 @@ def quorum_describe(obj: tuple, mode: str) -> None:
 
 @controller_group
 def cluster() -> None:
-    """Describe the cluster: id, active controller, brokers."""
+    """Describe the cluster: id, active controller, brokers; unregister a broker (kafka-cluster.sh)."""
+
+
+@cluster.command("unregister")
+@click.option("--id", "broker_id", type=int, required=True, help="the broker to forget")
+@click.pass_obj
+def cluster_unregister(obj: tuple, broker_id: int) -> None:
+    """Forget a stopped broker that hosts no replicas."""
+    with_client(*obj, lambda c: c.call("UnregisterBroker", pb.UnregisterBrokerRequest(broker_id=broker_id)))
+    click.echo(f"Broker {broker_id} is no longer registered.")
 
 
 @cluster.command("describe")

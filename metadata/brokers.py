@@ -17,7 +17,7 @@ from .errors import ApiError, ErrorCode
 from .image import BrokerRegistration, MetadataImage
 from .partitions import remove_broker, restore_broker
 from .records import (MetadataRecord, broker_registration_change, fence_broker, register_broker,
-                      unfence_broker)
+                      unfence_broker, unregister_broker)
 
 
 @dataclass(slots=True)
@@ -121,6 +121,24 @@ class BrokerLifecycle:
         if not b.fenced and hb.want_fence:
             return self.fence(image, b), HeartbeatAnswer(caught_up, True, False)
         return [], HeartbeatAnswer(caught_up, b.fenced, False)
+
+    def unregister(self, image: MetadataImage, broker_id: int) -> list[MetadataRecord]:
+        """Forget a broker that is gone for good (kafka-cluster.sh unregister). Refused while it
+        runs, or while a partition still lists it as a replica: move those first."""
+        b = image.brokers.get(broker_id)
+        if b is None:
+            raise ApiError(ErrorCode.BROKER_ID_NOT_REGISTERED, f"broker {broker_id} is not registered")
+        if not b.fenced:
+            raise ApiError(ErrorCode.INVALID_REQUEST, f"broker {broker_id} is running (unfenced): stop it before "
+                                                      f"unregistering it")
+        hosted = [f"{t.name}-{pid}" for t in image.topics_by_id.values() for pid, p in sorted(t.partitions.items())
+                  if broker_id in p.replicas]
+        if hosted:
+            raise ApiError(ErrorCode.INVALID_REQUEST, f"broker {broker_id} still hosts {len(hosted)} replicas "
+                                                      f"({', '.join(hosted[:5])}{', ...' if len(hosted) > 5 else ''}): "
+                                                      f"move them to other brokers first")
+        self.sessions.pop(broker_id, None)
+        return [unregister_broker(b.id, b.epoch)]
 
     def fence(self, image: MetadataImage, b: BrokerRegistration) -> list[MetadataRecord]:
         """Fence a broker: it leaves every ISR and its partitions get new leaders."""

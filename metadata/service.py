@@ -136,6 +136,12 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
                                   error_message=r.message) for r in results])
         return await self._answer(pb.ElectLeadersResponse, work)
 
+    async def UnregisterBroker(self, request: pb.UnregisterBrokerRequest, context) -> pb.UnregisterBrokerResponse:
+        async def work() -> pb.UnregisterBrokerResponse:
+            await self.c.write(lambda view: (self.c.brokers.unregister(view, request.broker_id), None))
+            return pb.UnregisterBrokerResponse(status=_status())
+        return await self._answer(pb.UnregisterBrokerResponse, work)
+
     async def DescribeTopics(self, request: pb.DescribeTopicsRequest, context) -> pb.DescribeTopicsResponse:
         async def work() -> pb.DescribeTopicsResponse:
             image = await self.c.read_image()  # immutable: described in a thread, as it scales with the cluster

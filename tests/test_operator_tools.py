@@ -80,3 +80,30 @@ def test_describe_at_and_under_min_isr_and_overrides(cluster):
     finally:
         cluster.start_broker(victim)
         asyncio.run(cluster.wait_unfenced(timeout=60))
+
+
+def test_unregister_only_a_stopped_broker_that_hosts_nothing(cluster):
+    ctl = ["cluster", "--bootstrap-controller", cluster.quorum.bootstrap]
+    victim = cluster.ids[-1]
+    asyncio.run(cluster.create_topic("pinned", partitions=1, rf=1, assignments=[[victim]]))
+    p = kraft(*ctl, "unregister", "--id", str(victim))
+    assert p.returncode == 1 and p.stderr == f"Error: INVALID_REQUEST: broker {victim} is running (unfenced): stop " \
+                                             f"it before unregistering it\n"
+    assert cluster.stop_broker(victim) == 0
+    try:
+        for t in ("go", "strict", "plain"):  # this module's other topics have replicas on every broker
+            assert kraft("topics", "--bootstrap-controller", cluster.quorum.bootstrap, "delete", "--topic",
+                         t).returncode == 0
+        p = kraft(*ctl, "unregister", "--id", str(victim))
+        assert p.returncode == 1 and p.stderr == f"Error: INVALID_REQUEST: broker {victim} still hosts 1 replicas " \
+                                                 f"(pinned-0): move them to other brokers first\n"
+        assert kraft("topics", "--bootstrap-controller", cluster.quorum.bootstrap, "delete", "--topic",
+                     "pinned").returncode == 0
+        p = kraft(*ctl, "unregister", "--id", str(victim))
+        assert p.returncode == 0 and p.stdout == f"Broker {victim} is no longer registered.\n", p.stderr
+        assert f"\n  {victim}\t" not in kraft(*ctl, "describe").stdout
+        p = kraft(*ctl, "unregister", "--id", str(victim))
+        assert p.returncode == 1 and p.stderr == f"Error: BROKER_ID_NOT_REGISTERED: broker {victim} is not registered\n"
+    finally:
+        cluster.start_broker(victim)  # registers anew
+        asyncio.run(cluster.wait_unfenced(timeout=60))
