@@ -335,3 +335,14 @@ def test_kcat_lists_produces_and_consumes(cluster):
     out = subprocess.run([kcat, *boot, "-t", "cf-kcat", "-C", "-e", "-o", "beginning", "-q", "-f", "%k=%s %h\n"],
                          capture_output=True, text=True, timeout=60, check=True).stdout
     assert sorted(out.splitlines()) == sorted(f"k{i}=v{i} src=kcat" for i in range(50))
+
+
+def test_the_shortest_newer_api_versions_request_is_answered(cluster):
+    """An ApiVersions of a newer version with nothing after its correlation id (8 bytes in all)
+    is answered in v0 like any newer one, not a failure of the connection's task."""
+    port = cluster.kafka_ports[cluster.ids[0]]
+    with socket.create_connection(("127.0.0.1", port), 5) as s:
+        s.sendall(struct.pack(">ihhi", 8, 18, 99, 41))
+        s.settimeout(5)
+        size = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))[0]
+        assert struct.unpack_from(">ih", s.recv(size, socket.MSG_WAITALL)) == (41, 35)

@@ -31,7 +31,7 @@ from kio.serial import entity_reader, entity_writer
 
 API_VERSIONS_KEY = 18
 _KEY_VERSION = struct.Struct(">hh")
-_CORRELATION = struct.Struct(">ii")
+_CORRELATION = struct.Struct(">i")
 _EPOCH = datetime.datetime.fromtimestamp(0, datetime.timezone.utc)
 
 
@@ -89,7 +89,8 @@ def read_request(body: bytes, api_key: int, version: int) -> tuple[RequestHeader
 
 
 def correlation_id(body: bytes) -> int:
-    return _CORRELATION.unpack_from(body, 4)[0] if len(body) >= 8 else 0
+    """The correlation id of a request body, read without its schema (api key, version, id)."""
+    return _CORRELATION.unpack_from(body, 4)[0]
 
 
 def frame_response(header: RequestHeader, response: Any) -> bytes:
