@@ -31,7 +31,6 @@ from kio.serial import entity_reader, entity_writer
 
 API_VERSIONS_KEY = 18
 _KEY_VERSION = struct.Struct(">hh")
-_CORRELATION = struct.Struct(">i")
 _EPOCH = datetime.datetime.fromtimestamp(0, datetime.timezone.utc)
 
 
@@ -49,8 +48,7 @@ class RequestHeader:
 
 
 def peek_api(body: bytes) -> tuple[int, int]:
-    if len(body) < 8:
-        raise MalformedRequest(f"a request of {len(body)} bytes is shorter than a request header")
+    """The api key and version of a request body (the listener admits no body under 8 bytes)."""
     return _KEY_VERSION.unpack_from(body)
 
 
@@ -90,35 +88,34 @@ def read_request(body: bytes, api_key: int, version: int) -> tuple[RequestHeader
 
 def correlation_id(body: bytes) -> int:
     """The correlation id of a request body, read without its schema (api key, version, id)."""
-    return _CORRELATION.unpack_from(body, 4)[0]
+    return struct.unpack_from(">i", body, 4)[0]
+
+
+def _framed(head: bytes, entity: Any) -> bytes:
+    """``head`` (an encoded header) and ``entity``, behind their int32 size, written once."""
+    out = io.BytesIO()
+    out.write(b"\0\0\0\0")
+    out.write(head)
+    _writer(type(entity))(out, entity)
+    data = out.getbuffer()
+    struct.pack_into(">i", data, 0, len(data) - 4)
+    return bytes(data)
 
 
 def frame_response(header: RequestHeader, response: Any) -> bytes:
     """The response's bytes on the wire, size prefix included."""
-    out = io.BytesIO()
-    out.write(b"\0\0\0\0")
-    out.write(struct.pack(">i", header.correlation_id))
-    if header.flexible and header.api_key != API_VERSIONS_KEY:
-        out.write(b"\0")  # no tagged fields
-    _writer(type(response))(out, response)
-    data = out.getbuffer()
-    struct.pack_into(">i", data, 0, len(data) - 4)
-    return bytes(data)
+    no_tags = b"\0" if header.flexible and header.api_key != API_VERSIONS_KEY else b""  # flexible: no tagged fields
+    return _framed(struct.pack(">i", header.correlation_id) + no_tags, response)
 
 
 # -- the client's side: for tools (kraft broker-api-versions) --------------------------------------
 
 def frame_request(api_key: int, version: int, correlation: int, client_id: str, request: Any) -> bytes:
-    flexible = request_schema(api_key, version).__flexible__
-    out = io.BytesIO()
-    out.write(b"\0\0\0\0")
-    header_cls = RequestHeaderV2 if flexible else RequestHeaderV1
-    _writer(header_cls)(out, header_cls(request_api_key=api_key, request_api_version=version,
+    header_cls = RequestHeaderV2 if request_schema(api_key, version).__flexible__ else RequestHeaderV1
+    head = io.BytesIO()
+    _writer(header_cls)(head, header_cls(request_api_key=api_key, request_api_version=version,
                                          correlation_id=correlation, client_id=client_id))
-    _writer(type(request))(out, request)
-    data = out.getbuffer()
-    struct.pack_into(">i", data, 0, len(data) - 4)
-    return bytes(data)
+    return _framed(head.getvalue(), request)
 
 
 def read_response(body: bytes, api_key: int, version: int) -> tuple[int, Any]:
