@@ -11,7 +11,6 @@ that is sent anyway closes its connection (codec.MalformedRequest).
 """
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -32,8 +31,6 @@ from ..replica_manager import ReplicaManager
 from .batches import from_wire, stored_to_wire
 from .codec import RequestHeader, build, ms, response_schema
 
-log = logging.getLogger("brokerd.kafka")
-
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 0, 1, 2, 3, 8, 9, 10
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 11, 12, 13, 14, 15, 16
 API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH = 18, 19, 20, 22, 23
@@ -45,13 +42,12 @@ VERSIONS: dict[int, tuple[int, int]] = {
     PRODUCE: (3, 9), FETCH: (4, 12), LIST_OFFSETS: (1, 6), METADATA: (1, 12), OFFSET_COMMIT: (2, 8),
     OFFSET_FETCH: (1, 7), FIND_COORDINATOR: (0, 4), JOIN_GROUP: (0, 9), HEARTBEAT: (0, 4), LEAVE_GROUP: (0, 5),
     SYNC_GROUP: (0, 5), DESCRIBE_GROUPS: (0, 5), LIST_GROUPS: (0, 4), API_VERSIONS: (0, 3), CREATE_TOPICS: (2, 7),
-    DELETE_TOPICS: (1, 6), INIT_PRODUCER_ID: (0, 4), OFFSET_FOR_LEADER_EPOCH: (2, 4), DESCRIBE_CONFIGS: (1, 4), CREATE_PARTITIONS: (0, 3),
-    DELETE_GROUPS: (0, 2), INCREMENTAL_ALTER_CONFIGS: (0, 1), DESCRIBE_CLUSTER: (0, 1),
+    DELETE_TOPICS: (1, 6), INIT_PRODUCER_ID: (0, 4), OFFSET_FOR_LEADER_EPOCH: (2, 4), DESCRIBE_CONFIGS: (1, 4),
+    CREATE_PARTITIONS: (0, 3), DELETE_GROUPS: (0, 2), INCREMENTAL_ALTER_CONFIGS: (0, 1), DESCRIBE_CLUSTER: (0, 1),
 }
 
-NO_OPERATIONS = -2147483648          # authorized operations: not asked for
 TOPIC_CONFIG_SOURCE, BROKER_CONFIG_SOURCE, DEFAULT_CONFIG_SOURCE = 1, 4, 5
-COORDINATOR_GROUP, COORDINATOR_TRANSACTION = 0, 1
+COORDINATOR_GROUP = 0  # FindCoordinator key type (1: a transactional id)
 
 
 class CloseConnection(Exception):
@@ -65,6 +61,17 @@ def _uuid_bytes(u: uuid.UUID | None) -> bytes:
 
 def _message(code: int, message: str) -> str | None:
     return message if code and message else None
+
+
+def _epoch(value: int) -> int | None:
+    """A leader epoch from a Kafka request (-1: not given) for an optional protobuf field:
+    None leaves it unset."""
+    return value if value >= 0 else None
+
+
+def _instance_id(m: Any) -> str | None:
+    """An answer's optional group instance id, as Kafka's nullable string."""
+    return m.group_instance_id if m.HasField("group_instance_id") else None
 
 
 class KafkaApis:
@@ -181,11 +188,9 @@ class KafkaApis:
         for t in req.topics:
             ft = ours.topics.add(name=t.topic)
             for fp in t.partitions:
-                p = ft.partitions.add(partition=fp.partition, fetch_offset=fp.fetch_offset,
-                                      log_start_offset=-1, partition_max_bytes=max(1, fp.partition_max_bytes))
-                epoch = getattr(fp, "current_leader_epoch", -1)
-                if epoch >= 0:
-                    p.current_leader_epoch = epoch
+                ft.partitions.add(partition=fp.partition, fetch_offset=fp.fetch_offset, log_start_offset=-1,
+                                  partition_max_bytes=max(1, fp.partition_max_bytes),
+                                  current_leader_epoch=_epoch(getattr(fp, "current_leader_epoch", -1)))
         resp = await fetch(self.rm, ours)
         return {"error_code": 0, "session_id": 0, "responses": [
             {"topic": t.name, "partitions": [
@@ -201,10 +206,8 @@ class KafkaApis:
         for t in req.topics:
             lt = ours.topics.add(name=t.name)
             for lp in t.partitions:
-                p = lt.partitions.add(partition=lp.partition_index, timestamp=ms(lp.timestamp))
-                epoch = getattr(lp, "current_leader_epoch", -1)
-                if epoch >= 0:
-                    p.current_leader_epoch = epoch
+                lt.partitions.add(partition=lp.partition_index, timestamp=ms(lp.timestamp),
+                                  current_leader_epoch=_epoch(getattr(lp, "current_leader_epoch", -1)))
         resp = list_offsets(self.rm, ours)
         return {"topics": [{"name": t.name, "partitions": [
             {"partition_index": a.partition, "error_code": a.error_code, "timestamp": a.timestamp, "offset": a.offset,
@@ -217,9 +220,8 @@ class KafkaApis:
         for t in req.topics:
             ot = ours.topics.add(name=t.topic)
             for p in t.partitions:
-                op = ot.partitions.add(partition=p.partition, leader_epoch=p.leader_epoch)
-                if p.current_leader_epoch >= 0:
-                    op.current_leader_epoch = p.current_leader_epoch
+                ot.partitions.add(partition=p.partition, leader_epoch=p.leader_epoch,
+                                  current_leader_epoch=_epoch(p.current_leader_epoch))
         resp = offsets_for_leader_epoch(self.rm, ours)
         return {"topics": [{"topic": t.name, "partitions": [
             {"error_code": a.error_code, "partition": a.partition, "leader_epoch": a.leader_epoch,
@@ -257,53 +259,46 @@ class KafkaApis:
         ours = pb.JoinGroupRequest(group_id=req.group_id, session_timeout_ms=ms(req.session_timeout),
                                    rebalance_timeout_ms=ms(getattr(req, "rebalance_timeout", req.session_timeout)),
                                    member_id=req.member_id, protocol_type=req.protocol_type,
+                                   group_instance_id=getattr(req, "group_instance_id", None),
                                    protocols=[pb.JoinGroupProtocol(name=p.name, metadata=p.metadata)
                                               for p in req.protocols])
-        if getattr(req, "group_instance_id", None) is not None:
-            ours.group_instance_id = req.group_instance_id
         r = await self.groups.join_group(ours)
         return {"error_code": r.error_code, "generation_id": r.generation_id, "protocol_type": req.protocol_type,
                 "protocol_name": r.protocol_name or None, "leader": r.leader, "member_id": r.member_id,
-                "members": [{"member_id": m.member_id, "metadata": m.metadata,
-                             "group_instance_id": m.group_instance_id if m.HasField("group_instance_id") else None}
+                "members": [{"member_id": m.member_id, "metadata": m.metadata, "group_instance_id": _instance_id(m)}
                             for m in r.members]}
 
     async def sync_group(self, req: Any, version: int) -> dict[str, Any]:
         ours = pb.SyncGroupRequest(group_id=req.group_id, generation_id=req.generation_id, member_id=req.member_id,
+                                   group_instance_id=getattr(req, "group_instance_id", None),
                                    assignments=[pb.SyncGroupAssignment(member_id=a.member_id, assignment=a.assignment)
                                                 for a in req.assignments])
-        if getattr(req, "group_instance_id", None) is not None:
-            ours.group_instance_id = req.group_instance_id
         r = await self.groups.sync_group(ours)
         return {"error_code": r.error_code, "assignment": r.assignment,
                 "protocol_type": getattr(req, "protocol_type", None), "protocol_name": getattr(req, "protocol_name", None)}
 
     async def heartbeat(self, req: Any, version: int) -> dict[str, Any]:
-        ours = pb.HeartbeatRequest(group_id=req.group_id, generation_id=req.generation_id, member_id=req.member_id)
-        if getattr(req, "group_instance_id", None) is not None:
-            ours.group_instance_id = req.group_instance_id
+        ours = pb.HeartbeatRequest(group_id=req.group_id, generation_id=req.generation_id, member_id=req.member_id,
+                                   group_instance_id=getattr(req, "group_instance_id", None))
         return {"error_code": (await self.groups.heartbeat(ours)).error_code}
 
     async def leave_group(self, req: Any, version: int) -> dict[str, Any]:
         members = req.members if version >= 3 else [req]
-        ours = pb.LeaveGroupRequest(group_id=req.group_id)
-        for m in members:
-            identity = ours.members.add(member_id=m.member_id)
-            if getattr(m, "group_instance_id", None) is not None:
-                identity.group_instance_id = m.group_instance_id
+        ours = pb.LeaveGroupRequest(group_id=req.group_id, members=[
+            pb.MemberIdentity(member_id=m.member_id, group_instance_id=getattr(m, "group_instance_id", None))
+            for m in members])
         r = await self.groups.leave_group(ours)
         code = r.error_code
         if version < 3 and not code and r.members:
             code = r.members[0].error_code
         return {"error_code": code, "members": [
-            {"member_id": m.member_id, "error_code": m.error_code,
-             "group_instance_id": m.group_instance_id if m.HasField("group_instance_id") else None} for m in r.members]}
+            {"member_id": m.member_id, "error_code": m.error_code, "group_instance_id": _instance_id(m)}
+            for m in r.members]}
 
     async def offset_commit(self, req: Any, version: int) -> dict[str, Any]:
         generation = getattr(req, "generation_id_or_member_epoch", getattr(req, "generation_id", -1))
-        ours = pb.OffsetCommitRequest(group_id=req.group_id, generation_id=generation, member_id=req.member_id)
-        if getattr(req, "group_instance_id", None) is not None:
-            ours.group_instance_id = req.group_instance_id
+        ours = pb.OffsetCommitRequest(group_id=req.group_id, generation_id=generation, member_id=req.member_id,
+                                      group_instance_id=getattr(req, "group_instance_id", None))
         for t in req.topics:
             ot = ours.topics.add(name=t.name)
             for p in t.partitions:
@@ -343,7 +338,7 @@ class KafkaApis:
              "protocol_type": g.protocol_type, "protocol_data": g.protocol, "members": [
                  {"member_id": m.member_id, "client_id": m.client_id, "client_host": "",
                   "member_metadata": m.metadata, "member_assignment": m.assignment,
-                  "group_instance_id": m.group_instance_id if m.HasField("group_instance_id") else None}
+                  "group_instance_id": _instance_id(m)}
                  for m in g.members]} for g in r.groups]}
 
     async def delete_groups(self, req: Any, version: int) -> dict[str, Any]:
