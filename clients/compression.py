@@ -4,9 +4,9 @@ attributes, and decompression that is bounded, because a batch is untrusted inpu
 Codec ids are Kafka's (``CompressionType``): 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd. gzip is
 the standard library's zlib; lz4 (frame format) and zstd are the ``lz4`` and ``zstandard``
 packages; snappy is ``cramjam``'s raw snappy (what librdkafka writes), and batches in the
-xerial framing that Java's and kafka-python's producers write are read too. Each decompressor stops at ``limit`` bytes of
-output: a small batch that expands without end (a decompression bomb) is refused as corrupt
-instead of filling the broker's memory.
+xerial framing that Java's and kafka-python's producers write are read too. Each
+decompressor stops at ``limit`` bytes of output: a small batch that expands without end (a
+decompression bomb) is refused as corrupt instead of filling the broker's memory.
 """
 from __future__ import annotations
 

@@ -137,10 +137,14 @@ class Record(NamedTuple):
     headers: tuple[Header, ...] = ()
 
 
+def _headers(headers: Sequence[Header]) -> bytes:
+    """The header count, then each header's UTF-8 key and value."""
+    return _zz(len(headers)) + b"".join(_blob(hk.encode()) + _blob(hv) for hk, hv in headers)
+
+
 def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None,
                   headers: Sequence[Header] = ()) -> bytes:
-    body = b"".join((b"\x00", _zz(timestamp_delta), _zz(offset_delta), _blob(key), _blob(value),
-                     _zz(len(headers)), *(_blob(hk.encode()) + _blob(hv) for hk, hv in headers)))
+    body = b"".join((b"\x00", _zz(timestamp_delta), _zz(offset_delta), _blob(key), _blob(value), _headers(headers)))
     return _zz(len(body)) + body
 
 
@@ -154,8 +158,7 @@ def encode_records(entries: Sequence[tuple[bytes | None, bytes | None, int, Sequ
         body = b"".join((b"\x00", small[d << 1] if 0 <= d < 8192 else zz(d), small[i << 1] if i < 8192 else zz(i),
                          _NULL if key is None else zz(len(key)) + key,
                          _NULL if value is None else zz(len(value)) + value,
-                         _zz(len(headers)) + b"".join(_blob(hk.encode()) + _blob(hv) for hk, hv in headers)
-                         if headers else b"\x00"))
+                         _headers(headers) if headers else b"\x00"))
         append(zz(len(body)))
         append(body)
     return b"".join(parts)
