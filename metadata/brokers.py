@@ -15,7 +15,7 @@ from protos import metadata_pb2 as mpb
 
 from .errors import ApiError, ErrorCode
 from .image import BrokerRegistration, MetadataImage
-from .partitions import remove_broker, restore_broker
+from .partitions import partitions_with, remove_broker, restore_broker
 from .records import (MetadataRecord, broker_registration_change, fence_broker, register_broker,
                       unfence_broker, unregister_broker)
 
@@ -131,8 +131,7 @@ class BrokerLifecycle:
         if not b.fenced:
             raise ApiError(ErrorCode.INVALID_REQUEST, f"broker {broker_id} is running (unfenced): stop it before "
                                                       f"unregistering it")
-        hosted = [f"{t.name}-{pid}" for t in image.topics_by_id.values() for pid, p in sorted(t.partitions.items())
-                  if broker_id in p.replicas]
+        hosted = [f"{t.name}-{pid}" for t, pid, _ in partitions_with(image, broker_id)]
         if hosted:
             raise ApiError(ErrorCode.INVALID_REQUEST, f"broker {broker_id} still hosts {len(hosted)} replicas "
                                                       f"({', '.join(hosted[:5])}{', ...' if len(hosted) > 5 else ''}): "

@@ -50,7 +50,8 @@ def _change(topic: TopicImage, pid: int, p: PartitionRegistration, leader: int,
     return partition_change(topic.id, pid, leader=new_leader, isr=new_isr)
 
 
-def _partitions_with(image: MetadataImage, broker: int) -> Iterator[tuple[TopicImage, int, PartitionRegistration]]:
+def partitions_with(image: MetadataImage, broker: int) -> Iterator[tuple[TopicImage, int, PartitionRegistration]]:
+    """The partitions that list ``broker`` as a replica."""
     for t in image.topics_by_id.values():
         for pid, p in t.partitions.items():
             if broker in p.replicas:
@@ -63,7 +64,7 @@ def remove_broker(image: MetadataImage, broker: int, *, keep_last_isr: bool = Tr
     get a new leader from the rest of the ISR, or none."""
     live = live_brokers(image, exclude=broker)
     out = []
-    for t, pid, p in _partitions_with(image, broker):
+    for t, pid, p in partitions_with(image, broker):
         isr = tuple(r for r in p.isr if r != broker)
         if not isr and keep_last_isr:
             isr = p.isr
@@ -83,7 +84,7 @@ def restore_broker(image: MetadataImage, broker: int) -> list[MetadataRecord]:
     """A broker is unfenced: partitions left without a leader that it can lead get it back."""
     live = live_brokers(image) | {broker}
     out = []
-    for t, pid, p in _partitions_with(image, broker):
+    for t, pid, p in partitions_with(image, broker):
         if p.leader == NO_LEADER:
             leader = elect(p, live, unclean_allowed(image, t))
             if leader != NO_LEADER:
