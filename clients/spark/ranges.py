@@ -67,16 +67,18 @@ async def resolve(admin: Admin, spec: OffsetSpec, tps: list[TopicPartition], *, 
         at = spec[1]
         which = {tp: at if isinstance(at, int) else at.get(tp[0], {}).get(tp[1], default) for tp in tps}
     else:
-        unknown = sorted(f"{t}-{p}" for t, ps in spec.items() for p in ps if (t, p) not in set(tps))
+        reading = set(tps)
+        unknown = sorted(f"{t}-{p}" for t, ps in spec.items() for p in ps if (t, p) not in reading)
         if unknown:
             raise TopicSourceError(f"offsets were given for partitions that are not read: {', '.join(unknown)}")
         which = {tp: spec.get(tp[0], {}).get(tp[1], default) for tp in tps}
     fixed = {tp: off for tp, off in which.items() if off >= 0 and not isinstance(spec, tuple)}
     asked = {tp: off for tp, off in which.items() if tp not in fixed}
-    found = await admin.offsets(asked) if asked else {}
-    latest = await admin.offsets({tp: LATEST for tp, (off, _) in found.items() if off < 0}) if any(
-        off < 0 for off, _ in found.values()) else {}
-    return {tp: fixed[tp] if tp in fixed else (found[tp][0] if found[tp][0] >= 0 else latest[tp][0]) for tp in tps}
+    found = {tp: off for tp, (off, _) in (await admin.offsets(asked) if asked else {}).items()}
+    beyond = [tp for tp, off in found.items() if off < 0]  # a time no record reaches yet
+    if beyond:
+        found.update({tp: off for tp, (off, _) in (await admin.offsets({tp: LATEST for tp in beyond})).items()})
+    return {**found, **fixed}
 
 
 def split(starts: dict[TopicPartition, int], ends: dict[TopicPartition, int], most: int) -> list[OffsetRange]:
