@@ -30,9 +30,12 @@ NAME = "kraft-topic"
 WRITABLE = {"key", "value", "topic", "partition", "headers"}
 
 
-async def _with_admin(bootstrap: str, fn: Any) -> Any:
-    async with Admin(bootstrap) as admin:
-        return await fn(admin)
+def _with_admin(bootstrap: str, fn: Any) -> Any:
+    """``fn(admin)`` run to its answer on this process's event loop (planning is synchronous)."""
+    async def ask() -> Any:
+        async with Admin(bootstrap) as admin:
+            return await fn(admin)
+    return run(ask())
 
 
 class TopicDataSource(DataSource):
@@ -80,7 +83,7 @@ class TopicReader(DataSourceReader):
                     raise TopicSourceError(f"the ending offset {ends[tp]} of {tp[0]}-{tp[1]} is before its starting "
                                            f"offset {starts[tp]}")
             return split(starts, ends, self.opts.max_records_per_partition)
-        return run(_with_admin(self.opts.bootstrap, plan))
+        return _with_admin(self.opts.bootstrap, plan)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.opts, partition)
@@ -98,13 +101,13 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         async def now(admin: Admin) -> dict[TopicPartition, int]:
             return await resolve(admin, "latest", await partitions(admin, self.opts), default=LATEST)
-        self.target = run(_with_admin(self.opts.bootstrap, now))
+        self.target = _with_admin(self.opts.bootstrap, now)
 
     def initialOffset(self) -> Offsets:
         async def first(admin: Admin) -> Offsets:
             tps = await partitions(admin, self.opts)
             return to_json(await resolve(admin, self.opts.starting, tps, default=EARLIEST))
-        return run(_with_admin(self.opts.bootstrap, first))
+        return _with_admin(self.opts.bootstrap, first)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.opts.max_offsets_per_trigger
@@ -138,14 +141,14 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if isinstance(limit, ReadMaxRows):
                 ends = _capped(starts, ends, limit.max_rows)
             return to_json(ends)
-        return run(_with_admin(self.opts.bootstrap, latest))
+        return _with_admin(self.opts.bootstrap, latest)
 
     def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
         starts, ends = from_json(start), from_json(end)
         new = [tp for tp in ends if tp not in starts]
         if new:  # appeared in this micro-batch: from where their logs start (as planned)
-            starts.update(run(_with_admin(self.opts.bootstrap,
-                                           lambda admin: resolve(admin, "earliest", new, default=EARLIEST))))
+            starts.update(_with_admin(self.opts.bootstrap,
+                                      lambda admin: resolve(admin, "earliest", new, default=EARLIEST)))
         return split(starts, ends, self.opts.max_records_per_partition)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -196,24 +199,22 @@ def _write_options(options: dict[str, str], schema: StructType) -> tuple[str, st
     return bootstrap, topic, producer
 
 
-class TopicWriter(DataSourceWriter):
+class _Sends:
+    """What a writing task does, batch or streaming: send its rows, answer how many."""
+
+    def __init__(self, bootstrap: str, topic: str | None, producer: dict[str, Any]) -> None:
+        self.bootstrap, self.topic, self.producer = bootstrap, topic, producer
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        return Written(write_rows(self.bootstrap, iterator, self.topic, self.producer))
+
+
+class TopicWriter(_Sends, DataSourceWriter):
     """Each task sends its rows with an idempotent producer, acks=all: a batch the producer
     retries is written once. A task Spark runs again after a failure sends its rows again
     (at least once across task attempts)."""
 
-    def __init__(self, bootstrap: str, topic: str | None, producer: dict[str, Any]) -> None:
-        self.bootstrap, self.topic, self.producer = bootstrap, topic, producer
 
-    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        return Written(write_rows(self.bootstrap, iterator, self.topic, self.producer))
-
-
-class TopicStreamWriter(DataSourceStreamWriter):
-    def __init__(self, bootstrap: str, topic: str | None, producer: dict[str, Any]) -> None:
-        self.bootstrap, self.topic, self.producer = bootstrap, topic, producer
-
-    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        return Written(write_rows(self.bootstrap, iterator, self.topic, self.producer))
-
+class TopicStreamWriter(_Sends, DataSourceStreamWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Every record of the micro-batch is acknowledged once its tasks have returned."""
