@@ -552,20 +552,18 @@ def get_offsets(bootstrap_server: str, topic: str, partitions: str | None, when:
 def leader_election(bootstrap: str, election_type: str, all_topic_partitions: bool, topic: str | None,
                     partition: int | None, timeout: float) -> None:
     """Elect leaders (kafka-leader-election.sh); exits 1 when a partition could not be elected."""
-    from protos import controller_pb2 as cpb
     if all_topic_partitions == bool(topic) or (partition is not None and not topic):
         fail("give either --all-topic-partitions, or --topic (and optionally --partition)")
         return
     kind = election_type.upper()
 
     async def work(client: ControllerClient) -> Any:
-        req = cpb.ElectLeadersRequest(election_type=getattr(cpb.ElectLeadersRequest, kind))
+        req = pb.ElectLeadersRequest(election_type=getattr(pb.ElectLeadersRequest, kind))
         if topic:
             if partition is None:
-                r = await client.call("DescribeTopics", cpb.DescribeTopicsRequest(names=[topic]))
+                r = await client.call("DescribeTopics", pb.DescribeTopicsRequest(names=[topic]))
                 t = r.topics[0]
-                if t.error_code:
-                    fail(f"{error_code(t.error_code).name}: {t.error_message}")
+                _check(t.error_code, t.error_message, f"topic {topic}")
                 parts = [p.partition for p in t.partitions]
             else:
                 parts = [partition]
