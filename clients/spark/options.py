@@ -10,10 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..admin import EARLIEST, LATEST, TopicPartition  # noqa: F401 (re-exported for the source)
 from ..cluster_view import ClientError
-
-EARLIEST, LATEST = -2, -1
-TopicPartition = tuple[str, int]
 
 
 class TopicSourceError(ClientError):
@@ -40,10 +38,8 @@ class TopicOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool = False) -> "TopicOptions":
-        o = {k.lower(): v for k, v in options.items()}
-        bootstrap = o.get("bootstrap.servers") or o.get("kafka.bootstrap.servers")
-        if not bootstrap:
-            raise TopicSourceError('option "bootstrap.servers" must be specified (the brokers\' HOST:PORT list)')
+        o = lowered(options)
+        bootstrap = bootstrap_of(o)
         given = [k for k in ("subscribe", "subscribepattern", "assign") if o.get(k)]
         if len(given) != 1:
             raise TopicSourceError("exactly one of the options 'subscribe', 'subscribePattern' or 'assign' must be "
@@ -79,6 +75,19 @@ class TopicOptions:
         if o.get("kafkaconsumer.polltimeoutms"):
             kw["poll_timeout_ms"] = _count(o, "kafkaconsumer.polltimeoutms")
         return cls(**kw)
+
+
+def lowered(options: Mapping[str, str]) -> dict[str, str]:
+    """Spark's option names are case-insensitive."""
+    return {k.lower(): v for k, v in options.items()}
+
+
+def bootstrap_of(o: Mapping[str, str]) -> str:
+    """``bootstrap.servers`` (or Spark's Kafka spelling ``kafka.bootstrap.servers``), required."""
+    bootstrap = o.get("bootstrap.servers") or o.get("kafka.bootstrap.servers")
+    if not bootstrap:
+        raise TopicSourceError('option "bootstrap.servers" must be specified (the brokers\' HOST:PORT list)')
+    return bootstrap
 
 
 def _count(o: Mapping[str, str], key: str) -> int:

@@ -21,7 +21,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from ..admin import Admin
-from .options import EARLIEST, LATEST, TopicOptions, TopicPartition, TopicSourceError
+from .options import EARLIEST, LATEST, TopicOptions, TopicPartition, TopicSourceError, bootstrap_of, lowered
 from .ranges import OffsetRange, Offsets, from_json, partitions, resolve, split, to_json
 from .tasks import SCHEMA, read_range, run, write_rows
 
@@ -180,10 +180,8 @@ class Written(WriterCommitMessage):
 
 
 def _write_options(options: dict[str, str], schema: StructType) -> tuple[str, str | None, dict[str, Any]]:
-    o = {k.lower(): v for k, v in options.items()}
-    bootstrap = o.get("bootstrap.servers") or o.get("kafka.bootstrap.servers")
-    if not bootstrap:
-        raise TopicSourceError('option "bootstrap.servers" must be specified (the brokers\' HOST:PORT list)')
+    o = lowered(options)
+    bootstrap = bootstrap_of(o)
     names = {f.name for f in schema.fields}
     if "value" not in names:
         raise TopicSourceError("the DataFrame to write needs a 'value' column (and may have key, topic, partition, "
