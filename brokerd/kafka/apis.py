@@ -451,6 +451,13 @@ def api_version_list() -> list[dict[str, int]]:
     return [{"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in sorted(VERSIONS.items())]
 
 
+def newer_api_versions_answer() -> Any:
+    """KIP-511: an ApiVersions newer than ours is answered in v0, with UNSUPPORTED_VERSION and
+    the versions we serve, so that the client can pick one (its body is not read)."""
+    return build(response_schema(API_VERSIONS, 0),
+                 {"error_code": int(ErrorCode.UNSUPPORTED_VERSION), "api_keys": api_version_list()})
+
+
 def _produce_error(index: int, e: BrokerError) -> dict[str, Any]:
     return {"index": index, "error_code": int(e.code), "base_offset": -1, "log_start_offset": -1,
             "error_message": e.message}

@@ -14,14 +14,12 @@ import asyncio
 import logging
 from typing import Any
 
-from .apis import API_VERSIONS, VERSIONS, CloseConnection, KafkaApis, api_version_list
-from .codec import MalformedRequest, RequestHeader, build, correlation_id, frame_response, peek_api, read_request, \
-    response_schema
+from .apis import API_VERSIONS, VERSIONS, CloseConnection, KafkaApis, newer_api_versions_answer
+from .codec import MalformedRequest, RequestHeader, correlation_id, frame_response, peek_api, read_request
 
 log = logging.getLogger("brokerd.kafka")
 
 MAX_IN_FLIGHT = 16
-UNSUPPORTED_VERSION = 35
 
 
 class KafkaListener:
@@ -68,11 +66,8 @@ class KafkaListener:
                 api_key, version = peek_api(body)
                 await slots.acquire()
                 if api_key == API_VERSIONS and version > VERSIONS[API_VERSIONS][1]:
-                    # KIP-511: answer in v0 with the versions we have, so the client can pick one.
                     header = RequestHeader(api_key, 0, correlation_id(body), None, False)
-                    answer = build(response_schema(API_VERSIONS, 0),
-                                   {"error_code": UNSUPPORTED_VERSION, "api_keys": api_version_list()})
-                    pending.put_nowait((header, asyncio.create_task(_ready(answer))))
+                    pending.put_nowait((header, asyncio.create_task(_ready(newer_api_versions_answer()))))
                     continue
                 served = VERSIONS.get(api_key)
                 if served is None or not served[0] <= version <= served[1]:
