@@ -121,11 +121,13 @@ class KafkaApis:
                 name = found.name if found is not None else str(t.topic_id)
             names.append(name or "")
         # null asks for every topic, [] for none (a client that wants only the brokers)
-        topics = metadata_answer(self.image, pb.MetadataRequest(topics=names), self.listener, -1).topics \
-            if wanted is None or wanted else []
+        answer = metadata_answer(self.image, pb.MetadataRequest(topics=names), self.listener, -1) \
+            if wanted is None or wanted else None
+        brokers = answer.brokers if answer is not None else live_brokers(self.image, self.listener)
+        topics = answer.topics if answer is not None else []
         return {
             "brokers": [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack or None}
-                        for b in live_brokers(self.image, self.listener)],
+                        for b in brokers],
             "cluster_id": self.image.cluster_id,
             # Kafka clients send admin requests to the "controller"; in KRaft a broker names a live
             # broker (itself here), which forwards them to the active controller.
