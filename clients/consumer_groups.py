@@ -39,9 +39,9 @@ class _Admin(Admin):
                 out[g.group_id] = g
         return [out[k] for k in sorted(out)]
 
-    async def offsets(self, tps: list[TopicPartition], which: int) -> dict[TopicPartition, int]:  # type: ignore[override]
+    async def offsets_at(self, tps: list[TopicPartition], which: int) -> dict[TopicPartition, int]:
         """Log start (-2) or high watermark (-1) offsets from the partitions' leaders."""
-        return {tp: offset for tp, (offset, _) in (await super().offsets({tp: which for tp in tps})).items()}
+        return {tp: offset for tp, (offset, _) in (await self.offsets({tp: which for tp in tps})).items()}
 
 
 def _table(rows: list[list[Any]]) -> str:
@@ -64,7 +64,7 @@ async def _describe(admin: _Admin, group_id: str) -> str:
         except ValueError:
             pass
     tps = sorted(set(committed) | set(owner))
-    ends = await admin.offsets(tps, LATEST) if tps else {}
+    ends = await admin.offsets_at(tps, LATEST) if tps else {}
     rows: list[list[Any]] = [["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
                               "CONSUMER-ID", "CLIENT-ID"]]
     for tp in tps:
@@ -90,7 +90,7 @@ async def _reset(admin: _Admin, group_id: str, topic: str, how: tuple[str, int |
     tps = await admin.partitions_of(topic)
     if not tps:
         raise BrokerResponseError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {topic} does not exist.")
-    earliest, latest = await admin.offsets(tps, EARLIEST), await admin.offsets(tps, LATEST)
+    earliest, latest = await admin.offsets_at(tps, EARLIEST), await admin.offsets_at(tps, LATEST)
     current = await g.committed(tps)
     kind, n = how
     new = {}
