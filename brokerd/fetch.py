@@ -16,6 +16,7 @@ from protos import broker_pb2 as pb
 from clients.errors import BrokerError, ErrorCode
 from .partition import Partition
 from .replica_manager import ReplicaManager
+from .replication_quota import ReplicationQuota
 
 DEFAULT_MAX_BYTES = 52428800        # fetch.max.bytes
 DEFAULT_PARTITION_MAX_BYTES = 1048576  # max.partition.fetch.bytes
@@ -73,7 +74,7 @@ async def fetch(rm: ReplicaManager, req: pb.FetchRequest) -> pb.FetchResponse:
                 continue
             reads.append(_Read(answer, p, fp.fetch_offset, fp.partition_max_bytes or DEFAULT_PARTITION_MAX_BYTES))
     max_bytes = req.max_bytes or DEFAULT_MAX_BYTES
-    got = _read_all(reads, max_bytes, follower)
+    got = _read_all(reads, max_bytes, replica, rm.leader_quota)
     wait_ms = min(req.max_wait_ms, MAX_WAIT_MS)
     need = max(req.min_bytes, 1)
     if got < need and wait_ms > 0 and reads and len(reads) == _count(resp):
@@ -93,9 +94,13 @@ async def fetch(rm: ReplicaManager, req: pb.FetchRequest) -> pb.FetchResponse:
             finally:
                 for r in reads:
                     r.partition.drop_waiter(fut)
-            got = _read_all(reads, max_bytes, follower)
+            got = _read_all(reads, max_bytes, replica, rm.leader_quota)
             if any(r.answer.error_code for r in reads):
                 break
+    if follower:
+        for r in reads:
+            if replica in r.partition.adding:
+                rm.leader_quota.record(len(r.answer.records))
     return resp
 
 
@@ -103,9 +108,12 @@ def _count(resp: pb.FetchResponse) -> int:
     return sum(len(t.partitions) for t in resp.topics)
 
 
-def _read_all(reads: list[_Read], max_bytes: int, follower: bool) -> int:
+def _read_all(reads: list[_Read], max_bytes: int, replica: int, quota: ReplicationQuota) -> int:
     """Fill each answer; returns the bytes read. The first partition with data returns at
-    least one batch whatever the limits, so a fetch always makes progress."""
+    least one batch whatever the limits, so a fetch always makes progress; a replica being
+    added gets nothing while the leader's replication throttle is exceeded."""
+    follower = replica >= 0
+    throttled = follower and quota.wait_seconds() > 0
     total = 0
     for r in reads:
         p, a = r.partition, r.answer
@@ -117,7 +125,7 @@ def _read_all(reads: list[_Read], max_bytes: int, follower: bool) -> int:
         budget = min(r.max_bytes, max_bytes - total)
         frames: list[memoryview] = []
         size = 0
-        if budget > 0 or total == 0:
+        if (budget > 0 or total == 0) and not (throttled and replica in p.adding):
             frames, size = plog.read(r.offset, max(budget, 1),
                                      plog.log_end_offset if follower else plog.high_watermark)
         a.records = b"".join(frames)

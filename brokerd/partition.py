@@ -72,6 +72,7 @@ class Partition:
         self.role = Role.FOLLOWER
         self.replicas: tuple[int, ...] = ()
         self.isr: tuple[int, ...] = ()
+        self.adding: tuple[int, ...] = ()  # replicas a reassignment is adding (replication_quota.py)
         self.leader = NO_LEADER
         self.leader_epoch = -1
         self.partition_epoch = -1
@@ -86,6 +87,11 @@ class Partition:
     @property
     def name(self) -> str:
         return f"{self.topic}-{self.index}"
+
+    @property
+    def being_added(self) -> bool:
+        """This replica is joining by a reassignment, so the follower throttle applies to it."""
+        return self.broker_id in self.adding
 
     @property
     def is_leader(self) -> bool:
@@ -106,6 +112,7 @@ class Partition:
             return Change.NONE  # older than what we know (an AlterPartition answer got here first)
         new_epoch = reg.leader_epoch != self.leader_epoch
         self.replicas, self.isr, self.partition_epoch = reg.replicas, reg.isr, reg.partition_epoch
+        self.adding = reg.adding
         if self.pending_isr is not None and (new_epoch or self.pending_isr == reg.isr):
             self.pending_isr = None
         if reg.leader == self.broker_id:

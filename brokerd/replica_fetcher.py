@@ -27,6 +27,7 @@ from clients.errors import BrokerError, ErrorCode
 from .leader_epochs import UNDEFINED_EPOCH, UNDEFINED_OFFSET
 from .log_store import StorageFailure
 from .partition import Partition
+from .replication_quota import ReplicationQuota
 from clients.records import batches, check_crc
 
 log = logging.getLogger("brokerd.replica")
@@ -44,8 +45,9 @@ class FetchState:
 
 class ReplicaFetcher:
     def __init__(self, config: BrokerConfig, leader_id: int, address: str, broker_epoch: Callable[[], int],
-                 on_fatal: Callable[[BaseException], None]) -> None:
+                 on_fatal: Callable[[BaseException], None], quota: ReplicationQuota) -> None:
         self.config = config
+        self.quota = quota
         self.leader_id = leader_id
         self.address = address
         self.broker_epoch = broker_epoch
@@ -84,6 +86,12 @@ class ReplicaFetcher:
                 if truncating:
                     await self._truncate(truncating)
                 ready = [s for s in self.states.values() if not s.truncating and s.delayed_until <= now]
+                wait = self.quota.wait_seconds()
+                if wait > 0:  # follower.replication.throttled.rate: moving replicas sit this one out
+                    for s in ready:
+                        if s.partition.being_added:
+                            s.delayed_until = now + wait
+                    ready = [s for s in ready if not s.partition.being_added]
                 if ready:
                     await self._fetch(ready)
                     continue
@@ -194,6 +202,8 @@ class ReplicaFetcher:
                 if entry is None or not self._current(entry[0]):
                     continue
                 s, offset = entry
+                if s.partition.being_added:
+                    self.quota.record(len(r.records))
                 if s.truncating or s.partition.log.log_end_offset != offset:
                     continue  # truncated meanwhile
                 await self._handle(s, offset, r)
@@ -241,6 +251,7 @@ class ReplicaFetcherManager:
         self.on_fatal = on_fatal
         self.fetchers: dict[tuple[int, str], ReplicaFetcher] = {}
         self._following: dict[Partition, tuple[int, str]] = {}
+        self.quota = ReplicationQuota()  # follower.replication.throttled.rate, set by the ReplicaManager
 
     def follow(self, p: Partition, leader_id: int, address: str) -> None:
         """(Re)start fetching ``p`` from its leader, truncating first."""
@@ -248,7 +259,8 @@ class ReplicaFetcherManager:
         key = (leader_id, address)
         f = self.fetchers.get(key)
         if f is None:
-            f = self.fetchers[key] = ReplicaFetcher(self.config, leader_id, address, self.broker_epoch, self.on_fatal)
+            f = self.fetchers[key] = ReplicaFetcher(self.config, leader_id, address, self.broker_epoch, self.on_fatal,
+                                                          self.quota)
             f.start()
         f.add(p)
         self._following[p] = key

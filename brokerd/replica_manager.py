@@ -24,6 +24,7 @@ from .log_manager import LogManager
 from .log_cleaner import clean
 from .partition import Change, Partition
 from .replica_fetcher import ReplicaFetcherManager
+from .replication_quota import FOLLOWER_RATE, LEADER_RATE, ReplicationQuota, throttled_rate
 
 log = logging.getLogger("brokerd.replicas")
 
@@ -41,6 +42,7 @@ class ReplicaManager:
         self.partitions: dict[tuple[uuid.UUID, int], Partition] = {}
         self.by_name: dict[tuple[str, int], Partition] = {}
         self._tasks: list[asyncio.Task] = []
+        self.leader_quota = ReplicationQuota()  # leader.replication.throttled.rate (fetch.py)
 
     # -- metadata -------------------------------------------------------------------------------
 
@@ -56,6 +58,8 @@ class ReplicaManager:
                     self._remove(p, "its topic was deleted")
         if any(r.type == ResourceType.BROKER for r in changes.configs_changed):
             self._reconfigure(p for p in self.partitions.values())
+            self.leader_quota.set_rate(throttled_rate(image, self.broker_id, LEADER_RATE))
+            self.fetchers.quota.set_rate(throttled_rate(image, self.broker_id, FOLLOWER_RATE))
         else:
             names = {r.name for r in changes.configs_changed if r.type == ResourceType.TOPIC}
             if names:

@@ -207,7 +207,7 @@ class BrokerServer:
             broker_id=self.cfg.node_id, broker_epoch=self.lifecycle.epoch, fenced=self.lifecycle.fenced,
             metadata_offset=self.published_offset, first_metadata_fetch_offset=self.fetcher.first_fetch_offset or 0,
             resumed_from_offset=self.resumed_from_offset, metadata_snapshots_loaded=self.fetcher.snapshots_loaded,
-            cluster_id=self.cluster_id,
+            cluster_id=self.cluster_id, log_dirs=[str(d) for d in self.cfg.log_dirs],
             replicas=[replica_status(p) for _, p in sorted(self.rm.partitions.items(), key=lambda kv: (kv[1].topic, kv[1].index))])
 
     # -- stop ---------------------------------------------------------------------------------

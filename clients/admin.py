@@ -55,6 +55,20 @@ class Admin:
         t = self.cluster.topics.get(topic)
         return [(topic, p.partition) for p in t.partitions] if t is not None and not t.error else []
 
+    async def describe_brokers(self, ids: list[int] | None = None) -> dict[int, pb.DescribeBrokerResponse]:
+        """Each broker's own view of its replicas (sizes, offsets, followers), for operator tools;
+        brokers that do not answer are left out."""
+        addresses = {b: a for b, a in self.cluster.brokers.items() if ids is None or b in ids}
+
+        async def one(address: str) -> pb.DescribeBrokerResponse | None:
+            try:
+                return await self.connections.stub(address).DescribeBroker(
+                    pb.DescribeBrokerRequest(), timeout=self.timeout_ms / 1000)
+            except grpc.aio.AioRpcError:
+                return None
+        answers = await asyncio.gather(*(one(a) for a in addresses.values()))
+        return {b: r for b, r in zip(addresses, answers) if r is not None}
+
     async def offsets(self, which: dict[TopicPartition, int]) -> dict[TopicPartition, tuple[int, int]]:
         """ListOffsets for each partition: -2 its log start, -1 its high watermark, else the
         first offset whose record is at or after that time in ms (-1 when none is). Answers

@@ -4,6 +4,7 @@ kafka-metadata-quorum.sh. Every failure prints one line and exits non-zero."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import signal
 import sys
@@ -539,6 +540,118 @@ def get_offsets(bootstrap_server: str, topic: str, partitions: str | None, when:
         return
     for (t, p), (offset, _) in sorted(found.items()):
         click.echo(f"{t}:{p}:{offset if offset >= 0 else ''}")
+
+
+@main.command("reassign-partitions")
+@click.option("--bootstrap-controller", "bootstrap", required=True, help="HOST:PORT[,HOST:PORT] of controllers")
+@click.option("--bootstrap-server", help="HOST:PORT of a broker (gRPC listener): --verify then shows what each "
+                                         "moving replica still has to copy")
+@click.option("--generate", "action", flag_value="generate", help="propose a balanced plan")
+@click.option("--execute", "action", flag_value="execute", help="start the moves of --reassignment-json-file")
+@click.option("--verify", "action", flag_value="verify", help="show progress; clear throttles once done")
+@click.option("--cancel", "action", flag_value="cancel", help="stop the moves of --reassignment-json-file")
+@click.option("--list", "action", flag_value="list", help="every reassignment in progress")
+@click.option("--topics-to-move-json-file", help='--generate: {"version":1,"topics":[{"topic":"NAME"}]}')
+@click.option("--all-topics", is_flag=True, help="--generate: plan every topic (e.g. to drain a broker)")
+@click.option("--broker-list", help="--generate: the brokers to place replicas on, e.g. 1,2,3")
+@click.option("--disable-rack-aware", is_flag=True, help="--generate: ignore broker racks")
+@click.option("--reassignment-json-file", help='{"version":1,"partitions":[{"topic":..,"partition":..,"replicas":[..]}]}')
+@click.option("--throttle", type=click.IntRange(min=1), help="--execute: bytes/s for moving replicas")
+@click.option("--preserve-throttles", is_flag=True, help="--verify: keep the throttles when done")
+@click.option("--timeout", type=float, default=30.0, show_default=True)
+def reassign_partitions(bootstrap: str, bootstrap_server: str | None, action: str | None,
+                        topics_to_move_json_file: str | None, all_topics: bool, broker_list: str | None,
+                        disable_rack_aware: bool, reassignment_json_file: str | None, throttle: int | None,
+                        preserve_throttles: bool, timeout: float) -> None:
+    """Move partitions between brokers (kafka-reassign-partitions.sh); docs/operations.md."""
+    from . import reassign as r
+    if action is None:
+        fail("give one of --generate, --execute, --verify, --cancel, --list")
+    try:
+        if action == "generate":
+            if not broker_list or bool(topics_to_move_json_file) == all_topics:
+                raise r.PlanError("--generate needs --broker-list and either --topics-to-move-json-file or "
+                                  "--all-topics")
+            ids = r.parse_broker_list(broker_list)
+            topics = r.read_topics_to_move(topics_to_move_json_file) if topics_to_move_json_file else None
+        elif action != "list":
+            if not reassignment_json_file:
+                raise r.PlanError(f"--{action} needs --reassignment-json-file")
+            plan = r.read_plan(reassignment_json_file)
+    except r.PlanError as e:
+        fail(str(e))
+        return
+
+    async def work(client: ControllerClient) -> tuple[list[str], bool]:
+        if action == "generate":
+            names = topics
+            if names is None:
+                names = sorted(t.name for t in (await client.call("DescribeTopics", pb.DescribeTopicsRequest())).topics)
+            current, proposed = await r.generate(client, names, ids, not disable_rack_aware)
+            return (["Current partition replica assignment", r.plan_json(current), "",
+                     "Proposed partition reassignment configuration", r.plan_json(proposed)], True)
+        if action == "execute":
+            return await r.execute(client, plan, throttle), True
+        if action == "cancel":
+            return await r.cancel(client, plan), True
+        if action == "list":
+            return r.list_lines(await r.ongoing(client, None)), True
+        describes = None
+        if bootstrap_server:
+            from clients.admin import Admin
+            async with Admin(bootstrap_server) as admin:
+                describes = await admin.describe_brokers()
+        return await r.verify(client, plan, describes, preserve_throttles)
+
+    lines, ok = with_client(bootstrap, timeout, work)
+    click.echo("\n".join(lines))
+    if not ok:
+        sys.exit(1)
+
+
+@main.command("log-dirs")
+@click.option("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT] of brokers (gRPC listeners)")
+@click.option("--describe", is_flag=True, required=True, help="describe the brokers' log directories")
+@click.option("--broker-list", help="only these broker ids, e.g. 1,2")
+@click.option("--topic-list", help="only these topics, e.g. a,b")
+def log_dirs(bootstrap_server: str, describe: bool, broker_list: str | None, topic_list: str | None) -> None:
+    """Bytes per partition per broker, as JSON (kafka-log-dirs.sh --describe). offsetLag is how
+    far a replica's log end is behind its leader's."""
+    from clients.admin import Admin
+    from clients.cluster_view import ClientError
+    try:
+        ids = [int(b) for b in broker_list.split(",")] if broker_list else None
+    except ValueError:
+        fail(f"--broker-list {broker_list!r}: expected broker ids like 1,2,3")
+        return
+    topics = set(topic_list.split(",")) if topic_list else None
+
+    async def ask() -> dict[int, Any]:
+        async with Admin(bootstrap_server) as admin:
+            return await admin.describe_brokers(ids)
+    try:
+        found = asyncio.run(ask())
+    except ClientError as e:
+        fail(str(e))
+        return
+    leader_end = {(s.topic, s.partition): s.log_end_offset for d in found.values() for s in d.replicas
+                  if s.role == "leader"}
+    brokers = []
+    for bid, d in sorted(found.items()):
+        parts = [{"partition": f"{s.topic}-{s.partition}", "size": s.size_bytes,
+                  "offsetLag": max(0, leader_end.get((s.topic, s.partition), s.log_end_offset) - s.log_end_offset),
+                  "isFuture": False}
+                 for s in d.replicas if topics is None or s.topic in topics]
+        brokers.append({"broker": bid, "logDirs": [{"logDir": d.log_dirs[0] if d.log_dirs else "", "error": None,
+                                                    "partitions": parts}]})
+    missing = sorted(set(ids or ()) - set(found))
+    if missing:
+        click.echo(f"Error: brokers {missing} did not answer", err=True)
+    click.echo("Querying brokers for log directories information")
+    click.echo("Received log directory information from brokers " + ",".join(str(b) for b in sorted(found)))
+    click.echo(json.dumps({"version": 1, "brokers": brokers}, separators=(",", ":")))
+    if missing:
+        sys.exit(1)
 
 
 @main.command("leader-election")

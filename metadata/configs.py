@@ -83,6 +83,10 @@ BROKER_CONFIGS = {k.name: k for k in [
               "default cleanup.policy of topics"),
     ConfigKey("log.cleaner.delete.retention.ms", "86400000", _int(0, LONG_MAX), "default delete.retention.ms"),
     ConfigKey("log.cleaner.min.cleanable.ratio", "0.5", _ratio, "default min.cleanable.dirty.ratio"),
+    ConfigKey("leader.replication.throttled.rate", "0", _int(0, LONG_MAX),
+              "bytes/s a leader sends to replicas a reassignment is adding (0: unthrottled)"),
+    ConfigKey("follower.replication.throttled.rate", "0", _int(0, LONG_MAX),
+              "bytes/s a replica being added by a reassignment fetches (0: unthrottled)"),
 ]}
 
 

@@ -64,13 +64,26 @@ class BrokerRegistration:
 @dataclass(frozen=True, slots=True)
 class PartitionRegistration:
     """One partition's replicas and leadership. ``leader_epoch`` grows with every leader
-    election (brokers fence stale leaders with it); ``partition_epoch`` with every change."""
+    election (brokers fence stale leaders with it); ``partition_epoch`` with every change.
+    During a reassignment ``replicas`` lists the target replicas, then the ``removing`` ones;
+    ``adding`` are targets that were not replicas before (Kafka's PartitionRegistration)."""
 
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
     leader: int
     leader_epoch: int
     partition_epoch: int
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding or self.removing)
+
+    @property
+    def target(self) -> tuple[int, ...]:
+        """The replicas once the reassignment in progress (if any) completes."""
+        return tuple(r for r in self.replicas if r not in self.removing) if self.removing else self.replicas
 
     @property
     def has_leader(self) -> bool:

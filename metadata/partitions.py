@@ -41,13 +41,35 @@ def elect(p: PartitionRegistration, live: set[int], unclean: bool) -> int:
     return NO_LEADER
 
 
-def _change(topic: TopicImage, pid: int, p: PartitionRegistration, leader: int,
-            isr: tuple[int, ...]) -> MetadataRecord | None:
-    new_leader = leader if leader != p.leader else None
-    new_isr = isr if isr != p.isr else None
-    if new_leader is None and new_isr is None:
+def change(topic: TopicImage, pid: int, p: PartitionRegistration, leader: int, isr: tuple[int, ...],
+           replicas: tuple[int, ...] | None = None, adding: tuple[int, ...] | None = None,
+           removing: tuple[int, ...] | None = None) -> MetadataRecord | None:
+    """The PartitionChange record naming only the fields that differ from ``p``, or None."""
+    fields = {"leader": leader if leader != p.leader else None, "isr": isr if isr != p.isr else None,
+              "replicas": replicas if replicas is not None and replicas != p.replicas else None,
+              "adding": adding if adding is not None and adding != p.adding else None,
+              "removing": removing if removing is not None and removing != p.removing else None}
+    if all(v is None for v in fields.values()):
         return None
-    return partition_change(topic.id, pid, leader=new_leader, isr=new_isr)
+    return partition_change(topic.id, pid, **fields)
+
+
+def completed(p: PartitionRegistration, isr: tuple[int, ...], live: set[int]
+              ) -> tuple[tuple[int, ...], tuple[int, ...], int] | None:
+    """A reassignment in progress completes once every target replica is in the ISR (Kafka's
+    PartitionChangeBuilder.completeReassignmentIfNeeded): the replicas become the target, the
+    removed ones leave the ISR, and if the leader was removed the first live target in the ISR
+    leads. Returns (replicas, isr, leader), or None while targets are still catching up."""
+    if not p.reassigning:
+        return None
+    target = p.target
+    if not set(target) <= set(isr):
+        return None
+    new_isr = tuple(r for r in target if r in isr)
+    leader = p.leader
+    if leader not in target:
+        leader = next((r for r in new_isr if r in live), NO_LEADER)
+    return target, new_isr, leader
 
 
 def partitions_with(image: MetadataImage, broker: int) -> Iterator[tuple[TopicImage, int, PartitionRegistration]]:
@@ -74,7 +96,7 @@ def remove_broker(image: MetadataImage, broker: int, *, keep_last_isr: bool = Tr
             leader = elect(probe, live, unclean_allowed(image, t))
             if leader != NO_LEADER and leader not in isr:  # an unclean election
                 isr = (leader,)
-        rec = _change(t, pid, p, leader, isr)
+        rec = change(t, pid, p, leader, isr)
         if rec is not None:
             out.append(rec)
     return out
@@ -89,7 +111,7 @@ def restore_broker(image: MetadataImage, broker: int) -> list[MetadataRecord]:
             leader = elect(p, live, unclean_allowed(image, t))
             if leader != NO_LEADER:
                 isr = p.isr if leader in p.isr else (leader,)
-                rec = _change(t, pid, p, leader, isr)
+                rec = change(t, pid, p, leader, isr)
                 if rec is not None:
                     out.append(rec)
     return out
@@ -124,8 +146,12 @@ def alter_partition(image: MetadataImage, broker: int, topic_id: uuid.UUID, pid:
         raise ApiError(ErrorCode.INELIGIBLE_REPLICA, f"replicas {added} are fenced or shutting down and cannot "
                                                      f"join the ISR of {t.name}-{pid}")
     ordered = tuple(r for r in p.replicas if r in isr)
-    rec = _change(t, pid, p, p.leader, ordered)
-    return rec, p
+    done = completed(p, ordered, live)
+    if done is not None:
+        replicas, ordered, leader = done
+        log.info("reassignment of %s-%d completed: replicas %s, leader %d", t.name, pid, list(replicas), leader)
+        return change(t, pid, p, leader, ordered, replicas, (), ()), p
+    return change(t, pid, p, p.leader, ordered), p
 
 
 # -- leader elections on demand and leader rebalancing (Kafka's ElectLeaders, the controller's
@@ -188,7 +214,7 @@ def elect_leaders(image: MetadataImage, kind: str, wanted: list[tuple[str, int]]
                     log.warning("unclean election of %s-%d asked for: broker %d, outside the ISR %s, leads; what "
                                 "only the ISR had is lost", t.name, pid, leader, list(p.isr))
         if code == ErrorCode.NONE:
-            rec = _change(t, pid, p, leader, isr)
+            rec = change(t, pid, p, leader, isr)
             if rec is not None:
                 records.append(rec)
         if wanted is not None or code not in (ErrorCode.ELECTION_NOT_NEEDED, ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,

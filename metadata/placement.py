@@ -18,10 +18,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from .errors import ApiError, ErrorCode
 from .image import MetadataImage
 from .records import NO_LEADER
+
+K = TypeVar("K")
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,3 +165,69 @@ def validate_assignment(assignment: Mapping[int, Sequence[int]], brokers: Collec
                           f"expected {expected}.")
     assert expected is not None
     return expected
+
+
+def balanced_moves(current: Mapping[K, Sequence[int]], brokers: Sequence[UsableBroker]) -> dict[K, tuple[int, ...]]:
+    """A reassignment plan over ``brokers`` that moves few replicas (the planner behind
+    ``kraft reassign-partitions --generate``). Each partition keeps its replication factor.
+    Replicas on brokers not listed move to the least-loaded listed broker the partition does
+    not use, on a rack it does not use yet when there is one; then, while two brokers' replica
+    counts differ by more than one, one replica moves from the fullest to the emptiest; last,
+    preferred leaders (first replicas) are evened out the same way by swapping order, which
+    moves no data. Draining a broker is leaving it out of ``brokers``; filling a new one is
+    listing it. Raises ApiError INVALID_REPLICATION_FACTOR when a partition has more replicas
+    than there are brokers listed."""
+    rack_of = {b.id: b.rack for b in brokers}
+    too_wide = [k for k, r in current.items() if len(r) > len(rack_of)]
+    if too_wide:
+        raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                       f"{len(too_wide)} partition(s) have more replicas than the {len(rack_of)} broker(s) listed")
+    plan = {k: list(r) for k, r in current.items()}
+    load: Counter[int] = Counter({b: 0 for b in rack_of})
+    load.update(r for replicas in plan.values() for r in replicas if r in rack_of)
+
+    def fits(replicas: list[int], leaving: int, b: int) -> tuple[bool, int, int]:
+        """Sort key for ``b`` taking ``leaving``'s place: a new rack first, then the least load."""
+        return (rack_of[b] in {rack_of[r] for r in replicas if r != leaving and r in rack_of}, load[b], b)
+
+    for replicas in plan.values():
+        for i, r in enumerate(replicas):
+            if r not in rack_of:
+                best = min((b for b in rack_of if b not in replicas), key=lambda b: fits(replicas, r, b))
+                replicas[i] = best
+                load[best] += 1
+    while rack_of:
+        hi = max(load, key=lambda b: (load[b], -b))
+        move = None
+        for lo in sorted(load, key=lambda b: (load[b], b)):
+            if load[hi] - load[lo] <= 1:
+                break
+            options = [replicas for replicas in plan.values() if hi in replicas and lo not in replicas]
+            if options:
+                move = lo, min(options, key=lambda replicas: fits(replicas, hi, lo)[0])
+                break
+        if move is None:
+            break
+        lo, replicas = move
+        replicas[replicas.index(hi)] = lo
+        load[hi] -= 1
+        load[lo] += 1
+    leads: Counter[int] = Counter({b: 0 for b in rack_of})
+    leads.update(replicas[0] for replicas in plan.values())
+    while rack_of:
+        hi = max(leads, key=lambda b: (leads[b], -b))
+        swap = None
+        for lo in sorted(leads, key=lambda b: (leads[b], b)):
+            if leads[hi] - leads[lo] <= 1:
+                break
+            swap = next(((replicas, lo) for replicas in plan.values() if replicas[0] == hi and lo in replicas), None)
+            if swap is not None:
+                break
+        if swap is None:
+            break
+        replicas, lo = swap
+        j = replicas.index(lo)
+        replicas[0], replicas[j] = lo, hi
+        leads[hi] -= 1
+        leads[lo] += 1
+    return {k: tuple(r) for k, r in plan.items()}

@@ -174,18 +174,18 @@ def partition(topic_id: uuid.UUID, partition_id: int, replicas: Sequence[int],
 
 
 def partition_change(topic_id: uuid.UUID, partition_id: int, *, leader: int | None = None,
-                     isr: Sequence[int] | None = None,
-                     replicas: Sequence[int] | None = None) -> MetadataRecord:
+                     isr: Sequence[int] | None = None, replicas: Sequence[int] | None = None,
+                     adding: Sequence[int] | None = None,
+                     removing: Sequence[int] | None = None) -> MetadataRecord:
     """Only the fields given (not None) change; ``leader=NO_LEADER`` clears the leader."""
     r = pb.PartitionChangeRecord(topic_id=topic_id.bytes, partition_id=partition_id)
     if leader is not None:
         r.leader = leader
-    if isr is not None:
-        r.isr.SetInParent()
-        r.isr.ids.extend(isr)
-    if replicas is not None:
-        r.replicas.SetInParent()
-        r.replicas.ids.extend(replicas)
+    for ids, field in ((isr, r.isr), (replicas, r.replicas), (adding, r.adding_replicas),
+                       (removing, r.removing_replicas)):
+        if ids is not None:
+            field.SetInParent()
+            field.ids.extend(ids)
     return _wrap(partition_change=r)
 
 

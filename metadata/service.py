@@ -22,6 +22,7 @@ from .controller import NotController, QuorumController
 from .errors import ApiError, ErrorCode
 from .image import ConfigResource, MetadataImage, ResourceType, SecurityProtocol
 from .partitions import PREFERRED, UNCLEAN, alter_partition, elect_leaders
+from .reassignments import Reassignment, alter, ongoing
 from .records import endpoint, producer_ids
 from .topics import (ConfigOp, ItemResult, NewTopic, alter_configs, check_request_size,
                      create_partitions, create_topics, delete_topics, describe_configs)
@@ -136,6 +137,30 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
                                   error_message=r.message) for r in results])
         return await self._answer(pb.ElectLeadersResponse, work)
 
+    async def AlterPartitionReassignments(self, request: pb.AlterPartitionReassignmentsRequest,
+                                          context) -> pb.AlterPartitionReassignmentsResponse:
+        async def work() -> pb.AlterPartitionReassignmentsResponse:
+            check_request_size(len(request.reassignments), "reassignments")
+            plan = [Reassignment(r.topic, r.partition, tuple(r.replicas.ids) if r.HasField("replicas") else None)
+                    for r in request.reassignments]
+            outcomes = await self.c.write(lambda view: alter(view, plan), in_thread=True)
+            return pb.AlterPartitionReassignmentsResponse(status=_status(), results=[
+                pb.ReassignmentResult(topic=o.topic, partition=o.partition, error_code=int(o.code),
+                                      error_message=o.message) for o in outcomes])
+        return await self._answer(pb.AlterPartitionReassignmentsResponse, work)
+
+    async def ListPartitionReassignments(self, request: pb.ListPartitionReassignmentsRequest,
+                                         context) -> pb.ListPartitionReassignmentsResponse:
+        async def work() -> pb.ListPartitionReassignmentsResponse:
+            topics = {t.name: list(t.partitions) for t in request.topics} if request.topics else None
+            image = await self.c.read_image()
+            found = await self.c.in_worker(ongoing, image, topics)
+            return pb.ListPartitionReassignmentsResponse(status=_status(), reassignments=[
+                pb.OngoingReassignment(topic=name, partition=pid, replicas=p.replicas, adding_replicas=p.adding,
+                                       removing_replicas=p.removing, isr=p.isr, leader=p.leader)
+                for name, pid, p in found])
+        return await self._answer(pb.ListPartitionReassignmentsResponse, work)
+
     async def UnregisterBroker(self, request: pb.UnregisterBrokerRequest, context) -> pb.UnregisterBrokerResponse:
         async def work() -> pb.UnregisterBrokerResponse:
             await self.c.write(lambda view: (self.c.brokers.unregister(view, request.broker_id), None))
@@ -164,7 +189,8 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
                 name=name, topic_id=t.id.bytes, configs=configs,
                 partitions=[pb.PartitionInfo(partition=pid, leader=p.leader, leader_epoch=p.leader_epoch,
                                              partition_epoch=p.partition_epoch, replicas=p.replicas,
-                                             isr=p.isr, offline_replicas=[r for r in p.replicas if r not in live])
+                                             isr=p.isr, offline_replicas=[r for r in p.replicas if r not in live],
+                                             adding_replicas=p.adding, removing_replicas=p.removing)
                             for pid, p in sorted(t.partitions.items())]))
         return pb.DescribeTopicsResponse(status=_status(), topics=out, metadata_offset=image.offset)
 

@@ -123,6 +123,8 @@ def _records(image: MetadataImage, reuse: bool) -> Iterator[MetadataRecord]:
             part.leader = p.leader
             part.leader_epoch = p.leader_epoch
             part.partition_epoch = p.partition_epoch
+            part.adding_replicas[:] = p.adding
+            part.removing_replicas[:] = p.removing
             yield record
     for resource in sorted(image.configs):
         values = image.configs[resource]

@@ -104,10 +104,11 @@ class TopicsDelta:
 
     def _registration(self, work: _TopicWork, pid: int, replicas: tuple[int, ...],
                       isr: tuple[int, ...], leader: int, leader_epoch: int,
-                      partition_epoch: int) -> PartitionRegistration:
+                      partition_epoch: int, adding: tuple[int, ...] = (),
+                      removing: tuple[int, ...] = ()) -> PartitionRegistration:
         """The registration with these fields, checked; shared with equal ones (which were
         checked when first seen)."""
-        key = (replicas, isr, leader, leader_epoch, partition_epoch)
+        key = (replicas, isr, leader, leader_epoch, partition_epoch, adding, removing)
         p = self._registrations.get(key)
         problem = "negative partition id" if pid < 0 else None
         if p is None and problem is None:
@@ -169,7 +170,9 @@ class TopicsDelta:
         replicas = intern.get(listed) or self._ids(listed)
         listed_isr = tuple(r.isr[:])
         isr = replicas if listed_isr == listed else intern.get(listed_isr) or self._ids(listed_isr)
-        key = (replicas, isr, r.leader, r.leader_epoch, r.partition_epoch)
+        key: tuple = (replicas, isr, r.leader, r.leader_epoch, r.partition_epoch, (), ())
+        if r.adding_replicas or r.removing_replicas:
+            key = key[:5] + (self._ids(r.adding_replicas[:]), self._ids(r.removing_replicas[:]))
         pid = r.partition_id
         p = self._registrations.get(key)
         if p is None or pid < 0:
@@ -196,7 +199,9 @@ class TopicsDelta:
             work, pid,
             self._ids(r.replicas.ids[:]) if r.HasField("replicas") else old.replicas,
             self._ids(r.isr.ids[:]) if r.HasField("isr") else old.isr,
-            leader, leader_epoch, old.partition_epoch + 1))
+            leader, leader_epoch, old.partition_epoch + 1,
+            self._ids(r.adding_replicas.ids[:]) if r.HasField("adding_replicas") else old.adding,
+            self._ids(r.removing_replicas.ids[:]) if r.HasField("removing_replicas") else old.removing))
 
 
 class _TopicWork:
@@ -213,7 +218,8 @@ class _TopicWork:
 
 
 def _partition_problem(replicas: tuple[int, ...], isr: tuple[int, ...], leader: int,
-                       leader_epoch: int, partition_epoch: int) -> str | None:
+                       leader_epoch: int, partition_epoch: int, adding: tuple[int, ...],
+                       removing: tuple[int, ...]) -> str | None:
     """What is wrong with a registration no correct controller writes (it would mislead every
     broker); lists are already known to be duplicate-free (``_ids``)."""
     if not replicas:
@@ -224,4 +230,10 @@ def _partition_problem(replicas: tuple[int, ...], isr: tuple[int, ...], leader: 
         return f"leader {leader} is not one of the replicas {list(replicas)}"
     if leader_epoch < 0 or partition_epoch < 0:
         return "negative epoch"
+    if adding or removing:
+        if not set(adding + removing).issubset(replicas) or set(adding) & set(removing):
+            return (f"adding {list(adding)} and removing {list(removing)} replicas must be distinct replicas "
+                    f"of {list(replicas)}")
+        if len(removing) == len(replicas):
+            return "every replica is being removed"
     return None

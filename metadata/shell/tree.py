@@ -126,13 +126,14 @@ def _topic(image: MetadataImage, t: TopicImage) -> Directory:
 
 
 def _partition(p: PartitionRegistration) -> Directory:
-    return Directory(lambda: [
+    moving = [("addingReplicas", File(list(p.adding))), ("removingReplicas", File(list(p.removing)))]
+    return Directory(lambda: sorted((moving if p.reassigning else []) + [
         ("isr", File(list(p.isr))),
         ("leader", File(p.leader)),
         ("leaderEpoch", File(p.leader_epoch)),
         ("partitionEpoch", File(p.partition_epoch)),
         ("replicas", File(list(p.replicas))),
-    ])
+    ], key=lambda entry: entry[0]))
 
 
 def _configs(image: MetadataImage, rtype: ResourceType) -> Directory:

@@ -1,0 +1,138 @@
+"""Partition reassignments (Kafka's AlterPartitionReassignments and ListPartitionReassignments,
+KIP-455), as the records that start and cancel them.
+
+A reassignment starts with one PartitionChange record: ``replicas`` becomes the target replicas
+followed by those leaving, ``adding``/``removing`` say which are which. The added replicas'
+brokers see themselves in ``replicas`` and start following; the leader adds them to the ISR
+once they catch up, and that AlterPartition completes the move in the same record
+(``partitions.completed``). Everything lives in the metadata log, so a new active controller
+carries on where the old one stopped.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .configs import topic_config
+from .errors import ApiError, ErrorCode
+from .image import ConfigResource, MetadataImage, PartitionRegistration, ResourceType, TopicImage
+from .partitions import change, completed, live_brokers
+from .records import NO_LEADER, MetadataRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Reassignment:
+    """One entry of a plan: ``replicas`` None cancels the reassignment in progress."""
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    topic: str
+    partition: int
+    code: ErrorCode
+    message: str = ""
+
+
+def alter(image: MetadataImage, plan: Sequence[Reassignment]) -> tuple[list[MetadataRecord], list[Outcome]]:
+    """Start or cancel each reassignment of the plan. All or nothing: when one entry is invalid
+    no record is written, and the valid entries say they were not started."""
+    live = live_brokers(image)
+    records: list[MetadataRecord] = []
+    outcomes: list[Outcome] = []
+    seen: set[tuple[str, int]] = set()
+    for r in plan:
+        try:
+            if (r.topic, r.partition) in seen:
+                raise ApiError(ErrorCode.INVALID_REQUEST, f"{r.topic}-{r.partition} appears twice in the plan")
+            seen.add((r.topic, r.partition))
+            t = image.topics_by_name.get(r.topic)
+            p = t.partitions.get(r.partition) if t is not None else None
+            if t is None or p is None:
+                raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"partition {r.topic}-{r.partition} does not exist")
+            if r.replicas is None:
+                rec = _cancel(t, r.partition, p, live)
+            else:
+                rec = _start(image, t, r.partition, p, r.replicas, live)
+            if rec is not None:
+                records.append(rec)
+            outcomes.append(Outcome(r.topic, r.partition, ErrorCode.NONE))
+        except ApiError as e:
+            outcomes.append(Outcome(r.topic, r.partition, e.code, e.message))
+    if any(o.code != ErrorCode.NONE for o in outcomes):
+        records = []
+        outcomes = [o if o.code != ErrorCode.NONE else
+                    Outcome(o.topic, o.partition, ErrorCode.INVALID_REQUEST,
+                            "not started: other entries of the plan are invalid, and a plan is all or nothing")
+                    for o in outcomes]
+    return records, outcomes
+
+
+def _original(p: PartitionRegistration) -> tuple[int, ...]:
+    """The replicas before the reassignment in progress (Kafka's PartitionReassignmentRevert)."""
+    return tuple(r for r in p.replicas if r not in p.adding)
+
+
+def _start(image: MetadataImage, t: TopicImage, pid: int, p: PartitionRegistration, target: tuple[int, ...],
+           live: set[int]) -> MetadataRecord | None:
+    name = f"{t.name}-{pid}"
+    if not target:
+        raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"the target replicas of {name} are empty")
+    if len(set(target)) != len(target):
+        raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"the target replicas {list(target)} of {name} "
+                                                             f"repeat a broker")
+    unknown = [b for b in target if b not in image.brokers]
+    if unknown:
+        raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"the target replicas of {name} name brokers "
+                                                             f"{unknown}, which are not registered")
+    configs = dict(image.config(ConfigResource(ResourceType.TOPIC, t.name)))
+    defaults = dict(image.config(ConfigResource(ResourceType.BROKER, "")))
+    min_isr = int(topic_config(configs, "min.insync.replicas", defaults))
+    if len(target) < min_isr:
+        raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                       f"{len(target)} target replicas for {name} are fewer than its min.insync.replicas "
+                       f"({min_isr}): acks=all writes would fail")
+    original = _original(p)
+    removing = tuple(r for r in original if r not in target)
+    adding = tuple(r for r in target if r not in original)
+    replicas = target + removing
+    isr = tuple(r for r in replicas if r in p.isr)
+    moved = PartitionRegistration(replicas, isr, p.leader, p.leader_epoch, p.partition_epoch, adding, removing)
+    leader = p.leader if p.leader in replicas else next((r for r in isr if r in live), NO_LEADER)
+    done = completed(moved, isr, live)
+    if done is not None:
+        replicas, isr, leader = done
+        adding = removing = ()
+    return change(t, pid, p, leader, isr, replicas, adding, removing)
+
+
+def _cancel(t: TopicImage, pid: int, p: PartitionRegistration, live: set[int]) -> MetadataRecord | None:
+    """Back to the original replicas; those being added leave."""
+    if not p.reassigning:
+        raise ApiError(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, f"no reassignment of {t.name}-{pid} is in progress")
+    original = _original(p)
+    isr = tuple(r for r in original if r in p.isr)
+    if not isr:
+        raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                       f"cannot cancel the reassignment of {t.name}-{pid}: none of its original replicas "
+                       f"{list(original)} is in sync; let it complete, or reassign it again")
+    leader = p.leader if p.leader in original else next((r for r in isr if r in live), NO_LEADER)
+    return change(t, pid, p, leader, isr, original, (), ())
+
+
+def ongoing(image: MetadataImage, topics: dict[str, list[int]] | None
+            ) -> list[tuple[str, int, PartitionRegistration]]:
+    """The reassignments in progress, of every partition or of those named (an empty list:
+    every partition of the topic)."""
+    out = []
+    for t in sorted(image.topics_by_id.values(), key=lambda t: t.name):
+        if topics is not None and t.name not in topics:
+            continue
+        wanted = topics.get(t.name) if topics is not None else None
+        for pid, p in sorted(t.partitions.items()):
+            if p.reassigning and (not wanted or pid in wanted):
+                out.append((t.name, pid, p))
+    return out
