@@ -564,21 +564,23 @@ def reassign_partitions(bootstrap: str, bootstrap_server: str | None, action: st
                         disable_rack_aware: bool, reassignment_json_file: str | None, throttle: int | None,
                         preserve_throttles: bool, timeout: float) -> None:
     """Move partitions between brokers (kafka-reassign-partitions.sh); docs/operations.md."""
+    from metadata.reassignments import PlanError, plan_json, read_plan
+
     from . import reassign as r
     if action is None:
         fail("give one of --generate, --execute, --verify, --cancel, --list")
     try:
         if action == "generate":
             if not broker_list or bool(topics_to_move_json_file) == all_topics:
-                raise r.PlanError("--generate needs --broker-list and either --topics-to-move-json-file or "
+                raise PlanError("--generate needs --broker-list and either --topics-to-move-json-file or "
                                   "--all-topics")
             ids = r.parse_broker_list(broker_list)
             topics = r.read_topics_to_move(topics_to_move_json_file) if topics_to_move_json_file else None
         elif action != "list":
             if not reassignment_json_file:
-                raise r.PlanError(f"--{action} needs --reassignment-json-file")
-            plan = r.read_plan(reassignment_json_file)
-    except r.PlanError as e:
+                raise PlanError(f"--{action} needs --reassignment-json-file")
+            plan = read_plan(reassignment_json_file)
+    except PlanError as e:
         fail(str(e))
         return
 
@@ -588,8 +590,8 @@ def reassign_partitions(bootstrap: str, bootstrap_server: str | None, action: st
             if names is None:
                 names = sorted(t.name for t in (await client.call("DescribeTopics", pb.DescribeTopicsRequest())).topics)
             current, proposed = await r.generate(client, names, ids, not disable_rack_aware)
-            return (["Current partition replica assignment", r.plan_json(current), "",
-                     "Proposed partition reassignment configuration", r.plan_json(proposed)], True)
+            return (["Current partition replica assignment", plan_json(current), "",
+                     "Proposed partition reassignment configuration", plan_json(proposed)], True)
         if action == "execute":
             return await r.execute(client, plan, throttle), True
         if action == "cancel":

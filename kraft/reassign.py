@@ -5,11 +5,8 @@ replica still has to copy), cancel it, list what is moving. Plans are Kafka's JS
 See docs/operations.md, "Moving partitions"."""
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 from protos import broker_pb2 as bpb
 from protos import controller_pb2 as pb
@@ -17,63 +14,19 @@ from protos import controller_pb2 as pb
 from metadata.client import ControllerClient, ControllerError, error_code
 from metadata.errors import ErrorCode
 from metadata.placement import UsableBroker, balanced_moves
+from metadata.reassignments import Plan, PlanError, load_json, plan_json
 
 THROTTLES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
-Plan = dict[tuple[str, int], tuple[int, ...]]
-
-
-class PlanError(Exception):
-    """A plan file or option the tool refuses before asking the cluster anything."""
-
-
-def _load_json(path: str, what: str) -> Any:
-    try:
-        return json.loads(Path(path).read_text())
-    except OSError as e:
-        raise PlanError(f"cannot read {what} {path}: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise PlanError(f"{what} {path} is not JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
 
 
 def read_topics_to_move(path: str) -> list[str]:
     """``{"version": 1, "topics": [{"topic": "a"}, ...]}``."""
-    doc = _load_json(path, "--topics-to-move-json-file")
+    doc = load_json(path, "--topics-to-move-json-file")
     entries = doc.get("topics") if isinstance(doc, dict) else None
     if not isinstance(entries, list) or not entries or not all(
             isinstance(e, dict) and isinstance(e.get("topic"), str) and e["topic"] for e in entries):
         raise PlanError(f'{path}: expected {{"version": 1, "topics": [{{"topic": "NAME"}}, ...]}}')
     return list(dict.fromkeys(e["topic"] for e in entries))
-
-
-def read_plan(path: str) -> Plan:
-    """A reassignment JSON file; ``log_dirs`` may be absent or all "any" (one log dir per broker)."""
-    doc = _load_json(path, "--reassignment-json-file")
-    entries = doc.get("partitions") if isinstance(doc, dict) else None
-    if not isinstance(entries, list) or not entries:
-        raise PlanError(f'{path}: expected {{"version": 1, "partitions": [{{"topic": ..., "partition": ..., '
-                        f'"replicas": [...]}}, ...]}}')
-    plan: Plan = {}
-    for i, e in enumerate(entries):
-        ok = (isinstance(e, dict) and isinstance(e.get("topic"), str) and type(e.get("partition")) is int
-              and isinstance(e.get("replicas"), list) and all(type(r) is int for r in e["replicas"]))
-        if not ok:
-            raise PlanError(f"{path}: entry {i} needs a topic (string), a partition (integer) and replicas "
-                            f"(a list of broker ids)")
-        dirs = e.get("log_dirs")
-        if dirs is not None and (not isinstance(dirs, list) or any(d != "any" for d in dirs)):
-            raise PlanError(f"{path}: entry {i}: log_dirs other than \"any\" are not supported (one log "
-                            f"directory per broker)")
-        key = (e["topic"], e["partition"])
-        if key in plan:
-            raise PlanError(f"{path}: partition {key[0]}-{key[1]} appears more than once")
-        plan[key] = tuple(e["replicas"])
-    return plan
-
-
-def plan_json(plan: Plan) -> str:
-    return json.dumps({"version": 1, "partitions": [
-        {"topic": t, "partition": p, "replicas": list(r), "log_dirs": ["any"] * len(r)}
-        for (t, p), r in sorted(plan.items())]}, separators=(",", ":"))
 
 
 def parse_broker_list(text: str) -> list[int]:

@@ -10,8 +10,11 @@ carries on where the old one stopped.
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from .configs import topic_config
 from .errors import ApiError, ErrorCode
@@ -136,3 +139,53 @@ def ongoing(image: MetadataImage, topics: dict[str, list[int]] | None
             if p.reassigning and (not wanted or pid in wanted):
                 out.append((t.name, pid, p))
     return out
+
+
+# -- the plan file: Kafka's reassignment JSON, written by `kraft reassign-partitions --generate`
+# -- and the health report, read by --execute/--verify/--cancel --------------------------------
+
+Plan = dict[tuple[str, int], tuple[int, ...]]
+
+
+class PlanError(Exception):
+    """A plan file or option the tool refuses before asking the cluster anything."""
+
+
+def load_json(path: str, what: str) -> Any:
+    try:
+        return json.loads(Path(path).read_text())
+    except OSError as e:
+        raise PlanError(f"cannot read {what} {path}: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise PlanError(f"{what} {path} is not JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+
+
+def read_plan(path: str) -> Plan:
+    """A reassignment JSON file; ``log_dirs`` may be absent or all "any" (one log dir per broker)."""
+    doc = load_json(path, "--reassignment-json-file")
+    entries = doc.get("partitions") if isinstance(doc, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise PlanError(f'{path}: expected {{"version": 1, "partitions": [{{"topic": ..., "partition": ..., '
+                        f'"replicas": [...]}}, ...]}}')
+    plan: Plan = {}
+    for i, e in enumerate(entries):
+        ok = (isinstance(e, dict) and isinstance(e.get("topic"), str) and type(e.get("partition")) is int
+              and isinstance(e.get("replicas"), list) and all(type(r) is int for r in e["replicas"]))
+        if not ok:
+            raise PlanError(f"{path}: entry {i} needs a topic (string), a partition (integer) and replicas "
+                            f"(a list of broker ids)")
+        dirs = e.get("log_dirs")
+        if dirs is not None and (not isinstance(dirs, list) or any(d != "any" for d in dirs)):
+            raise PlanError(f"{path}: entry {i}: log_dirs other than \"any\" are not supported (one log "
+                            f"directory per broker)")
+        key = (e["topic"], e["partition"])
+        if key in plan:
+            raise PlanError(f"{path}: partition {key[0]}-{key[1]} appears more than once")
+        plan[key] = tuple(e["replicas"])
+    return plan
+
+
+def plan_json(plan: Plan) -> str:
+    return json.dumps({"version": 1, "partitions": [
+        {"topic": t, "partition": p, "replicas": list(r), "log_dirs": ["any"] * len(r)}
+        for (t, p), r in sorted(plan.items())]}, separators=(",", ":"))

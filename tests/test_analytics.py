@@ -28,6 +28,7 @@ from metadata.analytics.report import ReportOptions, run  # noqa: E402
 from metadata.delta import MetadataDelta  # noqa: E402
 from metadata.image import MetadataImage, ResourceType  # noqa: E402
 from metadata.log_dir import MetadataLogError, open_snapshot  # noqa: E402
+from metadata.reassignments import read_plan  # noqa: E402
 from metadata.records import NO_LEADER  # noqa: E402
 from metadata.snapshot import (iter_records, read_info, read_snapshot, record_ranges,  # noqa: E402
                                write_snapshot)
@@ -367,6 +368,18 @@ def test_report_figures(spark, crafted, tmp_path: Path) -> None:
                   for line in f.read_text().splitlines()]
     assert [(v["topic"], v["partition"]) for v in violations] == [
         ("broken", 0), ("broken", 1), ("skewed", 3)]
+
+    # Report, then fix: the plan moves replicas off fenced broker 6 and evens out brokers 1-5.
+    plan = read_plan(str(tmp_path / "reassignment.json"))
+    assert f"rebalancing plan: {len(plan)} partition(s) to move: kraft reassign-partitions" in text
+    _, image = crafted
+    after = {(t.name, pid): p.replicas for t in image.topics_by_id.values() for pid, p in t.partitions.items()}
+    assert all(len(plan[k]) == len(after[k]) for k in plan)
+    after.update(plan)
+    load = [sum(b in r for r in after.values()) for b in range(1, 7)]
+    leads = [sum(r[0] == b for r in after.values()) for b in range(1, 7)]
+    assert load[5] == 0 and max(load[:5]) - min(load[:5]) <= 1, load
+    assert leads[5] == 0 and max(leads[:5]) - min(leads[:5]) <= 1, leads
 
 
 def test_a_broker_holding_two_replicas_is_a_violation(spark) -> None:

@@ -17,7 +17,10 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as fn
 
+from metadata.errors import ApiError
 from metadata.image import ResourceType
+from metadata.placement import UsableBroker, balanced_moves
+from metadata.reassignments import Plan
 from metadata.records import NO_LEADER
 
 from . import figures as F
@@ -33,6 +36,7 @@ class Health:
     tables: dict[str, DataFrame]  # the report's output tables, by name
     broker_load: list[tuple[int, int, int]]  # (broker, replicas, leaders), by broker
     cached: list[DataFrame]
+    plan: Plan  # partitions to move so that replicas and preferred leaders are even (reassignment JSON)
 
     def release(self) -> None:
         """Drop the cached tables (the session may outlive the report)."""
@@ -112,8 +116,30 @@ def compute(spark: SparkSession, target: Target) -> Health:
                 .select(*_PROBLEM_COLUMNS).orderBy("topic", "partition") for p in F.PROBLEMS}
     tables = {"brokers_load": brokers_load, **({"racks_load": racks_load} if by_rack else {}),
               **problems, "history": history}
+    live = [UsableBroker(b.broker, b.rack) for b in brokers if not b.fenced]
     return Health(figures, tables, [(r.broker, r.replicas, r.leaders) for r in rows],
-                  [cached, *history_cached])
+                  [cached, *history_cached], rebalancing_plan(flagged, rows, live))
+
+
+def rebalancing_plan(partitions: DataFrame, load: list[Any], live: list[UsableBroker]) -> Plan:
+    """The moves that even out replicas and preferred leaders over the unfenced brokers (the
+    planner of ``kraft reassign-partitions --generate``), when they are uneven: some broker
+    holds more than one replica or preferred leadership over another, or a replica sits on a
+    broker that is fenced or gone. The assignment is brought to the driver only then."""
+    ids = {b.id for b in live}
+    replicas = [r.replicas for r in load if r.broker in ids] or [0]
+    if not live or max(replicas) - min(replicas) <= 1 and all(r.broker in ids for r in load if r.replicas):
+        preferred = partitions.groupBy(fn.col("replicas")[0].alias("b")).count().collect()
+        counts = {b.id: 0 for b in live} | {r.b: r["count"] for r in preferred}
+        if not live or (max(counts.values()) - min(counts.values()) <= 1 and set(counts) <= ids):
+            return {}
+    current = {(r.topic, r.partition): tuple(r.replicas)
+               for r in partitions.select("topic", "partition", "replicas").toLocalIterator()}
+    try:
+        proposed = balanced_moves(current, live)
+    except ApiError:  # more replicas than live brokers: nothing to propose
+        return {}
+    return {k: v for k, v in proposed.items() if v != current[k]}
 
 
 def _flag(spark: SparkSession, partitions: DataFrame, per_topic: dict[str, int],

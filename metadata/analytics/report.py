@@ -30,7 +30,10 @@ from metadata.analytics.errors import AnalyticsError
 from metadata.analytics.figures import Figures
 from metadata.analytics.target import Target
 from metadata.log_dir import MetadataLogDir, MetadataLogError, open_snapshot
+from metadata.reassignments import Plan, plan_json
 from metadata.snapshot import SnapshotError, read_info
+
+PLAN_FILE = "reassignment.json"
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -99,13 +102,15 @@ def run(opts: ReportOptions, spark: SparkSession | None = None,
         if opts.output:
             write_tables(health.tables, opts.output, opts.format)
             write_summary(health.figures, opts.output)
+            if health.plan:
+                write_plan(health.plan, opts.output)
             if opts.plots:
                 from metadata.analytics.plots import draw
 
                 drawn = draw(health.figures, health.broker_load, opts.output)
         health.release()
         print(render(health.figures, kind="directory" if target.directory else "snapshot",
-                     tables=tables, output=opts.output, fmt=opts.format, plots=drawn),
+                     tables=tables, output=opts.output, fmt=opts.format, plots=drawn, moves=len(health.plan)),
               file=out, flush=True)
         return health.figures
     except (AnalyticsError, MetadataLogError):
@@ -135,6 +140,13 @@ def write_tables(tables: dict[str, DataFrame], output: str, fmt: str) -> None:
                         .option("header", "true").save(os.path.join(output, name)))
 
     concurrently(*[writer(name, df) for name, df in tables.items()])
+
+
+def write_plan(plan: Plan, output: str) -> None:
+    """``reassignment.json``, the input of ``kraft reassign-partitions --execute``."""
+    os.makedirs(output, exist_ok=True)
+    with open(os.path.join(output, PLAN_FILE), "w") as f:
+        f.write(plan_json(plan) + "\n")
 
 
 def write_summary(figures: Figures, output: str) -> None:

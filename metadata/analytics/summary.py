@@ -39,7 +39,7 @@ def worst_skew(f: Figures) -> tuple[str, Spread, str] | None:
 
 
 def render(f: Figures, *, kind: str, tables: Sequence[str] = (), output: str | None = None,
-           fmt: str = "", plots: Sequence[str] = ()) -> str:
+           fmt: str = "", plots: Sequence[str] = (), moves: int = 0) -> str:
     lines = [f"kraft metadata report: {f.source} ({kind}, offset {f.offset})",
              f"  {f.topics:,} topics, {f.partitions:,} partitions, {f.replicas:,} replicas; "
              f"{f.brokers:,} brokers ({f.fenced_brokers:,} fenced)"
@@ -64,6 +64,10 @@ def render(f: Figures, *, kind: str, tables: Sequence[str] = (), output: str | N
         lines += ["", f"  history: {len(f.history):,} batch(es), offsets {first.offset} to "
                       f"{last.offset}: topics {first.topics:,} -> {last.topics:,}, partitions "
                       f"{first.partitions:,} -> {last.partitions:,}"]
+    if moves:
+        where = (f"kraft reassign-partitions --bootstrap-controller HOST:PORT --execute "
+                 f"--reassignment-json-file {output}/reassignment.json" if output else "give --output to write it")
+        lines += ["", f"  rebalancing plan: {moves:,} partition(s) to move: {where}"]
     if output:
         lines += ["", f"  tables ({fmt}) in {output}: {', '.join(tables)}"]
         if plots:
