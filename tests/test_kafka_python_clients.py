@@ -347,3 +347,29 @@ def test_kafka_python_group_goes_on_after_its_coordinator_is_killed(cluster: Bro
         if victim is not None:
             cluster.start_broker(victim)
             asyncio.run(cluster.wait_unfenced([victim], timeout=60))
+
+
+def test_kafka_python_reassigns_partitions_and_elects_leaders(cluster: BrokerCluster) -> None:
+    """Kafka's AlterPartitionReassignments, ListPartitionReassignments and ElectLeaders from
+    kafka-python's admin client, forwarded by the broker to the controller."""
+    from kafka import TopicPartition as KTP
+    from kafka.errors import InvalidReplicationAssignmentError
+
+    asyncio.run(cluster.create_topic("kp-move", partitions=1, assignments=[[101, 102]]))
+    admin = KafkaAdminClient(bootstrap_servers=cluster.kafka_bootstrap_servers, request_timeout_ms=15000)
+    try:
+        bad = admin.alter_partition_reassignments({KTP("kp-move", 0): [102, 999]})
+        assert bad == {KTP("kp-move", 0): InvalidReplicationAssignmentError}, bad
+        assert [list(p.replicas) for p in asyncio.run(cluster.describe_topic("kp-move")).partitions] == [[101, 102]]
+        admin.alter_partition_reassignments({KTP("kp-move", 0): [102, 103]})
+
+        async def moved() -> bool:
+            t = await cluster.describe_topic("kp-move")
+            return list(t.partitions[0].replicas) == [102, 103] and sorted(t.partitions[0].isr) == [102, 103]
+        run(eventually(moved, 30, what="kp-move-0 on brokers 102 and 103"))
+        assert admin.list_partition_reassignments() == {}
+        result = admin.elect_leaders(0, {"kp-move": [0]}, raise_errors=False)
+        [[outcome]] = [r.partition_result for r in result.replica_election_results]
+        assert (outcome.partition_id, outcome.error_code) == (0, 84), result  # ELECTION_NOT_NEEDED: 102 leads
+    finally:
+        admin.close()

@@ -35,7 +35,8 @@ PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDI
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 11, 12, 13, 14, 15, 16
 API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH = 18, 19, 20, 22, 23
 DESCRIBE_CONFIGS = 32
-CREATE_PARTITIONS, DELETE_GROUPS, INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CLUSTER = 37, 42, 44, 60
+CREATE_PARTITIONS, DELETE_GROUPS, ELECT_LEADERS, INCREMENTAL_ALTER_CONFIGS = 37, 42, 43, 44
+ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS, DESCRIBE_CLUSTER = 45, 46, 60
 
 #: api key -> (min version, max version) served.
 VERSIONS: dict[int, tuple[int, int]] = {
@@ -44,6 +45,7 @@ VERSIONS: dict[int, tuple[int, int]] = {
     SYNC_GROUP: (0, 5), DESCRIBE_GROUPS: (0, 5), LIST_GROUPS: (0, 4), API_VERSIONS: (0, 3), CREATE_TOPICS: (2, 7),
     DELETE_TOPICS: (1, 6), INIT_PRODUCER_ID: (0, 4), OFFSET_FOR_LEADER_EPOCH: (2, 4), DESCRIBE_CONFIGS: (1, 4),
     CREATE_PARTITIONS: (0, 3), DELETE_GROUPS: (0, 2), INCREMENTAL_ALTER_CONFIGS: (0, 1), DESCRIBE_CLUSTER: (0, 1),
+    ELECT_LEADERS: (0, 2), ALTER_PARTITION_REASSIGNMENTS: (0, 1), LIST_PARTITION_REASSIGNMENTS: (0, 0),
 }
 
 TOPIC_CONFIG_SOURCE, BROKER_CONFIG_SOURCE, DEFAULT_CONFIG_SOURCE = 1, 4, 5
@@ -92,7 +94,9 @@ class KafkaApis:
             OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
             DESCRIBE_CONFIGS: self.describe_configs, CREATE_PARTITIONS: self.create_partitions,
             DELETE_GROUPS: self.delete_groups, INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs,
-            DESCRIBE_CLUSTER: self.describe_cluster,
+            DESCRIBE_CLUSTER: self.describe_cluster, ELECT_LEADERS: self.elect_leaders,
+            ALTER_PARTITION_REASSIGNMENTS: self.alter_partition_reassignments,
+            LIST_PARTITION_REASSIGNMENTS: self.list_partition_reassignments,
         }
 
     @property
@@ -402,6 +406,78 @@ class KafkaApis:
             return {"results": [{"name": t.name, "error_code": int(code), "error_message": message} for t in req.topics]}
         return {"results": [{"name": t.name, "error_code": t.error_code,
                              "error_message": _message(t.error_code, t.error_message)} for t in r.topics]}
+
+    async def elect_leaders(self, req: Any, version: int) -> dict[str, Any]:
+        """kafka-leader-election.sh; v0 has no election type (preferred)."""
+        kind = req.election_type if version >= 1 else 0
+        ours = cpb.ElectLeadersRequest(election_type=cpb.ElectLeadersRequest.UNCLEAN if kind == 1 else
+                                       cpb.ElectLeadersRequest.PREFERRED)
+        for t in req.topic_partitions or ():
+            ours.topics.add(name=t.topic, partitions=list(t.partitions))
+        r, code, message = await self._forward("ElectLeaders", ours)
+        if r is None:
+            return {"error_code": int(code), "replica_election_results": [
+                {"topic": t.topic, "partition_result": [{"partition_id": p, "error_code": int(code),
+                                                         "error_message": message} for p in t.partitions]}
+                for t in req.topic_partitions or ()]}
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for x in r.results:
+            by_topic.setdefault(x.topic, []).append({"partition_id": x.partition, "error_code": x.error_code,
+                                                     "error_message": _message(x.error_code, x.error_message)})
+        return {"error_code": 0, "replica_election_results": [
+            {"topic": t, "partition_result": parts} for t, parts in by_topic.items()]}
+
+    async def alter_partition_reassignments(self, req: Any, version: int) -> dict[str, Any]:
+        """kafka-reassign-partitions.sh --execute/--cancel. With v1's
+        allow_replication_factor_change false (KIP-860), a plan that changes a partition's
+        replica count is refused here, whole, as the controller refuses invalid plans."""
+        ours = cpb.AlterPartitionReassignmentsRequest()
+        refused: dict[tuple[str, int], str] = {}
+        for t in req.topics:
+            topic = self.image.topics_by_name.get(t.name)
+            for p in t.partitions:
+                entry = ours.reassignments.add(topic=t.name, partition=p.partition_index)
+                if p.replicas is not None:
+                    entry.replicas.ids.extend(p.replicas)
+                    current = topic.partitions.get(p.partition_index) if topic is not None else None
+                    if (version >= 1 and not req.allow_replication_factor_change and current is not None
+                            and len(p.replicas) != len(current.target)):
+                        refused[(t.name, p.partition_index)] = (
+                            f"the plan changes the replication factor of {t.name}-{p.partition_index} from "
+                            f"{len(current.target)} to {len(p.replicas)}, and allow_replication_factor_change is false")
+        if refused:
+            results = {(x.topic, x.partition): (
+                (ErrorCode.INVALID_REPLICATION_FACTOR, refused[(x.topic, x.partition)]) if (x.topic, x.partition)
+                in refused else (ErrorCode.INVALID_REQUEST, "not started: other entries of the plan are invalid"))
+                for x in ours.reassignments}
+            code, message = ErrorCode.NONE, ""
+        else:
+            r, code, message = await self._forward("AlterPartitionReassignments", ours)
+            results = {(x.topic, x.partition): (ErrorCode.of(x.error_code), x.error_message)
+                       for x in (r.results if r is not None else ())}
+
+        def answer(topic: str, index: int) -> dict[str, Any]:
+            c, m = results.get((topic, index), (code, message))
+            return {"partition_index": index, "error_code": int(c), "error_message": _message(int(c), m)}
+        return {"error_code": int(code), "error_message": message or None,
+                "allow_replication_factor_change": True if version < 1 else req.allow_replication_factor_change,
+                "responses": [{"name": t.name, "partitions": [answer(t.name, p.partition_index) for p in t.partitions]}
+                              for t in req.topics]}
+
+    async def list_partition_reassignments(self, req: Any, version: int) -> dict[str, Any]:
+        ours = cpb.ListPartitionReassignmentsRequest()
+        for t in req.topics or ():
+            ours.topics.add(name=t.name, partitions=list(t.partition_indexes))
+        r, code, message = await self._forward("ListPartitionReassignments", ours)
+        if r is None:
+            return {"error_code": int(code), "error_message": message, "topics": []}
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for o in r.reassignments:
+            by_topic.setdefault(o.topic, []).append({
+                "partition_index": o.partition, "replicas": list(o.replicas),
+                "adding_replicas": list(o.adding_replicas), "removing_replicas": list(o.removing_replicas)})
+        return {"error_code": 0, "error_message": None,
+                "topics": [{"name": t, "partitions": parts} for t, parts in by_topic.items()]}
 
     async def describe_configs(self, req: Any, version: int) -> dict[str, Any]:
         ours = cpb.DescribeConfigsRequest(resources=[
