@@ -109,6 +109,14 @@ class Partition:
         """Apply the controller's registration of this partition."""
         if reg.leader_epoch < self.leader_epoch or (reg.leader_epoch == self.leader_epoch
                                                     and reg.partition_epoch <= self.partition_epoch):
+            if (reg.leader_epoch, reg.partition_epoch) == (self.leader_epoch, self.partition_epoch) and (
+                    reg.replicas != self.replicas or reg.adding != self.adding):
+                # Our AlterPartition's answer got here first with the ISR of this change, but the
+                # change also completed a reassignment: the replicas come only from here.
+                self.replicas, self.adding = reg.replicas, reg.adding
+                if self.role == Role.LEADER:
+                    self._track_followers()
+                return Change.UPDATED
             return Change.NONE  # older than what we know (an AlterPartition answer got here first)
         new_epoch = reg.leader_epoch != self.leader_epoch
         self.replicas, self.isr, self.partition_epoch = reg.replicas, reg.isr, reg.partition_epoch
@@ -119,9 +127,7 @@ class Partition:
             if new_epoch or self.role != Role.LEADER:
                 self._make_leader(reg.leader_epoch)
                 return Change.BECAME_LEADER
-            self.followers = {r: self.followers.get(r, FollowerState(last_caught_up_ms=self.clock()))
-                              for r in reg.replicas if r != self.broker_id}
-            self.maybe_increment_hw()
+            self._track_followers()
             return Change.UPDATED
         was = (self.role, self.leader, self.leader_epoch)
         self.role, self.leader, self.leader_epoch = Role.FOLLOWER, reg.leader, reg.leader_epoch
@@ -131,6 +137,12 @@ class Partition:
                                            f"Leader not local for partition {self.name} on broker {self.broker_id}"))
             self._notify()
         return Change.BECAME_FOLLOWER if new_epoch or was[1] != reg.leader else Change.UPDATED
+
+    def _track_followers(self) -> None:
+        """Follower states for the current replicas (new ones start as caught up now)."""
+        self.followers = {r: self.followers.get(r, FollowerState(last_caught_up_ms=self.clock()))
+                          for r in self.replicas if r != self.broker_id}
+        self.maybe_increment_hw()
 
     def _make_leader(self, epoch: int) -> None:
         now = self.clock()

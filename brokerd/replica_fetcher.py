@@ -45,9 +45,9 @@ class FetchState:
 
 class ReplicaFetcher:
     def __init__(self, config: BrokerConfig, leader_id: int, address: str, broker_epoch: Callable[[], int],
-                 on_fatal: Callable[[BaseException], None], quota: ReplicationQuota) -> None:
+                 on_fatal: Callable[[BaseException], None], quota: ReplicationQuota | None = None) -> None:
         self.config = config
-        self.quota = quota
+        self.quota = quota or ReplicationQuota()  # follower.replication.throttled.rate (none: unthrottled)
         self.leader_id = leader_id
         self.address = address
         self.broker_epoch = broker_epoch

@@ -19,6 +19,7 @@ from brokerd.partition_log import PartitionLog
 from clients.partitioner import StickyPartitioner, murmur2, partition_for_key, to_positive
 from clients.records import batches, build_batch, records_of, validate_batch
 from metadata.image import PartitionRegistration
+from brokerd.replication_quota import ReplicationQuota
 from protos import broker_pb2 as pb
 from tests.eventually import eventually
 
@@ -195,8 +196,9 @@ def test_leader_epoch_end_offsets():
 class _OneReplica:
     """The two calls fetch() makes of a ReplicaManager."""
 
-    def __init__(self, p: Partition) -> None:
+    def __init__(self, p: Partition, quota: ReplicationQuota | None = None) -> None:
         self.p = p
+        self.leader_quota = quota or ReplicationQuota()
 
     def partition(self, topic, index, topic_id=b""):
         if (topic or self.p.topic, index) != (self.p.topic, self.p.index):
@@ -427,4 +429,44 @@ def test_a_retried_batch_takes_no_more_records_so_every_acknowledged_record_is_w
         for md, value in zip(mds, [b"first", b"later-0", b"later-1", b"later-2"]):
             assert written[md.offset] == value  # acknowledged at an offset that holds it
         assert written == [b"first", b"later-0", b"later-1", b"later-2"]
+    run(go())
+
+
+def test_a_leader_learns_a_completed_reassignment_its_own_alter_partition_answered_first(tmp_path):
+    """The AlterPartition that brings the last target into the ISR also completes the move; its
+    answer (ISR and partition epoch only) may reach the leader before the metadata does, and the
+    registration of the same epoch must still bring the new replicas (or the leader keeps the
+    removed follower and throttles a replica that is in sync)."""
+    async def go():
+        store = LogStore(str(tmp_path))
+        p = Partition(2, "t", uuid.uuid4(), 0, PartitionLog(store, uuid.uuid4(), 0), LogConfig())
+        p.update(PartitionRegistration((2, 3, 4, 1), (2, 3, 1), 2, 0, 5, adding=(4,), removing=(1,)))
+        assert p.is_leader and set(p.followers) == {1, 3, 4} and p.adding == (4,)
+        p.apply_isr(0, 6, (2, 3, 4))  # the answer first
+        p.update(PartitionRegistration((2, 3, 4), (2, 3, 4), 2, 0, 6))  # then the metadata
+        assert p.replicas == (2, 3, 4) and p.adding == () and set(p.followers) == {3, 4}
+        await store.close()
+    run(go())
+
+
+def test_the_leader_throttles_only_replicas_being_added(tmp_path):
+    """leader.replication.throttled.rate: a replica a reassignment is adding gets nothing while
+    the leader is over its rate; an in-sync follower is served all along."""
+    async def go():
+        store = LogStore(str(tmp_path))
+        p = Partition(1, "first", uuid.uuid4(), 0, PartitionLog(store, uuid.uuid4(), 0), LogConfig())
+        p.update(PartitionRegistration((1, 2, 3), (1, 2), 1, 0, 0, adding=(3,)))
+        for _ in range(4):
+            await p.append_as_leader(_batch(5, size=500), 0)
+        now = [0.0]
+        quota = ReplicationQuota(clock=lambda: now[0])
+        quota.set_rate(1000)  # bytes/s: a second's worth is in the bucket to start with
+        rm = _OneReplica(p, quota)
+        first = (await _fetch(rm, 3, 0)).topics[0].partitions[0].records
+        assert len(first) > 1000  # at least one batch, then the bucket is in debt
+        assert (await _fetch(rm, 3, 0)).topics[0].partitions[0].records == b""
+        assert len((await _fetch(rm, 2, 0)).topics[0].partitions[0].records) == len(first)
+        now[0] += len(first) / 1000  # the debt is paid off
+        assert (await _fetch(rm, 3, 0)).topics[0].partitions[0].records == first
+        await store.close()
     run(go())
