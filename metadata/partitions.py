@@ -161,8 +161,9 @@ PREFERRED, UNCLEAN = "preferred", "unclean"
 
 
 @dataclass(frozen=True, slots=True)
-class Election:
-    """The outcome for one partition: code NONE when its leader changed."""
+class PartitionOutcome:
+    """What an operation (an election, a reassignment) did to one partition: code NONE when it
+    was carried out."""
 
     topic: str
     partition: int
@@ -171,14 +172,14 @@ class Election:
 
 
 def elect_leaders(image: MetadataImage, kind: str, wanted: list[tuple[str, int]] | None
-                  ) -> tuple[list[MetadataRecord], list[Election]]:
+                  ) -> tuple[list[MetadataRecord], list[PartitionOutcome]]:
     """Kafka's ElectLeaders. Preferred: the first replica leads again when it is alive and in
     the ISR. Unclean: a partition without a leader takes any live replica, even one outside the
     ISR, as the operator asked (records acknowledged only by the lost ISR may be gone).
     ``wanted`` None means every partition, and only those that change or fail are answered."""
     live = live_brokers(image)
     records: list[MetadataRecord] = []
-    results: list[Election] = []
+    results: list[PartitionOutcome] = []
     if wanted is None:
         targets = [(t, pid, p) for t in image.topics_by_id.values() for pid, p in sorted(t.partitions.items())]
     else:
@@ -187,7 +188,7 @@ def elect_leaders(image: MetadataImage, kind: str, wanted: list[tuple[str, int]]
             t = image.topics_by_name.get(name)
             p = t.partitions.get(pid) if t is not None else None
             if t is None or p is None:
-                results.append(Election(name, pid, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                results.append(PartitionOutcome(name, pid, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                         f"partition {name}-{pid} does not exist"))
             else:
                 targets.append((t, pid, p))
@@ -219,7 +220,7 @@ def elect_leaders(image: MetadataImage, kind: str, wanted: list[tuple[str, int]]
                 records.append(rec)
         if wanted is not None or code not in (ErrorCode.ELECTION_NOT_NEEDED, ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
                                               ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE):
-            results.append(Election(t.name, pid, code, why))
+            results.append(PartitionOutcome(t.name, pid, code, why))
     return records, results
 
 

@@ -16,7 +16,7 @@ deterministic in its inputs; the controller passes ``start`` (Kafka draws it at 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -196,38 +196,41 @@ def balanced_moves(current: Mapping[K, Sequence[int]], brokers: Sequence[UsableB
                 best = min((b for b in rack_of if b not in replicas), key=lambda b: fits(replicas, r, b))
                 replicas[i] = best
                 load[best] += 1
-    while rack_of:
-        hi = max(load, key=lambda b: (load[b], -b))
-        move = None
-        for lo in sorted(load, key=lambda b: (load[b], b)):
-            if load[hi] - load[lo] <= 1:
-                break
-            options = [replicas for replicas in plan.values() if hi in replicas and lo not in replicas]
-            if options:
-                move = lo, min(options, key=lambda replicas: fits(replicas, hi, lo)[0])
-                break
-        if move is None:
-            break
-        lo, replicas = move
-        replicas[replicas.index(hi)] = lo
-        load[hi] -= 1
-        load[lo] += 1
+    def move_replica(hi: int, lo: int) -> Callable[[], None] | None:
+        options = [replicas for replicas in plan.values() if hi in replicas and lo not in replicas]
+        if not options:
+            return None
+        chosen = min(options, key=lambda replicas: fits(replicas, hi, lo)[0])
+        return lambda: chosen.__setitem__(chosen.index(hi), lo)
+
+    def swap_leader(hi: int, lo: int) -> Callable[[], None] | None:
+        chosen = next((replicas for replicas in plan.values() if replicas[0] == hi and lo in replicas), None)
+        if chosen is None:
+            return None
+        j = chosen.index(lo)
+        return lambda: chosen.__setitem__(slice(None), [lo, *chosen[1:j], hi, *chosen[j + 1:]])
+
+    _even_out(load, move_replica)
     leads: Counter[int] = Counter({b: 0 for b in rack_of})
     leads.update(replicas[0] for replicas in plan.values())
-    while rack_of:
-        hi = max(leads, key=lambda b: (leads[b], -b))
-        swap = None
-        for lo in sorted(leads, key=lambda b: (leads[b], b)):
-            if leads[hi] - leads[lo] <= 1:
-                break
-            swap = next(((replicas, lo) for replicas in plan.values() if replicas[0] == hi and lo in replicas), None)
-            if swap is not None:
-                break
-        if swap is None:
-            break
-        replicas, lo = swap
-        j = replicas.index(lo)
-        replicas[0], replicas[j] = lo, hi
-        leads[hi] -= 1
-        leads[lo] += 1
+    _even_out(leads, swap_leader)
     return {k: tuple(r) for k, r in plan.items()}
+
+
+def _even_out(counts: Counter[int], change: Callable[[int, int], Callable[[], None] | None]) -> None:
+    """While the fullest member holds more than one over another, carry out the change that
+    moves one unit from the fullest to the emptiest member it can go to (``change`` returns
+    None when there is no such change between the two)."""
+    while counts:
+        hi = max(counts, key=lambda b: (counts[b], -b))
+        for lo in sorted(counts, key=lambda b: (counts[b], b)):
+            if counts[hi] - counts[lo] <= 1:
+                return
+            apply = change(hi, lo)
+            if apply is not None:
+                apply()
+                counts[hi] -= 1
+                counts[lo] += 1
+                break
+        else:
+            return

@@ -19,7 +19,7 @@ from typing import Any
 from .configs import topic_config
 from .errors import ApiError, ErrorCode
 from .image import ConfigResource, MetadataImage, PartitionRegistration, ResourceType, TopicImage
-from .partitions import change, completed, live_brokers
+from .partitions import PartitionOutcome as Outcome, change, completed, live_brokers
 from .records import NO_LEADER, MetadataRecord
 
 
@@ -30,14 +30,6 @@ class Reassignment:
     topic: str
     partition: int
     replicas: tuple[int, ...] | None
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    topic: str
-    partition: int
-    code: ErrorCode
-    message: str = ""
 
 
 def alter(image: MetadataImage, plan: Sequence[Reassignment]) -> tuple[list[MetadataRecord], list[Outcome]]:
