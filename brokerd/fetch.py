@@ -96,6 +96,8 @@ async def fetch(rm: ReplicaManager, req: pb.FetchRequest) -> pb.FetchResponse:
             got = _read_all(reads, max_bytes, follower)
             if any(r.answer.error_code for r in reads):
                 break
+    for r in reads:
+        rm.topic_stats.fetched(r.partition.topic, len(r.answer.records), follower)
     return resp
 
 

@@ -99,6 +99,11 @@ class KafkaApis:
     def image(self) -> MetadataImage:
         return self.rm.image
 
+    def api_name(self, api_key: int) -> str:
+        """Kafka's name of an API (``list_offsets`` serves ListOffsets), for request metrics."""
+        handler = self.handlers.get(api_key)
+        return "".join(w.capitalize() for w in handler.__name__.split("_")) if handler else str(api_key)
+
     async def handle(self, header: RequestHeader, request: Any) -> Any | None:
         """The response entity for a request (None: no response, acks=0)."""
         answer = await self.handlers[header.api_key](request, header.api_version)
