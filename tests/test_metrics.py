@@ -172,6 +172,21 @@ def test_a_killed_broker_shows_as_fenced_offline_and_under_replicated(cluster):
         return urp >= 3 and urp == sum(value(s, "kafka_server_replicamanager_leadercount") for s in survivors)
     asyncio.run(eventually(under_replicated, 30, interval=0.1, what="under-replicated partitions on the survivors"))
 
+    # back again: the leaders take it into their ISRs (ISR expands), and nothing is missing
+    cluster.start_broker(VICTIM)
+
+    async def healed() -> bool:
+        s = scrape(ports(cluster)[active])
+        try:
+            brokers = [scrape(ports(cluster)[b]) for b in BROKERS]
+        except OSError:  # the restarted broker is not listening yet
+            return False
+        return (value(s, "kafka_controller_kafkacontroller_fencedbrokercount") == 0
+                and value(s, "kafka_controller_kafkacontroller_offlinepartitionscount") == 0
+                and sum(value(b, "kafka_server_replicamanager_underreplicatedpartitions") for b in brokers) == 0
+                and sum(value(b, "kafka_server_replicamanager_isrexpands_total") for b in brokers) >= 3)
+    asyncio.run(eventually(healed, 60, interval=0.2, what="the restarted broker back in every ISR"))
+
 
 def _one_line_failure(cmd: list[str], expected: str) -> None:
     p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60)
