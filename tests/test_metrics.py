@@ -6,6 +6,8 @@ prometheus.listener is one line on stderr."""
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import socket
 import subprocess
 import sys
@@ -186,6 +188,26 @@ def test_a_killed_broker_shows_as_fenced_offline_and_under_replicated(cluster):
                 and sum(value(b, "kafka_server_replicamanager_underreplicatedpartitions") for b in brokers) == 0
                 and sum(value(b, "kafka_server_replicamanager_isrexpands_total") for b in brokers) >= 3)
     asyncio.run(eventually(healed, 60, interval=0.2, what="the restarted broker back in every ISR"))
+
+
+def test_the_dashboard_and_scrape_config_name_what_the_nodes_serve(cluster):
+    """Every metric the Grafana dashboard queries is one the nodes serve (their HELP lines
+    name even the families that have no sample yet), and prometheus.yml scrapes every node
+    of the compose file."""
+    def family(name: str) -> str:
+        return re.sub(r"_(bucket|count|sum|total)$", "", name)
+    served = set()
+    for port in ports(cluster).values():
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            served |= {family(m) for m in re.findall(r"^# HELP (\S+)", r.read().decode(), re.M)}
+    dashboard = json.loads((REPO / "deploy" / "grafana" / "kraft-dashboard.json").read_text())
+    queried = {family(m) for p in dashboard["panels"] for t in p["targets"]
+               for m in re.findall(r"\b(kafka_[a-z_]+)", t["expr"])}
+    assert len(queried) >= 15 and queried <= served, sorted(queried - served)
+    compose = (REPO / "deploy" / "docker-compose.yml").read_text()
+    nodes = set(re.findall(r"^  ((?:controller|broker)-\d+):", compose, re.M))  # services and volumes
+    scrape_config = (REPO / "deploy" / "prometheus.yml").read_text()
+    assert len(nodes) == 6 and all(f'"{n}:9404"' in scrape_config for n in nodes)
 
 
 def _one_line_failure(cmd: list[str], expected: str) -> None:
