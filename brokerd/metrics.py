@@ -11,9 +11,8 @@ from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
-from metadata.metrics import gauge
+from metadata.metrics import StateCollector, gauge
 
 from .group_coordinator import GroupCoordinator
 from .replica_manager import ReplicaManager
@@ -26,7 +25,7 @@ def _counter(name: str, doc: str, label: str, values: dict[str, int]) -> Counter
     return c
 
 
-class BrokerMetrics(Collector):
+class BrokerMetrics(StateCollector):
     """ReplicaManager, BrokerTopicMetrics, purgatory, per-partition log offsets and consumer
     group lag of one broker."""
 
@@ -35,10 +34,7 @@ class BrokerMetrics(Collector):
         self.rm = rm
         self.groups = groups
         self.metadata_offset = metadata_offset
-        registry.register(self)
-
-    def describe(self) -> list[Metric]:
-        return []
+        super().__init__(registry)
 
     def collect(self) -> Iterator[Metric]:
         rm = self.rm

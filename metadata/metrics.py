@@ -127,11 +127,22 @@ class _TimingInterceptor(grpc.aio.ServerInterceptor):
                                                    response_serializer=handler.response_serializer)
 
 
+class StateCollector(Collector):
+    """A collector whose samples are read from live state at each scrape; it registers itself.
+    ``describe`` is empty: there is nothing to sample until the server runs."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        registry.register(self)
+
+    def describe(self) -> list[Metric]:
+        return []
+
+
 _STATES = {Role.LEADER: "leader", Role.CANDIDATE: "candidate", Role.PRE_CANDIDATE: "prospective",
            Role.FOLLOWER: "follower"}
 
 
-class RaftMetrics(Collector):
+class RaftMetrics(StateCollector):
     """``kafka_server_raftmetrics_*`` (Kafka's raft-metrics group) of one Raft node: its view
     of the leader and epoch, its log's high watermark and end (exclusive offsets, as Kafka's),
     append and commit latencies, and the elections it started and won."""
@@ -153,16 +164,13 @@ class RaftMetrics(Collector):
         node.commit_latency_observer = self.commit_latency.observe
         node.append_latency_observer = self.append_latency.observe
         node.on_role_change(self._role_changed)
-        registry.register(self)
+        super().__init__(registry)
 
     def _role_changed(self, role: Role, leader: int, term: int) -> None:
         if role == Role.CANDIDATE:
             self.elections.inc()
         elif role == Role.LEADER:
             self.elections_won.inc()
-
-    def describe(self) -> list[Metric]:
-        return []  # values exist only once the node runs
 
     def collect(self) -> Iterator[Metric]:
         n = self.node
@@ -185,17 +193,14 @@ class RaftMetrics(Collector):
                     n.applied)
 
 
-class ControllerMetrics(Collector):
+class ControllerMetrics(StateCollector):
     """``kafka_controller_kafkacontroller_*`` of one controller, from its committed metadata
     image when scraped. Every controller replays the same log, so the standbys report the same
     partition and broker counts; ActiveControllerCount is 1 on the active one only."""
 
     def __init__(self, controller: QuorumController, registry: CollectorRegistry) -> None:
         self.controller = controller
-        registry.register(self)
-
-    def describe(self) -> list[Metric]:
-        return []
+        super().__init__(registry)
 
     def collect(self) -> Iterator[Metric]:
         c = self.controller

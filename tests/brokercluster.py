@@ -192,10 +192,12 @@ class _stub:
 
 
 @contextlib.contextmanager
-def running_cluster(base: Path, broker_props: dict[str, str]) -> Iterator[BrokerCluster]:
+def running_cluster(base: Path, broker_props: dict[str, str],
+                    node_props: dict[int, dict[str, str]] | None = None) -> Iterator[BrokerCluster]:
     """Three brokers (sessions of 3 s, heartbeats every 300 ms) unfenced, then closed; their
     logs must hold no traceback."""
-    c = BrokerCluster(base, 3, session_timeout_ms=3000, heartbeat_ms=300, broker_props=broker_props)
+    c = BrokerCluster(base, 3, session_timeout_ms=3000, heartbeat_ms=300, broker_props=broker_props,
+                      node_props=node_props)
     c.start()
     try:
         asyncio.run(c.wait_unfenced(timeout=60))

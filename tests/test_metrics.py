@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,10 +20,9 @@ from aiokafka import AIOKafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
 from clients import Producer
-from tests.brokercluster import REPO, BrokerCluster
+from tests.brokercluster import REPO, BrokerCluster, running_cluster
 from tests.eventually import eventually
 from tests.kvcluster import consecutive_ports
-from tests.logs import assert_no_tracebacks
 
 CONTROLLERS = (1, 2, 3)
 BROKERS = (101, 102, 103)
@@ -49,24 +49,16 @@ def has(samples: Samples, name: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory) -> BrokerCluster:
-    base = tmp_path_factory.mktemp("metrics")
+def cluster(tmp_path_factory) -> Iterator[BrokerCluster]:
     first = consecutive_ports(6)
-    ports = {nid: first + i for i, nid in enumerate(CONTROLLERS + BROKERS)}
-    c = BrokerCluster(base, 3, broker_props={"replica.lag.time.max.ms": "2000"},
-                      node_props={nid: {"prometheus.listener": f"127.0.0.1:{p}"} for nid, p in ports.items()})
-    c.metrics_ports = ports  # type: ignore[attr-defined]
-    c.start()
-    try:
-        asyncio.run(c.wait_unfenced(timeout=60))
+    listeners = {nid: {"prometheus.listener": f"127.0.0.1:{first + i}"} for i, nid in enumerate(CONTROLLERS + BROKERS)}
+    with running_cluster(tmp_path_factory.mktemp("metrics"), {"replica.lag.time.max.ms": "2000"}, listeners) as c:
         yield c
-    finally:
-        c.close()
-    assert_no_tracebacks(c.base)
 
 
 def ports(c: BrokerCluster) -> dict[int, int]:
-    return c.metrics_ports  # type: ignore[attr-defined]
+    """Node id -> the port of its /metrics."""
+    return {nid: int(props["prometheus.listener"].rsplit(":", 1)[1]) for nid, props in c.node_props.items()}
 
 
 def active_controller(c: BrokerCluster) -> int:
