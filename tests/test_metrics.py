@@ -137,7 +137,7 @@ def test_writes_and_requests_move_the_counters(cluster):
     asyncio.run(eventually(all_counted, 20, what="120 messages in and every replica's high watermark at them"))
     assert totals("kafka_server_brokertopicmetrics_bytesin_total", topic="metered") > bytes_in
     assert totals(created, request="Produce", listener="PLAINTEXT") > grpc_produces
-    assert totals(created, request="Produce", listener="KAFKA") == 30
+    assert totals(created, request="Produce", listener="KAFKA") >= 30  # one per send_and_wait
     assert totals("kafka_network_requestmetrics_total_time_seconds_count", request="Metadata",
                   listener="KAFKA") >= 1
     assert totals("kafka_server_brokertopicmetrics_replicationbytesout_total", topic="metered") > 0

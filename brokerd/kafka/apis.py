@@ -94,6 +94,8 @@ class KafkaApis:
             DELETE_GROUPS: self.delete_groups, INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs,
             DESCRIBE_CLUSTER: self.describe_cluster,
         }
+        self._api_names = {key: "".join(w.capitalize() for w in fn.__name__.split("_"))
+                           for key, fn in self.handlers.items()}
 
     @property
     def image(self) -> MetadataImage:
@@ -101,8 +103,7 @@ class KafkaApis:
 
     def api_name(self, api_key: int) -> str:
         """Kafka's name of an API (``list_offsets`` serves ListOffsets), for request metrics."""
-        handler = self.handlers.get(api_key)
-        return "".join(w.capitalize() for w in handler.__name__.split("_")) if handler else str(api_key)
+        return self._api_names.get(api_key) or str(api_key)
 
     async def handle(self, header: RequestHeader, request: Any) -> Any | None:
         """The response entity for a request (None: no response, acks=0)."""
