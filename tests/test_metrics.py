@@ -20,7 +20,8 @@ from aiokafka import AIOKafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
 from clients import Producer
-from tests.brokercluster import REPO, BrokerCluster, running_cluster
+from protos import broker_pb2 as bpb
+from tests.brokercluster import REPO, BrokerCluster, _stub, running_cluster
 from tests.eventually import eventually
 from tests.kvcluster import consecutive_ports
 
@@ -52,7 +53,8 @@ def has(samples: Samples, name: str) -> bool:
 def cluster(tmp_path_factory) -> Iterator[BrokerCluster]:
     first = consecutive_ports(6)
     listeners = {nid: {"prometheus.listener": f"127.0.0.1:{first + i}"} for i, nid in enumerate(CONTROLLERS + BROKERS)}
-    with running_cluster(tmp_path_factory.mktemp("metrics"), {"replica.lag.time.max.ms": "2000"}, listeners) as c:
+    props = {"replica.lag.time.max.ms": "2000", "offsets.topic.num.partitions": "3"}
+    with running_cluster(tmp_path_factory.mktemp("metrics"), props, listeners) as c:
         yield c
 
 
@@ -143,43 +145,36 @@ def test_writes_and_requests_move_the_counters(cluster):
     assert totals("kafka_server_brokertopicmetrics_replicationbytesout_total", topic="metered") > 0
 
 
-def test_a_killed_broker_shows_as_fenced_offline_and_under_replicated(cluster):
-    asyncio.run(cluster.create_topic("only-on-victim", assignments=[[VICTIM]]))
-    asyncio.run(cluster.create_topic("everywhere", partitions=3, rf=3))
-    active = active_controller(cluster)
-    s = scrape(ports(cluster)[active])
-    assert value(s, "kafka_controller_kafkacontroller_offlinepartitionscount") == 0
-    cluster.kill(VICTIM)
+def test_the_group_coordinator_reports_consumer_lag(cluster):
+    """A group's committed offset behind the high watermark, on its coordinator (which leads
+    the partition here, as the lag is reported for partitions the coordinator leads)."""
+    async def coordinator() -> int | None:
+        async with _stub(cluster.address(BROKERS[0])) as stub:
+            r = await stub.FindCoordinator(bpb.FindCoordinatorRequest(key="laggards"), timeout=5)
+        return r.node_id if r.error_code == 0 else None
+    coord = asyncio.run(eventually(coordinator, 30, interval=0.2, what="the coordinator of group laggards"))
+    asyncio.run(cluster.create_topic("lagged", assignments=[[coord]]))
 
-    async def fenced() -> bool:
-        s = scrape(ports(cluster)[active])
-        return (value(s, "kafka_controller_kafkacontroller_fencedbrokercount") == 1
-                and value(s, "kafka_controller_kafkacontroller_activebrokercount") == 2
-                and value(s, "kafka_controller_kafkacontroller_offlinepartitionscount") == 1)
-    asyncio.run(eventually(fenced, 30, interval=0.1, what="the killed broker fenced and its partition offline"))
+    async def produce_and_commit() -> None:
+        async with Producer(cluster.bootstrap_servers, acks="all", linger_ms=2) as p:
+            for i in range(10):
+                await p.send("lagged", f"v{i}".encode(), partition=0)
+            await p.flush()
 
-    async def under_replicated() -> bool:
-        """Every partition a survivor leads has replication factor 3 and lost the victim from
-        its ISR (the one of replication factor 1 is offline, led by no one)."""
-        survivors = [scrape(ports(cluster)[b]) for b in BROKERS if b != VICTIM]
-        urp = sum(value(s, "kafka_server_replicamanager_underreplicatedpartitions") for s in survivors)
-        return urp >= 3 and urp == sum(value(s, "kafka_server_replicamanager_leadercount") for s in survivors)
-    asyncio.run(eventually(under_replicated, 30, interval=0.1, what="under-replicated partitions on the survivors"))
 
-    # back again: the leaders take it into their ISRs (ISR expands), and nothing is missing
-    cluster.start_broker(VICTIM)
+        async def committed() -> bool:  # the coordinator may still be loading its offsets partition
+            async with _stub(cluster.address(coord)) as stub:
+                r = await stub.OffsetCommit(bpb.OffsetCommitRequest(group_id="laggards", generation_id=-1, topics=[
+                    bpb.OffsetCommitTopic(name="lagged", partitions=[bpb.OffsetCommitPartition(partition=0, offset=4)])]),
+                    timeout=5)
+            return r.topics[0].partitions[0].error_code == 0
+        await eventually(committed, 20, interval=0.2, what="offset 4 committed for group laggards")
+    asyncio.run(produce_and_commit())
 
-    async def healed() -> bool:
-        s = scrape(ports(cluster)[active])
-        try:
-            brokers = [scrape(ports(cluster)[b]) for b in BROKERS]
-        except OSError:  # the restarted broker is not listening yet
-            return False
-        return (value(s, "kafka_controller_kafkacontroller_fencedbrokercount") == 0
-                and value(s, "kafka_controller_kafkacontroller_offlinepartitionscount") == 0
-                and sum(value(b, "kafka_server_replicamanager_underreplicatedpartitions") for b in brokers) == 0
-                and sum(value(b, "kafka_server_replicamanager_isrexpands_total") for b in brokers) >= 3)
-    asyncio.run(eventually(healed, 60, interval=0.2, what="the restarted broker back in every ISR"))
+    async def lag() -> bool:
+        return value(scrape(ports(cluster)[coord]), "kafka_consumergroup_lag", consumergroup="laggards",
+                     topic="lagged", partition="0") == 10 - 4
+    asyncio.run(eventually(lag, 20, what="a lag of 6 for group laggards"))
 
 
 def test_the_dashboard_and_scrape_config_name_what_the_nodes_serve(cluster):
@@ -200,6 +195,56 @@ def test_the_dashboard_and_scrape_config_name_what_the_nodes_serve(cluster):
     nodes = set(re.findall(r"^  ((?:controller|broker)-\d+):", compose, re.M))  # services and volumes
     scrape_config = (REPO / "deploy" / "prometheus.yml").read_text()
     assert len(nodes) == 6 and all(f'"{n}:9404"' in scrape_config for n in nodes)
+
+
+def test_a_killed_broker_shows_as_fenced_offline_and_under_replicated(cluster):
+    asyncio.run(cluster.create_topic("only-on-victim", assignments=[[VICTIM]]))
+    asyncio.run(cluster.create_topic("everywhere", partitions=3, rf=3))
+    active = active_controller(cluster)
+    s = scrape(ports(cluster)[active])
+    assert value(s, "kafka_controller_kafkacontroller_offlinepartitionscount") == 0
+
+    async def only_on_victim() -> int:
+        """Partitions whose one replica is the victim: the one made here, and the earlier
+        test's if its group coordinator was the victim."""
+        topics = [await cluster.describe_topic(name) for name in ("only-on-victim", "lagged")]
+        return sum(1 for t in topics for p in t.partitions if list(p.replicas) == [VICTIM])
+    offline = asyncio.run(only_on_victim())
+    cluster.kill(VICTIM)
+
+    async def fenced() -> bool:
+        s = scrape(ports(cluster)[active])
+        return (value(s, "kafka_controller_kafkacontroller_fencedbrokercount") == 1
+                and value(s, "kafka_controller_kafkacontroller_activebrokercount") == 2
+                and value(s, "kafka_controller_kafkacontroller_offlinepartitionscount") == offline)
+    asyncio.run(eventually(fenced, 30, interval=0.1, what="the killed broker fenced and its partitions offline"))
+
+    async def under_replicated() -> bool:
+        """Every partition with more than one replica (all include the victim: three brokers)
+        lost the victim from its ISR and is under-replicated on its leader, a survivor."""
+        expected = 0
+        for name in ("everywhere", "metered", "__consumer_offsets"):  # those the earlier tests made
+            t = await cluster.describe_topic(name)
+            expected += sum(1 for p in t.partitions if len(p.replicas) > 1 and p.leader >= 0)
+        survivors = [scrape(ports(cluster)[b]) for b in BROKERS if b != VICTIM]
+        urp = sum(value(s, "kafka_server_replicamanager_underreplicatedpartitions") for s in survivors)
+        return urp >= 3 and urp == expected
+    asyncio.run(eventually(under_replicated, 30, interval=0.1, what="under-replicated partitions on the survivors"))
+
+    # back again: the leaders take it into their ISRs (ISR expands), and nothing is missing
+    cluster.start_broker(VICTIM)
+
+    async def healed() -> bool:
+        s = scrape(ports(cluster)[active])
+        try:
+            brokers = [scrape(ports(cluster)[b]) for b in BROKERS]
+        except OSError:  # the restarted broker is not listening yet
+            return False
+        return (value(s, "kafka_controller_kafkacontroller_fencedbrokercount") == 0
+                and value(s, "kafka_controller_kafkacontroller_offlinepartitionscount") == 0
+                and sum(value(b, "kafka_server_replicamanager_underreplicatedpartitions") for b in brokers) == 0
+                and sum(value(b, "kafka_server_replicamanager_isrexpands_total") for b in brokers) >= 3)
+    asyncio.run(eventually(healed, 60, interval=0.2, what="the restarted broker back in every ISR"))
 
 
 def _one_line_failure(cmd: list[str], expected: str) -> None:
