@@ -1,8 +1,8 @@
 """Prometheus metrics (issue 17, part 3): every controller and broker process serves /metrics at
 its prometheus.listener, and the values follow the cluster: one active controller, the Raft
-high watermark and request counts grow, produce raises bytes in and the high watermark, and a
-broker killed with kill -9 shows as fenced, offline and under-replicated partitions. A bad
-prometheus.listener is one line on stderr."""
+high watermark and request counts grow, produce raises bytes in and the high watermark, a
+group's coordinator reports its lag, and a broker killed with kill -9 shows as fenced, offline
+and under-replicated partitions. A bad prometheus.listener is one line on stderr."""
 from __future__ import annotations
 
 import asyncio
