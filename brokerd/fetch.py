@@ -97,10 +97,11 @@ async def fetch(rm: ReplicaManager, req: pb.FetchRequest) -> pb.FetchResponse:
             got = _read_all(reads, max_bytes, replica, rm.leader_quota)
             if any(r.answer.error_code for r in reads):
                 break
-    if follower:
-        for r in reads:
-            if replica in r.partition.adding:
-                rm.leader_quota.record(len(r.answer.records))
+    for r in reads:
+        n = len(r.answer.records)
+        rm.topic_stats.fetched(r.partition.topic, n, follower)
+        if follower and replica in r.partition.adding:
+            rm.leader_quota.record(n)
     return resp
 
 

@@ -295,6 +295,16 @@ class Partition:
 
     # -- long polls -------------------------------------------------------------------------------
 
+    @property
+    def delayed_produces(self) -> int:
+        """acks=all produces waiting for the high watermark (Kafka's produce purgatory)."""
+        return len(self._hw_waiters)
+
+    @property
+    def delayed_fetches(self) -> int:
+        """Long-polling fetches waiting for data here (Kafka's fetch purgatory)."""
+        return len(self._change_waiters)
+
     def change_waiter(self, fut: asyncio.Future) -> None:
         """Complete ``fut`` at the next append or high watermark move (a long-polling fetch)."""
         self._change_waiters.append(fut)

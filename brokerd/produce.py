@@ -86,6 +86,8 @@ async def produce(rm: ReplicaManager, req: pb.ProduceRequest) -> pb.ProduceRespo
             raise info
         a.base_offset = info.first_offset
         a.log_start_offset = p.log.log_start_offset
+        if not info.duplicate:
+            rm.topic_stats.produced(p.topic, info.bytes, info.records)
         if req.acks == -1:
             waits.append((a, p, info.last_offset + 1))
     if waits:

@@ -23,6 +23,7 @@ from .isr import IsrManager
 from .log_manager import LogManager
 from .log_cleaner import clean
 from .partition import Change, Partition
+from .topic_stats import BrokerTopicStats
 from .replica_fetcher import ReplicaFetcherManager
 from .replication_quota import FOLLOWER_RATE, LEADER_RATE, ReplicationQuota, throttled_rate
 
@@ -38,6 +39,7 @@ class ReplicaManager:
         self.fetchers = fetchers
         self.fenced = fenced
         self.isr: IsrManager | None = None
+        self.topic_stats = BrokerTopicStats()
         self.image = MetadataImage.empty()
         self.partitions: dict[tuple[uuid.UUID, int], Partition] = {}
         self.by_name: dict[tuple[str, int], Partition] = {}

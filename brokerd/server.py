@@ -22,6 +22,7 @@ from metadata.config import ServerConfig
 from metadata.delta import MetadataChanges
 from metadata.errors import ErrorCode as ControllerCode
 from metadata.image import MetadataImage
+from metadata.metrics import MetricsEndpoint
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc
 from protos import controller_pb2 as cpb
@@ -38,6 +39,7 @@ from .kafka.apis import KafkaApis
 from .kafka.listener import KafkaListener
 from .lifecycle import BrokerLifecycle
 from .log_manager import LogManager
+from .metrics import BrokerMetrics
 from .metadata_checkpoint import MetadataCheckpoint
 from .metadata_fetcher import MetadataFetcher
 from .replica_fetcher import ReplicaFetcherManager
@@ -66,9 +68,13 @@ def cluster_id_of(cfg: ServerConfig) -> str:
 
 
 class BrokerServer:
-    def __init__(self, cfg: ServerConfig) -> None:
+    def __init__(self, cfg: ServerConfig, metrics: MetricsEndpoint | None = None) -> None:
+        """``metrics``: a combined node's endpoint, shared with its controller and served by the
+        caller; by default the broker serves its own at ``prometheus.listener``."""
         self.cfg = cfg
         self.config = BrokerConfig.from_server(cfg)
+        self._own_metrics = metrics is None
+        self.metrics = metrics or MetricsEndpoint(cfg.prometheus_listener())
         self.cluster_id = ""
         self.published_offset = 0
         self.resumed_from_offset = 0
@@ -93,6 +99,8 @@ class BrokerServer:
     async def _start(self) -> None:
         cfg, bcfg = self.cfg, self.config
         self.cluster_id = cluster_id_of(cfg)
+        if self._own_metrics:
+            self.metrics.start()
         self.logs = LogManager(cfg.log_dirs, bcfg.flush)
         self.checkpoint = MetadataCheckpoint(cfg.log_dirs[0], self.cluster_id, bcfg.metadata_snapshot_interval_ms)
         image = self.checkpoint.load()
@@ -110,9 +118,12 @@ class BrokerServer:
         self.rm.isr = IsrManager(self.client, cfg.node_id, lambda: self.lifecycle.epoch,
                                  bcfg.replica_lag_time_max_ms, self.rm.leaders)
         self.groups = GroupCoordinator(self.rm, bcfg, self._create_offsets_topic)
+        BrokerMetrics(self.rm, self.groups, lambda: self.published_offset, self.metrics.registry)
+        requests = self.metrics.requests if self.metrics.enabled else None
         self.server = grpc.aio.server(options=[("grpc.max_receive_message_length", bcfg.request_max_bytes),
                                                ("grpc.max_send_message_length", 256 << 20),
-                                               ("grpc.so_reuseport", 0)])
+                                               ("grpc.so_reuseport", 0)],
+                                      interceptors=[requests.interceptor(bcfg.listener)] if requests else [])
         producer_ids = ProducerIdManager(self.client, cfg.node_id, lambda: self.lifecycle.epoch)
         add_service(self.server, broker_pb2_grpc.add_BrokerServicer_to_server,
                     BrokerService(self.rm, bcfg.listener, lambda: self.client.last_controller_id, self.describe,
@@ -124,7 +135,7 @@ class BrokerServer:
             address = f"{host or '0.0.0.0'}:{port}"
             if name in bcfg.kafka_listeners:
                 listener = KafkaListener(name, host, port, KafkaApis(self.rm, name, self.groups, producer_ids,
-                                                                     self.client), bcfg.request_max_bytes)
+                                                                     self.client), bcfg.request_max_bytes, requests)
                 try:
                     await listener.start()
                 except OSError as e:
@@ -255,6 +266,8 @@ class BrokerServer:
                     await getattr(obj, method)()
             except Exception as e:
                 log.warning("shutdown of %s: %s", type(obj).__name__, e)
+        if self._own_metrics:
+            self.metrics.stop()
         if self._started:
             log.info("broker %d stopped", self.cfg.node_id)
 

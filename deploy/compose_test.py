@@ -3,7 +3,8 @@
 Builds the image (offline: wheels from the host, a local base image when python:3.11-slim is
 not available), brings three controllers and three brokers up, waits for their health
 checks, creates a topic with replication factor 3 and produces to it with acks=all from
-inside a container, stops the active controller and checks a new one answers with the topics
+inside a container, scrapes every node's Prometheus metrics and has the compose Prometheus
+(the `monitoring` profile) scrape them too, stops the active controller and checks a new one answers with the topics
 intact, stops a broker that leads partitions and checks every acknowledged message is still
 consumed, starts both again and checks they catch up, then tears everything down. Prints its
 timings. Exits 0 with one line saying why when no Docker engine is reachable.
@@ -25,6 +26,8 @@ PROJECT = "kraftci"
 BOOTSTRAP = "controller-1:9093,controller-2:9093,controller-3:9093"
 SERVERS = "broker-4:9092,broker-5:9092,broker-6:9092"
 KAFKA_SERVERS = "127.0.0.1:29094,127.0.0.1:29095,127.0.0.1:29096"  # the brokers' published Kafka listeners
+METRICS_PORT = 29400  # node N's /metrics is published at 127.0.0.1:29400+N
+PROMETHEUS = "http://127.0.0.1:29090"
 LOCAL_BASE = "pykraft-base:bookworm"
 MESSAGES = 300
 T0 = time.monotonic()
@@ -50,7 +53,7 @@ def compose_cmd() -> list[str]:
 
 
 def compose(*args: str, **kw) -> subprocess.CompletedProcess:
-    return sh(*compose_cmd(), "-f", str(COMPOSE_FILE), "-p", PROJECT, *args, **kw)
+    return sh(*compose_cmd(), "-f", str(COMPOSE_FILE), "-p", PROJECT, "--profile", "monitoring", *args, **kw)
 
 
 def exec_in(service: str, *cmd: str, **kw) -> subprocess.CompletedProcess:
@@ -104,6 +107,54 @@ def build_image() -> None:
         if p.returncode != 0:  # an older client without BuildKit: the classic builder
             sh("docker", "build", "-q", "-f", "deploy/Dockerfile", "--build-arg", f"BASE_IMAGE={base}",
                "-t", "pykraft:latest", ".", timeout=900)
+    with step(f"build the Prometheus image on {base} (Debian's package)"):
+        sh("docker", "build", "-q", "-f", "deploy/prometheus.Dockerfile", "--build-arg", f"BASE_IMAGE={base}",
+           "-t", "pykraft-prometheus:latest", ".", timeout=900)
+
+
+def http_get(url: str) -> str:
+    import urllib.request
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return r.read().decode()
+
+
+def node_metrics(node_id: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Node N's samples, from its published /metrics, parsed by prometheus_client."""
+    from prometheus_client.parser import text_string_to_metric_families
+    text = http_get(f"http://127.0.0.1:{METRICS_PORT + node_id}/metrics")
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+def check_metrics(controllers: list[str], brokers: list[str]) -> None:
+    """Every node serves its metrics; one controller is active; the brokers counted the
+    console producer's messages; Prometheus scrapes every node and sees the same."""
+    def total(samples: dict, name: str, **labels: str) -> float:
+        return sum(v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= set(ls))
+    ids = {s: int(s.rsplit("-", 1)[1]) for s in controllers + brokers}
+    scraped = {s: node_metrics(i) for s, i in ids.items()}
+    active = sum(total(scraped[c], "kafka_controller_kafkacontroller_activecontrollercount") for c in controllers)
+    if active != 1:
+        raise SystemExit(f"compose-test: ActiveControllerCount sums to {active} over the controllers, not 1")
+    if brokers:
+        messages = sum(total(scraped[b], "kafka_server_brokertopicmetrics_messagesin_total", topic="orders")
+                       for b in brokers)
+        if messages != MESSAGES:
+            raise SystemExit(f"compose-test: the brokers count {messages} messages in for orders, not {MESSAGES}")
+    log(f"metrics: {len(scraped)} nodes serve /metrics ({sum(map(len, scraped.values()))} samples)")
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            up = json.loads(http_get(f"{PROMETHEUS}/api/v1/query?query=up"))["data"]["result"]
+            targets = {r["metric"]["instance"] for r in up if r["value"][1] == "1"}
+        except OSError:
+            targets = set()
+        if targets == {f"{s}:9404" for s in ids}:
+            break
+        if time.monotonic() > deadline:
+            raise SystemExit(f"compose-test: Prometheus does not scrape every node within 60s (up: {sorted(targets)})")
+        time.sleep(1)
+    log(f"Prometheus at {PROMETHEUS} scrapes all {len(targets)} nodes")
 
 
 def wait_healthy(services: list[str], timeout: float = 180) -> None:
@@ -190,6 +241,9 @@ def main() -> int:
         if brokers:
             with step("a Kafka client on the host (confluent-kafka) creates, produces and consumes"):
                 kafka_client_round_trip()
+
+        with step("every node's metrics, and Prometheus scraping them"):
+            check_metrics(controllers, brokers)
 
         with step(f"stop the active controller (controller-{leader}); a new one answers"):
             compose("stop", f"controller-{leader}")

@@ -147,15 +147,20 @@ async def _serve_roles(cfg) -> int:
     and stops last, since a broker's controlled shutdown needs it)."""
     from brokerd.main import STARTUP_ERRORS
     from brokerd.server import BrokerServer
+    from metadata.metrics import MetricsEndpoint
     from metadata.server import ControllerServer
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    controller = ControllerServer(cfg) if cfg.is_controller else None
-    broker = BrokerServer(cfg) if cfg.is_broker else None
+    # A combined node serves one /metrics for both roles; a single role serves its own.
+    shared = MetricsEndpoint(cfg.prometheus_listener()) if cfg.is_controller and cfg.is_broker else None
+    controller = ControllerServer(cfg, shared) if cfg.is_controller else None
+    broker = BrokerServer(cfg, shared) if cfg.is_broker else None
     watched = []
     try:
+        if shared is not None:
+            shared.start()
         if controller is not None:
             await controller.start()
             watched.append(loop.create_task(controller.node.wait_stopped()))
@@ -184,6 +189,8 @@ async def _serve_roles(cfg) -> int:
             await broker.stop()
         if controller is not None:
             await controller.stop()
+        if shared is not None:
+            shared.stop()
 
 
 # ------------------------------------------------------------------------------- topics

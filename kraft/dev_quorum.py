@@ -26,7 +26,9 @@ class DevQuorum:
 
     def __init__(self, base_dir: str | None = None, base_port: int = 19093, *, election_timeout_ms: int = 500,
                  session_timeout_ms: int = 9000, extra: dict[str, str] | None = None, brokers: int = 0,
-                 broker_extra: dict[str, str] | None = None) -> None:
+                 broker_extra: dict[str, str] | None = None, node_extra: dict[int, dict[str, str]] | None = None) -> None:
+        """``extra`` goes into every controller's properties, ``broker_extra`` into every
+        broker's, ``node_extra[id]`` into node ``id``'s alone (e.g. its prometheus.listener)."""
         self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix="kraft-dev-"))
         self.ports = {i: base_port + i - 1 for i in (1, 2, 3)}
         self.broker_ports = {101 + i: base_port + 3 + i for i in range(brokers)}
@@ -41,6 +43,7 @@ class DevQuorum:
         self.election_timeout_ms = election_timeout_ms
         self.session_timeout_ms = session_timeout_ms
         self.extra = extra or {}
+        self.node_extra = node_extra or {}
         self.procs: dict[int, subprocess.Popen] = {}
         self.cluster_id = ""
 
@@ -55,7 +58,8 @@ class DevQuorum:
                      "controller.listener.names": "CONTROLLER",
                      "metadata.log.dir": str(self.base_dir / f"controller-{nid}"),
                      "controller.quorum.election.timeout.ms": str(self.election_timeout_ms),
-                     "broker.session.timeout.ms": str(self.session_timeout_ms), **self.extra}
+                     "broker.session.timeout.ms": str(self.session_timeout_ms), **self.extra,
+                     **self.node_extra.get(nid, {})}
             self.config_path(nid).write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
         for bid, port in self.broker_ports.items():
             lines = {"node.id": str(bid), "process.roles": "broker", "controller.quorum.voters": self.voters,
@@ -63,7 +67,7 @@ class DevQuorum:
                      "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,KAFKA:PLAINTEXT",
                      "log.dirs": str(self.base_dir / f"broker-{bid}"),
                      "broker.rack": f"rack-{'abc'[(bid - 101) % 3]}", "broker.heartbeat.interval.ms": "500",
-                     **self.broker_extra}
+                     **self.broker_extra, **self.node_extra.get(bid, {})}
             self.config_path(bid).write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
 
     def kraft(self, *args: str) -> subprocess.CompletedProcess:

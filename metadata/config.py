@@ -12,6 +12,9 @@ from raft.config import ConfigError, bounded_int, parse_voters, read_properties
 
 ROLES = {"controller", "broker"}
 _LISTENER = re.compile(r"^([A-Za-z][A-Za-z0-9_]*)://(\[[0-9a-fA-F:.]*\]|[A-Za-z0-9_.-]*):(\d{1,5})$")
+_HOST_PORT = re.compile(r"^(\[[0-9a-fA-F:.]*\]|[A-Za-z0-9_.-]*):(\d{1,5})$")
+#: Where this server serves its Prometheus metrics (``HOST:PORT``; ``:PORT`` for every interface).
+PROMETHEUS_LISTENER = "prometheus.listener"
 
 
 def parse_listeners(text: str, key: str) -> dict[str, tuple[str, int]]:
@@ -26,6 +29,14 @@ def parse_listeners(text: str, key: str) -> dict[str, tuple[str, int]]:
             raise ConfigError(f"listener {name} appears twice in {key}")
         out[name] = (m.group(2).strip("[]"), int(m.group(3)))
     return out
+
+
+def parse_host_port(text: str, key: str) -> tuple[str, int]:
+    """``host:9404``, ``:9404`` or ``[::1]:9404`` -> (host, port); ConfigError naming ``key`` otherwise."""
+    m = _HOST_PORT.match(text.strip())
+    if not m or not 0 < int(m.group(2)) < 65536:
+        raise ConfigError(f"bad {key}={text!r}: expected HOST:PORT with a port from 1 to 65535, e.g. 0.0.0.0:9404")
+    return m.group(1).strip("[]"), int(m.group(2))
 
 
 def _int(props: dict[str, str], key: str, default: int, minimum: int = 0) -> int:
@@ -74,6 +85,11 @@ class ServerConfig:
     def broker_listeners(self) -> dict[str, tuple[str, int]]:
         return {n: hp for n, hp in self.advertised.items() if n != self.controller_listener}
 
+    def prometheus_listener(self) -> tuple[str, int] | None:
+        """(host, port) of ``prometheus.listener``, None when unset (no metrics are served)."""
+        raw = self.props.get(PROMETHEUS_LISTENER, "").strip()
+        return parse_host_port(raw, PROMETHEUS_LISTENER) if raw else None
+
 
 def load(path: str) -> ServerConfig:
     return from_properties(read_properties(path), path)
@@ -117,5 +133,10 @@ def from_properties(props: dict[str, str], source: str = "config") -> ServerConf
         raise ConfigError(f"{source}: set metadata.log.dir (or log.dirs)")
     if "broker" in roles and not log_dirs:
         raise ConfigError(f"{source}: the broker role needs log.dirs for partition data")
-    return ServerConfig(node_id, roles, voters, listeners, advertised, controller_listener, metadata_dir,
-                        log_dirs, dict(props))
+    cfg = ServerConfig(node_id, roles, voters, listeners, advertised, controller_listener, metadata_dir,
+                       log_dirs, dict(props))
+    try:
+        cfg.prometheus_listener()
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+    return cfg

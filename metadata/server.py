@@ -2,15 +2,18 @@
 top of it, and the controller's gRPC service on the controller listener."""
 from __future__ import annotations
 
+import grpc
+
 from protos import controller_pb2_grpc
 from raft.config import NodeOptions
 from raft.node import RaftNode
-from raft.transport import add_service
+from raft.transport import add_service, channel_options
 from raft.storage import DiskStorage
 
 from .config import ServerConfig
 from .controller import ControllerConfig, QuorumController
 from .loop_stall import LoopStallProbe
+from .metrics import ControllerMetrics, MetricsEndpoint, RaftMetrics
 from .service import ControllerService
 from .state_machine import MetadataStateMachine
 
@@ -39,18 +42,29 @@ def controller_config(cfg: ServerConfig) -> ControllerConfig:
 
 
 class ControllerServer:
-    def __init__(self, cfg: ServerConfig) -> None:
+    def __init__(self, cfg: ServerConfig, metrics: MetricsEndpoint | None = None) -> None:
+        """``metrics``: a combined node's endpoint, shared with its broker and served by the
+        caller; by default the controller serves its own at ``prometheus.listener``."""
         self.cfg = cfg
+        self._own_metrics = metrics is None
+        self.metrics = metrics or MetricsEndpoint(cfg.prometheus_listener())
         storage = DiskStorage(cfg.metadata_log_dir, cfg.node_id)
         self.sm = MetadataStateMachine(storage.cluster_id)
+        options = node_options(cfg)
+        interceptors = [self.metrics.requests.interceptor(cfg.controller_listener)] if self.metrics.enabled else []
+        server = grpc.aio.server(options=channel_options(options.max_message_bytes), interceptors=interceptors)
         self.node = RaftNode(cfg.node_id, cfg.voters, self.sm, storage=storage,
-                             options=node_options(cfg), address=cfg.controller_address())
+                             options=options, address=cfg.controller_address(), server=server)
         self.controller = QuorumController(self.node, self.sm, controller_config(cfg))
         add_service(self.node.server, controller_pb2_grpc.add_ControllerServicer_to_server,
                     ControllerService(self.controller))
+        RaftMetrics(self.node, self.metrics.registry)
+        ControllerMetrics(self.controller, self.metrics.registry)
         self.probe = LoopStallProbe()
 
     async def start(self) -> None:
+        if self._own_metrics:
+            self.metrics.start()  # first: a bad prometheus.listener fails before anything runs
         await self.node.start()
         # Every stall over 100 ms is logged: no request may hold the loop that long (docs/operations.md).
         self.probe = LoopStallProbe(0.02, warn_ms=100, name=f"controller {self.cfg.node_id} event loop").start()
@@ -59,3 +73,5 @@ class ControllerServer:
         await self.probe.stop()
         await self.controller.stop()
         await self.node.stop()
+        if self._own_metrics:
+            self.metrics.stop()

@@ -50,6 +50,7 @@ class Proposal(asyncio.Future):
         super().__init__()
         self.index = index
         self.term = term
+        self.proposed_at = time.monotonic()
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +133,10 @@ class RaftNode:
         self.core: RaftCore
         self.applied = 0
         self.snapshot_index = 0
+        #: Optional observers, for metrics: seconds each write of new entries took to be durable,
+        #: and seconds from each of this node's proposals to its apply (Kafka's append and commit latency).
+        self.append_latency_observer: Callable[[float], None] | None = None
+        self.commit_latency_observer: Callable[[float], None] | None = None
         self._bytes_since_snapshot = 0
         self._snapshotting = False
         self._proposals: dict[int, tuple[int, asyncio.Future]] = {}
@@ -350,6 +355,10 @@ class RaftNode:
         return self.core.leader
 
     @property
+    def role(self) -> Role:
+        return self.core.role
+
+    @property
     def leader_address(self) -> str | None:
         return self.addresses.get(self.core.leader)
 
@@ -438,7 +447,10 @@ class RaftNode:
 
     async def _persist(self, rd: Ready) -> None:
         if rd.hard_state is not None or rd.entries or rd.snapshot is not None:
+            started = time.monotonic()
             await asyncio.get_running_loop().run_in_executor(self._io, self.storage.save, rd)
+            if rd.entries and self.append_latency_observer is not None:
+                self.append_latency_observer(time.monotonic() - started)
 
     def _restore(self, snapshot: Snapshot) -> None:
         meta = snapshot.meta
@@ -488,6 +500,8 @@ class RaftNode:
                     fut.set_exception(result)
                 else:
                     fut.set_result(result)
+                if term == e.term and self.commit_latency_observer is not None:
+                    self.commit_latency_observer(time.monotonic() - fut.proposed_at)
         self._set_applied(entries[-1].index)
 
     def _set_applied(self, index: int) -> None:

@@ -30,12 +30,16 @@ class BrokerCluster:
 
     def __init__(self, base_dir: Path, brokers: int = 3, *, session_timeout_ms: int = 3000,
                  heartbeat_ms: int = 300, broker_props: dict[str, str] | None = None,
-                 controller_props: dict[str, str] | None = None) -> None:
+                 controller_props: dict[str, str] | None = None,
+                 node_props: dict[int, dict[str, str]] | None = None) -> None:
+        """``node_props[id]``: properties of controller or broker ``id`` alone."""
         self.base = base_dir
+        self.node_props = node_props or {}
         ports = consecutive_ports(3 + 2 * brokers)
         self.quorum = DevQuorum(str(base_dir / "quorum"), ports, election_timeout_ms=500,
                                 session_timeout_ms=session_timeout_ms,
-                                extra={"broker.heartbeat.interval.ms": str(heartbeat_ms), **(controller_props or {})})
+                                extra={"broker.heartbeat.interval.ms": str(heartbeat_ms), **(controller_props or {})},
+                                node_extra=self.node_props)
         self.ids = [101 + i for i in range(brokers)]
         self.ports = {bid: ports + 3 + i for i, bid in enumerate(self.ids)}
         self.kafka_ports = {bid: ports + 3 + brokers + i for i, bid in enumerate(self.ids)}
@@ -69,7 +73,8 @@ class BrokerCluster:
                  "listeners": f"PLAINTEXT://127.0.0.1:{self.ports[bid]},KAFKA://127.0.0.1:{self.kafka_ports[bid]}",
                  "log.dirs": str(self.log_dir(bid)),
                  "broker.heartbeat.interval.ms": str(self.heartbeat_ms), "replica.fetch.backoff.ms": "100",
-                 "metadata.log.max.snapshot.interval.ms": "500", **self.props, **extra}
+                 "metadata.log.max.snapshot.interval.ms": "500", **self.props, **self.node_props.get(bid, {}),
+                 **extra}
         path = self.config_path(bid)
         path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         return path
@@ -187,10 +192,12 @@ class _stub:
 
 
 @contextlib.contextmanager
-def running_cluster(base: Path, broker_props: dict[str, str]) -> Iterator[BrokerCluster]:
+def running_cluster(base: Path, broker_props: dict[str, str],
+                    node_props: dict[int, dict[str, str]] | None = None) -> Iterator[BrokerCluster]:
     """Three brokers (sessions of 3 s, heartbeats every 300 ms) unfenced, then closed; their
     logs must hold no traceback."""
-    c = BrokerCluster(base, 3, session_timeout_ms=3000, heartbeat_ms=300, broker_props=broker_props)
+    c = BrokerCluster(base, 3, session_timeout_ms=3000, heartbeat_ms=300, broker_props=broker_props,
+                      node_props=node_props)
     c.start()
     try:
         asyncio.run(c.wait_unfenced(timeout=60))

@@ -16,6 +16,7 @@ from brokerd.leader_epochs import UNDEFINED_EPOCH, LeaderEpochCache
 from brokerd.log_store import FlushPolicy, LogStore
 from brokerd.partition import Change, Partition
 from brokerd.partition_log import PartitionLog
+from brokerd.topic_stats import BrokerTopicStats
 from clients.partitioner import StickyPartitioner, murmur2, partition_for_key, to_positive
 from clients.records import batches, build_batch, records_of, validate_batch
 from metadata.image import PartitionRegistration
@@ -194,11 +195,12 @@ def test_leader_epoch_end_offsets():
 # -- the high watermark: the smallest log end offset of the ISR (docs/brokers.md) ------------------
 
 class _OneReplica:
-    """The two calls fetch() makes of a ReplicaManager."""
+    """What fetch() uses of a ReplicaManager: two calls, the topic counters and the throttle."""
 
     def __init__(self, p: Partition, quota: ReplicationQuota | None = None) -> None:
         self.p = p
         self.leader_quota = quota or ReplicationQuota()
+        self.topic_stats = BrokerTopicStats()
 
     def partition(self, topic, index, topic_id=b""):
         if (topic or self.p.topic, index) != (self.p.topic, self.p.index):

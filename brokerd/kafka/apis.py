@@ -98,10 +98,16 @@ class KafkaApis:
             ALTER_PARTITION_REASSIGNMENTS: self.alter_partition_reassignments,
             LIST_PARTITION_REASSIGNMENTS: self.list_partition_reassignments,
         }
+        self._api_names = {key: "".join(w.capitalize() for w in fn.__name__.split("_"))
+                           for key, fn in self.handlers.items()}
 
     @property
     def image(self) -> MetadataImage:
         return self.rm.image
+
+    def api_name(self, api_key: int) -> str:
+        """Kafka's name of an API (``list_offsets`` serves ListOffsets), for request metrics."""
+        return self._api_names.get(api_key) or str(api_key)
 
     async def handle(self, header: RequestHeader, request: Any) -> Any | None:
         """The response entity for a request (None: no response, acks=0)."""

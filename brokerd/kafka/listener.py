@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
+
+from metadata.metrics import RequestMetrics
 
 from .apis import API_VERSIONS, VERSIONS, CloseConnection, KafkaApis, newer_api_versions_answer
 from .codec import MalformedRequest, RequestHeader, correlation_id, frame_response, peek_api, read_request
@@ -23,12 +26,16 @@ MAX_IN_FLIGHT = 16
 
 
 class KafkaListener:
-    def __init__(self, name: str, host: str, port: int, apis: KafkaApis, max_request_bytes: int) -> None:
+    def __init__(self, name: str, host: str, port: int, apis: KafkaApis, max_request_bytes: int,
+                 requests: RequestMetrics | None = None) -> None:
+        """``requests``: where each request's time, from its arrival to its answer written, is
+        recorded per API (Kafka's RequestMetrics TotalTimeMs)."""
         self.name = name
         self.host = host
         self.port = port
         self.apis = apis
         self.max_request_bytes = max_request_bytes
+        self.requests = requests
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
@@ -54,7 +61,7 @@ class KafkaListener:
         peer = writer.get_extra_info("peername")
         where = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         slots = asyncio.Semaphore(MAX_IN_FLIGHT)
-        pending: asyncio.Queue[tuple[RequestHeader, asyncio.Task[Any]] | None] = asyncio.Queue()
+        pending: asyncio.Queue[tuple[RequestHeader, asyncio.Task[Any], float] | None] = asyncio.Queue()
         sender = asyncio.create_task(self._send(writer, pending, slots, where))
         try:
             while True:
@@ -63,18 +70,19 @@ class KafkaListener:
                     raise MalformedRequest(f"a request of {size} bytes (socket.request.max.bytes is "
                                            f"{self.max_request_bytes})")
                 body = await reader.readexactly(size)
+                arrived = time.perf_counter()
                 api_key, version = peek_api(body)
                 await slots.acquire()
                 if api_key == API_VERSIONS and version > VERSIONS[API_VERSIONS][1]:
                     header = RequestHeader(api_key, 0, correlation_id(body), None, False)
-                    pending.put_nowait((header, asyncio.create_task(_ready(newer_api_versions_answer()))))
+                    pending.put_nowait((header, asyncio.create_task(_ready(newer_api_versions_answer())), arrived))
                     continue
                 served = VERSIONS.get(api_key)
                 if served is None or not served[0] <= version <= served[1]:
                     raise MalformedRequest(f"api key {api_key} version {version} is not served here "
                                            f"(ApiVersions lists what is)")
                 header, request = read_request(body, api_key, version)
-                pending.put_nowait((header, asyncio.create_task(self.apis.handle(header, request))))
+                pending.put_nowait((header, asyncio.create_task(self.apis.handle(header, request)), arrived))
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the client went away, or the sender closed the connection
         except MalformedRequest as e:
@@ -96,12 +104,15 @@ class KafkaListener:
         closed and what is still pending is awaited but not sent."""
         closed = False
         while (item := await pending.get()) is not None:
-            header, task = item
+            header, task, arrived = item
             try:
                 answer = await task
                 if answer is not None and not closed:
                     writer.write(frame_response(header, answer))
                     await writer.drain()
+                if self.requests is not None:
+                    self.requests.observer(self.apis.api_name(header.api_key), self.name)(
+                        time.perf_counter() - arrived)
             except CloseConnection as e:
                 log.info("closing the Kafka connection from %s after an acks=0 produce failed: %s", where, e)
                 closed = True
