@@ -35,6 +35,9 @@ class ErrorCode(IntEnum):
     INVALID_SESSION_TIMEOUT = 26
     REBALANCE_IN_PROGRESS = 27
     INVALID_COMMIT_OFFSET_SIZE = 28
+    TOPIC_AUTHORIZATION_FAILED = 29
+    GROUP_AUTHORIZATION_FAILED = 30
+    CLUSTER_AUTHORIZATION_FAILED = 31
     UNSUPPORTED_VERSION = 35
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
@@ -48,6 +51,7 @@ class ErrorCode(IntEnum):
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
+    SECURITY_DISABLED = 54
     KAFKA_STORAGE_ERROR = 56
     UNKNOWN_PRODUCER_ID = 59
     TOPIC_DELETION_DISABLED = 73
@@ -109,6 +113,10 @@ DEFAULT_MESSAGES: dict[ErrorCode, str] = {
                                        "group.max.session.timeout.ms).",
     ErrorCode.REBALANCE_IN_PROGRESS: "The group is rebalancing, so a rejoin is needed.",
     ErrorCode.INVALID_COMMIT_OFFSET_SIZE: "The committing offset data size is not valid.",
+    ErrorCode.TOPIC_AUTHORIZATION_FAILED: "Topic authorization failed.",
+    ErrorCode.GROUP_AUTHORIZATION_FAILED: "Group authorization failed.",
+    ErrorCode.CLUSTER_AUTHORIZATION_FAILED: "Cluster authorization failed.",
+    ErrorCode.SECURITY_DISABLED: "Security features are disabled.",
     ErrorCode.NON_EMPTY_GROUP: "The group is not empty.",
     ErrorCode.GROUP_ID_NOT_FOUND: "The group id does not exist.",
     ErrorCode.FENCED_INSTANCE_ID: "The broker rejected this static consumer since another consumer with the same "

@@ -15,6 +15,7 @@ from enum import IntEnum
 
 from immutables import Map
 
+from .acls import ResourcePattern, StandardAcl
 from .records import NO_LEADER
 
 #: The feature that versions the metadata itself (Kafka's MetadataVersion.FEATURE_NAME).
@@ -151,6 +152,19 @@ class ProducerIdsImage:
 
 
 @dataclass(frozen=True, slots=True)
+class AclsImage:
+    """ACLs by id, and the same ACLs by the resource pattern they name (Kafka's AclsImage):
+    the authorizer looks a resource's ACLs up instead of scanning them all."""
+
+    by_id: Map[uuid.UUID, StandardAcl]
+    by_pattern: Map[ResourcePattern, Map[uuid.UUID, StandardAcl]]
+
+    def of(self, pattern: ResourcePattern) -> Map[uuid.UUID, StandardAcl]:
+        """The ACLs of exactly this pattern, by id (empty if none)."""
+        return self.by_pattern.get(pattern, _EMPTY)
+
+
+@dataclass(frozen=True, slots=True)
 class MetadataImage:
     """All cluster metadata as of Raft entry ``offset`` (written in term ``epoch``): one image
     per domain. ``offset`` 0 means nothing applied yet. The maps are also reachable by their
@@ -166,11 +180,13 @@ class MetadataImage:
     configurations: ConfigurationsImage
     finalized_features: FeaturesImage
     producer_ids: ProducerIdsImage
+    acls: AclsImage
 
     @classmethod
     def empty(cls, cluster_id: str = "") -> MetadataImage:
         return cls(cluster_id, 0, 0, ClusterImage(_EMPTY), TopicsImage(_EMPTY, _EMPTY),
-                   ConfigurationsImage(_EMPTY), FeaturesImage(_EMPTY), ProducerIdsImage(0))
+                   ConfigurationsImage(_EMPTY), FeaturesImage(_EMPTY), ProducerIdsImage(0),
+                   AclsImage(_EMPTY, _EMPTY))
 
     def at(self, offset: int, epoch: int) -> MetadataImage:
         """The same metadata, as of another Raft position (entries that carry no records)."""

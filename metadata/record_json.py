@@ -20,7 +20,7 @@ from .records import MetadataRecord, type_name
 
 JsonValue = Any  # None | bool | int | float | str | list[JsonValue] | dict[str, JsonValue]
 
-_UUID_FIELDS = frozenset({"topic_id", "incarnation_id"})
+_UUID_FIELDS = frozenset({"topic_id", "incarnation_id", "id"})  # "id": an ACL's
 
 
 def record_to_dict(record: MetadataRecord) -> dict[str, JsonValue]:

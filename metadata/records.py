@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import DecodeError
 
 from protos import metadata_pb2 as pb
+
+if TYPE_CHECKING:
+    from .acls import StandardAcl
 
 #: The only record version this code reads and writes.
 RECORD_VERSION = 1
@@ -210,3 +213,14 @@ def producer_ids(broker_id: int, broker_epoch: int, next_producer_id: int) -> Me
 
 def no_op() -> MetadataRecord:
     return _wrap(no_op=pb.NoOpRecord())
+
+
+def access_control_entry(acl_id: uuid.UUID, acl: StandardAcl) -> MetadataRecord:
+    return _wrap(access_control_entry=pb.AccessControlEntryRecord(
+        id=acl_id.bytes, resource_type=int(acl.resource_type), resource_name=acl.resource_name,
+        pattern_type=int(acl.pattern_type), principal=acl.principal, host=acl.host,
+        operation=int(acl.operation), permission_type=int(acl.permission_type)))
+
+
+def remove_access_control_entry(acl_id: uuid.UUID) -> MetadataRecord:
+    return _wrap(remove_access_control_entry=pb.RemoveAccessControlEntryRecord(id=acl_id.bytes))

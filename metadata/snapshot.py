@@ -32,7 +32,7 @@ from raft.storage.frames import FRAME, FrameError, read_frame
 
 from .delta import MetadataDelta
 from .image import METADATA_VERSION, MetadataImage
-from .records import RECORD_VERSION, MetadataRecord, RecordError, decode_record
+from .records import RECORD_VERSION, MetadataRecord, RecordError, access_control_entry, decode_record
 
 MAGIC = b"KMSN"
 FORMAT_VERSION = 1
@@ -80,7 +80,7 @@ def image_records(image: MetadataImage) -> Iterator[MetadataRecord]:
     """The records that rebuild ``image`` from an empty one, in the snapshot's fixed order:
     features (``metadata.version`` first, as the rest is read under it), brokers by id,
     producer ids, topics by name each followed by its partitions by id, then configs by
-    (resource type, resource name, key), after the topics they name."""
+    (resource type, resource name, key), after the topics they name, then ACLs by id."""
     return _records(image, reuse=False)
 
 
@@ -132,13 +132,15 @@ def _records(image: MetadataImage, reuse: bool) -> Iterator[MetadataRecord]:
             yield wrap(config=pb.ConfigRecord(resource_type=resource.type.name,
                                               resource_name=resource.name, name=key,
                                               value=values[key]))
+    for acl_id, acl in sorted(image.acls.by_id.items()):
+        yield access_control_entry(acl_id, acl)
 
 
 def count_records(image: MetadataImage) -> int:
     """How many records ``image_records`` yields, without building them."""
     return (len(image.features) + len(image.brokers) + (1 if image.next_producer_id else 0)
             + len(image.topics_by_id) + image.partition_count()
-            + sum(len(v) for v in image.configs.values()))
+            + sum(len(v) for v in image.configs.values()) + len(image.acls.by_id))
 
 
 def write_snapshot(image: MetadataImage, target: Source, *, created_ms: int,

@@ -6,6 +6,7 @@ import uuid
 import pytest
 
 from metadata import records as R
+from metadata.acls import AclOperation, AclPermissionType, AclResourceType, PatternType, StandardAcl
 from metadata.image import ResourceType
 from metadata.records import RecordError
 from protos import metadata_pb2 as pb
@@ -30,6 +31,9 @@ def one_of_each() -> list[pb.MetadataRecord]:
         R.config(ResourceType.TOPIC, "orders", "retention.ms", "1000"),
         R.feature_level("metadata.version", 3),
         R.producer_ids(1, 7, 1000),
+        R.access_control_entry(INC, StandardAcl(AclResourceType.TOPIC, "orders", PatternType.PREFIXED, "User:alice",
+                                                "*", AclOperation.WRITE, AclPermissionType.ALLOW)),
+        R.remove_access_control_entry(INC),
         R.no_op(),
     ]
 

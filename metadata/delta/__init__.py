@@ -3,17 +3,18 @@
 A delta starts from a base image, replays committed records in log order, and ``apply()``
 yields the next image; the base is never touched, so whoever holds it keeps a consistent
 view. As Kafka's ``MetadataDelta`` composes ``TopicsDelta``, ``ClusterDelta``,
-``ConfigurationsDelta``, ``FeaturesDelta`` and ``ProducerIdsDelta``, this one dispatches each
-record to the delta of its domain (``topics``, ``cluster``, ``configs``, ``features``,
-``producer_ids``) and composes their results into the domain images of the next
-``MetadataImage`` (``metadata/image.py``), keeping each unchanged domain's image as it was. Records apply as Kafka's do (a PartitionChangeRecord
+``ConfigurationsDelta``, ``FeaturesDelta``, ``ProducerIdsDelta`` and ``AclsDelta``, this one
+dispatches each record to the delta of its domain (``topics``, ``cluster``, ``configs``,
+``features``, ``producer_ids``, ``acls``) and composes their results into the domain images of
+the next ``MetadataImage`` (``metadata/image.py``), keeping each unchanged domain's image as it was. Records apply as Kafka's do (a PartitionChangeRecord
 changes only its present fields, RemoveTopicRecord also drops the topic's partitions and
 configs, ...). A record that names a topic, partition or broker registration that does not
 exist raises ``RecordError``: such a log is corrupt, and applying past it would let this
 node's metadata diverge unnoticed.
 
 ``changes()`` lists what differs from the base (topics, partitions, brokers, configs,
-features); ``changes_between`` does the same for any two images, however far apart.
+features, whether ACLs did); ``changes_between`` does the same for any two images, however
+far apart.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from protos import metadata_pb2 as pb
 from ..image import (ClusterImage, ConfigurationsImage, FeaturesImage, MetadataImage, ProducerIdsImage,
                      TopicImage, TopicsImage)
 from ..records import RECORD_VERSION, MetadataRecord, RecordBatch, RecordError, check, type_name
+from .acls import AclsDelta
 from .changes import MetadataChanges, TopicIdPartition, changes_between, compare
 from .cluster import ClusterDelta
 from .configs import ConfigurationsDelta
@@ -57,6 +59,7 @@ class MetadataDelta:
         self.configs = ConfigurationsDelta(base.configs, self.topics.has_name)
         self.features = FeaturesDelta(base.features)
         self.producer_ids = ProducerIdsDelta(base.next_producer_id)
+        self.acls = AclsDelta(base.acls)
         t, c = self.topics, self.cluster
         # Record type (the MetadataRecord oneof's name) -> the domain's handler.
         self._handlers: dict[str, Callable[[Any], None]] = {
@@ -72,6 +75,8 @@ class MetadataDelta:
             "config": self.configs.config,
             "feature_level": self.features.feature_level,
             "producer_ids": self.producer_ids.producer_ids,
+            "access_control_entry": self.acls.access_control_entry,
+            "remove_access_control_entry": self.acls.remove_access_control_entry,
             "no_op": lambda r: None,
         }
 
@@ -162,7 +167,8 @@ class MetadataDelta:
             img.topics if by_id is img.topics_by_id and by_name is img.topics_by_name else TopicsImage(by_id, by_name),
             img.configurations if configs is img.configs else ConfigurationsImage(configs),
             img.finalized_features if features is img.features else FeaturesImage(features),
-            img.producer_ids if next_id == img.next_producer_id else ProducerIdsImage(next_id))
+            img.producer_ids if next_id == img.next_producer_id else ProducerIdsImage(next_id),
+            self.acls.image(img.acls))
         self._dirty = False
         return self._image
 

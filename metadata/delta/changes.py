@@ -25,7 +25,7 @@ class MetadataChanges:
     ``partitions_changed`` covers those and every partition of ``topics_created`` (partitions
     of removed topics are gone with their topic). ``brokers_changed`` are new or modified
     registrations; ``configs_changed`` resources whose keys differ (a removed topic's configs
-    count).
+    count); ``acls_changed`` whether any ACL was added or removed.
     """
 
     base_offset: int
@@ -40,12 +40,13 @@ class MetadataChanges:
     configs_changed: frozenset[ConfigResource]
     features_changed: frozenset[str]
     producer_ids_changed: bool
+    acls_changed: bool = False
 
     @property
     def empty(self) -> bool:
         return not (self.topics_created or self.topics_changed or self.topics_removed
                     or self.brokers_changed or self.brokers_removed or self.configs_changed
-                    or self.features_changed or self.producer_ids_changed)
+                    or self.features_changed or self.producer_ids_changed or self.acls_changed)
 
 
 def changes_between(before: MetadataImage, after: MetadataImage) -> MetadataChanges:
@@ -103,4 +104,5 @@ def compare(base: MetadataImage, new: MetadataImage, topic_ids: Iterable[uuid.UU
         configs_changed=frozenset(r for r in resources if base.config(r) != new.config(r)),
         features_changed=frozenset(f for f in features
                                    if base.features.get(f) != new.features.get(f)),
-        producer_ids_changed=base.next_producer_id != new.next_producer_id)
+        producer_ids_changed=base.next_producer_id != new.next_producer_id,
+        acls_changed=base.acls is not new.acls and base.acls.by_id != new.acls.by_id)

@@ -13,6 +13,7 @@ costs nothing until someone lists them. Files hold JSON values. The layout is do
     /quorum/{leader,epoch,voters,learners,observers,highWatermark,votedFor}  (what it knows)
     /quorum/replication/{voters,observers}/<id>/...   (a live source: the leader's view)
     /producerIds/nextProducerId
+    /acls/byId/<uuid>              one ACL each
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+from ..acls import StandardAcl
 from ..image import (BrokerRegistration, ConfigResource, MetadataImage, PartitionRegistration,
                      ResourceType, TopicImage)
 from .source import QuorumState, ReplicaState
@@ -74,6 +76,8 @@ def _sorted(items: Iterable[tuple[str, Node]]) -> list[tuple[str, Node]]:
 def metadata_tree(image: MetadataImage, quorum: Callable[[], QuorumState]) -> Directory:
     """The root directory over ``image``; ``quorum`` is asked only if /quorum is visited."""
     return Directory(lambda: [
+        ("acls", Directory(lambda: [("byId", Directory(lambda: [
+            (str(acl_id), File(_acl(acl))) for acl_id, acl in sorted(image.acls.by_id.items())]))])),
         ("brokers", Directory(lambda: _sorted(
             (str(b.id), _broker(b)) for b in image.brokers.values()))),
         ("cluster", Directory(lambda: [
@@ -111,6 +115,13 @@ def _broker(b: BrokerRegistration) -> Directory:
         ("rack", File(b.rack)),
         ("registration", File(registration)),
     ])
+
+
+def _acl(acl: StandardAcl) -> JsonValue:
+    """An ACL as the log dump prints its record's fields (Kafka's StandardAcl)."""
+    return {"resourceType": acl.resource_type.name, "resourceName": acl.resource_name,
+            "patternType": acl.pattern_type.name, "principal": acl.principal, "host": acl.host,
+            "operation": acl.operation.name, "permissionType": acl.permission_type.name}
 
 
 def _topic(image: MetadataImage, t: TopicImage) -> Directory:
