@@ -18,13 +18,17 @@ from protos import controller_pb2_grpc
 from raft.client import LeaderClient, Retry
 
 from .errors import ErrorCode
+from .principal import FORWARDED_HOST, FORWARDED_PRINCIPAL, Session
 
 #: Answers that prove the controller wrote nothing.
 NOT_APPLIED = {ErrorCode.NOT_CONTROLLER, ErrorCode.THROTTLING_QUOTA_EXCEEDED}
-#: Requests whose repetition changes nothing more than the first attempt did.
+#: Requests whose repetition changes nothing more than the first attempt did (CreateAcls: an
+#: ACL that exists is answered as created, writing nothing; DeleteAcls is not here, since a
+#: repetition would answer that it deleted nothing).
 SAFE_TO_REPEAT = frozenset({
     "DescribeTopics", "DescribeCluster", "DescribeConfigs", "DescribeQuorum", "FetchMetadata",
     "FetchSnapshot", "BrokerHeartbeat", "BrokerRegistration", "AlterPartition", "AllocateProducerIds",
+    "CreateAcls", "DescribeAcls",
 })
 
 
@@ -76,11 +80,15 @@ class ControllerClient(LeaderClient):
         return ControllerError(ErrorCode.INVALID_REQUEST, f"{address}: {error.details() or error.code().name}")
 
     async def call(self, method: str, request: Any, *, timeout: float | None = None,
-                   attempt_timeout: float | None = None) -> Any:
+                   attempt_timeout: float | None = None, on_behalf_of: Session | None = None) -> Any:
         """Send ``request`` to the active controller; returns the response once its status is
         NONE. Raises ControllerError for a final status (REQUEST_TIMED_OUT when the outcome
-        of a write is unknown), QuorumUnreachable when no controller answered in time."""
+        of a write is unknown), QuorumUnreachable when no controller answered in time.
+        ``on_behalf_of``: the client a broker forwards the request for, whose principal the
+        controller authorizes (Kafka's EnvelopeRequest)."""
         idempotent = method in SAFE_TO_REPEAT
+        metadata = ((FORWARDED_PRINCIPAL, on_behalf_of.principal), (FORWARDED_HOST, on_behalf_of.host)) \
+            if on_behalf_of is not None else None
 
         def check(address: str, resp: Any) -> Any:
             code = error_code(resp.status.error_code)
@@ -92,7 +100,7 @@ class ControllerClient(LeaderClient):
             raise ControllerError(code, resp.status.error_message)
 
         return await super().call(
-            lambda ch, t: getattr(controller_pb2_grpc.ControllerStub(ch), method)(request, timeout=t),
+            lambda ch, t: getattr(controller_pb2_grpc.ControllerStub(ch), method)(request, timeout=t, metadata=metadata),
             idempotent=idempotent, check=check, timeout=timeout, attempt_timeout=attempt_timeout)
 
     async def __aenter__(self) -> "ControllerClient":

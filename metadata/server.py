@@ -2,6 +2,9 @@
 top of it, and the controller's gRPC service on the controller listener."""
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 import grpc
 
 from protos import controller_pb2_grpc
@@ -10,10 +13,13 @@ from raft.node import RaftNode
 from raft.transport import add_service, channel_options
 from raft.storage import DiskStorage
 
+from .acls import CLUSTER_NAME, AclOperation, AclResourceType
+from .authorizer import StandardAuthorizer
 from .config import ServerConfig
 from .controller import ControllerConfig, QuorumController
 from .loop_stall import LoopStallProbe
 from .metrics import ControllerMetrics, MetricsEndpoint, RaftMetrics
+from .principal import PrincipalError, PrincipalMapper, grpc_session, mapper_from_config
 from .service import ControllerService
 from .state_machine import MetadataStateMachine
 
@@ -41,6 +47,58 @@ def controller_config(cfg: ServerConfig) -> ControllerConfig:
         leader_imbalance_check_interval_s=cfg.int("leader.imbalance.check.interval.seconds", 300, 1))
 
 
+class RaftAccess(grpc.aio.ServerInterceptor):
+    """The Raft services on the controller listener need what Kafka's KRaft RPCs need on the
+    cluster: CLUSTER_ACTION for another controller's messages, DESCRIBE for RaftAdmin's Status,
+    ALTER for membership changes and leadership transfers. A refusal ends the call with
+    PERMISSION_DENIED and one line."""
+
+    def __init__(self, authorizer: StandardAuthorizer, mapper: PrincipalMapper) -> None:
+        self.authorizer = authorizer
+        self.mapper = mapper
+
+    @staticmethod
+    def operation(method: str) -> AclOperation | None:
+        service, _, name = method.lstrip("/").partition("/")
+        if service == "kraft.raft.RaftPeer":
+            return AclOperation.CLUSTER_ACTION
+        if service == "kraft.raft.RaftAdmin":
+            return AclOperation.DESCRIBE if name == "Status" else AclOperation.ALTER
+        return None  # the controller's service checks its own requests
+
+    async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
+                                details: grpc.HandlerCallDetails) -> Any:
+        handler = await continuation(details)
+        op = self.operation(details.method)
+        if handler is None or op is None:
+            return handler
+
+        async def check(context: grpc.aio.ServicerContext) -> None:
+            try:
+                session = grpc_session(context, self.mapper)
+            except PrincipalError as e:
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(e))
+            if not self.authorizer.authorize(session, op, AclResourceType.CLUSTER, CLUSTER_NAME):
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"CLUSTER_AUTHORIZATION_FAILED: Cluster "
+                                    f"authorization failed: {session.principal} may not {op.name} the cluster")
+
+        if handler.unary_unary is not None:
+            inner = handler.unary_unary
+
+            async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                await check(context)
+                return await inner(request, context)
+            return grpc.unary_unary_rpc_method_handler(unary, request_deserializer=handler.request_deserializer,
+                                                       response_serializer=handler.response_serializer)
+        inner_stream = handler.stream_unary
+
+        async def stream(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+            await check(context)
+            return await inner_stream(requests, context)
+        return grpc.stream_unary_rpc_method_handler(stream, request_deserializer=handler.request_deserializer,
+                                                    response_serializer=handler.response_serializer)
+
+
 class ControllerServer:
     def __init__(self, cfg: ServerConfig, metrics: MetricsEndpoint | None = None) -> None:
         """``metrics``: a combined node's endpoint, shared with its broker and served by the
@@ -50,14 +108,18 @@ class ControllerServer:
         self.metrics = metrics or MetricsEndpoint(cfg.prometheus_listener())
         storage = DiskStorage(cfg.metadata_log_dir, cfg.node_id)
         self.sm = MetadataStateMachine(storage.cluster_id)
+        self.authorizer = StandardAuthorizer.from_config(cfg.props, lambda: self.sm.image.acls)
+        self.mapper = mapper = mapper_from_config(cfg.props)
         options = node_options(cfg)
         interceptors = [self.metrics.requests.interceptor(cfg.controller_listener)] if self.metrics.enabled else []
+        if self.authorizer is not None:
+            interceptors.append(RaftAccess(self.authorizer, mapper))
         server = grpc.aio.server(options=channel_options(options.max_message_bytes), interceptors=interceptors)
         self.node = RaftNode(cfg.node_id, cfg.voters, self.sm, storage=storage,
                              options=options, address=cfg.controller_address(), server=server)
         self.controller = QuorumController(self.node, self.sm, controller_config(cfg))
         add_service(self.node.server, controller_pb2_grpc.add_ControllerServicer_to_server,
-                    ControllerService(self.controller))
+                    ControllerService(self.controller, self.authorizer, mapper))
         RaftMetrics(self.node, self.metrics.registry)
         ControllerMetrics(self.controller, self.metrics.registry)
         self.probe = LoopStallProbe()

@@ -4,6 +4,12 @@ Every answer carries a ``Status``: NOT_CONTROLLER (with the active controller's 
 endpoint) on standbys, REQUEST_TIMED_OUT when a write's outcome is unknown; per-item results
 carry Kafka's error codes as Kafka answers them. Offsets are Raft log indexes (the first entry
 is offset 1); high watermarks and log end offsets are exclusive, as in Kafka.
+
+With an authorizer (``metadata.authorizer``), every request is checked with the operation
+Kafka's ControllerApis checks: cluster-wide ones answer CLUSTER_AUTHORIZATION_FAILED in the
+status, per-topic ones TOPIC_AUTHORIZATION_FAILED for the topics refused while the others go
+ahead. A request a broker forwards for a Kafka client carries the client's principal
+(Kafka's EnvelopeRequest), honoured only from a caller allowed CLUSTER_ACTION.
 """
 from __future__ import annotations
 
@@ -12,23 +18,29 @@ import time
 import uuid
 from typing import Any, Awaitable, Callable
 
+import grpc
+
 from protos import controller_pb2 as pb
 from protos import controller_pb2_grpc
 from raft.errors import LogCompacted, RaftError
 from raft.messages import EntryType
 
+from .acls import AclBindingFilter, AclOperation, StandardAcl, acl_filter, create_acls, delete_acls, matching, new_acl
+from .authorizer import Access, StandardAuthorizer
 from .brokers import Heartbeat
 from .controller import NotController, QuorumController
 from .errors import ApiError, ErrorCode
 from .image import ConfigResource, MetadataImage, ResourceType, SecurityProtocol
+from .principal import FORWARDED_HOST, FORWARDED_PRINCIPAL, PrincipalError, PrincipalMapper, Session, grpc_session
 from .partitions import PREFERRED, UNCLEAN, alter_partition, elect_leaders
 from .reassignments import Reassignment, alter, ongoing
 from .records import endpoint, producer_ids
-from .topics import (ConfigOp, ItemResult, NewTopic, alter_configs, check_request_size,
-                     create_partitions, create_topics, delete_topics, describe_configs)
+from .topics import (MAX_RECORDS_PER_USER_OP, ConfigOp, ItemResult, NewTopic, alter_configs,
+                     check_request_size, create_partitions, create_topics, delete_topics, describe_configs)
 
 PRODUCER_ID_BLOCK = 1000
 MAX_FETCH_BYTES = 8 << 20
+O = AclOperation
 
 
 def _status(code: ErrorCode = ErrorCode.NONE, message: str = "", controller_id: int = -1,
@@ -42,13 +54,40 @@ def _uuid(raw: bytes) -> uuid.UUID | None:
 
 
 class ControllerService(controller_pb2_grpc.ControllerServicer):
-    def __init__(self, controller: QuorumController) -> None:
+    def __init__(self, controller: QuorumController, authorizer: StandardAuthorizer | None = None,
+                 mapper: PrincipalMapper | None = None) -> None:
+        """``authorizer`` None: every request is allowed (no ``authorizer.class.name``)."""
         self.c = controller
+        self.authorizer = authorizer
+        self.mapper = mapper or PrincipalMapper()
 
-    async def _answer(self, response_type: Any, work: Callable[[], Awaitable[Any]]) -> Any:
-        """Run ``work`` and map controller-level failures onto ``response.status``."""
+    async def _access(self, context: grpc.aio.ServicerContext) -> Access:
+        """The request's session, or the client's a broker forwards. A certificate no mapping
+        rule maps ends the call (UNAUTHENTICATED), as Kafka refuses the connection."""
         try:
-            return await work()
+            session = grpc_session(context, self.mapper)
+        except PrincipalError as e:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(e))
+        caller = Access(self.authorizer, session)
+        forwarded = dict(context.invocation_metadata() or ()).get(FORWARDED_PRINCIPAL)
+        if forwarded is None:
+            return caller
+        if not caller.cluster(O.CLUSTER_ACTION):
+            raise ApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, f"Cluster authorization failed: "
+                           f"{session.principal} may not forward requests for other principals (that takes "
+                           "CLUSTER_ACTION on the cluster)")
+        host = dict(context.invocation_metadata() or ()).get(FORWARDED_HOST, "")
+        return Access(self.authorizer, Session(forwarded, host))
+
+    async def _answer(self, response_type: Any, context: grpc.aio.ServicerContext,
+                      work: Callable[[Access], Awaitable[Any]], needs: AclOperation | None = None) -> Any:
+        """Run ``work`` for the request's session and map controller-level failures onto
+        ``response.status``; ``needs``: the operation on the cluster the request needs."""
+        try:
+            access = await self._access(context)
+            if needs is not None and not access.cluster(needs):
+                raise ApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, access.cluster_denied(needs))
+            return await work(access)
         except NotController as e:
             return response_type(status=_status(ErrorCode.NOT_CONTROLLER, str(e), e.controller_id or -1,
                                                 e.endpoint or ""))
@@ -62,12 +101,16 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     async def CreateTopics(self, request: pb.CreateTopicsRequest, context) -> pb.CreateTopicsResponse:
         cfg = self.c.config
 
-        async def work() -> pb.CreateTopicsResponse:
+        async def work(access: Access) -> pb.CreateTopicsResponse:
             check_request_size(len(request.topics), "topics")  # first: it bounds the sums below
             check_request_size(sum(len(t.assignments) or (cfg.default_partitions if t.num_partitions == -1
                                                           else max(t.num_partitions, 0)) for t in request.topics),
                                "partitions")
             check_request_size(sum(len(t.configs) for t in request.topics), "configs")
+            # Kafka's rule: CREATE on the cluster, or else on each topic.
+            anywhere = access.cluster(O.CREATE, log_denial=False)
+            refused = {t.name for t in request.topics if not anywhere and not access.topic(O.CREATE, t.name)}
+            wanted = [t for t in request.topics if t.name not in refused]
             # What build needs from the live state machine, taken here on the event loop:
             # build runs in a thread (QuorumController.write) and reads only its arguments.
             image, stats = self.c.sm.image, self.c.sm.stats
@@ -76,7 +119,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             def build(view: MetadataImage) -> tuple[list, list[ItemResult]]:
                 topics = [NewTopic(t.name, t.num_partitions, t.replication_factor,
                                    {a.partition: list(a.replicas) for a in t.assignments}, dict(t.configs))
-                          for t in request.topics]
+                          for t in wanted]
                 return create_topics(view, topics, default_partitions=cfg.default_partitions,
                                      default_replication=cfg.default_replication_factor, load=load, start=start,
                                      collisions=folded if view is image else None)
@@ -86,8 +129,10 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
                                      error_code=int(r.error.code) if r.error else 0,
                                      error_message=r.error.message if r.error else "",
                                      num_partitions=r.partitions, replication_factor=r.replication_factor)
-                for r in results])
-        return await self._answer(pb.CreateTopicsResponse, work)
+                for r in results] + [pb.CreateTopicResult(name=name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                                          error_message=access.topic_denied(O.CREATE, name))
+                                     for name in sorted(refused)])
+        return await self._answer(pb.CreateTopicsResponse, context, work)
 
     @staticmethod
     def _topic_results(results: list[ItemResult]) -> list[pb.TopicResult]:
@@ -98,36 +143,49 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     async def DeleteTopics(self, request: pb.DeleteTopicsRequest, context) -> pb.DeleteTopicsResponse:
         ids = [_uuid(i) for i in request.topic_ids]
 
-        async def work() -> pb.DeleteTopicsResponse:
+        async def work(access: Access) -> pb.DeleteTopicsResponse:
             if None in ids:
                 raise ApiError(ErrorCode.INVALID_REQUEST, "topic ids are 16-byte UUIDs")
             check_request_size(len(request.names) + len(ids), "topics")
-            names = list(request.names)
-            results = await self.c.write(lambda view: delete_topics(view, names, ids), in_thread=True)
-            return pb.DeleteTopicsResponse(status=_status(), topics=self._topic_results(results))
-        return await self._answer(pb.DeleteTopicsResponse, work)
+            known = self.c.sm.image.topics_by_id
+            refused = [ItemResult(name, error=ApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                                       access.topic_denied(O.DELETE, name)))
+                       for name in request.names if not access.topic(O.DELETE, name)]
+            refused += [ItemResult(known[i].name, i, ApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                                              access.topic_denied(O.DELETE, known[i].name)))
+                        for i in ids if i in known and not access.topic(O.DELETE, known[i].name)]
+            gone = {r.name for r in refused}
+            names = [n for n in request.names if n not in gone]
+            wanted = [i for i in ids if i not in known or known[i].name not in gone]
+            results = await self.c.write(lambda view: delete_topics(view, names, wanted), in_thread=True)
+            return pb.DeleteTopicsResponse(status=_status(), topics=self._topic_results(results + refused))
+        return await self._answer(pb.DeleteTopicsResponse, context, work)
 
     async def CreatePartitions(self, request: pb.CreatePartitionsRequest, context) -> pb.CreatePartitionsResponse:
-        async def work() -> pb.CreatePartitionsResponse:
+        async def work(access: Access) -> pb.CreatePartitionsResponse:
             check_request_size(len(request.topics), "topics")
             load, start = self.c.sm.stats.load(), self.c.next_placement_start()
+            refused = {t.name for t in request.topics if not access.topic(O.ALTER, t.name)}
+            wanted = [t for t in request.topics if t.name not in refused]
 
             def build(view: MetadataImage) -> tuple[list, list[ItemResult]]:
                 check_request_size(sum(max(0, t.count - len(view.topics_by_name[t.name].partitions))
-                                       for t in request.topics if t.name in view.topics_by_name), "new partitions")
+                                       for t in wanted if t.name in view.topics_by_name), "new partitions")
                 records, results = [], []
-                for k, t in enumerate(request.topics):
+                for k, t in enumerate(wanted):
                     recs, res = create_partitions(view, t.name, t.count, [list(a.replicas) for a in t.assignments],
                                                   load=load, start=start + k)
                     records += recs
                     results.append(res)
                 return records, results
             results = await self.c.write(build, validate_only=request.validate_only, in_thread=True)
+            results += [ItemResult(name, error=ApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                                        access.topic_denied(O.ALTER, name))) for name in sorted(refused)]
             return pb.CreatePartitionsResponse(status=_status(), topics=self._topic_results(results))
-        return await self._answer(pb.CreatePartitionsResponse, work)
+        return await self._answer(pb.CreatePartitionsResponse, context, work)
 
     async def ElectLeaders(self, request: pb.ElectLeadersRequest, context) -> pb.ElectLeadersResponse:
-        async def work() -> pb.ElectLeadersResponse:
+        async def work(access: Access) -> pb.ElectLeadersResponse:
             wanted = [(t.name, p) for t in request.topics for p in t.partitions] if request.topics else None
             check_request_size(len(wanted or ()), "partitions")
             kind = UNCLEAN if request.election_type == pb.ElectLeadersRequest.UNCLEAN else PREFERRED
@@ -135,11 +193,11 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             return pb.ElectLeadersResponse(status=_status(), results=[
                 pb.ElectionResult(topic=r.topic, partition=r.partition, error_code=int(r.code),
                                   error_message=r.message) for r in results])
-        return await self._answer(pb.ElectLeadersResponse, work)
+        return await self._answer(pb.ElectLeadersResponse, context, work, needs=O.ALTER)
 
     async def AlterPartitionReassignments(self, request: pb.AlterPartitionReassignmentsRequest,
                                           context) -> pb.AlterPartitionReassignmentsResponse:
-        async def work() -> pb.AlterPartitionReassignmentsResponse:
+        async def work(access: Access) -> pb.AlterPartitionReassignmentsResponse:
             check_request_size(len(request.reassignments), "reassignments")
             plan = [Reassignment(r.topic, r.partition, tuple(r.replicas.ids) if r.HasField("replicas") else None)
                     for r in request.reassignments]
@@ -147,11 +205,11 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             return pb.AlterPartitionReassignmentsResponse(status=_status(), results=[
                 pb.ReassignmentResult(topic=o.topic, partition=o.partition, error_code=int(o.code),
                                       error_message=o.message) for o in outcomes])
-        return await self._answer(pb.AlterPartitionReassignmentsResponse, work)
+        return await self._answer(pb.AlterPartitionReassignmentsResponse, context, work, needs=O.ALTER)
 
     async def ListPartitionReassignments(self, request: pb.ListPartitionReassignmentsRequest,
                                          context) -> pb.ListPartitionReassignmentsResponse:
-        async def work() -> pb.ListPartitionReassignmentsResponse:
+        async def work(access: Access) -> pb.ListPartitionReassignmentsResponse:
             topics = {t.name: list(t.partitions) for t in request.topics} if request.topics else None
             image = await self.c.read_image()
             found = await self.c.in_worker(ongoing, image, topics)
@@ -159,26 +217,32 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
                 pb.OngoingReassignment(topic=name, partition=pid, replicas=p.replicas, adding_replicas=p.adding,
                                        removing_replicas=p.removing, isr=p.isr, leader=p.leader)
                 for name, pid, p in found])
-        return await self._answer(pb.ListPartitionReassignmentsResponse, work)
+        return await self._answer(pb.ListPartitionReassignmentsResponse, context, work, needs=O.DESCRIBE)
 
     async def UnregisterBroker(self, request: pb.UnregisterBrokerRequest, context) -> pb.UnregisterBrokerResponse:
-        async def work() -> pb.UnregisterBrokerResponse:
+        async def work(access: Access) -> pb.UnregisterBrokerResponse:
             await self.c.write(lambda view: (self.c.brokers.unregister(view, request.broker_id), None))
             return pb.UnregisterBrokerResponse(status=_status())
-        return await self._answer(pb.UnregisterBrokerResponse, work)
+        return await self._answer(pb.UnregisterBrokerResponse, context, work, needs=O.ALTER)
 
     async def DescribeTopics(self, request: pb.DescribeTopicsRequest, context) -> pb.DescribeTopicsResponse:
-        async def work() -> pb.DescribeTopicsResponse:
+        async def work(access: Access) -> pb.DescribeTopicsResponse:
             image = await self.c.read_image()  # immutable: described in a thread, as it scales with the cluster
-            return await self.c.in_worker(self._describe_topics, image, list(request.names))
-        return await self._answer(pb.DescribeTopicsResponse, work)
+            return await self.c.in_worker(self._describe_topics, image, list(request.names), access)
+        return await self._answer(pb.DescribeTopicsResponse, context, work)
 
     @staticmethod
-    def _describe_topics(image: MetadataImage, names: list[str]) -> pb.DescribeTopicsResponse:
-        names = names or sorted(image.topics_by_name)
+    def _describe_topics(image: MetadataImage, names: list[str], access: Access) -> pb.DescribeTopicsResponse:
+        """As Kafka's Metadata: a listing leaves out the topics the session may not DESCRIBE; a
+        topic named is answered TOPIC_AUTHORIZATION_FAILED, whether it exists or not."""
+        names = names or [n for n in sorted(image.topics_by_name) if access.topic(O.DESCRIBE, n, log_denial=False)]
         live = {b.id for b in image.brokers.values() if not b.fenced}
         out = []
         for name in names:
+            if not access.topic(O.DESCRIBE, name):
+                out.append(pb.TopicDescription(name=name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                               error_message=access.topic_denied(O.DESCRIBE, name)))
+                continue
             t = image.topics_by_name.get(name)
             if t is None:
                 out.append(pb.TopicDescription(name=name, error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
@@ -197,7 +261,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     # ---------------------------------------------------------------------------- cluster
 
     async def DescribeCluster(self, request: pb.DescribeClusterRequest, context) -> pb.DescribeClusterResponse:
-        async def work() -> pb.DescribeClusterResponse:
+        async def work(access: Access) -> pb.DescribeClusterResponse:
             image = await self.c.read_image()
             return pb.DescribeClusterResponse(
                 status=_status(), cluster_id=image.cluster_id, controller_id=self.c.node.id,
@@ -209,17 +273,21 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
                                                               security_protocol=e.security_protocol.name)
                                                   for e in b.endpoints])
                          for b in sorted(image.brokers.values(), key=lambda b: b.id)])
-        return await self._answer(pb.DescribeClusterResponse, work)
+        return await self._answer(pb.DescribeClusterResponse, context, work, needs=O.DESCRIBE)
 
     # ---------------------------------------------------------------------------- configs
 
     async def IncrementalAlterConfigs(self, request: pb.IncrementalAlterConfigsRequest,
                                       context) -> pb.IncrementalAlterConfigsResponse:
+        refused: dict[int, ApiError] = {}
+
         def build(view: MetadataImage) -> tuple[list, list[pb.ResourceResult]]:
             records, results = [], []
-            for r in request.resources:
+            for k, r in enumerate(request.resources):
                 res = pb.ResourceResult(resource_type=r.resource_type, resource_name=r.resource_name)
                 try:
+                    if k in refused:
+                        raise refused[k]
                     ops = [ConfigOp(c.name, c.op == pb.AlterableConfig.DELETE, c.value) for c in r.configs]
                     records += alter_configs(view, _resource_type(r.resource_type), r.resource_name, ops)
                 except ApiError as e:
@@ -227,19 +295,26 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
                 results.append(res)
             return records, results
 
-        async def work() -> pb.IncrementalAlterConfigsResponse:
+        async def work(access: Access) -> pb.IncrementalAlterConfigsResponse:
             check_request_size(sum(len(r.configs) or 1 for r in request.resources), "config changes")
+            for k, r in enumerate(request.resources):
+                error = _config_refusal(access, O.ALTER_CONFIGS, r.resource_type, r.resource_name)
+                if error is not None:
+                    refused[k] = error
             results = await self.c.write(build, validate_only=request.validate_only, in_thread=True)
             return pb.IncrementalAlterConfigsResponse(status=_status(), resources=results)
-        return await self._answer(pb.IncrementalAlterConfigsResponse, work)
+        return await self._answer(pb.IncrementalAlterConfigsResponse, context, work)
 
     async def DescribeConfigs(self, request: pb.DescribeConfigsRequest, context) -> pb.DescribeConfigsResponse:
-        async def work() -> pb.DescribeConfigsResponse:
+        async def work(access: Access) -> pb.DescribeConfigsResponse:
             image = await self.c.read_image()
             out = []
             for r in request.resources:
                 d = pb.DescribedResource(resource_type=r.resource_type, resource_name=r.resource_name)
                 try:
+                    error = _config_refusal(access, O.DESCRIBE_CONFIGS, r.resource_type, r.resource_name)
+                    if error is not None:
+                        raise error
                     kind = _resource_type(r.resource_type)
                     d.configs.extend(pb.ConfigEntry(name=k, value=v, is_default=dflt)
                                      for k, v, dflt in describe_configs(image, kind, r.resource_name))
@@ -247,7 +322,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
                     d.error_code, d.error_message = int(e.code), e.message
                 out.append(d)
             return pb.DescribeConfigsResponse(status=_status(), resources=out)
-        return await self._answer(pb.DescribeConfigsResponse, work)
+        return await self._answer(pb.DescribeConfigsResponse, context, work)
 
     # ---------------------------------------------------------------------------- producers
 
@@ -258,7 +333,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             start = view.next_producer_id
             return [producer_ids(request.broker_id, request.broker_epoch, start + PRODUCER_ID_BLOCK)], start
 
-        async def work() -> pb.AllocateProducerIdsResponse:
+        async def work(access: Access) -> pb.AllocateProducerIdsResponse:
             try:
                 start = await self.c.write(build)
             except ApiError as e:
@@ -267,7 +342,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
                 raise
             return pb.AllocateProducerIdsResponse(status=_status(), producer_id_start=start,
                                                   producer_id_len=PRODUCER_ID_BLOCK)
-        return await self._answer(pb.AllocateProducerIdsResponse, work)
+        return await self._answer(pb.AllocateProducerIdsResponse, context, work, needs=O.CLUSTER_ACTION)
 
     # ---------------------------------------------------------------------------- brokers
 
@@ -282,7 +357,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             return self.c.brokers.register(view, request.broker_id, inc, request.cluster_id, eps,
                                            request.rack or None, self.c.node.next_index)
 
-        async def work() -> pb.BrokerRegistrationResponse:
+        async def work(access: Access) -> pb.BrokerRegistrationResponse:
             try:
                 epoch = await self.c.write(build)
             except ApiError as e:
@@ -290,13 +365,13 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
                     raise
                 return pb.BrokerRegistrationResponse(status=_status(), error_code=int(e.code), error_message=e.message)
             return pb.BrokerRegistrationResponse(status=_status(), broker_epoch=epoch)
-        return await self._answer(pb.BrokerRegistrationResponse, work)
+        return await self._answer(pb.BrokerRegistrationResponse, context, work, needs=O.CLUSTER_ACTION)
 
     async def BrokerHeartbeat(self, request: pb.BrokerHeartbeatRequest, context) -> pb.BrokerHeartbeatResponse:
         hb = Heartbeat(request.broker_id, request.broker_epoch, request.current_metadata_offset,
                        request.want_fence, request.want_shut_down)
 
-        async def work() -> pb.BrokerHeartbeatResponse:
+        async def work(access: Access) -> pb.BrokerHeartbeatResponse:
             try:
                 answer = await self.c.write(lambda view: self.c.brokers.heartbeat(view, hb))
             except ApiError as e:
@@ -305,7 +380,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
                 return pb.BrokerHeartbeatResponse(status=_status(), error_code=int(e.code), error_message=e.message)
             return pb.BrokerHeartbeatResponse(status=_status(), is_caught_up=answer.is_caught_up,
                                               is_fenced=answer.is_fenced, should_shut_down=answer.should_shut_down)
-        return await self._answer(pb.BrokerHeartbeatResponse, work)
+        return await self._answer(pb.BrokerHeartbeatResponse, context, work, needs=O.CLUSTER_ACTION)
 
     async def AlterPartition(self, request: pb.AlterPartitionRequest, context) -> pb.AlterPartitionResponse:
         tid = _uuid(request.topic_id)
@@ -318,7 +393,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
                                      request.partition_epoch, list(request.new_isr))
             return ([rec] if rec is not None else []), None
 
-        async def work() -> pb.AlterPartitionResponse:
+        async def work(access: Access) -> pb.AlterPartitionResponse:
             try:
                 await self.c.write(build)
             except ApiError as e:
@@ -330,12 +405,12 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
                 return pb.AlterPartitionResponse(status=_status(), error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
             return pb.AlterPartitionResponse(status=_status(), leader=p.leader, leader_epoch=p.leader_epoch,
                                              partition_epoch=p.partition_epoch, isr=p.isr)
-        return await self._answer(pb.AlterPartitionResponse, work)
+        return await self._answer(pb.AlterPartitionResponse, context, work, needs=O.CLUSTER_ACTION)
 
     # ---------------------------------------------------------------------------- metadata log
 
     async def FetchMetadata(self, request: pb.FetchMetadataRequest, context) -> pb.FetchMetadataResponse:
-        async def work() -> pb.FetchMetadataResponse:
+        async def work(access: Access) -> pb.FetchMetadataResponse:
             await self.c.ensure_active()
             node = self.c.node
             offset = max(1, request.offset)
@@ -360,10 +435,10 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
                 fetched = entries[-1].index if entries else offset - 1
                 self.c.fetchers[request.broker_id] = (fetched, time.time() * 1000)
             return resp
-        return await self._answer(pb.FetchMetadataResponse, work)
+        return await self._answer(pb.FetchMetadataResponse, context, work, needs=O.CLUSTER_ACTION)
 
     async def FetchSnapshot(self, request: pb.FetchSnapshotRequest, context) -> pb.FetchSnapshotResponse:
-        async def work() -> pb.FetchSnapshotResponse:
+        async def work(access: Access) -> pb.FetchSnapshotResponse:
             await self.c.ensure_active()
             src = self.c.node.snapshot_reader()
             if src is None or src.meta.index != request.snapshot_offset:
@@ -376,10 +451,10 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             return pb.FetchSnapshotResponse(status=_status(), snapshot_offset=src.meta.index,
                                             snapshot_term=src.meta.term, size=src.meta.size,
                                             position=pos, data=data)
-        return await self._answer(pb.FetchSnapshotResponse, work)
+        return await self._answer(pb.FetchSnapshotResponse, context, work, needs=O.CLUSTER_ACTION)
 
     async def DescribeQuorum(self, request: pb.DescribeQuorumRequest, context) -> pb.DescribeQuorumResponse:
-        async def work() -> pb.DescribeQuorumResponse:
+        async def work(access: Access) -> pb.DescribeQuorumResponse:
             await self.c.ensure_active()
             node = self.c.node
             st = node.status()
@@ -400,7 +475,59 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             return pb.DescribeQuorumResponse(status=_status(), cluster_id=node.cluster_id, leader_id=node.id,
                                              leader_epoch=st.term, high_watermark=st.commit_index + 1,
                                              voters=voters, observers=observers)
-        return await self._answer(pb.DescribeQuorumResponse, work)
+        return await self._answer(pb.DescribeQuorumResponse, context, work, needs=O.DESCRIBE)
+
+    # ---------------------------------------------------------------------------- ACLs
+
+    def _acls_enabled(self) -> None:
+        """Kafka answers the ACL requests SECURITY_DISABLED without an authorizer."""
+        if self.authorizer is None:
+            raise ApiError(ErrorCode.SECURITY_DISABLED, "No Authorizer is configured on the controllers: set "
+                                                        "authorizer.class.name to manage ACLs")
+
+    async def CreateAcls(self, request: pb.CreateAclsRequest, context) -> pb.CreateAclsResponse:
+        async def work(access: Access) -> pb.CreateAclsResponse:
+            self._acls_enabled()
+            check_request_size(len(request.creations), "ACLs")
+            wanted: list[StandardAcl | ApiError] = []
+            for b in request.creations:
+                try:
+                    wanted.append(new_acl(b.resource_type, b.resource_name, b.pattern_type, b.principal, b.host,
+                                          b.operation, b.permission_type))
+                except ApiError as e:
+                    wanted.append(e)
+            results = await self.c.write(lambda view: create_acls(view.acls, wanted), in_thread=True)
+            return pb.CreateAclsResponse(status=_status(), results=[
+                pb.AclResult(error_code=int(e.code), error_message=e.message) if e else pb.AclResult()
+                for e in results])
+        return await self._answer(pb.CreateAclsResponse, context, work, needs=O.ALTER)
+
+    async def DescribeAcls(self, request: pb.DescribeAclsRequest, context) -> pb.DescribeAclsResponse:
+        async def work(access: Access) -> pb.DescribeAclsResponse:
+            self._acls_enabled()
+            wanted = _acl_filter(request.filter)
+            image = await self.c.read_image()
+            found = await self.c.in_worker(lambda: sorted(acl for _, acl in matching(image.acls, wanted)))
+            return pb.DescribeAclsResponse(status=_status(), acls=[_binding(a) for a in found])
+        return await self._answer(pb.DescribeAclsResponse, context, work, needs=O.DESCRIBE)
+
+    async def DeleteAcls(self, request: pb.DeleteAclsRequest, context) -> pb.DeleteAclsResponse:
+        async def work(access: Access) -> pb.DeleteAclsResponse:
+            self._acls_enabled()
+            check_request_size(len(request.filters), "ACL filters")
+            filters: list[AclBindingFilter | ApiError] = []
+            for f in request.filters:
+                try:
+                    filters.append(_acl_filter(f))
+                except ApiError as e:
+                    filters.append(e)
+            results = await self.c.write(lambda view: delete_acls(view.acls, filters, MAX_RECORDS_PER_USER_OP),
+                                         in_thread=True)
+            return pb.DeleteAclsResponse(status=_status(), filter_results=[
+                pb.DeleteAclsFilterResult(error_code=int(r.code), error_message=r.message)
+                if isinstance(r, ApiError) else pb.DeleteAclsFilterResult(matching_acls=[_binding(a) for a in sorted(r)])
+                for r in results])
+        return await self._answer(pb.DeleteAclsResponse, context, work, needs=O.ALTER)
 
 
 def _protocol(name: str) -> SecurityProtocol:
@@ -409,6 +536,28 @@ def _protocol(name: str) -> SecurityProtocol:
     except KeyError:
         raise ApiError(ErrorCode.INVALID_REQUEST, f"unknown security protocol {name!r}: use "
                        f"{', '.join(p.name for p in SecurityProtocol)}") from None
+
+
+def _acl_filter(f: pb.AclFilter) -> AclBindingFilter:
+    return acl_filter(f.resource_type, f.resource_name if f.HasField("resource_name") else None, f.pattern_type,
+                      f.principal if f.HasField("principal") else None, f.host if f.HasField("host") else None,
+                      f.operation, f.permission_type)
+
+
+def _binding(acl: StandardAcl) -> pb.AclBinding:
+    return pb.AclBinding(resource_type=acl.resource_type, resource_name=acl.resource_name,
+                         pattern_type=acl.pattern_type, principal=acl.principal, host=acl.host,
+                         operation=acl.operation, permission_type=acl.permission_type)
+
+
+def _config_refusal(access: Access, op: AclOperation, resource_type: int, name: str) -> ApiError | None:
+    """Why ``op`` on a config resource is refused: a topic's configs need it on the topic, a
+    broker's (or the cluster default's) on the cluster, as in Kafka; None when allowed."""
+    if resource_type == ResourceType.TOPIC and not access.topic(op, name):
+        return ApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, access.topic_denied(op, name))
+    if resource_type == ResourceType.BROKER and not access.cluster(op):
+        return ApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, access.cluster_denied(op))
+    return None
 
 
 def _resource_type(value: int) -> ResourceType:
