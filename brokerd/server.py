@@ -17,12 +17,14 @@ from typing import Any
 
 import grpc
 
+from metadata.authorizer import StandardAuthorizer
 from metadata.client import ControllerClient, ControllerError
 from metadata.config import ServerConfig
 from metadata.delta import MetadataChanges
 from metadata.errors import ErrorCode as ControllerCode
 from metadata.image import MetadataImage
 from metadata.metrics import MetricsEndpoint
+from metadata.principal import mapper_from_config
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc
 from protos import controller_pb2 as cpb
@@ -99,6 +101,9 @@ class BrokerServer:
     async def _start(self) -> None:
         cfg, bcfg = self.cfg, self.config
         self.cluster_id = cluster_id_of(cfg)
+        # Decided from the ACLs of the metadata this broker acts on (denied until it has some).
+        self.authorizer = authorizer = StandardAuthorizer.from_config(cfg.props, lambda: self.rm.image.acls)
+        self.mapper = mapper = mapper_from_config(cfg.props)
         if self._own_metrics:
             self.metrics.start()
         self.logs = LogManager(cfg.log_dirs, bcfg.flush)
@@ -124,10 +129,10 @@ class BrokerServer:
                                                ("grpc.max_send_message_length", 256 << 20),
                                                ("grpc.so_reuseport", 0)],
                                       interceptors=[requests.interceptor(bcfg.listener)] if requests else [])
-        producer_ids = ProducerIdManager(self.client, cfg.node_id, lambda: self.lifecycle.epoch)
+        self.producer_ids = producer_ids = ProducerIdManager(self.client, cfg.node_id, lambda: self.lifecycle.epoch)
         add_service(self.server, broker_pb2_grpc.add_BrokerServicer_to_server,
                     BrokerService(self.rm, bcfg.listener, lambda: self.client.last_controller_id, self.describe,
-                                  producer_ids, self.groups))
+                                  producer_ids, self.groups, authorizer, mapper))
         self.kafka_listeners = []
         for name, (host, port) in cfg.listeners.items():
             if name == cfg.controller_listener:
@@ -135,7 +140,8 @@ class BrokerServer:
             address = f"{host or '0.0.0.0'}:{port}"
             if name in bcfg.kafka_listeners:
                 listener = KafkaListener(name, host, port, KafkaApis(self.rm, name, self.groups, producer_ids,
-                                                                     self.client), bcfg.request_max_bytes, requests)
+                                                                     self.client, authorizer, mapper),
+                                         bcfg.request_max_bytes, requests)
                 try:
                     await listener.start()
                 except OSError as e:

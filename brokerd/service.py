@@ -1,6 +1,8 @@
 """The broker's gRPC service (protos/broker.proto): thin adapters from the wire to produce,
-fetch, offsets and metadata. Partition-level problems are answered in-band; a request that
-cannot be served at all (a bug, a failed log directory) gets a gRPC error with one line."""
+fetch, offsets and metadata, each checked for the caller's principal (``authorization``).
+Partition-level problems are answered in-band; a request that cannot be served at all (a bug,
+a failed log directory, a client certificate no mapping rule maps) gets a gRPC error with one
+line."""
 from __future__ import annotations
 
 import logging
@@ -12,12 +14,13 @@ import grpc
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc
 
-from .cluster_metadata import metadata_answer
-from .fetch import fetch
+from metadata.authorizer import Access, StandardAuthorizer
+from metadata.principal import PrincipalError, PrincipalMapper, grpc_session
+
+from . import authorization as authorized
 from .group_coordinator import GroupCoordinator
 from .log_store import StorageFailure
-from .offsets import list_offsets, offsets_for_leader_epoch
-from .produce import first_error, produce
+from .produce import first_error
 from .producer_ids import ProducerIdManager
 from .replica_manager import ReplicaManager
 
@@ -27,13 +30,26 @@ T = TypeVar("T")
 class BrokerService(broker_pb2_grpc.BrokerServicer):
     def __init__(self, rm: ReplicaManager, listener: str, controller_id: Callable[[], int],
                  describe: Callable[[], pb.DescribeBrokerResponse], producer_ids: ProducerIdManager,
-                 groups: GroupCoordinator) -> None:
+                 groups: GroupCoordinator, authorizer: StandardAuthorizer | None = None,
+                 mapper: PrincipalMapper | None = None) -> None:
+        """``authorizer`` None: every request is allowed (no ``authorizer.class.name``)."""
         self.rm = rm
         self.producer_ids = producer_ids
-        self.groups = groups
+        self.groups = authorized.GroupAccess(groups)
         self.listener = listener
         self.controller_id = controller_id
         self.describe = describe
+        self.authorizer = authorizer
+        self.mapper = mapper or PrincipalMapper()
+
+    async def _access(self, context: grpc.aio.ServicerContext) -> Access:
+        """Who calls; a certificate no mapping rule maps ends the call, as Kafka refuses the
+        connection."""
+        try:
+            return Access(self.authorizer, grpc_session(context, self.mapper))
+        except PrincipalError as e:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(e))
+        raise AssertionError("unreachable")
 
     async def _guard(self, context: grpc.aio.ServicerContext, work: Awaitable[T]) -> T:
         try:
@@ -46,7 +62,8 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         raise AssertionError("unreachable")
 
     async def Produce(self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext) -> pb.ProduceResponse:
-        resp = await self._guard(context, produce(self.rm, request))
+        access = await self._access(context)
+        resp = await self._guard(context, authorized.produce(self.rm, request, access))
         if request.acks == 0:
             # Kafka sends nothing back for acks=0, and closes the connection on an error.
             error = first_error(resp)
@@ -58,11 +75,12 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     async def ProduceNoAck(self, request_iterator: AsyncIterator[pb.ProduceRequest],
                            context: grpc.aio.ServicerContext) -> pb.ProduceStreamSummary:
         summary = pb.ProduceStreamSummary()
+        access = await self._access(context)
         async for req in request_iterator:
             if req.acks != 0:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                     f"INVALID_REQUIRED_ACKS: the acks=0 stream got a request with acks={req.acks}")
-            resp = await self._guard(context, produce(self.rm, req))
+            resp = await self._guard(context, authorized.produce(self.rm, req, access))
             error = first_error(resp)
             if error is not None:
                 # No answer can carry the error: end the stream, as Kafka closes the connection.
@@ -75,61 +93,63 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         return summary
 
     async def Fetch(self, request: pb.FetchRequest, context: grpc.aio.ServicerContext) -> pb.FetchResponse:
-        return await self._guard(context, fetch(self.rm, request))
+        return await self._guard(context, authorized.fetch(self.rm, request, await self._access(context)))
 
     async def ListOffsets(self, request: pb.ListOffsetsRequest, context: grpc.aio.ServicerContext) -> pb.ListOffsetsResponse:
-        return list_offsets(self.rm, request)
+        return authorized.list_offsets(self.rm, request, await self._access(context))
 
     async def OffsetsForLeaderEpoch(self, request: pb.OffsetsForLeaderEpochRequest,
                                     context: grpc.aio.ServicerContext) -> pb.OffsetsForLeaderEpochResponse:
-        return offsets_for_leader_epoch(self.rm, request)
+        return authorized.offsets_for_leader_epoch(self.rm, request, await self._access(context))
 
     async def Metadata(self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext) -> pb.MetadataResponse:
-        return metadata_answer(self.rm.image, request, self.listener, self.controller_id())
+        return authorized.metadata(self.rm, request, self.listener, self.controller_id(), await self._access(context))
 
     async def InitProducerId(self, request: pb.InitProducerIdRequest,
                              context: grpc.aio.ServicerContext) -> pb.InitProducerIdResponse:
-        return await self._guard(context, self.producer_ids.init_producer_id(request))
+        return await self._guard(context, authorized.init_producer_id(self.producer_ids, request,
+                                                                       await self._access(context)))
 
     # -- consumer groups (group_coordinator) --------------------------------------------------
 
     async def FindCoordinator(self, request: pb.FindCoordinatorRequest,
                               context: grpc.aio.ServicerContext) -> pb.FindCoordinatorResponse:
-        return await self._guard(context, self.groups.find_coordinator(request, self.listener))
+        return await self._guard(context, self.groups.find_coordinator(request, self.listener,
+                                                                        await self._access(context)))
 
     async def JoinGroup(self, request: pb.JoinGroupRequest, context: grpc.aio.ServicerContext) -> pb.JoinGroupResponse:
-        return await self._guard(context, self.groups.join_group(request))
+        return await self._guard(context, self.groups.join_group(request, await self._access(context)))
 
     async def SyncGroup(self, request: pb.SyncGroupRequest, context: grpc.aio.ServicerContext) -> pb.SyncGroupResponse:
-        return await self._guard(context, self.groups.sync_group(request))
+        return await self._guard(context, self.groups.sync_group(request, await self._access(context)))
 
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext) -> pb.HeartbeatResponse:
-        return await self._guard(context, self.groups.heartbeat(request))
+        return await self._guard(context, self.groups.heartbeat(request, await self._access(context)))
 
     async def LeaveGroup(self, request: pb.LeaveGroupRequest,
                          context: grpc.aio.ServicerContext) -> pb.LeaveGroupResponse:
-        return await self._guard(context, self.groups.leave_group(request))
+        return await self._guard(context, self.groups.leave_group(request, await self._access(context)))
 
     async def OffsetCommit(self, request: pb.OffsetCommitRequest,
                            context: grpc.aio.ServicerContext) -> pb.OffsetCommitResponse:
-        return await self._guard(context, self.groups.offset_commit(request))
+        return await self._guard(context, self.groups.offset_commit(request, await self._access(context)))
 
     async def OffsetFetch(self, request: pb.OffsetFetchRequest,
                           context: grpc.aio.ServicerContext) -> pb.OffsetFetchResponse:
-        return await self._guard(context, self.groups.offset_fetch(request))
+        return await self._guard(context, self.groups.offset_fetch(request, await self._access(context)))
 
     async def ListGroups(self, request: pb.ListGroupsRequest,
                          context: grpc.aio.ServicerContext) -> pb.ListGroupsResponse:
-        return self.groups.list_groups()
+        return self.groups.list_groups(await self._access(context))
 
     async def DescribeGroups(self, request: pb.DescribeGroupsRequest,
                              context: grpc.aio.ServicerContext) -> pb.DescribeGroupsResponse:
-        return self.groups.describe_groups(request)
+        return self.groups.describe_groups(request, await self._access(context))
 
     async def DeleteGroups(self, request: pb.DeleteGroupsRequest,
                            context: grpc.aio.ServicerContext) -> pb.DeleteGroupsResponse:
-        return await self._guard(context, self.groups.delete_groups(request))
+        return await self._guard(context, self.groups.delete_groups(request, await self._access(context)))
 
     async def DescribeBroker(self, request: pb.DescribeBrokerRequest,
                              context: grpc.aio.ServicerContext) -> pb.DescribeBrokerResponse:
-        return self.describe()
+        return authorized.describe_broker(self.describe, await self._access(context))

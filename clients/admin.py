@@ -62,10 +62,13 @@ class Admin:
 
         async def one(address: str) -> pb.DescribeBrokerResponse | None:
             try:
-                return await self.connections.stub(address).DescribeBroker(
+                r = await self.connections.stub(address).DescribeBroker(
                     pb.DescribeBrokerRequest(), timeout=self.timeout_ms / 1000)
             except grpc.aio.AioRpcError:
                 return None
+            if r.error_code:  # CLUSTER_AUTHORIZATION_FAILED: asking another broker changes nothing
+                raise BrokerResponseError(ErrorCode.of(r.error_code), r.error_message)
+            return r
         answers = await asyncio.gather(*(one(a) for a in addresses.values()))
         return {b: r for b, r in zip(addresses, answers) if r is not None}
 

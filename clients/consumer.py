@@ -28,7 +28,7 @@ import grpc
 
 from protos import broker_pb2 as pb
 
-from .cluster_view import ClientError, ClusterView, Connections, parse_bootstrap
+from .cluster_view import BrokerResponseError, ClientError, ClusterView, Connections, parse_bootstrap
 from .consumer_coordinator import ConsumerCoordinator
 from .errors import RETRIABLE, STALE_METADATA, ErrorCode
 from .records import ConsumerRecord, batches, check_crc, records_of
@@ -166,6 +166,10 @@ class Consumer:
             self.cluster.add(topic)
             try:
                 await self.cluster.wait_on_metadata(topic, None, 10000)
+            except BrokerResponseError as e:
+                if e.code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+                    raise  # Kafka's consumer throws TopicAuthorizationException from poll
+                continue
             except ClientError:
                 continue  # a topic that does not exist yet: no partitions for now
             counts[topic] = self.cluster.partition_count(topic) or 0

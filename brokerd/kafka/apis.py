@@ -11,21 +11,23 @@ that is sent anyway closes its connection (codec.MalformedRequest).
 """
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from clients.errors import BrokerError, ErrorCode
+from metadata.acls import AclOperation
+from metadata.authorizer import Access, StandardAuthorizer
 from metadata.client import ControllerClient, ControllerError
 from metadata.image import MetadataImage
+from metadata.principal import PrincipalMapper, Session, stream_session
 from protos import broker_pb2 as pb
 from protos import controller_pb2 as cpb
 
-from ..cluster_metadata import live_brokers, metadata_answer
-from ..fetch import fetch
+from .. import authorization as authorized
+from ..cluster_metadata import live_brokers
 from ..group_coordinator import OFFSETS_TOPIC, GroupCoordinator
-from ..offsets import list_offsets, offsets_for_leader_epoch
-from ..produce import produce
 from ..producer_ids import ProducerIdManager
 from ..replica_manager import ReplicaManager
 from .batches import from_wire, stored_to_wire
@@ -34,7 +36,7 @@ from .codec import RequestHeader, build, ms, response_schema
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 0, 1, 2, 3, 8, 9, 10
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 11, 12, 13, 14, 15, 16
 API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH = 18, 19, 20, 22, 23
-DESCRIBE_CONFIGS = 32
+DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS, DESCRIBE_CONFIGS = 29, 30, 31, 32
 CREATE_PARTITIONS, DELETE_GROUPS, ELECT_LEADERS, INCREMENTAL_ALTER_CONFIGS = 37, 42, 43, 44
 ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS, DESCRIBE_CLUSTER = 45, 46, 60
 
@@ -46,6 +48,7 @@ VERSIONS: dict[int, tuple[int, int]] = {
     DELETE_TOPICS: (1, 6), INIT_PRODUCER_ID: (0, 4), OFFSET_FOR_LEADER_EPOCH: (2, 4), DESCRIBE_CONFIGS: (1, 4),
     CREATE_PARTITIONS: (0, 3), DELETE_GROUPS: (0, 2), INCREMENTAL_ALTER_CONFIGS: (0, 1), DESCRIBE_CLUSTER: (0, 1),
     ELECT_LEADERS: (0, 2), ALTER_PARTITION_REASSIGNMENTS: (0, 1), LIST_PARTITION_REASSIGNMENTS: (0, 0),
+    DESCRIBE_ACLS: (1, 3), CREATE_ACLS: (1, 3), DELETE_ACLS: (1, 3),
 }
 
 TOPIC_CONFIG_SOURCE, BROKER_CONFIG_SOURCE, DEFAULT_CONFIG_SOURCE = 1, 4, 5
@@ -78,13 +81,17 @@ def _instance_id(m: Any) -> str | None:
 
 class KafkaApis:
     def __init__(self, rm: ReplicaManager, listener: str, groups: GroupCoordinator, producer_ids: ProducerIdManager,
-                 controller: ControllerClient) -> None:
+                 controller: ControllerClient, authorizer: StandardAuthorizer | None = None,
+                 mapper: PrincipalMapper | None = None) -> None:
+        """``authorizer`` None: every request is allowed (no ``authorizer.class.name``)."""
         self.rm = rm
         self.listener = listener
-        self.groups = groups
+        self.groups = authorized.GroupAccess(groups)
         self.producer_ids = producer_ids
         self.controller = controller
-        self.handlers: dict[int, Callable[[Any, int], Awaitable[dict[str, Any] | None]]] = {
+        self.authorizer = authorizer
+        self.mapper = mapper or PrincipalMapper()
+        self.handlers: dict[int, Callable[[Any, int, Access], Awaitable[dict[str, Any] | None]]] = {
             PRODUCE: self.produce, FETCH: self.fetch, LIST_OFFSETS: self.list_offsets, METADATA: self.metadata,
             OFFSET_COMMIT: self.offset_commit, OFFSET_FETCH: self.offset_fetch,
             FIND_COORDINATOR: self.find_coordinator, JOIN_GROUP: self.join_group, HEARTBEAT: self.heartbeat,
@@ -97,6 +104,7 @@ class KafkaApis:
             DESCRIBE_CLUSTER: self.describe_cluster, ELECT_LEADERS: self.elect_leaders,
             ALTER_PARTITION_REASSIGNMENTS: self.alter_partition_reassignments,
             LIST_PARTITION_REASSIGNMENTS: self.list_partition_reassignments,
+            CREATE_ACLS: self.create_acls, DESCRIBE_ACLS: self.describe_acls, DELETE_ACLS: self.delete_acls,
         }
         self._api_names = {key: "".join(w.capitalize() for w in fn.__name__.split("_"))
                            for key, fn in self.handlers.items()}
@@ -109,19 +117,24 @@ class KafkaApis:
         """Kafka's name of an API (``list_offsets`` serves ListOffsets), for request metrics."""
         return self._api_names.get(api_key) or str(api_key)
 
-    async def handle(self, header: RequestHeader, request: Any) -> Any | None:
+    def session(self, writer: asyncio.StreamWriter) -> Session:
+        """Who is connected (once per connection): its TLS client certificate's principal,
+        else ANONYMOUS; PrincipalError when no mapping rule maps the certificate."""
+        return stream_session(writer, self.mapper)
+
+    async def handle(self, header: RequestHeader, request: Any, session: Session) -> Any | None:
         """The response entity for a request (None: no response, acks=0)."""
-        answer = await self.handlers[header.api_key](request, header.api_version)
+        answer = await self.handlers[header.api_key](request, header.api_version, Access(self.authorizer, session))
         if answer is None:
             return None
         return build(response_schema(header.api_key, header.api_version), answer)
 
     # -- versions and metadata -------------------------------------------------------------------
 
-    async def api_versions(self, req: Any, version: int) -> dict[str, Any]:
+    async def api_versions(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         return {"error_code": 0, "api_keys": api_version_list()}
 
-    async def metadata(self, req: Any, version: int) -> dict[str, Any]:
+    async def metadata(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         wanted = req.topics
         names: list[str] = []
         for t in wanted or ():
@@ -131,7 +144,7 @@ class KafkaApis:
                 name = found.name if found is not None else str(t.topic_id)
             names.append(name or "")
         # null asks for every topic, [] for none (a client that wants only the brokers)
-        answer = metadata_answer(self.image, pb.MetadataRequest(topics=names), self.listener, -1) \
+        answer = authorized.metadata(self.rm, pb.MetadataRequest(topics=names), self.listener, -1, access) \
             if wanted is None or wanted else None
         brokers = answer.brokers if answer is not None else live_brokers(self.image, self.listener)
         topics = answer.topics if answer is not None else []
@@ -151,14 +164,17 @@ class KafkaApis:
                        for t in topics],
         }
 
-    async def describe_cluster(self, req: Any, version: int) -> dict[str, Any]:
+    async def describe_cluster(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        if not access.cluster(AclOperation.DESCRIBE):
+            return {"error_code": int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), "brokers": [], "controller_id": -1,
+                    "error_message": access.cluster_denied(AclOperation.DESCRIBE), "cluster_id": ""}
         return {"error_code": 0, "cluster_id": self.image.cluster_id, "controller_id": self.rm.broker_id,
                 "brokers": [{"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack or None}
                             for b in live_brokers(self.image, self.listener)]}
 
     # -- produce, fetch, offsets ---------------------------------------------------------------
 
-    async def produce(self, req: Any, version: int) -> dict[str, Any] | None:
+    async def produce(self, req: Any, version: int, access: Access) -> dict[str, Any] | None:
         answers: dict[tuple[str, int], dict[str, Any]] = {}
         order: list[tuple[str, int]] = []
         ours = pb.ProduceRequest(acks=req.acks, timeout_ms=ms(req.timeout))
@@ -174,7 +190,7 @@ class KafkaApis:
                     answers[(t.name, pd.index)] = _produce_error(pd.index, e)
                     continue
                 topic.partitions.add(partition=pd.index, batch=batch)
-        resp = await produce(self.rm, ours)
+        resp = await authorized.produce(self.rm, ours, access)
         for t in resp.topics:
             for a in t.partitions:
                 answers[(t.name, a.partition)] = {
@@ -190,7 +206,7 @@ class KafkaApis:
             by_topic.setdefault(key[0], []).append(answers[key])
         return {"responses": [{"name": n, "partition_responses": ps} for n, ps in by_topic.items()]}
 
-    async def fetch(self, req: Any, version: int) -> dict[str, Any]:
+    async def fetch(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         if getattr(req, "session_id", 0) != 0 or getattr(req, "session_epoch", -1) > 0:  # v7+
             # No fetch sessions here (KIP-227): a client that names one is told it does not
             # exist and falls back to full fetches; a new session (epoch 0) gets id 0, "none".
@@ -203,7 +219,7 @@ class KafkaApis:
                 ft.partitions.add(partition=fp.partition, fetch_offset=fp.fetch_offset, log_start_offset=-1,
                                   partition_max_bytes=max(1, fp.partition_max_bytes),
                                   current_leader_epoch=_epoch(getattr(fp, "current_leader_epoch", -1)))
-        resp = await fetch(self.rm, ours)
+        resp = await authorized.fetch(self.rm, ours, access)
         return {"error_code": 0, "session_id": 0, "responses": [
             {"topic": t.name, "partitions": [
                 {"partition_index": a.partition, "error_code": a.error_code, "high_watermark": a.high_watermark,
@@ -213,19 +229,19 @@ class KafkaApis:
                  if a.error_code else {}, "records": stored_to_wire(a.records)} for a in t.partitions]}
             for t in resp.topics]}
 
-    async def list_offsets(self, req: Any, version: int) -> dict[str, Any]:
+    async def list_offsets(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         ours = pb.ListOffsetsRequest()
         for t in req.topics:
             lt = ours.topics.add(name=t.name)
             for lp in t.partitions:
                 lt.partitions.add(partition=lp.partition_index, timestamp=ms(lp.timestamp),
                                   current_leader_epoch=_epoch(getattr(lp, "current_leader_epoch", -1)))
-        resp = list_offsets(self.rm, ours)
+        resp = authorized.list_offsets(self.rm, ours, access)
         return {"topics": [{"name": t.name, "partitions": [
             {"partition_index": a.partition, "error_code": a.error_code, "timestamp": a.timestamp, "offset": a.offset,
              "leader_epoch": a.leader_epoch} for a in t.partitions]} for t in resp.topics]}
 
-    async def offset_for_leader_epoch(self, req: Any, version: int) -> dict[str, Any]:
+    async def offset_for_leader_epoch(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         """A consumer validating its position after a leader change (KIP-320): where its
         epoch ends on the current leader (followers replicate over gRPC, not here)."""
         ours = pb.OffsetsForLeaderEpochRequest(replica_id=-1)
@@ -234,25 +250,25 @@ class KafkaApis:
             for p in t.partitions:
                 ot.partitions.add(partition=p.partition, leader_epoch=p.leader_epoch,
                                   current_leader_epoch=_epoch(p.current_leader_epoch))
-        resp = offsets_for_leader_epoch(self.rm, ours)
+        resp = authorized.offsets_for_leader_epoch(self.rm, ours, access)
         return {"topics": [{"topic": t.name, "partitions": [
             {"error_code": a.error_code, "partition": a.partition, "leader_epoch": a.leader_epoch,
              "end_offset": a.end_offset} for a in t.partitions]} for t in resp.topics]}
 
-    async def init_producer_id(self, req: Any, version: int) -> dict[str, Any]:
+    async def init_producer_id(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         if req.transactional_id is not None:
             return {"error_code": int(ErrorCode.INVALID_REQUEST), "producer_id": -1, "producer_epoch": -1}
         ours = pb.InitProducerIdRequest()
         pid = getattr(req, "producer_id", -1)
         if pid >= 0:
             ours.producer_id, ours.producer_epoch = pid, req.producer_epoch
-        resp = await self.producer_ids.init_producer_id(ours)
+        resp = await authorized.init_producer_id(self.producer_ids, ours, access)
         return {"error_code": resp.error_code, "producer_id": resp.producer_id if not resp.error_code else -1,
                 "producer_epoch": resp.producer_epoch if not resp.error_code else -1}
 
     # -- groups --------------------------------------------------------------------------------
 
-    async def find_coordinator(self, req: Any, version: int) -> dict[str, Any]:
+    async def find_coordinator(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         keys = list(req.coordinator_keys) if version >= 4 else [req.key]
         key_type = getattr(req, "key_type", COORDINATOR_GROUP)
         found = []
@@ -261,45 +277,45 @@ class KafkaApis:
                 r = pb.FindCoordinatorResponse(error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
                                                error_message="transactions are not supported")
             else:
-                r = await self.groups.find_coordinator(pb.FindCoordinatorRequest(key=key), self.listener)
+                r = await self.groups.find_coordinator(pb.FindCoordinatorRequest(key=key), self.listener, access)
             found.append({"key": key, "node_id": r.node_id if not r.error_code else -1, "host": r.host,
                           "port": r.port if not r.error_code else -1, "error_code": r.error_code,
                           "error_message": _message(r.error_code, r.error_message)})
         return {"coordinators": found} if version >= 4 else found[0]
 
-    async def join_group(self, req: Any, version: int) -> dict[str, Any]:
+    async def join_group(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         ours = pb.JoinGroupRequest(group_id=req.group_id, session_timeout_ms=ms(req.session_timeout),
                                    rebalance_timeout_ms=ms(getattr(req, "rebalance_timeout", req.session_timeout)),
                                    member_id=req.member_id, protocol_type=req.protocol_type,
                                    group_instance_id=getattr(req, "group_instance_id", None),
                                    protocols=[pb.JoinGroupProtocol(name=p.name, metadata=p.metadata)
                                               for p in req.protocols])
-        r = await self.groups.join_group(ours)
+        r = await self.groups.join_group(ours, access)
         return {"error_code": r.error_code, "generation_id": r.generation_id, "protocol_type": req.protocol_type,
                 "protocol_name": r.protocol_name or None, "leader": r.leader, "member_id": r.member_id,
                 "members": [{"member_id": m.member_id, "metadata": m.metadata, "group_instance_id": _instance_id(m)}
                             for m in r.members]}
 
-    async def sync_group(self, req: Any, version: int) -> dict[str, Any]:
+    async def sync_group(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         ours = pb.SyncGroupRequest(group_id=req.group_id, generation_id=req.generation_id, member_id=req.member_id,
                                    group_instance_id=getattr(req, "group_instance_id", None),
                                    assignments=[pb.SyncGroupAssignment(member_id=a.member_id, assignment=a.assignment)
                                                 for a in req.assignments])
-        r = await self.groups.sync_group(ours)
+        r = await self.groups.sync_group(ours, access)
         return {"error_code": r.error_code, "assignment": r.assignment,
                 "protocol_type": getattr(req, "protocol_type", None), "protocol_name": getattr(req, "protocol_name", None)}
 
-    async def heartbeat(self, req: Any, version: int) -> dict[str, Any]:
+    async def heartbeat(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         ours = pb.HeartbeatRequest(group_id=req.group_id, generation_id=req.generation_id, member_id=req.member_id,
                                    group_instance_id=getattr(req, "group_instance_id", None))
-        return {"error_code": (await self.groups.heartbeat(ours)).error_code}
+        return {"error_code": (await self.groups.heartbeat(ours, access)).error_code}
 
-    async def leave_group(self, req: Any, version: int) -> dict[str, Any]:
+    async def leave_group(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         members = req.members if version >= 3 else [req]
         ours = pb.LeaveGroupRequest(group_id=req.group_id, members=[
             pb.MemberIdentity(member_id=m.member_id, group_instance_id=getattr(m, "group_instance_id", None))
             for m in members])
-        r = await self.groups.leave_group(ours)
+        r = await self.groups.leave_group(ours, access)
         code = r.error_code
         if version < 3 and not code and r.members:
             code = r.members[0].error_code
@@ -307,7 +323,7 @@ class KafkaApis:
             {"member_id": m.member_id, "error_code": m.error_code, "group_instance_id": _instance_id(m)}
             for m in r.members]}
 
-    async def offset_commit(self, req: Any, version: int) -> dict[str, Any]:
+    async def offset_commit(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         generation = getattr(req, "generation_id_or_member_epoch", getattr(req, "generation_id", -1))
         ours = pb.OffsetCommitRequest(group_id=req.group_id, generation_id=generation, member_id=req.member_id,
                                       group_instance_id=getattr(req, "group_instance_id", None))
@@ -317,15 +333,15 @@ class KafkaApis:
                 ot.partitions.add(partition=p.partition_index, offset=p.committed_offset,
                                   leader_epoch=getattr(p, "committed_leader_epoch", -1),
                                   metadata=p.committed_metadata or "")
-        r = await self.groups.offset_commit(ours)
+        r = await self.groups.offset_commit(ours, access)
         return {"topics": [{"name": t.name, "partitions": [
             {"partition_index": p.partition, "error_code": p.error_code} for p in t.partitions]} for t in r.topics]}
 
-    async def offset_fetch(self, req: Any, version: int) -> dict[str, Any]:
+    async def offset_fetch(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         ours = pb.OffsetFetchRequest(group_id=req.group_id)
         for t in req.topics or ():
             ours.topics.add(name=t.name, partitions=list(t.partition_indexes))
-        r = await self.groups.offset_fetch(ours)
+        r = await self.groups.offset_fetch(ours, access)
         topics = [{"name": t.name, "partitions": [
             {"partition_index": p.partition, "committed_offset": p.offset, "committed_leader_epoch": p.leader_epoch,
              "metadata": p.metadata, "error_code": p.error_code or r.error_code} for p in t.partitions]}
@@ -336,15 +352,15 @@ class KafkaApis:
                 for i in t.partition_indexes]} for t in req.topics]
         return {"error_code": r.error_code, "topics": topics}
 
-    async def list_groups(self, req: Any, version: int) -> dict[str, Any]:
-        r = self.groups.list_groups()
+    async def list_groups(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        r = self.groups.list_groups(access)
         wanted = {s.lower() for s in getattr(req, "states_filter", ())}
         return {"error_code": r.error_code, "groups": [
             {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state}
             for g in r.groups if not wanted or g.state.lower() in wanted]}
 
-    async def describe_groups(self, req: Any, version: int) -> dict[str, Any]:
-        r = self.groups.describe_groups(pb.DescribeGroupsRequest(groups=list(req.groups)))
+    async def describe_groups(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        r = self.groups.describe_groups(pb.DescribeGroupsRequest(groups=list(req.groups)), access)
         return {"groups": [
             {"error_code": g.error_code, "group_id": g.group_id, "group_state": g.state,
              "protocol_type": g.protocol_type, "protocol_data": g.protocol, "members": [
@@ -353,26 +369,28 @@ class KafkaApis:
                   "group_instance_id": _instance_id(m)}
                  for m in g.members]} for g in r.groups]}
 
-    async def delete_groups(self, req: Any, version: int) -> dict[str, Any]:
-        r = await self.groups.delete_groups(pb.DeleteGroupsRequest(groups=list(req.groups_names)))
+    async def delete_groups(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        r = await self.groups.delete_groups(pb.DeleteGroupsRequest(groups=list(req.groups_names)), access)
         return {"results": [{"group_id": g.group_id, "error_code": g.error_code} for g in r.results]}
 
     # -- admin, forwarded to the active controller ---------------------------------------------
 
-    async def _forward(self, method: str, request: Any) -> tuple[Any, ErrorCode, str]:
+    async def _forward(self, method: str, request: Any, access: Access) -> tuple[Any, ErrorCode, str]:
+        """The request to the active controller, which authorizes it for the client's principal
+        (carried as Kafka's EnvelopeRequest carries it)."""
         try:
-            return await self.controller.call(method, request), ErrorCode.NONE, ""
+            return await self.controller.call(method, request, on_behalf_of=access.session), ErrorCode.NONE, ""
         except ControllerError as e:
             return None, ErrorCode.of(int(e.code)), e.message
 
-    async def create_topics(self, req: Any, version: int) -> dict[str, Any]:
+    async def create_topics(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         ours = cpb.CreateTopicsRequest(validate_only=req.validate_only if version >= 1 else False)
         for t in req.topics:
             ours.topics.add(name=t.name, num_partitions=t.num_partitions, replication_factor=t.replication_factor,
                             assignments=[cpb.ReplicaAssignment(partition=a.partition_index, replicas=list(a.broker_ids))
                                          for a in t.assignments],
                             configs={c.name: c.value or "" for c in t.configs})
-        r, code, message = await self._forward("CreateTopics", ours)
+        r, code, message = await self._forward("CreateTopics", ours, access)
         if r is None:
             return {"topics": [{"name": t.name, "error_code": int(code), "error_message": message}
                                for t in req.topics]}
@@ -382,7 +400,7 @@ class KafkaApis:
                             "replication_factor": t.replication_factor if not t.error_code else -1,
                             "configs": None if t.error_code else []} for t in r.topics]}
 
-    async def delete_topics(self, req: Any, version: int) -> dict[str, Any]:
+    async def delete_topics(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         ours = cpb.DeleteTopicsRequest()
         if version >= 6:
             for t in req.topics:
@@ -392,13 +410,13 @@ class KafkaApis:
                     ours.topic_ids.append(_uuid_bytes(t.topic_id))
         else:
             ours.names.extend(req.topic_names)
-        r, code, message = await self._forward("DeleteTopics", ours)
+        r, code, message = await self._forward("DeleteTopics", ours, access)
         if r is None:
             return {"responses": [{"name": n, "error_code": int(code), "error_message": message} for n in ours.names]}
         return {"responses": [{"name": t.name, "topic_id": t.topic_id, "error_code": t.error_code,
                                "error_message": _message(t.error_code, t.error_message)} for t in r.topics]}
 
-    async def create_partitions(self, req: Any, version: int) -> dict[str, Any]:
+    async def create_partitions(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         ours = cpb.CreatePartitionsRequest(validate_only=req.validate_only)
         image = self.image
         for t in req.topics:
@@ -407,20 +425,20 @@ class KafkaApis:
             first = len(existing.partitions) if existing is not None else 0
             for i, a in enumerate(t.assignments or ()):
                 topic.assignments.add(partition=first + i, replicas=list(a.broker_ids))
-        r, code, message = await self._forward("CreatePartitions", ours)
+        r, code, message = await self._forward("CreatePartitions", ours, access)
         if r is None:
             return {"results": [{"name": t.name, "error_code": int(code), "error_message": message} for t in req.topics]}
         return {"results": [{"name": t.name, "error_code": t.error_code,
                              "error_message": _message(t.error_code, t.error_message)} for t in r.topics]}
 
-    async def elect_leaders(self, req: Any, version: int) -> dict[str, Any]:
+    async def elect_leaders(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         """kafka-leader-election.sh; v0 has no election type (preferred)."""
         kind = req.election_type if version >= 1 else 0
         ours = cpb.ElectLeadersRequest(election_type=cpb.ElectLeadersRequest.UNCLEAN if kind == 1 else
                                        cpb.ElectLeadersRequest.PREFERRED)
         for t in req.topic_partitions or ():
             ours.topics.add(name=t.topic, partitions=list(t.partitions))
-        r, code, message = await self._forward("ElectLeaders", ours)
+        r, code, message = await self._forward("ElectLeaders", ours, access)
         if r is None:
             return {"error_code": int(code), "replica_election_results": [
                 {"topic": t.topic, "partition_result": [{"partition_id": p, "error_code": int(code),
@@ -433,7 +451,7 @@ class KafkaApis:
         return {"error_code": 0, "replica_election_results": [
             {"topic": t, "partition_result": parts} for t, parts in by_topic.items()]}
 
-    async def alter_partition_reassignments(self, req: Any, version: int) -> dict[str, Any]:
+    async def alter_partition_reassignments(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         """kafka-reassign-partitions.sh --execute/--cancel. With v1's
         allow_replication_factor_change false (KIP-860), a plan that changes a partition's
         replica count is refused here, whole, as the controller refuses invalid plans."""
@@ -458,7 +476,7 @@ class KafkaApis:
                 for x in ours.reassignments}
             code, message = ErrorCode.NONE, ""
         else:
-            r, code, message = await self._forward("AlterPartitionReassignments", ours)
+            r, code, message = await self._forward("AlterPartitionReassignments", ours, access)
             results = {(x.topic, x.partition): (ErrorCode.of(x.error_code), x.error_message)
                        for x in (r.results if r is not None else ())}
 
@@ -470,11 +488,11 @@ class KafkaApis:
                 "responses": [{"name": t.name, "partitions": [answer(t.name, p.partition_index) for p in t.partitions]}
                               for t in req.topics]}
 
-    async def list_partition_reassignments(self, req: Any, version: int) -> dict[str, Any]:
+    async def list_partition_reassignments(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         ours = cpb.ListPartitionReassignmentsRequest()
         for t in req.topics or ():
             ours.topics.add(name=t.name, partitions=list(t.partition_indexes))
-        r, code, message = await self._forward("ListPartitionReassignments", ours)
+        r, code, message = await self._forward("ListPartitionReassignments", ours, access)
         if r is None:
             return {"error_code": int(code), "error_message": message, "topics": []}
         by_topic: dict[str, list[dict[str, Any]]] = {}
@@ -485,11 +503,11 @@ class KafkaApis:
         return {"error_code": 0, "error_message": None,
                 "topics": [{"name": t, "partitions": parts} for t, parts in by_topic.items()]}
 
-    async def describe_configs(self, req: Any, version: int) -> dict[str, Any]:
+    async def describe_configs(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         ours = cpb.DescribeConfigsRequest(resources=[
             cpb.AlterConfigsResource(resource_type=r.resource_type, resource_name=r.resource_name)
             for r in req.resources])
-        r, code, message = await self._forward("DescribeConfigs", ours)
+        r, code, message = await self._forward("DescribeConfigs", ours, access)
         if r is None:
             return {"results": [{"error_code": int(code), "error_message": message, "resource_type": x.resource_type,
                                  "resource_name": x.resource_name} for x in req.resources]}
@@ -506,7 +524,7 @@ class KafkaApis:
                             for c in got.configs if keys is None or c.name in keys]})
         return {"results": results}
 
-    async def incremental_alter_configs(self, req: Any, version: int) -> dict[str, Any]:
+    async def incremental_alter_configs(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         ours = cpb.IncrementalAlterConfigsRequest(validate_only=req.validate_only)
         refused: dict[tuple[int, str], str] = {}
         for res in req.resources:
@@ -522,13 +540,71 @@ class KafkaApis:
             return {"responses": [{"error_code": int(ErrorCode.INVALID_REQUEST) if key in refused else 0,
                                    "error_message": refused.get(key), "resource_type": key[0], "resource_name": key[1]}
                                   for key in ((x.resource_type, x.resource_name) for x in req.resources)]}
-        r, code, message = await self._forward("IncrementalAlterConfigs", ours)
+        r, code, message = await self._forward("IncrementalAlterConfigs", ours, access)
         if r is None:
             return {"responses": [{"error_code": int(code), "error_message": message, "resource_type": x.resource_type,
                                    "resource_name": x.resource_name} for x in req.resources]}
         return {"responses": [{"error_code": x.error_code, "error_message": _message(x.error_code, x.error_message),
                                "resource_type": x.resource_type, "resource_name": x.resource_name}
                               for x in r.resources]}
+
+    # -- ACLs, forwarded to the active controller (kafka-acls.sh, AdminClient's *_acls) -----------
+
+    async def create_acls(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        ours = cpb.CreateAclsRequest(creations=[cpb.AclBinding(
+            resource_type=c.resource_type, resource_name=c.resource_name, pattern_type=c.resource_pattern_type,
+            principal=c.principal, host=c.host, operation=c.operation, permission_type=c.permission_type)
+            for c in req.creations])
+        r, code, message = await self._forward("CreateAcls", ours, access)
+        if r is None:
+            return {"results": [{"error_code": int(code), "error_message": message} for _ in req.creations]}
+        return {"results": [{"error_code": x.error_code, "error_message": _message(x.error_code, x.error_message)}
+                            for x in r.results]}
+
+    async def describe_acls(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        ours = cpb.DescribeAclsRequest(filter=_acl_filter(
+            req.resource_type_filter, req.resource_name_filter, req.pattern_type_filter, req.principal_filter,
+            req.host_filter, req.operation, req.permission_type))
+        r, code, message = await self._forward("DescribeAcls", ours, access)
+        if r is None:
+            return {"error_code": int(code), "error_message": message, "resources": []}
+        return {"error_code": 0, "error_message": None, "resources": _by_resource(r.acls)}
+
+    async def delete_acls(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        ours = cpb.DeleteAclsRequest(filters=[_acl_filter(
+            f.resource_type_filter, f.resource_name_filter, f.pattern_type_filter, f.principal_filter,
+            f.host_filter, f.operation, f.permission_type) for f in req.filters])
+        r, code, message = await self._forward("DeleteAcls", ours, access)
+        if r is None:
+            return {"filter_results": [{"error_code": int(code), "error_message": message, "matching_acls": []}
+                                       for _ in req.filters]}
+        return {"filter_results": [
+            {"error_code": x.error_code, "error_message": _message(x.error_code, x.error_message), "matching_acls": [
+                {"error_code": 0, "error_message": None, "resource_type": a.resource_type,
+                 "resource_name": a.resource_name, "pattern_type": a.pattern_type, "principal": a.principal,
+                 "host": a.host, "operation": a.operation, "permission_type": a.permission_type}
+                for a in x.matching_acls]} for x in r.filter_results]}
+
+
+def _acl_filter(resource_type: int, name: str | None, pattern_type: int, principal: str | None, host: str | None,
+                operation: int, permission_type: int) -> cpb.AclFilter:
+    """Kafka's nullable filter strings as the controller's optional fields."""
+    f = cpb.AclFilter(resource_type=resource_type, pattern_type=pattern_type, operation=operation,
+                      permission_type=permission_type)
+    for field, value in (("resource_name", name), ("principal", principal), ("host", host)):
+        if value is not None:
+            setattr(f, field, value)
+    return f
+
+
+def _by_resource(acls: Any) -> list[dict[str, Any]]:
+    """DescribeAcls' answer: ACLs grouped under their resource patterns."""
+    grouped: dict[tuple[int, str, int], list[dict[str, Any]]] = {}
+    for a in acls:
+        grouped.setdefault((a.resource_type, a.resource_name, a.pattern_type), []).append(
+            {"principal": a.principal, "host": a.host, "operation": a.operation, "permission_type": a.permission_type})
+    return [{"resource_type": t, "resource_name": n, "pattern_type": p, "acls": entries}
+            for (t, n, p), entries in grouped.items()]
 
 
 def api_version_list() -> list[dict[str, int]]:

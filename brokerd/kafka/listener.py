@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from metadata.metrics import RequestMetrics
+from metadata.principal import PrincipalError
 
 from .apis import API_VERSIONS, VERSIONS, CloseConnection, KafkaApis, newer_api_versions_answer
 from .codec import MalformedRequest, RequestHeader, correlation_id, frame_response, peek_api, read_request
@@ -64,6 +65,7 @@ class KafkaListener:
         pending: asyncio.Queue[tuple[RequestHeader, asyncio.Task[Any], float] | None] = asyncio.Queue()
         sender = asyncio.create_task(self._send(writer, pending, slots, where))
         try:
+            session = self.apis.session(writer)  # the principal, once per connection
             while True:
                 size = int.from_bytes(await reader.readexactly(4), "big", signed=True)
                 if not 8 <= size <= self.max_request_bytes:
@@ -82,10 +84,10 @@ class KafkaListener:
                     raise MalformedRequest(f"api key {api_key} version {version} is not served here "
                                            f"(ApiVersions lists what is)")
                 header, request = read_request(body, api_key, version)
-                pending.put_nowait((header, asyncio.create_task(self.apis.handle(header, request)), arrived))
+                pending.put_nowait((header, asyncio.create_task(self.apis.handle(header, request, session)), arrived))
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the client went away, or the sender closed the connection
-        except MalformedRequest as e:
+        except (MalformedRequest, PrincipalError) as e:
             log.warning("closing the Kafka connection from %s on listener %s: %s", where, self.name, e)
         except asyncio.CancelledError:
             sender.cancel()  # the listener is stopping; this task ends here, quietly
