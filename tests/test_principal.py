@@ -4,22 +4,17 @@ TLS connection, with certificates made here."""
 from __future__ import annotations
 
 import asyncio
-import datetime
-import ipaddress
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from metadata.principal import (ANONYMOUS, PrincipalError, PrincipalMapper, client_address, grpc_session,
                                 mapper_from_config, stream_session)
 from raft.config import ConfigError
+from tests.pki import CertificateAuthority, name
 
 # -- the mapping rules -----------------------------------------------------------------------------
 
@@ -83,40 +78,13 @@ class Pki:
     dir: Path
 
 
-def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
-
-
-def _issue(subject: x509.Name, key: ec.EllipticCurvePrivateKey, issuer: x509.Name,
-           issuer_key: ec.EllipticCurvePrivateKey, ca: bool = False) -> bytes:
-    now = datetime.datetime.now(datetime.timezone.utc)
-    b = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(key.public_key())
-         .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
-         .not_valid_after(now + datetime.timedelta(days=1))
-         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
-    if not ca:
-        b = b.add_extension(x509.SubjectAlternativeName(
-            [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-    return b.sign(issuer_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
-
-
-def _name(**attrs: str) -> x509.Name:
-    oids = {"CN": NameOID.COMMON_NAME, "OU": NameOID.ORGANIZATIONAL_UNIT_NAME, "O": NameOID.ORGANIZATION_NAME}
-    return x509.Name([x509.NameAttribute(oids[k], v) for k, v in attrs.items()])
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    ca_key, server_key, client_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
-    ca_name = _name(CN="test ca")
-    # The issuer lists O first: the subject of the client is O=example, OU=ops, CN=alice in
-    # X.509 order, and RFC 2253 writes it most specific first.
+    authority = CertificateAuthority()
     d = tmp_path_factory.mktemp("pki")
-    p = Pki(_issue(ca_name, ca_key, ca_name, ca_key, ca=True), _pem_key(server_key),
-            _issue(_name(CN="localhost"), server_key, ca_name, ca_key), _pem_key(client_key),
-            _issue(x509.Name(list(reversed(list(_name(CN="alice", OU="ops", O="example"))))), client_key,
-                   ca_name, ca_key), d)
+    server_cert, server_key = authority.issue(name(("CN", "localhost")))
+    client_cert, client_key = authority.issue(name(("O", "example"), ("OU", "ops"), ("CN", "alice")))
+    p = Pki(authority.cert, server_key, server_cert, client_key, client_cert, d)
     for field in ("ca", "server_key", "server_cert", "client_key", "client_cert"):
         (d / f"{field}.pem").write_bytes(getattr(p, field))
     return p
