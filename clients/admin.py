@@ -47,11 +47,11 @@ class Admin:
         """The topic's partitions; [] when the cluster has no such topic (one Metadata round,
         not a wait for it to appear)."""
         self.cluster.add(topic)
-        version = self.cluster.request_update()
-        try:
-            await self.cluster.await_update(version, self.timeout_ms / 1000)
+        try:  # a round of our own: the background refresh may be one that began before the add
+            await asyncio.wait_for(self.cluster.refresh(), self.timeout_ms / 1000)
         except asyncio.TimeoutError:
             raise ClientError(f"no broker answered a metadata request within {self.timeout_ms} ms") from None
+        self.cluster.check_authorized(topic)
         t = self.cluster.topics.get(topic)
         return [(topic, p.partition) for p in t.partitions] if t is not None and not t.error else []
 

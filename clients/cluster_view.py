@@ -184,7 +184,7 @@ class ClusterView:
         count = self.partition_count(topic)
         if count is not None and (partition is None or partition < count):
             return 0.0
-        self._check_authorized(topic)
+        self.check_authorized(topic)
         begin = time.monotonic()
         remaining_ms = float(max_wait_ms)
         while True:
@@ -203,13 +203,13 @@ class ClusterView:
             t = self.topics.get(topic)
             if t is not None and t.error == ErrorCode.INVALID_REQUEST:
                 raise BrokerResponseError(t.error, f"Invalid topic: {topic}")
-            self._check_authorized(topic)
+            self.check_authorized(topic)
             remaining_ms = max_wait_ms - elapsed_ms
             count = self.partition_count(topic)
             if count is not None and (partition is None or partition < count):
                 return elapsed_ms
 
-    def _check_authorized(self, topic: str) -> None:
+    def check_authorized(self, topic: str) -> None:
         """Kafka's TopicAuthorizationException: the last metadata refused the topic, which
         waiting does not change."""
         t = self.topics.get(topic)
