@@ -20,6 +20,8 @@ pytest.importorskip("pyspark")
 from click.testing import CliRunner  # noqa: E402
 
 from metadata import records as R  # noqa: E402
+from metadata.acls import (AclOperation, AclPermissionType, AclResourceType, PatternType,  # noqa: E402
+                           StandardAcl)
 from metadata.analytics import figures as F  # noqa: E402
 from metadata.analytics import plain  # noqa: E402
 from metadata.analytics.cli import analytics  # noqa: E402
@@ -38,6 +40,13 @@ from raft.storage import DiskStorage, format_storage  # noqa: E402
 
 T0 = 1_700_000_000_000
 ALPHA, SKEWED, BROKEN = (uuid.UUID(int=0xA0 + i) for i in range(3))
+ACL_IDS = [uuid.UUID(int=0xAC0 + i) for i in range(3)]
+ACLS = [StandardAcl(AclResourceType.TOPIC, "alpha", PatternType.LITERAL, "User:alice", "*", AclOperation.READ,
+                    AclPermissionType.ALLOW),
+        StandardAcl(AclResourceType.GROUP, "bill", PatternType.PREFIXED, "User:*", "10.0.0.1", AclOperation.ALL,
+                    AclPermissionType.DENY),
+        StandardAcl(AclResourceType.CLUSTER, "kafka-cluster", PatternType.LITERAL, "User:broker", "*",
+                    AclOperation.CLUSTER_ACTION, AclPermissionType.ALLOW)]
 
 
 # -- data ------------------------------------------------------------------------------------
@@ -74,7 +83,8 @@ def crafted_batches() -> dict[int, list[pb.MetadataRecord]]:
               R.partition(BROKEN, 1, [5, 6], isr=[5], leader=5)],
         3: [R.config(ResourceType.TOPIC, "skewed", "min.insync.replicas", "2"),
             R.config(ResourceType.TOPIC, "alpha", "retention.ms", "3600000"),
-            R.config(ResourceType.BROKER, "", "min.insync.replicas", "1")],
+            R.config(ResourceType.BROKER, "", "min.insync.replicas", "1")]
+           + [R.access_control_entry(i, a) for i, a in zip(ACL_IDS, ACLS)],
     }
 
 
@@ -95,14 +105,16 @@ def history_batches() -> dict[int, list[pb.MetadataRecord]]:
            + [R.partition(T1, p, [1 + p % 3, 1 + (p + 1) % 3]) for p in range(3)]
            + [R.topic("t2", T2)] + [R.partition(T2, p, [2, 3]) for p in range(2)],
         4: [R.config(ResourceType.TOPIC, "t1", "retention.ms", "1000"),
-            R.topic("t3", T3), R.partition(T3, 0, [3, 1])],
+            R.topic("t3", T3), R.partition(T3, 0, [3, 1])]
+           + [R.access_control_entry(i, a) for i, a in zip(ACL_IDS[:2], ACLS[:2])],
         5: [R.partition_change(T1, 0, isr=[1])],
         6: [R.remove_topic(T2)],
         8: [R.topic("t4", T4)] + [R.partition(T4, p, [p % 3 + 1]) for p in range(4)]
            + [R.partition_change(T1, 1, leader=NO_LEADER, isr=[])],
         9: [R.partition(T3, 1, [1, 2]),
-            R.config(ResourceType.TOPIC, "t3", "min.insync.replicas", "3")],
-        10: [R.fence_broker(3, 3)],
+            R.config(ResourceType.TOPIC, "t3", "min.insync.replicas", "3"),
+            R.access_control_entry(ACL_IDS[2], ACLS[2])],
+        10: [R.fence_broker(3, 3), R.remove_access_control_entry(ACL_IDS[0])],
     }
 
 
@@ -162,6 +174,9 @@ def expected(table: str, image: MetadataImage) -> set[tuple]:
         return broker_rows(image)
     if table == "topics":
         return {(t.name, str(t.id)) for t in image.topics_by_id.values()}
+    if table == "acls":
+        return {(a.resource_type.name, a.resource_name, a.pattern_type.name, a.principal, a.host, a.operation.name,
+                 a.permission_type.name, str(i)) for i, a in image.acls.by_id.items()}
     assert table == "configs"
     return {(r.type.name, r.name, k, v) for r, values in image.configs.items()
             for k, v in values.items()}
@@ -214,7 +229,7 @@ def log_dir(data: Path) -> Path:
 
 # -- the data source -------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["brokers", "topics", "partitions", "replicas", "configs"])
+@pytest.mark.parametrize("name", ["brokers", "topics", "partitions", "replicas", "configs", "acls"])
 def test_snapshot_tables_match_the_image(spark, crafted, name: str) -> None:
     path, image = crafted
     rows = table(spark, path, name)
@@ -227,7 +242,7 @@ def test_records_table_of_a_snapshot(spark, crafted) -> None:
     rows = (spark.read.format("kraft").option("table", "records").load(str(path))
             .orderBy("position").collect())
     info = read_info(path)
-    assert len(rows) == info.record_count == 1 + 6 + 3 + 12 + 3
+    assert len(rows) == info.record_count == 1 + 6 + 3 + 12 + 3 + 3
     assert {r.source for r in rows} == {"snapshot"}
     assert {(r.offset, r.term) for r in rows} == {(image.offset, image.epoch)}
     assert [r.position for r in rows] == list(range(info.record_count))
@@ -256,7 +271,7 @@ def test_raft_snap_files_read_like_plain_snapshots(spark, log_dir: Path) -> None
     assert set(rows) == partition_rows(history_image(SNAPSHOT_AT))
 
 
-@pytest.mark.parametrize("name", ["brokers", "topics", "partitions", "replicas", "configs"])
+@pytest.mark.parametrize("name", ["brokers", "topics", "partitions", "replicas", "configs", "acls"])
 def test_log_directory_tables_match_the_replayed_image(spark, log_dir: Path, name: str) -> None:
     rows = table(spark, log_dir, name, numPartitions=3)
     assert len(rows) == len(set(rows))
@@ -270,6 +285,7 @@ def test_offset_reproduces_earlier_states(spark, log_dir: Path, offset: int) -> 
     if offset in (SNAPSHOT_AT, 9):
         assert set(table(spark, log_dir, "brokers", offset=offset)) == broker_rows(image)
         assert set(table(spark, log_dir, "configs", offset=offset)) == expected("configs", image)
+        assert set(table(spark, log_dir, "acls", offset=offset)) == expected("acls", image)
 
 
 def test_records_table_of_a_log_directory(spark, log_dir: Path) -> None:

@@ -169,17 +169,17 @@ def _plan_snapshot(opts: ReadOptions) -> list[InputPartition]:
                 f"offset (asked for {opts.offset}); give a metadata log directory for history")
         table = opts.table
         racks: tuple[tuple[int, str | None], ...] = ()
-        if table in ("brokers", "configs", "replicas"):
+        if table in ("brokers", "configs", "acls", "replicas"):
             where = layout(f, info)
             if table == "brokers":
                 ranges = [(0, where.brokers_end)] if where.brokers_end else []
-            elif table == "configs":
+            elif table in ("configs", "acls"):
                 ranges = ([(where.configs_start, info.record_count)]
                           if info.record_count > where.configs_start else [])
             else:
                 racks = tuple(sorted(R.racks_of_records(
                     records(f, 0, where.brokers_end)).items()))
-        if table not in ("brokers", "configs"):
+        if table not in ("brokers", "configs", "acls"):
             ranges = record_ranges(info, _range_count(opts, info))
         if table == "records" and opts.source == "log":
             ranges = []
@@ -196,7 +196,7 @@ def _plan_directory(opts: ReadOptions) -> list[InputPartition]:
                                                      "records"):
         if table != "records" or opts.source in ("all", "snapshot"):
             out.extend(_directory_snapshot_ranges(opts, state))
-    if table in ("brokers", "configs"):
+    if table in ("brokers", "configs", "acls"):
         out.append(PlannedRows(list(R.image_rows(table, state.image))))
     elif table in ("topics", "partitions", "replicas"):
         batches = list(R.image_rows(table, state.image, state.touched_ids()))

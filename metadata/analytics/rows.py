@@ -15,9 +15,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from metadata.acls import StandardAcl
+from metadata.delta.acls import acl_of_record
 from metadata.image import BrokerRegistration, MetadataImage
 from metadata.record_json import message_to_dict
-from metadata.records import MetadataRecord, type_name
+from metadata.records import MetadataRecord, type_name, uuid_of
 from protos import metadata_pb2 as pb
 
 from .schemas import TABLES
@@ -158,6 +160,13 @@ def add_config(rows: Rows, resource_type: str, resource_name: str, key: str, val
         col.append(value)
 
 
+def add_acl(rows: Rows, acl_id: uuid.UUID, acl: StandardAcl) -> None:
+    for col, value in zip(rows.cols, (acl.resource_type.name, acl.resource_name, acl.pattern_type.name,
+                                      acl.principal, acl.host, acl.operation.name,
+                                      acl.permission_type.name, str(acl_id))):
+        col.append(value)
+
+
 # -- from records ------------------------------------------------------------------------------
 
 def broker_from_record(rows: Rows, r: pb.RegisterBrokerRecord) -> None:
@@ -172,6 +181,11 @@ def config_from_record(rows: Rows, r: pb.ConfigRecord) -> None:
     if r.HasField("value"):  # a snapshot holds no removals; a log's are not configs
         add_config(rows, pb.ConfigRecord.ResourceType.Name(r.resource_type), r.resource_name,
                    r.name, r.value)
+
+
+def acl_from_record(rows: Rows, r: pb.AccessControlEntryRecord) -> None:
+    """A row as the image would give it; values no controller writes raise RecordError."""
+    add_acl(rows, uuid_of(r.id, "ACL id"), acl_of_record(r))
 
 
 def racks_of_records(records: Iterator[MetadataRecord]) -> dict[int, str | None]:
@@ -252,6 +266,9 @@ def image_rows(table: str, image: MetadataImage,
     elif table == "topics":
         for t in topics:
             add_topic(rows, t.name, str(t.id))
+    elif table == "acls":
+        for acl_id, acl in sorted(image.acls.by_id.items()):
+            add_acl(rows, acl_id, acl)
     else:
         raise ValueError(f"no image rows for table {table!r}")
     if len(rows):

@@ -60,6 +60,17 @@ CONFIGS = StructType([
     _f("value", StringType()),
 ])
 
+ACLS = StructType([
+    _f("resource_type", StringType()),    # TOPIC, GROUP or CLUSTER
+    _f("resource_name", StringType()),
+    _f("pattern_type", StringType()),     # LITERAL or PREFIXED
+    _f("principal", StringType()),        # e.g. User:alice, User:*
+    _f("host", StringType()),             # an IP address or *
+    _f("operation", StringType()),        # READ, WRITE, ..., ALL
+    _f("permission_type", StringType()),  # ALLOW or DENY
+    _f("id", StringType()),
+])
+
 RECORDS = StructType([
     _f("source", StringType()),       # "snapshot" or "log"
     _f("offset", LongType()),         # the Raft entry; a snapshot's records all carry its offset
@@ -80,5 +91,6 @@ TABLES: dict[str, StructType] = {
     "partitions": PARTITIONS,
     "replicas": REPLICAS,
     "configs": CONFIGS,
+    "acls": ACLS,
     "records": RECORDS,
 }

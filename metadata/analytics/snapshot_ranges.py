@@ -5,9 +5,10 @@ seeks straight to it. Two facts of the format (docs/metadata-snapshot-format.md,
 order") make a range readable on its own:
 
 - records come in sections: features, brokers, producer ids, topics (each TopicRecord
-  followed by its PartitionRecords), configs. Brokers are found by reading only the blocks
-  before the first topic, configs only from the block before the first config; both are
-  located by a binary search over the first record of each index block.
+  followed by its PartitionRecords), configs, ACLs. Brokers are found by reading only the
+  blocks before the first topic, configs and ACLs only from the block before the first
+  config (or ACL); both are located by a binary search over the first record of each index
+  block.
 - a range that starts inside a topic needs that topic's name, which only its TopicRecord
   carries: the task finds it by reading the index block(s) before its start.
 
@@ -32,7 +33,7 @@ from .frames import PartitionDecoder, frames, is_partition, parse
 
 #: The section of each record type a snapshot holds, in the order the sections come.
 SECTIONS: dict[str, int] = {"feature_level": 0, "register_broker": 1, "producer_ids": 2,
-                            "topic": 3, "partition": 3, "config": 4}
+                            "topic": 3, "partition": 3, "config": 4, "access_control_entry": 5}
 _TOPICS, _CONFIGS = 3, 4
 
 
@@ -42,7 +43,7 @@ class Layout:
 
     record_count: int
     brokers_end: int     # every RegisterBrokerRecord is before this record
-    configs_start: int   # every ConfigRecord is at or after this record
+    configs_start: int   # every ConfigRecord (and AccessControlEntryRecord) is at or after this record
 
 
 def records(f: BinaryIO, start: int, end: int) -> Iterator[MetadataRecord]:
@@ -223,6 +224,8 @@ def _other_rows(f: BinaryIO, info: SnapshotInfo, req: RangeRequest) -> Iterator[
             R.broker_from_record(rows, record.register_broker)
         elif table == "configs" and which == "config":
             R.config_from_record(rows, record.config)
+        elif table == "acls" and which == "access_control_entry":
+            R.acl_from_record(rows, record.access_control_entry)
         elif table == "records" and (req.record_types is None
                                      or type_name(record) in req.record_types):
             R.add_record(rows, "snapshot", req.offset, req.term, req.created_ms, i, record)
