@@ -16,7 +16,7 @@ groups GROUP_AUTHORIZATION_FAILED; cluster refusals CLUSTER_AUTHORIZATION_FAILED
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from clients.errors import ErrorCode
@@ -41,13 +41,14 @@ GROUP_DENIED = int(ErrorCode.GROUP_AUTHORIZATION_FAILED)
 def _split(req: M, allowed: Callable[[Any], bool]) -> tuple[M, list[Any]]:
     """The request with only the topics ``allowed`` lets through, and the others; the request
     itself (no copy of its records) when none is refused."""
-    refused = [t for t in req.topics if not allowed(t)]  # type: ignore[attr-defined]
+    verdicts = [(t, allowed(t)) for t in req.topics]  # type: ignore[attr-defined]
+    refused = [t for t, ok in verdicts if not ok]
     if not refused:
         return req, []
     kept = type(req)()
     kept.CopyFrom(req)  # type: ignore[attr-defined]
     del kept.topics[:]  # type: ignore[attr-defined]
-    kept.topics.extend(t for t in req.topics if allowed(t))  # type: ignore[attr-defined]
+    kept.topics.extend(t for t, ok in verdicts if ok)  # type: ignore[attr-defined]
     return kept, refused
 
 
@@ -169,26 +170,24 @@ class GroupAccess:
                                               error_message=access.group_denied(O.DESCRIBE, req.key))
         return await self.groups.find_coordinator(req, listener)
 
-    async def join_group(self, req: pb.JoinGroupRequest, access: Access) -> pb.JoinGroupResponse:
+    @staticmethod
+    async def _member(req: Any, access: Access, answer: type, serve: Callable[[Any], Awaitable[Any]]) -> Any:
+        """A member's request (join, sync, heartbeat, leave): READ on the group."""
         if not access.group(O.READ, req.group_id):
-            return pb.JoinGroupResponse(error_code=GROUP_DENIED, generation_id=-1,
-                                        error_message=access.group_denied(O.READ, req.group_id))
-        return await self.groups.join_group(req)
+            return answer(error_code=GROUP_DENIED, error_message=access.group_denied(O.READ, req.group_id))
+        return await serve(req)
+
+    async def join_group(self, req: pb.JoinGroupRequest, access: Access) -> pb.JoinGroupResponse:
+        return await self._member(req, access, pb.JoinGroupResponse, self.groups.join_group)
 
     async def sync_group(self, req: pb.SyncGroupRequest, access: Access) -> pb.SyncGroupResponse:
-        if not access.group(O.READ, req.group_id):
-            return pb.SyncGroupResponse(error_code=GROUP_DENIED, error_message=access.group_denied(O.READ, req.group_id))
-        return await self.groups.sync_group(req)
+        return await self._member(req, access, pb.SyncGroupResponse, self.groups.sync_group)
 
     async def heartbeat(self, req: pb.HeartbeatRequest, access: Access) -> pb.HeartbeatResponse:
-        if not access.group(O.READ, req.group_id):
-            return pb.HeartbeatResponse(error_code=GROUP_DENIED, error_message=access.group_denied(O.READ, req.group_id))
-        return await self.groups.heartbeat(req)
+        return await self._member(req, access, pb.HeartbeatResponse, self.groups.heartbeat)
 
     async def leave_group(self, req: pb.LeaveGroupRequest, access: Access) -> pb.LeaveGroupResponse:
-        if not access.group(O.READ, req.group_id):
-            return pb.LeaveGroupResponse(error_code=GROUP_DENIED, error_message=access.group_denied(O.READ, req.group_id))
-        return await self.groups.leave_group(req)
+        return await self._member(req, access, pb.LeaveGroupResponse, self.groups.leave_group)
 
     async def offset_commit(self, req: pb.OffsetCommitRequest, access: Access) -> pb.OffsetCommitResponse:
         """READ on the group (else every partition is GROUP_AUTHORIZATION_FAILED), and READ on

@@ -82,21 +82,17 @@ class RaftAccess(grpc.aio.ServerInterceptor):
                 await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"CLUSTER_AUTHORIZATION_FAILED: Cluster "
                                     f"authorization failed: {session.principal} may not {op.name} the cluster")
 
-        if handler.unary_unary is not None:
-            inner = handler.unary_unary
-
-            async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        def checked(inner: Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]) -> Any:
+            async def serve(request_or_stream: Any, context: grpc.aio.ServicerContext) -> Any:
                 await check(context)
-                return await inner(request, context)
-            return grpc.unary_unary_rpc_method_handler(unary, request_deserializer=handler.request_deserializer,
-                                                       response_serializer=handler.response_serializer)
-        inner_stream = handler.stream_unary
+                return await inner(request_or_stream, context)
+            return serve
 
-        async def stream(requests: Any, context: grpc.aio.ServicerContext) -> Any:
-            await check(context)
-            return await inner_stream(requests, context)
-        return grpc.stream_unary_rpc_method_handler(stream, request_deserializer=handler.request_deserializer,
-                                                    response_serializer=handler.response_serializer)
+        serializers = dict(request_deserializer=handler.request_deserializer,
+                           response_serializer=handler.response_serializer)
+        if handler.unary_unary is not None:  # RaftAdmin
+            return grpc.unary_unary_rpc_method_handler(checked(handler.unary_unary), **serializers)
+        return grpc.stream_unary_rpc_method_handler(checked(handler.stream_unary), **serializers)  # RaftPeer
 
 
 class ControllerServer:

@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import Any, Awaitable, Callable
+from collections.abc import Iterable
+from typing import Any, Awaitable, Callable, TypeVar
 
 import grpc
 
@@ -489,13 +490,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         async def work(access: Access) -> pb.CreateAclsResponse:
             self._acls_enabled()
             check_request_size(len(request.creations), "ACLs")
-            wanted: list[StandardAcl | ApiError] = []
-            for b in request.creations:
-                try:
-                    wanted.append(new_acl(b.resource_type, b.resource_name, b.pattern_type, b.principal, b.host,
-                                          b.operation, b.permission_type))
-                except ApiError as e:
-                    wanted.append(e)
+            wanted = _each(request.creations, _new_acl)
             results = await self.c.write(lambda view: create_acls(view.acls, wanted), in_thread=True)
             return pb.CreateAclsResponse(status=_status(), results=[
                 pb.AclResult(error_code=int(e.code), error_message=e.message) if e else pb.AclResult()
@@ -515,12 +510,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         async def work(access: Access) -> pb.DeleteAclsResponse:
             self._acls_enabled()
             check_request_size(len(request.filters), "ACL filters")
-            filters: list[AclBindingFilter | ApiError] = []
-            for f in request.filters:
-                try:
-                    filters.append(_acl_filter(f))
-                except ApiError as e:
-                    filters.append(e)
+            filters = _each(request.filters, _acl_filter)
             results = await self.c.write(lambda view: delete_acls(view.acls, filters, MAX_RECORDS_PER_USER_OP),
                                          in_thread=True)
             return pb.DeleteAclsResponse(status=_status(), filter_results=[
@@ -536,6 +526,25 @@ def _protocol(name: str) -> SecurityProtocol:
     except KeyError:
         raise ApiError(ErrorCode.INVALID_REQUEST, f"unknown security protocol {name!r}: use "
                        f"{', '.join(p.name for p in SecurityProtocol)}") from None
+
+
+T = TypeVar("T")
+
+
+def _each(items: Iterable[Any], convert: Callable[[Any], T]) -> list[T | ApiError]:
+    """Each item converted, or the refusal of it in its place (Kafka answers ACLs one by one)."""
+    out: list[T | ApiError] = []
+    for item in items:
+        try:
+            out.append(convert(item))
+        except ApiError as e:
+            out.append(e)
+    return out
+
+
+def _new_acl(b: pb.AclBinding) -> StandardAcl:
+    return new_acl(b.resource_type, b.resource_name, b.pattern_type, b.principal, b.host, b.operation,
+                   b.permission_type)
 
 
 def _acl_filter(f: pb.AclFilter) -> AclBindingFilter:

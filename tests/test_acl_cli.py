@@ -2,10 +2,13 @@
 consumer and the consumer-groups tool, over plaintext, against a combined node where DENY ACLs
 refuse the plaintext principal (User:ANONYMOUS) a topic, a group and operations on the cluster
 (allow.everyone.if.no.acl.found=true lets everything else through, the node's own requests
-included)."""
+included); and a bad authorization setting stops a server with one line."""
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
@@ -14,6 +17,7 @@ from kraft.cli import main as kraft
 from metadata.acls import CLUSTER_NAME, AclOperation, AclPermissionType, AclResourceType, PatternType
 from protos import controller_pb2 as pb
 from tests.acl_node import CombinedNode
+from tests.brokercluster import REPO
 
 O = AclOperation
 TOPIC = "Not authorized to access topics: [secret] (User:ANONYMOUS may not {} it)"
@@ -101,3 +105,29 @@ def test_console_producer_and_consumer(node: CombinedNode) -> None:
     assert refused("consumer-groups", *s, "--describe", "--group", "locked") == [
         "Error: GROUP_AUTHORIZATION_FAILED: Not authorized to access group: locked (User:ANONYMOUS may not "
         "DESCRIBE it)"]
+
+
+def test_bad_authorization_settings_stop_a_server_with_one_line(tmp_path: Path) -> None:
+    from metadata.ids import random_id
+    from raft.storage import format_storage
+    from tests.kvcluster import free_ports
+
+    port = free_ports(1)[0]
+    format_storage(str(tmp_path / "meta"), random_id(), 1)
+    base = {"node.id": "1", "process.roles": "controller", "controller.quorum.voters": f"1@127.0.0.1:{port}",
+            "listeners": f"CONTROLLER://127.0.0.1:{port}", "metadata.log.dir": str(tmp_path / "meta"),
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"}
+    for bad, line in [
+        ({"super.users": "admin"}, "Error: super.users: 'admin' is not a principal; expected e.g. "
+                                   "User:admin;User:broker"),
+        ({"ssl.principal.mapping.rules": "RULE:^CN=(.*$/$1/"}, "Error: ssl.principal.mapping.rules: rule "
+         "'RULE:^CN=(.*$/$1/': bad pattern: missing ), unterminated subpattern at position 4"),
+        ({"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"}, "Error: authorizer.class.name="
+         "kafka.security.authorizer.AclAuthorizer: the only authorizer is "
+         "org.apache.kafka.metadata.authorizer.StandardAuthorizer (or leave it empty for none)"),
+    ]:
+        config = tmp_path / "server.properties"
+        config.write_text("".join(f"{k}={v}\n" for k, v in {**base, **bad}.items()))
+        p = subprocess.run([sys.executable, "-m", "kraft.cli", "server-start", str(config)], cwd=REPO,
+                           capture_output=True, text=True, timeout=60)
+        assert (p.returncode, p.stderr.splitlines()) == (1, [line])
