@@ -20,7 +20,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-
 from urllib.parse import unquote
 
 from cryptography import x509
