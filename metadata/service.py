@@ -236,11 +236,12 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     def _describe_topics(image: MetadataImage, names: list[str], access: Access) -> pb.DescribeTopicsResponse:
         """As Kafka's Metadata: a listing leaves out the topics the session may not DESCRIBE; a
         topic named is answered TOPIC_AUTHORIZATION_FAILED, whether it exists or not."""
+        named = bool(names)
         names = names or [n for n in sorted(image.topics_by_name) if access.topic(O.DESCRIBE, n, log_denial=False)]
         live = {b.id for b in image.brokers.values() if not b.fenced}
         out = []
         for name in names:
-            if not access.topic(O.DESCRIBE, name):
+            if named and not access.topic(O.DESCRIBE, name):
                 out.append(pb.TopicDescription(name=name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                                                error_message=access.topic_denied(O.DESCRIBE, name)))
                 continue
