@@ -502,6 +502,7 @@ def configs(bootstrap: str, timeout: float, entity_type: str, entity_name: str |
 @main.command("acls")
 @bootstrap_option
 @timeout_option
+@command_config_option
 @click.option("--add", "action", flag_value="add", help="add the ACLs the options name")
 @click.option("--remove", "action", flag_value="remove", help="remove them (all of a resource's without principals)")
 @click.option("--list", "action", flag_value="list", help="list the ACLs (of the resources named, or all)")
