@@ -165,6 +165,17 @@ class BrokerCluster:
             r = await c.call("DescribeTopics", cpb.DescribeTopicsRequest(names=[name]))
             return r.topics[0]
 
+    def restart_all(self) -> None:
+        """Stop every broker (a controlled shutdown each) and controller, then start them all
+        again, and wait until the brokers are unfenced."""
+        for bid in self.ids:
+            assert self.stop_broker(bid) == 0, f"broker {bid} did not stop cleanly"
+        self.quorum.stop()
+        self.quorum.start()
+        for bid in self.ids:
+            self.start_broker(bid)
+        asyncio.run(self.wait_unfenced(timeout=60))
+
     def close(self) -> None:
         for p in self.procs.values():
             if p.poll() is None:

@@ -79,13 +79,7 @@ def test_acls_replicate_and_survive_failover_and_restarts(tmp_path: Path) -> Non
         asyncio.run(replicated(6))
 
         # every node restarts: the ACLs come back from the snapshots and logs
-        for b in c.ids:
-            assert c.stop_broker(b) == 0
-        c.quorum.stop()
-        c.quorum.start()
-        for b in c.ids:
-            c.start_broker(b)
-        asyncio.run(c.wait_unfenced(timeout=60))
+        c.restart_all()
         assert kraft(c, "--list") == after_failover
         asyncio.run(replicated(6))
 

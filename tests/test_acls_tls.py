@@ -130,13 +130,7 @@ def test_a_certificate_without_acls_is_refused_then_allowed(cluster: BrokerClust
     assert "Topic: orders" in ok(describe())
     assert "Created topic alice-2." in ok(create("alice-2"))
     cluster.quorum.start_node(leader)
-    for b in cluster.ids:
-        assert cluster.stop_broker(b) == 0
-    cluster.quorum.stop()
-    cluster.quorum.start()
-    for b in cluster.ids:
-        cluster.start_broker(b)
-    asyncio.run(cluster.wait_unfenced(timeout=60))
+    cluster.restart_all()
     ok(produce("after-restart"))
     assert "after-restart" in ok(consume(4)).split()
     assert one_line_error(create("bob-1")) == f"Error: TOPIC_AUTHORIZATION_FAILED: {DENIED.format('bob-1', 'CREATE')}"
