@@ -45,13 +45,13 @@ def pattern_type(text: str | None, action: str) -> PatternType:
         return PatternType.LITERAL
     allowed = ([PatternType.LITERAL, PatternType.PREFIXED] if action == "add" else
                [PatternType.LITERAL, PatternType.PREFIXED, PatternType.MATCH, PatternType.ANY])
-    return parse_named(PatternType, text, f"--resource-pattern-type for --{action}", allowed)  # type: ignore[return-value]
+    return parse_named(text, f"--resource-pattern-type for --{action}", allowed)  # type: ignore[return-value]
 
 
 def operations(names: Iterable[str], where: list[Resource]) -> list[AclOperation]:
     """The operations named (ALL when none is), each one the resource types named support."""
-    known = [o for o in AclOperation if o not in (AclOperation.UNKNOWN, AclOperation.ANY)]
-    ops = [parse_named(AclOperation, n, "operation", known) for n in names] or [AclOperation.ALL]
+    known = sorted(frozenset().union(*OPERATIONS.values()))
+    ops = [parse_named(n, "operation", known) for n in names] or [AclOperation.ALL]
     for r in where:
         for op in ops:
             if op not in OPERATIONS[r.type]:

@@ -104,9 +104,9 @@ def camel(value: IntEnum) -> str:
     return "".join(w.capitalize() for w in value.name.split("_"))
 
 
-def parse_named(enum: type[IntEnum], text: str, what: str, allowed: Iterable[IntEnum]) -> IntEnum:
-    """A value by its name in any case, with or without underscores (``ClusterAction``,
-    ``cluster_action``); ApiError INVALID_REQUEST listing ``allowed`` otherwise."""
+def parse_named(text: str, what: str, allowed: Iterable[IntEnum]) -> IntEnum:
+    """One of ``allowed`` by its name in any case, with or without underscores
+    (``ClusterAction``, ``cluster_action``); ApiError INVALID_REQUEST listing them otherwise."""
     wanted = text.replace("_", "").replace("-", "").lower()
     allowed = list(allowed)
     for value in allowed:

@@ -248,7 +248,7 @@ def test_bad_acls_are_refused_and_nothing_is_written(node: CombinedNode) -> None
     for args, message in [
         (["--allow-principal", "User:x", "--operation", "Fly", "--topic", "t"], "Error: unknown operation 'Fly': use "
          "All, Read, Write, Create, Delete, Alter, Describe, ClusterAction, DescribeConfigs, AlterConfigs, "
-         "IdempotentWrite, CreateTokens, DescribeTokens"),
+         "IdempotentWrite"),
         (["--topic", "t"], "Error: --add needs --allow-principal or --deny-principal"),
         (["--allow-principal", "x", "--topic", "t"], "Error: principal 'x': expected a string in format "
          "principalType:principalName, e.g. User:alice"),
