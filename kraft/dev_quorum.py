@@ -11,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from raft.config import ConfigError
+from raft.config import ConfigError, TLSConfig
 
 from metadata.client import ControllerClient
 from metadata.ids import random_id
@@ -26,9 +26,12 @@ class DevQuorum:
 
     def __init__(self, base_dir: str | None = None, base_port: int = 19093, *, election_timeout_ms: int = 500,
                  session_timeout_ms: int = 9000, extra: dict[str, str] | None = None, brokers: int = 0,
-                 broker_extra: dict[str, str] | None = None, node_extra: dict[int, dict[str, str]] | None = None) -> None:
+                 broker_extra: dict[str, str] | None = None, node_extra: dict[int, dict[str, str]] | None = None,
+                 client_tls: TLSConfig | None = None) -> None:
         """``extra`` goes into every controller's properties, ``broker_extra`` into every
-        broker's, ``node_extra[id]`` into node ``id``'s alone (e.g. its prometheus.listener)."""
+        broker's, ``node_extra[id]`` into node ``id``'s alone (e.g. its prometheus.listener);
+        ``client_tls``: what this object's own checks dial the controllers with (TLS listeners)."""
+        self.client_tls = client_tls
         self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix="kraft-dev-"))
         self.ports = {i: base_port + i - 1 for i in (1, 2, 3)}
         self.broker_ports = {101 + i: base_port + 3 + i for i in range(brokers)}
@@ -105,7 +108,7 @@ class DevQuorum:
 
     async def wait_for_leader(self, timeout: float = 30.0, among: list[int] | None = None) -> int:
         async with ControllerClient([f"127.0.0.1:{self.ports[i]}" for i in (among or self.ports)],
-                                    timeout=timeout, attempt_timeout=1.0) as c:
+                                    timeout=timeout, attempt_timeout=1.0, tls=self.client_tls) as c:
             r = await c.call("DescribeQuorum", pb.DescribeQuorumRequest())
             return r.leader_id
 
@@ -113,7 +116,7 @@ class DevQuorum:
         """Until the brokers are registered and unfenced."""
         want = set(ids or self.broker_ports)
         deadline = time.monotonic() + timeout
-        async with ControllerClient(self.bootstrap, timeout=timeout, attempt_timeout=1.0) as c:
+        async with ControllerClient(self.bootstrap, timeout=timeout, attempt_timeout=1.0, tls=self.client_tls) as c:
             while True:
                 r = await c.call("DescribeCluster", pb.DescribeClusterRequest())
                 if want <= {b.id for b in r.brokers if not b.fenced}:

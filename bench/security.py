@@ -1,0 +1,254 @@
+"""TLS and the authorizer, measured: what mutual TLS on every listener and the StandardAuthorizer
+cost topic creation and acks=all produce, beside the same cluster in plaintext, in one run.
+
+    python -m bench.security --seconds 10 --topics 300
+
+Three controllers and three brokers (``kraft.dev_quorum``) are started three times, one after
+the other, on this machine:
+- ``plaintext``: no TLS, no authorizer (what the rest of bench/ measures);
+- ``tls``: every listener SSL with ``ssl.client.auth=required`` (the controllers' Raft traffic,
+  the brokers' gRPC and Kafka listeners, replication), certificates from deploy/make_certs.py;
+- ``tls+acls``: the same with ``authorizer.class.name`` set. The nodes and the admin are super
+  users; the benchmark's client (``User:bench``) is not: ACLs allow it CREATE and
+  IDEMPOTENT_WRITE on the cluster and WRITE on the topics prefixed ``bench``, so every request
+  it makes is checked against the ACL index.
+
+In each, JSON lines (``bench`` = ``security``, ``mode`` as above):
+- ``create_topics``: ``--topics`` CreateTopics requests (one topic, one partition, replication
+  factor 3, each), ``--clients`` at a time, through the controllers' client: ops/s, p50/p99 ms;
+- ``produce``: our idempotent producer (gRPC), acks=all, ``--value``-byte records, flat out for
+  ``--seconds`` into a 6-partition topic: msgs/s, MB/s, and p50/p99 ms from ``send`` to its
+  acknowledgement;
+- ``produce_kafka``: the same with confluent-kafka (librdkafka) through the Kafka listener.
+Then ``relative`` rows: each workload's throughput in ``tls`` and ``tls+acls`` over
+``plaintext`` (the issue's target: ``tls+acls`` at least 0.85).
+
+Every process (six servers, the client, this one) shares this machine's cores; the three modes
+run back to back so that the ratios compare like with like (``load_average`` is in every row).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from clients import Producer
+from clients.security import client_tls
+from kraft.dev_quorum import DevQuorum
+from metadata.client import ControllerClient
+from protos import controller_pb2 as cpb
+from raft.config import TLSConfig
+
+from .common import REPO, emit, free_ports
+
+PARTITIONS = 6
+NODES = ("controller-1", "controller-2", "controller-3", "broker-101", "broker-102", "broker-103")
+RULE = "RULE:^CN=([^,]+).*$/$1/,DEFAULT"  # User:<CN>, as deploy/docker-compose.tls.yml maps them
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One cluster's security: TLS on every listener or none, the authorizer on or off."""
+
+    name: str
+    tls: bool
+    acls: bool
+
+    def _props(self, certs: Path, protocols: str) -> dict[str, str]:
+        props: dict[str, str] = {}
+        if self.tls:
+            props |= {"listener.security.protocol.map": protocols, "ssl.client.auth": "required",
+                      "ssl.truststore.location": str(certs / "ca.crt"), "ssl.principal.mapping.rules": RULE}
+        if self.acls:
+            props |= {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                      "super.users": ";".join(f"User:{n}" for n in (*NODES, "admin"))}
+        return props
+
+    def controller_props(self, certs: Path) -> dict[str, str]:
+        return self._props(certs, "CONTROLLER:SSL")
+
+    def broker_props(self, certs: Path) -> dict[str, str]:
+        return self._props(certs, "CONTROLLER:SSL,PLAINTEXT:SSL,KAFKA:SSL")
+
+    def node_props(self, certs: Path) -> dict[int, dict[str, str]]:
+        if not self.tls:
+            return {}
+        return {int(n.split("-")[1]): {"ssl.keystore.location": str(certs / f"{n}.keystore.pem")} for n in NODES}
+
+    def client_props(self, certs: Path, name: str) -> dict[str, str]:
+        if not self.tls:
+            return {}
+        return {"security.protocol": "SSL", "ssl.truststore.location": str(certs / "ca.crt"),
+                "ssl.keystore.location": str(certs / f"{name}.keystore.pem")}
+
+    def client_tls(self, certs: Path, name: str = "bench") -> TLSConfig | None:
+        return client_tls(self.client_props(certs, name))
+
+    def librdkafka(self, certs: Path) -> dict[str, str]:
+        if not self.tls:
+            return {}
+        return {"security.protocol": "ssl", "ssl.ca.location": str(certs / "ca.crt"),
+                "ssl.certificate.location": str(certs / "bench.crt"), "ssl.key.location": str(certs / "bench.key")}
+
+    def grant(self, q: DevQuorum, certs: Path) -> None:
+        """The benchmark's client is no super user: ACLs allow it what it does."""
+        if not self.acls:
+            return
+        admin = q.base_dir / "admin.properties"
+        admin.write_text("".join(f"{k}={v}\n" for k, v in self.client_props(certs, "admin").items()))
+        for what in (["--operation", "Create", "--operation", "IdempotentWrite", "--cluster"],
+                     ["--operation", "Write", "--topic", "bench", "--resource-pattern-type", "prefixed"]):
+            subprocess.run([sys.executable, "-m", "kraft.cli", "acls", "--bootstrap-controller", q.bootstrap,
+                            "--command-config", str(admin), "--add", "--allow-principal", "User:bench", *what],
+                           cwd=REPO, check=True, capture_output=True)
+
+
+MODES = (Mode("plaintext", False, False), Mode("tls", True, False), Mode("tls+acls", True, True))
+
+
+def _pct(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return round(xs[min(len(xs) - 1, int(len(xs) * q))] * 1000, 2)
+
+
+def _row(mode: str, phase: str, **fields: object) -> dict:
+    return {"bench": "security", "mode": mode, "phase": phase, **fields,
+            "load_average": round(os.getloadavg()[0], 1)}
+
+
+async def create_topics(bootstrap: str, tls: TLSConfig | None, count: int, clients: int, prefix: str) -> dict:
+    latencies: list[float] = []
+    names = iter(range(count))
+
+    async def worker() -> None:
+        async with ControllerClient(bootstrap, timeout=60, tls=tls) as c:
+            for i in names:
+                t = time.perf_counter()
+                r = await c.call("CreateTopics", cpb.CreateTopicsRequest(topics=[cpb.CreatableTopic(
+                    name=f"{prefix}-{i}", num_partitions=1, replication_factor=3)]))
+                latencies.append(time.perf_counter() - t)
+                if r.topics[0].error_code:
+                    raise SystemExit(f"bench.security: CreateTopics failed: {r.topics[0].error_message}")
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(clients)))
+    elapsed = time.perf_counter() - start
+    return {"topics": count, "clients": clients, "ops_per_s": round(count / elapsed, 1),
+            "p50_ms": _pct(latencies, 0.5), "p99_ms": _pct(latencies, 0.99)}
+
+
+async def produce(bootstrap: str, tls: TLSConfig | None, topic: str, seconds: float, value: int) -> dict:
+    latencies: list[float] = []
+    payload = os.urandom(value)
+    async with Producer(bootstrap, acks="all", linger_ms=5, batch_size=256 << 10, tls=tls) as p:
+        loop = asyncio.get_running_loop()
+        stop = time.perf_counter() + seconds
+        start = time.perf_counter()
+        sent = 0
+        while time.perf_counter() < stop:
+            for _ in range(100):
+                t = loop.time()
+                f = await p.send(topic, payload)
+                f.add_done_callback(lambda _f, t=t: latencies.append(loop.time() - t))
+            sent += 100
+            await asyncio.sleep(0)
+        await p.flush()
+        elapsed = time.perf_counter() - start
+        acked, failed = p.metrics["record-send-total"], p.metrics["record-error-total"]
+    return {"messages": acked, "failed": failed, "msgs_per_s": round(acked / elapsed),
+            "MBps": round(acked * value / elapsed / 1e6, 2), "p50_ms": _pct(latencies, 0.5),
+            "p99_ms": _pct(latencies, 0.99)}
+
+
+def produce_kafka(bootstrap: str, security: dict[str, str], topic: str, seconds: float, value: int) -> dict:
+    from confluent_kafka import Producer as KafkaProducer
+    p = KafkaProducer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                       "linger.ms": 5, "queue.buffering.max.kbytes": 65536, **security})
+    payload = os.urandom(value)
+    acked = failed = 0
+
+    def done(err: object, _msg: object) -> None:
+        nonlocal acked, failed
+        if err is None:
+            acked += 1
+        else:
+            failed += 1
+    start = time.perf_counter()
+    stop = start + seconds
+    while time.perf_counter() < stop:
+        try:
+            p.produce(topic, payload, on_delivery=done)
+        except BufferError:
+            p.poll(0.01)
+        p.poll(0)
+    p.flush(60)
+    elapsed = time.perf_counter() - start
+    return {"messages": acked, "failed": failed, "msgs_per_s": round(acked / elapsed),
+            "MBps": round(acked * value / elapsed / 1e6, 2)}
+
+
+async def run_mode(mode: Mode, args: argparse.Namespace, certs: Path, base: Path) -> list[dict]:
+    q = DevQuorum(str(base / mode.name), free_ports(9)[0], brokers=3, session_timeout_ms=9000,
+                  extra=mode.controller_props(certs), broker_extra=mode.broker_props(certs),
+                  node_extra=mode.node_props(certs), client_tls=mode.client_tls(certs, "admin"))
+    q.start()
+    rows = []
+    try:
+        await q.wait_for_brokers(timeout=90)
+        mode.grant(q, certs)
+        tls = mode.client_tls(certs)
+        async with ControllerClient(q.bootstrap, timeout=60, tls=tls) as c:
+            await c.call("CreateTopics", cpb.CreateTopicsRequest(topics=[cpb.CreatableTopic(
+                name=t, num_partitions=PARTITIONS, replication_factor=3) for t in ("bench-grpc", "bench-kafka")]))
+        rows.append(_row(mode.name, "create_topics",
+                         **await create_topics(q.bootstrap, tls, args.topics, args.clients, "bench-t")))
+        rows.append(_row(mode.name, "produce", value_bytes=args.value, partitions=PARTITIONS,
+                         **await produce(q.bootstrap_servers, tls, "bench-grpc", args.seconds, args.value)))
+        rows.append(_row(mode.name, "produce_kafka", value_bytes=args.value, partitions=PARTITIONS,
+                         **await asyncio.to_thread(produce_kafka, q.kafka_bootstrap_servers, mode.librdkafka(certs),
+                                                   "bench-kafka", args.seconds, args.value)))
+    finally:
+        q.stop()
+    for row in rows:
+        emit(row)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=10, help="each produce phase")
+    ap.add_argument("--topics", type=int, default=300, help="CreateTopics requests per mode")
+    ap.add_argument("--clients", type=int, default=8, help="CreateTopics requests in flight")
+    ap.add_argument("--value", type=int, default=256)
+    ap.add_argument("--modes", default=",".join(m.name for m in MODES), help="which modes, in order")
+    args = ap.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="securitybench"))
+    certs = base / "certs"
+    subprocess.run([sys.executable, str(REPO / "deploy" / "make_certs.py"), "--out", str(certs), "controller-1",
+                    "controller-2", "controller-3", "broker-101", "broker-102", "broker-103", "admin", "bench"],
+                   check=True, capture_output=True)
+    try:
+        results = {m.name: asyncio.run(run_mode(m, args, certs, base))
+                   for m in MODES if m.name in args.modes.split(",")}
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    plain = {r["phase"]: r for r in results.get("plaintext", [])}
+    for name, rows in results.items():
+        if name == "plaintext" or not plain:
+            continue
+        for r in rows:
+            key = "ops_per_s" if r["phase"] == "create_topics" else "msgs_per_s"
+            emit(_row(name, "relative", workload=r["phase"], of=key,
+                      ratio=round(r[key] / plain[r["phase"]][key], 3) if plain[r["phase"]][key] else None))
+
+
+if __name__ == "__main__":
+    main()
