@@ -53,3 +53,8 @@ class CommittedConflict(RaftError):
 
 class StorageError(RaftError):
     """The data directory is unusable: corrupted, foreign, or not formatted."""
+
+
+class MembershipRefused(RaftError):
+    """A membership change that cannot be made as asked (the last voter, no live majority
+    left, another replica's directory); nothing was appended."""

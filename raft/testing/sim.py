@@ -150,6 +150,11 @@ class Durable:
         self.snapshot, self.snapshot_data = meta, data
 
 
+def directory_of(node_id: int) -> str:
+    """Each simulated node's data directory id, recorded in the membership (KIP-853)."""
+    return f"dir-{node_id}"
+
+
 class SimNode:
     def __init__(self, sim: "Simulation", nid: int, membership: Membership) -> None:
         self.sim = sim
@@ -171,7 +176,7 @@ class SimNode:
         src = BytesSnapshotSource(d.snapshot, d.snapshot_data) if d.snapshot.index else None
         self.core = RaftCore(self.id, self.sim.cfg.core, seed=self.sim.seed * 7 + self.incarnation,
                              hard_state=d.hard_state, snapshot=d.snapshot, entries=list(d.entries),
-                             snapshot_source=src)
+                             snapshot_source=src, directory_id=directory_of(self.id))
         self.sm = SimStateMachine(self._pad())
         if d.snapshot.index:
             self.sm.restore(io.BytesIO(d.snapshot_data))
@@ -321,7 +326,8 @@ class Simulation:
         self._queue: list[tuple[int, int, Callable, tuple]] = []
         self._seq = 0
         ids = list(range(1, self.cfg.nodes + self.cfg.spare_nodes + 1))
-        initial = Membership(frozenset(ids[:self.cfg.nodes]))
+        initial = Membership(frozenset(ids[:self.cfg.nodes]),
+                             directories={i: directory_of(i) for i in ids[:self.cfg.nodes]})
         self.nodes = {i: SimNode(self, i, initial if i <= self.cfg.nodes else Membership())
                       for i in ids}
         self.blocked: set[tuple[int, int]] = set()
@@ -500,7 +506,7 @@ class Simulation:
                 continue
             kind, target = self.rng.choice(options)
             try:
-                if n.core.propose_conf_change(kind, target):
+                if n.core.propose_conf_change(kind, target, directory_id=directory_of(target)):
                     self.stats["conf_changes"] += 1
                     self.log(f"node {n.id} proposes {kind.name} {target}")
             except RaftError:
