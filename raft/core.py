@@ -923,8 +923,12 @@ class RaftCore:
             else:  # an observer becoming a member keeps what it has replicated
                 pr.is_learner = nid not in cc.result.voters
                 pr.observer = False
-        for nid in list(self.progress):
-            if nid not in cc.result.members and nid != self.id:
+        for nid, pr in list(self.progress.items()):
+            if nid not in cc.result.members and nid != self.id and not pr.observer:
+                # One last append with the commit, so that it learns it was removed: otherwise
+                # it never does, and campaigns for ever (thesis §4.2.3). Best effort.
+                pr.become_probe()
+                self._send_append(nid)
                 del self.progress[nid]
         if self.lead_transferee and self.lead_transferee not in cc.result.voters:
             self.lead_transferee = 0

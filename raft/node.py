@@ -32,8 +32,8 @@ from .admin import AdminService
 from .config import NodeOptions, Voter, parse_voters
 from .core import RaftCore
 from .driver import handle_ready
-from .errors import (LogCompacted, MembershipRefused, NodeStopped, NotLeader, OutcomeUnknown, ProposalDropped,
-                     RaftError, StorageError)
+from .errors import (LogCompacted, MembershipRefused, NodeStopped, NotCaughtUp, NotLeader, OutcomeUnknown,
+                     ProposalDropped, RaftError, StorageError)
 from .observer import Observing
 from .messages import (ConfChange, ConfChangeType, Entry, EntryType, Membership, Message, Ready,
                        Role, Snapshot, SnapshotMeta, SnapshotSource, SoftState)
@@ -311,13 +311,20 @@ class RaftNode:
             return await self._change(ConfChangeType.ADD_LEARNER, node_id, address, directory_id, timeout)
 
     async def add_voter(self, node_id: int, address: str, *, directory_id: str = "",
-                        timeout: float = 30.0) -> int:
+                        timeout: float = 30.0, observer_timeout: float | None = None) -> int:
         """Add a voter: a new node first joins as a learner and is promoted once it has caught
         up (thesis §4.2.1), so that an empty node never weighs on the quorum. With
-        ``directory_id`` (KIP-853) only the replica on that data directory is the voter."""
+        ``directory_id`` (KIP-853) only the replica on that data directory is the voter. With
+        ``observer_timeout``, a node that is not a member must first be caught up as an
+        observer (KIP-853's AddVoter): if it is not within that many seconds, RaftError, and
+        nothing is written."""
         with self._one_change(f"adding node {node_id}"):
             deadline = time.monotonic() + timeout
             if node_id not in self.core.membership.members:
+                if observer_timeout is not None:
+                    await self.wait_caught_up(node_id, directory_id=directory_id or None, timeout=observer_timeout,
+                                              why_not="it is not an observer of this leader (started with bootstrap "
+                                                      "servers naming the quorum?); nothing was changed")
                 await self._change(ConfChangeType.ADD_LEARNER, node_id, address, directory_id, timeout)
             await self.wait_caught_up(node_id, timeout=max(0.0, deadline - time.monotonic()),
                                       why_not="it stays a learner")
@@ -335,14 +342,14 @@ class RaftNode:
     async def wait_caught_up(self, node_id: int, *, directory_id: str | None = None, timeout: float,
                              why_not: str = "") -> None:
         """On the leader: until ``node_id`` (its replica on ``directory_id``, when given) holds
-        every committed entry, as a learner or an observer; RaftError after ``timeout``."""
+        every committed entry, as a learner or an observer; NotCaughtUp after ``timeout``."""
         deadline = time.monotonic() + timeout
         while not self.core.caught_up(node_id, directory_id):
             self._check_running()
             if not self.is_leader:
                 raise self._not_leader(NotLeader(self.core.leader))
             if time.monotonic() > deadline:
-                raise RaftError(f"node {node_id} did not catch up within {timeout:.0f}s"
+                raise NotCaughtUp(f"node {node_id} did not catch up within {timeout:.0f}s"
                                 + (f"; {why_not}" if why_not else ""))
             await asyncio.sleep(self.options.heartbeat_interval_ms / 1000)
 
@@ -446,6 +453,11 @@ class RaftNode:
     def log_start(self) -> int:
         """The first index still in the log; earlier ones are only in the latest snapshot."""
         return self.core.log.snap_index + 1
+
+    @property
+    def membership(self) -> Membership:
+        """The configuration in force: voters, learners and their directories (KIP-853)."""
+        return self.core.membership
 
     @property
     def latest_snapshot(self) -> SnapshotMeta:

@@ -15,6 +15,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from .client import LeaderClient
+from .messages import Role
 from .proto import raft_pb2 as pb
 from .proto import raft_pb2_grpc
 
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from .node import RaftNode
 
 log = logging.getLogger("raft.observer")
+#: Election timeouts without a leader after which a member asks the bootstrap servers too.
+MEMBER_SILENCE = 3
 
 
 class Observing:
@@ -31,13 +34,20 @@ class Observing:
         self.node = node
         self.bootstrap_servers = list(bootstrap_servers)
         self.leader = 0  # the leader that last agreed to replicate to us
-        self._last_error = ""
+        self._silent = 0  # election timeouts without a leader heard
+        self._failing = False
 
     def needed(self) -> bool:
+        """Called once an election timeout. Not a member, and no leader heard for that long;
+        or a member that has heard none for several (one removed without learning it, which
+        only its place as an observer in the leader's log can tell it)."""
         core = self.node.core
-        if core.membership.matches(core.id, core.directory_id) and core.id in core.membership.members:
-            return False  # a member: the leader replicates to it anyway
-        return not core.leader or core.election_elapsed >= core.cfg.election_ticks
+        if core.role == Role.LEADER or (core.leader and core.election_elapsed < core.cfg.election_ticks):
+            self._silent = 0
+            return False
+        self._silent += 1
+        member = core.id in core.membership.members and core.membership.matches(core.id, core.directory_id)
+        return self._silent >= (MEMBER_SILENCE if member else 1)
 
     async def run(self) -> None:
         period = self.node.options.election_timeout_ms / 1000
@@ -59,12 +69,12 @@ class Observing:
             answer = await client.call(lambda ch, t: raft_pb2_grpc.RaftAdminStub(ch).Observe(request, timeout=t),
                                        idempotent=True)
         except (ConnectionError, TimeoutError, RuntimeError) as e:
-            if str(e) != self._last_error:  # once per distinct failure: it is retried every timeout
-                log.warning("node %d: cannot observe the quorum at %s: %s", node.id,
-                            ",".join(self.bootstrap_servers), e)
-            self._last_error = str(e)
+            # Retried every election timeout: said once, until it works again.
+            log.log(logging.DEBUG if self._failing else logging.WARNING, "node %d: cannot observe the quorum "
+                    "at %s (retrying every election timeout): %s", node.id, ",".join(self.bootstrap_servers), e)
+            self._failing = True
             return
-        self._last_error = ""
+        self._failing = False
         node.learn_view(dict(answer.addresses))
         if answer.leader_id != self.leader:
             self.leader = answer.leader_id

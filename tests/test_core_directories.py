@@ -151,6 +151,27 @@ def test_an_observer_gets_the_log_counts_for_nothing_and_can_then_be_promoted():
     assert leader.membership.voters == {1, 2, 3, 4} and net.nodes[4].promotable()
 
 
+def test_an_observer_outlives_other_membership_changes():
+    net = Network([1, 2, 3], joining=[4])
+    leader = net.elect(1)
+    leader.observe(4)
+    leader.propose_conf_change(CC.REMOVE, 3)
+    net.settle()
+    net.tick(1)
+    assert leader.membership.voters == {1, 2} and leader.progress[4].observer
+    net.propose(1, b"after")
+    assert net.log_of(4) == net.log_of(1)
+
+
+def test_a_removed_follower_learns_it_was_removed():
+    net = Network([1, 2, 3])
+    leader = net.elect(1)
+    leader.propose_conf_change(CC.REMOVE, 3)
+    net.settle()  # no heartbeat round after the commit: only the leader's last append tells 3
+    assert leader.membership.voters == {1, 2}
+    assert net.nodes[3].membership.voters == {1, 2} and not net.nodes[3].promotable()
+
+
 def test_a_silent_observer_is_forgotten():
     net = Network([1, 2, 3], joining=[4])
     leader = net.elect(1)
