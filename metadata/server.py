@@ -53,11 +53,14 @@ class ControllerServer:
         options = node_options(cfg)
         interceptors = [self.metrics.requests.interceptor(cfg.controller_listener)] if self.metrics.enabled else []
         server = grpc.aio.server(options=channel_options(options.max_message_bytes), interceptors=interceptors)
-        self.node = RaftNode(cfg.node_id, cfg.voters, self.sm, storage=storage,
-                             options=options, address=cfg.controller_address(), server=server)
+        # Static voters (controller.quorum.voters), else the voter set storage was formatted
+        # with; a controller in neither observes the quorum through its bootstrap servers.
+        self.node = RaftNode(cfg.node_id, cfg.voters, self.sm, storage=storage, options=options,
+                             address=cfg.controller_address(), server=server,
+                             bootstrap_servers=None if cfg.voters else list(cfg.bootstrap_servers))
         self.controller = QuorumController(self.node, self.sm, controller_config(cfg))
         add_service(self.node.server, controller_pb2_grpc.add_ControllerServicer_to_server,
-                    ControllerService(self.controller))
+                    ControllerService(self.controller, cfg.controller_listener))
         RaftMetrics(self.node, self.metrics.registry)
         ControllerMetrics(self.controller, self.metrics.registry)
         self.probe = LoopStallProbe()

@@ -31,15 +31,16 @@ class BrokerCluster:
     def __init__(self, base_dir: Path, brokers: int = 3, *, session_timeout_ms: int = 3000,
                  heartbeat_ms: int = 300, broker_props: dict[str, str] | None = None,
                  controller_props: dict[str, str] | None = None,
-                 node_props: dict[int, dict[str, str]] | None = None) -> None:
-        """``node_props[id]``: properties of controller or broker ``id`` alone."""
+                 node_props: dict[int, dict[str, str]] | None = None, dynamic: bool = False) -> None:
+        """``node_props[id]``: properties of controller or broker ``id`` alone. ``dynamic``: a
+        quorum formatted with --initial-controllers, found through bootstrap servers (KIP-853)."""
         self.base = base_dir
         self.node_props = node_props or {}
         ports = consecutive_ports(3 + 2 * brokers)
         self.quorum = DevQuorum(str(base_dir / "quorum"), ports, election_timeout_ms=500,
                                 session_timeout_ms=session_timeout_ms,
                                 extra={"broker.heartbeat.interval.ms": str(heartbeat_ms), **(controller_props or {})},
-                                node_extra=self.node_props)
+                                node_extra=self.node_props, dynamic=dynamic)
         self.ids = [101 + i for i in range(brokers)]
         self.ports = {bid: ports + 3 + i for i, bid in enumerate(self.ids)}
         self.kafka_ports = {bid: ports + 3 + brokers + i for i, bid in enumerate(self.ids)}
@@ -69,7 +70,7 @@ class BrokerCluster:
         return self.base / f"broker-{bid}.log"
 
     def write_config(self, bid: int, **extra: str) -> Path:
-        props = {"node.id": str(bid), "process.roles": "broker", "controller.quorum.voters": self.quorum.voters,
+        props = {"node.id": str(bid), "process.roles": "broker", **self.quorum.quorum_props(),
                  "listeners": f"PLAINTEXT://127.0.0.1:{self.ports[bid]},KAFKA://127.0.0.1:{self.kafka_ports[bid]}",
                  "log.dirs": str(self.log_dir(bid)),
                  "broker.heartbeat.interval.ms": str(self.heartbeat_ms), "replica.fetch.backoff.ms": "100",
