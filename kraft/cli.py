@@ -605,6 +605,10 @@ async def _health_problems(cfg) -> list[str]:
                 problems.append(f"controller {cfg.node_id} knows no leader")
             elif cfg.node_id not in st.voters:
                 problems.append(f"controller {cfg.node_id} is not a voter of the quorum")
+            elif st.directories.get(cfg.node_id, st.directory_id) != st.directory_id:
+                problems.append(f"controller {cfg.node_id}'s directory {st.directory_id} is not voter {cfg.node_id}'s "
+                                f"({st.directories[cfg.node_id]}): it was formatted again; remove-controller the old "
+                                f"one, then add-controller this one")
         except grpc.aio.AioRpcError as e:
             problems.append(f"controller {cfg.node_id} does not answer: {e.details()}")
     if cfg.is_broker:

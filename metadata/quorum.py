@@ -93,7 +93,8 @@ async def add_voter(controller: QuorumController, request: pb.AddRaftVoterReques
         raise ApiError(ErrorCode.DUPLICATE_VOTER, f"controller {describe_voter(membership, nid)} is already a voter; "
                        f"to replace it, remove it first; {NOTHING_CHANGED}")
     timeout = max(1.0, request.timeout_ms / 1000) if request.timeout_ms > 0 else 30.0
-    with _kafka_errors(controller, f"adding controller {nid}"):
+    with _kafka_errors(controller, f"adding controller {nid}",
+                       f"is it running, with {BOOTSTRAP_SERVERS} naming this quorum?"):
         await node.add_voter(nid, f"{endpoint.host}:{endpoint.port}", directory_id=directory,
                              timeout=2 * timeout, observer_timeout=timeout)
 
@@ -116,7 +117,7 @@ async def remove_voter(controller: QuorumController, request: pb.RemoveRaftVoter
 
 
 @contextlib.contextmanager
-def _kafka_errors(controller: QuorumController, what: str) -> Iterator[None]:
+def _kafka_errors(controller: QuorumController, what: str, not_caught_up: str = "") -> Iterator[None]:
     """The library's answers to a membership change, as Kafka's codes. Only a timeout after
     the change was appended leaves its outcome unknown."""
     try:
@@ -128,7 +129,7 @@ def _kafka_errors(controller: QuorumController, what: str) -> Iterator[None]:
     except ProposalDropped as e:  # another change in flight; REQUEST_TIMED_OUT is Kafka's answer too
         raise ApiError(ErrorCode.REQUEST_TIMED_OUT, f"{what}: {e}; {NOTHING_CHANGED}") from None
     except NotCaughtUp as e:
-        raise ApiError(ErrorCode.REQUEST_TIMED_OUT, f"{what}: {e}") from None
+        raise ApiError(ErrorCode.REQUEST_TIMED_OUT, f"{what}: {e}; {not_caught_up}") from None
     except asyncio.TimeoutError:
         raise ApiError(ErrorCode.REQUEST_TIMED_OUT, f"{what}: the change was appended but did not commit in "
                        f"time; it may or may not take effect (kraft quorum describe --status shows the "

@@ -478,7 +478,17 @@ class RaftCore:
         me.state = ProgressState.REPLICATE
         self.log.append([Entry(nxt, self.term, b"", EntryType.NOOP)])
         self.pending_conf_index = nxt  # no membership change until our term commits
+        if self.membership.directories and not self._membership_recorded():
+            cc = ConfChange(ConfChangeType.BOOTSTRAP, self.id, self.membership)
+            self.log.append([Entry(nxt + 1, self.term, cc.encode(), EntryType.CONF_CHANGE)])
+            self.pending_conf_index = nxt + 1
         self._bcast_append(allow_empty=True)
+
+    def _membership_recorded(self) -> bool:
+        """Whether the log or the snapshot records the configuration, rather than only the
+        storage this node was formatted with (the bootstrap voter set)."""
+        return (self.snapshot_meta.index > 0 or bool(self._conf_history)
+                or any(e.type == EntryType.CONF_CHANGE for e in self.log.entries))
 
     def _campaign(self, pre: bool, force: bool = False) -> None:
         if pre:

@@ -144,6 +144,9 @@ class ConfChangeType(IntEnum):
     ADD_VOTER = 1  # also promotes an existing learner
     ADD_LEARNER = 2
     REMOVE = 3
+    # The voter set storage was formatted with, written by the first leader so that the log
+    # names it for nodes formatted without one (KIP-853's bootstrap VotersRecord). Changes nothing.
+    BOOTSTRAP = 4
 
 
 @dataclass(frozen=True, slots=True)

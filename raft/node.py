@@ -323,8 +323,7 @@ class RaftNode:
             if node_id not in self.core.membership.members:
                 if observer_timeout is not None:
                     await self.wait_caught_up(node_id, directory_id=directory_id or None, timeout=observer_timeout,
-                                              why_not="it is not an observer of this leader (started with bootstrap "
-                                                      "servers naming the quorum?); nothing was changed")
+                                              why_not="it is not an observer of this leader; nothing was changed")
                 await self._change(ConfChangeType.ADD_LEARNER, node_id, address, directory_id, timeout)
             await self.wait_caught_up(node_id, timeout=max(0.0, deadline - time.monotonic()),
                                       why_not="it stays a learner")

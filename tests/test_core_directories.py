@@ -151,6 +151,21 @@ def test_an_observer_gets_the_log_counts_for_nothing_and_can_then_be_promoted():
     assert leader.membership.voters == {1, 2, 3, 4} and net.nodes[4].promotable()
 
 
+def test_the_first_leader_records_the_voters_storage_was_formatted_with():
+    net = Network([1, 2, 3], joining=[4], directories=DIRS)
+    leader = net.elect(1)
+    entry = leader.log.entry(2)
+    assert ConfChange.decode(entry.data) == ConfChange(CC.BOOTSTRAP, 1, net.bootstrap)
+    leader.observe(4)  # a node formatted without voters learns them from the log
+    net.tick(1, net.config.heartbeat_ticks)
+    assert net.nodes[4].membership == net.bootstrap
+    net.crash(1)
+    again = net.elect(2)  # recorded once: the next leader appends only its no-op
+    assert [e.type.name for e in again.log.entries[2:]] == ["NOOP"]
+    static = Network([1, 2, 3])  # voters without directories (controller.quorum.voters): nothing to record
+    assert [e.type.name for e in static.elect(1).log.entries] == ["NOOP"]
+
+
 def test_an_observer_outlives_other_membership_changes():
     net = Network([1, 2, 3], joining=[4])
     leader = net.elect(1)
