@@ -284,7 +284,7 @@ class RaftCore:
         need = len(voters) // 2 + 1
         if len(live) < need:
             raise MembershipRefused(
-                f"removing node {removed} would leave voters {sorted(voters)} with {len(live)} live "
+                f"without node {removed}, voters {sorted(voters)} would have {len(live)} live "
                 f"({', '.join(map(str, live)) or 'none'}), fewer than the {need} a majority needs; "
                 f"bring a voter back or add one first")
 

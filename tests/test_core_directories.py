@@ -87,7 +87,7 @@ def test_removing_a_voter_is_refused_when_the_rest_would_lack_a_live_majority():
     net.crash(3)
     net.tick(1, net.config.election_ticks + 1)  # 3 has not answered for an election timeout
     end = leader.log.last_index()
-    with pytest.raises(MembershipRefused, match=r"would leave voters \[1, 3\] with 1 live \(1\), fewer than the 2"):
+    with pytest.raises(MembershipRefused, match=r"without node 2, voters \[1, 3\] would have 1 live \(1\), fewer than the 2"):
         leader.propose_conf_change(CC.REMOVE, 2)
     assert leader.log.last_index() == end  # nothing appended
     assert leader.propose_conf_change(CC.REMOVE, 3) > 0  # removing the dead one is fine

@@ -239,8 +239,9 @@ def test_standalone_grown_to_three_then_bad_input_is_refused_and_writes_nothing(
         q.kill(follower)
         refused(kraft("quorum", "--bootstrap-controller", b, "remove-controller", "--controller-id", str(other),
                       "--controller-directory-id", dirs[other]), "INVALID_REQUEST",
-                f"would leave voters {sorted({leader, follower})} with 1 live ({leader}), fewer than the 2 a majority "
-                f"needs; bring a voter back or add one first; nothing was changed")
+                f"removing controller {other}: without node {other}, voters {sorted({leader, follower})} would have 1 "
+                f"live ({leader}), fewer than the 2 a majority needs; bring a voter back or add one first; nothing was "
+                f"changed")
         # a change in flight: controller 5 is formatted but never started, so it never catches up
         controller_config(q, 5, spare_port)
         format_(q, 5, "--no-initial-controllers")
