@@ -29,10 +29,10 @@ import grpc
 from .proto import raft_pb2_grpc
 
 from .admin import AdminService
-from .config import NodeOptions, Voter, parse_voters
+from .config import NodeOptions, parse_voters
 from .core import RaftCore
 from .driver import handle_ready
-from .errors import (LogCompacted, MembershipRefused, NodeStopped, NotCaughtUp, NotLeader, OutcomeUnknown,
+from .errors import (LogCompacted, NodeStopped, NotCaughtUp, NotLeader, OutcomeUnknown,
                      ProposalDropped, RaftError, StorageError)
 from .observer import Observing
 from .messages import (ConfChange, ConfChangeType, Entry, EntryType, Membership, Message, Ready,

@@ -178,6 +178,22 @@ class BrokerCluster:
         self.quorum.stop()
 
 
+async def write_acked(bootstrap_servers: str, topic: str, stop: asyncio.Event, acked: list[int],
+                      prefix: bytes = b"live-") -> None:
+    """acks=all writes of ``prefix`` + a sequence number until ``stop``, through failovers
+    (requests retried for up to 90 s); ``acked`` gets each number once its write is acknowledged."""
+    from clients.producer import Producer
+    async with Producer(bootstrap_servers, linger_ms=2, request_timeout_ms=3000,
+                        delivery_timeout_ms=90000, retry_backoff_ms=50) as p:
+        n = 0
+        while not stop.is_set():
+            futures = [(n + i, await p.send(topic, prefix + b"%d" % (n + i))) for i in range(10)]
+            n += 10
+            for seq, f in futures:
+                await f
+                acked.append(seq)
+
+
 class _stub:
     """``async with _stub(address) as stub``: a Broker stub on a channel closed afterwards."""
 

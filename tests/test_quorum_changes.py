@@ -17,14 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from clients.producer import Producer
 from kraft.dev_quorum import DevQuorum
 from metadata.client import ControllerClient, ControllerError
 from metadata.errors import ErrorCode
 from protos import controller_pb2 as pb
 from raft.proto import raft_pb2 as rpb
 from raft.proto import raft_pb2_grpc
-from tests.brokercluster import REPO, BrokerCluster
+from tests.brokercluster import REPO, BrokerCluster, write_acked
 from tests.controllers import InProcessQuorum
 from tests.eventually import eventually
 from tests.kvcluster import consecutive_ports, free_ports
@@ -330,17 +329,6 @@ def test_replace_a_killed_controller_while_producers_and_topic_creation_run(tmp_
         async def scenario() -> tuple[int, int, str]:
             stop = asyncio.Event()
 
-            async def produce() -> None:
-                async with Producer(c.bootstrap_servers, linger_ms=2, request_timeout_ms=3000,
-                                    delivery_timeout_ms=90000, retry_backoff_ms=50) as p:
-                    n = 0
-                    while not stop.is_set():
-                        futures = [(n + i, await p.send("orders", b"r-%d" % (n + i))) for i in range(10)]
-                        n += 10
-                        for seq, f in futures:
-                            await f
-                            acked.append(seq)
-
             async def create_topics() -> None:
                 async with ControllerClient(everywhere, timeout=30, attempt_timeout=2) as client:
                     n = 0
@@ -357,7 +345,8 @@ def test_replace_a_killed_controller_while_producers_and_topic_creation_run(tmp_
                         created.append(name)
                         await asyncio.sleep(0.05)  # a pace for the loop, not a wait for a condition
 
-            tasks = [asyncio.create_task(produce()), asyncio.create_task(create_topics())]
+            tasks = [asyncio.create_task(write_acked(c.bootstrap_servers, "orders", stop, acked, b"r-")),
+                     asyncio.create_task(create_topics())]
             try:
                 await eventually(lambda: len(acked) >= 100 and len(created) >= 3, 30, what="writes before the kill")
                 async with ControllerClient(q.bootstrap, timeout=20) as client:
