@@ -436,7 +436,8 @@ class RaftCore:
         m = self.membership
         peers = tuple(
             PeerStatus(nid, pr.match, pr.next, pr.state.name,
-                       "observer" if pr.observer or not m.matches(nid, pr.directory)
+                       # a member not heard from yet is what the configuration says it is
+                       "observer" if pr.observer or (pr.directory and not m.matches(nid, pr.directory))
                        else "learner" if pr.is_learner else "voter",
                        self.ticks - pr.last_contact_tick if pr.last_contact_tick >= 0 else -1,
                        pr.directory)
@@ -555,12 +556,13 @@ class RaftCore:
 
     def _expire_observers(self) -> None:
         limit = OBSERVER_TIMEOUT * self.cfg.election_ticks
-        for nid in [n for n, pr in self.progress.items() if pr.observer and self.ticks - pr.last_contact_tick > limit]:
+        silent = [n for n, pr in self.progress.items() if pr.observer and self.ticks - pr.last_contact_tick > limit]
+        for nid in silent:
             del self.progress[nid]
 
     def _counts(self, node_id: int, pr: Progress) -> bool:
-        """Whether ``pr``'s answers come from the member ``node_id`` is in the configuration:
-        a replica of the same id on a formatted-again disk is not it (KIP-853)."""
+        """Whether ``pr``'s answers come from the replica the configuration names as member
+        ``node_id``: one of the same id on a disk formatted again is not it (KIP-853)."""
         return not pr.observer and self.membership.matches(node_id, pr.directory)
 
     def _step_leader(self, m: Message) -> None:

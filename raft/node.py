@@ -366,7 +366,8 @@ class RaftNode:
             self._observers[node_id] = self.addresses[node_id] = address
             self.transport.set_address(node_id, address)
         for nid in [n for n in self._observers if n not in self.core.progress or n in members]:
-            if self._observers.pop(nid) and nid not in members:  # forgotten by the core: silent too long
+            del self._observers[nid]
+            if nid not in members:  # the core forgot it: silent too long
                 self.addresses.pop(nid, None)
                 self.transport.remove(nid)
         self._wake.set()

@@ -63,8 +63,7 @@ class Observing:
 
     async def _ask(self, client: LeaderClient) -> None:
         node = self.node
-        request = pb.ObserveRequest(node_id=node.id, address=node.address or "",
-                                    directory_id=node.storage.directory_id, cluster_id=node.cluster_id)
+        request = pb.ObserveRequest(node_id=node.id, address=node.address or "", cluster_id=node.cluster_id)
         try:
             answer = await client.call(lambda ch, t: raft_pb2_grpc.RaftAdminStub(ch).Observe(request, timeout=t),
                                        idempotent=True)

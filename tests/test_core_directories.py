@@ -65,6 +65,17 @@ def test_a_reformatted_voter_is_caught_up_but_not_counted_for_commit():
     assert (peer.kind, peer.directory) == ("observer", "dir-3-new")
 
 
+def test_a_voter_not_heard_from_is_listed_as_a_voter_and_one_formatted_again_as_an_observer():
+    net = Network([1, 2, 3], directories=DIRS)
+    net.crash(3)
+    leader = net.elect(1)
+    assert {p.node_id: (p.kind, p.directory) for p in leader.status().peers} == {
+        2: ("voter", "dir-2"), 3: ("voter", "")}
+    net.reformat(3, "dir-3-new")
+    net.tick(1, net.config.heartbeat_ticks)
+    assert {p.node_id: p.kind for p in leader.status().peers} == {2: "voter", 3: "observer"}
+
+
 def test_a_static_voter_whose_disk_was_formatted_again_is_caught_up_from_scratch_and_counted():
     net = Network([1, 2, 3])  # voters without directories, as controller.quorum.voters gives them
     net.directories.update(DIRS)
