@@ -4,13 +4,15 @@ then the broker's dynamic config, then the cluster-wide dynamic default, then th
 file, then Kafka's default)."""
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
 from metadata.config import ServerConfig
 from metadata.image import ConfigResource, MetadataImage, ResourceType
-from raft.config import ConfigError
+from raft.config import ConfigError, TLSConfig
+
+from clients.security import ListenerSecurity, connecting_tls
 
 from clients.compression import Codec
 
@@ -56,7 +58,8 @@ class BrokerConfig:
     rack: str
     listener: str                       # the gRPC listener our clients and other brokers use
     kafka_listeners: tuple[str, ...]    # the listeners speaking Kafka's protocol (kafka.listener.names)
-    security_protocols: dict[str, str]  # listener.security.protocol.map
+    security: dict[str, ListenerSecurity]  # listener.security.protocol.map and ssl.*, per listener
+    inter_broker_tls: TLSConfig | None  # how this broker dials the leaders it replicates from
     heartbeat_interval_ms: int          # broker.heartbeat.interval.ms
     replica_lag_time_max_ms: int        # replica.lag.time.max.ms
     replica_fetch_wait_max_ms: int      # replica.fetch.wait.max.ms
@@ -82,7 +85,7 @@ class BrokerConfig:
     static_log: LogConfig               # log defaults from the properties file
 
     def security_protocol(self, listener: str) -> str:
-        return self.security_protocols.get(listener, "PLAINTEXT")
+        return self.security[listener].protocol
 
     @classmethod
     def from_server(cls, cfg: ServerConfig) -> "BrokerConfig":
@@ -100,13 +103,17 @@ class BrokerConfig:
         if name in kafka:
             raise ConfigError(f"inter.broker.listener.name={name} speaks Kafka's protocol (kafka.listener.names); "
                               f"brokers replicate over a gRPC listener")
-        protocols = _security_protocols(cfg.props.get("listener.security.protocol.map", ""), listeners)
+        for n in grpc_listeners:
+            if cfg.security[n].client_auth == "requested":
+                raise ConfigError(f"ssl.client.auth=requested (listener {n}): gRPC listeners take required or none; "
+                                  f"requested is for Kafka listeners (kafka.listener.names)")
         return cls(
             node_id=cfg.node_id,
             rack=cfg.props.get("broker.rack", "").strip(),
             listener=name,
             kafka_listeners=kafka,
-            security_protocols=protocols,
+            security={n: cfg.security[n] for n in listeners},
+            inter_broker_tls=connecting_tls(cfg.props, name),
             heartbeat_interval_ms=cfg.int("broker.heartbeat.interval.ms", 2000, 1),
             replica_lag_time_max_ms=cfg.int("replica.lag.time.max.ms", 30000, 1),
             replica_fetch_wait_max_ms=cfg.int("replica.fetch.wait.max.ms", 500, 0),
@@ -210,19 +217,3 @@ def _retention_ms(cfg: ServerConfig) -> int:
         return -1 if minutes < 0 else minutes * 60_000
     hours = cfg.int("log.retention.hours", 168, -1)
     return -1 if hours < 0 else hours * HOUR_MS
-
-
-def _security_protocols(text: str, listeners: Iterable[str]) -> dict[str, str]:
-    """``listener.security.protocol.map`` (NAME:PROTOCOL,...); a listener it leaves out is
-    PLAINTEXT. Only PLAINTEXT is served so far: SSL and SASL are refused here, not ignored."""
-    out: dict[str, str] = {}
-    for item in filter(None, (i.strip() for i in text.split(","))):
-        name, sep, protocol = item.partition(":")
-        name, protocol = name.strip().upper(), protocol.strip().upper()
-        if not sep or not name or protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
-            raise ConfigError(f"listener.security.protocol.map: {item!r} is not NAME:PLAINTEXT|SSL|SASL_PLAINTEXT|"
-                              f"SASL_SSL")
-        if protocol != "PLAINTEXT" and name in listeners:
-            raise ConfigError(f"listener {name}: security protocol {protocol} is not supported yet; only PLAINTEXT")
-        out[name] = protocol
-    return out

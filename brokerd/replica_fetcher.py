@@ -21,6 +21,7 @@ import grpc
 
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc
+from raft.transport import dial
 
 from .config import BrokerConfig
 from clients.errors import BrokerError, ErrorCode
@@ -52,7 +53,7 @@ class ReplicaFetcher:
         self.address = address
         self.broker_epoch = broker_epoch
         self.on_fatal = on_fatal
-        self.channel = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
+        self.channel = dial(address, config.inter_broker_tls, GRPC_OPTIONS)
         self.stub = broker_pb2_grpc.BrokerStub(self.channel)
         self.states: dict[Partition, FetchState] = {}
         self._wake = asyncio.Event()

@@ -107,7 +107,7 @@ class BrokerServer:
         if image is not None:
             self.resumed_from_offset = image.offset
             log.info("resuming the metadata log after offset %d (local snapshot)", image.offset)
-        self.client = ControllerClient(cfg.quorum_bootstrap(), timeout=30, attempt_timeout=5)
+        self.client = ControllerClient(cfg.quorum_bootstrap(), timeout=30, attempt_timeout=5, tls=cfg.controller_tls)
         self.fetcher = MetadataFetcher(self.client, cfg.node_id, image or MetadataImage.empty(self.cluster_id),
                                        max_wait_ms=500)
         self.lifecycle = BrokerLifecycle(
@@ -120,31 +120,39 @@ class BrokerServer:
         self.groups = GroupCoordinator(self.rm, bcfg, self._create_offsets_topic)
         BrokerMetrics(self.rm, self.groups, lambda: self.published_offset, self.metrics.registry)
         requests = self.metrics.requests if self.metrics.enabled else None
-        self.server = grpc.aio.server(options=[("grpc.max_receive_message_length", bcfg.request_max_bytes),
-                                               ("grpc.max_send_message_length", 256 << 20),
-                                               ("grpc.so_reuseport", 0)],
-                                      interceptors=[requests.interceptor(bcfg.listener)] if requests else [])
         producer_ids = ProducerIdManager(self.client, cfg.node_id, lambda: self.lifecycle.epoch)
-        add_service(self.server, broker_pb2_grpc.add_BrokerServicer_to_server,
-                    BrokerService(self.rm, bcfg.listener, lambda: self.client.last_controller_id, self.describe,
-                                  producer_ids, self.groups))
         self.kafka_listeners = []
+        self.servers = []
         for name, (host, port) in cfg.listeners.items():
             if name == cfg.controller_listener:
                 continue
             address = f"{host or '0.0.0.0'}:{port}"
+            security = bcfg.security[name]
             if name in bcfg.kafka_listeners:
                 listener = KafkaListener(name, host, port, KafkaApis(self.rm, name, self.groups, producer_ids,
-                                                                     self.client), bcfg.request_max_bytes, requests)
+                                                                     self.client), bcfg.request_max_bytes, requests,
+                                         security)
                 try:
                     await listener.start()
                 except OSError as e:
                     raise ConfigError(f"cannot listen on {address} (listener {name}): {e.strerror}") from None
                 self.kafka_listeners.append(listener)
-            elif not add_port(self.server, address, None):
+                continue
+            # A gRPC server per listener, so that each answers Metadata with its own listener's
+            # addresses (as Kafka does) and is counted under its own name.
+            server = grpc.aio.server(options=[("grpc.max_receive_message_length", bcfg.request_max_bytes),
+                                              ("grpc.max_send_message_length", 256 << 20),
+                                              ("grpc.so_reuseport", 0)],
+                                     interceptors=[requests.interceptor(name)] if requests else [])
+            add_service(server, broker_pb2_grpc.add_BrokerServicer_to_server,
+                        BrokerService(self.rm, name, lambda: self.client.last_controller_id, self.describe,
+                                      producer_ids, self.groups))
+            if not add_port(server, address, security.tls):
                 raise ConfigError(f"cannot listen on {address} (listener {name}): the port is in use or the "
                                   f"address is not local")
-        await self.server.start()
+            self.servers.append(server)
+        for server in self.servers:
+            await server.start()
         try:
             await self.lifecycle.start()
         except ControllerError as e:
@@ -253,14 +261,14 @@ class BrokerServer:
         steps = [(part("groups"), "stop"), (part("lifecycle"), "stop"), (part("fetcher"), "stop"),
                  (part("rm") and self.rm.isr, "stop"),
                  (part("fetchers"), "stop"), *((k, "stop") for k in part("kafka_listeners") or ()),
-                 (part("server"), "stop"), (part("rm") if self._started else None, "stop"),
+                 *((s, "stop") for s in part("servers") or ()), (part("rm") if self._started else None, "stop"),
                  (part("checkpoint") if self._started else None, "stop"), (part("logs"), "close"),
                  (part("client"), "close")]
         for obj, method in steps:
             if obj is None:
                 continue
             try:
-                if method == "stop" and obj is part("server"):
+                if isinstance(obj, grpc.aio.Server):
                     await obj.stop(grace=1.0)
                 else:
                     await getattr(obj, method)()

@@ -11,6 +11,8 @@ import grpc
 
 from protos import broker_pb2 as pb
 
+from raft.config import TLSConfig
+
 from .cluster_view import ClientError, BrokerResponseError, ClusterView, Connections, TopicInfo, parse_bootstrap
 from .errors import RETRIABLE, ErrorCode
 
@@ -20,8 +22,8 @@ RETRY_BACKOFF_S = 0.2
 
 
 class Admin:
-    def __init__(self, bootstrap: str | list[str], *, timeout_ms: int = 30000) -> None:
-        self.connections = Connections()
+    def __init__(self, bootstrap: str | list[str], *, timeout_ms: int = 30000, tls: TLSConfig | None = None) -> None:
+        self.connections = Connections(tls)
         self.cluster = ClusterView(parse_bootstrap(bootstrap), self.connections)
         self.timeout_ms = timeout_ms
 

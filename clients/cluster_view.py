@@ -21,6 +21,9 @@ import grpc
 
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc
+from raft.client import describe
+from raft.config import TLSConfig
+from raft.transport import dial, tls_failure
 
 from .errors import ErrorCode
 
@@ -70,16 +73,23 @@ def parse_bootstrap(servers: str | list[str]) -> list[str]:
     return out
 
 
-class Connections:
-    """One gRPC channel per broker address, shared by everything a client sends."""
+class SslAuthenticationError(ClientError):
+    """Kafka's SslAuthenticationException: the TLS handshake with a broker failed; retrying
+    with the same settings cannot succeed, so it is raised rather than waited out."""
 
-    def __init__(self) -> None:
+
+class Connections:
+    """One gRPC channel per broker address, shared by everything a client sends; TLS with
+    ``tls`` (``security.protocol=SSL``, clients/security.py)."""
+
+    def __init__(self, tls: TLSConfig | None = None) -> None:
+        self.tls = tls
         self._stubs: dict[str, tuple[grpc.aio.Channel, broker_pb2_grpc.BrokerStub]] = {}
 
     def stub(self, address: str) -> broker_pb2_grpc.BrokerStub:
         entry = self._stubs.get(address)
         if entry is None:
-            ch = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
+            ch = dial(address, self.tls, GRPC_OPTIONS)
             entry = self._stubs[address] = (ch, broker_pb2_grpc.BrokerStub(ch))
         return entry[1]
 
@@ -118,6 +128,8 @@ class ClusterView:
         self.topics: dict[str, TopicInfo] = {}
         self.cluster_id = ""
         self.version = 0
+        #: Set when a broker refused the TLS handshake; waiting on metadata raises it.
+        self.auth_error: SslAuthenticationError | None = None
         self.wanted: set[str] = set()
         self._need_update = True
         self._wake = asyncio.Event()
@@ -167,9 +179,12 @@ class ClusterView:
         return self.version
 
     async def await_update(self, last_version: int, timeout_s: float) -> None:
-        """Until the version is past ``last_version`` (Kafka's awaitUpdate); TimeoutError."""
+        """Until the version is past ``last_version`` (Kafka's awaitUpdate); TimeoutError, or
+        SslAuthenticationError when a broker refused the handshake meanwhile."""
         deadline = time.monotonic() + timeout_s
         while self.version <= last_version:
+            if self.auth_error is not None:
+                raise self.auth_error
             if self._closed:
                 raise ClientError("Requested metadata update after close")
             left = deadline - time.monotonic()
@@ -245,6 +260,11 @@ class ClusterView:
                     pb.MetadataRequest(topics=sorted(self.wanted)), timeout=min(self.request_timeout_s, 10))
             except grpc.aio.AioRpcError as e:
                 last = e
+                reason = tls_failure(e.details() or "")
+                if reason is not None:
+                    self.auth_error = SslAuthenticationError(f"{address}: {reason}")
+                    self._signal()
+                    raise self.auth_error from None
                 continue
             self._next += i + 1
             if not resp.brokers:
@@ -253,7 +273,7 @@ class ClusterView:
             self._update(resp)
             return
         self._need_update = True
-        raise ClientError(f"no broker answered a metadata request: {last}")
+        raise ClientError(f"no broker answered a metadata request: {describe(last) if last else 'no broker known'}")
 
     def _update(self, resp: pb.MetadataResponse) -> None:
         self.brokers = {b.node_id: f"{b.host}:{b.port}" for b in resp.brokers}
@@ -267,5 +287,10 @@ class ClusterView:
         self.topics = topics
         self._last_refresh = time.monotonic()
         self.version += 1
+        self.auth_error = None
+        self._signal()
+
+    def _signal(self) -> None:
+        """Wake whoever waits on an update."""
         updated, self._updated = self._updated, asyncio.Event()
         updated.set()

@@ -6,7 +6,10 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from raft.config import ConfigError, TLSConfig, read_properties
+
 from .cluster_view import ClientError
+from .security import client_tls, is_security_key
 
 
 class ConfigException(ClientError):
@@ -16,10 +19,19 @@ class ConfigException(ClientError):
 
 def from_properties(constructor: Callable[..., Any], properties: dict[str, str], what: str) -> dict[str, Any]:
     """Keyword arguments of ``constructor`` from Kafka-named properties; the type of each comes
-    from its annotation (bool, int, a list of strings, else a string)."""
+    from its annotation (bool, int, a list of strings, else a string). ``security.protocol``
+    and the ``ssl.*`` keys together become its ``tls``."""
     params = inspect.signature(constructor).parameters
     out: dict[str, Any] = {}
+    security = {k.strip(): v for k, v in properties.items() if is_security_key(k.strip())}
+    if security and "tls" in params:
+        try:
+            out["tls"] = client_tls(security)
+        except ConfigError as e:
+            raise ConfigException(str(e)) from None
     for key, raw in properties.items():
+        if key.strip() in security and "tls" in params:
+            continue
         name = key.strip().replace(".", "_")
         param = params.get(name)
         if param is None or param.kind != param.KEYWORD_ONLY:
@@ -41,3 +53,21 @@ def from_properties(constructor: Callable[..., Any], properties: dict[str, str],
         else:
             out[name] = value
     return out
+
+
+def read_config_file(path: str) -> dict[str, str]:
+    """A client properties file (``--producer.config``, ``--command-config``): Kafka's keys."""
+    try:
+        return read_properties(path)
+    except ConfigError as e:
+        raise ConfigException(str(e)) from None
+
+
+def tools_tls(path: str | None) -> TLSConfig | None:
+    """The TLS of a tool's ``--command-config FILE`` (None without one, or for PLAINTEXT)."""
+    if not path:
+        return None
+    try:
+        return client_tls(read_config_file(path))
+    except ConfigError as e:
+        raise ConfigException(f"{path}: {e}") from None

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import click
 
 from . import ACKS, ClientError, Consumer, ConsumerRecord, Producer, producer_config
-from .config import from_properties
+from .config import from_properties, read_config_file
 from .consumer_coordinator import CommitFailedError
 from .consumer_groups import consumer_groups
 
@@ -58,9 +58,12 @@ def _describe(b: bytes | None) -> str:
               help="compress batches (compression.type)")
 @click.option("--producer-property", "properties", multiple=True, metavar="KEY=VALUE",
               help="any producer setting by its Kafka name, e.g. enable.idempotence=false (repeatable)")
+@click.option("--producer.config", "config_file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="a properties file of producer settings (security.protocol, ssl.*, ...); "
+                   "--producer-property wins over it")
 def console_producer(bootstrap_server: str, topic: str, acks: str, key_separator: str | None, linger_ms: int,
                      max_block_ms: int, request_timeout_ms: int, sync: bool, compression_codec: str | None,
-                     properties: tuple[str, ...]) -> None:
+                     properties: tuple[str, ...], config_file: str | None) -> None:
     """Send the lines of stdin to TOPIC."""
     sep = key_separator.encode() if key_separator else None
     settings: dict[str, object] = {"acks": ACKS[acks], "linger_ms": linger_ms, "max_block_ms": max_block_ms,
@@ -68,7 +71,8 @@ def console_producer(bootstrap_server: str, topic: str, acks: str, key_separator
     if compression_codec:
         settings["compression_type"] = compression_codec
     try:
-        settings.update(producer_config(_pairs(properties, "--producer-property")))
+        settings.update(producer_config({**(read_config_file(config_file) if config_file else {}),
+                                         **_pairs(properties, "--producer-property")}))
     except ClientError as e:
         _fail(str(e))
 
@@ -161,9 +165,13 @@ def _formatter(props: dict[str, str]) -> Callable[[ConsumerRecord], bytes]:
 @click.option("--group", default=None, help="consume as a member of this consumer group, committing what it printed")
 @click.option("--consumer-property", "consumer_properties", multiple=True, metavar="KEY=VALUE",
               help="any consumer setting by its Kafka name, e.g. session.timeout.ms=6000 (repeatable)")
+@click.option("--consumer.config", "config_file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="a properties file of consumer settings (security.protocol, ssl.*, ...); "
+                   "--consumer-property wins over it")
 def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, partition: int | None,
                      offset: str | None, max_messages: int | None, timeout_ms: int | None,
-                     properties: tuple[str, ...], group: str | None, consumer_properties: tuple[str, ...]) -> None:
+                     properties: tuple[str, ...], group: str | None, consumer_properties: tuple[str, ...],
+                     config_file: str | None) -> None:
     """Print the messages of TOPIC to stdout. With --group, partitions are shared with the
     group's other members and a second run resumes after what the first printed."""
     if offset is not None and partition is None:
@@ -184,7 +192,8 @@ def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, pa
         _fail("Options group and partition cannot be specified together.")
     settings = {"auto_offset_reset": "earliest" if from_beginning else "latest"}
     try:
-        settings.update(from_properties(Consumer.__init__, _pairs(consumer_properties, "--consumer-property"),
+        settings.update(from_properties(Consumer.__init__, {**(read_config_file(config_file) if config_file else {}),
+                                                            **_pairs(consumer_properties, "--consumer-property")},
                                         "consumer"))
     except ClientError as e:
         _fail(str(e))

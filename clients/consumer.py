@@ -28,6 +28,8 @@ import grpc
 
 from protos import broker_pb2 as pb
 
+from raft.config import TLSConfig
+
 from .cluster_view import ClientError, ClusterView, Connections, parse_bootstrap
 from .consumer_coordinator import ConsumerCoordinator
 from .errors import RETRIABLE, STALE_METADATA, ErrorCode
@@ -48,7 +50,9 @@ class Consumer:
                  enable_auto_commit: bool = True, auto_commit_interval_ms: int = 5000,
                  session_timeout_ms: int = 45000, heartbeat_interval_ms: int = 3000,
                  max_poll_interval_ms: int = 300000, partition_assignment_strategy: str | list[str] = "range",
-                 group_instance_id: str | None = None) -> None:
+                 group_instance_id: str | None = None, tls: TLSConfig | None = None) -> None:
+        """``tls``: TLS to the brokers (``clients.security.client_tls`` reads Kafka's keys)."""
+        self.tls = tls
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise ClientError(f"Invalid value {auto_offset_reset} for configuration auto.offset.reset: String must "
                               f"be one of: latest, earliest, none")
@@ -90,7 +94,7 @@ class Consumer:
         self._committing: asyncio.Task | None = None
 
     async def start(self) -> "Consumer":
-        self.connections = Connections()
+        self.connections = Connections(self.tls)
         self.cluster = ClusterView(self._bootstrap, self.connections, max_age_ms=self._metadata_max_age_ms,
                                    request_timeout_ms=self.request_timeout_ms)
         self.cluster.start()
@@ -305,6 +309,8 @@ class Consumer:
             if self._error is not None:
                 error, self._error = self._error, None
                 raise error
+            if self.cluster.auth_error is not None:
+                raise self.cluster.auth_error
             if any(pos is None for pos in self.positions.values()):
                 await self._resolve_positions()
             records = self._drain()

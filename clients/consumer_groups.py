@@ -15,6 +15,7 @@ from protos import broker_pb2 as pb
 
 from .admin import EARLIEST, LATEST, Admin, TopicPartition
 from .cluster_view import BrokerResponseError, ClientError
+from .config import tools_tls
 from .consumer_coordinator import ConsumerCoordinator
 from .errors import ErrorCode
 from .group_protocol import decode_assignment
@@ -127,9 +128,11 @@ async def _reset(admin: _Admin, group_id: str, topic: str, how: tuple[str, int |
 @click.option("--shift-by", type=int, default=None)
 @click.option("--dry-run", is_flag=True, help="show the new offsets (the default)")
 @click.option("--execute", is_flag=True, help="commit the new offsets")
+@click.option("--command-config", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="properties file with the client's security.protocol and ssl.* keys")
 def consumer_groups(bootstrap_server: str, list_: bool, describe: bool, delete: bool, reset_offsets: bool,
                     group: str | None, topic: str | None, to_earliest: bool, to_latest: bool, to_offset: int | None,
-                    shift_by: int | None, dry_run: bool, execute: bool) -> None:
+                    shift_by: int | None, dry_run: bool, execute: bool, command_config: str | None) -> None:
     """List, describe, reset and delete consumer groups."""
     actions = [a for a, on in (("list", list_), ("describe", describe), ("delete", delete),
                                ("reset-offsets", reset_offsets)) if on]
@@ -150,8 +153,13 @@ def consumer_groups(bootstrap_server: str, list_: bool, describe: bool, delete: 
         if dry_run and execute:
             _fail("Options --dry-run and --execute cannot be specified together.")
 
+    try:
+        tls = tools_tls(command_config)
+    except ClientError as e:
+        _fail(str(e))
+
     async def run() -> str:
-        async with _Admin(bootstrap_server) as admin:
+        async with _Admin(bootstrap_server, tls=tls) as admin:
             if list_:
                 return "\n".join(g.group_id for g in await admin.list_groups())
             assert group is not None

@@ -34,6 +34,8 @@ import grpc
 
 from protos import broker_pb2 as pb
 
+from raft.config import TLSConfig
+
 from .accumulator import RECORD_OVERHEAD, RecordAccumulator, RecordFuture, RecordMetadata, ProducerBatch
 from .compression import Codec
 from .config import ConfigException, from_properties
@@ -84,10 +86,12 @@ class Producer:
                  retries: int = 2147483647, retry_backoff_ms: int = 100,
                  max_in_flight_requests_per_connection: int = 5, metadata_max_age_ms: int = 300000,
                  client_id: str = "", enable_idempotence: bool | None = None,
-                 compression_type: str = "none") -> None:
+                 compression_type: str = "none", tls: TLSConfig | None = None) -> None:
         """``enable_idempotence`` None means Kafka's default: on, unless ``acks``, ``retries``
         or ``max_in_flight_requests_per_connection`` rule it out (then off); True with such a
-        setting raises ConfigException with Kafka's message."""
+        setting raises ConfigException with Kafka's message. ``tls``: TLS to the brokers
+        (``clients.security.client_tls`` reads Kafka's ``security.protocol`` and ``ssl.*``)."""
+        self.tls = tls
         if acks not in ACKS:
             raise ConfigException(f"Invalid value {acks} for configuration acks: String must be one of: all, -1, 0, 1")
         self.acks = ACKS[acks]
@@ -137,7 +141,7 @@ class Producer:
         self.metrics = {"record-send-total": 0, "record-error-total": 0, "request-total": 0, "batch-total": 0}
 
     async def start(self) -> "Producer":
-        self.connections = Connections()
+        self.connections = Connections(self.tls)
         self.cluster = ClusterView(self._bootstrap, self.connections, refresh_backoff_ms=self._retry_backoff_ms,
                                    max_age_ms=self._metadata_max_age_ms, request_timeout_ms=self.request_timeout_ms)
         self.acc = RecordAccumulator(self._batch_size, self._linger_ms, self.buffer_memory, self._retry_backoff_ms,

@@ -6,7 +6,10 @@ checks, creates a topic with replication factor 3 and produces to it with acks=a
 inside a container, scrapes every node's Prometheus metrics and has the compose Prometheus
 (the `monitoring` profile) scrape them too, stops the active controller and checks a new one answers with the topics
 intact, stops a broker that leads partitions and checks every acknowledged message is still
-consumed, starts both again and checks they catch up, then tears everything down. Prints its
+consumed, starts both again and checks they catch up, then tears everything down. Then the TLS
+variant (docker-compose.tls.yml: mutual TLS on every listener, certificates from
+deploy/make_certs.py): health checks, the tools with --command-config, acks=all produce and
+consume, confluent-kafka on the host with its certificate, plaintext clients refused. Prints its
 timings. Exits 0 with one line saying why when no Docker engine is reachable.
 """
 from __future__ import annotations
@@ -22,6 +25,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = REPO / "deploy" / "docker-compose.yml"
+TLS_FILE = REPO / "deploy" / "docker-compose.tls.yml"  # the TLS variant, over the plain file
+CERTS = REPO / "deploy" / "certs"
+CONTAINER_CERTS = "/etc/kraft/certs"
 PROJECT = "kraftci"
 BOOTSTRAP = "controller-1:9093,controller-2:9093,controller-3:9093"
 SERVERS = "broker-4:9092,broker-5:9092,broker-6:9092"
@@ -52,8 +58,12 @@ def compose_cmd() -> list[str]:
     return ["docker", "compose"]
 
 
+FILES = [COMPOSE_FILE]  # the TLS phase adds TLS_FILE
+
+
 def compose(*args: str, **kw) -> subprocess.CompletedProcess:
-    return sh(*compose_cmd(), "-f", str(COMPOSE_FILE), "-p", PROJECT, "--profile", "monitoring", *args, **kw)
+    files = [a for f in FILES for a in ("-f", str(f))]
+    return sh(*compose_cmd(), *files, "-p", PROJECT, "--profile", "monitoring", *args, **kw)
 
 
 def exec_in(service: str, *cmd: str, **kw) -> subprocess.CompletedProcess:
@@ -177,23 +187,25 @@ def describe_quorum(service: str) -> dict[str, str]:
     return {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in out.splitlines() if ":" in line)}
 
 
-def kafka_client_round_trip(messages: int = 200) -> None:
+def kafka_client_round_trip(messages: int = 200, security: dict[str, str] | None = None,
+                            topic: str = "kafka-orders") -> None:
     """librdkafka through the brokers' published Kafka listeners, with nothing but
-    bootstrap.servers: admin create, idempotent acks=all produce, a group consumer."""
+    bootstrap.servers (and ``security``, for TLS): admin create, idempotent acks=all produce, a
+    group consumer."""
     from confluent_kafka import Consumer, Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    conf = {"bootstrap.servers": KAFKA_SERVERS}
+    conf = {"bootstrap.servers": KAFKA_SERVERS, **(security or {})}
     admin = AdminClient(conf)
-    admin.create_topics([NewTopic("kafka-orders", 3, 3)])["kafka-orders"].result(60)
+    admin.create_topics([NewTopic(topic, 3, 3)])[topic].result(60)
     p = Producer({**conf, "acks": "all", "enable.idempotence": True, "compression.type": "zstd"})
     sent = {f"k{i}".encode() for i in range(messages)}
     for key in sent:
-        p.produce("kafka-orders", b"value-" + key, key)
+        p.produce(topic, b"value-" + key, key)
     if p.flush(60):
         raise SystemExit("compose-test: the Kafka producer did not deliver everything within 60s")
     c = Consumer({**conf, "group.id": "compose", "auto.offset.reset": "earliest"})
-    c.subscribe(["kafka-orders"])
+    c.subscribe([topic])
     got: set[bytes] = set()
     deadline = time.monotonic() + 60
     while got != sent and time.monotonic() < deadline:
@@ -203,7 +215,58 @@ def kafka_client_round_trip(messages: int = 200) -> None:
     c.close()
     if got != sent:
         raise SystemExit(f"compose-test: the Kafka consumer read {len(got)} of {len(sent)} messages")
-    log(f"confluent-kafka on the host: {len(sent)} messages produced and consumed via {KAFKA_SERVERS}")
+    log(f"confluent-kafka on the host: {len(sent)} messages of {topic} produced and consumed via {KAFKA_SERVERS}")
+
+
+def make_certs(services: list[str]) -> None:
+    """A test CA, a certificate per node and one for the admin (deploy/make_certs.py), readable
+    by the image's uid 1000; the admin's client properties, as seen inside the containers."""
+    shutil.rmtree(CERTS, ignore_errors=True)
+    sh(sys.executable, str(REPO / "deploy" / "make_certs.py"), "--out", str(CERTS), *services, "admin")
+    (CERTS / "admin.properties").write_text(
+        f"security.protocol=SSL\nssl.truststore.location={CONTAINER_CERTS}/ca.crt\n"
+        f"ssl.keystore.location={CONTAINER_CERTS}/admin.keystore.pem\n")
+    for path in [CERTS, *CERTS.iterdir()]:
+        os.chown(path, 1000, 1000)
+
+
+def tls_phase(controllers: list[str], brokers: list[str]) -> None:
+    """The TLS variant (docker-compose.tls.yml): mutual TLS on every listener. The tools work
+    with --command-config, replication and health checks run over TLS, a Kafka client on the host
+    produces and consumes with its certificate, and plaintext clients are refused."""
+    admin = f"{CONTAINER_CERTS}/admin.properties"
+    with step("TLS: certificates, compose up with docker-compose.tls.yml, every health check (over TLS)"):
+        make_certs(controllers + brokers)
+        FILES.append(TLS_FILE)
+        compose("up", "-d", timeout=600)
+        wait_healthy(controllers + brokers)
+    with step("TLS: create a topic and produce/consume with acks=all through the tools"):
+        exec_in("controller-1", "kraft", "topics", "--bootstrap-controller", BOOTSTRAP, "--command-config", admin,
+                "create", "--topic", "secure-orders", "--partitions", "3", "--replication-factor", "3")
+        lines = [f"s{i}" for i in range(MESSAGES)]
+        exec_in(brokers[0], "kraft", "console-producer", "--bootstrap-server", SERVERS, "--topic", "secure-orders",
+                "--acks", "all", "--producer.config", admin, input="\n".join(lines) + "\n")
+        out = exec_in(brokers[1], "kraft", "console-consumer", "--bootstrap-server", SERVERS, "--topic",
+                      "secure-orders", "--from-beginning", "--max-messages", str(MESSAGES), "--timeout-ms", "30000",
+                      "--consumer.config", admin).stdout.split()
+        if sorted(out) != sorted(lines):
+            raise SystemExit(f"compose-test: over TLS {len(set(lines) - set(out))} of {MESSAGES} messages are missing")
+    with step("TLS: a Kafka client on the host with its certificate; plaintext clients refused"):
+        kafka_client_round_trip(100, {"security.protocol": "ssl", "ssl.ca.location": str(CERTS / "ca.crt"),
+                                      "ssl.certificate.location": str(CERTS / "admin.crt"),
+                                      "ssl.key.location": str(CERTS / "admin.key")}, topic="kafka-secure")
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import AdminClient
+        try:
+            AdminClient({"bootstrap.servers": KAFKA_SERVERS, "log_level": 0}).list_topics(timeout=5)
+            raise SystemExit("compose-test: a plaintext Kafka client was answered by a TLS listener")
+        except KafkaException:
+            pass
+        p = exec_in("controller-1", "kraft", "topics", "--bootstrap-controller", BOOTSTRAP, "--command-timeout", "3",
+                    "list", check=False)
+        if p.returncode != 1 or len(p.stderr.strip().splitlines()) != 1:
+            raise SystemExit(f"compose-test: a plaintext kraft tool was not refused with one line: {p.stderr!r}")
+        log(f"plaintext refused: {p.stderr.strip()[:160]}...")
 
 
 def main() -> int:
@@ -293,6 +356,10 @@ def main() -> int:
                     raise SystemExit(f"compose-test: the restarted nodes did not catch up:\n{rep}")
                 time.sleep(1)
             log("replication (every node caught up):\n" + rep.strip())
+        if len(brokers) >= 3:
+            with step("compose down -v before the TLS variant"):
+                compose("down", "-v", "--remove-orphans")
+            tls_phase(controllers, brokers)
     finally:
         with step("compose down -v"):
             compose("down", "-v", "--remove-orphans", check=False)

@@ -5,6 +5,7 @@ before it sends anything else."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 import struct
 from typing import Any
 
@@ -21,9 +22,12 @@ class KafkaToolError(Exception):
     """A broker that cannot be reached or answers with an error."""
 
 
-async def _call(host: str, port: int, api_key: int, version: int, fields: dict[str, Any], timeout: float) -> Any:
+async def _call(host: str, port: int, api_key: int, version: int, fields: dict[str, Any], timeout: float,
+                context: ssl.SSLContext | None) -> Any:
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, ssl=context), timeout)
+    except ssl.SSLError as e:
+        raise KafkaToolError(f"TLS handshake with {host}:{port} failed: {e.reason or e}") from None
     except (OSError, asyncio.TimeoutError) as e:
         raise KafkaToolError(f"cannot connect to {host}:{port}: {e or 'timed out'}") from None
     try:
@@ -41,14 +45,18 @@ async def _call(host: str, port: int, api_key: int, version: int, fields: dict[s
         writer.close()
 
 
-async def broker_api_versions(bootstrap: str, timeout: float = 10.0) -> list[str]:
-    """The lines kafka-broker-api-versions.sh prints, one block per live broker."""
-    host, port = host_ports(bootstrap)[0].rsplit(":", 1)
-    md = await _call(host, int(port), METADATA, 12, {"topics": ()}, timeout)
+async def broker_api_versions(bootstrap: str, timeout: float = 10.0, context: ssl.SSLContext | None = None) -> list[str]:
+    """The lines kafka-broker-api-versions.sh prints, one block per live broker; over TLS with
+    ``context`` (an SSL listener)."""
+    try:
+        host, port = host_ports(bootstrap)[0].rsplit(":", 1)
+    except (ValueError, IndexError):
+        raise KafkaToolError(f"bad --bootstrap-server {bootstrap!r}: expected HOST:PORT") from None
+    md = await _call(host, int(port), METADATA, 12, {"topics": ()}, timeout, context)
     lines = []
     for b in sorted(md.brokers, key=lambda b: b.node_id):
         answer = await _call(b.host, b.port, API_VERSIONS, 3, {"client_software_name": "kraft",
-                                                                "client_software_version": "1"}, timeout)
+                                                                "client_software_version": "1"}, timeout, context)
         if answer.error_code.value:
             raise KafkaToolError(f"{b.host}:{b.port} answered ApiVersions with {answer.error_code.name}")
         lines.append(f"{b.host}:{b.port} (id: {b.node_id} rack: {b.rack}) -> (")

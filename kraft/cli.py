@@ -18,7 +18,10 @@ from protos import controller_pb2 as pb
 from raft.config import UNKNOWN_DIRECTORY, ConfigError
 from raft.errors import RaftError
 
+from clients.cluster_view import ClientError
+from clients.config import tools_tls
 from metadata.client import ControllerClient, ControllerError, error_code
+from raft.config import TLSConfig
 from metadata.errors import ErrorCode
 from metadata.ids import format_uuid, random_id
 
@@ -39,9 +42,34 @@ def run(coro: Awaitable[Any]) -> Any:
         sys.exit(130)
 
 
+TLS_KEY = "kraft.tls"
+
+
+def _load_command_config(ctx: click.Context, _param: click.Parameter, path: str | None) -> None:
+    """``--command-config FILE``, on a group or a command: the client's ``security.protocol``
+    and ``ssl.*`` keys (clients/security.py), kept in the invocation's ``ctx.meta`` so every
+    command under it connects with them."""
+    if path:
+        try:
+            ctx.meta[TLS_KEY] = tools_tls(path)
+        except ClientError as e:
+            fail(str(e))
+
+
+command_config_option = click.option(
+    "--command-config", type=click.Path(exists=True, dir_okay=False), expose_value=False, is_eager=True,
+    callback=_load_command_config, help="properties file with the client's security.protocol and ssl.* keys")
+
+
+def command_tls() -> TLSConfig | None:
+    """The TLS of this invocation's ``--command-config`` (None: plaintext)."""
+    ctx = click.get_current_context(silent=True)
+    return ctx.meta.get(TLS_KEY) if ctx is not None else None
+
+
 def with_client(bootstrap: str, timeout: float, work: Callable[[ControllerClient], Awaitable[Any]]) -> Any:
     async def go() -> Any:
-        async with ControllerClient(bootstrap, timeout=timeout) as client:
+        async with ControllerClient(bootstrap, timeout=timeout, tls=command_tls()) as client:
             return await work(client)
     return run(go())
 
@@ -230,6 +258,7 @@ def controller_group(fn: Callable[[], None]) -> click.Group:
     @main.group(name=fn.__name__, help=fn.__doc__)
     @bootstrap_option
     @timeout_option
+    @command_config_option
     @click.pass_context
     def group(ctx: click.Context, bootstrap: str, timeout: float) -> None:
         ctx.obj = (bootstrap, timeout)
@@ -385,6 +414,7 @@ def topics_alter(obj: tuple, topic: str, partitions: int, replica_assignment: st
 @click.option("--bootstrap-controller", "bootstrap", envvar="KRAFT_BOOTSTRAP_CONTROLLER",
               help="HOST:PORT[,HOST:PORT...] of any controllers (add-controller: by default, those its --config names)")
 @timeout_option
+@command_config_option
 @click.pass_context
 def quorum(ctx: click.Context, bootstrap: str | None, timeout: float) -> None:
     """Describe the controller quorum and change its voters (kafka-metadata-quorum.sh, KIP-853)."""
@@ -528,6 +558,7 @@ def cluster_describe(obj: tuple) -> None:
 @main.command()
 @bootstrap_option
 @timeout_option
+@command_config_option
 @click.option("--entity-type", type=click.Choice(["topics", "brokers"]), required=True)
 @click.option("--entity-name", help="topic name or broker id")
 @click.option("--entity-default", is_flag=True, help="the cluster-wide broker default")
@@ -594,12 +625,14 @@ def health(config_path: str) -> None:
 
 async def _health_problems(cfg) -> list[str]:
     import grpc
+    from raft.client import describe
     from raft.proto import raft_pb2 as rpb
     from raft.proto import raft_pb2_grpc
+    from raft.transport import dial
     problems = []
     if cfg.is_controller:
         try:
-            async with grpc.aio.insecure_channel(cfg.controller_address()) as ch:
+            async with dial(cfg.controller_address(), cfg.controller_tls, []) as ch:
                 st = await raft_pb2_grpc.RaftAdminStub(ch).Status(rpb.StatusRequest(), timeout=3)
             if not st.leader_id:
                 problems.append(f"controller {cfg.node_id} knows no leader")
@@ -610,7 +643,7 @@ async def _health_problems(cfg) -> list[str]:
                                 f"({st.directories[cfg.node_id]}): it was formatted again; remove-controller the old "
                                 f"one, then add-controller this one")
         except grpc.aio.AioRpcError as e:
-            problems.append(f"controller {cfg.node_id} does not answer: {e.details()}")
+            problems.append(f"controller {cfg.node_id} does not answer: {describe(e)}")
     if cfg.is_broker:
         from brokerd.health import broker_problems
         problems += await broker_problems(cfg)
@@ -618,6 +651,7 @@ async def _health_problems(cfg) -> list[str]:
 
 
 @main.command("get-offsets")
+@command_config_option
 @click.option("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT] of brokers (gRPC listeners)")
 @click.option("--topic", required=True)
 @click.option("--partitions", help="comma-separated partition ids (default: all)")
@@ -639,7 +673,7 @@ def get_offsets(bootstrap_server: str, topic: str, partitions: str | None, when:
         return
 
     async def ask() -> dict[tuple[str, int], tuple[int, int]]:
-        async with Admin(bootstrap_server) as admin:
+        async with Admin(bootstrap_server, tls=command_tls()) as admin:
             tps = await admin.partitions_of(topic)
             if not tps:
                 raise ClientError(f"UNKNOWN_TOPIC_OR_PARTITION: Topic {topic} does not exist.")
@@ -659,6 +693,7 @@ def get_offsets(bootstrap_server: str, topic: str, partitions: str | None, when:
 
 
 @main.command("reassign-partitions")
+@command_config_option
 @click.option("--bootstrap-controller", "bootstrap", required=True, help="HOST:PORT[,HOST:PORT] of controllers")
 @click.option("--bootstrap-server", help="HOST:PORT of a broker (gRPC listener): --verify then shows what each "
                                          "moving replica still has to copy")
@@ -717,7 +752,7 @@ def reassign_partitions(bootstrap: str, bootstrap_server: str | None, action: st
         describes = None
         if bootstrap_server:
             from clients.admin import Admin
-            async with Admin(bootstrap_server) as admin:
+            async with Admin(bootstrap_server, tls=command_tls()) as admin:
                 describes = await admin.describe_brokers()
         return await r.verify(client, plan, describes, preserve_throttles)
 
@@ -728,6 +763,7 @@ def reassign_partitions(bootstrap: str, bootstrap_server: str | None, action: st
 
 
 @main.command("log-dirs")
+@command_config_option
 @click.option("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT] of brokers (gRPC listeners)")
 @click.option("--describe", is_flag=True, required=True, help="describe the brokers' log directories")
 @click.option("--broker-list", help="only these broker ids, e.g. 1,2")
@@ -745,7 +781,7 @@ def log_dirs(bootstrap_server: str, describe: bool, broker_list: str | None, top
     topics = set(topic_list.split(",")) if topic_list else None
 
     async def ask() -> dict[int, Any]:
-        async with Admin(bootstrap_server) as admin:
+        async with Admin(bootstrap_server, tls=command_tls()) as admin:
             return await admin.describe_brokers(ids)
     try:
         found = asyncio.run(ask())
@@ -773,6 +809,7 @@ def log_dirs(bootstrap_server: str, describe: bool, broker_list: str | None, top
 
 
 @main.command("leader-election")
+@command_config_option
 @click.option("--bootstrap-controller", "bootstrap", required=True, help="HOST:PORT[,HOST:PORT] of controllers")
 @click.option("--election-type", type=click.Choice(["preferred", "unclean"], case_sensitive=False), required=True,
               help="preferred: the first replica leads again; unclean: a leaderless partition takes any live replica")
@@ -821,12 +858,19 @@ def leader_election(bootstrap: str, election_type: str, all_topic_partitions: bo
 @main.command("broker-api-versions")
 @click.option("--bootstrap-server", required=True, help="HOST:PORT of a broker's Kafka listener")
 @click.option("--timeout", type=float, default=10.0, show_default=True, help="seconds per request")
-def broker_api_versions(bootstrap_server: str, timeout: float) -> None:
+@click.option("--command-config", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="properties file with the client's security.protocol and ssl.* keys")
+def broker_api_versions(bootstrap_server: str, timeout: float, command_config: str | None) -> None:
     """The APIs and versions each broker serves to Kafka clients (kafka-broker-api-versions.sh)."""
+    from clients.config import read_config_file
+    from clients.security import check_hostname, client_tls, ssl_context
     from .broker_api_versions import KafkaToolError, broker_api_versions as ask
     try:
-        lines = run(ask(bootstrap_server, timeout))
-    except (KafkaToolError, ValueError) as e:
+        props = read_config_file(command_config) if command_config else {}
+        tls = client_tls(props)
+        context = ssl_context(tls, server=False, check_hostname=check_hostname(props)) if tls else None
+        lines = run(ask(bootstrap_server, timeout, context))
+    except (ClientError, ConfigError, KafkaToolError) as e:
         fail(str(e))
         return
     click.echo("\n".join(lines))

@@ -15,7 +15,9 @@ import grpc
 
 from clients.cluster_view import host_ports
 from protos import controller_pb2_grpc
-from raft.client import LeaderClient, Retry
+from raft.client import LeaderClient, Retry, describe
+from raft.config import TLSConfig
+from raft.transport import tls_failure
 
 from .errors import ErrorCode
 
@@ -60,9 +62,11 @@ def parse_bootstrap(text: str) -> list[str]:
 
 
 class ControllerClient(LeaderClient):
-    def __init__(self, bootstrap: list[str] | str, *, timeout: float = 15.0, attempt_timeout: float = 5.0) -> None:
+    def __init__(self, bootstrap: list[str] | str, *, timeout: float = 15.0, attempt_timeout: float = 5.0,
+                 tls: TLSConfig | None = None) -> None:
+        """``tls``: how to dial the controller listener (None: plaintext)."""
         addresses = parse_bootstrap(bootstrap) if isinstance(bootstrap, str) else list(bootstrap)
-        super().__init__(addresses, timeout=timeout, attempt_timeout=attempt_timeout)
+        super().__init__(addresses, timeout=timeout, attempt_timeout=attempt_timeout, tls=tls)
         self.bootstrap = self.endpoints
         self.last_controller_id = -1
 
@@ -73,7 +77,8 @@ class ControllerClient(LeaderClient):
         return ControllerError(ErrorCode.REQUEST_TIMED_OUT, message)
 
     def failed(self, address: str, error: grpc.aio.AioRpcError) -> Exception:
-        return ControllerError(ErrorCode.INVALID_REQUEST, f"{address}: {error.details() or error.code().name}")
+        code = ErrorCode.NETWORK_EXCEPTION if tls_failure(error.details() or "") else ErrorCode.INVALID_REQUEST
+        return ControllerError(code, f"{address}: {describe(error)}")
 
     async def call(self, method: str, request: Any, *, timeout: float | None = None,
                    attempt_timeout: float | None = None) -> Any:

@@ -10,7 +10,8 @@ import socket
 from dataclasses import dataclass, field
 
 from clients.cluster_view import host_ports
-from raft.config import ConfigError, bounded_int, parse_voters, read_properties
+from clients.security import ListenerSecurity, connecting_tls, listener_security
+from raft.config import ConfigError, TLSConfig, bounded_int, parse_voters, read_properties
 
 ROLES = {"controller", "broker"}
 _LISTENER = re.compile(r"^([A-Za-z][A-Za-z0-9_]*)://(\[[0-9a-fA-F:.]*\]|[A-Za-z0-9_.-]*):(\d{1,5})$")
@@ -65,6 +66,11 @@ class ServerConfig:
     metadata_log_dir: str
     log_dirs: tuple[str, ...]
     props: dict[str, str] = field(default_factory=dict)
+    #: How each listener is served (listener.security.protocol.map and the ssl.* keys).
+    security: dict[str, ListenerSecurity] = field(default_factory=dict)
+    #: What this server dials the controllers with: the controller listener's protocol, its own
+    #: key store and trust store (Kafka: the controller listener's settings on every node).
+    controller_tls: TLSConfig | None = None
     bootstrap_servers: tuple[str, ...] = ()  # controller.quorum.bootstrap.servers
 
     # -- the values derived from the properties, with their defaults --------------------------
@@ -155,9 +161,13 @@ def from_properties(props: dict[str, str], source: str = "config") -> ServerConf
         raise ConfigError(f"{source}: set metadata.log.dir (or log.dirs)")
     if "broker" in roles and not log_dirs:
         raise ConfigError(f"{source}: the broker role needs log.dirs for partition data")
-    cfg = ServerConfig(node_id, roles, voters, listeners, advertised, controller_listener, metadata_dir,
-                       log_dirs, dict(props), bootstrap)
     try:
+        security = {name: listener_security(props, name) for name in listeners}
+        if controller_listener in security and security[controller_listener].client_auth == "requested":
+            raise ConfigError(f"ssl.client.auth=requested (listener {controller_listener}): gRPC listeners take "
+                              f"required or none")
+        cfg = ServerConfig(node_id, roles, voters, listeners, advertised, controller_listener, metadata_dir,
+                           log_dirs, dict(props), security, connecting_tls(props, controller_listener), bootstrap)
         cfg.prometheus_listener()
     except ConfigError as e:
         raise ConfigError(f"{source}: {e}") from None

@@ -27,7 +27,9 @@ def node_options(cfg: ServerConfig) -> NodeOptions:
         snapshot_entries=cfg.int("metadata.log.max.records.between.snapshots", 100_000, 1),
         snapshot_bytes=cfg.int("metadata.log.max.record.bytes.between.snapshots", 20 << 20, 1),
         snapshot_trailing_entries=cfg.int("metadata.log.snapshot.trailing.records", 10_000, 0),
-        listen=cfg.controller_bind())
+        listen=cfg.controller_bind(),
+        # The controller listener's TLS serves clients and dials the other controllers.
+        tls=cfg.security[cfg.controller_listener].tls)
 
 
 def controller_config(cfg: ServerConfig) -> ControllerConfig:

@@ -22,7 +22,7 @@ import grpc
 
 from .admin import NOT_APPLIED, leader_hint
 from .config import TLSConfig
-from .transport import open_channel
+from .transport import closed_hint, open_channel, tls_failure
 
 R = TypeVar("R")
 
@@ -64,7 +64,7 @@ class LeaderClient:
         return TimeoutError(message)
 
     def failed(self, address: str, error: grpc.aio.AioRpcError) -> Exception:
-        return RuntimeError(f"{address}: {error.details() or error.code().name}")
+        return RuntimeError(f"{address}: {describe(error)}")
 
     def channel(self, address: str) -> grpc.aio.Channel:
         ch = self._channels.get(address)
@@ -96,7 +96,7 @@ class LeaderClient:
             try:
                 channel = self.channel(address)
                 if not idempotent:  # a call that may take long (its server waits) connects as quickly as any
-                    await self._connected(channel, min(per_attempt, self.attempt_timeout))
+                    await self._connected(address, channel, min(per_attempt, self.attempt_timeout))
                 response = await invoke(channel, per_attempt)
                 if check is not None:
                     response = check(address, response)
@@ -114,20 +114,37 @@ class LeaderClient:
             delay = min(hi, lo * 2 ** attempt) * random.uniform(0.5, 1.0)
             attempt += 1
             if loop.time() + delay >= deadline:
-                raise self.unreachable(f"within {budget:.0f}s (last: {last})")
+                raise self.unreachable(f"within {budget:.0f}s (last: {last}{closed_hint(last)})")
             await asyncio.sleep(delay)
 
-    @staticmethod
-    async def _connected(channel: grpc.aio.Channel, timeout: float) -> None:
+    async def _connected(self, address: str, channel: grpc.aio.Channel, timeout: float) -> None:
         """Before a call that must not run twice: a channel that cannot connect (refused, a
         name that does not resolve, a stopped container) is left without sending anything,
         so the next endpoint may be tried; only a failure after this may have been applied."""
-        if channel.get_state(try_to_connect=True) == grpc.ChannelConnectivity.READY:
+        state = channel.get_state(try_to_connect=True)
+        if state == grpc.ChannelConnectivity.READY:
             return  # the common case, without a task for the wait
         try:
-            await asyncio.wait_for(channel.channel_ready(), timeout)
-        except asyncio.TimeoutError:
-            raise Retry("could not connect; nothing was sent") from None
+            async with asyncio.timeout(timeout):
+                while state != grpc.ChannelConnectivity.READY:
+                    if state == grpc.ChannelConnectivity.TRANSIENT_FAILURE:  # refused, or a failed handshake
+                        raise Retry(f"could not connect ({await self._why(address, channel)}); nothing was sent")
+                    await channel.wait_for_state_change(state)
+                    state = channel.get_state(try_to_connect=True)
+        except TimeoutError:
+            raise Retry("could not connect in time; nothing was sent") from None
+
+    async def _why(self, address: str, channel: grpc.aio.Channel) -> str:
+        """Why a channel does not connect: a call to no method fails at once with the channel's
+        last connect error and sends nothing. A failed TLS handshake is final (``failed``)."""
+        try:
+            await channel.unary_unary("/raft.client/Probe")(b"", timeout=1.0)
+        except grpc.aio.AioRpcError as e:
+            reason = tls_failure(e.details() or "")
+            if reason is not None:
+                raise self.failed(address, e) from None
+            return e.details() or e.code().name
+        return "connected late"
 
     def _rpc_error(self, address: str, e: grpc.aio.AioRpcError, idempotent: bool) -> Retry:
         """The shared outcome rules for gRPC-level answers: a Retry, or raise a final error."""
@@ -137,6 +154,8 @@ class LeaderClient:
         if not_applied:
             _, leader = leader_hint(e)
             return Retry(reason, leader)
+        if code == grpc.StatusCode.UNAVAILABLE and tls_failure(reason):
+            raise self.failed(address, e)  # not transient: certificates, or TLS to a plaintext port
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
             if idempotent or (code == grpc.StatusCode.UNAVAILABLE and not sent(e)):
                 return Retry(reason)
@@ -147,6 +166,12 @@ class LeaderClient:
     async def close(self) -> None:
         await asyncio.gather(*(ch.close() for ch in self._channels.values()), return_exceptions=True)
         self._channels.clear()
+
+
+def describe(e: grpc.aio.AioRpcError) -> str:
+    """One line for a final gRPC error: what a failed TLS handshake means, else its details."""
+    details = e.details() or e.code().name
+    return tls_failure(details) or details
 
 
 def sent(e: grpc.aio.AioRpcError) -> bool:

@@ -132,11 +132,14 @@ def parse_voters(text: str) -> dict[int, str]:
 
 @dataclass(frozen=True, slots=True)
 class TLSConfig:
-    """PEM files. With ``ca`` set, peers are verified against it; with
+    """PEM material, each item a file's path or the PEM text itself (files are read when a
+    channel or port opens, so a renewed certificate is picked up by the next connection).
+    ``cert``/``key`` are this side's identity: required to serve, and what a client shows for
+    mutual TLS. With ``ca`` set, peers are verified against it (else the system's roots); with
     ``require_client_auth`` the server also demands a client certificate (mutual TLS)."""
 
-    cert: str
-    key: str
+    cert: str | None = None
+    key: str | None = None
     ca: str | None = None
     require_client_auth: bool = False
     server_name: str | None = None  # override for the name checked in peers' certificates

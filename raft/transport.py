@@ -83,9 +83,57 @@ class Transport(Protocol):
 MAX_QUEUED = 20_000  # messages kept for a peer that is unreachable
 
 
-def _read(path: str) -> bytes:
-    with open(path, "rb") as f:
+def pem(item: str) -> bytes:
+    """A TLSConfig item: PEM text as it is, else the file it names."""
+    if item.lstrip().startswith("-----BEGIN"):
+        return item.encode()
+    with open(item, "rb") as f:
         return f.read()
+
+
+def channel_credentials(tls: TLSConfig) -> grpc.ChannelCredentials:
+    return grpc.ssl_channel_credentials(
+        root_certificates=pem(tls.ca) if tls.ca else None,
+        private_key=pem(tls.key) if tls.key else None,
+        certificate_chain=pem(tls.cert) if tls.cert else None)
+
+
+def server_credentials(tls: TLSConfig) -> grpc.ServerCredentials:
+    if not (tls.cert and tls.key):
+        raise ValueError("a TLS server needs a certificate and its key")
+    return grpc.ssl_server_credentials([(pem(tls.key), pem(tls.cert))],
+                                       root_certificates=pem(tls.ca) if tls.ca else None,
+                                       require_client_auth=tls.require_client_auth)
+
+
+_TLS_REASONS = (
+    ("WRONG_VERSION_NUMBER", "the server does not speak TLS on this port (a PLAINTEXT listener?)"),
+    ("certificate has expired", "the server's certificate has expired"),
+    ("BAD_SIGNATURE", "the server's certificate is not signed by a trusted CA (the trust store)"),
+    ("unable to get local issuer", "the server's certificate is not signed by a trusted CA (the trust store)"),
+    ("self signed", "the server's certificate is not signed by a trusted CA (the trust store)"),
+    ("not in peer certificate", "the server's certificate does not name the host dialled"),
+)
+
+
+def tls_failure(details: str) -> str | None:
+    """What a failed TLS handshake on this side means, from gRPC's connect error; None when
+    ``details`` is not one. Trying again cannot fix any of these, so callers fail at once."""
+    if "handshake failed" not in details.lower() and "not in peer certificate" not in details:
+        return None
+    for marker, reason in _TLS_REASONS:
+        if marker in details:
+            return f"TLS handshake failed: {reason}"
+    tail = details.rsplit("OPENSSL_internal:", 1)[-1].removesuffix(": OK")
+    return f"TLS handshake failed: {tail.strip()}"
+
+
+def closed_hint(details: str) -> str:
+    """What a server closing the connection while it was being set up most likely means."""
+    if "socket closed" not in details.lower():
+        return ""
+    return ("; a TLS listener closes connections that do not speak TLS or whose client certificate it does "
+            "not accept (check security.protocol and the ssl.* settings)")
 
 
 def channel_options(max_bytes: int) -> list[tuple[str, int]]:
@@ -96,15 +144,17 @@ def channel_options(max_bytes: int) -> list[tuple[str, int]]:
 
 
 def open_channel(address: str, tls: TLSConfig | None, max_bytes: int) -> grpc.aio.Channel:
-    opts: list = channel_options(max_bytes)
+    return dial(address, tls, channel_options(max_bytes))
+
+
+def dial(address: str, tls: TLSConfig | None, options: list[tuple[str, int]]) -> grpc.aio.Channel:
+    """A channel to ``address``: plaintext, or TLS with ``tls``."""
     if tls is None:
-        return grpc.aio.insecure_channel(address, options=opts)
-    creds = grpc.ssl_channel_credentials(
-        root_certificates=_read(tls.ca) if tls.ca else None,
-        private_key=_read(tls.key), certificate_chain=_read(tls.cert))
+        return grpc.aio.insecure_channel(address, options=options)
+    opts: list = list(options)
     if tls.server_name:
         opts.append(("grpc.ssl_target_name_override", tls.server_name))
-    return grpc.aio.secure_channel(address, creds, options=opts)
+    return grpc.aio.secure_channel(address, channel_credentials(tls), options=opts)
 
 
 def add_port(server: grpc.aio.Server, address: str, tls: TLSConfig | None) -> int:
@@ -113,11 +163,7 @@ def add_port(server: grpc.aio.Server, address: str, tls: TLSConfig | None) -> in
     try:
         if tls is None:
             return server.add_insecure_port(address)
-        creds = grpc.ssl_server_credentials(
-            [(_read(tls.key), _read(tls.cert))],
-            root_certificates=_read(tls.ca) if tls.ca else None,
-            require_client_auth=tls.require_client_auth)
-        return server.add_secure_port(address, creds)
+        return server.add_secure_port(address, server_credentials(tls))
     except RuntimeError:
         return 0
 

@@ -17,7 +17,9 @@ from kraft.dev_quorum import DevQuorum
 from protos import broker_pb2 as bpb
 from protos import broker_pb2_grpc
 from protos import controller_pb2 as cpb
+from raft.config import TLSConfig
 from raft.storage import format_storage
+from raft.transport import dial
 from tests.eventually import eventually
 from tests.kvcluster import consecutive_ports
 from tests.logs import assert_no_tracebacks
@@ -31,10 +33,14 @@ class BrokerCluster:
     def __init__(self, base_dir: Path, brokers: int = 3, *, session_timeout_ms: int = 3000,
                  heartbeat_ms: int = 300, broker_props: dict[str, str] | None = None,
                  controller_props: dict[str, str] | None = None,
-                 node_props: dict[int, dict[str, str]] | None = None, dynamic: bool = False) -> None:
-        """``node_props[id]``: properties of controller or broker ``id`` alone. ``dynamic``: a
-        quorum formatted with --initial-controllers, found through bootstrap servers (KIP-853)."""
+                 node_props: dict[int, dict[str, str]] | None = None, client_tls: TLSConfig | None = None,
+                 dynamic: bool = False) -> None:
+        """``node_props[id]``: properties of controller or broker ``id`` alone; ``client_tls``:
+        what the test's own clients dial the controllers and brokers with (TLS listeners).
+        ``dynamic``: a quorum formatted with --initial-controllers, found through bootstrap
+        servers (KIP-853)."""
         self.base = base_dir
+        self.client_tls = client_tls
         self.node_props = node_props or {}
         ports = consecutive_ports(3 + 2 * brokers)
         self.quorum = DevQuorum(str(base_dir / "quorum"), ports, election_timeout_ms=500,
@@ -108,7 +114,8 @@ class BrokerCluster:
         return p.wait(timeout)
 
     def controller(self, **kw: float) -> ControllerClient:
-        return ControllerClient(self.quorum.bootstrap, timeout=kw.get("timeout", 20), attempt_timeout=2)
+        return ControllerClient(self.quorum.bootstrap, timeout=kw.get("timeout", 20), attempt_timeout=2,
+                                tls=self.client_tls)
 
     async def wait_unfenced(self, ids: list[int] | None = None, timeout: float = 45) -> None:
         ids = ids or [b for b in self.ids if self.procs.get(b) and self.procs[b].poll() is None]
@@ -149,11 +156,11 @@ class BrokerCluster:
         await eventually(ready, timeout, interval=0.1, what=f"topic {name} ready on every broker")
 
     async def broker_metadata(self, bid: int, topics: list[str]) -> bpb.MetadataResponse:
-        async with _stub(self.address(bid)) as stub:
+        async with _stub(self.address(bid), self.client_tls) as stub:
             return await stub.Metadata(bpb.MetadataRequest(topics=topics), timeout=5)
 
     async def describe_broker(self, bid: int) -> bpb.DescribeBrokerResponse:
-        async with _stub(self.address(bid)) as stub:
+        async with _stub(self.address(bid), self.client_tls) as stub:
             return await stub.DescribeBroker(bpb.DescribeBrokerRequest(), timeout=5)
 
     async def describe_topic(self, name: str) -> cpb.TopicDescription:
@@ -197,9 +204,8 @@ async def write_acked(bootstrap_servers: str, topic: str, stop: asyncio.Event, a
 class _stub:
     """``async with _stub(address) as stub``: a Broker stub on a channel closed afterwards."""
 
-    def __init__(self, address: str) -> None:
-        import grpc
-        self.channel = grpc.aio.insecure_channel(address, options=[("grpc.max_receive_message_length", 256 << 20)])
+    def __init__(self, address: str, tls: TLSConfig | None = None) -> None:
+        self.channel = dial(address, tls, [("grpc.max_receive_message_length", 256 << 20)])
 
     async def __aenter__(self) -> broker_pb2_grpc.BrokerStub:
         return broker_pb2_grpc.BrokerStub(self.channel)

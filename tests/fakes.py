@@ -26,6 +26,8 @@ def fake_broker(monkeypatch: Any, broker: object) -> None:
     from clients import producer
 
     class Connections:
+        def __init__(self, tls: object = None) -> None: ...
+
         def stub(self, address: str) -> object:
             return broker
 

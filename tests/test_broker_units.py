@@ -344,7 +344,7 @@ def test_a_follower_truncates_the_suffix_the_new_leader_never_had(tmp_path):
         answer = new_leader.end_offset_for_epoch(old_leader.epochs.latest_epoch)
         assert answer == (0, 5)
 
-        cfg = BrokerConfig(7, "", "PLAINTEXT", (), {}, 2000, 30000, 500, 1, 1 << 20, 10 << 20, 100, 300000, 5000, 3600000,
+        cfg = BrokerConfig(7, "", "PLAINTEXT", (), {}, None, 2000, 30000, 500, 1, 1 << 20, 10 << 20, 100, 300000, 5000, 3600000,
                            1 << 20, 86_400_000, 600_000, True, 15_000, 50, 3, 6000, 1_800_000, 3000, 4096,
                            FlushPolicy(), LogConfig())
         p = Partition(7, "t", tid, 1, old_leader, LogConfig())

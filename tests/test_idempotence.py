@@ -337,6 +337,8 @@ def test_the_producer_id_comes_from_the_next_broker_when_one_is_down(monkeypatch
     monkeypatch.setattr(client, "ClusterView", Brokers)
 
     class Connections:
+        def __init__(self, tls: object = None) -> None: ...
+
         def stub(self, address: str) -> Stub:
             return Stub(address)
 

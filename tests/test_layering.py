@@ -4,7 +4,8 @@ top-level packages points down, and no two modules import each other at load tim
     kraft      composes processes and tools          -> brokerd, clients, metadata, raft, protos
     brokerd    the brokers                           -> clients, metadata, raft, protos
     metadata   the controller quorum and its tools   -> clients (error codes), raft, protos
-    clients    producer, consumer, console tools     -> protos (and the record format it owns)
+    clients    producer, consumer, console tools     -> protos (and the record format it owns), raft
+                                                        (TLSConfig and gRPC dialling, raft.transport)
     raft       the embeddable Raft library           -> nothing (its wire is raft/proto; its
                                                         example service raft/examples/kv)
     bench      benchmarks (not installed)            -> anything above, never tests
@@ -19,7 +20,7 @@ ALLOWED = {
     "protos": set(),
     "raft": set(),
     "metadata": {"clients", "raft", "protos"},
-    "clients": {"protos"},
+    "clients": {"protos", "raft"},
     "brokerd": {"clients", "metadata", "raft", "protos"},
     "kraft": {"brokerd", "clients", "metadata", "raft", "protos"},
     "bench": {"kraft", "brokerd", "clients", "metadata", "raft", "protos"},

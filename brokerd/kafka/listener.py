@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from typing import Any
 
+from clients.security import ListenerSecurity, ssl_context
 from metadata.metrics import RequestMetrics
 
 from .apis import API_VERSIONS, VERSIONS, CloseConnection, KafkaApis, newer_api_versions_answer
@@ -23,14 +25,19 @@ from .codec import MalformedRequest, RequestHeader, correlation_id, frame_respon
 log = logging.getLogger("brokerd.kafka")
 
 MAX_IN_FLIGHT = 16
+#: A client that has not finished its TLS handshake by then is disconnected.
+HANDSHAKE_TIMEOUT_S = 10.0
 
 
 class KafkaListener:
     def __init__(self, name: str, host: str, port: int, apis: KafkaApis, max_request_bytes: int,
-                 requests: RequestMetrics | None = None) -> None:
+                 requests: RequestMetrics | None = None, security: ListenerSecurity | None = None) -> None:
         """``requests``: where each request's time, from its arrival to its answer written, is
-        recorded per API (Kafka's RequestMetrics TotalTimeMs)."""
+        recorded per API (Kafka's RequestMetrics TotalTimeMs). ``security``: SSL listeners
+        do a TLS handshake before the first request."""
         self.name = name
+        self.ssl = (ssl_context(security.tls, server=True, client_auth=security.client_auth)
+                    if security is not None and security.tls is not None else None)
         self.host = host
         self.port = port
         self.apis = apis
@@ -60,6 +67,9 @@ class KafkaListener:
         self._connections.add(me)
         peer = writer.get_extra_info("peername")
         where = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        if self.ssl is not None and not await self._handshake(writer, where):
+            self._connections.discard(me)
+            return
         slots = asyncio.Semaphore(MAX_IN_FLIGHT)
         pending: asyncio.Queue[tuple[RequestHeader, asyncio.Task[Any], float] | None] = asyncio.Queue()
         sender = asyncio.create_task(self._send(writer, pending, slots, where))
@@ -97,6 +107,23 @@ class KafkaListener:
                 sender.cancel()
             writer.close()
             self._connections.discard(me)
+
+    async def _handshake(self, writer: asyncio.StreamWriter, where: str) -> bool:
+        """TLS before anything else (Kafka's SslTransportLayer); a client that fails it (no
+        certificate when one is required, one from another CA or expired, plaintext bytes) is
+        disconnected with one line, as Kafka logs a failed authentication."""
+        assert self.ssl is not None
+        try:
+            await writer.start_tls(self.ssl, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S)
+            return True
+        except (ssl.SSLError, ConnectionError, TimeoutError, OSError) as e:
+            reason = getattr(e, "verify_message", None) or getattr(e, "reason", None) or str(e) or type(e).__name__
+            if reason in ("WRONG_VERSION_NUMBER", "HTTP_REQUEST", "UNEXPECTED_RECORD"):
+                reason = "the client does not speak TLS (security.protocol=PLAINTEXT?)"
+            log.info("closing the Kafka connection from %s on listener %s: TLS handshake failed: %s", where,
+                     self.name, reason)
+            writer.close()
+            return False
 
     async def _send(self, writer: asyncio.StreamWriter, pending: asyncio.Queue[Any], slots: asyncio.Semaphore,
                     where: str) -> None:

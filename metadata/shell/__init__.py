@@ -4,3 +4,9 @@
 files, ``paths`` resolves and globs paths, ``commands`` are what the user types, ``changes``
 traces a path through the record history, ``interactive`` and ``main`` are the front ends.
 """
+
+import os as _os
+
+# A tool reports connection failures in its own one line: gRPC's core stays quiet (it reads
+# this before the first import of grpc; see kraft/__init__.py).
+_os.environ.setdefault("GRPC_VERBOSITY", "ERROR")

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from protos import controller_pb2 as pb
+from raft.config import TLSConfig
 
 from ..client import ControllerClient, ControllerError, parse_bootstrap
 from ..errors import ErrorCode
@@ -56,14 +57,14 @@ class _Fetched:
 class LiveSource(MetadataSource):
     """The committed metadata of a controller quorum, fetched over the network."""
 
-    def __init__(self, bootstrap: str, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, bootstrap: str, *, timeout: float = DEFAULT_TIMEOUT, tls: TLSConfig | None = None) -> None:
         try:
             addresses = parse_bootstrap(bootstrap)
         except ControllerError as e:
             raise SourceError(e.message) from None
         self.description = f"controller quorum at {','.join(addresses)}"
         self._client = ControllerClient(addresses, timeout=timeout,
-                                        attempt_timeout=min(timeout, 5.0))
+                                        attempt_timeout=min(timeout, 5.0), tls=tls)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
                                         name="metadata-shell-live")

@@ -39,6 +39,8 @@ SOURCES = "--snapshot FILE, --directory DIR or --bootstrap-controller HOST:PORT[
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=10.0,
               show_default=True, metavar="SECONDS",
               help="With --bootstrap-controller: how long to wait for the quorum to answer.")
+@click.option("--command-config", type=click.Path(exists=True, dir_okay=False), metavar="FILE",
+              help="With --bootstrap-controller: the client's security.protocol and ssl.* keys (TLS).")
 @click.option("--at-offset", type=click.IntRange(min=0), metavar="N",
               help="Browse the image as it was at offset N (all entries up to N applied).")
 @click.option("--json", "json_output", is_flag=True,
@@ -47,7 +49,7 @@ SOURCES = "--snapshot FILE, --directory DIR or --bootstrap-controller HOST:PORT[
               help="Run these commands and exit (non-zero if one fails).")
 @click.argument("words", nargs=-1, type=click.UNPROCESSED, metavar="[COMMAND [ARGS]...]")
 def main(snapshot: str | None, directory: str | None, bootstrap: str | None, timeout: float,
-         at_offset: int | None, json_output: bool, commands: str | None,
+         command_config: str | None, at_offset: int | None, json_output: bool, commands: str | None,
          words: tuple[str, ...]) -> None:
     """Browse cluster metadata as a file-system tree (see docs/metadata-shell.md).
 
@@ -56,7 +58,7 @@ def main(snapshot: str | None, directory: str | None, bootstrap: str | None, tim
     if [snapshot, directory, bootstrap].count(None) != 2:
         raise click.UsageError(f"give exactly one of {SOURCES}")
     try:
-        source = open_source(snapshot, directory, bootstrap, timeout)
+        source = open_source(snapshot, directory, bootstrap, timeout, command_config)
     except SourceError as e:
         click.echo(f"metadata-shell: {e}", err=True)
         sys.exit(1)

@@ -236,12 +236,18 @@ def _membership_state(m: Membership) -> QuorumState:
 
 
 def open_source(snapshot: str | None, directory: str | None, bootstrap: str | None = None,
-                timeout: float = 10.0) -> MetadataSource:
+                timeout: float = 10.0, command_config: str | None = None) -> MetadataSource:
     """The source named on the command line; SourceError (one line) if it cannot be read."""
     if bootstrap is not None:
         # Imported only here: gRPC costs a file source's start-up for nothing.
+        from clients.cluster_view import ClientError
+        from clients.config import tools_tls
         from .live import LiveSource
-        return LiveSource(bootstrap, timeout=timeout)
+        try:
+            tls = tools_tls(command_config)
+        except ClientError as e:
+            raise SourceError(str(e)) from None
+        return LiveSource(bootstrap, timeout=timeout, tls=tls)
     try:
         if snapshot is not None:
             return SnapshotFileSource(snapshot)
