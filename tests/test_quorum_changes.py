@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -236,6 +237,13 @@ def test_standalone_grown_to_three_then_bad_input_is_refused_and_writes_nothing(
         leader = int(st["LeaderId"])
         follower, other = [i for i in (1, 2, 3) if i != leader]
         q.kill(follower)
+
+        def leader_sees_it_silent() -> bool:  # for three election timeouts: no longer live
+            rows = [line.split("\t") for line in ok(kraft("quorum", "--bootstrap-controller", b, "describe",
+                                                           "--replication")).splitlines()[1:]]
+            fetched = next(int(r[4]) for r in rows if r[0] == str(follower))
+            return fetched < time.time() * 1000 - 3 * q.election_timeout_ms
+        asyncio.run(eventually(leader_sees_it_silent, 30, what=f"the leader to see {follower} silent"))
         refused(kraft("quorum", "--bootstrap-controller", b, "remove-controller", "--controller-id", str(other),
                       "--controller-directory-id", dirs[other]), "INVALID_REQUEST",
                 f"removing controller {other}: without node {other}, voters {sorted({leader, follower})} would have 1 "
@@ -303,6 +311,15 @@ def test_a_controller_formatted_again_is_not_the_voter_it_was(tmp_path):
         ok(kraft("quorum", "add-controller", "--config", str(q.config_path(victim))))
         assert voters(status(q.bootstrap)) == {**old, victim: new}
         assert kraft("health", "--config", str(q.config_path(victim))).returncode == 0
+        # the log names the voters: the first leader's record of the initial set, then each change
+        wal = ",".join(str(p) for p in sorted((q.base_dir / f"controller-{leader}" / "wal").glob("*.log")))
+        changes = [line for line in ok(kraft("dump-log", "--files", wal)).splitlines() if "| membership:" in line]
+        everyone = json.dumps({str(i): old[i] for i in sorted(old)})
+        assert changes[0].startswith("| membership: BOOTSTRAP node: ") and (
+            f"voters: [1, 2, 3] learners: [] directories: {everyone} context: " in changes[0]), changes
+        assert [c.split(" node:")[0] for c in changes[1:]] == [
+            "| membership: REMOVE", "| membership: ADD_LEARNER", "| membership: ADD_VOTER"]
+        assert f'"{victim}": "{new}"' in changes[-1]
     finally:
         q.stop()
     assert_no_tracebacks(q.base_dir)
