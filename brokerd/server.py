@@ -112,7 +112,7 @@ class BrokerServer:
         if image is not None:
             self.resumed_from_offset = image.offset
             log.info("resuming the metadata log after offset %d (local snapshot)", image.offset)
-        self.client = ControllerClient(list(cfg.voters.values()), timeout=30, attempt_timeout=5, tls=cfg.controller_tls)
+        self.client = ControllerClient(cfg.quorum_bootstrap(), timeout=30, attempt_timeout=5, tls=cfg.controller_tls)
         self.fetcher = MetadataFetcher(self.client, cfg.node_id, image or MetadataImage.empty(self.cluster_id),
                                        max_wait_ms=500)
         self.lifecycle = BrokerLifecycle(

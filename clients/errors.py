@@ -77,6 +77,8 @@ class ErrorCode(IntEnum):
     INCONSISTENT_CLUSTER_ID = 104
     INELIGIBLE_REPLICA = 107
     NEW_LEADER_ELECTED = 108
+    DUPLICATE_VOTER = 126  # KIP-853: AddRaftVoter for a node id that is already a voter
+    VOTER_NOT_FOUND = 127  # KIP-853: RemoveRaftVoter for a (node id, directory id) that is no voter
 
     @classmethod
     def of(cls, value: int) -> "ErrorCode":

@@ -349,8 +349,9 @@ def main() -> int:
             while True:
                 rep = exec_in("controller-1", "kraft", "quorum", "--bootstrap-controller", BOOTSTRAP, "describe",
                               "--replication").stdout
-                rows = [line.split("\t") for line in rep.strip().splitlines()[1:]]
-                if len(rows) == len(controllers) + len(brokers) and all(r[2] == "0" for r in rows):
+                header, *rows = [line.split("\t") for line in rep.strip().splitlines()]
+                lag = header.index("Lag")
+                if len(rows) == len(controllers) + len(brokers) and all(r[lag] == "0" for r in rows):
                     break
                 if time.monotonic() > deadline:
                     raise SystemExit(f"compose-test: the restarted nodes did not catch up:\n{rep}")

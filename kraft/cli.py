@@ -15,7 +15,7 @@ from typing import Any, Awaitable, Callable
 import click
 
 from protos import controller_pb2 as pb
-from raft.config import ConfigError
+from raft.config import UNKNOWN_DIRECTORY, ConfigError
 from raft.errors import RaftError
 
 from clients.cluster_view import ClientError
@@ -96,19 +96,42 @@ def random_uuid() -> None:
 @click.option("--cluster-id", "-t", required=True, help="from `kraft storage random-uuid`; the same on every node")
 @click.option("--config", "-c", "config_path", required=True, type=click.Path(dir_okay=False))
 @click.option("--ignore-formatted", "-g", is_flag=True, help="skip directories already formatted for this node")
-def storage_format(cluster_id: str, config_path: str, ignore_formatted: bool) -> None:
-    """Format metadata.log.dir (and log.dirs for brokers) with the cluster id and node id."""
+@click.option("--standalone", "-s", is_flag=True,
+              help="a dynamic quorum of this one controller, to grow with `kraft quorum add-controller`")
+@click.option("--initial-controllers", "-I", metavar="ID@HOST:PORT:DIRECTORY_ID,...",
+              help="a dynamic quorum's first voters; this node's directory gets the id given for it")
+@click.option("--no-initial-controllers", "-N", is_flag=True,
+              help="a controller that will join a running dynamic quorum (it starts as an observer)")
+def storage_format(cluster_id: str, config_path: str, ignore_formatted: bool, standalone: bool,
+                   initial_controllers: str | None, no_initial_controllers: bool) -> None:
+    """Format metadata.log.dir (and log.dirs for brokers) with the cluster id and node id, and a
+    controller's with its quorum's first voters (KIP-853) unless controller.quorum.voters names them."""
     from raft.storage import format_storage
     from metadata import config as server_config
+    from metadata.quorum import initial_voters
     try:
         cfg = server_config.load(config_path)
+        voters, directory_id = initial_voters(cfg, standalone=standalone, initial_controllers=initial_controllers,
+                                              no_initial_controllers=no_initial_controllers)
         dirs = [cfg.metadata_log_dir] + [d for d in (cfg.log_dirs if cfg.is_broker else ()) if d != cfg.metadata_log_dir]
         for d in dirs:
-            done = format_storage(d, cluster_id, cfg.node_id, ignore_formatted=ignore_formatted)
-            click.echo(f"Formatting {d} with metadata.version 1 (cluster id {cluster_id}, node {cfg.node_id})"
+            first = d == cfg.metadata_log_dir
+            done = format_storage(d, cluster_id, cfg.node_id, ignore_formatted=ignore_formatted,
+                                  directory_id=directory_id if first else None,
+                                  initial_voters=voters if first else None)
+            with_voters = f"; initial controllers {','.join(map(str, voters))}" if first and voters else ""
+            click.echo(f"Formatting {d} with metadata.version 1 (cluster id {cluster_id}, node {cfg.node_id}, "
+                       f"directory id {_directory_id(d)}){with_voters}"
                        if done else f"{d} is already formatted for this node; skipped")
     except (ConfigError, RaftError) as e:
         fail(str(e))
+
+
+def _directory_id(data_dir: str) -> str:
+    """A formatted directory's ``directory.id`` (KIP-853 names a voter by it)."""
+    import os
+    from raft.storage.disk import META_FILE, read_properties
+    return read_properties(os.path.join(data_dir, META_FILE)).get("directory.id", "")
 
 
 @storage.command("info")
@@ -387,9 +410,32 @@ def topics_alter(obj: tuple, topic: str, partitions: int, replica_assignment: st
 
 # ------------------------------------------------------------------------------- quorum, cluster
 
-@controller_group
-def quorum() -> None:
-    """Describe the controller quorum (kafka-metadata-quorum.sh)."""
+@main.group()
+@click.option("--bootstrap-controller", "bootstrap", envvar="KRAFT_BOOTSTRAP_CONTROLLER",
+              help="HOST:PORT[,HOST:PORT...] of any controllers (add-controller: by default, those its --config names)")
+@timeout_option
+@command_config_option
+@click.pass_context
+def quorum(ctx: click.Context, bootstrap: str | None, timeout: float) -> None:
+    """Describe the controller quorum and change its voters (kafka-metadata-quorum.sh, KIP-853)."""
+    ctx.obj = (bootstrap, timeout)
+
+
+def _need_bootstrap(obj: tuple) -> tuple[str, float]:
+    if not obj[0]:
+        fail("give --bootstrap-controller HOST:PORT[,HOST:PORT...] (any controllers of the quorum)")
+    return obj
+
+
+def _replicas_json(replicas: Any) -> str:
+    """Kafka's CurrentVoters/CurrentObservers: [{"id": 1, "directoryId": "...", "endpoints": [...]}]."""
+    out = []
+    for r in sorted(replicas, key=lambda r: r.replica_id):
+        d: dict[str, Any] = {"id": r.replica_id, "directoryId": r.directory_id or None}
+        if r.endpoints:
+            d["endpoints"] = list(r.endpoints)
+        out.append(json.dumps(d))
+    return f"[{', '.join(out)}]"
 
 
 @quorum.command("describe")
@@ -397,7 +443,7 @@ def quorum() -> None:
 @click.option("--replication", "mode", flag_value="replication")
 @click.pass_obj
 def quorum_describe(obj: tuple, mode: str) -> None:
-    r = with_client(*obj, lambda c: c.call("DescribeQuorum", pb.DescribeQuorumRequest()))
+    r = with_client(*_need_bootstrap(obj), lambda c: c.call("DescribeQuorum", pb.DescribeQuorumRequest()))
     now = time.time() * 1000
     if mode == "status":
         followers = [v for v in r.voters if v.replica_id != r.leader_id]
@@ -407,16 +453,76 @@ def quorum_describe(obj: tuple, mode: str) -> None:
         for k, v in [("ClusterId", r.cluster_id), ("LeaderId", r.leader_id), ("LeaderEpoch", r.leader_epoch),
                      ("HighWatermark", r.high_watermark), ("MaxFollowerLag", max_lag),
                      ("MaxFollowerLagTimeMs", lag_ms),
-                     ("CurrentVoters", f"[{_ids(sorted(v.replica_id for v in r.voters))}]"),
-                     ("CurrentObservers", f"[{_ids(sorted(o.replica_id for o in r.observers))}]")]:
+                     ("CurrentVoters", _replicas_json(r.voters)),
+                     ("CurrentObservers", _replicas_json(r.observers))]:
             click.echo(f"{k + ':':<24}{v}")
         return
-    click.echo("NodeId\tLogEndOffset\tLag\tLastFetchTimestamp\tLastCaughtUpTimestamp\tStatus")
-    for kind, reps in (("Voter", r.voters), ("Observer", r.observers)):
+    click.echo("NodeId\tDirectoryId\tLogEndOffset\tLag\tLastFetchTimestamp\tLastCaughtUpTimestamp\tStatus")
+    voters = sorted(r.voters, key=lambda v: v.replica_id != r.leader_id)  # the leader first, as Kafka lists it
+    for kind, reps in (("Voter", voters), ("Observer", r.observers)):
         for v in reps:
             status = "Leader" if v.replica_id == r.leader_id and kind == "Voter" else ("Follower" if kind == "Voter" else "Observer")
-            click.echo(f"{v.replica_id}\t{v.log_end_offset}\t{v.lag}\t{v.last_fetch_timestamp}\t"
-                       f"{v.last_caught_up_timestamp}\t{status}")
+            click.echo(f"{v.replica_id}\t{v.directory_id or UNKNOWN_DIRECTORY}\t{v.log_end_offset}\t{v.lag}\t"
+                       f"{v.last_fetch_timestamp}\t{v.last_caught_up_timestamp}\t{status}")
+
+
+@quorum.command("add-controller")
+@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
+              help="the new controller's properties: its node.id, controller listener and formatted metadata.log.dir")
+@click.option("--dry-run", is_flag=True, help="say what would be added, and change nothing")
+@click.pass_obj
+def quorum_add_controller(obj: tuple, config_path: str, dry_run: bool) -> None:
+    """Make a running controller a voter. Start it first (formatted with --no-initial-controllers,
+    with controller.quorum.bootstrap.servers): it follows the log as an observer; the active
+    controller adds it once it has caught up, as a learner first, then as a voter."""
+    import os
+    from metadata import config as server_config
+    from raft.storage.disk import META_FILE, read_properties
+    bootstrap, timeout = obj
+    try:
+        cfg = server_config.load(config_path)
+        if not cfg.is_controller:
+            raise ConfigError(f"{config_path}: process.roles has no controller; is this a controller's config?")
+        meta = os.path.join(cfg.metadata_log_dir, META_FILE)
+        if not os.path.exists(meta):
+            raise ConfigError(f"{cfg.metadata_log_dir} is not formatted: run `kraft storage format --cluster-id ID "
+                              f"--config {config_path} --no-initial-controllers` first")
+        props = read_properties(meta)
+    except (ConfigError, RaftError) as e:
+        fail(str(e))
+        return
+    host, port = cfg.advertised[cfg.controller_listener]
+    directory = props.get("directory.id", "")
+    described = (f"controller {cfg.node_id} with directory id {directory} and endpoints: "
+                 f"{cfg.controller_listener}://{host}:{port}")
+    if dry_run:
+        click.echo(f"DRY RUN of adding {described}")
+        return
+    req = pb.AddRaftVoterRequest(cluster_id=props.get("cluster.id", ""), timeout_ms=int(timeout * 400),
+                                 voter_id=cfg.node_id, voter_directory_id=directory,
+                                 listeners=[pb.Endpoint(name=cfg.controller_listener, host=host, port=port)])
+    with_client(bootstrap or ",".join(cfg.quorum_bootstrap()), timeout,
+                lambda c: c.call("AddRaftVoter", req, attempt_timeout=timeout))
+    click.echo(f"Added {described}")
+
+
+@quorum.command("remove-controller")
+@click.option("--controller-id", type=int, required=True, help="the voter's node id")
+@click.option("--controller-directory-id", required=True,
+              help=f"the voter's directory id, as describe --status shows it ({UNKNOWN_DIRECTORY} when unknown)")
+@click.option("--dry-run", is_flag=True, help="say what would be removed, and change nothing")
+@click.pass_obj
+def quorum_remove_controller(obj: tuple, controller_id: int, controller_directory_id: str, dry_run: bool) -> None:
+    """Remove a voter, named by node id and directory id (a controller formatted again is another)."""
+    if controller_id <= 0:
+        fail(f"bad --controller-id {controller_id}: controller ids are positive")
+    described = f"KRaft controller {controller_id} with directory id {controller_directory_id}"
+    if dry_run:
+        click.echo(f"DRY RUN of removing {described}")
+        return
+    req = pb.RemoveRaftVoterRequest(voter_id=controller_id, voter_directory_id=controller_directory_id)
+    with_client(*_need_bootstrap(obj), lambda c: c.call("RemoveRaftVoter", req))
+    click.echo(f"Removed {described}")
 
 
 @controller_group
@@ -594,6 +700,10 @@ async def _health_problems(cfg) -> list[str]:
                 problems.append(f"controller {cfg.node_id} knows no leader")
             elif cfg.node_id not in st.voters:
                 problems.append(f"controller {cfg.node_id} is not a voter of the quorum")
+            elif st.directories.get(cfg.node_id, st.directory_id) != st.directory_id:
+                problems.append(f"controller {cfg.node_id}'s directory {st.directory_id} is not voter {cfg.node_id}'s "
+                                f"({st.directories[cfg.node_id]}): it was formatted again; remove-controller the old "
+                                f"one, then add-controller this one")
         except grpc.aio.AioRpcError as e:
             problems.append(f"controller {cfg.node_id} does not answer: {describe(e)}")
     if cfg.is_broker:

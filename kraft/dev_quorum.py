@@ -11,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from raft.config import ConfigError, TLSConfig
+from raft.config import ConfigError, TLSConfig, new_directory_id
 
 from metadata.client import ControllerClient
 from metadata.ids import random_id
@@ -27,9 +27,12 @@ class DevQuorum:
     def __init__(self, base_dir: str | None = None, base_port: int = 19093, *, election_timeout_ms: int = 500,
                  session_timeout_ms: int = 9000, extra: dict[str, str] | None = None, brokers: int = 0,
                  broker_extra: dict[str, str] | None = None, node_extra: dict[int, dict[str, str]] | None = None,
-                 client_tls: TLSConfig | None = None) -> None:
+                 dynamic: bool = False, client_tls: TLSConfig | None = None) -> None:
         """``extra`` goes into every controller's properties, ``broker_extra`` into every
-        broker's, ``node_extra[id]`` into node ``id``'s alone (e.g. its prometheus.listener);
+        broker's, ``node_extra[id]`` into node ``id``'s alone (e.g. its prometheus.listener).
+        ``dynamic``: servers find the quorum through controller.quorum.bootstrap.servers and
+        the controllers are formatted with --initial-controllers, so that the voter set can
+        change while it runs (KIP-853); otherwise controller.quorum.voters, a static one.
         ``client_tls``: what this object's own checks dial the controllers with (TLS listeners)."""
         self.client_tls = client_tls
         self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix="kraft-dev-"))
@@ -43,12 +46,21 @@ class DevQuorum:
         self.broker_procs: dict[int, subprocess.Popen] = {}
         self.voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in self.ports.items())
         self.bootstrap = ",".join(f"127.0.0.1:{p}" for p in self.ports.values())
+        self.directory_ids = {i: new_directory_id() for i in self.ports} if dynamic else {}
+        self.initial_controllers = ",".join(f"{i}@127.0.0.1:{p}:{self.directory_ids[i]}"
+                                            for i, p in self.ports.items()) if dynamic else ""
         self.election_timeout_ms = election_timeout_ms
         self.session_timeout_ms = session_timeout_ms
         self.extra = extra or {}
         self.node_extra = node_extra or {}
         self.procs: dict[int, subprocess.Popen] = {}
         self.cluster_id = ""
+
+    def quorum_props(self) -> dict[str, str]:
+        """How a server finds the quorum: the static voters, or bootstrap servers (dynamic)."""
+        if self.directory_ids:
+            return {"controller.quorum.bootstrap.servers": self.bootstrap}
+        return {"controller.quorum.voters": self.voters}
 
     def config_path(self, nid: int) -> Path:
         return self.base_dir / (f"controller-{nid}.properties" if nid in self.ports else f"broker-{nid}.properties")
@@ -57,7 +69,7 @@ class DevQuorum:
         self.base_dir.mkdir(parents=True, exist_ok=True)
         for nid, port in self.ports.items():
             lines = {"node.id": str(nid), "process.roles": "controller",
-                     "controller.quorum.voters": self.voters, "listeners": f"CONTROLLER://127.0.0.1:{port}",
+                     **self.quorum_props(), "listeners": f"CONTROLLER://127.0.0.1:{port}",
                      "controller.listener.names": "CONTROLLER",
                      "metadata.log.dir": str(self.base_dir / f"controller-{nid}"),
                      "controller.quorum.election.timeout.ms": str(self.election_timeout_ms),
@@ -65,7 +77,7 @@ class DevQuorum:
                      **self.node_extra.get(nid, {})}
             self.config_path(nid).write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
         for bid, port in self.broker_ports.items():
-            lines = {"node.id": str(bid), "process.roles": "broker", "controller.quorum.voters": self.voters,
+            lines = {"node.id": str(bid), "process.roles": "broker", **self.quorum_props(),
                      "listeners": f"PLAINTEXT://127.0.0.1:{port},KAFKA://127.0.0.1:{self.kafka_ports[bid]}",
                      "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,KAFKA:PLAINTEXT",
                      "log.dirs": str(self.base_dir / f"broker-{bid}"),
@@ -84,7 +96,9 @@ class DevQuorum:
             self.write_configs()
             self.cluster_id = random_id()
             for nid in [*self.ports, *self.broker_ports]:
-                p = self.kraft("storage", "format", "--cluster-id", self.cluster_id, "--config", str(self.config_path(nid)))
+                voters = ("--initial-controllers", self.initial_controllers) if self.directory_ids and nid in self.ports else ()
+                p = self.kraft("storage", "format", "--cluster-id", self.cluster_id, "--config", str(self.config_path(nid)),
+                               *voters)
                 if p.returncode != 0:
                     raise ConfigError(p.stderr.strip() or p.stdout.strip())
             id_file.write_text(self.cluster_id)

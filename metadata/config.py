@@ -1,5 +1,6 @@
 """Server configuration from a Kafka-style properties file: the keys a Kafka operator knows
-(``node.id``, ``process.roles``, ``controller.quorum.voters``, ``listeners``,
+(``node.id``, ``process.roles``, ``controller.quorum.voters`` or
+``controller.quorum.bootstrap.servers``, ``listeners``,
 ``advertised.listeners``, ``metadata.log.dir``, ``log.dirs``, ...), with Kafka's defaults
 unless docs/operations.md says otherwise."""
 from __future__ import annotations
@@ -8,6 +9,7 @@ import re
 import socket
 from dataclasses import dataclass, field
 
+from clients.cluster_view import host_ports
 from clients.security import ListenerSecurity, connecting_tls, listener_security
 from raft.config import ConfigError, TLSConfig, bounded_int, parse_voters, read_properties
 
@@ -16,6 +18,9 @@ _LISTENER = re.compile(r"^([A-Za-z][A-Za-z0-9_]*)://(\[[0-9a-fA-F:.]*\]|[A-Za-z0
 _HOST_PORT = re.compile(r"^(\[[0-9a-fA-F:.]*\]|[A-Za-z0-9_.-]*):(\d{1,5})$")
 #: Where this server serves its Prometheus metrics (``HOST:PORT``; ``:PORT`` for every interface).
 PROMETHEUS_LISTENER = "prometheus.listener"
+VOTERS = "controller.quorum.voters"
+#: KIP-853: where servers that do not list the voters find the quorum (``HOST:PORT,...``).
+BOOTSTRAP_SERVERS = "controller.quorum.bootstrap.servers"
 
 
 def parse_listeners(text: str, key: str) -> dict[str, tuple[str, int]]:
@@ -66,6 +71,7 @@ class ServerConfig:
     #: What this server dials the controllers with: the controller listener's protocol, its own
     #: key store and trust store (Kafka: the controller listener's settings on every node).
     controller_tls: TLSConfig | None = None
+    bootstrap_servers: tuple[str, ...] = ()  # controller.quorum.bootstrap.servers
 
     # -- the values derived from the properties, with their defaults --------------------------
 
@@ -81,8 +87,17 @@ class ServerConfig:
         return "broker" in self.roles
 
     def controller_address(self) -> str:
-        """This controller's advertised HOST:PORT (its entry in the voters)."""
-        return self.voters[self.node_id]
+        """This controller's advertised HOST:PORT: its entry in the static voters, else its
+        advertised controller listener (a dynamic quorum's voters record it when added)."""
+        if self.node_id in self.voters:
+            return self.voters[self.node_id]
+        host, port = self.advertised[self.controller_listener]
+        return f"{host}:{port}"
+
+    def quorum_bootstrap(self) -> list[str]:
+        """HOST:PORT of controllers to find the quorum through: the static voters, else
+        controller.quorum.bootstrap.servers (brokers, tools and observers use either)."""
+        return list(self.voters.values()) if self.voters else list(self.bootstrap_servers)
 
     def controller_bind(self) -> str:
         host, port = self.listeners[self.controller_listener]
@@ -110,18 +125,25 @@ def from_properties(props: dict[str, str], source: str = "config") -> ServerConf
     if not roles or not roles <= ROLES:
         raise ConfigError(f"{source}: process.roles={roles_raw!r}: use controller, broker, or broker,controller "
                           f"(ZooKeeper mode is not supported)")
-    if "controller.quorum.voters" not in props:
-        raise ConfigError(f"{source}: controller.quorum.voters is required (ID@HOST:PORT,...)")
-    voters = parse_voters(props["controller.quorum.voters"])
+    voters = parse_voters(props[VOTERS]) if props.get(VOTERS, "").strip() else {}
+    try:
+        bootstrap = tuple(host_ports(props.get(BOOTSTRAP_SERVERS, "")))
+    except ValueError as e:
+        raise ConfigError(f"{source}: bad {BOOTSTRAP_SERVERS} entry {str(e)!r}: expected HOST:PORT[,HOST:PORT...], "
+                          f"e.g. controller1:9093,controller2:9093") from None
+    if not voters and not bootstrap:
+        raise ConfigError(f"{source}: set {VOTERS} (ID@HOST:PORT,..., a static quorum) or {BOOTSTRAP_SERVERS} "
+                          f"(HOST:PORT,..., a quorum whose voters change with kraft quorum add-controller)")
     listeners = parse_listeners(props.get("listeners", ""), "listeners")
     controller_listener = props.get("controller.listener.names", "CONTROLLER").split(",")[0].strip().upper()
     if "controller" in roles:
-        if node_id not in voters:
+        if voters and node_id not in voters:
             raise ConfigError(f"{source}: node.id={node_id} has the controller role but is not in "
-                              f"controller.quorum.voters ({props['controller.quorum.voters']})")
+                              f"{VOTERS} ({props[VOTERS]}); to add a controller to a running quorum, "
+                              f"use {BOOTSTRAP_SERVERS} instead")
         if controller_listener not in listeners:
             raise ConfigError(f"{source}: listeners must include {controller_listener}://HOST:PORT for the controller role")
-        if listeners[controller_listener][1] != int(voters[node_id].rsplit(":", 1)[1]):
+        if voters and listeners[controller_listener][1] != int(voters[node_id].rsplit(":", 1)[1]):
             raise ConfigError(f"{source}: the {controller_listener} listener port "
                               f"{listeners[controller_listener][1]} differs from this node's entry in "
                               f"controller.quorum.voters ({voters[node_id]})")
@@ -145,7 +167,7 @@ def from_properties(props: dict[str, str], source: str = "config") -> ServerConf
             raise ConfigError(f"ssl.client.auth=requested (listener {controller_listener}): gRPC listeners take "
                               f"required or none")
         cfg = ServerConfig(node_id, roles, voters, listeners, advertised, controller_listener, metadata_dir,
-                           log_dirs, dict(props), security, connecting_tls(props, controller_listener))
+                           log_dirs, dict(props), security, connecting_tls(props, controller_listener), bootstrap)
         cfg.prometheus_listener()
     except ConfigError as e:
         raise ConfigError(f"{source}: {e}") from None

@@ -34,7 +34,7 @@ from google.protobuf.message import DecodeError
 
 from protos import metadata_pb2 as pb
 from raft.errors import StorageError
-from raft.messages import ConfChange, Entry, EntryType
+from raft.messages import ConfChange, Entry, EntryType, Membership
 from raft.storage import wal
 from raft.storage.frames import FRAME
 from raft.storage.snapshot_file import is_raft_snapshot, open_payload, read_meta, verify_payload
@@ -399,8 +399,9 @@ def _entry_body(item: EntryFrame, skip_record_metadata: bool) -> Iterator[str]:
         yield "| no-op (a new leader's first entry)"
     elif item.membership is not None:
         m = item.membership
+        directories = f"directories: {json.dumps(_directories(m.result))} " if m.result.directories else ""
         yield (f"| membership: {m.type.name} node: {m.node_id} voters: "
-               f"{sorted(m.result.voters)} learners: {sorted(m.result.learners)} "
+               f"{sorted(m.result.voters)} learners: {sorted(m.result.learners)} {directories}"
                f"context: {m.context.decode('utf-8', 'replace')}")
     for line in item.records:
         meta = "" if skip_record_metadata else (f" offset: {item.offset} record: {line.index} "
@@ -409,6 +410,11 @@ def _entry_body(item: EntryFrame, skip_record_metadata: bool) -> Iterator[str]:
             yield f"|{meta} unreadable: {line.problem}"
         else:
             yield f"|{meta} payload: {json.dumps(record_to_dict(line.record))}"
+
+
+def _directories(membership: Membership) -> dict[str, JsonValue]:
+    """The members' data directory ids (KIP-853), where the membership records them."""
+    return {str(n): d for n, d in membership.directories}
 
 
 def json_object(item: Item, skip_record_metadata: bool) -> dict[str, JsonValue]:
@@ -434,6 +440,7 @@ def json_object(item: Item, skip_record_metadata: bool) -> dict[str, JsonValue]:
             out["membership"] = {"change": m.type.name, "node": m.node_id,
                                  "voters": sorted(m.result.voters),
                                  "learners": sorted(m.result.learners),
+                                 "directories": _directories(m.result),
                                  "context": m.context.decode("utf-8", "replace")}
         if item.problem:
             out["problem"] = item.problem

@@ -51,8 +51,8 @@ def controller_config(cfg: ServerConfig) -> ControllerConfig:
 
 class RaftAccess(grpc.aio.ServerInterceptor):
     """The Raft services on the controller listener need what Kafka's KRaft RPCs need on the
-    cluster: CLUSTER_ACTION for another controller's messages, DESCRIBE for RaftAdmin's Status,
-    ALTER for membership changes and leadership transfers. A refusal ends the call with
+    cluster: CLUSTER_ACTION for another controller's messages (and an observer's Observe),
+    DESCRIBE for RaftAdmin's Status, ALTER for membership changes and leadership transfers. A refusal ends the call with
     PERMISSION_DENIED and one line."""
 
     def __init__(self, authorizer: StandardAuthorizer, mapper: PrincipalMapper) -> None:
@@ -65,6 +65,8 @@ class RaftAccess(grpc.aio.ServerInterceptor):
         if service == "kraft.raft.RaftPeer":
             return AclOperation.CLUSTER_ACTION
         if service == "kraft.raft.RaftAdmin":
+            if name == "Observe":  # an observing controller asking to be replicated to, as a Raft peer
+                return AclOperation.CLUSTER_ACTION
             return AclOperation.DESCRIBE if name == "Status" else AclOperation.ALTER
         return None  # the controller's service checks its own requests
 
@@ -113,11 +115,14 @@ class ControllerServer:
         if self.authorizer is not None:
             interceptors.append(RaftAccess(self.authorizer, mapper))
         server = grpc.aio.server(options=channel_options(options.max_message_bytes), interceptors=interceptors)
-        self.node = RaftNode(cfg.node_id, cfg.voters, self.sm, storage=storage,
-                             options=options, address=cfg.controller_address(), server=server)
+        # Static voters (controller.quorum.voters), else the voter set storage was formatted
+        # with; a controller in neither observes the quorum through its bootstrap servers.
+        self.node = RaftNode(cfg.node_id, cfg.voters, self.sm, storage=storage, options=options,
+                             address=cfg.controller_address(), server=server,
+                             bootstrap_servers=None if cfg.voters else list(cfg.bootstrap_servers))
         self.controller = QuorumController(self.node, self.sm, controller_config(cfg))
         add_service(self.node.server, controller_pb2_grpc.add_ControllerServicer_to_server,
-                    ControllerService(self.controller, self.authorizer, mapper))
+                    ControllerService(self.controller, self.authorizer, mapper, cfg.controller_listener))
         RaftMetrics(self.node, self.metrics.registry)
         ControllerMetrics(self.controller, self.metrics.registry)
         self.probe = LoopStallProbe()

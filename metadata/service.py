@@ -26,6 +26,7 @@ from protos import controller_pb2_grpc
 from raft.errors import LogCompacted, RaftError
 from raft.messages import EntryType
 
+from . import quorum
 from .acls import AclBindingFilter, AclOperation, StandardAcl, acl_filter, create_acls, delete_acls, matching, new_acl
 from .authorizer import Access, StandardAuthorizer
 from .brokers import Heartbeat
@@ -56,11 +57,12 @@ def _uuid(raw: bytes) -> uuid.UUID | None:
 
 class ControllerService(controller_pb2_grpc.ControllerServicer):
     def __init__(self, controller: QuorumController, authorizer: StandardAuthorizer | None = None,
-                 mapper: PrincipalMapper | None = None) -> None:
+                 mapper: PrincipalMapper | None = None, listener_name: str = "CONTROLLER") -> None:
         """``authorizer`` None: every request is allowed (no ``authorizer.class.name``)."""
         self.c = controller
         self.authorizer = authorizer
         self.mapper = mapper or PrincipalMapper()
+        self.listener_name = listener_name  # controller.listener.names: how voters' endpoints are named
 
     async def _access(self, context: grpc.aio.ServicerContext) -> Access:
         """The request's session, or the client's a broker forwards. A certificate no mapping
@@ -462,18 +464,33 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             st = node.status()
             now_ms = time.time() * 1000
             leo = st.last_index + 1
-            voters = [pb.ReplicaState(replica_id=node.id, log_end_offset=leo, lag=0,
-                                      last_fetch_timestamp=int(now_ms), last_caught_up_timestamp=int(now_ms))]
-            for p in st.peers:
-                if not p.voter:
-                    continue
+            peers = {p.node_id: p for p in st.peers}
+
+            def state(p: Any, directory: str) -> pb.ReplicaState:
                 heard = int(now_ms - p.last_contact_s * 1000) if p.last_contact_s >= 0 else -1
-                voters.append(pb.ReplicaState(replica_id=p.node_id, log_end_offset=p.match_index + 1, lag=p.lag,
-                                              last_fetch_timestamp=heard,
-                                              last_caught_up_timestamp=heard if p.lag == 0 else -1))
-            observers = [pb.ReplicaState(replica_id=b, log_end_offset=off + 1, lag=max(0, leo - off - 1),
-                                         last_fetch_timestamp=int(ts), last_caught_up_timestamp=int(ts) if off + 1 >= leo else -1)
-                         for b, (off, ts) in sorted(self.c.fetchers.items())]
+                return pb.ReplicaState(replica_id=p.node_id, log_end_offset=p.match_index + 1, lag=p.lag,
+                                       last_fetch_timestamp=heard, last_caught_up_timestamp=heard if p.lag == 0 else -1,
+                                       directory_id=directory, endpoints=self._endpoints(p.address))
+
+            voters = []
+            for v in st.voters:  # from the membership: a voter that is gone or formatted again shows as silent
+                directory = st.directories.get(v, "")
+                if v == node.id:
+                    voters.append(pb.ReplicaState(replica_id=v, log_end_offset=leo, lag=0, last_fetch_timestamp=int(now_ms),
+                                                  last_caught_up_timestamp=int(now_ms), directory_id=directory,
+                                                  endpoints=self._endpoints(node.address)))
+                elif v in peers and peers[v].voter:
+                    voters.append(state(peers[v], directory))
+                else:
+                    voters.append(pb.ReplicaState(replica_id=v, log_end_offset=-1, lag=-1, last_fetch_timestamp=-1,
+                                                  last_caught_up_timestamp=-1, directory_id=directory,
+                                                  endpoints=self._endpoints(node.addresses.get(v))))
+            # Observers: controllers catching up (learners, observers, replicas on a disk formatted
+            # again), then the brokers fetching metadata.
+            observers = [state(p, p.directory_id) for p in st.peers if not p.voter]
+            observers += [pb.ReplicaState(replica_id=b, log_end_offset=off + 1, lag=max(0, leo - off - 1),
+                                          last_fetch_timestamp=int(ts), last_caught_up_timestamp=int(ts) if off + 1 >= leo else -1)
+                          for b, (off, ts) in sorted(self.c.fetchers.items())]
             return pb.DescribeQuorumResponse(status=_status(), cluster_id=node.cluster_id, leader_id=node.id,
                                              leader_epoch=st.term, high_watermark=st.commit_index + 1,
                                              voters=voters, observers=observers)
@@ -519,6 +536,23 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
                 if isinstance(r, ApiError) else pb.DeleteAclsFilterResult(matching_acls=[_binding(a) for a in sorted(r)])
                 for r in results])
         return await self._answer(pb.DeleteAclsResponse, context, work, needs=O.ALTER)
+
+    def _endpoints(self, address: str | None) -> list[str]:
+        return [f"{self.listener_name}://{address}"] if address else []
+
+    async def AddRaftVoter(self, request: pb.AddRaftVoterRequest, context) -> pb.AddRaftVoterResponse:
+        async def work(access: Access) -> pb.AddRaftVoterResponse:
+            await self.c.ensure_active()
+            await quorum.add_voter(self.c, request, self.listener_name)
+            return pb.AddRaftVoterResponse(status=_status())
+        return await self._answer(pb.AddRaftVoterResponse, context, work, needs=O.ALTER)  # Kafka: ALTER on the cluster
+
+    async def RemoveRaftVoter(self, request: pb.RemoveRaftVoterRequest, context) -> pb.RemoveRaftVoterResponse:
+        async def work(access: Access) -> pb.RemoveRaftVoterResponse:
+            await self.c.ensure_active()
+            await quorum.remove_voter(self.c, request)
+            return pb.RemoveRaftVoterResponse(status=_status())
+        return await self._answer(pb.RemoveRaftVoterResponse, context, work, needs=O.ALTER)
 
 
 def _protocol(name: str) -> SecurityProtocol:

@@ -70,9 +70,10 @@ class AdminService(raft_pb2_grpc.RaftAdminServicer):
             snapshot_index=s.snapshot_index, voters=s.voters, learners=s.learners,
             peers=[pb.PeerStatus(node_id=p.node_id, address=p.address or "", voter=p.voter,
                                  match_index=p.match_index, next_index=p.next_index, lag=p.lag,
-                                 last_contact_seconds=p.last_contact_s, state=p.state)
+                                 last_contact_seconds=p.last_contact_s, state=p.state, kind=p.kind,
+                                 directory_id=p.directory_id)
                    for p in s.peers],
-            rejected=s.rejected, dropped=s.dropped)
+            rejected=s.rejected, dropped=s.dropped, directory_id=s.directory_id, directories=s.directories)
 
     async def _member_change(self, coro, context) -> pb.AdminResponse:
         try:
@@ -82,14 +83,31 @@ class AdminService(raft_pb2_grpc.RaftAdminServicer):
 
     async def AddVoter(self, request: pb.MemberRequest, context) -> pb.AdminResponse:
         await self._need_address(request, context)
-        return await self._member_change(self.node.add_voter(request.node_id, request.address), context)
+        return await self._member_change(self.node.add_voter(
+            request.node_id, request.address, directory_id=request.directory_id), context)
 
     async def AddLearner(self, request: pb.MemberRequest, context) -> pb.AdminResponse:
         await self._need_address(request, context)
-        return await self._member_change(self.node.add_learner(request.node_id, request.address), context)
+        return await self._member_change(self.node.add_learner(
+            request.node_id, request.address, directory_id=request.directory_id), context)
 
     async def RemoveMember(self, request: pb.MemberRequest, context) -> pb.AdminResponse:
-        return await self._member_change(self.node.remove_member(request.node_id), context)
+        directory = request.directory_id if request.HasField("directory_id") else None
+        return await self._member_change(self.node.remove_member(request.node_id, directory_id=directory), context)
+
+    async def Observe(self, request: pb.ObserveRequest, context) -> pb.ObserveResponse:
+        """A node that is not a member asks the leader for the log (raft.observer)."""
+        node = self.node
+        if request.cluster_id != node.cluster_id:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                f"node {request.node_id} belongs to cluster {request.cluster_id!r}, "
+                                f"not {node.cluster_id!r}")
+        await self._need_address(request, context)
+        try:
+            book = node.observe(request.node_id, request.address)
+        except RaftError as e:
+            await abort_with(context, e)
+        return pb.ObserveResponse(leader_id=node.id, leader_address=node.address, addresses=book)
 
     async def TransferLeadership(self, request: pb.TransferRequest, context) -> pb.AdminResponse:
         try:
@@ -99,7 +117,7 @@ class AdminService(raft_pb2_grpc.RaftAdminServicer):
         return pb.AdminResponse()
 
     @staticmethod
-    async def _need_address(request: pb.MemberRequest, context) -> None:
+    async def _need_address(request: pb.MemberRequest | pb.ObserveRequest, context) -> None:
         if request.node_id <= 0 or ":" not in request.address:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 "give a positive node id and its HOST:PORT address")

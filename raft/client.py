@@ -48,7 +48,7 @@ class LeaderClient:
             raise ValueError("no endpoints given")
         self.endpoints = list(endpoints)
         self.timeout = timeout
-        self.attempt_timeout = attempt_timeout
+        self.attempt_timeout = attempt_timeout  # also the bound on connecting, whatever a call allows
         self.tls = tls
         self.max_message_bytes = max_message_bytes
         self.backoff_s = backoff_s
@@ -95,8 +95,8 @@ class LeaderClient:
             address = self._target()
             try:
                 channel = self.channel(address)
-                if not idempotent:
-                    await self._connected(address, channel, per_attempt)
+                if not idempotent:  # a call that may take long (its server waits) connects as quickly as any
+                    await self._connected(address, channel, min(per_attempt, self.attempt_timeout))
                 response = await invoke(channel, per_attempt)
                 if check is not None:
                     response = check(address, response)

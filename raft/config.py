@@ -2,7 +2,9 @@
 options of the runtime, with defaults documented in docs/raft.md."""
 from __future__ import annotations
 
+import base64
 import re
+import uuid
 from dataclasses import dataclass
 
 from .core import CoreConfig
@@ -51,6 +53,62 @@ def bounded_int(text: str, least: int, most: int | None = None) -> int:
     if value < least:
         raise ValueError(f"{value} must be at least {least}")
     return value
+
+
+#: A data directory id: Kafka's form is 22 characters of URL-safe base64 (``new_directory_id``);
+#: older directories hold a dashed UUID, which is accepted too.
+_DIRECTORY_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+#: Kafka's zero Uuid, which it prints for a voter whose directory is unknown (a static voter).
+UNKNOWN_DIRECTORY = "AAAAAAAAAAAAAAAAAAAAAA"
+
+
+def new_directory_id() -> str:
+    """A random directory id in Kafka's form (a Uuid as 22 characters of URL-safe base64); like
+    Kafka's ``Uuid.randomUuid`` never one that starts with '-', which reads as an option."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
+
+
+def check_directory_id(text: str, what: str = "directory id") -> str:
+    if not _DIRECTORY_ID.match(text or "") or text == UNKNOWN_DIRECTORY:
+        raise ConfigError(f"bad {what} {text!r}: expected a directory id such as MvDxzVmcRsaTz33bUuRU6A "
+                          f"(the directory.id in meta.properties)")
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class Voter:
+    """A voter as KIP-853 names it: node id and data directory id ("" when unknown: a voter
+    of ``controller.quorum.voters``), and where it listens."""
+
+    node_id: int
+    address: str
+    directory_id: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.node_id}@{self.address}" + (f":{self.directory_id}" if self.directory_id else "")
+
+
+def parse_voter_set(text: str) -> list[Voter]:
+    """Kafka's ``--initial-controllers``: ``1@host:9093:DIRID,2@host:9094:DIRID``, every voter
+    with the directory id its data directory is (or will be) formatted with."""
+    voters: list[Voter] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        address, _, directory = part.rpartition(":")
+        if not address or ":" not in address:
+            raise ConfigError(f"bad voter {part!r}: expected ID@HOST:PORT:DIRECTORY_ID, e.g. "
+                              "1@localhost:9093:MvDxzVmcRsaTz33bUuRU6A")
+        (nid, addr), = parse_voters(address).items()
+        if any(v.node_id == nid for v in voters):
+            raise ConfigError(f"node id {nid} appears twice in {text!r}")
+        voters.append(Voter(nid, addr, check_directory_id(directory, f"directory id of voter {nid}")))
+    if not voters:
+        raise ConfigError("no voters given: expected ID@HOST:PORT:DIRECTORY_ID[,...]")
+    return voters
 
 
 def parse_voters(text: str) -> dict[int, str]:

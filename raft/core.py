@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable
 
-from .errors import CommittedConflict, NotLeader, ProposalDropped, RaftError
+from .errors import CommittedConflict, MembershipRefused, NotLeader, ProposalDropped, RaftError
 from .log import RaftLog
 from .messages import (ConfChange, ConfChangeType, Entry, EntryType, HardState, Membership,
                        Message, MessageType as MT, ReadState, Ready, Role, Snapshot,
@@ -75,8 +75,9 @@ class PeerStatus:
     match: int
     next: int
     state: str
-    is_learner: bool
-    ticks_since_contact: int
+    kind: str  # "voter", "learner", or "observer": not a member, or not the member's directory
+    ticks_since_contact: int  # -1: never heard from
+    directory: str  # the data directory its answers come from ("" until it answers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +95,9 @@ class CoreStatus:
     dropped: dict[str, int]
 
 
+#: Election timeouts of silence after which a leader forgets an observer (it asks again).
+OBSERVER_TIMEOUT = 10
+
 _LEADER_TRAFFIC = frozenset({MT.APPEND, MT.HEARTBEAT, MT.SNAPSHOT})
 _RESPONSES = frozenset({MT.APPEND_RESP, MT.HEARTBEAT_RESP, MT.SNAPSHOT_RESP})
 _RESPONSES_AND_VOTES = _RESPONSES | {MT.VOTE_RESP, MT.PRE_VOTE_RESP}
@@ -106,14 +110,17 @@ class RaftCore:
                  hard_state: HardState | None = None, snapshot: SnapshotMeta | None = None,
                  entries: list[Entry] | None = None, membership: Membership | None = None,
                  snapshot_source: SnapshotSource | None = None,
-                 receive_snapshot: Callable[[SnapshotMeta], SnapshotReceiver] = BytesReceiver) -> None:
+                 receive_snapshot: Callable[[SnapshotMeta], SnapshotReceiver] = BytesReceiver,
+                 directory_id: str = "") -> None:
         """Start from what storage recovered: ``snapshot`` (or, on a fresh node, the bootstrap
         ``membership``), the ``entries`` after it and the last ``hard_state``. Snapshots
         arriving from a leader are written to ``receive_snapshot(meta)`` chunk by chunk
-        (``Storage.receive_snapshot``; in memory by default)."""
+        (``Storage.receive_snapshot``; in memory by default). ``directory_id`` names this
+        node's data directory (KIP-853): it votes and counts only as the member of that one."""
         if node_id <= 0:
             raise ValueError("node ids are positive integers")
         self.id = node_id
+        self.directory_id = directory_id
         self.cfg = config or CoreConfig()
         self.rng = random.Random(seed * 1_000_003 + node_id)
         hs = hard_state or HardState()
@@ -178,7 +185,7 @@ class RaftCore:
                 # disrupt it: any candidate under CheckQuorum, and always one that is not a
                 # voter in our configuration (a removed node that never learned it).
                 in_lease = self.leader != 0 and self.election_elapsed < self.cfg.election_ticks
-                if in_lease and (self.cfg.check_quorum or m.frm not in self.membership.voters):
+                if in_lease and (self.cfg.check_quorum or not self.membership.is_voter(m.frm, m.directory)):
                     self._drop("vote_in_lease")
                     return
             if m.type == MT.PRE_VOTE or (m.type == MT.PRE_VOTE_RESP and not m.reject):
@@ -220,9 +227,15 @@ class RaftCore:
         self._need_bcast = True
         return li + 1, li + len(datas)
 
-    def propose_conf_change(self, change: ConfChangeType, node_id: int, context: bytes = b"") -> int:
+    def propose_conf_change(self, change: ConfChangeType, node_id: int, context: bytes = b"",
+                            directory_id: str | None = None) -> int:
         """Propose a single-server membership change (thesis §4.1); returns its index, or 0
-        when the membership already has that shape. One change may be pending at a time."""
+        when the membership already has that shape. One change may be pending at a time.
+
+        ``directory_id`` names the member's data directory (KIP-853): recorded when adding;
+        when removing, the member's recorded one ("" if unknown) must be it. A removal that
+        would leave fewer live voters than a majority of the rest is refused, as etcd's strict
+        reconfiguration check does: the cluster could not commit anything afterwards."""
         self._check_can_propose()
         if not self._committed_in_term():
             raise ProposalDropped("the leader has not committed an entry of its term yet; retry")
@@ -230,20 +243,31 @@ class RaftCore:
             raise ProposalDropped("a membership change is already in progress; retry once it commits")
         if node_id <= 0:
             raise RaftError("node ids are positive integers")
-        voters, learners = set(self.membership.voters), set(self.membership.learners)
-        if change == ConfChangeType.ADD_VOTER:
-            voters.add(node_id)
-            learners.discard(node_id)
-        elif change == ConfChangeType.ADD_LEARNER:
-            if node_id in voters:
-                raise RaftError(f"node {node_id} is a voter; remove it before re-adding it as a learner")
-            learners.add(node_id)
-        else:
+        m = self.membership
+        voters, learners, dirs = set(m.voters), set(m.learners), dict(m.directories)
+        known = m.directory(node_id)
+        if change == ConfChangeType.REMOVE:
+            if directory_id is not None and node_id in m.members and directory_id != known:
+                raise MembershipRefused(f"node {node_id} is a member with directory id "
+                                        f"{known or '(unknown)'}, not {directory_id or '(unknown)'}")
             voters.discard(node_id)
             learners.discard(node_id)
-            if not voters:
-                raise RaftError("cannot remove the last voter")
-        result = Membership(frozenset(voters), frozenset(learners))
+            if node_id in m.voters:
+                self._check_live_majority(node_id, voters)
+        else:
+            if directory_id and known and known != directory_id and node_id in m.members:
+                raise MembershipRefused(f"node {node_id} is a member with directory id {known}, not "
+                                        f"{directory_id}: remove it first (a formatted-again disk is a new replica)")
+            if change == ConfChangeType.ADD_VOTER:
+                voters.add(node_id)
+                learners.discard(node_id)
+            else:
+                if node_id in voters:
+                    raise MembershipRefused(f"node {node_id} is a voter; remove it before re-adding it as a learner")
+                learners.add(node_id)
+            if directory_id:
+                dirs[node_id] = directory_id
+        result = Membership(frozenset(voters), frozenset(learners), tuple(dirs.items()))
         if result == self.membership:
             return 0
         index = self.log.last_index() + 1
@@ -252,6 +276,41 @@ class RaftCore:
         self.pending_conf_index = index
         self._need_bcast = True
         return index
+
+    def _check_live_majority(self, removed: int, voters: set[int]) -> None:
+        if not voters:
+            raise MembershipRefused("cannot remove the last voter")
+        live = sorted(n for n in voters if self._live(n))
+        need = len(voters) // 2 + 1
+        if len(live) < need:
+            raise MembershipRefused(
+                f"without node {removed}, voters {sorted(voters)} would have {len(live)} live "
+                f"({', '.join(map(str, live)) or 'none'}), fewer than the {need} a majority needs; "
+                f"bring a voter back or add one first")
+
+    def _live(self, node_id: int) -> bool:
+        """The leader itself, or a voter that answered as its member within an election timeout."""
+        if node_id == self.id:
+            return True
+        pr = self.progress.get(node_id)
+        return (pr is not None and pr.last_contact_tick >= 0 and self._counts(node_id, pr)
+                and self.ticks - pr.last_contact_tick < self.cfg.election_ticks)
+
+    def observe(self, node_id: int) -> None:
+        """On a leader: replicate the log to a node that is not a member, without counting it
+        anywhere (a KIP-853 observer, such as a controller that will be added once caught up).
+        The node asks again after a leader change; one silent for ``OBSERVER_TIMEOUT`` election
+        timeouts is forgotten."""
+        if self.role != Role.LEADER:
+            raise NotLeader(self.leader)
+        if node_id <= 0 or node_id == self.id:
+            raise RaftError(f"cannot observe node {node_id}")
+        pr = self.progress.get(node_id)
+        if pr is None:
+            # The next heartbeat starts it: by then the observer has our answer and our address.
+            pr = self.progress[node_id] = Progress(self.log.last_index() + 1, self.cfg.max_inflight,
+                                                   is_learner=True, observer=True)
+        pr.last_contact_tick = max(pr.last_contact_tick, self.ticks)
 
     def read_index(self, context: bytes) -> None:
         """Start a linearizable read (thesis §6.4). A ReadState with this context appears in a
@@ -275,7 +334,7 @@ class RaftCore:
             return
         if target == self.lead_transferee:
             return
-        if target not in self.membership.voters:
+        if target not in self.membership.voters or not self._counts(target, self.progress[target]):
             raise RaftError(f"node {target} is not a voter")
         self.lead_transferee = target
         self.election_elapsed = 0
@@ -297,21 +356,13 @@ class RaftCore:
         self.log.compact(keep_from)
         self._conf_history = [(i, m) for i, m in self._conf_history if i > keep_from]
 
-    def reset_peer(self, node_id: int) -> None:
-        """The peer lost its log (its storage was wiped and formatted again): forget what it
-        acknowledged and probe it afresh, so it is caught up from scratch."""
-        pr = self.progress.get(node_id)
-        if pr is not None and node_id != self.id:
-            pr.match = 0
-            pr.become_probe()
-            pr.next = self.log.last_index() + 1
-            self._drop("peer_reset")
-
-    def caught_up(self, node_id: int) -> bool:
-        """On a leader: whether ``node_id`` holds every committed entry (a learner ready to
-        be promoted without weighing on the quorum, as in etcd's learner promotion)."""
+    def caught_up(self, node_id: int, directory_id: str | None = None) -> bool:
+        """On a leader: whether ``node_id`` (its replica on ``directory_id``, when given) holds
+        every committed entry: a learner or observer ready to be promoted without weighing on
+        the quorum, as in etcd's learner promotion and KIP-853's AddVoter."""
         pr = self.progress.get(node_id) if self.role == Role.LEADER else None
-        return pr is not None and pr.match >= self.log.committed
+        return (pr is not None and pr.match >= self.log.committed
+                and (directory_id is None or pr.directory == directory_id))
 
     def membership_at(self, index: int) -> Membership:
         """The configuration in force after applying ``index`` (for snapshot metadata)."""
@@ -324,7 +375,8 @@ class RaftCore:
         return found
 
     def promotable(self) -> bool:
-        return self.id in self.membership.voters
+        """A voter of the configuration, as the member with this data directory (KIP-853)."""
+        return self.membership.is_voter(self.id, self.directory_id)
 
     # ------------------------------------------------------------------ Ready protocol --
 
@@ -381,9 +433,14 @@ class RaftCore:
     # ------------------------------------------------------------------ introspection --
 
     def status(self) -> CoreStatus:
+        m = self.membership
         peers = tuple(
-            PeerStatus(nid, pr.match, pr.next, pr.state.name, pr.is_learner,
-                       self.ticks - pr.last_contact_tick)
+            PeerStatus(nid, pr.match, pr.next, pr.state.name,
+                       # a member not heard from yet is what the configuration says it is
+                       "observer" if pr.observer or (pr.directory and not m.matches(nid, pr.directory))
+                       else "learner" if pr.is_learner else "voter",
+                       self.ticks - pr.last_contact_tick if pr.last_contact_tick >= 0 else -1,
+                       pr.directory)
             for nid, pr in sorted(self.progress.items()) if nid != self.id)
         return CoreStatus(self.id, self.role, self.term, self.leader, self.log.committed,
                           self.log.applied, self.log.last_index(), self.snapshot_meta.index,
@@ -417,11 +474,22 @@ class RaftCore:
         for nid in self.membership.members:
             self.progress[nid] = Progress(nxt, self.cfg.max_inflight, nid not in self.membership.voters)
         me = self.progress.setdefault(self.id, Progress(nxt, self.cfg.max_inflight))
+        me.directory = self.directory_id
         me.match = self.log.stable
         me.state = ProgressState.REPLICATE
         self.log.append([Entry(nxt, self.term, b"", EntryType.NOOP)])
         self.pending_conf_index = nxt  # no membership change until our term commits
+        if self.membership.directories and not self._membership_recorded():
+            cc = ConfChange(ConfChangeType.BOOTSTRAP, self.id, self.membership)
+            self.log.append([Entry(nxt + 1, self.term, cc.encode(), EntryType.CONF_CHANGE)])
+            self.pending_conf_index = nxt + 1
         self._bcast_append(allow_empty=True)
+
+    def _membership_recorded(self) -> bool:
+        """Whether the log or the snapshot records the configuration, rather than only the
+        storage this node was formatted with (the bootstrap voter set)."""
+        return (self.snapshot_meta.index > 0 or bool(self._conf_history)
+                or any(e.type == EntryType.CONF_CHANGE for e in self.log.entries))
 
     def _campaign(self, pre: bool, force: bool = False) -> None:
         if pre:
@@ -470,6 +538,7 @@ class RaftCore:
                 self._become_follower(self.term, 0)
                 return
             self.lead_transferee = 0
+            self._expire_observers()
         for nid, pr in self.progress.items():
             if pr.snapshot is not None and pr.snapshot.tick(self.cfg.election_ticks):
                 self._send_snapshot(nid, pr)  # chunks or acknowledgements were lost
@@ -480,10 +549,21 @@ class RaftCore:
     def _quorum_active(self) -> bool:
         active = 0
         for nid, pr in self.progress.items():
-            if nid == self.id or (pr.recent_active and nid in self.membership.voters):
+            if nid == self.id or (pr.recent_active and nid in self.membership.voters and self._counts(nid, pr)):
                 active += 1
             pr.recent_active = False
         return active >= self.membership.quorum()
+
+    def _expire_observers(self) -> None:
+        limit = OBSERVER_TIMEOUT * self.cfg.election_ticks
+        silent = [n for n, pr in self.progress.items() if pr.observer and self.ticks - pr.last_contact_tick > limit]
+        for nid in silent:
+            del self.progress[nid]
+
+    def _counts(self, node_id: int, pr: Progress) -> bool:
+        """Whether ``pr``'s answers come from the replica the configuration names as member
+        ``node_id``: one of the same id on a disk formatted again is not it (KIP-853)."""
+        return not pr.observer and self.membership.matches(node_id, pr.directory)
 
     def _step_leader(self, m: Message) -> None:
         pr = self.progress.get(m.frm)
@@ -492,6 +572,15 @@ class RaftCore:
             return
         pr.recent_active = True
         pr.last_contact_tick = self.ticks
+        if m.directory != pr.directory:
+            if pr.directory and pr.match:
+                # Its disk was formatted again: what it acknowledged is gone. Catch it up from
+                # scratch (and, when the configuration names its directory, stop counting it).
+                pr.match = 0
+                pr.become_probe()
+                pr.next = self.log.last_index() + 1
+                self._drop("peer_reset")
+            pr.directory = m.directory
         if m.type == MT.APPEND_RESP:
             if m.reject:
                 if self._maybe_decrease(pr, m):
@@ -540,7 +629,8 @@ class RaftCore:
     def _maybe_commit(self) -> bool:
         """Raft §5.4.2: commit the highest index on a majority, only if it is of our term."""
         progress = self.progress
-        matches = [progress[n].match for n in self.membership.voters if n in progress]
+        matches = [progress[n].match for n in self.membership.voters
+                   if n in progress and self._counts(n, progress[n])]
         q = self.membership.quorum()
         if len(matches) < q:
             return False
@@ -636,7 +726,7 @@ class RaftCore:
 
     def _ack_read(self, frm: int, ctx: bytes) -> None:
         req = self.read_queue.get(ctx)
-        if req is None or frm not in self.membership.voters:
+        if req is None or frm not in self.membership.voters or not self._counts(frm, self.progress[frm]):
             return
         req.acks.add(frm)
         if len(req.acks & self.membership.voters) < self.membership.quorum():
@@ -685,6 +775,11 @@ class RaftCore:
         want = MT.PRE_VOTE_RESP if self.role == Role.PRE_CANDIDATE else MT.VOTE_RESP
         if m.type != want:
             self._drop("unexpected_for_candidate")
+            return
+        if not self.membership.matches(m.frm, m.directory):
+            # Not the voter we know: a disk formatted again forgot the vote it may have cast
+            # in this term, so its vote cannot count (KIP-853).
+            self._drop("vote_from_other_directory")
             return
         outcome = self._poll(m.frm, not m.reject)
         if outcome == VoteResult.WON:
@@ -837,10 +932,15 @@ class RaftCore:
             pr = self.progress.get(nid)
             if pr is None:
                 self.progress[nid] = Progress(nxt, self.cfg.max_inflight, nid not in cc.result.voters)
-            else:
+            else:  # an observer becoming a member keeps what it has replicated
                 pr.is_learner = nid not in cc.result.voters
-        for nid in list(self.progress):
-            if nid not in cc.result.members and nid != self.id:
+                pr.observer = False
+        for nid, pr in list(self.progress.items()):
+            if nid not in cc.result.members and nid != self.id and not pr.observer:
+                # One last append with the commit, so that it learns it was removed: otherwise
+                # it never does, and campaigns for ever (thesis §4.2.3). Best effort.
+                pr.become_probe()
+                self._send_append(nid)
                 del self.progress[nid]
         if self.lead_transferee and self.lead_transferee not in cc.result.voters:
             self.lead_transferee = 0
@@ -852,6 +952,7 @@ class RaftCore:
             self._maybe_commit()  # the new quorum may already hold more entries
 
     def _send(self, m: Message) -> None:
+        m.directory = self.directory_id
         self.msgs.append(m)
 
     def _drop(self, reason: str) -> None:
@@ -873,7 +974,7 @@ class RaftCore:
                     return "bad_entries"
                 prev_t, expect = e.term, expect + 1
         elif t in _RESPONSES_AND_VOTES:
-            if self.role == Role.LEADER and m.frm not in self.membership.members:
+            if self.role == Role.LEADER and m.frm not in self.progress:  # neither member nor observer
                 return "unknown_sender"
         elif t == MT.SNAPSHOT:
             s = m.snapshot

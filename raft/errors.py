@@ -53,3 +53,12 @@ class CommittedConflict(RaftError):
 
 class StorageError(RaftError):
     """The data directory is unusable: corrupted, foreign, or not formatted."""
+
+
+class MembershipRefused(RaftError):
+    """A membership change that cannot be made as asked (the last voter, no live majority
+    left, another replica's directory); nothing was appended."""
+
+
+class NotCaughtUp(RaftError):
+    """A node to be added as a voter did not catch up with the leader's log in time."""

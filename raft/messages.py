@@ -77,35 +77,76 @@ class Entry:
 @dataclass(frozen=True, slots=True)
 class Membership:
     """The cluster configuration: voters elect and count towards commit; learners only
-    receive the log (brokers follow the metadata log this way)."""
+    receive the log (brokers follow the metadata log this way).
+
+    ``directories`` names the data directory of members where it is known, as KIP-853 names a
+    voter by (node id, directory id): a node whose disk was wiped and formatted again has a new
+    directory id, forgot its votes and acknowledged entries, and so is not the voter it was
+    (Raft's safety rests on both staying on disk). A member without one (voters configured
+    statically) matches any directory. Given as pairs or a mapping; kept as sorted pairs."""
 
     voters: frozenset[int] = frozenset()
     learners: frozenset[int] = frozenset()
+    directories: tuple[tuple[int, str], ...] = ()
     members: frozenset[int] = field(init=False, compare=False, repr=False)
     quorum_size: int = field(init=False, compare=False, repr=False)
+    _dirs: dict[int, str] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "members", self.voters | self.learners)
+        members = self.voters | self.learners
+        dirs = {n: d for n, d in dict(self.directories).items() if d and n in members}
+        object.__setattr__(self, "members", members)
         object.__setattr__(self, "quorum_size", len(self.voters) // 2 + 1)
+        object.__setattr__(self, "_dirs", dirs)
+        object.__setattr__(self, "directories", tuple(sorted(dirs.items())))
 
     def quorum(self) -> int:
         return self.quorum_size
 
+    def directory(self, node_id: int) -> str:
+        """The member's directory id, "" when unknown."""
+        return self._dirs.get(node_id, "")
+
+    def matches(self, node_id: int, directory: str) -> bool:
+        """Whether a replica of ``node_id`` with ``directory`` is that member's replica."""
+        known = self._dirs.get(node_id, "")
+        return not known or known == directory
+
+    def is_voter(self, node_id: int, directory: str) -> bool:
+        return node_id in self.voters and self.matches(node_id, directory)
+
     def encode(self) -> bytes:
         v, lr = sorted(self.voters), sorted(self.learners)
-        return struct.pack(f">HH{len(v)}Q{len(lr)}Q", len(v), len(lr), *v, *lr)
+        out = struct.pack(f">HH{len(v)}Q{len(lr)}Q", len(v), len(lr), *v, *lr)
+        if self.directories:  # a trailer older readers skip
+            out += struct.pack(">H", len(self.directories))
+            for nid, d in self.directories:
+                raw = d.encode()
+                out += struct.pack(">QH", nid, len(raw)) + raw
+        return out
 
     @classmethod
     def decode(cls, raw: bytes) -> "Membership":
         nv, nl = struct.unpack_from(">HH", raw)
         ids = struct.unpack_from(f">{nv + nl}Q", raw, 4)
-        return cls(frozenset(ids[:nv]), frozenset(ids[nv:]))
+        pos = 4 + 8 * (nv + nl)
+        dirs: dict[int, str] = {}
+        if len(raw) >= pos + 2:
+            (count,), pos = struct.unpack_from(">H", raw, pos), pos + 2
+            for _ in range(count):
+                nid, n = struct.unpack_from(">QH", raw, pos)
+                dirs[nid] = raw[pos + 10:pos + 10 + n].decode()
+                pos += 10 + n
+        return cls(frozenset(ids[:nv]), frozenset(ids[nv:]), tuple(dirs.items()))
 
 
 class ConfChangeType(IntEnum):
     ADD_VOTER = 1  # also promotes an existing learner
     ADD_LEARNER = 2
     REMOVE = 3
+    # The voter set storage was formatted with, written by the first leader so that the log
+    # names it for nodes formatted without one (KIP-853's bootstrap VotersRecord). Changes nothing.
+    BOOTSTRAP = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +194,7 @@ class Message:
 
     __slots__ = ("type", "to", "frm", "term", "log_term", "index", "entries", "commit",
                  "reject", "hint_index", "hint_term", "context", "snapshot", "offset",
-                 "data", "done", "force")
+                 "data", "done", "force", "directory")
 
     def __init__(self, type: MessageType, to: int, frm: int, term: int, *, log_term: int = 0,
                  index: int = 0, entries: list[Entry] | None = None, commit: int = 0,
@@ -177,6 +218,9 @@ class Message:
         self.data = data
         self.done = done
         self.force = force
+        # The sender's data directory (KIP-853): stamped by the sending core, carried per
+        # batch on the wire, so a leader or candidate counts only the replica it knows.
+        self.directory = ""
 
     def __repr__(self) -> str:
         extra = f" n={len(self.entries)}" if self.entries else ""

@@ -15,13 +15,14 @@ round trip (group commit).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import grpc
 
@@ -31,8 +32,9 @@ from .admin import AdminService
 from .config import NodeOptions, parse_voters
 from .core import RaftCore
 from .driver import handle_ready
-from .errors import (LogCompacted, NodeStopped, NotLeader, OutcomeUnknown, ProposalDropped, RaftError,
-                     StorageError)
+from .errors import (LogCompacted, NodeStopped, NotCaughtUp, NotLeader, OutcomeUnknown,
+                     ProposalDropped, RaftError, StorageError)
+from .observer import Observing
 from .messages import (ConfChange, ConfChangeType, Entry, EntryType, Membership, Message, Ready,
                        Role, Snapshot, SnapshotMeta, SnapshotSource, SoftState)
 from .state_machine import StateMachine
@@ -63,6 +65,8 @@ class PeerInfo:
     lag: int
     last_contact_s: float  # -1 when never heard from
     state: str
+    kind: str  # "voter", "learner", or "observer" (not a member, or not the member's directory)
+    directory_id: str  # the data directory its answers come from ("" until it answers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,19 +84,26 @@ class NodeStatus:
     voters: tuple[int, ...]
     learners: tuple[int, ...]
     peers: tuple[PeerInfo, ...]
+    directory_id: str = ""  # this node's data directory
+    directories: dict[int, str] = field(default_factory=dict)  # the members' known directories (KIP-853)
     rejected: dict[str, int] = field(default_factory=dict)  # refused by the transport
     dropped: dict[str, int] = field(default_factory=dict)  # ignored by the Raft core
 
 
 class RaftNode:
-    def __init__(self, node_id: int, voters: dict[int, str] | str, state_machine: StateMachine, *,
+    def __init__(self, node_id: int, voters: dict[int, str] | str | None, state_machine: StateMachine, *,
                  data_dir: str | None = None, cluster_id: str | None = None,
                  storage: Storage | None = None, transport: Transport | None = None,
                  options: NodeOptions | None = None, address: str | None = None,
-                 seed: int | None = None, server: grpc.aio.Server | None = None) -> None:
-        """``voters`` are the initial voters (``1@host:port,...``); once the cluster's log
-        or a snapshot records a membership, that wins. A node absent from them starts as an
-        observer and joins when a leader adds it (then give its own ``address``).
+                 seed: int | None = None, server: grpc.aio.Server | None = None,
+                 bootstrap_servers: list[str] | None = None) -> None:
+        """``voters`` are the initial voters (``1@host:port,...``), static ones: their data
+        directories are unknown. Without them the node starts from the voter set its storage
+        was formatted with (``format_storage(initial_voters=...)``, KIP-853), if any. Once the
+        cluster's log or a snapshot records a membership, that wins. A node absent from the
+        voters starts as an observer (give its own ``address``): with ``bootstrap_servers``
+        (``host:port`` of any members) it asks the leader to replicate the log to it, so that
+        it is caught up before a leader adds it.
 
         By default the node keeps its log in ``data_dir`` and serves gRPC (``RaftPeer`` and
         ``RaftAdmin``) on its address, on ``server`` if given so that the application can add
@@ -100,7 +111,7 @@ class RaftNode:
         (``raft.testing.memory``) replaces either; with a transport of its own the node
         serves no gRPC."""
         self.id = node_id
-        self.voters = parse_voters(voters) if isinstance(voters, str) else dict(voters)
+        self.voters = parse_voters(voters) if isinstance(voters, str) else dict(voters or {})
         self.sm = state_machine
         self.options = options or NodeOptions()
         if storage is None:
@@ -118,6 +129,8 @@ class RaftNode:
         # shared by every node. The configured voters' addresses are this node's own view (a
         # NAT, a proxy) and stay out of snapshots, so one node's view never replaces another's.
         self._recorded: dict[int, str] = {}
+        self._observers: dict[int, str] = {}  # on a leader: observers' addresses
+        self._changing = ""  # the membership change under way, if any: one at a time
         self.server: grpc.aio.Server | None = server
         if transport is None:
             mb = self.options.max_message_bytes
@@ -129,7 +142,8 @@ class RaftNode:
             add_service(self.server, raft_pb2_grpc.add_RaftAdminServicer_to_server, AdminService(self))
             transport = grpc_transport
         self.transport: Transport = transport
-        self.transport.attach(self._deliver, lambda peer: self.core.reset_peer(peer))
+        self.transport.attach(self._deliver)
+        self._observing = Observing(self, bootstrap_servers) if bootstrap_servers else None
         self.core: RaftCore
         self.applied = 0
         self.snapshot_index = 0
@@ -162,12 +176,18 @@ class RaftNode:
         state = await asyncio.get_running_loop().run_in_executor(self._io, self.storage.recover)
         if state.truncated_tail:
             log.warning("node %d: cut a torn write off the log: %s", self.id, state.truncated_tail)
+        if self.voters:
+            initial = Membership(frozenset(self.voters))
+        else:  # formatted with a voter set: its addresses are the cluster's, not this node's view
+            initial = Membership(frozenset(v.node_id for v in state.bootstrap),
+                                 directories=tuple((v.node_id, v.directory_id) for v in state.bootstrap))
+            self._learn_book({v.node_id: v.address for v in state.bootstrap})
         self.core = RaftCore(self.id, self.options.core_config(), seed=self.seed,
                              hard_state=state.hard_state, snapshot=state.snapshot,
-                             entries=state.entries,
-                             membership=Membership(frozenset(self.voters)),
+                             entries=state.entries, membership=initial,
                              snapshot_source=state.snapshot_source,
-                             receive_snapshot=self.storage.receive_snapshot)
+                             receive_snapshot=self.storage.receive_snapshot,
+                             directory_id=self.storage.directory_id)
         if state.snapshot is not None and state.snapshot_source is not None:
             with state.snapshot_source.open_payload() as f:
                 self.sm.restore(f)
@@ -184,6 +204,8 @@ class RaftNode:
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._run(), name=f"raft-{self.id}-loop"),
                        loop.create_task(self._ticker(), name=f"raft-{self.id}-ticker")]
+        if self._observing is not None:
+            self._tasks.append(loop.create_task(self._observing.run(), name=f"raft-{self.id}-observing"))
         self._started = True
         self._wake.set()
 
@@ -283,27 +305,73 @@ class RaftNode:
         self._wake.set()
         return await asyncio.wait_for(fut, timeout) if timeout else await fut
 
-    async def add_learner(self, node_id: int, address: str, *, timeout: float = 10.0) -> int:
-        return await self._change(ConfChangeType.ADD_LEARNER, node_id, address, timeout)
+    async def add_learner(self, node_id: int, address: str, *, directory_id: str = "",
+                          timeout: float = 10.0) -> int:
+        with self._one_change(f"adding node {node_id} as a learner"):
+            return await self._change(ConfChangeType.ADD_LEARNER, node_id, address, directory_id, timeout)
 
-    async def add_voter(self, node_id: int, address: str, *, timeout: float = 30.0) -> int:
+    async def add_voter(self, node_id: int, address: str, *, directory_id: str = "",
+                        timeout: float = 30.0, observer_timeout: float | None = None) -> int:
         """Add a voter: a new node first joins as a learner and is promoted once it has caught
-        up, so that an empty node never weighs on the quorum."""
-        deadline = time.monotonic() + timeout
-        if node_id not in self.core.membership.members:
-            await self.add_learner(node_id, address, timeout=timeout)
-            while True:
-                if self.core.caught_up(node_id):
-                    break
-                if time.monotonic() > deadline:
-                    raise RaftError(f"node {node_id} did not catch up within {timeout:.0f}s; "
-                                    f"it stays a learner")
-                await asyncio.sleep(self.options.heartbeat_interval_ms / 1000)
-        return await self._change(ConfChangeType.ADD_VOTER, node_id, address,
-                                  max(1.0, deadline - time.monotonic()))
+        up (thesis §4.2.1), so that an empty node never weighs on the quorum. With
+        ``directory_id`` (KIP-853) only the replica on that data directory is the voter. With
+        ``observer_timeout``, a node that is not a member must first be caught up as an
+        observer (KIP-853's AddVoter): if it is not within that many seconds, RaftError, and
+        nothing is written."""
+        with self._one_change(f"adding node {node_id}"):
+            deadline = time.monotonic() + timeout
+            if node_id not in self.core.membership.members:
+                if observer_timeout is not None:
+                    await self.wait_caught_up(node_id, directory_id=directory_id or None, timeout=observer_timeout,
+                                              why_not="it is not an observer of this leader; nothing was changed")
+                await self._change(ConfChangeType.ADD_LEARNER, node_id, address, directory_id, timeout)
+            await self.wait_caught_up(node_id, timeout=max(0.0, deadline - time.monotonic()),
+                                      why_not="it stays a learner")
+            return await self._change(ConfChangeType.ADD_VOTER, node_id, address, directory_id,
+                                      max(1.0, deadline - time.monotonic()))
 
-    async def remove_member(self, node_id: int, *, timeout: float = 10.0) -> int:
-        return await self._change(ConfChangeType.REMOVE, node_id, "", timeout)
+    async def remove_member(self, node_id: int, *, directory_id: str | None = None,
+                            timeout: float = 10.0) -> int:
+        """Remove a voter or learner; with ``directory_id`` only if that is the member's
+        ("" for one whose directory is unknown). Refused (MembershipRefused) when the voters
+        left would not have a live majority, or none would be left."""
+        with self._one_change(f"removing node {node_id}"):
+            return await self._change(ConfChangeType.REMOVE, node_id, "", directory_id, timeout)
+
+    async def wait_caught_up(self, node_id: int, *, directory_id: str | None = None, timeout: float,
+                             why_not: str = "") -> None:
+        """On the leader: until ``node_id`` (its replica on ``directory_id``, when given) holds
+        every committed entry, as a learner or an observer; NotCaughtUp after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while not self.core.caught_up(node_id, directory_id):
+            self._check_running()
+            if not self.is_leader:
+                raise self._not_leader(NotLeader(self.core.leader))
+            if time.monotonic() > deadline:
+                raise NotCaughtUp(f"node {node_id} did not catch up within {timeout:.0f}s"
+                                + (f"; {why_not}" if why_not else ""))
+            await asyncio.sleep(self.options.heartbeat_interval_ms / 1000)
+
+    def observe(self, node_id: int, address: str) -> dict[int, str]:
+        """On the leader: replicate the log to ``node_id`` at ``address``, a node that is not (or
+        not yet) a member (RaftAdmin ``Observe``, called by :class:`Observing`). Returns the
+        members' addresses, for the observer to reach them."""
+        self._check_running()
+        try:
+            self.core.observe(node_id)
+        except NotLeader as e:
+            raise self._not_leader(e) from None
+        members = self.core.membership.members
+        if node_id not in members:
+            self._observers[node_id] = self.addresses[node_id] = address
+            self.transport.set_address(node_id, address)
+        for nid in [n for n in self._observers if n not in self.core.progress or n in members]:
+            del self._observers[nid]
+            if nid not in members:  # the core forgot it: silent too long
+                self.addresses.pop(nid, None)
+                self.transport.remove(nid)
+        self._wake.set()
+        return {n: a for n, a in self.addresses.items() if n in members or n == self.id}
 
     async def transfer_leadership(self, target: int, *, timeout: float = 5.0) -> None:
         self._check_running()
@@ -387,6 +455,11 @@ class RaftNode:
         return self.core.log.snap_index + 1
 
     @property
+    def membership(self) -> Membership:
+        """The configuration in force: voters, learners and their directories (KIP-853)."""
+        return self.core.membership
+
+    @property
     def latest_snapshot(self) -> SnapshotMeta:
         return self.core.snapshot_meta
 
@@ -400,14 +473,15 @@ class RaftNode:
         peers = []
         for p in c.peers:
             heard = self.transport.last_heard.get(p.node_id)
-            peers.append(PeerInfo(p.node_id, self.addresses.get(p.node_id), not p.is_learner,
+            peers.append(PeerInfo(p.node_id, self.addresses.get(p.node_id), p.kind == "voter",
                                   p.match, p.next, max(0, c.last_index - p.match),
-                                  round(now - heard, 3) if heard else -1.0, p.state))
+                                  round(now - heard, 3) if heard else -1.0, p.state, p.kind, p.directory))
+        m = c.membership
         return NodeStatus(self.id, self.cluster_id, c.role.name, c.term, c.leader,
                           self.addresses.get(c.leader), c.commit, self.applied, c.last_index,
-                          c.snapshot_index, tuple(sorted(c.membership.voters)),
-                          tuple(sorted(c.membership.learners)), tuple(peers),
-                          dict(self.transport.rejected), dict(c.dropped))
+                          c.snapshot_index, tuple(sorted(m.voters)), tuple(sorted(m.learners)), tuple(peers),
+                          directory_id=self.storage.directory_id, directories=dict(m.directories),
+                          rejected=dict(self.transport.rejected), dropped=dict(c.dropped))
 
     # ------------------------------------------------------------------ the loop --
 
@@ -595,10 +669,29 @@ class RaftNode:
 
     # ------------------------------------------------------------------ membership --
 
-    async def _change(self, kind: ConfChangeType, node_id: int, address: str, timeout: float) -> int:
-        self._check_running()
+    @contextlib.contextmanager
+    def _one_change(self, what: str) -> Iterator[None]:
+        """Membership changes one at a time, including an add's wait for the learner to catch
+        up (between its two entries the core alone would let another change in)."""
+        if self._changing:
+            raise ProposalDropped(f"a membership change is in progress ({self._changing}); retry once it completes")
+        self._changing = what
         try:
-            index = self.core.propose_conf_change(kind, node_id, address.encode())
+            yield
+        finally:
+            self._changing = ""
+
+    async def _change(self, kind: ConfChangeType, node_id: int, address: str, directory_id: str | None,
+                      timeout: float) -> int:
+        self._check_running()
+        context = b""
+        if address:  # every member's address goes with the change: a node that joins later learns them all
+            members = self.core.membership.members
+            book = {n: a for n in members if (a := self._recorded.get(n) or self.addresses.get(n))}
+            book[node_id] = address
+            context = json.dumps({str(k): v for k, v in sorted(book.items())}).encode()
+        try:
+            index = self.core.propose_conf_change(kind, node_id, context, directory_id)
         except NotLeader as e:
             raise self._not_leader(e) from None
         if index == 0:
@@ -611,27 +704,40 @@ class RaftNode:
             if cc.node_id != self.id:
                 self.addresses.pop(cc.node_id, None)
                 self.transport.remove(cc.node_id)
-        elif cc.context:
-            addr = cc.context.decode()
-            self.addresses[cc.node_id] = self._recorded[cc.node_id] = addr
-            if cc.node_id != self.id:
-                self.transport.set_address(cc.node_id, addr)
+        elif cc.context.startswith(b"{"):
+            self._learn_book(_address_book(cc.context), added=cc.node_id)
+        elif cc.context:  # as changes were written before they carried every address
+            self._learn_book({cc.node_id: cc.context.decode()}, added=cc.node_id)
         if announce:
             log.info("node %d: membership is now voters %s, learners %s", self.id,
                      sorted(cc.result.voters), sorted(cc.result.learners))
+
+    def _learn_book(self, book: dict[int, str], added: int = 0) -> None:
+        """Addresses the cluster recorded. A statically configured voter's address stays this
+        node's own view (a NAT, a proxy) unless the change is about that very node."""
+        for nid, addr in book.items():
+            if nid in self.voters and nid != added:
+                continue
+            self.addresses[nid] = self._recorded[nid] = addr
+            if nid != self.id:
+                self.transport.set_address(nid, addr)
+
+    def learn_view(self, book: dict[int, str]) -> None:
+        """Addresses another node told this one (an observer asking the leader): used, not recorded."""
+        for nid, addr in book.items():
+            if nid != self.id and self.addresses.get(nid) != addr and nid not in self._recorded:
+                self.addresses[nid] = addr
+                self.transport.set_address(nid, addr)
 
     def _learn_addresses(self, context: bytes) -> None:
         if not context:
             return
         try:
-            book = {int(k): str(v) for k, v in json.loads(context).items()}
+            book = _address_book(context)
         except ValueError:
             log.warning("node %d: a snapshot carries an unreadable address book", self.id)
             return
-        for nid, addr in book.items():
-            self.addresses[nid] = self._recorded[nid] = addr
-            if nid != self.id:
-                self.transport.set_address(nid, addr)
+        self._learn_book(book)
 
     # ------------------------------------------------------------------ helpers --
 
@@ -671,6 +777,11 @@ class _NodeRuntime:
 
     def send(self, msgs: list[Message]) -> None:
         self.node.transport.send(msgs)  # looked up each time: tests wrap it to cut links
+
+
+def _address_book(context: bytes) -> dict[int, str]:
+    """``{"1": "host:port", ...}`` as recorded in snapshots and membership changes."""
+    return {int(k): str(v) for k, v in json.loads(context).items()}
 
 
 def _superseded(index: int, term: int, snapshot_term: int) -> RaftError:

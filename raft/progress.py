@@ -70,9 +70,11 @@ class SnapshotTransfer:
 
 class Progress:
     __slots__ = ("match", "next", "state", "probe_sent", "inflight", "max_inflight",
-                 "recent_active", "snapshot", "is_learner", "last_contact_tick")
+                 "recent_active", "snapshot", "is_learner", "last_contact_tick", "directory",
+                 "observer")
 
-    def __init__(self, next_index: int, max_inflight: int, is_learner: bool = False) -> None:
+    def __init__(self, next_index: int, max_inflight: int, is_learner: bool = False,
+                 observer: bool = False) -> None:
         self.match = 0
         self.next = next_index
         self.state = ProgressState.PROBE
@@ -82,7 +84,9 @@ class Progress:
         self.recent_active = False
         self.snapshot: SnapshotTransfer | None = None  # set in the SNAPSHOT state
         self.is_learner = is_learner
-        self.last_contact_tick = 0
+        self.last_contact_tick = -1  # the leader's tick of its last answer; -1: never
+        self.directory = ""  # the data directory its answers come from (KIP-853)
+        self.observer = observer  # not a member: replicated to, never counted
 
     def paused(self) -> bool:
         if self.state == ProgressState.PROBE:

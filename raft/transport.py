@@ -64,10 +64,9 @@ class Transport(Protocol):
     #: Incoming requests refused, by reason, for ``status()``.
     rejected: dict[str, int]
 
-    def attach(self, deliver: Callable[[list[Message]], None],
-               peer_reset: Callable[[int], None]) -> None:
-        """Hand incoming messages to ``deliver``; call ``peer_reset(peer)`` when a peer's
-        storage was formatted again. Called once, before the first ``send``."""
+    def attach(self, deliver: Callable[[list[Message]], None]) -> None:
+        """Hand incoming messages to ``deliver``, each with its sender's ``directory`` (the
+        data directory id it was sent from; KIP-853). Called once, before the first ``send``."""
 
     def send(self, msgs: list[Message]) -> None:
         """Queue messages for their recipients without blocking; losing some is allowed
@@ -341,8 +340,6 @@ class PeerTransport:
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.directory_id = directory_id
-        self.peer_reset: Callable[[int], None] = lambda peer: None
-        self.peer_directories: dict[int, str] = {}
         self.addresses = dict(addresses)
         self.deliver: Callable[[list[Message]], None] = lambda msgs: None
         self.tls = tls
@@ -354,9 +351,8 @@ class PeerTransport:
         self._channels: dict[int, grpc.aio.Channel] = {}
         self._links: dict[tuple[int, str], _Link] = {}
 
-    def attach(self, deliver: Callable[[list[Message]], None],
-               peer_reset: Callable[[int], None]) -> None:
-        self.deliver, self.peer_reset = deliver, peer_reset
+    def attach(self, deliver: Callable[[list[Message]], None]) -> None:
+        self.deliver = deliver
 
     # -- outgoing --------------------------------------------------------------------------
 
@@ -453,11 +449,6 @@ class PeerTransport:
             if m.frm != frm or m.to != self.node_id:
                 raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "malformed",
                                "a message's sender or recipient differs from its batch's")
+            m.directory = batch.directory_id
         self.last_heard[frm] = time.monotonic()
-        if batch.directory_id:
-            seen = self.peer_directories.get(frm)
-            self.peer_directories[frm] = batch.directory_id
-            if seen is not None and seen != batch.directory_id:
-                log.warning("node %d's data directory was formatted again: catching it up from scratch", frm)
-                self.peer_reset(frm)
         return msgs

@@ -16,7 +16,7 @@ class WireError(ValueError):
 
 
 def membership_to_pb(m: Membership) -> pb.Membership:
-    return pb.Membership(voters=sorted(m.voters), learners=sorted(m.learners))
+    return pb.Membership(voters=sorted(m.voters), learners=sorted(m.learners), directories=dict(m.directories))
 
 
 def meta_to_pb(s: SnapshotMeta) -> pb.SnapshotMeta:
@@ -60,7 +60,8 @@ def from_pb(p: pb.Message) -> Message:
         if max(s.index, s.term, s.size) > _U63:
             raise WireError("a snapshot field is out of range")
         snapshot = SnapshotMeta(s.index, s.term, Membership(frozenset(s.membership.voters),
-                                                            frozenset(s.membership.learners)),
+                                                            frozenset(s.membership.learners),
+                                                            tuple(s.membership.directories.items())),
                                 s.size, s.crc, s.context)
     return Message(mtype, p.to, getattr(p, "from"), p.term, log_term=p.log_term, index=p.index,
                    entries=entries, commit=p.commit, reject=p.reject, hint_index=p.hint_index,

@@ -33,9 +33,12 @@ class BrokerCluster:
     def __init__(self, base_dir: Path, brokers: int = 3, *, session_timeout_ms: int = 3000,
                  heartbeat_ms: int = 300, broker_props: dict[str, str] | None = None,
                  controller_props: dict[str, str] | None = None,
-                 node_props: dict[int, dict[str, str]] | None = None, client_tls: TLSConfig | None = None) -> None:
+                 node_props: dict[int, dict[str, str]] | None = None, client_tls: TLSConfig | None = None,
+                 dynamic: bool = False) -> None:
         """``node_props[id]``: properties of controller or broker ``id`` alone; ``client_tls``:
-        what the test's own clients dial the controllers and brokers with (TLS listeners)."""
+        what the test's own clients dial the controllers and brokers with (TLS listeners).
+        ``dynamic``: a quorum formatted with --initial-controllers, found through bootstrap
+        servers (KIP-853)."""
         self.base = base_dir
         self.client_tls = client_tls
         self.node_props = node_props or {}
@@ -43,7 +46,7 @@ class BrokerCluster:
         self.quorum = DevQuorum(str(base_dir / "quorum"), ports, election_timeout_ms=500,
                                 session_timeout_ms=session_timeout_ms,
                                 extra={"broker.heartbeat.interval.ms": str(heartbeat_ms), **(controller_props or {})},
-                                node_extra=self.node_props)
+                                node_extra=self.node_props, dynamic=dynamic)
         self.ids = [101 + i for i in range(brokers)]
         self.ports = {bid: ports + 3 + i for i, bid in enumerate(self.ids)}
         self.kafka_ports = {bid: ports + 3 + brokers + i for i, bid in enumerate(self.ids)}
@@ -73,7 +76,7 @@ class BrokerCluster:
         return self.base / f"broker-{bid}.log"
 
     def write_config(self, bid: int, **extra: str) -> Path:
-        props = {"node.id": str(bid), "process.roles": "broker", "controller.quorum.voters": self.quorum.voters,
+        props = {"node.id": str(bid), "process.roles": "broker", **self.quorum.quorum_props(),
                  "listeners": f"PLAINTEXT://127.0.0.1:{self.ports[bid]},KAFKA://127.0.0.1:{self.kafka_ports[bid]}",
                  "log.dirs": str(self.log_dir(bid)),
                  "broker.heartbeat.interval.ms": str(self.heartbeat_ms), "replica.fetch.backoff.ms": "100",
@@ -191,6 +194,22 @@ class BrokerCluster:
                 p.kill()
                 p.wait(5)
         self.quorum.stop()
+
+
+async def write_acked(bootstrap_servers: str, topic: str, stop: asyncio.Event, acked: list[int],
+                      prefix: bytes = b"live-") -> None:
+    """acks=all writes of ``prefix`` + a sequence number until ``stop``, through failovers
+    (requests retried for up to 90 s); ``acked`` gets each number once its write is acknowledged."""
+    from clients.producer import Producer
+    async with Producer(bootstrap_servers, linger_ms=2, request_timeout_ms=3000,
+                        delivery_timeout_ms=90000, retry_backoff_ms=50) as p:
+        n = 0
+        while not stop.is_set():
+            futures = [(n + i, await p.send(topic, prefix + b"%d" % (n + i))) for i in range(10)]
+            n += 10
+            for seq, f in futures:
+                await f
+                acked.append(seq)
 
 
 class _stub:

@@ -1,6 +1,7 @@
 """The controller quorum as operators run it: `kraft` processes from properties files, the CLI,
 and `kill -9` of the active controller in the middle of a stream of CreateTopics."""
 import asyncio
+import json
 import subprocess
 import sys
 import time
@@ -73,10 +74,14 @@ def test_cli_create_describe_alter_delete_and_errors(quorum):
         assert kraft("topics", "--bootstrap-controller", b, "list").stdout.strip() == ""
         # quorum and cluster descriptions
         st = kraft("quorum", "--bootstrap-controller", b, "describe", "--status").stdout
-        assert f"ClusterId:              {quorum.cluster_id}" in st and "CurrentVoters:          [1,2,3]" in st
-        assert "CurrentObservers:       [100,101,102]" in st
+        assert f"ClusterId:              {quorum.cluster_id}" in st
+        fields = dict(line.split(":", 1) for line in st.splitlines())
+        assert json.loads(fields["CurrentVoters"]) == [  # static voters: no directory ids (Kafka's null)
+            {"id": i, "directoryId": None, "endpoints": [f"CONTROLLER://127.0.0.1:{quorum.ports[i]}"]} for i in (1, 2, 3)]
+        assert json.loads(fields["CurrentObservers"]) == [{"id": i, "directoryId": None} for i in (100, 101, 102)]
         rep = kraft("quorum", "--bootstrap-controller", b, "describe", "--replication").stdout.splitlines()
-        assert rep[0].startswith("NodeId\tLogEndOffset") and sum("Leader" in l for l in rep) == 1
+        assert rep[0].startswith("NodeId\tDirectoryId\tLogEndOffset") and rep[1].endswith("\tLeader")
+        assert sum("Leader" in l for l in rep) == 1
         cl = kraft("cluster", "--bootstrap-controller", b, "describe").stdout
         assert "Brokers (3):" in cl and "PLAINTEXT://127.0.0.1:9100" in cl
         # an unreachable quorum: one line, non-zero

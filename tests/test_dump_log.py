@@ -88,8 +88,8 @@ def test_segments_as_json_lines(files: SimpleNamespace) -> None:
         assert [r["payload"]["type"] for r in e["records"]] == [
             R.type_name(r) for r in batches[e["offset"]]]
         assert [r["record"] for r in e["records"]] == list(range(len(batches[e["offset"]])))
-    assert entries[0]["membership"] == {"change": "ADD_VOTER", "node": 1, "voters": [1],
-                                        "learners": [], "context": "127.0.0.1:9093"}
+    assert entries[0]["membership"] == {"change": "ADD_VOTER", "node": 1, "voters": [1], "learners": [],
+                                        "directories": {}, "context": "127.0.0.1:9093"}
     hard_states = [i for i in items if i["item"] == "hardState"]
     assert hard_states[-1] == {"item": "hardState", "file": str(files.segments[-1]),
                                "position": hard_states[-1]["position"], "size": 33, "term": 3,

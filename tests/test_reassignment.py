@@ -16,7 +16,7 @@ import pytest
 from clients.producer import Producer
 from metadata.placement import UsableBroker, balanced_moves
 from protos import controller_pb2 as pb
-from tests.brokercluster import REPO, BrokerCluster
+from tests.brokercluster import REPO, BrokerCluster, write_acked
 from tests.eventually import eventually
 from tests.logs import assert_no_tracebacks
 from tests.test_broker_processes import consume_all
@@ -84,24 +84,14 @@ def test_move_under_throttle_with_acks_all_producers_and_a_controller_kill_9(clu
             await asyncio.gather(*[await p.send(topic, b"%08d" % i + b"x" * 1000) for i in range(2000)])
         stop = asyncio.Event()
 
-        async def write() -> None:
-            async with Producer(c.bootstrap_servers, linger_ms=2, request_timeout_ms=3000,
-                                delivery_timeout_ms=90000, retry_backoff_ms=50) as p:
-                n = 0
-                while not stop.is_set():
-                    futures = [(n + i, await p.send(topic, b"live-%d" % (n + i))) for i in range(10)]
-                    n += 10
-                    for seq, f in futures:
-                        await f
-                        acked.append(seq)
-
         async def watch_isr() -> None:
             while not stop.is_set():
                 t = await c.describe_topic(topic)
                 isr_sizes.append(len(t.partitions[0].isr))
                 await asyncio.sleep(0.05)  # a sampling period, not a wait for a condition
 
-        tasks = [asyncio.create_task(write()), asyncio.create_task(watch_isr())]
+        tasks = [asyncio.create_task(write_acked(c.bootstrap_servers, topic, stop, acked)),
+                 asyncio.create_task(watch_isr())]
         try:
             return await move(stop)
         finally:

@@ -1,10 +1,13 @@
 """The randomized whole-cluster simulation: 500 seeds in the default suite; `make sim
 SEEDS=20000` runs as many as you like. A failure names the command that replays it."""
+import dataclasses
 import multiprocessing as mp
 import os
+import random
 
+from raft.messages import Membership
 from raft.testing.__main__ import _one
-from raft.testing.sim import run_seed
+from raft.testing.sim import SimConfig, Simulation, run_seed
 
 SEEDS = int(os.environ.get("RAFT_SIM_SEEDS", "500"))
 STEPS = 3000
@@ -45,9 +48,41 @@ def test_the_checker_catches_a_broken_core():
         raft_log.RaftLog.match_term = original
 
 
+def _wipe_runs(seeds: range) -> tuple[int, int]:
+    """Three voters, one of which loses its disk and is formatted again (a new directory id)
+    early in each run, among the other faults of the seed: (runs that failed, wipes)."""
+    failed = wipes = 0
+    for seed in seeds:
+        cfg = dataclasses.replace(SimConfig.randomized(random.Random(seed ^ 0x5EED)), nodes=3, spare_nodes=0,
+                                  conf_change_every_ms=0, wipe_every_ms=300)
+        sim = Simulation(seed, cfg)
+        try:
+            sim.run(STEPS)
+            sim.heal()
+            sim.await_progress(100 * cfg.election_ticks * cfg.tick_ms)
+        except AssertionError:
+            failed += 1
+        wipes += sim.stats["wipes"]
+    return failed, wipes
+
+
+def test_a_voter_formatted_again_never_counts_as_the_voter_it_was():
+    """KIP-853: with directory ids in the membership, wiped voters break no safety property;
+    counting them as the voters they were (sabotage: every directory matches) breaks election
+    safety or leader completeness, and the checker sees it (a test of the test)."""
+    assert _wipe_runs(range(60)) == (0, 60)
+    original = Membership.matches
+    Membership.matches = lambda self, node_id, directory: True
+    try:
+        failed, wipes = _wipe_runs(range(60))
+    finally:
+        Membership.matches = original
+    assert failed > 0 and wipes == 60
+
+
 def test_faults_happen_in_the_randomized_runs():
     totals = {"elections": 0, "crashes": 0, "snapshots": 0, "conf_changes": 0, "transfers": 0,
-              "reads": 0, "lost": 0}
+              "reads": 0, "lost": 0, "wipes": 0}
     for seed in range(60):
         sim = run_seed(seed, STEPS)
         for k in totals:

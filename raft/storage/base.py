@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import BinaryIO, Callable, Protocol
 
+from ..config import Voter
 from ..messages import (Entry, HardState, Membership, Ready, SnapshotMeta, SnapshotReceiver,
                         SnapshotSource)
 
@@ -19,6 +20,7 @@ class RecoveredState:
     snapshot_source: SnapshotSource | None = None
     entries: list[Entry] = field(default_factory=list)
     truncated_tail: str = ""  # set when a torn tail was cut off: what and where
+    bootstrap: tuple[Voter, ...] = ()  # the voter set formatted into storage (KIP-853), if any
 
 
 class Storage(Protocol):

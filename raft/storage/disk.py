@@ -1,6 +1,7 @@
 """Durable storage: a formatted data directory holding the write-ahead log and snapshots.
 
-    DATA_DIR/meta.properties     cluster.id, node.id, version (written by ``format_storage``)
+    DATA_DIR/meta.properties     cluster.id, node.id, directory.id, version (``format_storage``)
+    DATA_DIR/bootstrap-voters.properties   the initial voter set, when formatted with one (KIP-853)
     DATA_DIR/wal/*.log           write-ahead log segments (see ``wal``)
     DATA_DIR/snapshots/*.snap    snapshots (see ``snapshot_file``); the newest two are kept
 
@@ -13,7 +14,6 @@ from __future__ import annotations
 import os
 import re
 import threading
-import uuid
 from dataclasses import dataclass, field
 from typing import BinaryIO, Callable
 
@@ -26,6 +26,9 @@ from .snapshot_file import (FileSnapshotSource, SnapshotFileReceiver, read_meta,
                             write_snapshot)
 
 META_FILE = "meta.properties"
+#: Kafka writes its bootstrap voter set into a checkpoint at offset 0; ours is a small
+#: properties file beside meta.properties, read while the log records no voter set of its own.
+BOOTSTRAP_FILE = "bootstrap-voters.properties"
 META_VERSION = "1"
 _SNAP_RE = re.compile(r"^(\d{20})-(\d{20})\.snap$")
 
@@ -41,8 +44,11 @@ def read_properties(path: str) -> dict[str, str]:
         raise StorageError(str(e)) from None
 
 
-def format_storage(data_dir: str, cluster_id: str, node_id: int, *, ignore_formatted: bool = False) -> bool:
-    """Write ``meta.properties`` into an empty data directory (``kafka-storage.sh format``).
+def format_storage(data_dir: str, cluster_id: str, node_id: int, *, ignore_formatted: bool = False,
+                   directory_id: str | None = None, initial_voters: list[config.Voter] | None = None) -> bool:
+    """Write ``meta.properties`` into an empty data directory (``kafka-storage.sh format``),
+    with ``directory_id`` or a new one, and the ``initial_voters`` when given (``--standalone``
+    or ``--initial-controllers``: the voter set the cluster starts from, KIP-853).
     Returns False when it was already formatted identically and ``ignore_formatted``."""
     if not cluster_id or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", cluster_id):
         raise StorageError(f"invalid cluster id {cluster_id!r}: use letters, digits, '-' and '_' "
@@ -56,18 +62,39 @@ def format_storage(data_dir: str, cluster_id: str, node_id: int, *, ignore_forma
         raise StorageError(f"log directory {data_dir} is already formatted (cluster.id="
                            f"{props.get('cluster.id')}, node.id={props.get('node.id')}); use "
                            f"--ignore-formatted to keep it, or remove it to start over")
-    if os.path.isdir(data_dir) and [n for n in os.listdir(data_dir) if not n.startswith(".")]:
+    leftovers = {BOOTSTRAP_FILE, BOOTSTRAP_FILE + ".tmp", META_FILE + ".tmp"}  # of a format cut short
+    if os.path.isdir(data_dir) and [n for n in os.listdir(data_dir) if not n.startswith(".") and n not in leftovers]:
         raise StorageError(f"log directory {data_dir} is not empty and not formatted; refusing to format over it")
+    directory_id = config.check_directory_id(directory_id) if directory_id else config.new_directory_id()
     os.makedirs(data_dir, exist_ok=True)
-    tmp = meta + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(f"#\n# written by the format step; do not edit\ncluster.id={cluster_id}\n"
-                f"node.id={node_id}\ndirectory.id={uuid.uuid4()}\nversion={META_VERSION}\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, meta)
+    if initial_voters is not None:  # first: meta.properties is what makes the directory formatted
+        _write_durably(os.path.join(data_dir, BOOTSTRAP_FILE),
+                       "# the initial voter set, written by the format step; the log's voter set replaces it\n"
+                       f"voters={','.join(map(str, initial_voters))}\n")
+    _write_durably(meta, f"#\n# written by the format step; do not edit\ncluster.id={cluster_id}\n"
+                         f"node.id={node_id}\ndirectory.id={directory_id}\nversion={META_VERSION}\n")
     wal.fsync_dir(data_dir)
     return True
+
+
+def _write_durably(path: str, text: str) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def bootstrap_voters(data_dir: str) -> list[config.Voter] | None:
+    """The voter set the directory was formatted with, None when it was formatted without one."""
+    path = os.path.join(data_dir, BOOTSTRAP_FILE)
+    if not os.path.exists(path):
+        return None
+    try:
+        return config.parse_voter_set(read_properties(path).get("voters", ""))
+    except config.ConfigError as e:
+        raise StorageError(f"{path}: {e}") from None
 
 
 def check_formatted(data_dir: str, cluster_id: str | None, node_id: int) -> dict[str, str]:
@@ -192,6 +219,7 @@ class DiskStorage:
         props = check_formatted(data_dir, cluster_id, node_id)
         self.cluster_id = props["cluster.id"]
         self.directory_id = props.get("directory.id", "")
+        self.bootstrap = bootstrap_voters(data_dir)
         self.node_id = node_id
         self.wal_dir = os.path.join(data_dir, "wal")
         self.snap_dir = os.path.join(data_dir, "snapshots")
@@ -227,7 +255,8 @@ class DiskStorage:
         return RecoveredState(
             log.hard_state, log.snapshot,
             FileSnapshotSource(log.snapshot_path, log.snapshot) if log.snapshot_path else None,
-            log.entries, f"{log.torn_path} from byte {log.torn_at} ({log.torn_reason})" if log.torn_path else "")
+            log.entries, f"{log.torn_path} from byte {log.torn_at} ({log.torn_reason})" if log.torn_path else "",
+            tuple(self.bootstrap or ()))
 
     def _snapshot_files(self) -> list[str]:
         return snapshot_files(self.snap_dir)

@@ -72,8 +72,7 @@ class MemoryTransport:
         self.closed = False
         self._deliver: Callable[[list[Message]], None] | None = None
 
-    def attach(self, deliver: Callable[[list[Message]], None],
-               peer_reset: Callable[[int], None]) -> None:
+    def attach(self, deliver: Callable[[list[Message]], None]) -> None:
         self._deliver = deliver
 
     def send(self, msgs: list[Message]) -> None:

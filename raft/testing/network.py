@@ -18,11 +18,14 @@ class Network:
     def __init__(self, ids: list[int], config: CoreConfig | None = None, *,
                  logs: dict[int, list[Entry]] | None = None,
                  terms: dict[int, int] | None = None, learners: list[int] = (),
-                 joining: list[int] = ()) -> None:
+                 joining: list[int] = (), directories: dict[int, str] | None = None) -> None:
         """``logs``/``terms`` preload nodes (e.g. the Raft paper's Figure 7); ``joining``
-        nodes start with no configuration, as a node added later does."""
+        nodes start with no configuration, as a node added later does. ``directories``
+        gives nodes data directory ids, recorded in the initial membership (KIP-853)."""
         self.config = config or CoreConfig(pre_vote=False, check_quorum=False)
-        membership = Membership(frozenset(ids), frozenset(learners))
+        self.directories = dict(directories or {})
+        membership = self.bootstrap = Membership(frozenset(ids), frozenset(learners),
+                                                 tuple(self.directories.items()))
         self.durable: dict[int, Durable] = {}
         self.applied: dict[int, list[Entry]] = {}
         self.nodes: dict[int, RaftCore] = {}
@@ -45,7 +48,8 @@ class Network:
         d = self.durable[nid]
         src = BytesSnapshotSource(d.snapshot, d.snapshot_data) if d.snapshot.index else None
         core = RaftCore(nid, self.config, seed=seed, hard_state=d.hard_state, snapshot=d.snapshot,
-                        entries=list(d.entries), snapshot_source=src)
+                        entries=list(d.entries), snapshot_source=src,
+                        directory_id=self.directories.get(nid, ""))
         self.nodes[nid] = core
         return core
 
@@ -56,6 +60,13 @@ class Network:
         self.down.discard(nid)
         self.applied[nid] = []
         return self.start(nid, seed=len(self.delivered))
+
+    def reformat(self, nid: int, directory: str) -> RaftCore:
+        """Restart ``nid`` on a wiped disk formatted again: no log, no vote, a new directory
+        id, and the initial configuration (as ``--initial-controllers`` would write it)."""
+        self.durable[nid] = Durable(self.bootstrap)
+        self.directories[nid] = directory
+        return self.restart(nid)
 
     # -- faults --------------------------------------------------------------------------
 

@@ -73,6 +73,7 @@ class SimConfig:
     read_every_ms: int = 0
     transfer_every_ms: int = 0
     conf_change_every_ms: int = 0
+    wipe_every_ms: int = 0  # a node's disk is wiped and formatted anew: a new directory id (KIP-853)
     snapshot_every: tuple[int, int] = (0, 0)  # entries between snapshots; (0, 0): never
     snapshot_pad: tuple[int, int] = (0, 0)
     snapshot_trailing: int = 0
@@ -111,7 +112,10 @@ class SimConfig:
             snapshot_every=rng.choice([(0, 0), (5, 30), (40, 200)]),
             snapshot_pad=rng.choice([(0, 0), (0, 200), (100, 3000)]),
             snapshot_trailing=rng.choice([0, 0, 5]),
-            core=core)
+            core=core,
+            # Drawn last, so the other choices of a seed stay what they were. With a fixed
+            # membership only, so that the replicas not wiped always make a majority.
+            wipe_every_ms=rng.choice([0, 300]) if not spare else 0)
 
 
 class Durable:
@@ -171,7 +175,7 @@ class SimNode:
         src = BytesSnapshotSource(d.snapshot, d.snapshot_data) if d.snapshot.index else None
         self.core = RaftCore(self.id, self.sim.cfg.core, seed=self.sim.seed * 7 + self.incarnation,
                              hard_state=d.hard_state, snapshot=d.snapshot, entries=list(d.entries),
-                             snapshot_source=src)
+                             snapshot_source=src, directory_id=self.sim.directories[self.id])
         self.sm = SimStateMachine(self._pad())
         if d.snapshot.index:
             self.sm.restore(io.BytesIO(d.snapshot_data))
@@ -321,7 +325,11 @@ class Simulation:
         self._queue: list[tuple[int, int, Callable, tuple]] = []
         self._seq = 0
         ids = list(range(1, self.cfg.nodes + self.cfg.spare_nodes + 1))
-        initial = Membership(frozenset(ids[:self.cfg.nodes]))
+        # Each node's data directory id, recorded in the membership (KIP-853); a wipe gives a new one.
+        self.directories = {i: f"dir-{i}" for i in ids}
+        initial = Membership(frozenset(ids[:self.cfg.nodes]),
+                             directories={i: self.directories[i] for i in ids[:self.cfg.nodes]})
+        self.wipes_left = (self.cfg.nodes - 1) // 2  # the replicas never wiped stay a majority
         self.nodes = {i: SimNode(self, i, initial if i <= self.cfg.nodes else Membership())
                       for i in ids}
         self.blocked: set[tuple[int, int]] = set()
@@ -331,7 +339,7 @@ class Simulation:
         self.reads: dict[bytes, int] = {}
         self.read_seq = 0
         self.stats = {"delivered": 0, "lost": 0, "elections": 0, "crashes": 0, "snapshots": 0,
-                      "reads": 0, "conf_changes": 0, "transfers": 0}
+                      "reads": 0, "conf_changes": 0, "transfers": 0, "wipes": 0}
         for n in self.nodes.values():
             n.start()
             self.schedule(self.rng.randint(0, self.cfg.tick_ms), self._tick, n.id, n.incarnation)
@@ -342,6 +350,7 @@ class Simulation:
         self._every(c.crash_every_ms, self._crash)
         self._every(c.transfer_every_ms, self._transfer)
         self._every(c.conf_change_every_ms, self._conf_change)
+        self._every(c.wipe_every_ms, self._wipe)
 
     # -- event queue ----------------------------------------------------------------------
 
@@ -467,6 +476,23 @@ class Simulation:
         self.log(f"crash node {n.id}")
         self.schedule(self.rng.randint(*self.cfg.restart_after_ms), self._restart, n.id)
 
+    def _wipe(self) -> None:
+        """A node loses its disk and comes back formatted without voters (an observer, as
+        ``--no-initial-controllers`` formats one): no log, no vote, a new directory id. It
+        must never count as the voter it was (KIP-853)."""
+        wiped = {n for n, d in self.directories.items() if d != f"dir-{n}"}
+        candidates = [n for n in self.nodes.values() if n.id not in wiped]
+        if not self.wipes_left or not candidates:
+            return
+        n = self.rng.choice(candidates)
+        self.wipes_left -= 1
+        n.crash()
+        n.durable = Durable(Membership())
+        self.directories[n.id] = f"dir-{n.id}-formatted-again"
+        self.stats["wipes"] += 1
+        self.log(f"wipe node {n.id}")
+        self.schedule(self.rng.randint(*self.cfg.restart_after_ms), self._restart, n.id)
+
     def _restart(self, nid: int) -> None:
         n = self.nodes[nid]
         if n.alive:
@@ -500,7 +526,8 @@ class Simulation:
                 continue
             kind, target = self.rng.choice(options)
             try:
-                if n.core.propose_conf_change(kind, target):
+                directory = None if kind == ConfChangeType.REMOVE else self.directories[target]
+                if n.core.propose_conf_change(kind, target, directory_id=directory):
                     self.stats["conf_changes"] += 1
                     self.log(f"node {n.id} proposes {kind.name} {target}")
             except RaftError:

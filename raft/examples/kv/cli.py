@@ -232,7 +232,7 @@ def status(obj: dict) -> None:
                        f"commit={s.commit_index} applied={s.applied_index} voters={list(s.voters)}"
                        + (f" learners={list(s.learners)}" if s.learners else ""))
             for p in s.peers:
-                click.echo(f"    peer {p.node_id} {'voter' if p.voter else 'learner'} match={p.match_index} "
+                click.echo(f"    peer {p.node_id} {p.kind} match={p.match_index} "
                            f"lag={p.lag} last_contact={p.last_contact_seconds}s {p.state}")
             if s.rejected:
                 click.echo("    rejected: " + ", ".join(f"{k}={v}" for k, v in sorted(s.rejected.items())))
