@@ -38,13 +38,22 @@ grpc.aio.init_grpc_aio()
 SERVICE = "kraft.raft.RaftPeer"
 
 
+_TRACEBACK = "Traceback (most recent call last):"
+
+
 def _one_line(record: logging.LogRecord) -> bool:
-    """gRPC's core logs some failures with a traceback (a request it cannot parse, an answer to
-    a client that went away meanwhile); the error itself is the news."""
+    """gRPC's core logs some failures with a traceback, attached (a request it cannot parse, an
+    answer to a client that went away meanwhile) or written into the message (a stream's task
+    cancelled as its peer went away); the error itself is the news."""
     if record.exc_info and record.exc_info[1] is not None:
         record.msg = f"{record.getMessage()}: {record.exc_info[1]}"
         record.args = ()
         record.exc_info = None
+    elif _TRACEBACK in (text := record.getMessage()):
+        head, _, trace = text.partition(_TRACEBACK)
+        error = next((line.strip() for line in reversed(trace.splitlines()) if line.strip()), "")
+        record.msg = f"{head.strip().rstrip(':')}: {error}"
+        record.args = ()
     return True
 
 

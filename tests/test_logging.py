@@ -28,6 +28,25 @@ def test_grpc_core_errors_are_logged_in_one_line():
     assert "servicer method [/kraft.controller.Controller/Fetch]: Failed \"execute_batch\"" in text
 
 
+def test_a_traceback_written_into_the_message_is_folded_too():
+    """Seen in a controller's log as a peer's Send stream was cancelled: gRPC wrote the
+    traceback into the message itself."""
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    core = logging.getLogger("grpc._cython.cygrpc")
+    core.addHandler(handler)
+    try:
+        grpc_errors_in_one_line()
+        core.error("Exception not handled by _handle_exceptions in servicer method [%s]: \n%s",
+                   "/kraft.raft.RaftPeer/Send", 'Traceback (most recent call last):\n  File "src/python/grpcio/grpc/'
+                   '_cython/_cygrpc/aio/server.pyx.pxi", line 812, in _schedule_rpc_coro\n'
+                   'asyncio.exceptions.CancelledError\n')
+    finally:
+        core.removeHandler(handler)
+    assert out.getvalue() == ("Exception not handled by _handle_exceptions in servicer method "
+                              "[/kraft.raft.RaftPeer/Send]: asyncio.exceptions.CancelledError\n")
+
+
 def test_every_server_entry_point_installs_it():
     import inspect
 
