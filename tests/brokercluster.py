@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from metadata.client import ControllerClient
 from kraft.dev_quorum import DevQuorum
@@ -226,12 +227,13 @@ class _stub:
 
 
 @contextlib.contextmanager
-def running_cluster(base: Path, broker_props: dict[str, str],
-                    node_props: dict[int, dict[str, str]] | None = None) -> Iterator[BrokerCluster]:
+def running_cluster(base: Path, broker_props: dict[str, str], node_props: dict[int, dict[str, str]] | None = None,
+                    *, brokers: int = 3, **kw: Any) -> Iterator[BrokerCluster]:
     """Three brokers (sessions of 3 s, heartbeats every 300 ms) unfenced, then closed; their
-    logs must hold no traceback."""
-    c = BrokerCluster(base, 3, session_timeout_ms=3000, heartbeat_ms=300, broker_props=broker_props,
-                      node_props=node_props)
+    logs must hold no traceback. ``kw``: BrokerCluster's other settings (controller_props,
+    client_tls)."""
+    c = BrokerCluster(base, brokers, session_timeout_ms=3000, heartbeat_ms=300, broker_props=broker_props,
+                      node_props=node_props, **kw)
     c.start()
     try:
         asyncio.run(c.wait_unfenced(timeout=60))

@@ -18,8 +18,7 @@ import pytest
 from clients.security import client_tls
 from metadata.authorizer import STANDARD_AUTHORIZER
 from protos import controller_pb2 as cpb
-from tests.brokercluster import BrokerCluster
-from tests.logs import assert_no_tracebacks
+from tests.brokercluster import BrokerCluster, running_cluster
 from tests.test_tls import client_props, kraft, make_certs, one_line_error, write_props
 
 NODES = ["controller-1", "controller-2", "controller-3", "broker-101", "broker-102"]
@@ -41,15 +40,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, certs: Path) -> Iterator[B
                 "ssl.principal.mapping.rules": MAPPING, "authorizer.class.name": STANDARD_AUTHORIZER,
                 "super.users": ";".join(f"User:{n}" for n in [*NODES, "admin"])}
     node = {int(n.split("-")[1]): {"ssl.keystore.location": str(certs / f"{n}.keystore.pem")} for n in NODES}
-    c = BrokerCluster(tmp_path_factory.mktemp("acls-tls"), 2, broker_props=security, controller_props=security,
-                      node_props=node, client_tls=client_tls(client_props(certs, "admin")))
-    c.start()
-    try:
-        asyncio.run(c.wait_unfenced(timeout=60))
+    with running_cluster(tmp_path_factory.mktemp("acls-tls"), security, node, brokers=2, controller_props=security,
+                         client_tls=client_tls(client_props(certs, "admin"))) as c:
         yield c
-    finally:
-        c.close()
-    assert_no_tracebacks(c.base)
 
 
 def ok(p: subprocess.CompletedProcess) -> str:

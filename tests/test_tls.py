@@ -21,9 +21,8 @@ from protos import controller_pb2 as cpb
 from protos import controller_pb2_grpc
 from raft.config import ConfigError, TLSConfig
 from raft.transport import dial
-from tests.brokercluster import REPO, BrokerCluster
+from tests.brokercluster import REPO, BrokerCluster, running_cluster
 from tests.eventually import eventually
-from tests.logs import assert_no_tracebacks
 
 NODES = ["controller-1", "controller-2", "controller-3", "broker-101", "broker-102", "broker-103"]
 
@@ -61,15 +60,9 @@ def cluster(tmp_path_factory, certs: Path) -> Iterator[BrokerCluster]:
     tls = {"listener.security.protocol.map": "CONTROLLER:SSL,PLAINTEXT:SSL,KAFKA:SSL",
            "ssl.truststore.location": str(ca / "ca.crt"), "ssl.client.auth": "required"}
     node = {int(n.split("-")[1]): {"ssl.keystore.location": str(ca / f"{n}.keystore.pem")} for n in NODES}
-    c = BrokerCluster(tmp_path_factory.mktemp("tls"), 3, broker_props=tls, controller_props=tls, node_props=node,
-                      client_tls=client_tls(client_props(ca, "admin")))
-    c.start()
-    try:
-        asyncio.run(c.wait_unfenced(timeout=60))
+    with running_cluster(tmp_path_factory.mktemp("tls"), tls, node, controller_props=tls,
+                         client_tls=client_tls(client_props(ca, "admin"))) as c:
         yield c
-    finally:
-        c.close()
-    assert_no_tracebacks(c.base)
 
 
 def kraft(*args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
