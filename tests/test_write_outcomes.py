@@ -17,6 +17,7 @@ from protos import controller_pb2 as pb
 from raft.errors import NodeStopped, NotLeader, OutcomeUnknown, ProposalDropped
 from raft.node import _superseded
 from tests.controllers import InProcessQuorum, start_brokers
+from tests.eventually import eventually
 from tests.raftnodes import NodeCluster
 
 
@@ -159,14 +160,26 @@ def test_kv_client_never_reruns_a_cas_that_a_snapshot_made_unknown(kv_cluster):
         others = [n for n in c.ids if n != leader]
         everywhere = c.client()
         await everywhere.put(b"warm", b"up")
+        # Connected before the cut: the CAS writes must reach the old leader before it steps
+        # down (check quorum, one election timeout), or its NotLeader hint sends them to the new
+        # one and they simply succeed.
+        at_old = c.client([leader], timeout=30, attempt_timeout=30)
+        await at_old.get(b"warm")
         for o in others:
             c.stall(o, leader)
-        at_old = c.client([leader], timeout=30, attempt_timeout=30)
         cas = [asyncio.create_task(at_old.cas(b"k%d" % i, None, b"mine")) for i in range(4)]
         new, _ = await c.wait_leader(among=others, not_term=term)
         via_new = c.client(others)
         for i in range(45):
             await via_new.put(b"fill%d" % i, b"x")
+        # The scenario needs the old leader's entries compacted away on the new leader before
+        # the links heal; its snapshot is written in the background, later under load.
+        old_last = (await c.statuses([leader]))[leader].last_index
+
+        async def compacted() -> bool:
+            st = (await c.statuses([new])).get(new)
+            return st is not None and st.snapshot_index > old_last
+        await eventually(compacted, 15, what="the new leader's snapshot past the old leader's log")
         c.heal()
         results = await asyncio.gather(*cas, return_exceptions=True)
         unknown = 0
