@@ -8,8 +8,9 @@ inside a container, scrapes every node's Prometheus metrics and has the compose 
 intact, stops a broker that leads partitions and checks every acknowledged message is still
 consumed, starts both again and checks they catch up, then tears everything down. Then the TLS
 variant (docker-compose.tls.yml: mutual TLS on every listener, certificates from
-deploy/make_certs.py): health checks, the tools with --command-config, acks=all produce and
-consume, confluent-kafka on the host with its certificate, plaintext clients refused. Prints its
+deploy/make_certs.py, the authorizer on): health checks, the tools with --command-config,
+acks=all produce and consume, a client without ACLs refused and then allowed by `kraft acls`,
+confluent-kafka on the host with its certificate, plaintext clients refused. Prints its
 timings. Exits 0 with one line saying why when no Docker engine is reachable.
 """
 from __future__ import annotations
@@ -222,18 +223,20 @@ def make_certs(services: list[str]) -> None:
     """A test CA, a certificate per node and one for the admin (deploy/make_certs.py), readable
     by the image's uid 1000; the admin's client properties, as seen inside the containers."""
     shutil.rmtree(CERTS, ignore_errors=True)
-    sh(sys.executable, str(REPO / "deploy" / "make_certs.py"), "--out", str(CERTS), *services, "admin")
-    (CERTS / "admin.properties").write_text(
-        f"security.protocol=SSL\nssl.truststore.location={CONTAINER_CERTS}/ca.crt\n"
-        f"ssl.keystore.location={CONTAINER_CERTS}/admin.keystore.pem\n")
+    sh(sys.executable, str(REPO / "deploy" / "make_certs.py"), "--out", str(CERTS), *services, "admin", "alice")
+    for user in ("admin", "alice"):
+        (CERTS / f"{user}.properties").write_text(
+            f"security.protocol=SSL\nssl.truststore.location={CONTAINER_CERTS}/ca.crt\n"
+            f"ssl.keystore.location={CONTAINER_CERTS}/{user}.keystore.pem\n")
     for path in [CERTS, *CERTS.iterdir()]:
         os.chown(path, 1000, 1000)
 
 
 def tls_phase(controllers: list[str], brokers: list[str]) -> None:
-    """The TLS variant (docker-compose.tls.yml): mutual TLS on every listener. The tools work
-    with --command-config, replication and health checks run over TLS, a Kafka client on the host
-    produces and consumes with its certificate, and plaintext clients are refused."""
+    """The TLS variant (docker-compose.tls.yml): mutual TLS on every listener and the authorizer
+    on. The tools work with --command-config, replication and health checks run over TLS, a
+    client without ACLs is refused until an ACL allows it, a Kafka client on the host produces
+    and consumes with its certificate, and plaintext clients are refused."""
     admin = f"{CONTAINER_CERTS}/admin.properties"
     with step("TLS: certificates, compose up with docker-compose.tls.yml, every health check (over TLS)"):
         make_certs(controllers + brokers)
@@ -251,6 +254,24 @@ def tls_phase(controllers: list[str], brokers: list[str]) -> None:
                       "--consumer.config", admin).stdout.split()
         if sorted(out) != sorted(lines):
             raise SystemExit(f"compose-test: over TLS {len(set(lines) - set(out))} of {MESSAGES} messages are missing")
+    with step("TLS: the authorizer refuses User:alice until kraft acls --add allows her"):
+        alice = f"{CONTAINER_CERTS}/alice.properties"
+
+        def alice_produces() -> subprocess.CompletedProcess:
+            return exec_in(brokers[0], "kraft", "console-producer", "--bootstrap-server", SERVERS, "--topic",
+                           "secure-orders", "--producer.config", alice, "--max-block-ms", "10000",
+                           input="from-alice\n", check=False)
+        p = alice_produces()
+        if p.returncode != 1 or "TOPIC_AUTHORIZATION_FAILED" not in p.stderr or len(p.stderr.splitlines()) != 1:
+            raise SystemExit(f"compose-test: User:alice without ACLs was not refused with one line: {p.stderr!r}")
+        exec_in("controller-1", "kraft", "acls", "--bootstrap-controller", BOOTSTRAP, "--command-config", admin,
+                "--add", "--allow-principal", "User:alice", "--operation", "Write", "--topic", "secure-orders")
+        deadline = time.monotonic() + 30  # until the brokers have applied the ACL record
+        while (p := alice_produces()).returncode != 0:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"compose-test: User:alice still refused after kraft acls --add: {p.stderr!r}")
+            time.sleep(0.5)
+        log("User:alice refused with TOPIC_AUTHORIZATION_FAILED, then allowed by an ACL")
     with step("TLS: a Kafka client on the host with its certificate; plaintext clients refused"):
         kafka_client_round_trip(100, {"security.protocol": "ssl", "ssl.ca.location": str(CERTS / "ca.crt"),
                                       "ssl.certificate.location": str(CERTS / "admin.crt"),
