@@ -20,8 +20,9 @@ In each, JSON lines (``bench`` = ``security``, ``mode`` as above):
   ``--seconds`` into a 6-partition topic: msgs/s, MB/s, and p50/p99 ms from ``send`` to its
   acknowledgement;
 - ``produce_kafka``: the same with confluent-kafka (librdkafka) through the Kafka listener.
-Then ``relative`` rows: each workload's throughput in ``tls`` and ``tls+acls`` over
-``plaintext`` (the issue's target: ``tls+acls`` at least 0.85).
+Each mode runs ``--rounds`` times, in order and then in reverse (A B C C B A), and the
+``relative`` rows give each workload's mean throughput in ``tls`` and ``tls+acls`` over
+``plaintext``'s (the issue's target: ``tls+acls`` at least 0.85).
 
 Every process (six servers, the client, this one) shares this machine's cores; the three modes
 run back to back so that the ratios compare like with like (``load_average`` is in every row).
@@ -196,7 +197,7 @@ def produce_kafka(bootstrap: str, security: dict[str, str], topic: str, seconds:
 
 
 async def run_mode(mode: Mode, args: argparse.Namespace, certs: Path, base: Path) -> list[dict]:
-    q = DevQuorum(str(base / mode.name), free_ports(9)[0], brokers=3, session_timeout_ms=9000,
+    q = DevQuorum(str(base), free_ports(9)[0], brokers=3, session_timeout_ms=9000,
                   extra=mode.controller_props(certs), broker_extra=mode.broker_props(certs),
                   node_extra=mode.node_props(certs), client_tls=mode.client_tls(certs, "admin"))
     q.start()
@@ -229,25 +230,33 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=8, help="CreateTopics requests in flight")
     ap.add_argument("--value", type=int, default=256)
     ap.add_argument("--modes", default=",".join(m.name for m in MODES), help="which modes, in order")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="runs of every mode, in order then in reverse (A B C C B A ...), so that a machine "
+                         "warming up or slowing down weighs on every mode alike; the ratios are of the means")
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="securitybench"))
     certs = base / "certs"
     subprocess.run([sys.executable, str(REPO / "deploy" / "make_certs.py"), "--out", str(certs), "controller-1",
                     "controller-2", "controller-3", "broker-101", "broker-102", "broker-103", "admin", "bench"],
                    check=True, capture_output=True)
+    modes = [m for m in MODES if m.name in args.modes.split(",")]
+    results: dict[tuple[str, str], list[float]] = {}  # (mode, workload) -> throughput of each run
     try:
-        results = {m.name: asyncio.run(run_mode(m, args, certs, base))
-                   for m in MODES if m.name in args.modes.split(",")}
+        for r in range(args.rounds):
+            for i, mode in enumerate(modes if r % 2 == 0 else modes[::-1]):
+                for row in asyncio.run(run_mode(mode, args, certs, base / f"{r}-{i}")):
+                    key = "ops_per_s" if row["phase"] == "create_topics" else "msgs_per_s"
+                    results.setdefault((mode.name, row["phase"]), []).append(row[key])
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    plain = {r["phase"]: r for r in results.get("plaintext", [])}
-    for name, rows in results.items():
+    for (name, workload), runs in results.items():
+        plain = results.get(("plaintext", workload))
         if name == "plaintext" or not plain:
             continue
-        for r in rows:
-            key = "ops_per_s" if r["phase"] == "create_topics" else "msgs_per_s"
-            emit(_row(name, "relative", workload=r["phase"], of=key,
-                      ratio=round(r[key] / plain[r["phase"]][key], 3) if plain[r["phase"]][key] else None))
+        mean, plain_mean = sum(runs) / len(runs), sum(plain) / len(plain)
+        emit(_row(name, "relative", workload=workload, of="ops_per_s" if workload == "create_topics" else "msgs_per_s",
+                  mean=round(mean, 1), plaintext_mean=round(plain_mean, 1), runs=len(runs),
+                  ratio=round(mean / plain_mean, 3) if plain_mean else None))
 
 
 if __name__ == "__main__":
