@@ -80,17 +80,23 @@ async def fetch(rm: ReplicaManager, req: pb.FetchRequest) -> pb.FetchResponse:
     if got < need and wait_ms > 0 and reads and len(reads) == _count(resp):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_ms / 1000
+        moving = follower and any(replica in r.partition.adding for r in reads)
         while got < need:
             left = deadline - loop.time()
             if left <= 0:
                 break
+            # A replica being added that the throttle holds back is read again once the bucket
+            # has refilled, not only when new data arrives: else a move of a quiet partition
+            # crawls at one batch per replica.fetch.wait.max.ms.
+            refill = rm.leader_quota.wait_seconds() if moving else 0.0
             fut = loop.create_future()
             for r in reads:
                 r.partition.change_waiter(fut)
             try:
-                await asyncio.wait_for(fut, left)
+                await asyncio.wait_for(fut, min(left, refill) if refill > 0 else left)
             except asyncio.TimeoutError:
-                break
+                if not 0 < refill < left:
+                    break
             finally:
                 for r in reads:
                     r.partition.drop_waiter(fut)

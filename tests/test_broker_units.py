@@ -472,3 +472,25 @@ def test_the_leader_throttles_only_replicas_being_added(tmp_path):
         assert (await _fetch(rm, 3, 0)).topics[0].partitions[0].records == first
         await store.close()
     run(go())
+
+
+def test_a_throttled_long_poll_is_answered_once_the_bucket_refills(tmp_path):
+    """A replica being added long-polls a partition no one writes to: once the leader's bucket
+    has refilled (about 1 s here) the fetch is answered with data, not empty at the end of its
+    5 s wait (which made a 1 GiB move at 10 MiB/s take 2.5 times as long as the throttle allows,
+    bench.reassign)."""
+    async def go():
+        store = LogStore(str(tmp_path))
+        p = Partition(1, "first", uuid.uuid4(), 0, PartitionLog(store, uuid.uuid4(), 0), LogConfig())
+        p.update(PartitionRegistration((1, 2, 3), (1, 2), 1, 0, 0, adding=(3,)))
+        for _ in range(4):
+            await p.append_as_leader(_batch(5, size=500), 0)
+        quota = ReplicationQuota()
+        quota.set_rate(5000)
+        rm = _OneReplica(p, quota)
+        first = (await _fetch(rm, 3, 0)).topics[0].partitions[0].records
+        assert len(first) > 5000 and quota.wait_seconds() > 0  # in debt: the next read waits
+        again = (await _fetch(rm, 3, 0, wait=5000)).topics[0].partitions[0].records
+        assert again == first
+        await store.close()
+    run(go())
