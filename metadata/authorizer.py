@@ -118,9 +118,10 @@ class StandardAuthorizer:
         return self._prefix_lengths.get(rtype, ())
 
     def authorize(self, session: Session, op: AclOperation, rtype: AclResourceType, name: str,
-                  *, log_denial: bool = True) -> bool:
+                  *, log_denial: bool = True, explicit: bool = False) -> bool:
         """Whether ``session`` may do ``op`` on the resource (Kafka's Authorizer.authorize).
-        ``log_denial`` False for checks that only filter what is shown (Kafka's logIfDenied)."""
+        ``log_denial`` False for checks that only filter what is shown (Kafka's logIfDenied);
+        ``explicit``: a super user or an ALLOW only, never ``allow.everyone.if.no.acl.found``."""
         if session.principal in self.super_users:
             return True
         acls = self.acls()
@@ -136,7 +137,7 @@ class StandardAuthorizer:
                 if result == AclPermissionType.DENY:
                     return self._denied(session, op, rtype, name, log_denial)
                 allowed = allowed or result == AclPermissionType.ALLOW
-        if allowed or (not found_any and self.allow_if_no_acl):
+        if allowed or (not found_any and self.allow_if_no_acl and not explicit):
             return True
         return self._denied(session, op, rtype, name, log_denial)
 
@@ -200,9 +201,9 @@ class Access:
     def group(self, op: AclOperation, name: str) -> bool:
         return self.authorizer is None or self.authorizer.authorize(self.session, op, AclResourceType.GROUP, name)
 
-    def cluster(self, op: AclOperation, *, log_denial: bool = True) -> bool:
+    def cluster(self, op: AclOperation, *, log_denial: bool = True, explicit: bool = False) -> bool:
         return self.authorizer is None or self.authorizer.authorize(
-            self.session, op, AclResourceType.CLUSTER, CLUSTER_NAME, log_denial=log_denial)
+            self.session, op, AclResourceType.CLUSTER, CLUSTER_NAME, log_denial=log_denial, explicit=explicit)
 
     def any_topic(self, op: AclOperation) -> bool:
         return self.authorizer is None or self.authorizer.authorize_any(self.session, op, AclResourceType.TOPIC)

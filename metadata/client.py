@@ -92,7 +92,7 @@ class ControllerClient(LeaderClient):
         ``on_behalf_of``: the client a broker forwards the request for, whose principal the
         controller authorizes (Kafka's EnvelopeRequest)."""
         idempotent = method in SAFE_TO_REPEAT
-        metadata = ((FORWARDED_PRINCIPAL, on_behalf_of.principal), (FORWARDED_HOST, on_behalf_of.host)) \
+        metadata = ((FORWARDED_PRINCIPAL, on_behalf_of.principal.encode()), (FORWARDED_HOST, on_behalf_of.host.encode())) \
             if on_behalf_of is not None else None
 
         def check(address: str, resp: Any) -> Any:

@@ -32,9 +32,11 @@ USER = "User:"
 MAPPING_RULES = "ssl.principal.mapping.rules"
 DEFAULT_RULES = "DEFAULT"
 #: gRPC metadata of a request a broker forwards for a client (Kafka's EnvelopeRequest, KIP-590):
-#: the client's principal and address, trusted only from a caller allowed CLUSTER_ACTION.
-FORWARDED_PRINCIPAL = "kraft-forwarded-principal"
-FORWARDED_HOST = "kraft-forwarded-host"
+#: the client's principal and address (UTF-8 bytes: ``-bin`` keys, since a certificate's
+#: subject may hold any Unicode and ASCII metadata may not), trusted only from a caller allowed
+#: CLUSTER_ACTION by super.users or an ACL.
+FORWARDED_PRINCIPAL = "kraft-forwarded-principal-bin"
+FORWARDED_HOST = "kraft-forwarded-host-bin"
 
 # Kafka's rule grammar: DEFAULT | RULE:pattern/replacement/[LU], with \\ and \/ escaped in
 # pattern and replacement, rules separated by commas.

@@ -72,15 +72,19 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         except PrincipalError as e:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(e))
         caller = Access(self.authorizer, session)
-        forwarded = dict(context.invocation_metadata() or ()).get(FORWARDED_PRINCIPAL)
+        sent = dict(context.invocation_metadata() or ())
+        forwarded = sent.get(FORWARDED_PRINCIPAL)
         if forwarded is None:
             return caller
-        if not caller.cluster(O.CLUSTER_ACTION):
+        # Only a super user or an explicit ALLOW may speak for others: with
+        # allow.everyone.if.no.acl.found and no cluster ACL, anyone would pass CLUSTER_ACTION and
+        # could forward as a super user.
+        if not caller.cluster(O.CLUSTER_ACTION, explicit=True):
             raise ApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, f"Cluster authorization failed: "
                            f"{session.principal} may not forward requests for other principals (that takes "
-                           "CLUSTER_ACTION on the cluster)")
-        host = dict(context.invocation_metadata() or ()).get(FORWARDED_HOST, "")
-        return Access(self.authorizer, Session(forwarded, host))
+                           "CLUSTER_ACTION on the cluster, granted by an ACL or super.users)")
+        host = sent.get(FORWARDED_HOST, b"")
+        return Access(self.authorizer, Session(_text(forwarded), _text(host)))
 
     async def _answer(self, response_type: Any, context: grpc.aio.ServicerContext,
                       work: Callable[[Access], Awaitable[Any]], needs: AclOperation | None = None) -> Any:
@@ -553,6 +557,11 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             await quorum.remove_voter(self.c, request)
             return pb.RemoveRaftVoterResponse(status=_status())
         return await self._answer(pb.RemoveRaftVoterResponse, context, work, needs=O.ALTER)
+
+
+def _text(value: bytes | str) -> str:
+    """A binary metadata value (``-bin`` keys carry bytes: a principal may be any Unicode)."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 def _protocol(name: str) -> SecurityProtocol:

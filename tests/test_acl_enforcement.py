@@ -13,13 +13,16 @@ from typing import Any
 import grpc
 import pytest
 from click.testing import CliRunner
+from immutables import Map
 
 from brokerd.kafka.apis import KafkaApis
 from brokerd.service import BrokerService
 from clients.records import build_batch
 from kraft.cli import main as kraft
 from metadata.acls import AclOperation, AclPermissionType, AclResourceType, PatternType
+from metadata.authorizer import StandardAuthorizer
 from metadata.errors import ErrorCode
+from metadata.image import AclsImage
 from metadata.principal import ANONYMOUS, FORWARDED_HOST, FORWARDED_PRINCIPAL, PrincipalMapper, Session
 from metadata.server import RaftAccess
 from metadata.service import ControllerService
@@ -183,15 +186,35 @@ def test_cluster_requests_need_their_operation_on_the_cluster(node: CombinedNode
         CLUSTER_DENIED, f"Cluster authorization failed: User:alice may not {op.name} the cluster")
 
 
+def forwarded_for(principal: str, host: str = "10.1.1.1") -> tuple[tuple[str, bytes], ...]:
+    """The metadata a broker adds to a request it forwards (UTF-8 in ``-bin`` keys)."""
+    return (FORWARDED_PRINCIPAL, principal.encode()), (FORWARDED_HOST, host.encode())
+
+
 def test_forwarded_principals_are_trusted_only_from_cluster_actors(node: CombinedNode) -> None:
     svc = controller(node)
-    forwarded = ((FORWARDED_PRINCIPAL, "User:bob"), (FORWARDED_HOST, "10.1.1.1"))
     request = pb.CreateTopicsRequest(topics=[pb.CreatableTopic(name="fwd", num_partitions=1, replication_factor=1)])
-    from_alice = node.run(svc.CreateTopics(request, FakeContext(ALICE_CERT, forwarded)))
+    from_alice = node.run(svc.CreateTopics(request, FakeContext(ALICE_CERT, forwarded_for("User:bob"))))
     assert status(from_alice) == CLUSTER_DENIED and "may not forward" in from_alice.status.error_message
-    from_broker = node.run(svc.CreateTopics(request, FakeContext(None, forwarded)))  # ANONYMOUS: a super user
+    from_broker = node.run(svc.CreateTopics(request, FakeContext(None, forwarded_for("User:bob"))))  # ANONYMOUS: a super user
     assert from_broker.topics[0].error_code == TOPIC_DENIED
     assert "User:bob may not CREATE" in from_broker.topics[0].error_message
+    # A principal from a certificate may hold any Unicode (CN=Zoë): it travels and is checked.
+    from_broker = node.run(svc.CreateTopics(request, FakeContext(None, forwarded_for("User:Zoë"))))
+    assert "User:Zoë may not CREATE" in from_broker.topics[0].error_message
+
+
+def test_no_acl_found_does_not_let_anyone_forward(node: CombinedNode) -> None:
+    """With allow.everyone.if.no.acl.found and no cluster ACL, everyone passes CLUSTER_ACTION;
+    forwarding still takes a super user or an ALLOW, or anyone could speak as a super user."""
+    assert node.controller is not None
+    permissive = StandardAuthorizer(lambda: AclsImage(Map(), Map()), frozenset({ANONYMOUS, "User:admin"}),
+                                    allow_if_no_acl=True)
+    svc = ControllerService(node.controller.controller, permissive, MAPPER)
+    request = pb.CreateTopicsRequest(topics=[pb.CreatableTopic(name="fwd-admin", num_partitions=1, replication_factor=1)])
+    r = node.run(svc.CreateTopics(request, FakeContext(ALICE_CERT, forwarded_for("User:admin"))))
+    assert status(r) == CLUSTER_DENIED and "may not forward" in r.status.error_message
+    assert node.run(svc.CreateTopics(request, FakeContext(ALICE_CERT))).topics[0].error_code == 0  # as herself: allowed
 
 
 def test_a_certificate_no_rule_maps_ends_the_call(node: CombinedNode) -> None:
