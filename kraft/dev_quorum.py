@@ -79,7 +79,7 @@ class DevQuorum:
         for bid, port in self.broker_ports.items():
             lines = {"node.id": str(bid), "process.roles": "broker", **self.quorum_props(),
                      "listeners": f"PLAINTEXT://127.0.0.1:{port},KAFKA://127.0.0.1:{self.kafka_ports[bid]}",
-                     "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,KAFKA:PLAINTEXT",
+                     "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,KAFKA:PLAINTEXT",
                      "log.dirs": str(self.base_dir / f"broker-{bid}"),
                      "broker.rack": f"rack-{'abc'[(bid - 101) % 3]}", "broker.heartbeat.interval.ms": "500",
                      **self.broker_extra, **self.node_extra.get(bid, {})}

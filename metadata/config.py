@@ -10,7 +10,7 @@ import socket
 from dataclasses import dataclass, field
 
 from clients.cluster_view import host_ports
-from clients.security import ListenerSecurity, connecting_tls, listener_security
+from clients.security import ListenerSecurity, connecting_tls, listener_security, security_protocol_map
 from raft.config import ConfigError, TLSConfig, bounded_int, parse_voters, read_properties
 
 ROLES = {"controller", "broker"}
@@ -112,6 +112,22 @@ class ServerConfig:
         return parse_host_port(raw, PROMETHEUS_LISTENER) if raw else None
 
 
+def _check_protocol_map(props: dict[str, str], listeners: dict[str, tuple[str, int]], controller: str) -> None:
+    """An explicit ``listener.security.protocol.map`` names every listener this server serves or
+    dials (the controller listener): one left out or misspelt would otherwise be served in
+    plaintext while its owner believes it is TLS (Kafka refuses it too: "No security protocol
+    defined for listener"). Entries for other names are allowed, as in Kafka's default map, so
+    one map can serve every node."""
+    mapped = security_protocol_map(props.get("listener.security.protocol.map", ""))
+    if not mapped:
+        return
+    known = [*listeners, *([] if controller in listeners else [controller])]
+    missing = [n for n in known if n not in mapped]
+    if missing:
+        raise ConfigError(f"No security protocol defined for listener {missing[0]} in listener.security.protocol.map "
+                          f"(it names {', '.join(mapped)})")
+
+
 def load(path: str) -> ServerConfig:
     return from_properties(read_properties(path), path)
 
@@ -162,6 +178,7 @@ def from_properties(props: dict[str, str], source: str = "config") -> ServerConf
     if "broker" in roles and not log_dirs:
         raise ConfigError(f"{source}: the broker role needs log.dirs for partition data")
     try:
+        _check_protocol_map(props, listeners, controller_listener)
         security = {name: listener_security(props, name) for name in listeners}
         if controller_listener in security and security[controller_listener].client_auth == "requested":
             raise ConfigError(f"ssl.client.auth=requested (listener {controller_listener}): gRPC listeners take "

@@ -36,6 +36,15 @@ class Retry(Exception):
         self.leader = leader
 
 
+class _TlsRefused(Retry):
+    """A TLS handshake with one endpoint failed on this side's checks: final for that endpoint
+    (retrying it cannot help), the others are still tried."""
+
+    def __init__(self, error: grpc.aio.AioRpcError) -> None:
+        super().__init__(describe(error))
+        self.error = error
+
+
 class LeaderClient:
     """Endpoints, a channel per address (TLS when configured), the leader remembered between
     calls, and capped exponential backoff with jitter between attempts. Subclasses choose the
@@ -91,6 +100,7 @@ class LeaderClient:
         deadline = loop.time() + budget
         last = "no endpoint answered"
         attempt = 0
+        refused: set[str] = set()  # endpoints whose TLS handshake failed
         while True:
             address = self._target()
             try:
@@ -106,6 +116,10 @@ class LeaderClient:
                 retry = self._rpc_error(address, e, idempotent)
             except Retry as r:
                 retry = r
+            if isinstance(retry, _TlsRefused):
+                refused.add(address)
+                if refused >= set(self.endpoints):
+                    raise self.failed(address, retry.error)
             last = f"{address}: {retry.reason}"
             self.leader = retry.leader if retry.leader and retry.leader != address else None
             if address in self.endpoints:  # without a hint, ask the next endpoint, not this one again
@@ -128,21 +142,20 @@ class LeaderClient:
             async with asyncio.timeout(timeout):
                 while state != grpc.ChannelConnectivity.READY:
                     if state == grpc.ChannelConnectivity.TRANSIENT_FAILURE:  # refused, or a failed handshake
-                        raise Retry(f"could not connect ({await self._why(address, channel)}); nothing was sent")
+                        raise Retry(f"could not connect ({await self._why(channel)}); nothing was sent")
                     await channel.wait_for_state_change(state)
                     state = channel.get_state(try_to_connect=True)
         except TimeoutError:
             raise Retry("could not connect in time; nothing was sent") from None
 
-    async def _why(self, address: str, channel: grpc.aio.Channel) -> str:
+    async def _why(self, channel: grpc.aio.Channel) -> str:
         """Why a channel does not connect: a call to no method fails at once with the channel's
-        last connect error and sends nothing. A failed TLS handshake is final (``failed``)."""
+        last connect error and sends nothing. A failed TLS handshake is final for the endpoint."""
         try:
             await channel.unary_unary("/raft.client/Probe")(b"", timeout=1.0)
         except grpc.aio.AioRpcError as e:
-            reason = tls_failure(e.details() or "")
-            if reason is not None:
-                raise self.failed(address, e) from None
+            if tls_failure(e.details() or ""):
+                raise _TlsRefused(e) from None
             return e.details() or e.code().name
         return "connected late"
 
@@ -155,7 +168,7 @@ class LeaderClient:
             _, leader = leader_hint(e)
             return Retry(reason, leader)
         if code == grpc.StatusCode.UNAVAILABLE and tls_failure(reason):
-            raise self.failed(address, e)  # not transient: certificates, or TLS to a plaintext port
+            return _TlsRefused(e)  # not transient: certificates, or TLS to a plaintext port
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
             if idempotent or (code == grpc.StatusCode.UNAVAILABLE and not sent(e)):
                 return Retry(reason)

@@ -130,6 +130,8 @@ def tls_failure(details: str) -> str | None:
     ``details`` is not one. Trying again cannot fix any of these, so callers fail at once."""
     if "handshake failed" not in details.lower() and "not in peer certificate" not in details:
         return None
+    if "SSL_ERROR_SYSCALL" in details:  # the connection broke mid-handshake (a server going away): transient
+        return None
     for marker, reason in _TLS_REASONS:
         if marker in details:
             return f"TLS handshake failed: {reason}"

@@ -204,6 +204,8 @@ def test_a_bad_tls_configuration_stops_a_server_with_one_line(certs: Path, tmp_p
         "gRPC listeners take required or none": {"ssl.client.auth": "requested"},
         "needs a key store": {"ssl.keystore.location": ""},
         "Invalid value sometimes for configuration ssl.client.auth": {"ssl.client.auth": "sometimes"},
+        # a misspelt listener: Kafka refuses it; served in plaintext it would betray the operator
+        "No security protocol defined for listener CONTROLLER": {"listener.security.protocol.map": "CONTROLER:SSL"},
     }
     for expected, change in cases.items():
         config = write_props(tmp_path / "server.properties", {**base, **change})
@@ -249,3 +251,44 @@ def test_kafka_keys_read_as_kafka_reads_them(certs: Path, tmp_path: Path):
     assert client_tls({"security.protocol": "plaintext", "ssl.keystore.location": "ignored"}) is None
     with pytest.raises(ConfigError, match="use PLAINTEXT or SSL"):
         client_tls({"security.protocol": "TLS"})
+
+
+def test_a_refused_handshake_is_final_for_that_endpoint_only(certs: Path):
+    """Of two endpoints, one serves a certificate the client does not trust: a write that starts
+    there moves on to the other and succeeds; only when every endpoint refuses is the failure
+    final, at once and in one line."""
+    from raft.client import LeaderClient
+    from raft.transport import add_port
+
+    async def ok(request: bytes, context: object) -> bytes:
+        return b"applied"
+
+    async def go() -> tuple[bytes, str]:
+        servers, ports = [], []
+        for ca in (certs / "other", certs / "ca"):  # a stranger's certificate, then the cluster's
+            server = grpc.aio.server()
+            server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
+                "t.T", {"Write": grpc.unary_unary_rpc_method_handler(ok)})])
+            name = "mallory" if ca.name == "other" else "broker-101"
+            ports.append(add_port(server, "127.0.0.1:0", TLSConfig(str(ca / f"{name}.crt"), str(ca / f"{name}.key"))))
+            await server.start()
+            servers.append(server)
+        trust = TLSConfig(ca=str(certs / "ca" / "ca.crt"))
+        try:
+            client = LeaderClient([f"localhost:{p}" for p in ports], timeout=10, tls=trust)
+            answer = await client.call(lambda ch, t: ch.unary_unary("/t.T/Write")(b"x", timeout=t), idempotent=False)
+            await client.close()
+            lone = LeaderClient([f"localhost:{ports[0]}"], timeout=10, tls=trust)
+            try:
+                await lone.call(lambda ch, t: ch.unary_unary("/t.T/Write")(b"x", timeout=t), idempotent=False)
+                error = ""
+            except RuntimeError as e:
+                error = str(e)
+            await lone.close()
+            return answer, error
+        finally:
+            for server in servers:
+                await server.stop(None)
+    answer, error = asyncio.run(go())
+    assert answer == b"applied"
+    assert error.endswith("TLS handshake failed: the server's certificate is not signed by a trusted CA (the trust store)")
