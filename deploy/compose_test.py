@@ -222,13 +222,18 @@ def kafka_client_round_trip(messages: int = 200, security: dict[str, str] | None
 def make_certs(services: list[str]) -> None:
     """A test CA, a certificate per node and one for the admin (deploy/make_certs.py), readable
     by the image's uid 1000; the admin's client properties, as seen inside the containers."""
-    shutil.rmtree(CERTS, ignore_errors=True)
-    sh(sys.executable, str(REPO / "deploy" / "make_certs.py"), "--out", str(CERTS), *services, "admin", "alice")
+    ca_dir = REPO / "deploy" / "ca"  # the CA's key stays here, mounted into no container
+    for d in (CERTS, ca_dir):
+        shutil.rmtree(d, ignore_errors=True)
+    make = [sys.executable, str(REPO / "deploy" / "make_certs.py"), "--ca-dir", str(ca_dir)]
+    sh(*make, "--out", str(CERTS), *services)
+    sh(*make, "--out", str(CERTS / "clients"), "admin", "alice")
+    shutil.copy(ca_dir / "ca.crt", CERTS / "ca.crt")
     for user in ("admin", "alice"):
-        (CERTS / f"{user}.properties").write_text(
+        (CERTS / "clients" / f"{user}.properties").write_text(
             f"security.protocol=SSL\nssl.truststore.location={CONTAINER_CERTS}/ca.crt\n"
-            f"ssl.keystore.location={CONTAINER_CERTS}/{user}.keystore.pem\n")
-    for path in [CERTS, *CERTS.iterdir()]:
+            f"ssl.keystore.location={CONTAINER_CERTS}/clients/{user}.keystore.pem\n")
+    for path in [CERTS, *CERTS.rglob("*")]:
         os.chown(path, 1000, 1000)
 
 
@@ -237,7 +242,7 @@ def tls_phase(controllers: list[str], brokers: list[str]) -> None:
     on. The tools work with --command-config, replication and health checks run over TLS, a
     client without ACLs is refused until an ACL allows it, a Kafka client on the host produces
     and consumes with its certificate, and plaintext clients are refused."""
-    admin = f"{CONTAINER_CERTS}/admin.properties"
+    admin = f"{CONTAINER_CERTS}/clients/admin.properties"
     with step("TLS: certificates, compose up with docker-compose.tls.yml, every health check (over TLS)"):
         make_certs(controllers + brokers)
         FILES.append(TLS_FILE)
@@ -255,7 +260,7 @@ def tls_phase(controllers: list[str], brokers: list[str]) -> None:
         if sorted(out) != sorted(lines):
             raise SystemExit(f"compose-test: over TLS {len(set(lines) - set(out))} of {MESSAGES} messages are missing")
     with step("TLS: the authorizer refuses User:alice until kraft acls --add allows her"):
-        alice = f"{CONTAINER_CERTS}/alice.properties"
+        alice = f"{CONTAINER_CERTS}/clients/alice.properties"
 
         def alice_produces() -> subprocess.CompletedProcess:
             return exec_in(brokers[0], "kraft", "console-producer", "--bootstrap-server", SERVERS, "--topic",
@@ -273,9 +278,10 @@ def tls_phase(controllers: list[str], brokers: list[str]) -> None:
             time.sleep(0.5)
         log("User:alice refused with TOPIC_AUTHORIZATION_FAILED, then allowed by an ACL")
     with step("TLS: a Kafka client on the host with its certificate; plaintext clients refused"):
+        clients = CERTS / "clients"
         kafka_client_round_trip(100, {"security.protocol": "ssl", "ssl.ca.location": str(CERTS / "ca.crt"),
-                                      "ssl.certificate.location": str(CERTS / "admin.crt"),
-                                      "ssl.key.location": str(CERTS / "admin.key")}, topic="kafka-secure")
+                                      "ssl.certificate.location": str(clients / "admin.crt"),
+                                      "ssl.key.location": str(clients / "admin.key")}, topic="kafka-secure")
         from confluent_kafka import KafkaException
         from confluent_kafka.admin import AdminClient
         try:

@@ -5,7 +5,8 @@
 
 makes, in ``certs/``:
 - ``ca.crt`` (the trust store: ``ssl.truststore.location``) and ``ca.key`` (kept to sign more
-  names later: run the script again with the same ``--out``);
+  names later: run the script again with the same ``--out``, or ``--ca-dir`` to put new names
+  elsewhere; never give ``ca.key`` to a node: whoever has it can make any principal);
 - for each NAME: ``NAME.crt`` and ``NAME.key`` (librdkafka's ``ssl.certificate.location`` and
   ``ssl.key.location``) and ``NAME.keystore.pem``, the key and the certificate in one file
   (Kafka's ``ssl.keystore.type=PEM`` with ``ssl.keystore.location``).
@@ -44,9 +45,12 @@ def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
 
 
 def _write(path: Path, data: bytes, private: bool = False) -> None:
-    path.write_bytes(data)
-    if private:
-        os.chmod(path, 0o600)
+    """A key is created 0600, never readable by others even for a moment."""
+    if path.exists():
+        path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if private else 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
 
 
 def _validity(days: int) -> tuple[datetime.datetime, datetime.datetime]:
@@ -57,8 +61,8 @@ def _validity(days: int) -> tuple[datetime.datetime, datetime.datetime]:
     return now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=days)
 
 
-def load_or_make_ca(out: Path, ca_name: str, days: int) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    crt, key = out / "ca.crt", out / "ca.key"
+def load_or_make_ca(ca_dir: Path, ca_name: str, days: int) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    crt, key = ca_dir / "ca.crt", ca_dir / "ca.key"
     if crt.exists() and key.exists():
         ca_key = serialization.load_pem_private_key(key.read_bytes(), None)
         assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
@@ -108,13 +112,16 @@ def make_cert(out: Path, spec: str, ca: x509.Certificate, ca_key: ec.EllipticCur
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="directory for the files; an existing CA there signs the new names")
+    p.add_argument("--ca-dir", help="where the CA is (ca.crt, ca.key), made if missing; default: --out")
     p.add_argument("--ca-name", default="pykraft test CA", help="the CA's common name, when it is made")
     p.add_argument("--days", type=int, default=365, help="validity of the new certificates; negative: already expired")
     p.add_argument("names", nargs="+", metavar="NAME[=SAN,...]")
     args = p.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    ca, ca_key = load_or_make_ca(out, args.ca_name, args.days)
+    ca_dir = Path(args.ca_dir or out)
+    ca_dir.mkdir(parents=True, exist_ok=True)
+    ca, ca_key = load_or_make_ca(ca_dir, args.ca_name, args.days)
     for spec in args.names:
         if not spec.partition("=")[0] or "/" in spec.partition("=")[0]:
             print(f"make_certs: bad name {spec!r}: expected NAME[=SAN,...]", file=sys.stderr)

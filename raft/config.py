@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import re
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .core import CoreConfig
 
@@ -139,7 +139,7 @@ class TLSConfig:
     ``require_client_auth`` the server also demands a client certificate (mutual TLS)."""
 
     cert: str | None = None
-    key: str | None = None
+    key: str | None = field(default=None, repr=False)  # a private key stays out of logs and reprs
     ca: str | None = None
     require_client_auth: bool = False
     server_name: str | None = None  # override for the name checked in peers' certificates
