@@ -289,7 +289,9 @@ class RaftCore:
                 f"bring a voter back or add one first")
 
     def _live(self, node_id: int) -> bool:
-        """The leader itself, or a voter that answered as its member within an election timeout."""
+        """The leader itself, or a voter that answered the leader's own messages of this term,
+        as its member, within an election timeout. Only such answers show the leader reaches it:
+        a change commits by the acknowledgements of nodes the leader's appends reach (§4.1)."""
         if node_id == self.id:
             return True
         pr = self.progress.get(node_id)
@@ -310,7 +312,9 @@ class RaftCore:
             # The next heartbeat starts it: by then the observer has our answer and our address.
             pr = self.progress[node_id] = Progress(self.log.last_index() + 1, self.cfg.max_inflight,
                                                    is_learner=True, observer=True)
-        pr.last_contact_tick = max(pr.last_contact_tick, self.ticks)
+        # Not contact: a voter asks when it no longer hears us (raft.observer.MEMBER_SILENCE),
+        # so a request proves only that it reaches us, never that we reach it (``_live``).
+        pr.asked_tick = self.ticks
 
     def read_index(self, context: bytes) -> None:
         """Start a linearizable read (thesis §6.4). A ReadState with this context appears in a
@@ -556,7 +560,8 @@ class RaftCore:
 
     def _expire_observers(self) -> None:
         limit = OBSERVER_TIMEOUT * self.cfg.election_ticks
-        silent = [n for n, pr in self.progress.items() if pr.observer and self.ticks - pr.last_contact_tick > limit]
+        silent = [n for n, pr in self.progress.items()
+                  if pr.observer and self.ticks - max(pr.last_contact_tick, pr.asked_tick) > limit]
         for nid in silent:
             del self.progress[nid]
 

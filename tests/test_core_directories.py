@@ -219,3 +219,24 @@ def test_a_membership_with_directories_encodes_for_old_and_new_readers():
     assert Membership.decode(old.encode()) == old and old.encode() == m.encode()[:len(old.encode())]
     assert m.matches(2, "anything") and m.matches(1, "dir-1") and not m.matches(1, "dir-x")
     assert m.is_voter(1, "dir-1") and not m.is_voter(3, "dir-3")
+
+
+def test_an_observe_request_from_a_voter_does_not_make_it_live():
+    """A voter the leader cannot reach asks to observe (raft.observer, after MEMBER_SILENCE);
+    that request proves nothing about the leader's appends reaching it, so a removal that
+    would leave it as one of a bare majority stays refused."""
+    net = Network([1, 2, 3])
+    leader = net.elect(1)
+    net.blocked.add((1, 3))  # 3 reaches the leader, the leader does not reach 3
+    net.tick(1, net.config.election_ticks + 1)
+    end = leader.log.last_index()
+    refused = r"without node 2, voters \[1, 3\] would have 1 live \(1\)"
+    with pytest.raises(MembershipRefused, match=refused):
+        leader.propose_conf_change(CC.REMOVE, 2)
+    leader.observe(3)
+    with pytest.raises(MembershipRefused, match=refused):
+        leader.propose_conf_change(CC.REMOVE, 2)
+    assert leader.log.last_index() == end and not leader.progress[3].observer
+    net.heal()
+    net.tick(1, net.config.heartbeat_ticks)  # answers to the leader's own heartbeats do count
+    assert leader.propose_conf_change(CC.REMOVE, 2) > 0
