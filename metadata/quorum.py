@@ -101,8 +101,9 @@ async def add_voter(controller: QuorumController, request: pb.AddRaftVoterReques
 
 async def remove_voter(controller: QuorumController, request: pb.RemoveRaftVoterRequest) -> None:
     """KIP-853's RemoveVoter, for the voter with exactly this (node id, directory id). Also
-    refused when it is the last voter, or when the voters left would not have a live
-    majority: the quorum could commit nothing afterwards, not even the change undoing it."""
+    refused when it is the last voter, when the voters left would not have a live majority
+    (the quorum could commit nothing afterwards, not even the change undoing it), or when the
+    current voters have none (the removal commits under them, so it never would)."""
     node = controller.node
     nid = request.voter_id
     _check_request(node.cluster_id, request.cluster_id, nid, node.membership, "remove")

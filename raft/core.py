@@ -233,9 +233,11 @@ class RaftCore:
         when the membership already has that shape. One change may be pending at a time.
 
         ``directory_id`` names the member's data directory (KIP-853): recorded when adding;
-        when removing, the member's recorded one ("" if unknown) must be it. A removal that
-        would leave fewer live voters than a majority of the rest is refused, as etcd's strict
-        reconfiguration check does: the cluster could not commit anything afterwards."""
+        when removing, the member's recorded one ("" if unknown) must be it. Refused
+        (MembershipRefused), with nothing appended: a removal that would leave fewer live voters
+        than a majority of the rest, as etcd's strict reconfiguration check does (the cluster
+        could not commit anything afterwards); and any change while the current voters lack a
+        live majority, since a change commits under the configuration before it (§4.1)."""
         self._check_can_propose()
         if not self._committed_in_term():
             raise ProposalDropped("the leader has not committed an entry of its term yet; retry")
@@ -253,7 +255,7 @@ class RaftCore:
             voters.discard(node_id)
             learners.discard(node_id)
             if node_id in m.voters:
-                self._check_live_majority(node_id, voters)
+                self._check_live_after_removal(node_id, voters)
         else:
             if directory_id and known and known != directory_id and node_id in m.members:
                 raise MembershipRefused(f"node {node_id} is a member with directory id {known}, not "
@@ -270,6 +272,7 @@ class RaftCore:
         result = Membership(frozenset(voters), frozenset(learners), tuple(dirs.items()))
         if result == self.membership:
             return 0
+        self._check_live_now(change, node_id)
         index = self.log.last_index() + 1
         cc = ConfChange(change, node_id, result, context)
         self.log.append([Entry(index, self.term, cc.encode(), EntryType.CONF_CHANGE)])
@@ -277,16 +280,37 @@ class RaftCore:
         self._need_bcast = True
         return index
 
-    def _check_live_majority(self, removed: int, voters: set[int]) -> None:
+    def _check_live_after_removal(self, removed: int, voters: set[int]) -> None:
+        """Once a removal commits, the voters left must make a majority to commit anything,
+        the change undoing it included (etcd's strict reconfiguration check)."""
         if not voters:
             raise MembershipRefused("cannot remove the last voter")
-        live = sorted(n for n in voters if self._live(n))
-        need = len(voters) // 2 + 1
+        live, need = self._live_among(voters)
         if len(live) < need:
             raise MembershipRefused(
                 f"without node {removed}, voters {sorted(voters)} would have {len(live)} live "
                 f"({', '.join(map(str, live)) or 'none'}), fewer than the {need} a majority needs; "
                 f"bring a voter back or add one first")
+
+    def _check_live_now(self, change: ConfChangeType, node_id: int) -> None:
+        """A change takes effect when it commits, and commits under the current voters (§4.1):
+        without a live majority of them it would sit uncommitted, and every later change would
+        be refused as in progress."""
+        voters = self.membership.voters
+        live, need = self._live_among(voters)
+        if len(live) >= need:
+            return
+        why = "bring a voter back first"
+        if change == ConfChangeType.REMOVE and len(voters) == 2 and node_id in voters and node_id not in live:
+            why = (f"a dead voter of a 2-voter quorum cannot be removed: committing its removal needs its own "
+                   f"acknowledgement, so bring node {node_id} back first")
+        raise MembershipRefused(
+            f"the change commits under the current voters {sorted(voters)}, which have {len(live)} live "
+            f"({', '.join(map(str, live)) or 'none'}), fewer than the {need} a majority needs; {why}")
+
+    def _live_among(self, voters: set[int] | frozenset[int]) -> tuple[list[int], int]:
+        """The live ones of ``voters``, and how many a majority of them is."""
+        return sorted(n for n in voters if self._live(n)), len(voters) // 2 + 1
 
     def _live(self, node_id: int) -> bool:
         """The leader itself, or a voter that answered the leader's own messages of this term,

@@ -240,3 +240,28 @@ def test_an_observe_request_from_a_voter_does_not_make_it_live():
     net.heal()
     net.tick(1, net.config.heartbeat_ticks)  # answers to the leader's own heartbeats do count
     assert leader.propose_conf_change(CC.REMOVE, 2) > 0
+
+
+def test_a_change_needs_a_live_majority_of_the_voters_it_commits_under():
+    """A change takes effect when it commits, and it commits under the configuration before
+    it: removing the dead voter of a 2-voter quorum needs that voter's acknowledgement. Such a
+    removal would sit uncommitted, and every later change would be refused as "in progress"."""
+    net = Network([1, 2], joining=[3])
+    leader = net.elect(1)
+    net.crash(2)
+    net.tick(1, net.config.election_ticks + 1)
+    end = leader.log.last_index()
+    with pytest.raises(MembershipRefused, match=r"the change commits under the current voters \[1, 2\], which "
+                                                r"have 1 live \(1\), fewer than the 2 a majority needs; a dead voter "
+                                                r"of a 2-voter quorum cannot be removed"):
+        leader.propose_conf_change(CC.REMOVE, 2)
+    with pytest.raises(MembershipRefused, match=r"current voters \[1, 2\], which have 1 live"):
+        leader.propose_conf_change(CC.ADD_LEARNER, 3)  # it could not commit either
+    assert leader.log.last_index() == end and leader.pending_conf_index <= leader.log.committed
+    net.restart(2)
+    net.tick(1, net.config.heartbeat_ticks)
+    assert leader.propose_conf_change(CC.REMOVE, 2) > 0
+    net.settle()
+    net.tick(1)
+    assert leader.membership.voters == {1}
+    assert leader.propose_conf_change(CC.ADD_LEARNER, 3) > 0  # nothing is left pending
