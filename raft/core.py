@@ -232,8 +232,9 @@ class RaftCore:
         """Propose a single-server membership change (thesis §4.1); returns its index, or 0
         when the membership already has that shape. One change may be pending at a time.
 
-        ``directory_id`` names the member's data directory (KIP-853): recorded when adding;
-        when removing, the member's recorded one ("" if unknown) must be it. Refused
+        ``directory_id`` names the member's data directory (KIP-853): recorded when adding, and
+        needed then once the configuration records any (a member without one matches any
+        directory); when removing, the member's recorded one ("" if unknown) must be it. Refused
         (MembershipRefused), with nothing appended: a removal that would leave fewer live voters
         than a majority of the rest, as etcd's strict reconfiguration check does (the cluster
         could not commit anything afterwards); and any change while the current voters lack a
@@ -260,6 +261,12 @@ class RaftCore:
             if directory_id and known and known != directory_id and node_id in m.members:
                 raise MembershipRefused(f"node {node_id} is a member with directory id {known}, not "
                                         f"{directory_id}: remove it first (a formatted-again disk is a new replica)")
+            if not directory_id and not known and m.directories:
+                # A member without a directory matches any (voters configured statically), so a
+                # disk formatted again would count as it: what KIP-853's directories prevent.
+                raise MembershipRefused(f"give node {node_id}'s directory id: this configuration names its members "
+                                        f"by node id and directory id (KIP-853), and a member without one would match "
+                                        f"any directory, a disk formatted again included")
             if change == ConfChangeType.ADD_VOTER:
                 voters.add(node_id)
                 learners.discard(node_id)

@@ -265,3 +265,25 @@ def test_a_change_needs_a_live_majority_of_the_voters_it_commits_under():
     net.tick(1)
     assert leader.membership.voters == {1}
     assert leader.propose_conf_change(CC.ADD_LEARNER, 3) > 0  # nothing is left pending
+
+
+def test_adding_a_member_without_its_directory_is_refused_once_the_membership_records_directories():
+    """A member without a directory matches any: a disk formatted again would count as it,
+    which is what naming voters by directory (KIP-853) is there to prevent."""
+    net = Network([1, 2, 3], joining=[4], directories=DIRS)
+    leader = net.elect(1)
+    end = leader.log.last_index()
+    for kind in (CC.ADD_LEARNER, CC.ADD_VOTER):
+        with pytest.raises(MembershipRefused, match="give node 4's directory id: this configuration names its "
+                                                    "members by node id and directory id"):
+            leader.propose_conf_change(kind, 4)
+    assert leader.log.last_index() == end
+    leader.propose_conf_change(CC.ADD_LEARNER, 4, directory_id="dir-4")
+    net.settle()
+    net.tick(1)
+    assert leader.propose_conf_change(CC.ADD_VOTER, 4) > 0  # promoting keeps the directory recorded
+    net.settle()
+    net.tick(1)
+    assert leader.membership.voters == {1, 2, 3, 4} and leader.membership.directory(4) == "dir-4"
+    static = Network([1, 2, 3], joining=[4])  # voters without directories: none to give
+    assert static.elect(1).propose_conf_change(CC.ADD_LEARNER, 4) > 0
