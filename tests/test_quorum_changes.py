@@ -170,6 +170,37 @@ def test_a_static_quorum_refuses_changes(tmp_path):
     asyncio.run(go())
 
 
+def test_a_controller_refuses_the_raft_librarys_own_membership_rpcs(tmp_path):
+    """RaftAdmin's AddVoter, AddLearner and RemoveMember would change the voters without the
+    quorum's rules (static quorums, cluster id, DUPLICATE_VOTER, directory ids): a controller
+    refuses them with one line naming the tool that applies those rules."""
+    import grpc
+
+    async def go() -> None:
+        q = InProcessQuorum(tmp_path)
+        await q.start()
+        try:
+            active = await q.active()
+            before = active.node.membership
+            async with grpc.aio.insecure_channel(active.node.address) as ch:
+                admin = raft_pb2_grpc.RaftAdminStub(ch)
+                for method, req in [("AddLearner", rpb.MemberRequest(node_id=4, address="127.0.0.1:1")),
+                                    ("AddVoter", rpb.MemberRequest(node_id=4, address="127.0.0.1:1")),
+                                    ("RemoveMember", rpb.MemberRequest(node_id=3))]:
+                    with pytest.raises(grpc.aio.AioRpcError) as e:
+                        await getattr(admin, method)(req, timeout=3)
+                    assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED, (method, e.value.details())
+                    assert e.value.details() == (
+                        f"a controller does not serve RaftAdmin {method}: change the controller quorum with "
+                        f"`kraft quorum add-controller` or `kraft quorum remove-controller`, which check the cluster "
+                        f"id, static quorums, duplicate voters and directory ids"), method
+                assert (await admin.Status(rpb.StatusRequest(), timeout=3)).node_id == active.node.id  # still served
+            assert active.node.membership == before
+        finally:
+            await q.stop()
+    asyncio.run(go())
+
+
 # ------------------------------------------------------------------------------- processes
 
 
