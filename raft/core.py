@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable
 
-from .errors import CommittedConflict, MembershipRefused, NotLeader, ProposalDropped, RaftError
+from .errors import (CommittedConflict, MembershipRefused, NotLeader, ProposalDropped, RaftError,
+                     TooManyObservers)
 from .log import RaftLog
 from .messages import (ConfChange, ConfChangeType, Entry, EntryType, HardState, Membership,
                        Message, MessageType as MT, ReadState, Ready, Role, Snapshot,
@@ -97,6 +98,10 @@ class CoreStatus:
 
 #: Election timeouts of silence after which a leader forgets an observer (it asks again).
 OBSERVER_TIMEOUT = 10
+#: Observers a leader replicates to at once. Each costs a progress entry, a transport link and
+#: its queues, and anyone reaching the port may ask (Observe); a KRaft quorum's observers are
+#: its controllers waiting to be added, a handful. Asking beyond this is refused (TooManyObservers).
+MAX_OBSERVERS = 64
 
 _LEADER_TRAFFIC = frozenset({MT.APPEND, MT.HEARTBEAT, MT.SNAPSHOT})
 _RESPONSES = frozenset({MT.APPEND_RESP, MT.HEARTBEAT_RESP, MT.SNAPSHOT_RESP})
@@ -333,13 +338,18 @@ class RaftCore:
         """On a leader: replicate the log to a node that is not a member, without counting it
         anywhere (a KIP-853 observer, such as a controller that will be added once caught up).
         The node asks again after a leader change; one silent for ``OBSERVER_TIMEOUT`` election
-        timeouts is forgotten."""
+        timeouts is forgotten. At most ``MAX_OBSERVERS`` at once (TooManyObservers)."""
         if self.role != Role.LEADER:
             raise NotLeader(self.leader)
         if node_id <= 0 or node_id == self.id:
             raise RaftError(f"cannot observe node {node_id}")
         pr = self.progress.get(node_id)
         if pr is None:
+            if sum(1 for p in self.progress.values() if p.observer) >= MAX_OBSERVERS:
+                raise TooManyObservers(
+                    f"the leader replicates to at most {MAX_OBSERVERS} observers and has that many; node "
+                    f"{node_id} may ask again once one is added as a member or forgotten (silent for "
+                    f"{OBSERVER_TIMEOUT} election timeouts)")
             # The next heartbeat starts it: by then the observer has our answer and our address.
             pr = self.progress[node_id] = Progress(self.log.last_index() + 1, self.cfg.max_inflight,
                                                    is_learner=True, observer=True)

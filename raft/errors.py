@@ -60,5 +60,10 @@ class MembershipRefused(RaftError):
     left, another replica's directory); nothing was appended."""
 
 
+class TooManyObservers(RaftError):
+    """The leader already replicates to as many observers as it will (``raft.core.MAX_OBSERVERS``);
+    ask again once one is forgotten or made a member."""
+
+
 class NotCaughtUp(RaftError):
     """A node to be added as a voter did not catch up with the leader's log in time."""

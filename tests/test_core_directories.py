@@ -7,8 +7,8 @@ new replica is not counted as the voter it replaced (the first tests show what h
 it is)."""
 import pytest
 
-from raft.core import OBSERVER_TIMEOUT
-from raft.errors import MembershipRefused, NotLeader
+from raft.core import MAX_OBSERVERS, OBSERVER_TIMEOUT
+from raft.errors import MembershipRefused, NotLeader, TooManyObservers
 from raft.messages import ConfChange, ConfChangeType as CC, Membership, Role
 from raft.testing.network import Network
 
@@ -287,3 +287,22 @@ def test_adding_a_member_without_its_directory_is_refused_once_the_membership_re
     assert leader.membership.voters == {1, 2, 3, 4} and leader.membership.directory(4) == "dir-4"
     static = Network([1, 2, 3], joining=[4])  # voters without directories: none to give
     assert static.elect(1).propose_conf_change(CC.ADD_LEARNER, 4) > 0
+
+
+def test_a_leader_replicates_to_at_most_max_observers():
+    """Each observer costs the leader a progress entry and a link with its queues; anyone
+    reaching the port may ask, so the number is bounded."""
+    net = Network([1, 2, 3])
+    leader = net.elect(1)
+    asking = range(100, 100 + MAX_OBSERVERS)
+    for nid in asking:
+        leader.observe(nid)
+    with pytest.raises(TooManyObservers, match=f"the leader replicates to at most {MAX_OBSERVERS} observers"):
+        leader.observe(99)
+    assert 99 not in leader.progress
+    leader.observe(100)  # one it replicates to already may ask again
+    leader.observe(2)  # and a member is no observer
+    net.tick(1, (OBSERVER_TIMEOUT + 2) * net.config.election_ticks)  # none of them answers: forgotten
+    assert not any(pr.observer for pr in leader.progress.values())
+    leader.observe(99)
+    assert leader.progress[99].observer

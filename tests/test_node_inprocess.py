@@ -155,3 +155,43 @@ async def test_membership_changes_reach_every_node():
         assert follower not in leader.transport.peers
         assert await leader.propose(b"after") > 0  # two voters still commit
 
+
+
+@in_loop
+async def test_observers_beyond_the_cap_are_refused_with_resource_exhausted():
+    """Observe is open to anyone reaching the port: past MAX_OBSERVERS the leader takes on no
+    more progress entries or transport links, and says why in one line."""
+    import grpc
+
+    from raft.admin import AdminService
+    from raft.core import MAX_OBSERVERS
+    from raft.proto import raft_pb2 as rpb
+
+    class Refused(Exception):
+        pass
+
+    class Context:
+        def set_trailing_metadata(self, md: Any) -> None:
+            pass
+
+        async def abort(self, code: grpc.StatusCode, details: str) -> None:
+            raise Refused(code, details)
+
+    async with cluster() as (net, nodes):
+        leader = await leader_of(nodes)
+        admin = AdminService(leader)
+
+        async def observe(nid: int) -> rpb.ObserveResponse:
+            return await admin.Observe(rpb.ObserveRequest(node_id=nid, address=f"mem:{nid}",
+                                                          cluster_id=leader.cluster_id), Context())
+        for nid in range(100, 100 + MAX_OBSERVERS):
+            assert (await observe(nid)).leader_id == leader.id
+        try:
+            await observe(99)
+            raise AssertionError("observer 65 was taken on")
+        except Refused as e:
+            code, details = e.args
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert details.startswith(f"the leader replicates to at most {MAX_OBSERVERS} observers")
+        assert 99 not in leader.transport.peers and 99 not in leader.addresses
+        assert (await observe(100)).leader_id == leader.id  # one already observing may ask again
