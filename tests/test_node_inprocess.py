@@ -8,6 +8,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import threading
 from typing import Any, AsyncIterator, BinaryIO, Callable
 
@@ -195,3 +196,69 @@ async def test_observers_beyond_the_cap_are_refused_with_resource_exhausted():
         assert details.startswith(f"the leader replicates to at most {MAX_OBSERVERS} observers")
         assert 99 not in leader.transport.peers and 99 not in leader.addresses
         assert (await observe(100)).leader_id == leader.id  # one already observing may ask again
+
+
+class FormattedStorage(MemoryStorage):
+    """Memory storage of a data directory with an id, formatted with ``voters`` (KIP-853) or none."""
+
+    def __init__(self, directory_id: str, voters: tuple[Any, ...] = ()) -> None:
+        self.directory_id = directory_id
+        self.voters = voters
+
+    def recover(self) -> Any:
+        from raft.storage.base import RecoveredState
+        return RecoveredState(bootstrap=self.voters)
+
+
+@in_loop
+async def test_add_voter_promotes_only_the_learner_on_its_directory_and_says_when_it_stays_a_learner():
+    """KIP-853's AddVoter in two steps: if the new node's disk is formatted again once it is a
+    learner, the replica that then catches up is another one, and must not be promoted (it
+    could not count: the voter set would need a replica that no longer exists). The error says
+    the node stays a learner, and remove_member removes it by its directory."""
+    from raft.config import Voter
+    from raft.errors import LeftAsLearner, NotCaughtUp
+    from raft.messages import ConfChangeType
+
+    net = MemoryNetwork()
+
+    def node(nid: int, storage: MemoryStorage) -> RaftNode:
+        return RaftNode(nid, None, ListMachine(), storage=storage, transport=net.transport(nid),
+                        options=OPTIONS, address=f"mem:{nid}", seed=nid)
+    leader = node(1, FormattedStorage("dir-1", (Voter(1, "mem:1", "dir-1"),)))
+    new = node(2, FormattedStorage("dir-2"))
+    replaced: list[RaftNode] = []
+    try:
+        await leader.start()
+        await new.start()
+        await eventually(lambda: leader.is_leader, what="node 1 leading")
+        await leader.propose(b"a")
+        leader.observe(2, "mem:2")
+        change = leader._change
+
+        async def then_format_it_again(kind: ConfChangeType, *args: Any) -> int:
+            index = await change(kind, *args)
+            if kind == ConfChangeType.ADD_LEARNER:  # node 2's disk is lost and formatted again
+                await new.stop(transfer=False)
+                replaced.append(node(2, FormattedStorage("dir-2-formatted-again")))
+                await replaced[0].start()
+                await leader.propose(b"b")
+            return index
+        leader._change = then_format_it_again  # type: ignore[method-assign]
+        try:
+            await leader.add_voter(2, "mem:2", directory_id="dir-2", timeout=1.5, observer_timeout=5)
+            raise AssertionError("the replica formatted again was promoted")
+        except LeftAsLearner as e:
+            assert isinstance(e.cause, NotCaughtUp)
+            assert re.fullmatch(r"node 2 was added as a learner \(directory dir-2\) but not made a voter: node 2 did "
+                                r"not catch up within \ds; it stays a learner until add_voter makes it a voter or "
+                                r"remove_member removes it", str(e)), str(e)
+        await eventually(lambda: replaced[0].applied == leader.applied, what="the other replica caught up")
+        m = leader.membership
+        assert (m.voters, m.learners, m.directory(2)) == ({1}, {2}, "dir-2")
+        await leader.remove_member(2, directory_id="dir-2")
+        assert leader.membership.members == {1}
+        assert await leader.propose(b"c") > 0
+    finally:
+        for n in (leader, new, *replaced):
+            await n.stop(transfer=False)
