@@ -147,6 +147,9 @@ class RaftCore:
         self.randomized_timeout = self.cfg.election_ticks
         self.lead_transferee = 0
         self.pending_conf_index = 0
+        # On a leader whose removal committed: the index of that change. It leads (counting
+        # itself for nothing) until the voters left know it, then steps down (_maybe_resign).
+        self.resigning = 0
         self.msgs: list[Message] = []
         self.read_states: list[ReadState] = []
         self.read_queue: dict[bytes, _ReadRequest] = {}
@@ -216,6 +219,8 @@ class RaftCore:
             self._handle_vote_request(m)
         elif self.role == Role.LEADER:
             self._step_leader(m)
+            if self.resigning and self.role == Role.LEADER:
+                self._maybe_resign()
         elif self.role == Role.FOLLOWER:
             self._step_follower(m)
         else:
@@ -361,8 +366,8 @@ class RaftCore:
         """Start a linearizable read (thesis §6.4). A ReadState with this context appears in a
         later Ready once a heartbeat round has confirmed leadership; serve the read when the
         state machine has applied its index. Raises NotLeader on other roles."""
-        if self.role != Role.LEADER:
-            raise NotLeader(self.leader)
+        if self.role != Role.LEADER or self.resigning:
+            raise NotLeader(0 if self.resigning else self.leader)
         if not self._committed_in_term():
             self.reads_waiting_commit.append(context)  # no read before our first commit
             return
@@ -504,6 +509,7 @@ class RaftCore:
         self.votes = {}
         self.progress = {}
         self.lead_transferee = 0
+        self.resigning = 0
         self._fail_reads()
 
     def _become_follower(self, term: int, leader: int) -> None:
@@ -594,7 +600,9 @@ class RaftCore:
     def _quorum_active(self) -> bool:
         active = 0
         for nid, pr in self.progress.items():
-            if nid == self.id or (pr.recent_active and nid in self.membership.voters and self._counts(nid, pr)):
+            if nid not in self.membership.voters:  # a leader resigning counts itself for nothing
+                pass
+            elif nid == self.id or (pr.recent_active and self._counts(nid, pr)):
                 active += 1
             pr.recent_active = False
         return active >= self.membership.quorum()
@@ -618,6 +626,7 @@ class RaftCore:
             return
         pr.recent_active = True
         pr.last_contact_tick = self.ticks
+        pr.commit_known = max(pr.commit_known, m.commit)  # every answer says how far it knows the commit
         if m.directory != pr.directory:
             if pr.directory and pr.match:
                 # Its disk was formatted again: what it acknowledged is gone. Catch it up from
@@ -659,6 +668,22 @@ class RaftCore:
                 self._ack_read(m.frm, m.context)
         else:
             self._handle_snapshot_resp(pr, m)
+
+    def _maybe_resign(self) -> None:
+        """A removed leader steps down once a majority of the voters left have answered that
+        they know its removal committed: from then on they elect among themselves. One of them
+        holding our whole log is told to campaign at once (thesis §3.10), so no election
+        timeout passes without a leader."""
+        voters = self.membership.voters
+        know = sorted(n for n in voters if (pr := self.progress.get(n)) is not None
+                      and self._counts(n, pr) and pr.commit_known >= self.resigning)
+        if len(know) < self.membership.quorum():
+            return
+        last = self.log.last_index()
+        successor = next((n for n in know if self.progress[n].match == last), 0)
+        if successor:
+            self._send(Message(MT.TIMEOUT_NOW, successor, self.id, self.term))
+        self._become_follower(self.term, 0)
 
     def _maybe_decrease(self, pr: Progress, m: Message) -> bool:
         """A follower rejected the append whose previous entry is ``m.index``."""
@@ -797,6 +822,9 @@ class RaftCore:
     def _check_can_propose(self) -> None:
         if self.role != Role.LEADER:
             raise NotLeader(self.leader)
+        if self.resigning:
+            raise ProposalDropped("this node was removed from the voters; it leads only until the voters left "
+                                  "know it, then hands over: retry at the next leader")
         if self.lead_transferee:
             raise ProposalDropped(f"leadership is being transferred to node {self.lead_transferee}")
 
@@ -991,14 +1019,23 @@ class RaftCore:
         if self.lead_transferee and self.lead_transferee not in cc.result.voters:
             self.lead_transferee = 0
         if self.id not in cc.result.voters:
-            # Removed: make sure the others learn the commit, then step down.
+            # Removed. A change takes effect where it is known committed, and a voter left that
+            # does not know it still counts us: it needs our vote, which we give only to a log as
+            # long as ours, and we never campaign. So lead on, counting ourselves for nothing and
+            # taking no proposals (thesis §4.2.2), until the voters left know it; then hand over.
+            self.resigning = e.index
+            self._fail_reads()
             self._bcast_append(allow_empty=True)
-            self._become_follower(self.term, 0)
+            self._maybe_commit()
+            if self.role == Role.LEADER:
+                self._maybe_resign()
         else:
             self._maybe_commit()  # the new quorum may already hold more entries
 
     def _send(self, m: Message) -> None:
         m.directory = self.directory_id
+        if m.type in _RESPONSES:
+            m.commit = self.log.committed  # how far we know the commit: a removed leader waits for it
         self.msgs.append(m)
 
     def _drop(self, reason: str) -> None:

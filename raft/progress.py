@@ -71,7 +71,7 @@ class SnapshotTransfer:
 class Progress:
     __slots__ = ("match", "next", "state", "probe_sent", "inflight", "max_inflight",
                  "recent_active", "snapshot", "is_learner", "last_contact_tick", "asked_tick",
-                 "directory", "observer")
+                 "directory", "observer", "commit_known")
 
     def __init__(self, next_index: int, max_inflight: int, is_learner: bool = False,
                  observer: bool = False) -> None:
@@ -92,6 +92,7 @@ class Progress:
         self.asked_tick = -1
         self.directory = ""  # the data directory its answers come from (KIP-853)
         self.observer = observer  # not a member: replicated to, never counted
+        self.commit_known = 0  # the commit index its answers last said it knows
 
     def paused(self) -> bool:
         if self.state == ProgressState.PROBE:

@@ -9,7 +9,7 @@ import pytest
 
 from raft.core import MAX_OBSERVERS, OBSERVER_TIMEOUT
 from raft.errors import MembershipRefused, NotLeader, TooManyObservers
-from raft.messages import ConfChange, ConfChangeType as CC, Membership, Role
+from raft.messages import ConfChange, ConfChangeType as CC, Membership, Message, MessageType as MT, Role
 from raft.testing.network import Network
 
 DIRS = {1: "dir-1", 2: "dir-2", 3: "dir-3"}
@@ -306,3 +306,37 @@ def test_a_leader_replicates_to_at_most_max_observers():
     assert not any(pr.observer for pr in leader.progress.values())
     leader.observe(99)
     assert leader.progress[99].observer
+
+
+def test_a_removed_leader_hands_over_only_once_the_voters_left_know_its_removal_committed():
+    """A change takes effect where it is known committed. A leader that steps down as soon as
+    its own removal commits leaves the voters left under the old configuration if its last
+    append is lost, and there they need its vote; it refuses a candidate whose log is shorter
+    than its own and never campaigns itself. With another voter down, nobody is ever elected,
+    although the voters left are a live majority of the new configuration (found by the
+    simulator with a disk wipe among membership changes)."""
+    net = Network([1, 2, 3, 4], directories={**DIRS, 4: "dir-4"})
+    leader = net.elect(1)
+    net.crash(2)
+    net.tick(1, net.config.election_ticks + 1)  # 2 is not live; 1, 3 and 4 are
+    held: list[Message] = []
+    net.drop = lambda m: m.type == MT.APPEND_RESP and not held.append(m)  # 3 and 4 hold the removal...
+    index = leader.propose_conf_change(CC.REMOVE, 1, directory_id="dir-1")
+    net.settle()
+    net.drop = lambda m: m.frm == 1 and m.to != 1  # ...then nothing from 1 arrives: its log grows alone
+    leader.propose([b"only on 1"])
+    net.settle()
+    for m in held:  # the acknowledgements commit the removal
+        leader.step(m)
+    net.settle()
+    assert leader.log.committed >= index and leader.membership.voters == {2, 3, 4}
+    assert net.nodes[3].log.committed < index and net.nodes[3].membership.voters == {1, 2, 3, 4}
+    net.drop = lambda m: False
+    for _ in range(10 * net.config.election_ticks):
+        for nid in (1, 3, 4):
+            net.tick(nid)
+    new = net.leader()
+    assert new is not None and new.id in (3, 4), "the voters left elected nobody"
+    assert new.membership.voters == {2, 3, 4} and not net.nodes[1].promotable()
+    last = net.propose(new.id, b"after")[1]
+    assert new.log.committed == last
