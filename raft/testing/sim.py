@@ -114,8 +114,8 @@ class SimConfig:
             snapshot_trailing=rng.choice([0, 0, 5]),
             core=core,
             # Drawn last, so the other choices of a seed stay what they were. Together with
-            # membership changes too: ``Simulation._wipe`` keeps a majority of every
-            # configuration on replicas that were never wiped.
+            # membership changes too: ``Simulation._wipe`` keeps a majority of the voters of
+            # every configuration on the replicas it records for them.
             wipe_every_ms=rng.choice([0, 300]))
 
 
