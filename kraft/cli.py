@@ -513,7 +513,8 @@ def quorum_add_controller(obj: tuple, config_path: str, dry_run: bool) -> None:
 @click.option("--dry-run", is_flag=True, help="say what would be removed, and change nothing")
 @click.pass_obj
 def quorum_remove_controller(obj: tuple, controller_id: int, controller_directory_id: str, dry_run: bool) -> None:
-    """Remove a voter, named by node id and directory id (a controller formatted again is another)."""
+    """Remove a voter, named by node id and directory id (a controller formatted again is another);
+    also a learner that an interrupted add-controller left behind."""
     if controller_id <= 0:
         fail(f"bad --controller-id {controller_id}: controller ids are positive")
     described = f"KRaft controller {controller_id} with directory id {controller_directory_id}"

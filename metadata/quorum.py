@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from protos import controller_pb2 as pb
 from raft.config import (UNKNOWN_DIRECTORY, ConfigError, Voter, check_directory_id, new_directory_id,
                          parse_voter_set)
-from raft.errors import MembershipRefused, NotCaughtUp, NotLeader, ProposalDropped
+from raft.errors import LeftAsLearner, MembershipRefused, NotCaughtUp, NotLeader, ProposalDropped
 from raft.messages import Membership
 
 from .config import BOOTSTRAP_SERVERS, VOTERS, ServerConfig
@@ -79,7 +79,8 @@ def describe_voter(membership: Membership, node_id: int) -> str:
 async def add_voter(controller: QuorumController, request: pb.AddRaftVoterRequest, listener_name: str) -> None:
     """KIP-853's AddVoter: refuse a request for another cluster, a static quorum or a node id
     already voting; wait (``timeout_ms``) for the controller to be caught up as an observer,
-    then make it a learner and, caught up again, a voter."""
+    then make it a learner and, caught up again, a voter. A failure after the first step says
+    that the controller stays a learner, and how to finish or undo it."""
     node = controller.node
     nid = request.voter_id
     _check_request(node.cluster_id, request.cluster_id, nid, node.membership, "add")
@@ -94,36 +95,50 @@ async def add_voter(controller: QuorumController, request: pb.AddRaftVoterReques
                        f"to replace it, remove it first; {NOTHING_CHANGED}")
     timeout = max(1.0, request.timeout_ms / 1000) if request.timeout_ms > 0 else 30.0
     with _kafka_errors(controller, f"adding controller {nid}",
-                       f"is it running, with {BOOTSTRAP_SERVERS} naming this quorum?"):
+                       f"is it running, with {BOOTSTRAP_SERVERS} naming this quorum?",
+                       f"run add-controller again once it is caught up, or remove it with remove-controller "
+                       f"--controller-id {nid} --controller-directory-id {directory or UNKNOWN_DIRECTORY}"):
         await node.add_voter(nid, f"{endpoint.host}:{endpoint.port}", directory_id=directory,
                              timeout=2 * timeout, observer_timeout=timeout)
 
 
 async def remove_voter(controller: QuorumController, request: pb.RemoveRaftVoterRequest) -> None:
-    """KIP-853's RemoveVoter, for the voter with exactly this (node id, directory id). Also
-    refused when it is the last voter, or when the voters left would not have a live
-    majority: the quorum could commit nothing afterwards, not even the change undoing it."""
+    """KIP-853's RemoveVoter, for the voter with exactly this (node id, directory id), or the
+    learner an add-controller left behind when the new controller died or was formatted again
+    before it was made a voter (nothing else removes one). Also refused when it is the last
+    voter, when the voters left would not have a live majority (the quorum could commit
+    nothing afterwards, not even the change undoing it), or when the current voters have none
+    (the removal commits under them, so it never would)."""
     node = controller.node
     nid = request.voter_id
     _check_request(node.cluster_id, request.cluster_id, nid, node.membership, "remove")
     directory = "" if request.voter_directory_id == UNKNOWN_DIRECTORY else _directory(request.voter_directory_id)
     membership = node.membership
-    if nid not in membership.voters or membership.directory(nid) != directory:
+    if nid not in membership.members or membership.directory(nid) != directory:
         voters = ", ".join(describe_voter(membership, v) for v in sorted(membership.voters))
+        learners = ", ".join(describe_voter(membership, v) for v in sorted(membership.learners))
         raise ApiError(ErrorCode.VOTER_NOT_FOUND, f"controller {nid} with directory id "
-                       f"{directory or UNKNOWN_DIRECTORY} is not a voter; the voters are {voters}; {NOTHING_CHANGED}")
+                       f"{directory or UNKNOWN_DIRECTORY} is not a voter; the voters are {voters}"
+                       + (f" (and the learners {learners})" if learners else "") + f"; {NOTHING_CHANGED}")
     with _kafka_errors(controller, f"removing controller {nid}"):
         await node.remove_member(nid, directory_id=directory, timeout=30.0)
 
 
 @contextlib.contextmanager
-def _kafka_errors(controller: QuorumController, what: str, not_caught_up: str = "") -> Iterator[None]:
+def _kafka_errors(controller: QuorumController, what: str, not_caught_up: str = "",
+                  left_as_learner: str = "") -> Iterator[None]:
     """The library's answers to a membership change, as Kafka's codes. Only a timeout after
-    the change was appended leaves its outcome unknown."""
+    the change was appended leaves its outcome unknown; an add that stopped after making the
+    controller a learner says so (``left_as_learner``: what to do about it), never that
+    nothing was changed."""
     try:
         yield
     except NotLeader:
         raise controller.not_controller() from None
+    except LeftAsLearner as e:
+        code = ErrorCode.INVALID_REQUEST if isinstance(e.cause, MembershipRefused) else ErrorCode.REQUEST_TIMED_OUT
+        raise ApiError(code, f"{what}: {e.cause}; controller {e.node_id} was added as a learner and is one still: "
+                             f"{left_as_learner}") from None
     except MembershipRefused as e:  # the last voter, no live majority left, another directory
         raise ApiError(ErrorCode.INVALID_REQUEST, f"{what}: {e}; {NOTHING_CHANGED}") from None
     except ProposalDropped as e:  # another change in flight; REQUEST_TIMED_OUT is Kafka's answer too

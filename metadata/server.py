@@ -52,8 +52,8 @@ def controller_config(cfg: ServerConfig) -> ControllerConfig:
 class RaftAccess(grpc.aio.ServerInterceptor):
     """The Raft services on the controller listener need what Kafka's KRaft RPCs need on the
     cluster: CLUSTER_ACTION for another controller's messages (and an observer's Observe),
-    DESCRIBE for RaftAdmin's Status, ALTER for membership changes and leadership transfers. A refusal ends the call with
-    PERMISSION_DENIED and one line."""
+    DESCRIBE for RaftAdmin's Status, ALTER for the rest (leadership transfers; its membership RPCs are then
+    refused anyway, by RaftMembershipRefused). A refusal ends the call with PERMISSION_DENIED and one line."""
 
     def __init__(self, authorizer: StandardAuthorizer, mapper: PrincipalMapper) -> None:
         self.authorizer = authorizer
@@ -99,6 +99,32 @@ class RaftAccess(grpc.aio.ServerInterceptor):
         return grpc.stream_unary_rpc_method_handler(checked(handler.stream_unary), **serializers)  # RaftPeer
 
 
+class RaftMembershipRefused(grpc.aio.ServerInterceptor):
+    """A controller does not serve the Raft library's own membership RPCs (RaftAdmin's
+    AddVoter, AddLearner, RemoveMember): they would change the voters without the quorum's
+    rules of metadata/quorum.py (a static quorum's voters cannot change, the cluster id,
+    DUPLICATE_VOTER, catching up as an observer first, and KIP-853's directory ids). The
+    operator's tools are ``kraft quorum add-controller`` and ``remove-controller``. raft-kv, the
+    library's example, keeps serving them."""
+
+    METHODS = frozenset({"AddVoter", "AddLearner", "RemoveMember"})
+
+    async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
+                                details: grpc.HandlerCallDetails) -> Any:
+        handler = await continuation(details)
+        service, _, name = details.method.lstrip("/").partition("/")
+        if handler is None or service != "kraft.raft.RaftAdmin" or name not in self.METHODS:
+            return handler
+
+        async def refuse(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, (
+                f"a controller does not serve RaftAdmin {name}: change the controller quorum with "
+                f"`kraft quorum add-controller` or `kraft quorum remove-controller`, which check the cluster id, "
+                f"static quorums, duplicate voters and directory ids"))
+        return grpc.unary_unary_rpc_method_handler(refuse, request_deserializer=handler.request_deserializer,
+                                                   response_serializer=handler.response_serializer)
+
+
 class ControllerServer:
     def __init__(self, cfg: ServerConfig, metrics: MetricsEndpoint | None = None) -> None:
         """``metrics``: a combined node's endpoint, shared with its broker and served by the
@@ -114,6 +140,7 @@ class ControllerServer:
         interceptors = [self.metrics.requests.interceptor(cfg.controller_listener)] if self.metrics.enabled else []
         if self.authorizer is not None:
             interceptors.append(RaftAccess(self.authorizer, mapper))
+        interceptors.append(RaftMembershipRefused())  # after the authorizer: who may not ask learns nothing more
         server = grpc.aio.server(options=channel_options(options.max_message_bytes), interceptors=interceptors)
         # Static voters (controller.quorum.voters), else the voter set storage was formatted
         # with; a controller in neither observes the quorum through its bootstrap servers.

@@ -12,7 +12,8 @@ import grpc
 from .proto import raft_pb2 as pb
 from .proto import raft_pb2_grpc
 
-from .errors import NodeStopped, NotLeader, OutcomeUnknown, ProposalDropped, RaftError, StorageError
+from .errors import (NodeStopped, NotLeader, OutcomeUnknown, ProposalDropped, RaftError, StorageError,
+                     TooManyObservers)
 
 LEADER_ID = "leader-id"
 LEADER_ADDRESS = "leader-address"
@@ -42,6 +43,8 @@ async def abort_with(context: grpc.aio.ServicerContext, exc: BaseException) -> N
     if isinstance(exc, NodeStopped):
         context.set_trailing_metadata(not_applied)
         await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+    if isinstance(exc, TooManyObservers):
+        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
     if isinstance(exc, RaftError):
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
     raise exc

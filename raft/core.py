@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable
 
-from .errors import CommittedConflict, MembershipRefused, NotLeader, ProposalDropped, RaftError
+from .errors import (CommittedConflict, MembershipRefused, NotLeader, ProposalDropped, RaftError,
+                     TooManyObservers)
 from .log import RaftLog
 from .messages import (ConfChange, ConfChangeType, Entry, EntryType, HardState, Membership,
                        Message, MessageType as MT, ReadState, Ready, Role, Snapshot,
@@ -97,6 +98,10 @@ class CoreStatus:
 
 #: Election timeouts of silence after which a leader forgets an observer (it asks again).
 OBSERVER_TIMEOUT = 10
+#: Observers a leader replicates to at once. Each costs a progress entry, a transport link and
+#: its queues, and anyone reaching the port may ask (Observe); a KRaft quorum's observers are
+#: its controllers waiting to be added, a handful. Asking beyond this is refused (TooManyObservers).
+MAX_OBSERVERS = 64
 
 _LEADER_TRAFFIC = frozenset({MT.APPEND, MT.HEARTBEAT, MT.SNAPSHOT})
 _RESPONSES = frozenset({MT.APPEND_RESP, MT.HEARTBEAT_RESP, MT.SNAPSHOT_RESP})
@@ -142,6 +147,9 @@ class RaftCore:
         self.randomized_timeout = self.cfg.election_ticks
         self.lead_transferee = 0
         self.pending_conf_index = 0
+        # On a leader whose removal committed: the index of that change. It leads (counting
+        # itself for nothing) until the voters left know it, then steps down (_maybe_resign).
+        self.resigning = 0
         self.msgs: list[Message] = []
         self.read_states: list[ReadState] = []
         self.read_queue: dict[bytes, _ReadRequest] = {}
@@ -211,6 +219,8 @@ class RaftCore:
             self._handle_vote_request(m)
         elif self.role == Role.LEADER:
             self._step_leader(m)
+            if self.resigning and self.role == Role.LEADER:
+                self._maybe_resign()
         elif self.role == Role.FOLLOWER:
             self._step_follower(m)
         else:
@@ -232,10 +242,13 @@ class RaftCore:
         """Propose a single-server membership change (thesis §4.1); returns its index, or 0
         when the membership already has that shape. One change may be pending at a time.
 
-        ``directory_id`` names the member's data directory (KIP-853): recorded when adding;
-        when removing, the member's recorded one ("" if unknown) must be it. A removal that
-        would leave fewer live voters than a majority of the rest is refused, as etcd's strict
-        reconfiguration check does: the cluster could not commit anything afterwards."""
+        ``directory_id`` names the member's data directory (KIP-853): recorded when adding, and
+        needed then once the configuration records any (a member without one matches any
+        directory); when removing, the member's recorded one ("" if unknown) must be it. Refused
+        (MembershipRefused), with nothing appended: a removal that would leave fewer live voters
+        than a majority of the rest, as etcd's strict reconfiguration check does (the cluster
+        could not commit anything afterwards); and any change while the current voters lack a
+        live majority, since a change commits under the configuration before it (§4.1)."""
         self._check_can_propose()
         if not self._committed_in_term():
             raise ProposalDropped("the leader has not committed an entry of its term yet; retry")
@@ -253,11 +266,17 @@ class RaftCore:
             voters.discard(node_id)
             learners.discard(node_id)
             if node_id in m.voters:
-                self._check_live_majority(node_id, voters)
+                self._check_live_after_removal(node_id, voters)
         else:
             if directory_id and known and known != directory_id and node_id in m.members:
                 raise MembershipRefused(f"node {node_id} is a member with directory id {known}, not "
                                         f"{directory_id}: remove it first (a formatted-again disk is a new replica)")
+            if not directory_id and not known and m.directories:
+                # A member without a directory matches any (voters configured statically), so a
+                # disk formatted again would count as it: what KIP-853's directories prevent.
+                raise MembershipRefused(f"give node {node_id}'s directory id: this configuration names its members "
+                                        f"by node id and directory id (KIP-853), and a member without one would match "
+                                        f"any directory, a disk formatted again included")
             if change == ConfChangeType.ADD_VOTER:
                 voters.add(node_id)
                 learners.discard(node_id)
@@ -270,6 +289,7 @@ class RaftCore:
         result = Membership(frozenset(voters), frozenset(learners), tuple(dirs.items()))
         if result == self.membership:
             return 0
+        self._check_live_now(change, node_id)
         index = self.log.last_index() + 1
         cc = ConfChange(change, node_id, result, context)
         self.log.append([Entry(index, self.term, cc.encode(), EntryType.CONF_CHANGE)])
@@ -277,19 +297,42 @@ class RaftCore:
         self._need_bcast = True
         return index
 
-    def _check_live_majority(self, removed: int, voters: set[int]) -> None:
+    def _check_live_after_removal(self, removed: int, voters: set[int]) -> None:
+        """Once a removal commits, the voters left must make a majority to commit anything,
+        the change undoing it included (etcd's strict reconfiguration check)."""
         if not voters:
             raise MembershipRefused("cannot remove the last voter")
-        live = sorted(n for n in voters if self._live(n))
-        need = len(voters) // 2 + 1
+        live, need = self._live_among(voters)
         if len(live) < need:
             raise MembershipRefused(
                 f"without node {removed}, voters {sorted(voters)} would have {len(live)} live "
                 f"({', '.join(map(str, live)) or 'none'}), fewer than the {need} a majority needs; "
                 f"bring a voter back or add one first")
 
+    def _check_live_now(self, change: ConfChangeType, node_id: int) -> None:
+        """A change takes effect when it commits, and commits under the current voters (§4.1):
+        without a live majority of them it would sit uncommitted, and every later change would
+        be refused as in progress."""
+        voters = self.membership.voters
+        live, need = self._live_among(voters)
+        if len(live) >= need:
+            return
+        why = "bring a voter back first"
+        if change == ConfChangeType.REMOVE and len(voters) == 2 and node_id in voters and node_id not in live:
+            why = (f"a dead voter of a 2-voter quorum cannot be removed: committing its removal needs its own "
+                   f"acknowledgement, so bring node {node_id} back first")
+        raise MembershipRefused(
+            f"the change commits under the current voters {sorted(voters)}, which have {len(live)} live "
+            f"({', '.join(map(str, live)) or 'none'}), fewer than the {need} a majority needs; {why}")
+
+    def _live_among(self, voters: set[int] | frozenset[int]) -> tuple[list[int], int]:
+        """The live ones of ``voters``, and how many a majority of them is."""
+        return sorted(n for n in voters if self._live(n)), len(voters) // 2 + 1
+
     def _live(self, node_id: int) -> bool:
-        """The leader itself, or a voter that answered as its member within an election timeout."""
+        """The leader itself, or a voter that answered the leader's own messages of this term,
+        as its member, within an election timeout. Only such answers show the leader reaches it:
+        a change commits by the acknowledgements of nodes the leader's appends reach (§4.1)."""
         if node_id == self.id:
             return True
         pr = self.progress.get(node_id)
@@ -300,24 +343,31 @@ class RaftCore:
         """On a leader: replicate the log to a node that is not a member, without counting it
         anywhere (a KIP-853 observer, such as a controller that will be added once caught up).
         The node asks again after a leader change; one silent for ``OBSERVER_TIMEOUT`` election
-        timeouts is forgotten."""
+        timeouts is forgotten. At most ``MAX_OBSERVERS`` at once (TooManyObservers)."""
         if self.role != Role.LEADER:
             raise NotLeader(self.leader)
         if node_id <= 0 or node_id == self.id:
             raise RaftError(f"cannot observe node {node_id}")
         pr = self.progress.get(node_id)
         if pr is None:
+            if sum(1 for p in self.progress.values() if p.observer) >= MAX_OBSERVERS:
+                raise TooManyObservers(
+                    f"the leader replicates to at most {MAX_OBSERVERS} observers and has that many; node "
+                    f"{node_id} may ask again once one is added as a member or forgotten (silent for "
+                    f"{OBSERVER_TIMEOUT} election timeouts)")
             # The next heartbeat starts it: by then the observer has our answer and our address.
             pr = self.progress[node_id] = Progress(self.log.last_index() + 1, self.cfg.max_inflight,
                                                    is_learner=True, observer=True)
-        pr.last_contact_tick = max(pr.last_contact_tick, self.ticks)
+        # Not contact: a voter asks when it no longer hears us (raft.observer.MEMBER_SILENCE),
+        # so a request proves only that it reaches us, never that we reach it (``_live``).
+        pr.asked_tick = self.ticks
 
     def read_index(self, context: bytes) -> None:
         """Start a linearizable read (thesis §6.4). A ReadState with this context appears in a
         later Ready once a heartbeat round has confirmed leadership; serve the read when the
         state machine has applied its index. Raises NotLeader on other roles."""
-        if self.role != Role.LEADER:
-            raise NotLeader(self.leader)
+        if self.role != Role.LEADER or self.resigning:
+            raise NotLeader(0 if self.resigning else self.leader)
         if not self._committed_in_term():
             self.reads_waiting_commit.append(context)  # no read before our first commit
             return
@@ -459,6 +509,7 @@ class RaftCore:
         self.votes = {}
         self.progress = {}
         self.lead_transferee = 0
+        self.resigning = 0
         self._fail_reads()
 
     def _become_follower(self, term: int, leader: int) -> None:
@@ -549,14 +600,17 @@ class RaftCore:
     def _quorum_active(self) -> bool:
         active = 0
         for nid, pr in self.progress.items():
-            if nid == self.id or (pr.recent_active and nid in self.membership.voters and self._counts(nid, pr)):
+            if nid not in self.membership.voters:  # a leader resigning counts itself for nothing
+                pass
+            elif nid == self.id or (pr.recent_active and self._counts(nid, pr)):
                 active += 1
             pr.recent_active = False
         return active >= self.membership.quorum()
 
     def _expire_observers(self) -> None:
         limit = OBSERVER_TIMEOUT * self.cfg.election_ticks
-        silent = [n for n, pr in self.progress.items() if pr.observer and self.ticks - pr.last_contact_tick > limit]
+        silent = [n for n, pr in self.progress.items()
+                  if pr.observer and self.ticks - max(pr.last_contact_tick, pr.asked_tick) > limit]
         for nid in silent:
             del self.progress[nid]
 
@@ -572,6 +626,7 @@ class RaftCore:
             return
         pr.recent_active = True
         pr.last_contact_tick = self.ticks
+        pr.commit_known = max(pr.commit_known, m.commit)  # every answer says how far it knows the commit
         if m.directory != pr.directory:
             if pr.directory and pr.match:
                 # Its disk was formatted again: what it acknowledged is gone. Catch it up from
@@ -613,6 +668,22 @@ class RaftCore:
                 self._ack_read(m.frm, m.context)
         else:
             self._handle_snapshot_resp(pr, m)
+
+    def _maybe_resign(self) -> None:
+        """A removed leader steps down once a majority of the voters left have answered that
+        they know its removal committed: from then on they elect among themselves. One of them
+        holding our whole log is told to campaign at once (thesis §3.10), so no election
+        timeout passes without a leader."""
+        voters = self.membership.voters
+        know = sorted(n for n in voters if (pr := self.progress.get(n)) is not None
+                      and self._counts(n, pr) and pr.commit_known >= self.resigning)
+        if len(know) < self.membership.quorum():
+            return
+        last = self.log.last_index()
+        successor = next((n for n in know if self.progress[n].match == last), 0)
+        if successor:
+            self._send(Message(MT.TIMEOUT_NOW, successor, self.id, self.term))
+        self._become_follower(self.term, 0)
 
     def _maybe_decrease(self, pr: Progress, m: Message) -> bool:
         """A follower rejected the append whose previous entry is ``m.index``."""
@@ -751,6 +822,9 @@ class RaftCore:
     def _check_can_propose(self) -> None:
         if self.role != Role.LEADER:
             raise NotLeader(self.leader)
+        if self.resigning:
+            raise ProposalDropped("this node was removed from the voters; it leads only until the voters left "
+                                  "know it, then hands over: retry at the next leader")
         if self.lead_transferee:
             raise ProposalDropped(f"leadership is being transferred to node {self.lead_transferee}")
 
@@ -945,14 +1019,23 @@ class RaftCore:
         if self.lead_transferee and self.lead_transferee not in cc.result.voters:
             self.lead_transferee = 0
         if self.id not in cc.result.voters:
-            # Removed: make sure the others learn the commit, then step down.
+            # Removed. A change takes effect where it is known committed, and a voter left that
+            # does not know it still counts us: it needs our vote, which we give only to a log as
+            # long as ours, and we never campaign. So lead on, counting ourselves for nothing and
+            # taking no proposals (thesis §4.2.2), until the voters left know it; then hand over.
+            self.resigning = e.index
+            self._fail_reads()
             self._bcast_append(allow_empty=True)
-            self._become_follower(self.term, 0)
+            self._maybe_commit()
+            if self.role == Role.LEADER:
+                self._maybe_resign()
         else:
             self._maybe_commit()  # the new quorum may already hold more entries
 
     def _send(self, m: Message) -> None:
         m.directory = self.directory_id
+        if m.type in _RESPONSES:
+            m.commit = self.log.committed  # how far we know the commit: a removed leader waits for it
         self.msgs.append(m)
 
     def _drop(self, reason: str) -> None:

@@ -60,5 +60,23 @@ class MembershipRefused(RaftError):
     left, another replica's directory); nothing was appended."""
 
 
+class TooManyObservers(RaftError):
+    """The leader already replicates to as many observers as it will (``raft.core.MAX_OBSERVERS``);
+    ask again once one is forgotten or made a member."""
+
+
 class NotCaughtUp(RaftError):
     """A node to be added as a voter did not catch up with the leader's log in time."""
+
+
+class LeftAsLearner(RaftError):
+    """``add_voter`` made the node a learner (that change committed), then could not make it a
+    voter: ``cause`` says why. It stays a learner, replicated to and counted for nothing, until
+    ``add_voter`` is called again or ``remove_member`` removes it (KIP-853's AddVoter has two
+    steps, thesis §4.2.1; only the first took effect)."""
+
+    def __init__(self, node_id: int, directory_id: str, cause: RaftError) -> None:
+        self.node_id, self.directory_id, self.cause = node_id, directory_id, cause
+        where = f" (directory {directory_id})" if directory_id else ""
+        super().__init__(f"node {node_id} was added as a learner{where} but not made a voter: {cause}; it stays a "
+                         f"learner until add_voter makes it a voter or remove_member removes it")

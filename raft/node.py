@@ -32,8 +32,8 @@ from .admin import AdminService
 from .config import NodeOptions, parse_voters
 from .core import RaftCore
 from .driver import handle_ready
-from .errors import (LogCompacted, NodeStopped, NotCaughtUp, NotLeader, OutcomeUnknown,
-                     ProposalDropped, RaftError, StorageError)
+from .errors import (LeftAsLearner, LogCompacted, MembershipRefused, NodeStopped, NotCaughtUp, NotLeader,
+                     OutcomeUnknown, ProposalDropped, RaftError, StorageError)
 from .observer import Observing
 from .messages import (ConfChange, ConfChangeType, Entry, EntryType, Membership, Message, Ready,
                        Role, Snapshot, SnapshotMeta, SnapshotSource, SoftState)
@@ -317,7 +317,8 @@ class RaftNode:
         ``directory_id`` (KIP-853) only the replica on that data directory is the voter. With
         ``observer_timeout``, a node that is not a member must first be caught up as an
         observer (KIP-853's AddVoter): if it is not within that many seconds, RaftError, and
-        nothing is written."""
+        nothing is written. Once it is a learner, a failure to promote it is LeftAsLearner
+        (NotLeader aside: the next leader finishes the job when asked again)."""
         with self._one_change(f"adding node {node_id}"):
             deadline = time.monotonic() + timeout
             if node_id not in self.core.membership.members:
@@ -325,10 +326,18 @@ class RaftNode:
                     await self.wait_caught_up(node_id, directory_id=directory_id or None, timeout=observer_timeout,
                                               why_not="it is not an observer of this leader; nothing was changed")
                 await self._change(ConfChangeType.ADD_LEARNER, node_id, address, directory_id, timeout)
-            await self.wait_caught_up(node_id, timeout=max(0.0, deadline - time.monotonic()),
-                                      why_not="it stays a learner")
-            return await self._change(ConfChangeType.ADD_VOTER, node_id, address, directory_id,
-                                      max(1.0, deadline - time.monotonic()))
+            # Only the replica on the learner's recorded directory: one formatted again meanwhile
+            # could be caught up, but as a voter it would count for nothing (KIP-853).
+            directory = directory_id or self.core.membership.directory(node_id)
+            try:
+                await self.wait_caught_up(node_id, directory_id=directory or None,
+                                          timeout=max(0.0, deadline - time.monotonic()))
+                return await self._change(ConfChangeType.ADD_VOTER, node_id, address, directory_id,
+                                          max(1.0, deadline - time.monotonic()))
+            except (NotCaughtUp, MembershipRefused, ProposalDropped) as e:
+                if node_id not in self.core.membership.learners:
+                    raise
+                raise LeftAsLearner(node_id, directory, e) from e
 
     async def remove_member(self, node_id: int, *, directory_id: str | None = None,
                             timeout: float = 10.0) -> int:

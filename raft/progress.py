@@ -70,8 +70,8 @@ class SnapshotTransfer:
 
 class Progress:
     __slots__ = ("match", "next", "state", "probe_sent", "inflight", "max_inflight",
-                 "recent_active", "snapshot", "is_learner", "last_contact_tick", "directory",
-                 "observer")
+                 "recent_active", "snapshot", "is_learner", "last_contact_tick", "asked_tick",
+                 "directory", "observer", "commit_known")
 
     def __init__(self, next_index: int, max_inflight: int, is_learner: bool = False,
                  observer: bool = False) -> None:
@@ -84,9 +84,15 @@ class Progress:
         self.recent_active = False
         self.snapshot: SnapshotTransfer | None = None  # set in the SNAPSHOT state
         self.is_learner = is_learner
-        self.last_contact_tick = -1  # the leader's tick of its last answer; -1: never
+        # The leader's tick of the last answer to its own appends, heartbeats or snapshot chunks
+        # in its term (-1: never): the only proof that the leader reaches this node.
+        self.last_contact_tick = -1
+        # The leader's tick of this node's last Observe request (-1: never). It keeps an observer
+        # from being forgotten, but proves nothing about the leader's messages reaching it.
+        self.asked_tick = -1
         self.directory = ""  # the data directory its answers come from (KIP-853)
         self.observer = observer  # not a member: replicated to, never counted
+        self.commit_known = 0  # the commit index its answers last said it knows
 
     def paused(self) -> bool:
         if self.state == ProgressState.PROBE:

@@ -7,9 +7,9 @@ new replica is not counted as the voter it replaced (the first tests show what h
 it is)."""
 import pytest
 
-from raft.core import OBSERVER_TIMEOUT
-from raft.errors import MembershipRefused, NotLeader
-from raft.messages import ConfChange, ConfChangeType as CC, Membership, Role
+from raft.core import MAX_OBSERVERS, OBSERVER_TIMEOUT
+from raft.errors import MembershipRefused, NotLeader, TooManyObservers
+from raft.messages import ConfChange, ConfChangeType as CC, Membership, Message, MessageType as MT, Role
 from raft.testing.network import Network
 
 DIRS = {1: "dir-1", 2: "dir-2", 3: "dir-3"}
@@ -219,3 +219,124 @@ def test_a_membership_with_directories_encodes_for_old_and_new_readers():
     assert Membership.decode(old.encode()) == old and old.encode() == m.encode()[:len(old.encode())]
     assert m.matches(2, "anything") and m.matches(1, "dir-1") and not m.matches(1, "dir-x")
     assert m.is_voter(1, "dir-1") and not m.is_voter(3, "dir-3")
+
+
+def test_an_observe_request_from_a_voter_does_not_make_it_live():
+    """A voter the leader cannot reach asks to observe (raft.observer, after MEMBER_SILENCE);
+    that request proves nothing about the leader's appends reaching it, so a removal that
+    would leave it as one of a bare majority stays refused."""
+    net = Network([1, 2, 3])
+    leader = net.elect(1)
+    net.blocked.add((1, 3))  # 3 reaches the leader, the leader does not reach 3
+    net.tick(1, net.config.election_ticks + 1)
+    end = leader.log.last_index()
+    refused = r"without node 2, voters \[1, 3\] would have 1 live \(1\)"
+    with pytest.raises(MembershipRefused, match=refused):
+        leader.propose_conf_change(CC.REMOVE, 2)
+    leader.observe(3)
+    with pytest.raises(MembershipRefused, match=refused):
+        leader.propose_conf_change(CC.REMOVE, 2)
+    assert leader.log.last_index() == end and not leader.progress[3].observer
+    net.heal()
+    net.tick(1, net.config.heartbeat_ticks)  # answers to the leader's own heartbeats do count
+    assert leader.propose_conf_change(CC.REMOVE, 2) > 0
+
+
+def test_a_change_needs_a_live_majority_of_the_voters_it_commits_under():
+    """A change takes effect when it commits, and it commits under the configuration before
+    it: removing the dead voter of a 2-voter quorum needs that voter's acknowledgement. Such a
+    removal would sit uncommitted, and every later change would be refused as "in progress"."""
+    net = Network([1, 2], joining=[3])
+    leader = net.elect(1)
+    net.crash(2)
+    net.tick(1, net.config.election_ticks + 1)
+    end = leader.log.last_index()
+    with pytest.raises(MembershipRefused, match=r"the change commits under the current voters \[1, 2\], which "
+                                                r"have 1 live \(1\), fewer than the 2 a majority needs; a dead voter "
+                                                r"of a 2-voter quorum cannot be removed"):
+        leader.propose_conf_change(CC.REMOVE, 2)
+    with pytest.raises(MembershipRefused, match=r"current voters \[1, 2\], which have 1 live"):
+        leader.propose_conf_change(CC.ADD_LEARNER, 3)  # it could not commit either
+    assert leader.log.last_index() == end and leader.pending_conf_index <= leader.log.committed
+    net.restart(2)
+    net.tick(1, net.config.heartbeat_ticks)
+    assert leader.propose_conf_change(CC.REMOVE, 2) > 0
+    net.settle()
+    net.tick(1)
+    assert leader.membership.voters == {1}
+    assert leader.propose_conf_change(CC.ADD_LEARNER, 3) > 0  # nothing is left pending
+
+
+def test_adding_a_member_without_its_directory_is_refused_once_the_membership_records_directories():
+    """A member without a directory matches any: a disk formatted again would count as it,
+    which is what naming voters by directory (KIP-853) is there to prevent."""
+    net = Network([1, 2, 3], joining=[4], directories=DIRS)
+    leader = net.elect(1)
+    end = leader.log.last_index()
+    for kind in (CC.ADD_LEARNER, CC.ADD_VOTER):
+        with pytest.raises(MembershipRefused, match="give node 4's directory id: this configuration names its "
+                                                    "members by node id and directory id"):
+            leader.propose_conf_change(kind, 4)
+    assert leader.log.last_index() == end
+    leader.propose_conf_change(CC.ADD_LEARNER, 4, directory_id="dir-4")
+    net.settle()
+    net.tick(1)
+    assert leader.propose_conf_change(CC.ADD_VOTER, 4) > 0  # promoting keeps the directory recorded
+    net.settle()
+    net.tick(1)
+    assert leader.membership.voters == {1, 2, 3, 4} and leader.membership.directory(4) == "dir-4"
+    static = Network([1, 2, 3], joining=[4])  # voters without directories: none to give
+    assert static.elect(1).propose_conf_change(CC.ADD_LEARNER, 4) > 0
+
+
+def test_a_leader_replicates_to_at_most_max_observers():
+    """Each observer costs the leader a progress entry and a link with its queues; anyone
+    reaching the port may ask, so the number is bounded."""
+    net = Network([1, 2, 3])
+    leader = net.elect(1)
+    asking = range(100, 100 + MAX_OBSERVERS)
+    for nid in asking:
+        leader.observe(nid)
+    with pytest.raises(TooManyObservers, match=f"the leader replicates to at most {MAX_OBSERVERS} observers"):
+        leader.observe(99)
+    assert 99 not in leader.progress
+    leader.observe(100)  # one it replicates to already may ask again
+    leader.observe(2)  # and a member is no observer
+    net.tick(1, (OBSERVER_TIMEOUT + 2) * net.config.election_ticks)  # none of them answers: forgotten
+    assert not any(pr.observer for pr in leader.progress.values())
+    leader.observe(99)
+    assert leader.progress[99].observer
+
+
+def test_a_removed_leader_hands_over_only_once_the_voters_left_know_its_removal_committed():
+    """A change takes effect where it is known committed. A leader that steps down as soon as
+    its own removal commits leaves the voters left under the old configuration if its last
+    append is lost, and there they need its vote; it refuses a candidate whose log is shorter
+    than its own and never campaigns itself. With another voter down, nobody is ever elected,
+    although the voters left are a live majority of the new configuration (found by the
+    simulator with a disk wipe among membership changes)."""
+    net = Network([1, 2, 3, 4], directories={**DIRS, 4: "dir-4"})
+    leader = net.elect(1)
+    net.crash(2)
+    net.tick(1, net.config.election_ticks + 1)  # 2 is not live; 1, 3 and 4 are
+    held: list[Message] = []
+    net.drop = lambda m: m.type == MT.APPEND_RESP and not held.append(m)  # 3 and 4 hold the removal...
+    index = leader.propose_conf_change(CC.REMOVE, 1, directory_id="dir-1")
+    net.settle()
+    net.drop = lambda m: m.frm == 1 and m.to != 1  # ...then nothing from 1 arrives: its log grows alone
+    leader.propose([b"only on 1"])
+    net.settle()
+    for m in held:  # the acknowledgements commit the removal
+        leader.step(m)
+    net.settle()
+    assert leader.log.committed >= index and leader.membership.voters == {2, 3, 4}
+    assert net.nodes[3].log.committed < index and net.nodes[3].membership.voters == {1, 2, 3, 4}
+    net.drop = lambda m: False
+    for _ in range(10 * net.config.election_ticks):
+        for nid in (1, 3, 4):
+            net.tick(nid)
+    new = net.leader()
+    assert new is not None and new.id in (3, 4), "the voters left elected nobody"
+    assert new.membership.voters == {2, 3, 4} and not net.nodes[1].promotable()
+    last = net.propose(new.id, b"after")[1]
+    assert new.log.committed == last

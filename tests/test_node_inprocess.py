@@ -8,6 +8,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import threading
 from typing import Any, AsyncIterator, BinaryIO, Callable
 
@@ -155,3 +156,109 @@ async def test_membership_changes_reach_every_node():
         assert follower not in leader.transport.peers
         assert await leader.propose(b"after") > 0  # two voters still commit
 
+
+
+@in_loop
+async def test_observers_beyond_the_cap_are_refused_with_resource_exhausted():
+    """Observe is open to anyone reaching the port: past MAX_OBSERVERS the leader takes on no
+    more progress entries or transport links, and says why in one line."""
+    import grpc
+
+    from raft.admin import AdminService
+    from raft.core import MAX_OBSERVERS
+    from raft.proto import raft_pb2 as rpb
+
+    class Refused(Exception):
+        pass
+
+    class Context:
+        def set_trailing_metadata(self, md: Any) -> None:
+            pass
+
+        async def abort(self, code: grpc.StatusCode, details: str) -> None:
+            raise Refused(code, details)
+
+    async with cluster() as (net, nodes):
+        leader = await leader_of(nodes)
+        admin = AdminService(leader)
+
+        async def observe(nid: int) -> rpb.ObserveResponse:
+            return await admin.Observe(rpb.ObserveRequest(node_id=nid, address=f"mem:{nid}",
+                                                          cluster_id=leader.cluster_id), Context())
+        for nid in range(100, 100 + MAX_OBSERVERS):
+            assert (await observe(nid)).leader_id == leader.id
+        try:
+            await observe(99)
+            raise AssertionError("observer 65 was taken on")
+        except Refused as e:
+            code, details = e.args
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert details.startswith(f"the leader replicates to at most {MAX_OBSERVERS} observers")
+        assert 99 not in leader.transport.peers and 99 not in leader.addresses
+        assert (await observe(100)).leader_id == leader.id  # one already observing may ask again
+
+
+class FormattedStorage(MemoryStorage):
+    """Memory storage of a data directory with an id, formatted with ``voters`` (KIP-853) or none."""
+
+    def __init__(self, directory_id: str, voters: tuple[Any, ...] = ()) -> None:
+        self.directory_id = directory_id
+        self.voters = voters
+
+    def recover(self) -> Any:
+        from raft.storage.base import RecoveredState
+        return RecoveredState(bootstrap=self.voters)
+
+
+@in_loop
+async def test_add_voter_promotes_only_the_learner_on_its_directory_and_says_when_it_stays_a_learner():
+    """KIP-853's AddVoter in two steps: if the new node's disk is formatted again once it is a
+    learner, the replica that then catches up is another one, and must not be promoted (it
+    could not count: the voter set would need a replica that no longer exists). The error says
+    the node stays a learner, and remove_member removes it by its directory."""
+    from raft.config import Voter
+    from raft.errors import LeftAsLearner, NotCaughtUp
+    from raft.messages import ConfChangeType
+
+    net = MemoryNetwork()
+
+    def node(nid: int, storage: MemoryStorage) -> RaftNode:
+        return RaftNode(nid, None, ListMachine(), storage=storage, transport=net.transport(nid),
+                        options=OPTIONS, address=f"mem:{nid}", seed=nid)
+    leader = node(1, FormattedStorage("dir-1", (Voter(1, "mem:1", "dir-1"),)))
+    new = node(2, FormattedStorage("dir-2"))
+    replaced: list[RaftNode] = []
+    try:
+        await leader.start()
+        await new.start()
+        await eventually(lambda: leader.is_leader, what="node 1 leading")
+        await leader.propose(b"a")
+        leader.observe(2, "mem:2")
+        change = leader._change
+
+        async def then_format_it_again(kind: ConfChangeType, *args: Any) -> int:
+            index = await change(kind, *args)
+            if kind == ConfChangeType.ADD_LEARNER:  # node 2's disk is lost and formatted again
+                await new.stop(transfer=False)
+                replaced.append(node(2, FormattedStorage("dir-2-formatted-again")))
+                await replaced[0].start()
+                await leader.propose(b"b")
+            return index
+        leader._change = then_format_it_again  # type: ignore[method-assign]
+        try:
+            await leader.add_voter(2, "mem:2", directory_id="dir-2", timeout=1.5, observer_timeout=5)
+            raise AssertionError("the replica formatted again was promoted")
+        except LeftAsLearner as e:
+            assert isinstance(e.cause, NotCaughtUp)
+            assert re.fullmatch(r"node 2 was added as a learner \(directory dir-2\) but not made a voter: node 2 did "
+                                r"not catch up within \ds; it stays a learner until add_voter makes it a voter or "
+                                r"remove_member removes it", str(e)), str(e)
+        await eventually(lambda: replaced[0].applied == leader.applied, what="the other replica caught up")
+        m = leader.membership
+        assert (m.voters, m.learners, m.directory(2)) == ({1}, {2}, "dir-2")
+        await leader.remove_member(2, directory_id="dir-2")
+        assert leader.membership.members == {1}
+        assert await leader.propose(b"c") > 0
+    finally:
+        for n in (leader, new, *replaced):
+            await n.stop(transfer=False)

@@ -170,6 +170,99 @@ def test_a_static_quorum_refuses_changes(tmp_path):
     asyncio.run(go())
 
 
+def test_a_controller_refuses_the_raft_librarys_own_membership_rpcs(tmp_path):
+    """RaftAdmin's AddVoter, AddLearner and RemoveMember would change the voters without the
+    quorum's rules (static quorums, cluster id, DUPLICATE_VOTER, directory ids): a controller
+    refuses them with one line naming the tool that applies those rules."""
+    import grpc
+
+    async def go() -> None:
+        q = InProcessQuorum(tmp_path)
+        await q.start()
+        try:
+            active = await q.active()
+            before = active.node.membership
+            async with grpc.aio.insecure_channel(active.node.address) as ch:
+                admin = raft_pb2_grpc.RaftAdminStub(ch)
+                for method, req in [("AddLearner", rpb.MemberRequest(node_id=4, address="127.0.0.1:1")),
+                                    ("AddVoter", rpb.MemberRequest(node_id=4, address="127.0.0.1:1")),
+                                    ("RemoveMember", rpb.MemberRequest(node_id=3))]:
+                    with pytest.raises(grpc.aio.AioRpcError) as e:
+                        await getattr(admin, method)(req, timeout=3)
+                    assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED, (method, e.value.details())
+                    assert e.value.details() == (
+                        f"a controller does not serve RaftAdmin {method}: change the controller quorum with "
+                        f"`kraft quorum add-controller` or `kraft quorum remove-controller`, which check the cluster "
+                        f"id, static quorums, duplicate voters and directory ids"), method
+                assert (await admin.Status(rpb.StatusRequest(), timeout=3)).node_id == active.node.id  # still served
+            assert active.node.membership == before
+        finally:
+            await q.stop()
+    asyncio.run(go())
+
+
+def test_a_learner_left_behind_by_add_controller_is_said_so_and_remove_controller_removes_it():
+    """AddRaftVoter's first step commits, then the new controller dies: the answer says it is a
+    learner now (not "nothing was changed"), and RemoveRaftVoter removes that learner by its
+    node id and directory id; nothing else would."""
+    from types import SimpleNamespace
+
+    from metadata import quorum
+    from metadata.errors import ApiError
+    from raft.config import Voter, new_directory_id
+    from raft.messages import ConfChangeType
+    from raft.node import RaftNode
+    from raft.testing.memory import MemoryNetwork
+    from tests.test_node_inprocess import OPTIONS, FormattedStorage, ListMachine
+
+    async def go() -> None:
+        net = MemoryNetwork()
+        first, joining = new_directory_id(), new_directory_id()
+
+        def node(nid: int, storage: FormattedStorage) -> RaftNode:
+            return RaftNode(nid, None, ListMachine(), storage=storage, transport=net.transport(nid),
+                            options=OPTIONS, address=f"mem:{nid}", seed=nid)
+        leader = node(1, FormattedStorage(first, (Voter(1, "mem:1", first),)))
+        new = node(2, FormattedStorage(joining))
+        controller = SimpleNamespace(node=leader, not_controller=lambda: AssertionError("not the leader"))
+        await leader.start()
+        await new.start()
+        try:
+            await eventually(lambda: leader.is_leader, what="controller 1 leading")
+            leader.observe(2, "mem:2")
+            change = leader._change
+
+            async def then_it_dies(kind: ConfChangeType, *args: object) -> int:
+                index = await change(kind, *args)
+                if kind == ConfChangeType.ADD_LEARNER:
+                    await new.stop(transfer=False)
+                    await leader.propose(b"written after it died")
+                return index
+            leader._change = then_it_dies  # type: ignore[method-assign]
+            add = pb.AddRaftVoterRequest(cluster_id=leader.cluster_id, voter_id=2, voter_directory_id=joining,
+                                         timeout_ms=1000, listeners=[pb.Endpoint(name="CONTROLLER", host="mem", port=2)])
+            with pytest.raises(ApiError) as e:
+                await quorum.add_voter(controller, add, "CONTROLLER")  # type: ignore[arg-type]
+            assert e.value.code == ErrorCode.REQUEST_TIMED_OUT and "nothing was changed" not in e.value.message
+            assert e.value.message.startswith("adding controller 2: node 2 did not catch up within "), e.value.message
+            assert e.value.message.endswith(
+                f"; controller 2 was added as a learner and is one still: run add-controller again once it is caught "
+                f"up, or remove it with remove-controller --controller-id 2 --controller-directory-id {joining}")
+            assert leader.membership.learners == {2}
+            with pytest.raises(ApiError) as e:
+                await quorum.remove_voter(controller, pb.RemoveRaftVoterRequest(  # type: ignore[arg-type]
+                    voter_id=2, voter_directory_id=first))
+            assert e.value.code == ErrorCode.VOTER_NOT_FOUND and e.value.message.endswith(
+                f"(and the learners 2 (directory id {joining})); nothing was changed")
+            await quorum.remove_voter(controller, pb.RemoveRaftVoterRequest(  # type: ignore[arg-type]
+                voter_id=2, voter_directory_id=joining))
+            assert leader.membership.members == {1}
+        finally:
+            await leader.stop(transfer=False)
+            await new.stop(transfer=False)
+    asyncio.run(go())
+
+
 # ------------------------------------------------------------------------------- processes
 
 

@@ -80,6 +80,14 @@ def test_a_voter_formatted_again_never_counts_as_the_voter_it_was():
     assert failed > 0 and wipes == 60
 
 
+def test_disks_are_wiped_in_runs_whose_membership_changes():
+    """Wipes and membership changes in the same runs: a wiped learner or voter removed and
+    added back with its new directory, then perhaps wiped again, all checked for safety and
+    for progress once healed (``run_seed`` raises otherwise)."""
+    both = [s for s in range(60) if (st := run_seed(s, STEPS).stats)["wipes"] and st["conf_changes"]]
+    assert len(both) >= 5, both
+
+
 def test_faults_happen_in_the_randomized_runs():
     totals = {"elections": 0, "crashes": 0, "snapshots": 0, "conf_changes": 0, "transfers": 0,
               "reads": 0, "lost": 0, "wipes": 0}

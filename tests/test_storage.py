@@ -52,6 +52,29 @@ def test_a_directory_must_be_formatted_for_this_cluster_and_node(tmp_path, data_
         format_storage(str(tmp_path / "x"), "bad id!", 1)
 
 
+def test_a_format_without_voters_over_a_format_cut_short_leaves_no_voter_set(tmp_path):
+    """A format with initial voters writes bootstrap-voters.properties before meta.properties;
+    cut short between the two, the directory is still unformatted. Formatted again without
+    voters (--no-initial-controllers), the old voter set must not survive: the node would
+    start as a voter of a set it was never meant to join."""
+    from raft.config import Voter
+    from raft.storage.disk import BOOTSTRAP_FILE, META_FILE, bootstrap_voters
+    d = tmp_path / "node2"
+    d.mkdir()
+    (d / BOOTSTRAP_FILE).write_text("voters=1@h1:9093:MvDxzVmcRsaTz33bUuRU6A\n")  # the format that was cut short
+    (d / f"{META_FILE}.tmp").write_text("cluster.id=half-written\n")
+    assert format_storage(str(d), "test-cluster", 2)
+    assert sorted(os.listdir(d)) == [META_FILE]
+    assert bootstrap_voters(str(d)) is None
+    assert DiskStorage(str(d), 2, "test-cluster").recover().bootstrap == ()
+    voters = [Voter(2, "h2:9093", "MvDxzVmcRsaTz33bUuRU6B")]
+    again = tmp_path / "node2-again"
+    again.mkdir()
+    (again / BOOTSTRAP_FILE).write_text("voters=1@h1:9093:MvDxzVmcRsaTz33bUuRU6A\n")
+    format_storage(str(again), "test-cluster", 2, directory_id="MvDxzVmcRsaTz33bUuRU6B", initial_voters=voters)
+    assert bootstrap_voters(str(again)) == voters  # with voters, the new set replaces the old
+
+
 def test_entries_and_hard_state_survive_a_restart(data_dir):
     s, st = _open(data_dir)
     assert st.entries == [] and st.hard_state == HardState()

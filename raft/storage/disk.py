@@ -67,10 +67,17 @@ def format_storage(data_dir: str, cluster_id: str, node_id: int, *, ignore_forma
         raise StorageError(f"log directory {data_dir} is not empty and not formatted; refusing to format over it")
     directory_id = config.check_directory_id(directory_id) if directory_id else config.new_directory_id()
     os.makedirs(data_dir, exist_ok=True)
+    # A format cut short leaves what it wrote before meta.properties. A voter set left from it
+    # would be read as this node's bootstrap voters even when formatting without any.
+    for name in leftovers:
+        if os.path.exists(os.path.join(data_dir, name)):
+            os.remove(os.path.join(data_dir, name))
     if initial_voters is not None:  # first: meta.properties is what makes the directory formatted
         _write_durably(os.path.join(data_dir, BOOTSTRAP_FILE),
                        "# the initial voter set, written by the format step; the log's voter set replaces it\n"
                        f"voters={','.join(map(str, initial_voters))}\n")
+    # Whatever was removed or renamed above is durable before meta.properties says "formatted".
+    wal.fsync_dir(data_dir)
     _write_durably(meta, f"#\n# written by the format step; do not edit\ncluster.id={cluster_id}\n"
                          f"node.id={node_id}\ndirectory.id={directory_id}\nversion={META_VERSION}\n")
     wal.fsync_dir(data_dir)

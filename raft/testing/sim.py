@@ -22,7 +22,7 @@ from typing import Any, BinaryIO, Callable, Coroutine, Generator
 from ..core import CoreConfig, RaftCore
 from ..driver import handle_ready
 from ..errors import RaftError
-from ..messages import (BytesSnapshotSource, ConfChangeType, Entry, EntryType, HardState,
+from ..messages import (BytesSnapshotSource, ConfChange, ConfChangeType, Entry, EntryType, HardState,
                         Membership, Message, Ready, Role, Snapshot, SnapshotMeta, SoftState)
 from .checker import SafetyChecker, SafetyViolation
 
@@ -113,9 +113,10 @@ class SimConfig:
             snapshot_pad=rng.choice([(0, 0), (0, 200), (100, 3000)]),
             snapshot_trailing=rng.choice([0, 0, 5]),
             core=core,
-            # Drawn last, so the other choices of a seed stay what they were. With a fixed
-            # membership only, so that the replicas not wiped always make a majority.
-            wipe_every_ms=rng.choice([0, 300]) if not spare else 0)
+            # Drawn last, so the other choices of a seed stay what they were. Together with
+            # membership changes too: ``Simulation._wipe`` keeps a majority of the voters of
+            # every configuration on the replicas it records for them.
+            wipe_every_ms=rng.choice([0, 300]))
 
 
 class Durable:
@@ -329,7 +330,6 @@ class Simulation:
         self.directories = {i: f"dir-{i}" for i in ids}
         initial = Membership(frozenset(ids[:self.cfg.nodes]),
                              directories={i: self.directories[i] for i in ids[:self.cfg.nodes]})
-        self.wipes_left = (self.cfg.nodes - 1) // 2  # the replicas never wiped stay a majority
         self.nodes = {i: SimNode(self, i, initial if i <= self.cfg.nodes else Membership())
                       for i in ids}
         self.blocked: set[tuple[int, int]] = set()
@@ -479,19 +479,51 @@ class Simulation:
     def _wipe(self) -> None:
         """A node loses its disk and comes back formatted without voters (an observer, as
         ``--no-initial-controllers`` formats one): no log, no vote, a new directory id. It
-        must never count as the voter it was (KIP-853)."""
-        wiped = {n for n, d in self.directories.items() if d != f"dir-{n}"}
-        candidates = [n for n in self.nodes.values() if n.id not in wiped]
-        if not self.wipes_left or not candidates:
+        must never count as the voter it was (KIP-853). Only a replica some configuration
+        names (never wiped, or added back with its new directory), and only while every
+        configuration that is or may yet be in force keeps a majority of replicas it names
+        after the wipe: the run must be able to make progress once healed (a wiped voter
+        counts for nothing until it is removed and added back)."""
+        configs = self._configurations()
+        candidates = []
+        for n in self.nodes.values():
+            if not any(m.directory(n.id) == self.directories[n.id] for m in configs):
+                continue  # wiped and not added back, or never a member: nothing to lose
+            if all(self._intact(m, m.voters, wiped=n.id) >= m.quorum() for m in configs):
+                candidates.append(n)
+        if not candidates:
             return
         n = self.rng.choice(candidates)
-        self.wipes_left -= 1
         n.crash()
         n.durable = Durable(Membership())
-        self.directories[n.id] = f"dir-{n.id}-formatted-again"
         self.stats["wipes"] += 1
+        self.directories[n.id] = f"dir-{n.id}-formatted-again-{self.stats['wipes']}"
         self.log(f"wipe node {n.id}")
         self.schedule(self.rng.randint(*self.cfg.restart_after_ms), self._restart, n.id)
+
+    def _intact(self, m: Membership, voters: frozenset[int], wiped: int = 0) -> int:
+        """How many of ``voters`` are on the replica ``m`` records for them (also once ``wiped``
+        is wiped). Compared by hand, not with ``Membership.matches``: a test sabotages that."""
+        return sum(1 for v in voters if not m.directory(v) or (v != wiped and m.directory(v) == self.directories[v]))
+
+    def _configurations(self) -> list[Membership]:
+        """Every configuration with voters that some node holds, in memory or on disk, or
+        that a message in flight carries (uncommitted ones too: they may yet commit)."""
+        found: list[Membership] = []
+        entries: list[Entry] = []
+        for n in self.nodes.values():
+            core = n.core
+            found += [core.membership, core.snapshot_meta.membership, n.durable.snapshot.membership]
+            entries += core.log.entries
+            entries += n.durable.entries
+        for _, _, fn, args in self._queue:
+            if fn == self._deliver:
+                m = args[0]
+                entries += m.entries
+                if m.snapshot is not None:
+                    found.append(m.snapshot.membership)
+        found += [ConfChange.decode(e.data).result for e in entries if e.type == EntryType.CONF_CHANGE]
+        return [m for m in found if m.voters]
 
     def _restart(self, nid: int) -> None:
         n = self.nodes[nid]
@@ -521,7 +553,12 @@ class Simulation:
             options = [(ConfChangeType.ADD_LEARNER, i) for i in ids if i not in m.members]
             options += [(ConfChangeType.ADD_VOTER, i) for i in sorted(m.learners)]
             if len(m.voters) > 2:
-                options += [(ConfChangeType.REMOVE, i) for i in sorted(m.voters)]
+                # Like an operator who knows which machines lost their disks: never a removal
+                # that leaves fewer voters on their recorded replicas than a majority. A wipe
+                # is permanent, and the leader may count a voter wiped a moment ago as live
+                # (it answered within an election timeout), so the core's rule cannot tell.
+                options += [(ConfChangeType.REMOVE, i) for i in sorted(m.voters)
+                            if self._intact(m, m.voters - {i}) >= len(m.voters - {i}) // 2 + 1]
             if not options:
                 continue
             kind, target = self.rng.choice(options)
