@@ -451,15 +451,21 @@ def test_a_leader_learns_a_completed_reassignment_its_own_alter_partition_answer
     run(go())
 
 
+async def _moving_partition(tmp_path) -> tuple[LogStore, Partition]:
+    """Partition first-0 led here (broker 1), replica 3 being added by a reassignment, 4 batches."""
+    store = LogStore(str(tmp_path))
+    p = Partition(1, "first", uuid.uuid4(), 0, PartitionLog(store, uuid.uuid4(), 0), LogConfig())
+    p.update(PartitionRegistration((1, 2, 3), (1, 2), 1, 0, 0, adding=(3,)))
+    for _ in range(4):
+        await p.append_as_leader(_batch(5, size=500), 0)
+    return store, p
+
+
 def test_the_leader_throttles_only_replicas_being_added(tmp_path):
     """leader.replication.throttled.rate: a replica a reassignment is adding gets nothing while
     the leader is over its rate; an in-sync follower is served all along."""
     async def go():
-        store = LogStore(str(tmp_path))
-        p = Partition(1, "first", uuid.uuid4(), 0, PartitionLog(store, uuid.uuid4(), 0), LogConfig())
-        p.update(PartitionRegistration((1, 2, 3), (1, 2), 1, 0, 0, adding=(3,)))
-        for _ in range(4):
-            await p.append_as_leader(_batch(5, size=500), 0)
+        store, p = await _moving_partition(tmp_path)
         now = [0.0]
         quota = ReplicationQuota(clock=lambda: now[0])
         quota.set_rate(1000)  # bytes/s: a second's worth is in the bucket to start with
@@ -480,11 +486,7 @@ def test_a_throttled_long_poll_is_answered_once_the_bucket_refills(tmp_path):
     5 s wait (which made a 1 GiB move at 10 MiB/s take 2.5 times as long as the throttle allows,
     bench.reassign)."""
     async def go():
-        store = LogStore(str(tmp_path))
-        p = Partition(1, "first", uuid.uuid4(), 0, PartitionLog(store, uuid.uuid4(), 0), LogConfig())
-        p.update(PartitionRegistration((1, 2, 3), (1, 2), 1, 0, 0, adding=(3,)))
-        for _ in range(4):
-            await p.append_as_leader(_batch(5, size=500), 0)
+        store, p = await _moving_partition(tmp_path)
         quota = ReplicationQuota()
         quota.set_rate(5000)
         rm = _OneReplica(p, quota)
