@@ -15,7 +15,7 @@ from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc
 
 from metadata.authorizer import Access, StandardAuthorizer
-from metadata.principal import PrincipalError, PrincipalMapper, grpc_session
+from metadata.principal import PrincipalMapper, caller
 
 from . import authorization as authorized
 from .group_coordinator import GroupCoordinator
@@ -45,11 +45,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     async def _access(self, context: grpc.aio.ServicerContext) -> Access:
         """Who calls; a certificate no mapping rule maps ends the call, as Kafka refuses the
         connection."""
-        try:
-            return Access(self.authorizer, grpc_session(context, self.mapper))
-        except PrincipalError as e:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(e))
-        raise AssertionError("unreachable")
+        return Access(self.authorizer, await caller(context, self.mapper))
 
     async def _guard(self, context: grpc.aio.ServicerContext, work: Awaitable[T]) -> T:
         try:

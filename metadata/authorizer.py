@@ -33,6 +33,7 @@ from .acls import (CLUSTER_NAME, WILDCARD, WILDCARD_PRINCIPAL, AclOperation, Acl
                    AclResourceType, PatternType, ResourcePattern, StandardAcl)
 from raft.config import ConfigError
 
+from .errors import ApiError, ErrorCode
 from .image import AclsImage
 from .principal import Session
 
@@ -218,4 +219,10 @@ class Access:
 
     def cluster_denied(self, op: AclOperation) -> str:
         return f"Cluster authorization failed: {self.session.principal} may not {op.name} the cluster"
+
+    def topic_refusal(self, op: AclOperation, name: str) -> ApiError:
+        return ApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, self.topic_denied(op, name))
+
+    def cluster_refusal(self, op: AclOperation) -> ApiError:
+        return ApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, self.cluster_denied(op))
 

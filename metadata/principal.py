@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
+import grpc
 from cryptography import x509
 
 from raft.config import ConfigError
@@ -188,6 +189,16 @@ def grpc_session(context: Any, mapper: PrincipalMapper) -> Session:
     if not pem:
         return Session(ANONYMOUS, host)
     return Session(mapper.principal_of_certificate(pem[0], True), host)
+
+
+async def caller(context: Any, mapper: PrincipalMapper) -> Session:
+    """The session of a gRPC call, or the call ended UNAUTHENTICATED with one line when no rule
+    maps its certificate (Kafka refuses such a connection)."""
+    try:
+        return grpc_session(context, mapper)
+    except PrincipalError as e:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(e))
+        raise  # abort raises; a context that did not still gets no session
 
 
 def stream_session(writer: asyncio.StreamWriter, mapper: PrincipalMapper) -> Session:

@@ -13,13 +13,13 @@ from raft.node import RaftNode
 from raft.transport import add_service, channel_options
 from raft.storage import DiskStorage
 
-from .acls import CLUSTER_NAME, AclOperation, AclResourceType
-from .authorizer import StandardAuthorizer
+from .acls import AclOperation
+from .authorizer import Access, StandardAuthorizer
 from .config import ServerConfig
 from .controller import ControllerConfig, QuorumController
 from .loop_stall import LoopStallProbe
 from .metrics import ControllerMetrics, MetricsEndpoint, RaftMetrics
-from .principal import PrincipalError, PrincipalMapper, grpc_session, mapper_from_config
+from .principal import PrincipalMapper, caller, mapper_from_config
 from .service import ControllerService
 from .state_machine import MetadataStateMachine
 
@@ -78,13 +78,10 @@ class RaftAccess(grpc.aio.ServerInterceptor):
             return handler
 
         async def check(context: grpc.aio.ServicerContext) -> None:
-            try:
-                session = grpc_session(context, self.mapper)
-            except PrincipalError as e:
-                await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(e))
-            if not self.authorizer.authorize(session, op, AclResourceType.CLUSTER, CLUSTER_NAME):
-                await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"CLUSTER_AUTHORIZATION_FAILED: Cluster "
-                                    f"authorization failed: {session.principal} may not {op.name} the cluster")
+            access = Access(self.authorizer, await caller(context, self.mapper))
+            if not access.cluster(op):
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                    f"CLUSTER_AUTHORIZATION_FAILED: {access.cluster_denied(op)}")
 
         def checked(inner: Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]) -> Any:
             async def serve(request_or_stream: Any, context: grpc.aio.ServicerContext) -> Any:

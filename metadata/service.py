@@ -33,7 +33,7 @@ from .brokers import Heartbeat
 from .controller import NotController, QuorumController
 from .errors import ApiError, ErrorCode
 from .image import ConfigResource, MetadataImage, ResourceType, SecurityProtocol
-from .principal import FORWARDED_HOST, FORWARDED_PRINCIPAL, PrincipalError, PrincipalMapper, Session, grpc_session
+from .principal import FORWARDED_HOST, FORWARDED_PRINCIPAL, PrincipalMapper, Session, caller
 from .partitions import PREFERRED, UNCLEAN, alter_partition, elect_leaders
 from .reassignments import Reassignment, alter, ongoing
 from .records import endpoint, producer_ids
@@ -67,19 +67,16 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     async def _access(self, context: grpc.aio.ServicerContext) -> Access:
         """The request's session, or the client's a broker forwards. A certificate no mapping
         rule maps ends the call (UNAUTHENTICATED), as Kafka refuses the connection."""
-        try:
-            session = grpc_session(context, self.mapper)
-        except PrincipalError as e:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(e))
-        caller = Access(self.authorizer, session)
+        session = await caller(context, self.mapper)
+        direct = Access(self.authorizer, session)
         sent = dict(context.invocation_metadata() or ())
         forwarded = sent.get(FORWARDED_PRINCIPAL)
         if forwarded is None:
-            return caller
+            return direct
         # Only a super user or an explicit ALLOW may speak for others: with
         # allow.everyone.if.no.acl.found and no cluster ACL, anyone would pass CLUSTER_ACTION and
         # could forward as a super user.
-        if not caller.cluster(O.CLUSTER_ACTION, explicit=True):
+        if not direct.cluster(O.CLUSTER_ACTION, explicit=True):
             raise ApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, f"Cluster authorization failed: "
                            f"{session.principal} may not forward requests for other principals (that takes "
                            "CLUSTER_ACTION on the cluster, granted by an ACL or super.users)")
@@ -93,7 +90,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         try:
             access = await self._access(context)
             if needs is not None and not access.cluster(needs):
-                raise ApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, access.cluster_denied(needs))
+                raise access.cluster_refusal(needs)
             return await work(access)
         except NotController as e:
             return response_type(status=_status(ErrorCode.NOT_CONTROLLER, str(e), e.controller_id or -1,
@@ -155,11 +152,9 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
                 raise ApiError(ErrorCode.INVALID_REQUEST, "topic ids are 16-byte UUIDs")
             check_request_size(len(request.names) + len(ids), "topics")
             known = self.c.sm.image.topics_by_id
-            refused = [ItemResult(name, error=ApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                                                       access.topic_denied(O.DELETE, name)))
+            refused = [ItemResult(name, error=access.topic_refusal(O.DELETE, name))
                        for name in request.names if not access.topic(O.DELETE, name)]
-            refused += [ItemResult(known[i].name, i, ApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                                                              access.topic_denied(O.DELETE, known[i].name)))
+            refused += [ItemResult(known[i].name, i, access.topic_refusal(O.DELETE, known[i].name))
                         for i in ids if i in known and not access.topic(O.DELETE, known[i].name)]
             gone = {r.name for r in refused}
             names = [n for n in request.names if n not in gone]
@@ -186,8 +181,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
                     results.append(res)
                 return records, results
             results = await self.c.write(build, validate_only=request.validate_only, in_thread=True)
-            results += [ItemResult(name, error=ApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                                                        access.topic_denied(O.ALTER, name))) for name in sorted(refused)]
+            results += [ItemResult(name, error=access.topic_refusal(O.ALTER, name)) for name in sorted(refused)]
             return pb.CreatePartitionsResponse(status=_status(), topics=self._topic_results(results))
         return await self._answer(pb.CreatePartitionsResponse, context, work)
 
@@ -607,9 +601,9 @@ def _config_refusal(access: Access, op: AclOperation, resource_type: int, name: 
     """Why ``op`` on a config resource is refused: a topic's configs need it on the topic, a
     broker's (or the cluster default's) on the cluster, as in Kafka; None when allowed."""
     if resource_type == ResourceType.TOPIC and not access.topic(op, name):
-        return ApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, access.topic_denied(op, name))
+        return access.topic_refusal(op, name)
     if resource_type == ResourceType.BROKER and not access.cluster(op):
-        return ApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, access.cluster_denied(op))
+        return access.cluster_refusal(op)
     return None
 
 
