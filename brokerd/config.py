@@ -12,7 +12,7 @@ from metadata.config import ServerConfig
 from metadata.image import ConfigResource, MetadataImage, ResourceType
 from raft.config import ConfigError, TLSConfig
 
-from clients.security import ListenerSecurity, connecting_tls
+from clients.security import ListenerSecurity
 
 from clients.compression import Codec
 
@@ -104,16 +104,14 @@ class BrokerConfig:
             raise ConfigError(f"inter.broker.listener.name={name} speaks Kafka's protocol (kafka.listener.names); "
                               f"brokers replicate over a gRPC listener")
         for n in grpc_listeners:
-            if cfg.security[n].client_auth == "requested":
-                raise ConfigError(f"ssl.client.auth=requested (listener {n}): gRPC listeners take required or none; "
-                                  f"requested is for Kafka listeners (kafka.listener.names)")
+            cfg.security[n].check_grpc(n)
         return cls(
             node_id=cfg.node_id,
             rack=cfg.props.get("broker.rack", "").strip(),
             listener=name,
             kafka_listeners=kafka,
             security={n: cfg.security[n] for n in listeners},
-            inter_broker_tls=connecting_tls(cfg.props, name),
+            inter_broker_tls=cfg.security[name].tls,  # what it serves that listener with, to dial the others
             heartbeat_interval_ms=cfg.int("broker.heartbeat.interval.ms", 2000, 1),
             replica_lag_time_max_ms=cfg.int("replica.lag.time.max.ms", 30000, 1),
             replica_fetch_wait_max_ms=cfg.int("replica.fetch.wait.max.ms", 500, 0),

@@ -51,6 +51,12 @@ class ListenerSecurity:
     def is_tls(self) -> bool:
         return self.tls is not None
 
+    def check_grpc(self, listener: str) -> None:
+        """A gRPC server asks for a client certificate only when it requires one."""
+        if self.client_auth == "requested":
+            raise ConfigError(f"ssl.client.auth=requested (listener {listener}): gRPC listeners take required or "
+                              f"none; requested is for Kafka listeners (kafka.listener.names)")
+
 
 def is_security_key(key: str) -> bool:
     """The keys this module reads from a client's configuration."""

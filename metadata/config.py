@@ -180,11 +180,14 @@ def from_properties(props: dict[str, str], source: str = "config") -> ServerConf
     try:
         _check_protocol_map(props, listeners, controller_listener)
         security = {name: listener_security(props, name) for name in listeners}
-        if controller_listener in security and security[controller_listener].client_auth == "requested":
-            raise ConfigError(f"ssl.client.auth=requested (listener {controller_listener}): gRPC listeners take "
-                              f"required or none")
+        served = security.get(controller_listener)
+        if served is not None:
+            served.check_grpc(controller_listener)
+        # A controller dials its peers with what it serves their listener with; a broker reads
+        # the controller listener's settings for that alone.
+        controller_tls = served.tls if served is not None else connecting_tls(props, controller_listener)
         cfg = ServerConfig(node_id, roles, voters, listeners, advertised, controller_listener, metadata_dir,
-                           log_dirs, dict(props), security, connecting_tls(props, controller_listener), bootstrap)
+                           log_dirs, dict(props), security, controller_tls, bootstrap)
         cfg.prometheus_listener()
     except ConfigError as e:
         raise ConfigError(f"{source}: {e}") from None
