@@ -15,13 +15,12 @@ from typing import Any, Awaitable, Callable
 import click
 
 from protos import controller_pb2 as pb
-from raft.config import UNKNOWN_DIRECTORY, ConfigError
+from raft.config import UNKNOWN_DIRECTORY, ConfigError, TLSConfig
 from raft.errors import RaftError
 
 from clients.cluster_view import ClientError
 from clients.config import tools_tls
 from metadata.client import ControllerClient, ControllerError, error_code
-from raft.config import TLSConfig
 from metadata.errors import ErrorCode
 from metadata.ids import format_uuid, random_id
 
@@ -106,7 +105,7 @@ def storage_format(cluster_id: str, config_path: str, ignore_formatted: bool, st
                    initial_controllers: str | None, no_initial_controllers: bool) -> None:
     """Format metadata.log.dir (and log.dirs for brokers) with the cluster id and node id, and a
     controller's with its quorum's first voters (KIP-853) unless controller.quorum.voters names them."""
-    from raft.storage import format_storage
+    from raft.storage import check_formatted, format_storage
     from metadata import config as server_config
     from metadata.quorum import initial_voters
     try:
@@ -121,17 +120,10 @@ def storage_format(cluster_id: str, config_path: str, ignore_formatted: bool, st
                                   initial_voters=voters if first else None)
             with_voters = f"; initial controllers {','.join(map(str, voters))}" if first and voters else ""
             click.echo(f"Formatting {d} with metadata.version 1 (cluster id {cluster_id}, node {cfg.node_id}, "
-                       f"directory id {_directory_id(d)}){with_voters}"
+                       f"directory id {check_formatted(d, cluster_id, cfg.node_id)['directory.id']}){with_voters}"
                        if done else f"{d} is already formatted for this node; skipped")
     except (ConfigError, RaftError) as e:
         fail(str(e))
-
-
-def _directory_id(data_dir: str) -> str:
-    """A formatted directory's ``directory.id`` (KIP-853 names a voter by it)."""
-    import os
-    from raft.storage.disk import META_FILE, read_properties
-    return read_properties(os.path.join(data_dir, META_FILE)).get("directory.id", "")
 
 
 @storage.command("info")
@@ -477,7 +469,8 @@ def quorum_add_controller(obj: tuple, config_path: str, dry_run: bool) -> None:
     controller adds it once it has caught up, as a learner first, then as a voter."""
     import os
     from metadata import config as server_config
-    from raft.storage.disk import META_FILE, read_properties
+    from raft.storage import check_formatted
+    from raft.storage.disk import META_FILE
     bootstrap, timeout = obj
     try:
         cfg = server_config.load(config_path)
@@ -487,7 +480,7 @@ def quorum_add_controller(obj: tuple, config_path: str, dry_run: bool) -> None:
         if not os.path.exists(meta):
             raise ConfigError(f"{cfg.metadata_log_dir} is not formatted: run `kraft storage format --cluster-id ID "
                               f"--config {config_path} --no-initial-controllers` first")
-        props = read_properties(meta)
+        props = check_formatted(cfg.metadata_log_dir, None, cfg.node_id)
     except (ConfigError, RaftError) as e:
         fail(str(e))
         return
