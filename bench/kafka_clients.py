@@ -48,6 +48,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kraft.dev_quorum import DevQuorum
 from protos import broker_pb2 as pb
+from raft.config import TLSConfig
 
 from .broker import MiB, _pct, json_line
 from .common import REPO, emit, free_ports
@@ -103,7 +104,9 @@ def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
             time.sleep(0.2)
 
 
-def confluent_produce(bootstrap: str, topic: str, args: argparse.Namespace) -> dict[str, Any]:
+def confluent_produce(bootstrap: str, topic: str, args: argparse.Namespace,
+                      security: dict[str, str] | None = None) -> dict[str, Any]:
+    """``security``: librdkafka's TLS settings (bench.security)."""
     lat: list[float] = []
     errors: list[str] = []
 
@@ -114,7 +117,7 @@ def confluent_produce(bootstrap: str, topic: str, args: argparse.Namespace) -> d
             lat.append(msg.latency() or 0.0)
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
                   "linger.ms": LINGER_MS, "batch.size": BATCH_SIZE, "queue.buffering.max.kbytes": BUFFER_BYTES // 1024,
-                  "on_delivery": delivered})
+                  "on_delivery": delivered, **(security or {})})
     values = _values(args.value)
     sent = 0
     start = time.perf_counter()
@@ -170,9 +173,10 @@ def confluent_consume(bootstrap: str, topic: str, expected: int, value: int) -> 
 
 # -- our client over gRPC ---------------------------------------------------------------------
 
-async def pykraft_produce(bootstrap: str, topic: str, args: argparse.Namespace) -> dict[str, Any]:
+async def pykraft_produce(bootstrap: str, topic: str, args: argparse.Namespace,
+                          tls: TLSConfig | None = None) -> dict[str, Any]:
     """bench.broker's producer loop, plus a latency per record: the send times are kept per
-    batch and resolved by one callback when the batch's answer comes."""
+    batch and resolved by one callback when the batch's answer comes. ``tls``: bench.security."""
     from clients import Producer as OurProducer
     from clients.accumulator import RecordFuture
 
@@ -187,7 +191,7 @@ async def pykraft_produce(bootstrap: str, topic: str, args: argparse.Namespace) 
     values = _values(args.value)
     sent = 0
     async with OurProducer(bootstrap, acks="all", batch_size=BATCH_SIZE, linger_ms=LINGER_MS,
-                           buffer_memory=BUFFER_BYTES, enable_idempotence=True) as p:
+                           buffer_memory=BUFFER_BYTES, enable_idempotence=True, tls=tls) as p:
         send, clock = p.send, time.perf_counter
         start = clock()
         while step := _step(args, start, sent):

@@ -17,8 +17,8 @@ In each, JSON lines (``bench`` = ``security``, ``mode`` as above):
 - ``create_topics``: ``--topics`` CreateTopics requests (one topic, one partition, replication
   factor 3, each), ``--clients`` at a time, through the controllers' client: ops/s, p50/p99 ms;
 - ``produce``: our idempotent producer (gRPC), acks=all, ``--value``-byte records, flat out for
-  ``--seconds`` into a 6-partition topic: msgs/s, MB/s, and p50/p99 ms from ``send`` to its
-  acknowledgement;
+  ``--seconds`` into a 6-partition topic, with bench.kafka_clients' workload and settings (4 MiB
+  buffer, linger.ms 5): msgs/s, MB/s, and p50/p99 ms from a record queued to its acknowledgement;
 - ``produce_kafka``: the same with confluent-kafka (librdkafka) through the Kafka listener.
 Each mode runs ``--rounds`` times, in order and then in reverse (A B C C B A), and the
 ``relative`` rows give each workload's mean throughput in ``tls`` and ``tls+acls`` over
@@ -40,7 +40,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from clients import Producer
 from clients.security import client_tls
 from kraft.dev_quorum import DevQuorum
 from metadata.client import ControllerClient
@@ -48,6 +47,7 @@ from protos import controller_pb2 as cpb
 from raft.config import TLSConfig
 
 from .common import REPO, emit, free_ports
+from .kafka_clients import confluent_produce, pykraft_produce
 
 PARTITIONS = 6
 NODES = ("controller-1", "controller-2", "controller-3", "broker-101", "broker-102", "broker-103")
@@ -146,54 +146,9 @@ async def create_topics(bootstrap: str, tls: TLSConfig | None, count: int, clien
             "p50_ms": _pct(latencies, 0.5), "p99_ms": _pct(latencies, 0.99)}
 
 
-async def produce(bootstrap: str, tls: TLSConfig | None, topic: str, seconds: float, value: int) -> dict:
-    latencies: list[float] = []
-    payload = os.urandom(value)
-    async with Producer(bootstrap, acks="all", linger_ms=5, batch_size=256 << 10, tls=tls) as p:
-        loop = asyncio.get_running_loop()
-        stop = time.perf_counter() + seconds
-        start = time.perf_counter()
-        sent = 0
-        while time.perf_counter() < stop:
-            for _ in range(100):
-                t = loop.time()
-                f = await p.send(topic, payload)
-                f.add_done_callback(lambda _f, t=t: latencies.append(loop.time() - t))
-            sent += 100
-            await asyncio.sleep(0)
-        await p.flush()
-        elapsed = time.perf_counter() - start
-        acked, failed = p.metrics["record-send-total"], p.metrics["record-error-total"]
-    return {"messages": acked, "failed": failed, "msgs_per_s": round(acked / elapsed),
-            "MBps": round(acked * value / elapsed / 1e6, 2), "p50_ms": _pct(latencies, 0.5),
-            "p99_ms": _pct(latencies, 0.99)}
-
-
-def produce_kafka(bootstrap: str, security: dict[str, str], topic: str, seconds: float, value: int) -> dict:
-    from confluent_kafka import Producer as KafkaProducer
-    p = KafkaProducer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-                       "linger.ms": 5, "queue.buffering.max.kbytes": 65536, **security})
-    payload = os.urandom(value)
-    acked = failed = 0
-
-    def done(err: object, _msg: object) -> None:
-        nonlocal acked, failed
-        if err is None:
-            acked += 1
-        else:
-            failed += 1
-    start = time.perf_counter()
-    stop = start + seconds
-    while time.perf_counter() < stop:
-        try:
-            p.produce(topic, payload, on_delivery=done)
-        except BufferError:
-            p.poll(0.01)
-        p.poll(0)
-    p.flush(60)
-    elapsed = time.perf_counter() - start
-    return {"messages": acked, "failed": failed, "msgs_per_s": round(acked / elapsed),
-            "MBps": round(acked * value / elapsed / 1e6, 2)}
+def _produced(row: dict) -> dict:
+    """What bench.kafka_clients' producers report that this benchmark compares."""
+    return {k: row[k] for k in ("messages", "failed", "msgs_per_s", "MBps", "p50_ms", "p99_ms") if k in row}
 
 
 async def run_mode(mode: Mode, args: argparse.Namespace, certs: Path, base: Path) -> list[dict]:
@@ -211,11 +166,12 @@ async def run_mode(mode: Mode, args: argparse.Namespace, certs: Path, base: Path
                 name=t, num_partitions=PARTITIONS, replication_factor=3) for t in ("bench-grpc", "bench-kafka")]))
         rows.append(_row(mode.name, "create_topics",
                          **await create_topics(q.bootstrap, tls, args.topics, args.clients, "bench-t")))
+        workload = argparse.Namespace(seconds=args.seconds, messages=0, value=args.value, partitions=PARTITIONS)
         rows.append(_row(mode.name, "produce", value_bytes=args.value, partitions=PARTITIONS,
-                         **await produce(q.bootstrap_servers, tls, "bench-grpc", args.seconds, args.value)))
+                         **_produced(await pykraft_produce(q.bootstrap_servers, "bench-grpc", workload, tls))))
         rows.append(_row(mode.name, "produce_kafka", value_bytes=args.value, partitions=PARTITIONS,
-                         **await asyncio.to_thread(produce_kafka, q.kafka_bootstrap_servers, mode.librdkafka(certs),
-                                                   "bench-kafka", args.seconds, args.value)))
+                         **_produced(await asyncio.to_thread(confluent_produce, q.kafka_bootstrap_servers,
+                                                            "bench-kafka", workload, mode.librdkafka(certs)))))
     finally:
         q.stop()
     for row in rows:
