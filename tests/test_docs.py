@@ -22,6 +22,7 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -31,6 +32,7 @@ from tests.logs import BAD, assert_no_tracebacks
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 DEV_QUORUM = "kraft dev-quorum"
+T = TypeVar("T")
 
 SYNOPSIS = "a synopsis of a command's forms (placeholders, [options], A|B), not one command"
 OUTPUT = "what a command prints (or the error it stops with), not a command"
@@ -51,7 +53,8 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("README.md", "ClusterId:"): OUTPUT,
     ("README.md", "from metadata.analytics.session import start"): SPARK,
     ("README.md", "deploy/build-wheels.sh"): DOCKER,
-    ("README.md", "import asyncio, pickle"): "one node of a three-node cluster: docs/raft.md has the runnable example",
+    ("README.md", "import asyncio, pickle"): ("one node of three, each started as its own process on formatted storage: "
+                                            "tests/raftnodes.py runs RaftNode clusters on loopback"),
     ("README.md", "metadata-shell --directory /var/lib/kraft/metadata"): SYNOPSIS,
     ("README.md", "$ metadata-shell --directory .demo/"): DEMO,
     ("README.md", "make report"): DEMO,
@@ -78,7 +81,7 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("docs/brokers.md", "python -m clients.console"): SYNOPSIS,
     ("docs/brokers.md", ".venv/bin/python -m bench."): BENCH,
     ("docs/metadata-shell.md", "metadata-shell --snapshot FILE"): SYNOPSIS,
-    ("docs/metadata-shell.md", "$ metadata-shell -b 127.0.0.1:9999"): "an error example, whose wording is gRPC's",
+    ("docs/metadata-shell.md", "$ metadata-shell -b 127.0.0.1:9999"): "an error example: a port where nothing listens, which 9999 need not be here",
     ("docs/metadata-shell.md", "/"): LISTING,
     ("docs/metadata-shell.md", "$ metadata-shell -d /var/kraft/meta"): SESSION,
     ("docs/metadata-shell.md", "$ metadata-shell --directory /var/kraft/meta"): SESSION,
@@ -100,6 +103,16 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("docs/operations.md", "$ kraft acls"): SESSION,
     ("docs/raft.md", "import asyncio, pickle"): "proposes on node 1 alone, which need not lead (issue 25 item 6, not run yet)",
     ("docs/raft.md", "DATA_DIR/meta.properties"): LISTING,
+}
+
+
+#: (document, how the block's first line begins) -> what lines of its output must hold, where
+#: the document says what the block prints.
+PRINTS: dict[tuple[str, str], list[str]] = {
+    ("README.md", "kraft topics --bootstrap-controller 127.0.0.1:19093"): ["k0\thello", "k1\tworld"],
+    ("README.md", "import asyncio"): ["RecordMetadata(topic='demo'", " b'k"],  # partition offset key value
+    ("README.md", "from confluent_kafka import"): ["b'"],
+    ("README.md", "for i in 1 2 3 4"): ["OK", "hello"],
 }
 
 
@@ -138,11 +151,14 @@ def blocks() -> list[Block]:
     return out
 
 
+def entry(table: dict[tuple[str, str], T], b: Block) -> T | None:
+    """``table``'s entry for ``b``: the first of its document's whose start begins b's first line."""
+    return next((v for (doc, start), v in table.items() if b.doc == doc and b.first.startswith(start)), None)
+
+
 def not_run(b: Block) -> str | None:
     """Why ``b`` is not run, or None."""
-    if b.lang == "properties":
-        return "a file's contents"
-    return next((why for (doc, start), why in NOT_RUN.items() if b.doc == doc and b.first.startswith(start)), None)
+    return "a file's contents" if b.lang == "properties" else entry(NOT_RUN, b)
 
 
 def test_every_block_is_run_or_says_why_not():
@@ -151,8 +167,9 @@ def test_every_block_is_run_or_says_why_not():
     for b in run:
         assert b.lang in ("", "sh", "python"), f"{b}: a ```{b.lang} block is neither shell nor Python"
         assert not b.first.startswith("$ "), f"{b}: shows output ($ prompts): add it to NOT_RUN with why"
-    stale = [key for key in NOT_RUN if not any(b.doc == key[0] and b.first.startswith(key[1]) for b in every)]
-    assert not stale, f"NOT_RUN names blocks no document has: {stale}"
+    for table in (NOT_RUN, PRINTS):
+        stale = [key for key in table if not any(entry({key: 1}, b) for b in every)]
+        assert not stale, f"entries for blocks no document has: {stale}"
     quorum, = [b for b in run if b.first.startswith(DEV_QUORUM)]
     assert quorum.text.strip() == quorum.first, f"{quorum}: runs until Ctrl-C, so it must be alone in its block"
 
@@ -232,6 +249,9 @@ def run_block(b: Block, table: list, tmp: Path) -> None:
         p.wait()
     assert p.returncode == 0, f"{b} ended with {p.returncode}:\n{text}\n---\n{out}"
     assert not [bad for bad in BAD if bad in out], f"{b}:\n{out}"
+    printed = out.splitlines()
+    for wanted in entry(PRINTS, b) or []:
+        assert any(wanted in line for line in printed), f"{b} printed no line with {wanted!r}:\n{out}"
 
 
 def test_the_blocks_run_as_shown(dev_quorum, tmp_path):
