@@ -31,6 +31,7 @@ from enum import Enum
 
 from clients.errors import BrokerError, ErrorCode, capped
 from clients.records import batches, build_batch, records_of
+from metadata.topics import OFFSETS_TOPIC
 from protos import broker_pb2 as pb
 
 from .config import BrokerConfig
@@ -39,7 +40,6 @@ from .replica_manager import ReplicaManager
 
 log = logging.getLogger("brokerd.groups")
 
-OFFSETS_TOPIC = "__consumer_offsets"
 OFFSET_RECORD, GROUP_RECORD = 1, 2  # the key's first byte
 WRITE_TIMEOUT_S = 30.0
 

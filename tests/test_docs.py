@@ -205,7 +205,8 @@ def environment() -> dict[str, str]:
 @pytest.fixture
 def dev_quorum(tmp_path: Path) -> Iterator[list]:
     """README's kraft dev-quorum block, running in the background until the test ends."""
-    table = substitutions(tmp_path, consecutive_ports(9), consecutive_ports(4))
+    base = consecutive_ports(9 + 4)  # the dev quorum's 9, then raft-kv's 4
+    table = substitutions(tmp_path, base, base + 9)
     block, = [b for b in blocks() if not_run(b) is None and b.first.startswith(DEV_QUORUM)]
     out = open(tmp_path / "dev-quorum.out", "w+")
     p = subprocess.Popen(["bash", "-c", substituted(block.text, table)], cwd=ROOT, env=environment(),
