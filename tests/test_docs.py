@@ -110,6 +110,7 @@ NOT_RUN: dict[tuple[str, str], str] = {
 #: the document says what the block prints.
 PRINTS: dict[tuple[str, str], list[str]] = {
     ("README.md", "kraft topics --bootstrap-controller 127.0.0.1:19093"): ["k0\thello", "k1\tworld"],
+    ("README.md", "printf 'k2:sent"): ["Error: No key separator found on line number 2: 'unkeyed'", "exit code 1"],
     ("README.md", "import asyncio"): ["RecordMetadata(topic='demo'", " b'k"],  # partition offset key value
     ("README.md", "from confluent_kafka import"): ["b'"],
     ("README.md", "for i in 1 2 3 4"): ["OK", "hello"],
