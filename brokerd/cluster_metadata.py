@@ -6,7 +6,7 @@ from __future__ import annotations
 from metadata.image import MetadataImage
 from protos import broker_pb2 as pb
 
-from clients.errors import ErrorCode
+from clients.errors import ErrorCode, capped
 from .partition import Partition, now_ms
 
 NO_LEADER = -1
@@ -21,7 +21,7 @@ def metadata_answer(image: MetadataImage, req: pb.MetadataRequest, listener: str
         t = image.topics_by_name.get(name)
         if t is None:
             resp.topics.add(name=name, error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-                            error_message=f"Topic {name} does not exist.")
+                            error_message=capped(f"Topic {name} does not exist."))
             continue
         tm = resp.topics.add(name=name, topic_id=t.id.bytes)
         for pid in sorted(t.partitions):

@@ -29,8 +29,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from clients.errors import BrokerError, ErrorCode
+from clients.errors import BrokerError, ErrorCode, capped
 from clients.records import batches, build_batch, records_of
+from metadata.topics import OFFSETS_TOPIC
 from protos import broker_pb2 as pb
 
 from .config import BrokerConfig
@@ -39,7 +40,6 @@ from .replica_manager import ReplicaManager
 
 log = logging.getLogger("brokerd.groups")
 
-OFFSETS_TOPIC = "__consumer_offsets"
 OFFSET_RECORD, GROUP_RECORD = 1, 2  # the key's first byte
 WRITE_TIMEOUT_S = 30.0
 
@@ -589,7 +589,7 @@ class GroupCoordinator:
             g = self.groups.get(gid)
             if g is None:
                 resp.groups.add(group_id=gid, error_code=int(ErrorCode.GROUP_ID_NOT_FOUND),
-                                error_message=f"Group {gid} not found.", state="Dead")
+                                error_message=capped(f"Group {gid} not found."), state="Dead")
                 continue
             d = resp.groups.add(group_id=gid, state=g.state.value, protocol_type=g.protocol_type,
                                 protocol=g.protocol, generation_id=g.generation)

@@ -7,6 +7,9 @@
 - With acks=-1 the ISR must have at least ``min.insync.replicas`` members *before* the append
   (NOT_ENOUGH_REPLICAS), and the answer waits until the high watermark passes the batch, that
   is, until every ISR member has it (or ``timeout_ms``: REQUEST_TIMED_OUT).
+- A client may not write an internal topic (``__consumer_offsets``, ``__transaction_state``):
+  INVALID_TOPIC_EXCEPTION, as Kafka answers; the group coordinator appends to its partitions
+  itself, without a produce request.
 - acks=1 answers after the leader's append, acks=0 not at all (the ProduceNoAck stream).
 - A batch of an idempotent producer is checked against the partition's producer state
   (``producer_state``): a retry of a batch already in the log is answered with its original
@@ -30,6 +33,7 @@ from .partition import Partition
 from .partition_log import AppendInfo
 from clients.compression import Codec
 from clients.records import recompress, validate_batch
+from metadata.topics import INTERNAL_TOPICS
 from .replica_manager import ReplicaManager
 
 log = logging.getLogger("brokerd.produce")
@@ -65,6 +69,8 @@ async def produce(rm: ReplicaManager, req: pb.ProduceRequest) -> pb.ProduceRespo
         for pd in t.partitions:
             a = tr.partitions.add(partition=pd.partition, log_append_time=-1, log_start_offset=-1)
             try:
+                if t.name in INTERNAL_TOPICS:
+                    raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot append to internal topic {t.name}")
                 p = rm.leader(t.name, pd.partition)
                 if not pd.HasField("batch"):
                     raise BrokerError(ErrorCode.INVALID_REQUEST, f"no record batch for {p.name}")

@@ -49,7 +49,8 @@ def _describe(b: bytes | None) -> str:
 @click.option("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT...] of any brokers")
 @click.option("--topic", required=True)
 @click.option("--acks", type=click.Choice(["all", "-1", "1", "0"]), default="all", show_default=True)
-@click.option("--key-separator", default=None, help="parse each line as KEY<separator>VALUE")
+@click.option("--key-separator", default=None,
+              help="parse each line as KEY<separator>VALUE; a line without it is an error, as in Kafka")
 @click.option("--linger-ms", type=int, default=5, show_default=True)
 @click.option("--max-block-ms", type=int, default=60000, show_default=True)
 @click.option("--request-timeout-ms", type=int, default=30000, show_default=True)

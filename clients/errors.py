@@ -163,10 +163,24 @@ STALE_METADATA = frozenset({
 })
 
 
+#: The longest message an answer carries. A message may echo a name from the request (a topic,
+#: a group), which can be as long as the request: an 8 MiB topic name was answered with 16 MiB.
+MAX_MESSAGE_CHARS = 1000
+
+
+def capped(message: str) -> str:
+    """``message``, or for a longer one its start and its end (where the reason usually is)
+    around a note of how many characters were left out."""
+    if len(message) <= MAX_MESSAGE_CHARS:
+        return message
+    keep = (MAX_MESSAGE_CHARS - 40) // 2
+    return f"{message[:keep]}...({len(message) - 2 * keep} characters left out)...{message[-keep:]}"
+
+
 class BrokerError(Exception):
     """A partition-level failure; ``code`` is what the response carries, ``message`` one line."""
 
     def __init__(self, code: ErrorCode, message: str = "") -> None:
         self.code = code
-        self.message = message or DEFAULT_MESSAGES.get(code, code.name)
+        self.message = capped(message or DEFAULT_MESSAGES.get(code, code.name))
         super().__init__(f"{code.name}: {self.message}")

@@ -33,7 +33,7 @@ from .acls import (CLUSTER_NAME, WILDCARD, WILDCARD_PRINCIPAL, AclOperation, Acl
                    AclResourceType, PatternType, ResourcePattern, StandardAcl)
 from raft.config import ConfigError
 
-from .errors import ApiError, ErrorCode
+from .errors import ApiError, ErrorCode, capped
 from .image import AclsImage
 from .principal import Session
 
@@ -209,13 +209,13 @@ class Access:
     def any_topic(self, op: AclOperation) -> bool:
         return self.authorizer is None or self.authorizer.authorize_any(self.session, op, AclResourceType.TOPIC)
 
-    # One line each, Kafka's wording, with who was refused what.
+    # One line each (capped: the name is the request's), Kafka's wording, with who was refused what.
 
     def topic_denied(self, op: AclOperation, name: str) -> str:
-        return f"Not authorized to access topics: [{name}] ({self.session.principal} may not {op.name} it)"
+        return capped(f"Not authorized to access topics: [{name}] ({self.session.principal} may not {op.name} it)")
 
     def group_denied(self, op: AclOperation, name: str) -> str:
-        return f"Not authorized to access group: {name} ({self.session.principal} may not {op.name} it)"
+        return capped(f"Not authorized to access group: {name} ({self.session.principal} may not {op.name} it)")
 
     def cluster_denied(self, op: AclOperation) -> str:
         return f"Cluster authorization failed: {self.session.principal} may not {op.name} the cluster"

@@ -31,7 +31,7 @@ from .acls import AclBindingFilter, AclOperation, StandardAcl, acl_filter, creat
 from .authorizer import Access, StandardAuthorizer
 from .brokers import Heartbeat
 from .controller import NotController, QuorumController
-from .errors import ApiError, ErrorCode
+from .errors import ApiError, ErrorCode, capped
 from .image import ConfigResource, MetadataImage, ResourceType, SecurityProtocol
 from .principal import FORWARDED_HOST, FORWARDED_PRINCIPAL, PrincipalMapper, Session, caller
 from .partitions import PREFERRED, UNCLEAN, alter_partition, elect_leaders
@@ -47,7 +47,7 @@ O = AclOperation
 
 def _status(code: ErrorCode = ErrorCode.NONE, message: str = "", controller_id: int = -1,
             endpoint_: str = "") -> pb.Status:
-    return pb.Status(error_code=int(code), error_message=message, controller_id=controller_id,
+    return pb.Status(error_code=int(code), error_message=capped(message), controller_id=controller_id,
                      controller_endpoint=endpoint_)
 
 
@@ -248,7 +248,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
             t = image.topics_by_name.get(name)
             if t is None:
                 out.append(pb.TopicDescription(name=name, error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-                                               error_message=f"This server does not host this topic: {name}"))
+                                               error_message=capped(f"This server does not host this topic: {name}")))
                 continue
             configs = dict(image.config(ConfigResource(ResourceType.TOPIC, name)))
             out.append(pb.TopicDescription(

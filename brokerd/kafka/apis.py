@@ -22,12 +22,13 @@ from metadata.authorizer import Access, StandardAuthorizer
 from metadata.client import ControllerClient, ControllerError
 from metadata.image import MetadataImage
 from metadata.principal import PrincipalMapper, Session, stream_session
+from metadata.topics import INTERNAL_TOPICS
 from protos import broker_pb2 as pb
 from protos import controller_pb2 as cpb
 
 from .. import authorization as authorized
 from ..cluster_metadata import live_brokers
-from ..group_coordinator import OFFSETS_TOPIC, GroupCoordinator
+from ..group_coordinator import GroupCoordinator
 from ..producer_ids import ProducerIdManager
 from ..replica_manager import ReplicaManager
 from .batches import from_wire, stored_to_wire
@@ -156,7 +157,7 @@ class KafkaApis:
             # broker (itself here), which forwards them to the active controller.
             "controller_id": self.rm.broker_id,
             "topics": [{"error_code": t.error_code, "name": t.name, "topic_id": t.topic_id,
-                        "is_internal": t.name == OFFSETS_TOPIC,
+                        "is_internal": t.name in INTERNAL_TOPICS,
                         "partitions": [{"error_code": p.error_code, "partition_index": p.partition,
                                         "leader_id": p.leader, "leader_epoch": p.leader_epoch,
                                         "replica_nodes": list(p.replicas), "isr_nodes": list(p.isr),
