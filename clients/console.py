@@ -19,7 +19,6 @@ import click
 
 from . import ACKS, ClientError, Consumer, ConsumerRecord, Producer, producer_config
 from .config import from_properties, read_config_file
-from .consumer_coordinator import CommitFailedError
 from .consumer_groups import consumer_groups
 
 FORMATTER_PROPERTIES = {"print.key", "print.value", "print.offset", "print.partition", "print.timestamp",
@@ -190,7 +189,7 @@ def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, pa
 
     if group is not None and partition is not None:
         _fail("Options group and partition cannot be specified together.")
-    settings = {"auto_offset_reset": "earliest" if from_beginning else "latest"}
+    settings: dict[str, object] = {"auto_offset_reset": "earliest" if from_beginning else "latest"}
     try:
         settings.update(from_properties(Consumer.__init__, {**(read_config_file(config_file) if config_file else {}),
                                                             **_pairs(consumer_properties, "--consumer-property")},
@@ -199,12 +198,11 @@ def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, pa
         _fail(str(e))
 
     async def run() -> int:
-        # Commits are of what was printed (a poll may return more than --max-messages takes).
-        consumer = Consumer(bootstrap_server, **{**settings, "group_id": group,  # type: ignore[arg-type]
-                                                 "enable_auto_commit": False})
+        # With --group, the consumer commits its positions (auto commit, on by default as in
+        # Kafka's console consumer): every few seconds, when partitions are revoked, and on
+        # close, for every assigned partition, including those it printed nothing from.
+        consumer = Consumer(bootstrap_server, **{**settings, "group_id": group})  # type: ignore[arg-type]
         await consumer.start()
-        printed: dict[tuple[str, int], int] = {}
-        next_commit = asyncio.get_running_loop().time() + 5
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -212,13 +210,8 @@ def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, pa
         count = 0
         out = sys.stdout.buffer
         try:
-            async def revoked(tps: list[tuple[str, int]]) -> None:
-                mine = {tp: o for tp, o in printed.items() if tp in tps}
-                if mine:
-                    await consumer.commit(mine)  # before another member takes them over
-
             if partition is None:
-                await consumer.subscribe(topic, on_revoked=revoked)
+                await consumer.subscribe(topic)
             else:
                 await consumer.assign([(topic, partition)])
                 if offset == "earliest":
@@ -230,27 +223,19 @@ def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, pa
             idle_since = loop.time()
             while not stop.is_set():
                 records = await consumer.poll(200)
-                for r in records:
+                for i, r in enumerate(records):
                     out.write(fmt(r))
                     count += 1
-                    printed[(r.topic, r.partition)] = r.offset + 1
                     if max_messages is not None and count >= max_messages:
                         stop.set()
+                        _rewind(consumer, records[i + 1:])
                         break
                 out.flush()
-                if group is not None and printed and loop.time() >= next_commit:
-                    next_commit = loop.time() + 5
-                    try:
-                        await consumer.commit(dict(printed))
-                    except CommitFailedError:
-                        pass  # the group is rebalancing: the partitions' commit happens on revocation
                 if records:
                     idle_since = loop.time()
                 elif timeout_ms is not None and (loop.time() - idle_since) * 1000 >= timeout_ms:
                     click.echo("Error processing message, terminating consumer process: TimeoutException", err=True)
                     break
-            if group is not None and printed:
-                await consumer.commit(dict(printed))
         except ClientError as e:
             click.echo(f"Error processing message, terminating consumer process: {e}", err=True)
             return 1
@@ -260,6 +245,13 @@ def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, pa
         return 0
 
     sys.exit(asyncio.run(run()))
+
+
+def _rewind(consumer: Consumer, unprinted: list[ConsumerRecord]) -> None:
+    """Put each partition back at its first record that was returned but not printed, so that
+    the commit on close covers what was printed and no more."""
+    for r in reversed(unprinted):
+        consumer.seek(r.topic, r.partition, r.offset)
 
 
 @click.group()

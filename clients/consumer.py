@@ -92,6 +92,7 @@ class Consumer:
         self._paused: set[TopicPartition] = set()
         self._next_auto_commit = 0.0
         self._committing: asyncio.Task | None = None
+        self._commit_order = asyncio.Lock()  # commits go out one at a time, in the order asked for
 
     async def start(self) -> "Consumer":
         self.connections = Connections(self.tls)
@@ -205,17 +206,29 @@ class Consumer:
 
     async def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
         """Commit ``offsets`` (the next offset to read per partition; default: the positions
-        of everything returned by ``poll`` so far) and wait for the coordinator's answer.
-        CommitFailedError if the group rebalanced meanwhile."""
-        if self.group is None:
-            raise ClientError("Cannot commit offsets without a group.id")
-        await self.group.commit(self._consumed() if offsets is None else offsets, managed=bool(self._subscription))
+        of every assigned partition, what ``poll`` returned and where the others were reset
+        to) and wait for the coordinator's answer. CommitFailedError if the group rebalanced
+        meanwhile."""
+        await self._commit_in_turn(self._offsets_to_commit(offsets))
 
     def commit_async(self, offsets: dict[TopicPartition, int] | None = None) -> asyncio.Task:
-        """Commit without waiting; the task's result or exception says how it went."""
-        task = asyncio.get_running_loop().create_task(self.commit(offsets))
+        """Commit without waiting; the task's result or exception says how it went. The
+        offsets are taken now, and commits go out one at a time in the order they were asked
+        for, so an earlier one (retried while the coordinator moved) never lands after, and
+        overwrites, a later one."""
+        task = asyncio.get_running_loop().create_task(self._commit_in_turn(self._offsets_to_commit(offsets)))
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
         return task
+
+    def _offsets_to_commit(self, offsets: dict[TopicPartition, int] | None) -> dict[TopicPartition, int]:
+        if self.group is None:
+            raise ClientError("Cannot commit offsets without a group.id")
+        return self._consumed() if offsets is None else dict(offsets)
+
+    async def _commit_in_turn(self, offsets: dict[TopicPartition, int]) -> None:
+        assert self.group is not None
+        async with self._commit_order:  # asyncio.Lock wakes its waiters first come, first served
+            await self.group.commit(offsets, managed=bool(self._subscription))
 
     async def committed(self, topic: str, partition: int) -> int | None:
         """The group's committed offset of a partition, None if none."""
