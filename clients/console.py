@@ -13,13 +13,16 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import click
 
 from . import ACKS, ClientError, Consumer, ConsumerRecord, Producer, producer_config
 from .config import from_properties, read_config_file
 from .consumer_groups import consumer_groups
+
+T = TypeVar("T")
 
 FORMATTER_PROPERTIES = {"print.key", "print.value", "print.offset", "print.partition", "print.timestamp",
                         "key.separator", "line.separator", "null.literal"}
@@ -205,15 +208,27 @@ def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, pa
         await consumer.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        main_task = asyncio.current_task()
+        assert main_task is not None
+
+        def interrupted() -> None:
+            """Ctrl-C stops whatever the consumer waits for (Kafka's consumer.wakeup()) and
+            closes it; a second one does not wait for the close either."""
+            if stop.is_set():
+                main_task.cancel()
+            stop.set()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, interrupted)
         count = 0
         out = sys.stdout.buffer
+        # waiting for the topic's metadata is bounded by --timeout-ms too
+        wait_ms = min(timeout_ms, 60000) if timeout_ms is not None else 60000
         try:
             if partition is None:
-                await consumer.subscribe(topic)
+                await _unless_stopped(consumer.subscribe(topic, wait_ms), stop, None)
             else:
-                await consumer.assign([(topic, partition)])
+                await _unless_stopped(consumer.assign([(topic, partition)], wait_ms), stop, None)
                 if offset == "earliest":
                     consumer.seek_to_beginning()
                 elif offset == "latest":
@@ -222,8 +237,9 @@ def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, pa
                     consumer.seek(topic, partition, int(offset))
             idle_since = loop.time()
             while not stop.is_set():
-                records = await consumer.poll(200)
-                for i, r in enumerate(records):
+                idle_left = None if timeout_ms is None else max(0.0, timeout_ms / 1000 - (loop.time() - idle_since))
+                records = await _unless_stopped(consumer.poll(200), stop, idle_left)  # a poll may wait for a rebalance
+                for i, r in enumerate(records or ()):
                     out.write(fmt(r))
                     count += 1
                     if max_messages is not None and count >= max_messages:
@@ -233,18 +249,37 @@ def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, pa
                 out.flush()
                 if records:
                     idle_since = loop.time()
-                elif timeout_ms is not None and (loop.time() - idle_since) * 1000 >= timeout_ms:
+                elif not stop.is_set() and timeout_ms is not None and (loop.time() - idle_since) * 1000 >= timeout_ms:
                     click.echo("Error processing message, terminating consumer process: TimeoutException", err=True)
                     break
         except ClientError as e:
             click.echo(f"Error processing message, terminating consumer process: {e}", err=True)
             return 1
         finally:
-            await consumer.close()
-            click.echo(f"Processed a total of {count} messages", err=True)
+            try:
+                await consumer.close()
+            finally:
+                click.echo(f"Processed a total of {count} messages", err=True)
         return 0
 
-    sys.exit(asyncio.run(run()))
+    try:
+        sys.exit(asyncio.run(run()))
+    except asyncio.CancelledError:  # a second Ctrl-C while closing
+        sys.exit(1)
+
+
+async def _unless_stopped(aw: Awaitable[T], stop: asyncio.Event, timeout_s: float | None) -> T | None:
+    """``aw``'s result; None, with ``aw`` cancelled, once ``stop`` is set or after ``timeout_s``."""
+    task = asyncio.ensure_future(aw)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    return None if task.cancelled() else task.result()
 
 
 def _rewind(consumer: Consumer, unprinted: list[ConsumerRecord]) -> None:

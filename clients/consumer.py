@@ -147,12 +147,12 @@ class Consumer:
         await self.assign(tps)
         return tps
 
-    async def assign(self, tps: list[TopicPartition]) -> None:
+    async def assign(self, tps: list[TopicPartition], timeout_ms: int = 60000) -> None:
         """Exactly these partitions, without group management; with a group id each starts at
-        the group's committed offset."""
+        the group's committed offset. Waits up to ``timeout_ms`` for their metadata."""
         for topic, p in tps:
             self.cluster.add(topic)
-            await self.cluster.wait_on_metadata(topic, p, 60000)
+            await self.cluster.wait_on_metadata(topic, p, timeout_ms)
         await self._set_assignment(tps)
 
     async def _set_assignment(self, tps: list[TopicPartition]) -> None:
@@ -326,8 +326,8 @@ class Consumer:
             if self._error is not None:
                 error, self._error = self._error, None
                 raise error
-            if self.cluster.auth_error is not None:
-                raise self.cluster.auth_error
+            if self.cluster.fatal_error is not None:
+                raise self.cluster.fatal_error
             if any(pos is None for pos in self.positions.values()):
                 await self._resolve_positions()
             records = self._drain()

@@ -4,8 +4,10 @@ does. One broker process (offsets topic of one replica) keeps it quick."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -111,3 +113,71 @@ async def _polled(c: Consumer, n: int, tps: list[tuple[str, int]]) -> bool:
 async def _keep_polling(c: Consumer) -> None:
     while True:
         await c.poll(50)
+
+
+def _handles_sigterm(pid: int) -> bool:
+    """The console tool has installed its signal handlers (Python itself catches SIGINT from
+    the start, but SIGTERM only once the tool asks): a caught-signals mask with SIGTERM."""
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+    return False
+
+
+def test_waiting_for_a_missing_topic_ends_at_timeout_ms(cluster):
+    """Issue 25 item 4: --timeout-ms bounds the wait for the topic's metadata (it waited 60 s)."""
+    for group in ([], ["--group", "waiters"]):
+        began = time.monotonic()
+        out = console_consumer(cluster, "--topic", "missing", "--timeout-ms", "2000", *group)
+        took = time.monotonic() - began
+        assert took < 12, (group, took, out.stderr)
+        lines = out.stderr.strip().splitlines()
+        assert lines[-1] == "Processed a total of 0 messages" and len(lines) == 2, out.stderr
+        assert lines[0].startswith("Error processing message, terminating consumer process: "), out.stderr
+
+
+def test_ctrl_c_ends_the_wait_for_a_missing_topic(cluster):
+    """Issue 25 item 4: Ctrl-C ends the wait for metadata at once (two were ignored for 60 s)."""
+    proc = subprocess.Popen([sys.executable, "-m", "clients.console", "console-consumer", "--bootstrap-server",
+                             cluster.bootstrap_servers, "--topic", "missing"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        run(eventually(lambda: _handles_sigterm(proc.pid), 30, what="the consumer's signal handlers"))
+        began = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+        took = time.monotonic() - began
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert took < 10 and proc.returncode == 0, (took, err)
+    assert err.strip().splitlines() == ["Processed a total of 0 messages"]
+
+
+def test_a_kafka_listener_or_a_controller_given_as_bootstrap_server_is_named(cluster):
+    """Issue 25 item 4: gRPC to a Kafka listener only sees the connection closed, and a
+    controller answers "Method not found!"; the tools say which listener to use instead of
+    waiting for the topic's metadata and calling the topic missing."""
+    kafka = f"127.0.0.1:{next(iter(cluster.kafka_ports.values()))}"
+    began = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "clients.console", "console-consumer", "--bootstrap-server", kafka,
+                          "--topic", "anything"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert time.monotonic() - began < 20
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.splitlines()[0] == (
+        f"Error processing message, terminating consumer process: {kafka} is a broker's Kafka-protocol listener "
+        f"(KAFKA in its listeners); this client talks gRPC: use the broker's PLAINTEXT (or SSL) listener, or a "
+        f"Kafka client for this one"), out.stderr
+
+    out = subprocess.run([sys.executable, "-m", "clients.console", "console-producer", "--bootstrap-server", kafka,
+                          "--topic", "anything"], input="x\n", cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and "is a broker's Kafka-protocol listener" in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+    controller = cluster.quorum.bootstrap.split(",")[0]
+    out = subprocess.run([sys.executable, "-m", "clients.console", "console-consumer", "--bootstrap-server",
+                          controller, "--topic", "anything", "--group", "g"], cwd=REPO, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 1 and f"{controller} does not serve the broker API" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
