@@ -139,6 +139,8 @@ class ClusterView:
         self.fatal_error: SslAuthenticationError | WrongListenerError | None = None
         self._listener_checked: dict[str, str | None] = {}  # address: why it is the wrong listener
         self.wanted: set[str] = set()
+        #: Ask for every topic (a pattern subscription), not only the wanted ones.
+        self.all_topics = False
         self._need_update = True
         self._wake = asyncio.Event()
         self._updated = asyncio.Event()
@@ -275,7 +277,7 @@ class ClusterView:
             address = nodes[(self._next + i) % len(nodes)]
             try:
                 resp = await self.connections.stub(address).Metadata(
-                    pb.MetadataRequest(topics=sorted(self.wanted)), timeout=min(self.request_timeout_s, 10))
+                    pb.MetadataRequest(topics=[] if self.all_topics else sorted(self.wanted)), timeout=min(self.request_timeout_s, 10))
             except grpc.aio.AioRpcError as e:
                 last = e
                 reason = tls_failure(e.details() or "")
@@ -315,7 +317,7 @@ class ClusterView:
     def _update(self, resp: pb.MetadataResponse) -> None:
         self.brokers = {b.node_id: f"{b.host}:{b.port}" for b in resp.brokers}
         self.cluster_id = resp.cluster_id
-        topics = dict(self.topics) if self.wanted else {}
+        topics = dict(self.topics) if self.wanted and not self.all_topics else {}
         for t in resp.topics:
             parts = tuple(PartitionInfo(p.partition, p.leader, p.leader_epoch, tuple(p.replicas), tuple(p.isr))
                           for p in sorted(t.partitions, key=lambda p: p.partition))

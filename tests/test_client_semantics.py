@@ -11,8 +11,10 @@ import time
 
 import pytest
 
-from clients import Consumer, Producer
-from tests.brokercluster import REPO, BrokerCluster, running_cluster
+from clients import ClientError, Consumer, Producer
+from protos import broker_pb2 as bpb
+from protos import controller_pb2 as cpb
+from tests.brokercluster import REPO, BrokerCluster, _stub, running_cluster
 from tests.eventually import eventually
 
 PROPS = {"offsets.topic.num.partitions": "1", "offsets.topic.replication.factor": "1",
@@ -181,3 +183,83 @@ def test_a_kafka_listener_or_a_controller_given_as_bootstrap_server_is_named(clu
                          text=True, timeout=60)
     assert out.returncode == 1 and f"{controller} does not serve the broker API" in out.stderr, out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_member_rejoins_when_its_topic_gains_partitions_or_a_topic_matching_its_pattern_appears(cluster):
+    """Issue 25 item 7, Kafka's metadata-change rebalance: new partitions of a subscribed topic
+    and new topics matching subscribe(pattern=...) are assigned without a member joining or
+    leaving (noticed at the next metadata refresh, every metadata.max.age.ms)."""
+    async def go():
+        await cluster.create_topic("growing", partitions=2, rf=1)
+        settings = dict(auto_offset_reset="earliest", metadata_max_age_ms=300, **FAST_GROUP)
+        async with Consumer(cluster.bootstrap_servers, group_id="growers", **settings) as c:
+            await c.subscribe(["growing"])
+            await eventually(lambda: _polled(c, 2, []), 20, what="the topic's two partitions assigned")
+            async with cluster.controller() as admin:
+                r = await admin.call("CreatePartitions", cpb.CreatePartitionsRequest(
+                    topics=[cpb.CreatePartitionsRequest.Topic(name="growing", count=3)]))
+                assert r.topics[0].error_code == 0, r.topics[0].error_message
+            await eventually(lambda: _polled(c, 3, []), 20, what="the new partition assigned")
+
+        async with Consumer(cluster.bootstrap_servers, group_id="matchers", **settings) as m:
+            await m.subscribe(pattern=r"match-.*")
+            await m.poll(50)
+            assert m.assignment() == []
+            await cluster.create_topic("match-a", partitions=1, rf=1)
+            await cluster.create_topic("unmatched-match-b", partitions=1, rf=1)
+            await eventually(lambda: _polled(m, 1, [("match-a", 0)]), 20, what="the matching topic assigned")
+            await cluster.create_topic("match-b", partitions=2, rf=1)
+            await produce(cluster, "match-b", 4)
+            await eventually(lambda: _polled(m, 3, [("match-b", 1)]), 20, what="the second matching topic assigned")
+            assert sorted(m.assignment()) == [("match-a", 0), ("match-b", 0), ("match-b", 1)]
+            seen: list[int] = []
+
+            async def read_all() -> bool:
+                seen.extend(int(r.value) for r in await m.poll(100))
+                return sorted(seen) == [0, 1, 2, 3]
+            await eventually(read_all, 20, what="the new topic's records")
+    run(go())
+
+
+def test_subscribe_to_nothing_unsubscribes_and_blank_topics_are_refused(cluster):
+    """Kafka: subscribe([]) is unsubscribe() (partitions given up, the group left), and a
+    blank topic name is refused before anything is sent."""
+    async def go():
+        await cluster.create_topic("left", partitions=2, rf=1)
+        async with Consumer(cluster.bootstrap_servers, group_id="leavers", **FAST_GROUP) as c:
+            for bad in ([""], ["left", "  "], [None]):
+                with pytest.raises(ClientError, match="cannot contain null or empty topic"):
+                    await c.subscribe(bad)
+            revoked: list = []
+            await c.subscribe(["left"], on_revoked=revoked.extend)
+            await eventually(lambda: _polled(c, 2, []), 20, what="both partitions assigned")
+            await c.subscribe([])
+            assert c.assignment() == [] and sorted(revoked) == [("left", 0), ("left", 1)]
+            assert await c.poll(100) == []
+            async with _stub(cluster.address(cluster.ids[0])) as s:
+                async def empty() -> bool:
+                    r = await s.DescribeGroups(bpb.DescribeGroupsRequest(groups=["leavers"]), timeout=5)
+                    return r.groups[0].state == "Empty" and not r.groups[0].members
+                await eventually(empty, 10, what="the group left at once")
+    run(go())
+
+
+def test_commit_async_commits_in_order():
+    """Kafka: commits complete in the order they were made, so an earlier commit that is slow
+    (retried while the coordinator moved) never overwrites a later one."""
+    class SlowFirstCoordinator:
+        def __init__(self) -> None:
+            self.landed: list[dict] = []
+
+        async def commit(self, offsets, managed):
+            await asyncio.sleep(0.3 if offsets[("t", 0)] == 1 else 0)  # the first one asked for is slow
+            self.landed.append(offsets)
+
+    async def go():
+        c = Consumer("127.0.0.1:1", group_id="ordered")
+        c.group = SlowFirstCoordinator()
+        tasks = [c.commit_async({("t", 0): n}) for n in (1, 2, 3)]
+        await c.commit({("t", 0): 4})
+        await asyncio.gather(*tasks)
+        assert [o[("t", 0)] for o in c.group.landed] == [1, 2, 3, 4]
+    run(go())
