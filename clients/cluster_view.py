@@ -319,10 +319,14 @@ class ClusterView:
         self.cluster_id = resp.cluster_id
         topics = dict(self.topics) if self.wanted and not self.all_topics else {}
         for t in resp.topics:
+            topic_id = uuid.UUID(bytes=t.topic_id) if t.topic_id else None
             parts = tuple(PartitionInfo(p.partition, p.leader, p.leader_epoch, tuple(p.replicas), tuple(p.isr))
                           for p in sorted(t.partitions, key=lambda p: p.partition))
-            topics[t.name] = TopicInfo(t.name, uuid.UUID(bytes=t.topic_id) if t.topic_id else None, parts,
-                                       ErrorCode.of(t.error_code), tuple(p.partition for p in parts if p.leader >= 0))
+            known = self.topics.get(t.name)
+            if known is not None and known.topic_id == topic_id:
+                parts = tuple(_newer(known, p) for p in parts)
+            topics[t.name] = TopicInfo(t.name, topic_id, parts, ErrorCode.of(t.error_code),
+                                       tuple(p.partition for p in parts if p.leader >= 0))
         self.topics = topics
         self._last_refresh = time.monotonic()
         self.version += 1
@@ -333,3 +337,16 @@ class ClusterView:
         """Wake whoever waits on an update."""
         updated, self._updated = self._updated, asyncio.Event()
         updated.set()
+
+
+def _newer(known: TopicInfo, p: PartitionInfo) -> PartitionInfo:
+    """``p``, unless what is known of the partition has a newer leader epoch: a broker that
+    has not caught up with the metadata log answers with an older leader, and going back to
+    it would send requests to a former leader (Kafka keeps the newer epoch the same way)."""
+    if p.partition < len(known.partitions):
+        before = known.partitions[p.partition]
+        if before.partition == p.partition and before.leader_epoch > p.leader_epoch:
+            log.debug("Not replacing the leader epoch %d of %s-%d with the older %d", before.leader_epoch,
+                      known.name, p.partition, p.leader_epoch)
+            return before
+    return p

@@ -8,10 +8,12 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 
 from clients import ClientError, Consumer, Producer
+from clients.cluster_view import ClusterView
 from protos import broker_pb2 as bpb
 from protos import controller_pb2 as cpb
 from tests.brokercluster import REPO, BrokerCluster, _stub, running_cluster
@@ -262,4 +264,36 @@ def test_commit_async_commits_in_order():
         await c.commit({("t", 0): 4})
         await asyncio.gather(*tasks)
         assert [o[("t", 0)] for o in c.group.landed] == [1, 2, 3, 4]
+    run(go())
+
+
+def test_client_metadata_never_goes_back_to_an_older_leader_epoch():
+    """Kafka's Metadata keeps a partition's newer leader epoch when a broker that is behind
+    answers with an older one; a recreated topic (another topic id) starts over."""
+    first, second = uuid.uuid4().bytes, uuid.uuid4().bytes
+
+    def answer(topic_id: bytes, leader: int, epoch: int) -> bpb.MetadataResponse:
+        return bpb.MetadataResponse(brokers=[bpb.BrokerEndpoint(node_id=n, host="127.0.0.1", port=n) for n in (1, 2)],
+                                    topics=[bpb.TopicMetadata(name="t", topic_id=topic_id, partitions=[
+                                        bpb.PartitionMetadata(partition=0, leader=leader, leader_epoch=epoch)])])
+
+    class Brokers:
+        """Stands in for Connections: each Metadata request gets the next answer."""
+        def __init__(self, answers: list[bpb.MetadataResponse]) -> None:
+            self.answers = answers
+
+        def stub(self, address: str):
+            return self
+
+        async def Metadata(self, request, timeout):
+            return self.answers.pop(0)
+
+    async def go():
+        answers = [answer(first, 2, 5), answer(first, 1, 4), answer(first, 3, 6), answer(second, 1, 0)]
+        view = ClusterView(["127.0.0.1:1"], Brokers(answers))  # type: ignore[arg-type]
+        seen = []
+        for _ in range(4):
+            await view.refresh()
+            seen.append((view.leader_for("t", 0), view.partition("t", 0).leader_epoch))
+        assert seen == [(2, 5), (2, 5), (3, 6), (1, 0)]
     run(go())
