@@ -22,7 +22,7 @@ import logging
 import re
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
@@ -34,7 +34,10 @@ from raft.config import TLSConfig
 from .cluster_view import BrokerResponseError, ClientError, ClusterView, Connections, parse_bootstrap
 from .consumer_coordinator import ConsumerCoordinator
 from .errors import RETRIABLE, STALE_METADATA, ErrorCode
+from . import interceptors
+from .interceptors import ConsumerInterceptor
 from .records import ConsumerRecord, batches, check_crc, records_of
+from .serialization import Deserializer, RecordDeserializationError, checked
 
 log = logging.getLogger("clients.consumer")
 
@@ -53,9 +56,16 @@ class Consumer:
                  enable_auto_commit: bool = True, auto_commit_interval_ms: int = 5000,
                  session_timeout_ms: int = 45000, heartbeat_interval_ms: int = 3000,
                  max_poll_interval_ms: int = 300000, partition_assignment_strategy: str | list[str] = "range",
-                 group_instance_id: str | None = None, tls: TLSConfig | None = None) -> None:
-        """``tls``: TLS to the brokers (``clients.security.client_tls`` reads Kafka's keys)."""
+                 group_instance_id: str | None = None, tls: TLSConfig | None = None,
+                 key_deserializer: Deserializer | None = None, value_deserializer: Deserializer | None = None,
+                 interceptors: Sequence[ConsumerInterceptor] = ()) -> None:
+        """``tls``: TLS to the brokers (``clients.security.client_tls`` reads Kafka's keys).
+        ``key_deserializer``/``value_deserializer`` (``clients.serialization``) and
+        ``interceptors`` (``clients.interceptors``) are Kafka's extension points."""
         self.tls = tls
+        self.key_deserializer = checked(key_deserializer, "key.deserializer")
+        self.value_deserializer = checked(value_deserializer, "value.deserializer")
+        self.interceptors = list(interceptors)
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise ClientError(f"Invalid value {auto_offset_reset} for configuration auto.offset.reset: String must "
                               f"be one of: latest, earliest, none")
@@ -99,6 +109,7 @@ class Consumer:
         self._paused: set[TopicPartition] = set()
         self._next_auto_commit = 0.0
         self._committing: asyncio.Task | None = None
+        self._closed = False
         self._last_commit: asyncio.Task | None = None  # the newest commit, which the next one waits for
 
     async def start(self) -> "Consumer":
@@ -119,7 +130,11 @@ class Consumer:
 
     async def close(self, timeout_ms: int = 30000) -> None:
         """Commit what was consumed (with auto commit) and leave the group, for at most
-        ``timeout_ms`` (Kafka's close(Duration), 30 s by default), then close."""
+        ``timeout_ms`` (Kafka's close(Duration), 30 s by default), then close; closing again
+        does nothing."""
+        if self._closed:
+            return
+        self._closed = True
         if self.group is not None:
             try:
                 async with asyncio.timeout(timeout_ms / 1000):
@@ -134,6 +149,7 @@ class Consumer:
                 log.info("group %s: committing and leaving took longer than the close timeout (%d ms)",
                          self.group_id, timeout_ms)
             self.group.stop_heartbeats()
+        interceptors.close(self.interceptors)
         for t in self._inflight.values():
             t.cancel()
         await asyncio.gather(*self._inflight.values(), return_exceptions=True)
@@ -336,6 +352,8 @@ class Consumer:
             await asyncio.wait([earlier])
             del earlier  # no chain of finished commits kept alive
         await self.group.commit(offsets, managed=self._managed)
+        if self.interceptors and offsets:
+            interceptors.on_commit(self.interceptors, offsets)
 
     async def committed(self, topic: str, partition: int) -> int | None:
         """The group's committed offset of a partition, None if none."""
@@ -440,7 +458,9 @@ class Consumer:
             records = self._drain()
             self._send_fetches()
             if records:
-                return records
+                return interceptors.on_consume(self.interceptors, records) if self.interceptors else records
+            if self._error is not None:
+                continue  # a record that does not deserialize: raised at once
             left = deadline - time.monotonic()
             if left <= 0:
                 return []
@@ -475,11 +495,31 @@ class Consumer:
                 q.clear()
             else:
                 chunk = [q.popleft() for _ in range(take)]
+            if chunk and (self.key_deserializer or self.value_deserializer):
+                chunk = self._deserialized(chunk, q)
             if chunk:
                 out.extend(chunk)
                 self.positions[tp] = chunk[-1].offset + 1
-            if len(out) >= self.max_poll_records:
+            if len(out) >= self.max_poll_records or self._error is not None:
                 break
+        return out
+
+    def _deserialized(self, chunk: list[ConsumerRecord], q: deque[ConsumerRecord]) -> list[ConsumerRecord]:
+        """The chunk's records with their keys and values deserialized, up to the first that
+        fails: that one and the rest go back to the buffer, the position stays at it, and
+        poll raises (Kafka's RecordDeserializationException) until the application seeks past."""
+        out = []
+        for i, r in enumerate(chunk):
+            part = "key"
+            try:
+                key = self.key_deserializer(r.topic, r.key) if self.key_deserializer else r.key
+                part = "value"
+                value = self.value_deserializer(r.topic, r.value) if self.value_deserializer else r.value
+            except Exception as e:
+                q.extendleft(reversed(chunk[i:]))
+                self._error = RecordDeserializationError(part, r.topic, r.partition, r.offset, e)
+                break
+            out.append(r._replace(key=key, value=value))
         return out
 
     def _send_fetches(self) -> None:

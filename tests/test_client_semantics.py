@@ -4,6 +4,7 @@ does. One broker process (offsets topic of one replica) keeps it quick."""
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import uuid
 
 import pytest
 
-from clients import ClientError, Consumer, Producer
+from clients import ClientError, Consumer, KafkaTimeoutError, Producer
 from clients.cluster_view import ClusterView
 from protos import broker_pb2 as bpb
 from protos import controller_pb2 as cpb
@@ -212,14 +213,13 @@ def test_a_member_rejoins_when_its_topic_gains_partitions_or_a_topic_matching_it
             await eventually(lambda: _polled(m, 1, [("match-a", 0)]), 20, what="the matching topic assigned")
             await cluster.create_topic("match-b", partitions=2, rf=1)
             await produce(cluster, "match-b", 4)
-            await eventually(lambda: _polled(m, 3, [("match-b", 1)]), 20, what="the second matching topic assigned")
-            assert sorted(m.assignment()) == [("match-a", 0), ("match-b", 0), ("match-b", 1)]
             seen: list[int] = []
 
             async def read_all() -> bool:
                 seen.extend(int(r.value) for r in await m.poll(100))
-                return sorted(seen) == [0, 1, 2, 3]
-            await eventually(read_all, 20, what="the new topic's records")
+                return (sorted(m.assignment()) == [("match-a", 0), ("match-b", 0), ("match-b", 1)]
+                        and sorted(seen) == [0, 1, 2, 3])
+            await eventually(read_all, 20, what="the second matching topic assigned and its records read")
     run(go())
 
 
@@ -296,4 +296,153 @@ def test_client_metadata_never_goes_back_to_an_older_leader_epoch():
             await view.refresh()
             seen.append((view.leader_for("t", 0), view.partition("t", 0).leader_epoch))
         assert seen == [(2, 5), (2, 5), (3, 6), (1, 0)]
+    run(go())
+
+
+class Stamp:
+    """A producer interceptor: adds a header, records every acknowledgement."""
+
+    def __init__(self) -> None:
+        self.acked: list[tuple[int, int, BaseException | None]] = []
+        self.closed = False
+
+    def on_send(self, record):
+        return record._replace(headers=record.headers + (("stamped", b"yes"),))
+
+    def on_acknowledgement(self, metadata, exception):
+        self.acked.append((metadata.partition, metadata.offset, exception))
+
+    def close(self):
+        self.closed = True
+
+
+class Broken:
+    """An interceptor that fails: logged and skipped, as in Kafka."""
+
+    def on_send(self, record):
+        raise RuntimeError("boom")
+
+    def on_consume(self, records):
+        raise RuntimeError("boom")
+
+
+class LastPartition:
+    """A custom partitioner."""
+
+    def partition(self, topic, key, key_bytes, value, value_bytes, cluster):
+        return cluster.partition_count(topic) - 1
+
+
+class Counting:
+    """A consumer interceptor."""
+
+    def __init__(self) -> None:
+        self.consumed = 0
+        self.commits: list[dict] = []
+
+    def on_consume(self, records):
+        self.consumed += len(records)
+        return records
+
+    def on_commit(self, offsets):
+        self.commits.append(offsets)
+
+
+def test_serializers_interceptors_and_a_partitioner_are_used_as_kafkas(cluster):
+    """Kafka's extension points: key/value serializers and deserializers, producer and
+    consumer interceptors (one that raises is skipped), and a custom partitioner."""
+    async def go():
+        await cluster.create_topic("extended", partitions=3, rf=1)
+        stamp = Stamp()
+        async with Producer(cluster.bootstrap_servers, key_serializer=lambda topic, k: k.encode(),
+                            value_serializer=lambda topic, v: json.dumps(v).encode(), partitioner=LastPartition(),
+                            interceptors=[Broken(), stamp]) as p:
+            sent = [await (await p.send("extended", {"n": n}, key=f"k{n}")) for n in range(3)]
+            with pytest.raises(ClientError, match="Error serializing value for topic extended"):
+                await p.send("extended", object())
+            with pytest.raises(ClientError, match="Error serializing key"):
+                await p.send("extended", {"n": 9}, key=b"not a str")
+        assert [md.partition for md in sent] == [2, 2, 2]
+        assert stamp.acked[:3] == [(2, md.offset, None) for md in sent]
+        assert [type(e).__name__ for _, _, e in stamp.acked[3:]] == ["SerializationError"] * 2
+        assert stamp.closed
+
+        class Wild:
+            def partition(self, *args):
+                return 7
+        async with Producer(cluster.bootstrap_servers, partitioner=Wild()) as p:
+            with pytest.raises(ClientError, match=r"Invalid partition given with record: 7 is not in the range \[0...3\]"):
+                await p.send("extended", b"x")
+
+        counting = Counting()
+        async with Consumer(cluster.bootstrap_servers, group_id="extenders", auto_offset_reset="earliest",
+                            key_deserializer=lambda topic, b: b.decode(),
+                            value_deserializer=lambda topic, b: json.loads(b),
+                            interceptors=[Broken(), counting]) as c:
+            await c.assign([("extended", 2)])
+            records = await eventually(lambda: c.poll(200), 20, what="the three records")
+            assert [(r.key, r.value) for r in records] == [(f"k{n}", {"n": n}) for n in range(3)]
+            assert all(("stamped", b"yes") in r.headers for r in records)
+            assert counting.consumed == 3
+            await c.commit()
+            assert counting.commits == [{("extended", 2): 3}]
+    run(go())
+
+
+def test_a_record_that_does_not_deserialize_stops_the_consumer_at_it(cluster):
+    """Kafka's RecordDeserializationException: the records before it are returned, then every
+    poll raises at the bad record until the application seeks past it."""
+    async def go():
+        await cluster.create_topic("poisoned", partitions=1, rf=1)
+        async with Producer(cluster.bootstrap_servers) as p:
+            for v in (b"1", b"two", b"3"):
+                await p.send_and_wait("poisoned", v)
+        async with Consumer(cluster.bootstrap_servers, auto_offset_reset="earliest",
+                            value_deserializer=lambda topic, b: int(b)) as c:
+            await c.assign([("poisoned", 0)])
+            first = await eventually(lambda: c.poll(200), 20, what="the record before the bad one")
+            assert [r.value for r in first] == [1]
+            for _ in range(2):
+                with pytest.raises(ClientError, match="Error deserializing value for partition poisoned-0 at "
+                                                      "offset 1. If needed, please seek past the record"):
+                    await c.poll(200)
+            assert c.position("poisoned", 0) == 1
+            c.seek("poisoned", 0, 2)
+            rest = await eventually(lambda: c.poll(200), 20, what="the record after the bad one")
+            assert [r.value for r in rest] == [3]
+    run(go())
+
+
+def test_delivery_timeout_expires_batches_in_flight_and_close_is_bounded(cluster):
+    """KIP-91: a batch in flight to a broker that does not answer (SIGSTOP) fails when
+    delivery.timeout.ms passes, not when its request times out; close(timeout) fails what is
+    unanswered then ("Producer is closed forcefully."), and the consumer's close(timeout)
+    gives up its final commit and leave in time."""
+    async def go():
+        await cluster.create_topic("stalled", partitions=1, rf=1)
+        bid = cluster.ids[0]
+        async with Consumer(cluster.bootstrap_servers, group_id="stallers", **FAST_GROUP) as c:
+            await c.subscribe(["stalled"])
+            await eventually(lambda: _polled(c, 1, [("stalled", 0)]), 20, what="the partition assigned")
+            p = await Producer(cluster.bootstrap_servers, request_timeout_ms=3000, delivery_timeout_ms=1500,
+                               linger_ms=0).start()
+            await p.send_and_wait("stalled", b"before")
+            cluster.signal(bid, signal.SIGSTOP)
+            try:
+                began = time.monotonic()
+                with pytest.raises(KafkaTimeoutError, match=r"Expiring 1 record\(s\) for stalled-0:"):
+                    await p.send_and_wait("stalled", b"in flight")
+                assert time.monotonic() - began < 3  # its request would time out after 3 + 5 s
+                pending = await p.send("stalled", b"left at close")
+                began = time.monotonic()
+                await p.close(timeout_ms=300)
+                assert time.monotonic() - began < 2
+                with pytest.raises(ClientError, match="Producer is closed forcefully."):
+                    await pending
+                began = time.monotonic()
+                await c.close(timeout_ms=500)
+                assert time.monotonic() - began < 2.5
+            finally:
+                cluster.signal(bid, signal.SIGCONT)
+        await cluster.wait_unfenced()
     run(go())
