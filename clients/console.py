@@ -164,7 +164,8 @@ def _formatter(props: dict[str, str]) -> Callable[[ConsumerRecord], bytes]:
 @click.option("--timeout-ms", type=int, default=None, help="exit when no message came for this long")
 @click.option("--property", "properties", multiple=True, metavar="KEY=VALUE",
               help="formatter: print.key, print.offset, print.partition, print.timestamp, key.separator, ...")
-@click.option("--group", default=None, help="consume as a member of this consumer group, committing what it printed")
+@click.option("--group", default=None, help="consume as a member of this consumer group, committing its position "
+                                           "in every assigned partition (what it printed)")
 @click.option("--consumer-property", "consumer_properties", multiple=True, metavar="KEY=VALUE",
               help="any consumer setting by its Kafka name, e.g. session.timeout.ms=6000 (repeatable)")
 @click.option("--consumer.config", "config_file", type=click.Path(exists=True, dir_okay=False), default=None,
