@@ -5,7 +5,9 @@ record batch format, ``records``; the error codes, ``errors``). It depends on no
 from .cluster_view import BrokerResponseError, ClientError, KafkaTimeoutError
 from .consumer import Consumer
 from .producer import ACKS, ConfigException, Producer, RecordMetadata, RecordTooLargeError, producer_config
-from .records import ConsumerRecord
+from .records import ConsumerRecord, ProducerRecord
+from .serialization import RecordDeserializationError, SerializationError
 
-__all__ = ["Producer", "Consumer", "RecordMetadata", "ConsumerRecord", "ClientError", "KafkaTimeoutError",
-           "BrokerResponseError", "RecordTooLargeError", "ConfigException", "ACKS", "producer_config"]
+__all__ = ["Producer", "Consumer", "RecordMetadata", "ConsumerRecord", "ProducerRecord", "ClientError",
+           "KafkaTimeoutError", "BrokerResponseError", "RecordTooLargeError", "ConfigException",
+           "SerializationError", "RecordDeserializationError", "ACKS", "producer_config"]

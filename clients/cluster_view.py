@@ -26,6 +26,7 @@ from raft.config import TLSConfig
 from raft.transport import dial, tls_failure
 
 from .errors import ErrorCode
+from .listener_probe import kafka_listener, not_a_broker, speaks_kafka
 
 log = logging.getLogger("clients")
 
@@ -78,6 +79,11 @@ class SslAuthenticationError(ClientError):
     with the same settings cannot succeed, so it is raised rather than waited out."""
 
 
+class WrongListenerError(ClientError):
+    """No bootstrap address serves the broker's gRPC API, and one of them is known to serve
+    another protocol (``listener_probe``); retrying cannot help."""
+
+
 class Connections:
     """One gRPC channel per broker address, shared by everything a client sends; TLS with
     ``tls`` (``security.protocol=SSL``, clients/security.py)."""
@@ -128,9 +134,13 @@ class ClusterView:
         self.topics: dict[str, TopicInfo] = {}
         self.cluster_id = ""
         self.version = 0
-        #: Set when a broker refused the TLS handshake; waiting on metadata raises it.
-        self.auth_error: SslAuthenticationError | None = None
+        #: Set when retrying cannot help (a broker refused the TLS handshake, or the bootstrap
+        #: addresses are not brokers' gRPC listeners); waiting on metadata raises it.
+        self.fatal_error: SslAuthenticationError | WrongListenerError | None = None
+        self._listener_checked: dict[str, str | None] = {}  # address: why it is the wrong listener
         self.wanted: set[str] = set()
+        #: Ask for every topic (a pattern subscription), not only the wanted ones.
+        self.all_topics = False
         self._need_update = True
         self._wake = asyncio.Event()
         self._updated = asyncio.Event()
@@ -183,8 +193,8 @@ class ClusterView:
         SslAuthenticationError when a broker refused the handshake meanwhile."""
         deadline = time.monotonic() + timeout_s
         while self.version <= last_version:
-            if self.auth_error is not None:
-                raise self.auth_error
+            if self.fatal_error is not None:
+                raise self.fatal_error
             if self._closed:
                 raise ClientError("Requested metadata update after close")
             left = deadline - time.monotonic()
@@ -262,18 +272,22 @@ class ClusterView:
         self._need_update = False
         nodes = self._nodes()
         last: Exception | None = None
+        wrong: list[str] = []
         for i in range(len(nodes)):
             address = nodes[(self._next + i) % len(nodes)]
             try:
                 resp = await self.connections.stub(address).Metadata(
-                    pb.MetadataRequest(topics=sorted(self.wanted)), timeout=min(self.request_timeout_s, 10))
+                    pb.MetadataRequest(topics=[] if self.all_topics else sorted(self.wanted)), timeout=min(self.request_timeout_s, 10))
             except grpc.aio.AioRpcError as e:
                 last = e
                 reason = tls_failure(e.details() or "")
                 if reason is not None:
-                    self.auth_error = SslAuthenticationError(f"{address}: {reason}")
+                    self.fatal_error = SslAuthenticationError(f"{address}: {reason}")
                     self._signal()
-                    raise self.auth_error from None
+                    raise self.fatal_error from None
+                why = await self._wrong_listener(address, e)
+                if why is not None:
+                    wrong.append(why)
                 continue
             self._next += i + 1
             if not resp.brokers:
@@ -282,24 +296,57 @@ class ClusterView:
             self._update(resp)
             return
         self._need_update = True
+        if wrong and not self.brokers:
+            self.fatal_error = WrongListenerError("; ".join(wrong))
+            self._signal()
+            raise self.fatal_error
         raise ClientError(f"no broker answered a metadata request: {describe(last) if last else 'no broker known'}")
+
+    async def _wrong_listener(self, address: str, e: grpc.aio.AioRpcError) -> str | None:
+        """Why ``address`` is not a broker's gRPC listener, if that is why the call failed:
+        it lacks the broker API (a controller), or it hung up at once and answers the Kafka
+        protocol instead (checked once per address)."""
+        if e.code() == grpc.StatusCode.UNIMPLEMENTED:
+            return not_a_broker(address)
+        if e.code() != grpc.StatusCode.UNAVAILABLE or "socket closed" not in (e.details() or "").lower():
+            return None
+        if address not in self._listener_checked:
+            self._listener_checked[address] = kafka_listener(address) if await speaks_kafka(address) else None
+        return self._listener_checked[address]
 
     def _update(self, resp: pb.MetadataResponse) -> None:
         self.brokers = {b.node_id: f"{b.host}:{b.port}" for b in resp.brokers}
         self.cluster_id = resp.cluster_id
-        topics = dict(self.topics) if self.wanted else {}
+        topics = dict(self.topics) if self.wanted and not self.all_topics else {}
         for t in resp.topics:
+            topic_id = uuid.UUID(bytes=t.topic_id) if t.topic_id else None
             parts = tuple(PartitionInfo(p.partition, p.leader, p.leader_epoch, tuple(p.replicas), tuple(p.isr))
                           for p in sorted(t.partitions, key=lambda p: p.partition))
-            topics[t.name] = TopicInfo(t.name, uuid.UUID(bytes=t.topic_id) if t.topic_id else None, parts,
-                                       ErrorCode.of(t.error_code), tuple(p.partition for p in parts if p.leader >= 0))
+            known = self.topics.get(t.name)
+            if known is not None and known.topic_id == topic_id:
+                parts = tuple(_newer(known, p) for p in parts)
+            topics[t.name] = TopicInfo(t.name, topic_id, parts, ErrorCode.of(t.error_code),
+                                       tuple(p.partition for p in parts if p.leader >= 0))
         self.topics = topics
         self._last_refresh = time.monotonic()
         self.version += 1
-        self.auth_error = None
+        self.fatal_error = None
         self._signal()
 
     def _signal(self) -> None:
         """Wake whoever waits on an update."""
         updated, self._updated = self._updated, asyncio.Event()
         updated.set()
+
+
+def _newer(known: TopicInfo, p: PartitionInfo) -> PartitionInfo:
+    """``p``, unless what is known of the partition has a newer leader epoch: a broker that
+    has not caught up with the metadata log answers with an older leader, and going back to
+    it would send requests to a former leader (Kafka keeps the newer epoch the same way)."""
+    if p.partition < len(known.partitions):
+        before = known.partitions[p.partition]
+        if before.partition == p.partition and before.leader_epoch > p.leader_epoch:
+            log.debug("Not replacing the leader epoch %d of %s-%d with the older %d", before.leader_epoch,
+                      known.name, p.partition, p.leader_epoch)
+            return before
+    return p

@@ -13,14 +13,16 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import click
 
 from . import ACKS, ClientError, Consumer, ConsumerRecord, Producer, producer_config
 from .config import from_properties, read_config_file
-from .consumer_coordinator import CommitFailedError
 from .consumer_groups import consumer_groups
+
+T = TypeVar("T")
 
 FORMATTER_PROPERTIES = {"print.key", "print.value", "print.offset", "print.partition", "print.timestamp",
                         "key.separator", "line.separator", "null.literal"}
@@ -163,7 +165,8 @@ def _formatter(props: dict[str, str]) -> Callable[[ConsumerRecord], bytes]:
 @click.option("--timeout-ms", type=int, default=None, help="exit when no message came for this long")
 @click.option("--property", "properties", multiple=True, metavar="KEY=VALUE",
               help="formatter: print.key, print.offset, print.partition, print.timestamp, key.separator, ...")
-@click.option("--group", default=None, help="consume as a member of this consumer group, committing what it printed")
+@click.option("--group", default=None, help="consume as a member of this consumer group, committing its position "
+                                           "in every assigned partition (what it printed)")
 @click.option("--consumer-property", "consumer_properties", multiple=True, metavar="KEY=VALUE",
               help="any consumer setting by its Kafka name, e.g. session.timeout.ms=6000 (repeatable)")
 @click.option("--consumer.config", "config_file", type=click.Path(exists=True, dir_okay=False), default=None,
@@ -191,7 +194,7 @@ def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, pa
 
     if group is not None and partition is not None:
         _fail("Options group and partition cannot be specified together.")
-    settings = {"auto_offset_reset": "earliest" if from_beginning else "latest"}
+    settings: dict[str, object] = {"auto_offset_reset": "earliest" if from_beginning else "latest"}
     try:
         settings.update(from_properties(Consumer.__init__, {**(read_config_file(config_file) if config_file else {}),
                                                             **_pairs(consumer_properties, "--consumer-property")},
@@ -200,28 +203,34 @@ def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, pa
         _fail(str(e))
 
     async def run() -> int:
-        # Commits are of what was printed (a poll may return more than --max-messages takes).
-        consumer = Consumer(bootstrap_server, **{**settings, "group_id": group,  # type: ignore[arg-type]
-                                                 "enable_auto_commit": False})
+        # With --group, the consumer commits its positions (auto commit, on by default as in
+        # Kafka's console consumer): every few seconds, when partitions are revoked, and on
+        # close, for every assigned partition, including those it printed nothing from.
+        consumer = Consumer(bootstrap_server, **{**settings, "group_id": group})  # type: ignore[arg-type]
         await consumer.start()
-        printed: dict[tuple[str, int], int] = {}
-        next_commit = asyncio.get_running_loop().time() + 5
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        main_task = asyncio.current_task()
+        assert main_task is not None
+
+        def interrupted() -> None:
+            """Ctrl-C stops whatever the consumer waits for (Kafka's consumer.wakeup()) and
+            closes it; a second one does not wait for the close either."""
+            if stop.is_set():
+                main_task.cancel()
+            stop.set()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, interrupted)
         count = 0
         out = sys.stdout.buffer
+        # waiting for the topic's metadata is bounded by --timeout-ms too
+        wait_ms = min(timeout_ms, 60000) if timeout_ms is not None else 60000
         try:
-            async def revoked(tps: list[tuple[str, int]]) -> None:
-                mine = {tp: o for tp, o in printed.items() if tp in tps}
-                if mine:
-                    await consumer.commit(mine)  # before another member takes them over
-
             if partition is None:
-                await consumer.subscribe(topic, on_revoked=revoked)
+                await _unless_stopped(consumer.subscribe(topic, wait_ms), stop, None)
             else:
-                await consumer.assign([(topic, partition)])
+                await _unless_stopped(consumer.assign([(topic, partition)], wait_ms), stop, None)
                 if offset == "earliest":
                     consumer.seek_to_beginning()
                 elif offset == "latest":
@@ -230,37 +239,56 @@ def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, pa
                     consumer.seek(topic, partition, int(offset))
             idle_since = loop.time()
             while not stop.is_set():
-                records = await consumer.poll(200)
-                for r in records:
+                idle_left = None if timeout_ms is None else max(0.0, timeout_ms / 1000 - (loop.time() - idle_since))
+                records = await _unless_stopped(consumer.poll(200), stop, idle_left)  # a poll may wait for a rebalance
+                for i, r in enumerate(records or ()):
                     out.write(fmt(r))
                     count += 1
-                    printed[(r.topic, r.partition)] = r.offset + 1
                     if max_messages is not None and count >= max_messages:
                         stop.set()
+                        _rewind(consumer, records[i + 1:])
                         break
                 out.flush()
-                if group is not None and printed and loop.time() >= next_commit:
-                    next_commit = loop.time() + 5
-                    try:
-                        await consumer.commit(dict(printed))
-                    except CommitFailedError:
-                        pass  # the group is rebalancing: the partitions' commit happens on revocation
                 if records:
                     idle_since = loop.time()
-                elif timeout_ms is not None and (loop.time() - idle_since) * 1000 >= timeout_ms:
+                elif not stop.is_set() and timeout_ms is not None and (loop.time() - idle_since) * 1000 >= timeout_ms:
                     click.echo("Error processing message, terminating consumer process: TimeoutException", err=True)
                     break
-            if group is not None and printed:
-                await consumer.commit(dict(printed))
         except ClientError as e:
             click.echo(f"Error processing message, terminating consumer process: {e}", err=True)
             return 1
         finally:
-            await consumer.close()
-            click.echo(f"Processed a total of {count} messages", err=True)
+            try:
+                await consumer.close()
+            finally:
+                click.echo(f"Processed a total of {count} messages", err=True)
         return 0
 
-    sys.exit(asyncio.run(run()))
+    try:
+        sys.exit(asyncio.run(run()))
+    except asyncio.CancelledError:  # a second Ctrl-C while closing
+        sys.exit(1)
+
+
+async def _unless_stopped(aw: Awaitable[T], stop: asyncio.Event, timeout_s: float | None) -> T | None:
+    """``aw``'s result; None, with ``aw`` cancelled, once ``stop`` is set or after ``timeout_s``."""
+    task = asyncio.ensure_future(aw)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    return None if task.cancelled() else task.result()
+
+
+def _rewind(consumer: Consumer, unprinted: list[ConsumerRecord]) -> None:
+    """Put each partition back at its first record that was returned but not printed, so that
+    the commit on close covers what was printed and no more."""
+    for r in reversed(unprinted):
+        consumer.seek(r.topic, r.partition, r.offset)
 
 
 @click.group()

@@ -19,9 +19,10 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import re
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
@@ -33,11 +34,16 @@ from raft.config import TLSConfig
 from .cluster_view import BrokerResponseError, ClientError, ClusterView, Connections, parse_bootstrap
 from .consumer_coordinator import ConsumerCoordinator
 from .errors import RETRIABLE, STALE_METADATA, ErrorCode
+from . import interceptors
+from .interceptors import ConsumerInterceptor
 from .records import ConsumerRecord, batches, check_crc, records_of
+from .serialization import Deserializer, RecordDeserializationError, checked
 
 log = logging.getLogger("clients.consumer")
 
 EARLIEST, LATEST = -2, -1
+#: Kafka's internal topics, which a pattern subscription leaves out (exclude.internal.topics).
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 TopicPartition = tuple[str, int]
 
 
@@ -50,9 +56,16 @@ class Consumer:
                  enable_auto_commit: bool = True, auto_commit_interval_ms: int = 5000,
                  session_timeout_ms: int = 45000, heartbeat_interval_ms: int = 3000,
                  max_poll_interval_ms: int = 300000, partition_assignment_strategy: str | list[str] = "range",
-                 group_instance_id: str | None = None, tls: TLSConfig | None = None) -> None:
-        """``tls``: TLS to the brokers (``clients.security.client_tls`` reads Kafka's keys)."""
+                 group_instance_id: str | None = None, tls: TLSConfig | None = None,
+                 key_deserializer: Deserializer | None = None, value_deserializer: Deserializer | None = None,
+                 interceptors: Sequence[ConsumerInterceptor] = ()) -> None:
+        """``tls``: TLS to the brokers (``clients.security.client_tls`` reads Kafka's keys).
+        ``key_deserializer``/``value_deserializer`` (``clients.serialization``) and
+        ``interceptors`` (``clients.interceptors``) are Kafka's extension points."""
         self.tls = tls
+        self.key_deserializer = checked(key_deserializer, "key.deserializer")
+        self.value_deserializer = checked(value_deserializer, "value.deserializer")
+        self.interceptors = list(interceptors)
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise ClientError(f"Invalid value {auto_offset_reset} for configuration auto.offset.reset: String must "
                               f"be one of: latest, earliest, none")
@@ -87,11 +100,17 @@ class Consumer:
             request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms)
         self.group: ConsumerCoordinator | None = None
         self._subscription: list[str] = []  # topics under group management
+        self._pattern: re.Pattern[str] | None = None  # subscribe(pattern=...)
+        #: Partition counts of the topics the last assignment was computed over (by this
+        #: member, and by the leader for the whole group): a change means rejoining.
+        self._joined_counts: dict[str, int] = {}
         self._on_assigned: Callable[[list[TopicPartition]], Any] | None = None
         self._on_revoked: Callable[[list[TopicPartition]], Any] | None = None
         self._paused: set[TopicPartition] = set()
         self._next_auto_commit = 0.0
         self._committing: asyncio.Task | None = None
+        self._closed = False
+        self._last_commit: asyncio.Task | None = None  # the newest commit, which the next one waits for
 
     async def start(self) -> "Consumer":
         self.connections = Connections(self.tls)
@@ -109,17 +128,28 @@ class Consumer:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def close(self) -> None:
-        """Commit what was consumed (with auto commit) and leave the group, then close."""
+    async def close(self, timeout_ms: int = 30000) -> None:
+        """Commit what was consumed (with auto commit) and leave the group, for at most
+        ``timeout_ms`` (Kafka's close(Duration), 30 s by default), then close; closing again
+        does nothing."""
+        if self._closed:
+            return
+        self._closed = True
         if self.group is not None:
             try:
-                if self.enable_auto_commit:
-                    await self.commit()
-            except ClientError as e:
-                log.info("group %s: the final commit failed: %s", self.group_id, e)
-            if self._subscription:
-                await self.group.leave()
+                async with asyncio.timeout(timeout_ms / 1000):
+                    try:
+                        if self.enable_auto_commit:
+                            await self.commit()
+                    except ClientError as e:
+                        log.info("group %s: the final commit failed: %s", self.group_id, e)
+                    if self._managed:
+                        await self.group.leave()
+            except TimeoutError:
+                log.info("group %s: committing and leaving took longer than the close timeout (%d ms)",
+                         self.group_id, timeout_ms)
             self.group.stop_heartbeats()
+        interceptors.close(self.interceptors)
         for t in self._inflight.values():
             t.cancel()
         await asyncio.gather(*self._inflight.values(), return_exceptions=True)
@@ -128,17 +158,41 @@ class Consumer:
 
     # -- assignment and positions -----------------------------------------------------------------
 
-    async def subscribe(self, topics: str | list[str], timeout_ms: int = 60000, *,
+    @property
+    def _managed(self) -> bool:
+        """Subscribed under group management (topics or a pattern), rather than assigned."""
+        return self.group is not None and (bool(self._subscription) or self._pattern is not None)
+
+    async def subscribe(self, topics: str | list[str] | None = None, timeout_ms: int = 60000, *,
+                        pattern: str | re.Pattern[str] | None = None,
                         on_assigned: Callable[[list[TopicPartition]], Any] | None = None,
                         on_revoked: Callable[[list[TopicPartition]], Any] | None = None) -> list[TopicPartition]:
-        """With a group id: join the group for ``topics``; partitions arrive with the next
-        ``poll`` (``on_assigned``/``on_revoked`` are Kafka's ConsumerRebalanceListener, plain
-        or async functions). Without one: assign every partition of ``topics``."""
-        names = [topics] if isinstance(topics, str) else list(topics)
+        """With a group id: join the group for ``topics``, or for every topic whose whole name
+        matches ``pattern`` (internal topics aside), now and as topics are created; partitions
+        arrive with the next ``poll`` (``on_assigned``/``on_revoked`` are Kafka's
+        ConsumerRebalanceListener, plain or async functions). Without one: assign every
+        partition of ``topics``. No topics (``subscribe([])``) is ``unsubscribe()``, as in Kafka."""
+        names = [topics] if isinstance(topics, str) else list(topics or [])
+        if any(not isinstance(t, str) or not t.strip() for t in names):
+            raise ClientError("Topic collection to subscribe to cannot contain null or empty topic")
+        if pattern is not None and names:
+            raise ClientError("Subscription to topics and to a pattern are mutually exclusive")
+        if pattern is None and not names:
+            await self.unsubscribe()
+            return []
         if self.group is not None:
-            self._subscription, self._on_assigned, self._on_revoked = names, on_assigned, on_revoked
+            self._pattern = re.compile(pattern) if isinstance(pattern, str) else pattern
+            self.cluster.all_topics = self._pattern is not None
+            self._subscription = self._matching() if self._pattern is not None else names
+            for topic in self._subscription:
+                self.cluster.add(topic)
+            self.cluster.request_update()
+            self._on_assigned, self._on_revoked = on_assigned, on_revoked
             self.group.rejoin_needed = True
             return []
+        if pattern is not None:
+            raise ClientError("To use the group management or offset commit APIs, you must provide a valid "
+                              "group.id in the consumer configuration.")
         tps = []
         for topic in names:
             await self.cluster.wait_on_metadata(topic, None, timeout_ms)
@@ -146,12 +200,52 @@ class Consumer:
         await self.assign(tps)
         return tps
 
-    async def assign(self, tps: list[TopicPartition]) -> None:
+    async def unsubscribe(self) -> None:
+        """Give every partition up (committing first, with auto commit, and calling
+        ``on_revoked``), and leave the group."""
+        if self._managed:
+            assert self.group is not None
+            await self._revoke_all("unsubscribing")
+            await self.group.leave()
+        self._subscription, self._pattern, self._joined_counts = [], None, {}
+        self.cluster.all_topics = False
+        self.positions, self._buffer, self._next_fetch, self._reset = {}, {}, {}, {}
+        self._paused = set()
+
+    def _matching(self) -> list[str]:
+        """The topics the pattern subscription covers now."""
+        assert self._pattern is not None
+        return sorted(t for t, info in self.cluster.topics.items()
+                      if t not in INTERNAL_TOPICS and info.error == ErrorCode.NONE and self._pattern.fullmatch(t))
+
+    def _check_metadata(self) -> None:
+        """Kafka's metadata-change rebalance: rejoin when a topic matching the pattern appears
+        (or goes), or a topic the last assignment was computed over has a different number of
+        partitions now (it gained some, or it was created)."""
+        group = self.group
+        if group is None or not self._managed or group.rejoin_needed:
+            return
+        if self._pattern is not None:
+            matching = self._matching()
+            if matching != self._subscription:
+                log.info("group %s: the topics matching %s are now %s", self.group_id, self._pattern.pattern, matching)
+                self._subscription = matching
+                group.rejoin_needed = True
+                return
+        for topic, count in self._joined_counts.items():
+            now = self.cluster.partition_count(topic)
+            if now is not None and now != count:
+                log.info("group %s: topic %s has %d partitions now, not %d: rejoining", self.group_id, topic, now,
+                         count)
+                group.rejoin_needed = True
+                return
+
+    async def assign(self, tps: list[TopicPartition], timeout_ms: int = 60000) -> None:
         """Exactly these partitions, without group management; with a group id each starts at
-        the group's committed offset."""
+        the group's committed offset. Waits up to ``timeout_ms`` for their metadata."""
         for topic, p in tps:
             self.cluster.add(topic)
-            await self.cluster.wait_on_metadata(topic, p, 60000)
+            await self.cluster.wait_on_metadata(topic, p, timeout_ms)
         await self._set_assignment(tps)
 
     async def _set_assignment(self, tps: list[TopicPartition]) -> None:
@@ -165,9 +259,12 @@ class Consumer:
                 self.positions[tp] = offset
 
     async def _wait_topics(self, topics: list[str]) -> dict[str, int]:
+        """The leader's partition counts for the assignor (a topic that does not exist yet is
+        left out, and watched for its creation)."""
         counts = {}
         for topic in topics:
             self.cluster.add(topic)
+            self._joined_counts[topic] = 0
             try:
                 await self.cluster.wait_on_metadata(topic, None, 10000)
             except BrokerResponseError as e:
@@ -176,23 +273,42 @@ class Consumer:
                 continue
             except ClientError:
                 continue  # a topic that does not exist yet: no partitions for now
-            counts[topic] = self.cluster.partition_count(topic) or 0
+            counts[topic] = self._joined_counts[topic] = self.cluster.partition_count(topic) or 0
         return counts
 
-    async def _ensure_group(self) -> None:
-        """Carry out a rebalance the coordinator asked for (Kafka does it inside poll)."""
-        group = self.group
-        if group is None or not self._subscription or not group.rejoin_needed:
-            return
+    async def _revoke_all(self, why: str) -> list[TopicPartition]:
+        """Before giving the partitions up: commit their positions (auto commit), then tell
+        the application."""
         revoked = list(self.positions)
         if revoked:
             if self.enable_auto_commit:
                 try:
                     await self.commit()
                 except ClientError as e:
-                    log.info("group %s: commit before rebalancing failed: %s", self.group_id, e)
+                    log.info("group %s: commit before %s failed: %s", self.group_id, why, e)
             await _call_back(self._on_revoked, revoked)
+        return revoked
+
+    async def _ensure_group(self) -> None:
+        """Carry out a rebalance the coordinator (or a metadata change) asked for (Kafka does
+        it inside poll)."""
+        group = self.group
+        self._check_metadata()
+        if group is None or not self._managed or not group.rejoin_needed:
+            return
+        revoked = await self._revoke_all("rebalancing")
+        if self._pattern is not None:  # join with the topics matching now, not at the last refresh
+            try:
+                await self.cluster.await_update(self.cluster.request_update(), self.request_timeout_ms / 1000)
+            except asyncio.TimeoutError:
+                pass
+            self._subscription = self._matching()
+        self._joined_counts = {}
         assigned = await group.join(self._subscription, revoked, self._wait_topics)
+        for topic in self._subscription:  # a member that is not the leader watches its own topics
+            count = self.cluster.partition_count(topic)
+            if count is not None:
+                self._joined_counts.setdefault(topic, count)
         self.positions = {}
         self._buffer, self._next_fetch, self._reset = {}, {}, {}
         await self._set_assignment(assigned)
@@ -205,17 +321,39 @@ class Consumer:
 
     async def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
         """Commit ``offsets`` (the next offset to read per partition; default: the positions
-        of everything returned by ``poll`` so far) and wait for the coordinator's answer.
-        CommitFailedError if the group rebalanced meanwhile."""
-        if self.group is None:
-            raise ClientError("Cannot commit offsets without a group.id")
-        await self.group.commit(self._consumed() if offsets is None else offsets, managed=bool(self._subscription))
+        of every assigned partition, what ``poll`` returned and where the others were reset
+        to) and wait for the coordinator's answer. CommitFailedError if the group rebalanced
+        meanwhile."""
+        await self._commit_in_turn(self._offsets_to_commit(offsets))
 
     def commit_async(self, offsets: dict[TopicPartition, int] | None = None) -> asyncio.Task:
-        """Commit without waiting; the task's result or exception says how it went."""
-        task = asyncio.get_running_loop().create_task(self.commit(offsets))
+        """Commit without waiting; the task's result or exception says how it went. The
+        offsets are taken now, and commits go out one at a time in the order they were asked
+        for, so an earlier one (retried while the coordinator moved) never lands after, and
+        overwrites, a later one."""
+        task = self._commit_in_turn(self._offsets_to_commit(offsets))
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
         return task
+
+    def _offsets_to_commit(self, offsets: dict[TopicPartition, int] | None) -> dict[TopicPartition, int]:
+        if self.group is None:
+            raise ClientError("Cannot commit offsets without a group.id")
+        return self._consumed() if offsets is None else dict(offsets)
+
+    def _commit_in_turn(self, offsets: dict[TopicPartition, int]) -> asyncio.Task:
+        """A task that sends the commit once the one asked for before it is answered."""
+        task = asyncio.get_running_loop().create_task(self._commit_after(self._last_commit, offsets))
+        self._last_commit = task
+        return task
+
+    async def _commit_after(self, earlier: asyncio.Task | None, offsets: dict[TopicPartition, int]) -> None:
+        assert self.group is not None
+        if earlier is not None:
+            await asyncio.wait([earlier])
+            del earlier  # no chain of finished commits kept alive
+        await self.group.commit(offsets, managed=self._managed)
+        if self.interceptors and offsets:
+            interceptors.on_commit(self.interceptors, offsets)
 
     async def committed(self, topic: str, partition: int) -> int | None:
         """The group's committed offset of a partition, None if none."""
@@ -313,14 +451,16 @@ class Consumer:
             if self._error is not None:
                 error, self._error = self._error, None
                 raise error
-            if self.cluster.auth_error is not None:
-                raise self.cluster.auth_error
+            if self.cluster.fatal_error is not None:
+                raise self.cluster.fatal_error
             if any(pos is None for pos in self.positions.values()):
                 await self._resolve_positions()
             records = self._drain()
             self._send_fetches()
             if records:
-                return records
+                return interceptors.on_consume(self.interceptors, records) if self.interceptors else records
+            if self._error is not None:
+                continue  # a record that does not deserialize: raised at once
             left = deadline - time.monotonic()
             if left <= 0:
                 return []
@@ -355,11 +495,31 @@ class Consumer:
                 q.clear()
             else:
                 chunk = [q.popleft() for _ in range(take)]
+            if chunk and (self.key_deserializer or self.value_deserializer):
+                chunk = self._deserialized(chunk, q)
             if chunk:
                 out.extend(chunk)
                 self.positions[tp] = chunk[-1].offset + 1
-            if len(out) >= self.max_poll_records:
+            if len(out) >= self.max_poll_records or self._error is not None:
                 break
+        return out
+
+    def _deserialized(self, chunk: list[ConsumerRecord], q: deque[ConsumerRecord]) -> list[ConsumerRecord]:
+        """The chunk's records with their keys and values deserialized, up to the first that
+        fails: that one and the rest go back to the buffer, the position stays at it, and
+        poll raises (Kafka's RecordDeserializationException) until the application seeks past."""
+        out = []
+        for i, r in enumerate(chunk):
+            part = "key"
+            try:
+                key = self.key_deserializer(r.topic, r.key) if self.key_deserializer else r.key
+                part = "value"
+                value = self.value_deserializer(r.topic, r.value) if self.value_deserializer else r.value
+            except Exception as e:
+                q.extendleft(reversed(chunk[i:]))
+                self._error = RecordDeserializationError(part, r.topic, r.partition, r.offset, e)
+                break
+            out.append(r._replace(key=key, value=value))
         return out
 
     def _send_fetches(self) -> None:

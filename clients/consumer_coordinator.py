@@ -89,6 +89,8 @@ class ConsumerCoordinator:
                     raise BrokerResponseError(code, r.error_message)
                 break  # not available yet (the offsets topic may be being created): back off
             if self.coordinator is None:
+                if self.cluster.fatal_error is not None:
+                    raise self.cluster.fatal_error
                 if time.monotonic() > deadline:
                     raise ClientError(f"no coordinator found for group {self.group_id}")
                 await asyncio.sleep(self.backoff_s)

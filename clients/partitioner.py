@@ -6,15 +6,30 @@ Java, librdkafka or Sarama producer (Kafka's BuiltInPartitioner and Utils.murmur
 3. no key: stick to one partition until a new batch is needed, then move to another one,
    different from the last, among the partitions that have a leader (KIP-480's
    StickyPartitionCache).
+
+A ``Producer(partitioner=...)`` replaces 2 and 3 (Kafka's ``partitioner.class``).
 """
 from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from typing import Any, Protocol
 
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
 _MASK = 0xFFFFFFFF
+
+
+class Partitioner(Protocol):
+    """Kafka's Partitioner: the partition of a record sent without one. ``key`` and ``value``
+    are as given to ``send``, ``key_bytes``/``value_bytes`` serialized; ``cluster`` is the
+    producer's ``ClusterView`` (``cluster.partition_count(topic)``, and
+    ``cluster.topics[topic].available``: the partitions with a leader). A result outside
+    ``[0, partition count)`` fails the send. ``close()``, if it has one, runs when the
+    producer closes."""
+
+    def partition(self, topic: str, key: Any, key_bytes: bytes | None, value: Any, value_bytes: bytes | None,
+                  cluster: Any) -> int: ...
 
 
 def murmur2(data: bytes) -> int:

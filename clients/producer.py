@@ -42,8 +42,11 @@ from .config import ConfigException, from_properties
 from .cluster_view import (BrokerResponseError, ClientError, ClusterView, Connections, KafkaTimeoutError,
                            parse_bootstrap)
 from .errors import RETRIABLE, STALE_METADATA, ErrorCode
-from .partitioner import StickyPartitioner, partition_for_key
-from .records import Header
+from . import interceptors
+from .interceptors import ProducerInterceptor
+from .partitioner import Partitioner, StickyPartitioner, partition_for_key
+from .records import Header, ProducerRecord
+from .serialization import Serializer, checked, serialize
 
 log = logging.getLogger("clients.producer")
 
@@ -56,14 +59,6 @@ class RecordTooLargeError(ClientError):
 
 MAX_IN_FLIGHT_IDEMPOTENT = 5
 SEQUENCE_MODULUS = 1 << 31  # sequences wrap after Int32.MAX
-
-
-def _bytes(v: bytes | str | None) -> bytes | None:
-    if v is None or isinstance(v, bytes):
-        return v
-    if isinstance(v, str):
-        return v.encode()
-    return bytes(v)
 
 
 def _rpc_error(e: grpc.aio.AioRpcError) -> tuple[ErrorCode, str]:
@@ -86,12 +81,24 @@ class Producer:
                  retries: int = 2147483647, retry_backoff_ms: int = 100,
                  max_in_flight_requests_per_connection: int = 5, metadata_max_age_ms: int = 300000,
                  client_id: str = "", enable_idempotence: bool | None = None,
-                 compression_type: str = "none", tls: TLSConfig | None = None) -> None:
+                 compression_type: str = "none", tls: TLSConfig | None = None,
+                 key_serializer: Serializer | None = None, value_serializer: Serializer | None = None,
+                 partitioner: Partitioner | None = None, interceptors: Sequence[ProducerInterceptor] = ()) -> None:
         """``enable_idempotence`` None means Kafka's default: on, unless ``acks``, ``retries``
         or ``max_in_flight_requests_per_connection`` rule it out (then off); True with such a
         setting raises ConfigException with Kafka's message. ``tls``: TLS to the brokers
-        (``clients.security.client_tls`` reads Kafka's ``security.protocol`` and ``ssl.*``)."""
+        (``clients.security.client_tls`` reads Kafka's ``security.protocol`` and ``ssl.*``).
+        ``key_serializer``/``value_serializer`` (``clients.serialization``), ``partitioner``
+        (``clients.partitioner.Partitioner``) and ``interceptors`` (``clients.interceptors``)
+        are Kafka's extension points of the same names."""
         self.tls = tls
+        self.key_serializer = checked(key_serializer, "key.serializer")
+        self.value_serializer = checked(value_serializer, "value.serializer")
+        if partitioner is not None and not callable(getattr(partitioner, "partition", None)):
+            raise ConfigException(f"Invalid value {partitioner} for configuration partitioner.class: expected an "
+                                  f"object with partition(topic, key, key_bytes, value, value_bytes, cluster)")
+        self.partitioner = partitioner
+        self.interceptors = list(interceptors)
         if acks not in ACKS:
             raise ConfigException(f"Invalid value {acks} for configuration acks: String must be one of: all, -1, 0, 1")
         self.acks = ACKS[acks]
@@ -136,6 +143,7 @@ class Producer:
         self._closed = False
         self._stopping = False
         self._sender: asyncio.Task | None = None
+        self._in_flight_batches: set[ProducerBatch] = set()  # sent and not answered: they expire too
         #: Kafka's producer metrics of the same names: records acknowledged, records failed,
         #: produce requests and batches sent (retries included).
         self.metrics = {"record-send-total": 0, "record-error-total": 0, "request-total": 0, "batch-total": 0}
@@ -160,13 +168,35 @@ class Producer:
 
     # -- send -------------------------------------------------------------------------------------
 
-    async def send(self, topic: str, value: bytes | str | None, key: bytes | str | None = None, *,
-                   partition: int | None = None, timestamp_ms: int | None = None,
-                   headers: Sequence[Header] = ()) -> RecordFuture:
+    async def send(self, topic: str, value: Any, key: Any = None, *, partition: int | None = None,
+                   timestamp_ms: int | None = None, headers: Sequence[Header] = ()) -> RecordFuture:
         """Queue a record; returns a future of its RecordMetadata. Waits only for metadata and
-        buffer memory (``max.block.ms``)."""
+        buffer memory (``max.block.ms``). Interceptors see the record first, then the
+        serializers make its key and value bytes (without them: bytes, or str as UTF-8)."""
         if self._closed:
             raise ClientError("Cannot perform operation after producer has been closed")
+        record = ProducerRecord(topic, value, key, partition, timestamp_ms, tuple(headers))
+        if self.interceptors:
+            record = interceptors.on_send(self.interceptors, record)
+        try:
+            fut = await self._append(record)
+        except ClientError as e:
+            if self.interceptors:
+                p = record.partition if record.partition is not None else -1
+                interceptors.on_acknowledgement(self.interceptors, RecordMetadata(record.topic, p, -1, -1), e)
+            raise
+        if self.interceptors:
+            fut.add_done_callback(self._acknowledged)
+        return fut
+
+    def _acknowledged(self, fut: RecordFuture) -> None:
+        error = fut.exception()
+        metadata = (fut.result() if error is None else
+                    RecordMetadata(fut.batch.topic, fut.batch.partition, -1, fut.batch.entries[fut.index][2]))
+        interceptors.on_acknowledgement(self.interceptors, metadata, error)
+
+    async def _append(self, record: ProducerRecord) -> RecordFuture:
+        topic, partition, headers = record.topic, record.partition, record.headers
         begin = time.monotonic()
         cluster = self.cluster
         count = cluster.partition_count(topic)
@@ -174,8 +204,8 @@ class Producer:
             await cluster.wait_on_metadata(topic, partition, self.max_block_ms)
             count = cluster.partition_count(topic)
             assert count is not None
-        k = key if key is None or type(key) is bytes else _bytes(key)
-        v = value if type(value) is bytes else _bytes(value)
+        k = serialize(self.key_serializer, topic, record.key, "key")
+        v = serialize(self.value_serializer, topic, record.value, "value")
         size = RECORD_OVERHEAD + (len(k) if k else 0) + (len(v) if v else 0)
         for hk, hv in headers:
             size += len(hk) + (len(hv) if hv else 0)
@@ -188,10 +218,15 @@ class Producer:
                                       f"memory buffer you have configured with the buffer.memory configuration.")
         if self.acc.used + size > self.buffer_memory:
             await self.acc.reserve(size, begin + self.max_block_ms / 1000, self.max_block_ms)
-        ts = timestamp_ms if timestamp_ms is not None else time.time_ns() // 1_000_000
-        sticky = partition is None and k is None
+        ts = record.timestamp if record.timestamp is not None else time.time_ns() // 1_000_000
+        sticky = partition is None and k is None and self.partitioner is None
         if partition is None:
-            if k is not None:
+            if self.partitioner is not None:
+                partition = self.partitioner.partition(topic, record.key, k, record.value, v, cluster)
+                if not isinstance(partition, int) or not 0 <= partition < count:
+                    raise ClientError(f"Invalid partition given with record: {partition} is not in the range "
+                                      f"[0...{count}].")
+            elif k is not None:
                 partition = partition_for_key(k, count)
             else:
                 partition = self.sticky.partition(topic, count, cluster.topics[topic].available)
@@ -205,27 +240,40 @@ class Producer:
             await asyncio.sleep(0)  # a batch filled up or began: let the sender run even if the caller never waits
         return fut
 
-    async def send_and_wait(self, topic: str, value: bytes | str | None, key: bytes | str | None = None,
-                            **kw: Any) -> RecordMetadata:
+    async def send_and_wait(self, topic: str, value: Any, key: Any = None, **kw: Any) -> RecordMetadata:
         return await (await self.send(topic, value, key, **kw))
 
     async def flush(self) -> None:
         """Send everything buffered now and wait for the answers."""
+        await self._send_buffered(None)
+
+    async def _send_buffered(self, timeout_s: float | None) -> bool:
+        """Send everything buffered now; whether every answer came within ``timeout_s``."""
         self.acc.flushing += 1
         self._wake.set()
         try:
             pending = [b.future for b in list(self.acc.incomplete)]
-            if pending:
-                await asyncio.gather(*pending, return_exceptions=True)
+            if not pending:
+                return True
+            _, late = await asyncio.wait(pending, timeout=timeout_s)  # not gather: a timeout must not cancel them
+            return not late
         finally:
             self.acc.flushing -= 1
 
-    async def close(self) -> None:
+    async def close(self, timeout_ms: int | None = None) -> None:
+        """Send what is buffered and wait for the answers, for at most ``timeout_ms`` (None:
+        as long as that takes, Kafka's close()); what is still unanswered then fails with
+        Kafka's "Producer is closed forcefully." (close(Duration))."""
         if self._closed:
             return
         self._closed = True
         self.acc.closing = True
-        await self.flush()
+        if not await self._send_buffered(None if timeout_ms is None else timeout_ms / 1000):
+            forced = ClientError("Producer is closed forcefully.")
+            for dq in self.acc.batches.values():
+                dq.clear()
+            for b in list(self.acc.incomplete):
+                self._fail(b, forced)
         self._stopping = True
         self._wake.set()
         if self._sender is not None:
@@ -238,13 +286,19 @@ class Producer:
                 pass
         await self.cluster.close()
         await self.connections.close()
+        interceptors.close(self.interceptors)
+        if self.partitioner is not None and callable(getattr(self.partitioner, "close", None)):
+            self.partitioner.close()
 
     # -- the sender -------------------------------------------------------------------------------
 
     async def _run(self) -> None:
         while True:
             now = time.monotonic()
-            for b in self.acc.expired(now, self.delivery_timeout_s):
+            in_flight_expired = [b for b in self._in_flight_batches if now - b.created > self.delivery_timeout_s]
+            for b in self.acc.expired(now, self.delivery_timeout_s) + in_flight_expired:
+                # KIP-91: a batch in flight expires too, rather than when its request times out
+                self._in_flight_batches.discard(b)
                 self._fail(b, KafkaTimeoutError(f"Expiring {len(b.entries)} record(s) for {b.topic}-{b.partition}:"
                                                 f"{(now - b.created) * 1000:.0f} ms has passed since batch creation"))
             if self._stopping and not self.acc.incomplete:
@@ -271,10 +325,14 @@ class Producer:
                     for b in drained:
                         self._number(b)
                 if drained:
+                    self._in_flight_batches.update(drained)
                     self._inflight[node] = self._inflight.get(node, 0) + 1
                     asyncio.get_running_loop().create_task(self._produce(node, address, drained))
             if self._stopping and not self.acc.incomplete:
                 return
+            if self._in_flight_batches:  # wake when the oldest batch in flight expires
+                oldest = min(b.created for b in self._in_flight_batches)
+                next_check = min(next_check, max(0.0, oldest + self.delivery_timeout_s - now) + 0.001)
             self._wake.clear()
             try:  # asyncio.timeout, not wait_for, which can lose a cancel on 3.11 (gh-86296)
                 async with asyncio.timeout(None if next_check == float("inf") else next_check):
@@ -321,6 +379,7 @@ class Producer:
                 self._fail(b, e)
             self.cluster.request_update()
         finally:
+            self._in_flight_batches.difference_update(drained)
             self._inflight[node] -= 1
             self._wake.set()
 
@@ -424,6 +483,8 @@ class Producer:
                    for x in pending)
 
     def _retry_or_fail(self, b: ProducerBatch, code: ErrorCode, message: str) -> None:
+        if b.future.done():
+            return  # expired in flight, or failed by a forced close: its answer comes too late
         if code in STALE_METADATA:
             self.cluster.request_update()
         retriable = code in RETRIABLE
@@ -452,12 +513,16 @@ class Producer:
             self._fail(b, BrokerResponseError(code, message))
 
     def _complete(self, b: ProducerBatch, base_offset: int) -> None:
+        if b.future.done():
+            return
         self._resolved(b, failed=False)
         b.done(base_offset)
         self.acc.deallocate(b)
         self.metrics["record-send-total"] += len(b.entries)
 
     def _fail(self, b: ProducerBatch, error: BaseException) -> None:
+        if b.future.done():
+            return
         self._resolved(b, failed=True)
         b.fail(error)
         self.acc.deallocate(b)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import crc32c
 from google.protobuf.message import DecodeError
@@ -45,6 +45,19 @@ class ConsumerRecord(NamedTuple):
     value: bytes | None
     headers: tuple[Header, ...] = ()
     leader_epoch: int = -1
+
+
+class ProducerRecord(NamedTuple):
+    """A record as ``Producer.send`` was given it (Kafka's ProducerRecord): what producer
+    interceptors see and may replace, before the serializers; ``partition`` and ``timestamp``
+    None until chosen."""
+
+    topic: str
+    value: Any
+    key: Any = None
+    partition: int | None = None
+    timestamp: int | None = None
+    headers: tuple[Header, ...] = ()
 
 
 def batch_crc(batch: pb.RecordBatch) -> int:
