@@ -5,6 +5,7 @@ metadata log; a leader does not retry AlterPartition without backoff."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import socket
 import struct
 import threading
@@ -17,16 +18,21 @@ import grpc
 import pytest
 from confluent_kafka import Producer
 
+from brokerd.config import LogConfig
 from brokerd.isr import IsrManager
 from brokerd.log_store import LogStore
+from brokerd.partition import Partition
 from brokerd.partition_log import PartitionLog
 from clients import Consumer
 from clients import Producer as ClientProducer
+from clients.errors import BrokerError
+from clients.errors import ErrorCode as BrokerErrorCode
+from clients.records import build_batch
 from metadata import records as R
 from metadata.brokers import BrokerLifecycle, Heartbeat
 from metadata.delta import MetadataDelta
 from metadata.errors import ApiError, ErrorCode
-from metadata.image import MetadataImage
+from metadata.image import MetadataImage, PartitionRegistration
 from metadata.records import NO_LEADER
 from protos import broker_pb2 as bpb
 from protos import broker_pb2_grpc
@@ -196,30 +202,60 @@ def _timed_producer(c: BrokerCluster, topic: str, stop: threading.Event, acks: l
     return t
 
 
+class _MetadataProbe:
+    """Asks brokers' Kafka and gRPC listeners for a topic's metadata, over and over in a
+    thread until ``stop``, keeping every answer (refused and failed requests are skipped)."""
+
+    def __init__(self, c: BrokerCluster, brokers: list[int], topic: str) -> None:
+        self.cluster, self.brokers, self.topic = c, brokers, topic
+        self.answers: list[tuple[int, int, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+        self._thread.start()
+
+    def _run(self) -> None:
+        channels = {b: grpc.insecure_channel(self.cluster.address(b)) for b in self.brokers}
+        try:
+            while not self._stop.is_set():
+                for b, channel in channels.items():
+                    self.answers.extend(a for a in (_metadata(self.cluster.kafka_ports[b], self.topic),
+                                                    _grpc_metadata(broker_pb2_grpc.BrokerStub(channel), self.topic))
+                                        if a is not None)
+                time.sleep(0.02)
+        finally:
+            for channel in channels.values():
+                channel.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(15)
+
+    def assert_never_empty(self, partitions: int) -> None:
+        """Every answer listed at least two brokers (a fenced broker is not listed, as in
+        Kafka) and the topic with all its partitions."""
+        assert self.answers, "no listener answered"
+        empty = [a for a in self.answers if a[0] < 2 or a[1:] != (0, partitions)]
+        assert not empty, f"{len(empty)} of {len(self.answers)} Metadata answers lacked brokers or the topic: {empty[:3]}"
+
+
+def _longest_stall(acks: list[tuple[int, float]], partition: int, since: float) -> float:
+    """The longest time ``partition`` acknowledged nothing, from ``since`` to its last ack."""
+    times = [since] + sorted(t for p, t in acks if p == partition and t > since)
+    return max(b - a for a, b in zip(times, times[1:]))
+
+
 def test_a_broker_killed_and_restarted_at_once_serves_only_once_caught_up_and_leadership_moves(cluster):
     """kill -9 of a partition leader and a restart within a second, under a librdkafka producer:
-    its Kafka listener never answers Metadata without brokers or without the topic, no delivery
+    its listeners never answer Metadata without brokers or without the topic, no delivery
     fails, the partitions it led get a new leader epoch, and acks to them stop for no longer
     than the session timeout and a little."""
     asyncio.run(cluster.create_topic("restart", partitions=3, rf=3))
     acks: list[tuple[int, float]] = []
     failed: list = []
-    answers: list[tuple[int, int, int]] = []
-    stop, probing = threading.Event(), threading.Event()
+    stop = threading.Event()
     producing = _timed_producer(cluster, "restart", stop, acks, failed)
     victim = asyncio.run(cluster.describe_topic("restart")).partitions[0].leader
-
-    def probe() -> None:  # the victim's Kafka and gRPC listeners, from the kill on
-        with grpc.insecure_channel(cluster.address(victim)) as channel:
-            stub = broker_pb2_grpc.BrokerStub(channel)
-            while not stop.is_set():
-                if probing.is_set():
-                    answers.extend(a for a in (_metadata(cluster.kafka_ports[victim], "restart"),
-                                               _grpc_metadata(stub, "restart")) if a is not None)
-                time.sleep(0.02)
-
-    prober = threading.Thread(target=probe)
-    prober.start()
+    probe = None
     try:
         asyncio.run(eventually(lambda: len(acks) >= 1000, 60, what="1000 acknowledged writes"))
         before = {p.partition: p.leader_epoch for p in asyncio.run(cluster.describe_topic("restart")).partitions
@@ -227,7 +263,7 @@ def test_a_broker_killed_and_restarted_at_once_serves_only_once_caught_up_and_le
         old_epoch = asyncio.run(_epoch(cluster, victim))[0]
         cluster.kill(victim)
         killed_at = time.monotonic()
-        probing.set()
+        probe = _MetadataProbe(cluster, [victim], "restart")
         cluster.start_broker(victim)
         asyncio.run(_new_incarnation_unfenced(cluster, victim, old_epoch))
         at_unfence = len(acks)
@@ -235,18 +271,66 @@ def test_a_broker_killed_and_restarted_at_once_serves_only_once_caught_up_and_le
     finally:
         stop.set()
         producing.join(150)
-        prober.join(10)
+        if probe is not None:
+            probe.stop()
     assert not failed, failed[:3]
-    assert answers, "the restarted broker's listeners never answered"
-    # (while it is still fenced it does not list itself, as Kafka lists only unfenced brokers)
-    empty = [a for a in answers if a[0] < 2 or a[1:] != (0, 3)]
-    assert not empty, f"{len(empty)} of {len(answers)} Metadata answers lacked brokers or the topic: {empty[:3]}"
+    probe.assert_never_empty(3)
     after = {p.partition: p for p in asyncio.run(cluster.describe_topic("restart")).partitions}
+    stalls = {part: _longest_stall(acks, part, killed_at) for part in before}
+    print(f"{len(acks)} acknowledged; longest stalls after the kill of broker {victim}: {stalls}; "
+          f"{len(probe.answers)} Metadata answers")
     for part, epoch in before.items():
         assert after[part].leader_epoch > epoch, f"restart-{part} kept leader epoch {epoch} across the restart"
-        times = [killed_at] + sorted(t for p, t in acks if p == part and t > killed_at)
-        stalled = max(b - a for a, b in zip(times, times[1:]))
-        assert stalled < SESSION_S + 4, f"restart-{part} acknowledged nothing for {stalled:.1f}s"
+        assert stalls[part] < SESSION_S + 4, f"restart-{part} acknowledged nothing for {stalls[part]:.1f}s"
+
+
+def test_sigstop_of_a_leader_and_kill_9_of_the_active_controller_under_librdkafka(cluster):
+    """The other faults of issue 33's runs, under the same producer: a leader frozen past its
+    session (fenced, its leaderships moved, then thawed and unfenced again) and the active
+    controller killed. No delivery fails, no listener answers Metadata without brokers or the
+    topic, and no partition stops acknowledging for longer than the session timeout and a
+    little."""
+    asyncio.run(cluster.create_topic("faults", partitions=3, rf=3))
+    acks: list[tuple[int, float]] = []
+    failed: list = []
+    stop = threading.Event()
+    producing = _timed_producer(cluster, "faults", stop, acks, failed)
+    probe = _MetadataProbe(cluster, cluster.ids, "faults")
+    try:
+        asyncio.run(eventually(lambda: len(acks) >= 1000, 60, what="1000 acknowledged writes"))
+        first = asyncio.run(cluster.describe_topic("faults")).partitions[0]
+        frozen, started = first.leader, time.monotonic()
+        cluster.signal(frozen, signal.SIGSTOP)
+        try:
+            async def moved() -> bool:
+                p = (await cluster.describe_topic("faults")).partitions[0]
+                return p.leader != frozen and p.leader_epoch > first.leader_epoch
+            asyncio.run(eventually(moved, 20, what=f"faults-0 led by another broker than the frozen {frozen}"))
+        finally:
+            cluster.signal(frozen, signal.SIGCONT)
+        asyncio.run(cluster.wait_unfenced([frozen], timeout=30))
+        n = len(acks)
+        asyncio.run(eventually(lambda: len(acks) >= n + 1000, 60, what="1000 more acknowledged writes"))
+
+        async def active() -> int:
+            async with cluster.controller() as c:
+                return (await c.call("DescribeQuorum", cpb.DescribeQuorumRequest())).leader_id
+        controller = asyncio.run(active())
+        cluster.quorum.kill(controller)
+        n = len(acks)
+        asyncio.run(eventually(lambda: len(acks) >= n + 1000, 60, what="1000 acknowledged writes after the failover"))
+        cluster.quorum.start_node(controller)
+    finally:
+        stop.set()
+        producing.join(150)
+        probe.stop()
+    assert not failed, failed[:3]
+    probe.assert_never_empty(3)
+    stalls = {part: _longest_stall(acks, part, started) for part in range(3)}
+    print(f"{len(acks)} acknowledged; longest stalls from the SIGSTOP of broker {frozen} on: {stalls}; "
+          f"{len(probe.answers)} Metadata answers")
+    for part, stalled in stalls.items():
+        assert stalled < SESSION_S + 4, f"faults-{part} acknowledged nothing for {stalled:.1f}s"
 
 
 def test_a_leader_that_lost_an_unflushed_suffix_follows_and_is_repaired_not_served(cluster):
@@ -356,3 +440,21 @@ def test_a_refused_alter_partition_is_retried_with_backoff_and_a_fenced_follower
 
     assert 3 <= asyncio.run(go(eligible=True)) <= 6
     assert asyncio.run(go(eligible=False)) == 0
+
+
+def test_an_acks_all_write_whose_leadership_moved_during_the_append_is_answered_at_once(tmp_path):
+    """A broker thawed after SIGSTOP appends the produce requests queued during the pause while
+    the metadata replacing it arrives: a write whose leadership moved between its append and its
+    wait for the ISR is answered NOT_LEADER_OR_FOLLOWER at once (the client retries on the new
+    leader), not after the request's timeout (30 s for librdkafka)."""
+    async def go() -> None:
+        store = LogStore(str(tmp_path))
+        p = Partition(1, "t", uuid.uuid4(), 0, PartitionLog(store, uuid.uuid4(), 0), LogConfig())
+        p.update(PartitionRegistration((1, 2), (1, 2), 1, 0, 0))
+        info = await p.append_as_leader(build_batch([(None, b"v", 0, ())]), -1)
+        p.update(PartitionRegistration((1, 2), (2,), 2, 1, 1))  # leadership moved meanwhile
+        with pytest.raises(BrokerError) as refused:
+            await asyncio.wait_for(p.wait_for_replication(info.last_offset + 1, 30), 2)
+        assert refused.value.code == BrokerErrorCode.NOT_LEADER_OR_FOLLOWER
+        await store.close()
+    asyncio.run(go())
