@@ -19,7 +19,9 @@ log = logging.getLogger("brokerd.lifecycle")
 class BrokerLifecycle:
     def __init__(self, client: ControllerClient, broker_id: int, cluster_id: str,
                  listeners: list[pb.Endpoint], *, rack: str = "", heartbeat_interval_s: float = 2.0,
-                 metadata_offset: Callable[[], int] = lambda: 0) -> None:
+                 metadata_offset: Callable[[], int] = lambda: 0, ready_to_unfence: bool = True) -> None:
+        """``ready_to_unfence`` False: heartbeats ask to stay fenced (Kafka's wantFence) until
+        ``ready_to_unfence`` is set, once the broker serves clients (BrokerServer's start)."""
         self.client = client
         self.broker_id = broker_id
         self.cluster_id = cluster_id
@@ -27,6 +29,7 @@ class BrokerLifecycle:
         self.rack = rack
         self.heartbeat_interval_s = heartbeat_interval_s
         self.metadata_offset = metadata_offset
+        self.ready_to_unfence = ready_to_unfence
         self.incarnation = uuid.uuid4()
         self.epoch = -1
         self.fenced = True
@@ -58,7 +61,8 @@ class BrokerLifecycle:
         budget = timeout or max(2 * self.heartbeat_interval_s, 4.0)
         r = await self.client.call("BrokerHeartbeat", pb.BrokerHeartbeatRequest(
             broker_id=self.broker_id, broker_epoch=self.epoch,
-            current_metadata_offset=self.metadata_offset(), want_shut_down=want_shut_down),
+            current_metadata_offset=self.metadata_offset(), want_fence=not self.ready_to_unfence,
+            want_shut_down=want_shut_down),
             timeout=budget, attempt_timeout=min(budget, max(0.5, self.heartbeat_interval_s)))
         if r.error_code != ErrorCode.NONE:
             raise ControllerError(ErrorCode(r.error_code), r.error_message)

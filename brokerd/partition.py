@@ -210,6 +210,10 @@ class Partition:
     async def wait_for_replication(self, required: int, timeout_s: float) -> None:
         """acks=all: wait until the high watermark passes ``required`` (Kafka's DelayedProduce)."""
         if self.log.high_watermark < required:
+            # Leadership may have moved while the append was written (a thawed broker applying
+            # the metadata that replaced it): as a follower nothing would end the wait but the
+            # timeout, so answer at once, as DelayedProduce does.
+            self.check_leader()
             fut = asyncio.get_running_loop().create_future()
             heapq.heappush(self._hw_waiters, (required, next(self._seq), fut))
             try:

@@ -4,15 +4,23 @@ Start-up, in Kafka's order: check the log directories belong to one cluster and 
 open the partition stores; load the local metadata snapshot; listen; register with the
 controller quorum (a new incarnation id, the broker starts fenced) and heartbeat; catch up
 with the metadata log; only then act on it (become leader or follower of the partitions
-assigned here, delete stray logs); the controller unfences the broker once its heartbeats
-report an offset at least that of its registration. Stop is a controlled shutdown: the
-controller moves this broker's leaderships away before the process goes.
+assigned here, delete stray logs); only then serve clients, and ask to be unfenced (the
+controller unfences the broker once its heartbeats report an offset at least that of its
+registration). Stop is a controlled shutdown: the controller moves this broker's leaderships
+away before the process goes.
+
+Listeners bind early, so that a port in use stops the server at once with one line, but serve
+clients only after the initial catch-up, as Kafka's BrokerServer enables request processing
+only then: before, a restarting broker would answer Metadata with no brokers and no topics,
+and clients (librdkafka) would drop every broker they knew. Kafka listeners refuse
+connections until then; gRPC listeners answer UNAVAILABLE (``ServingGate``).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -31,7 +39,7 @@ from protos import controller_pb2 as cpb
 from raft.config import ConfigError
 from raft.errors import StorageError
 from raft.storage import check_formatted
-from raft.transport import add_port, add_service
+from raft.transport import EXCLUSIVE_BIND, add_port, add_service
 
 from .cluster_metadata import replica_status
 from .config import BrokerConfig
@@ -54,6 +62,42 @@ CONTROLLED_SHUTDOWN_S = 5.0
 log = logging.getLogger("brokerd.server")
 
 CATCH_UP_TIMEOUT_S = 60.0
+
+
+class ServingGate(grpc.aio.ServerInterceptor):
+    """Until ``open()``, every call to a broker's gRPC listener but DescribeBroker (its own
+    status, which `kraft health` reads while it starts) ends UNAVAILABLE, which clients and
+    other brokers retry, elsewhere or later."""
+
+    ALWAYS = frozenset({"DescribeBroker"})
+
+    def __init__(self, broker_id: int) -> None:
+        self.broker_id = broker_id
+        self.is_open = False
+
+    def open(self) -> None:
+        self.is_open = True
+
+    async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
+                                details: grpc.HandlerCallDetails) -> Any:
+        handler = await continuation(details)
+        if self.is_open or handler is None or details.method.rsplit("/", 1)[-1] in self.ALWAYS:
+            return handler
+        message = (f"broker {self.broker_id} is starting: it serves once it has caught up with the "
+                   f"metadata log")
+
+        async def refuse(request_or_stream: Any, context: grpc.aio.ServicerContext) -> Any:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, message)
+
+        serializers = dict(request_deserializer=handler.request_deserializer,
+                           response_serializer=handler.response_serializer)
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(refuse, **serializers)
+        return grpc.stream_unary_rpc_method_handler(refuse, **serializers)  # ProduceNoAck
+
+
+def cannot_listen(address: str, listener: str, why: str) -> ConfigError:
+    return ConfigError(f"cannot listen on {address} (listener {listener}): {why}")
 
 
 def cluster_id_of(cfg: ServerConfig) -> str:
@@ -117,17 +161,19 @@ class BrokerServer:
                                        max_wait_ms=500)
         self.lifecycle = BrokerLifecycle(
             self.client, cfg.node_id, self.cluster_id, self._endpoints(), rack=bcfg.rack,
-            heartbeat_interval_s=bcfg.heartbeat_interval_ms / 1000, metadata_offset=lambda: self.published_offset)
+            heartbeat_interval_s=bcfg.heartbeat_interval_ms / 1000, metadata_offset=lambda: self.published_offset,
+            ready_to_unfence=False)
         self.fetchers = ReplicaFetcherManager(bcfg, lambda: self.lifecycle.epoch, self._fatal)
         self.rm = ReplicaManager(bcfg, self.logs, self.fetchers, fenced=lambda: self.lifecycle.fenced)
         self.rm.isr = IsrManager(self.client, cfg.node_id, lambda: self.lifecycle.epoch,
-                                 bcfg.replica_lag_time_max_ms, self.rm.leaders)
+                                 bcfg.replica_lag_time_max_ms, self.rm.leaders, eligible=self._isr_eligible)
         self.groups = GroupCoordinator(self.rm, bcfg, self._create_offsets_topic)
         BrokerMetrics(self.rm, self.groups, lambda: self.published_offset, self.metrics.registry)
         requests = self.metrics.requests if self.metrics.enabled else None
         self.producer_ids = producer_ids = ProducerIdManager(self.client, cfg.node_id, lambda: self.lifecycle.epoch)
         self.kafka_listeners = []
         self.servers = []
+        self.gate = ServingGate(cfg.node_id)
         for name, (host, port) in cfg.listeners.items():
             if name == cfg.controller_listener:
                 continue
@@ -138,23 +184,22 @@ class BrokerServer:
                                                                      self.client, authorizer, mapper),
                                          bcfg.request_max_bytes, requests, security)
                 try:
-                    await listener.start()
+                    await listener.bind()
                 except OSError as e:
-                    raise ConfigError(f"cannot listen on {address} (listener {name}): {e.strerror}") from None
+                    raise cannot_listen(address, name, e.strerror) from None
                 self.kafka_listeners.append(listener)
                 continue
             # A gRPC server per listener, so that each answers Metadata with its own listener's
             # addresses (as Kafka does) and is counted under its own name.
             server = grpc.aio.server(options=[("grpc.max_receive_message_length", bcfg.request_max_bytes),
                                               ("grpc.max_send_message_length", 256 << 20),
-                                              ("grpc.so_reuseport", 0)],
-                                     interceptors=[requests.interceptor(name)] if requests else [])
+                                              EXCLUSIVE_BIND],
+                                     interceptors=[*([requests.interceptor(name)] if requests else []), self.gate])
             add_service(server, broker_pb2_grpc.add_BrokerServicer_to_server,
                         BrokerService(self.rm, name, lambda: self.client.last_controller_id, self.describe,
                                       producer_ids, self.groups, authorizer, mapper))
             if not add_port(server, address, security.tls):
-                raise ConfigError(f"cannot listen on {address} (listener {name}): the port is in use or the "
-                                  f"address is not local")
+                raise cannot_listen(address, name, "the port is in use or the address is not local")
             self.servers.append(server)
         for server in self.servers:
             await server.start()
@@ -187,8 +232,19 @@ class BrokerServer:
         self.groups.start()
         self.rm.isr.start()
         self._started = True
+        await self._serve_clients()
         log.info("broker %d serving at metadata offset %d (first fetch from offset %s)", cfg.node_id,
                  self.published_offset, self.fetcher.first_fetch_offset)
+
+    async def _serve_clients(self) -> None:
+        """Caught up: open the listeners to clients, then ask to be unfenced."""
+        self.gate.open()
+        for listener in self.kafka_listeners:
+            try:
+                await listener.start()
+            except OSError as e:
+                raise cannot_listen(f"{listener.host or '0.0.0.0'}:{listener.port}", listener.name, e.strerror) from None
+        self.lifecycle.ready_to_unfence = True
 
     async def _create_offsets_topic(self, partitions: int, replication_factor: int) -> None:
         """Have the controller create __consumer_offsets (the first FindCoordinator asks)."""
@@ -219,6 +275,11 @@ class BrokerServer:
             self._fatal(e)
             return
         self.published_offset = image.offset
+
+    def _isr_eligible(self, replica: int) -> bool:
+        """Kafka's isReplicaIsrEligible (KIP-841): registered, unfenced and not shutting down."""
+        b = self.rm.image.brokers.get(replica)
+        return b is not None and not b.fenced and not b.in_controlled_shutdown
 
     def _fatal(self, e: BaseException) -> None:
         if self._done is not None and not self._done.done():

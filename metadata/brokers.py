@@ -80,7 +80,15 @@ class BrokerLifecycle:
                                f"{existing.incarnation_id}) and its session has not expired; retry "
                                f"after {self.session_timeout_s:.0f}s")
         self.sessions[broker_id] = Session(self.clock())
-        return [register_broker(broker_id, incarnation, next_offset, endpoints, rack, fenced=True)], next_offset
+        records = [register_broker(broker_id, incarnation, next_offset, endpoints, rack, fenced=True)]
+        if existing is not None and not existing.fenced:
+            # A new incarnation is the end of the previous one (Kafka's ClusterControlManager
+            # hands it to the unclean-shutdown handler, KIP-966): the old one leaves every ISR
+            # and its leaderships move, with a bumped leader epoch, in this same batch. Else the
+            # restarted broker would lead again at the old epoch, and followers would never
+            # compare logs with a leader that may have lost an unflushed suffix.
+            records += remove_broker(image, broker_id)
+        return records, next_offset
 
     def registration(self, image: MetadataImage, broker_id: int, epoch: int) -> BrokerRegistration:
         b = image.brokers.get(broker_id)

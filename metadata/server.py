@@ -10,7 +10,7 @@ import grpc
 from protos import controller_pb2_grpc
 from raft.config import NodeOptions
 from raft.node import RaftNode
-from raft.transport import add_service, channel_options
+from raft.transport import add_service, server_options
 from raft.storage import DiskStorage
 
 from .acls import AclOperation
@@ -138,7 +138,7 @@ class ControllerServer:
         if self.authorizer is not None:
             interceptors.append(RaftAccess(self.authorizer, mapper))
         interceptors.append(RaftMembershipRefused())  # after the authorizer: who may not ask learns nothing more
-        server = grpc.aio.server(options=channel_options(options.max_message_bytes), interceptors=interceptors)
+        server = grpc.aio.server(options=server_options(options.max_message_bytes), interceptors=interceptors)
         # Static voters (controller.quorum.voters), else the voter set storage was formatted
         # with; a controller in neither observes the quorum through its bootstrap servers.
         self.node = RaftNode(cfg.node_id, cfg.voters, self.sm, storage=storage, options=options,

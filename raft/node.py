@@ -39,7 +39,7 @@ from .messages import (ConfChange, ConfChangeType, Entry, EntryType, Membership,
                        Role, Snapshot, SnapshotMeta, SnapshotSource, SoftState)
 from .state_machine import StateMachine
 from .storage import DiskStorage, Storage
-from .transport import PeerTransport, Transport, add_port, add_service, channel_options
+from .transport import PeerTransport, Transport, add_port, add_service, server_options
 
 log = logging.getLogger("raft.node")
 
@@ -134,7 +134,7 @@ class RaftNode:
         self.server: grpc.aio.Server | None = server
         if transport is None:
             mb = self.options.max_message_bytes
-            self.server = server or grpc.aio.server(options=channel_options(mb))
+            self.server = server or grpc.aio.server(options=server_options(mb))
             grpc_transport = PeerTransport(node_id, self.cluster_id, self.addresses,
                                            tls=self.options.tls, max_message_bytes=mb,
                                            directory_id=storage.directory_id)

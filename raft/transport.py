@@ -13,7 +13,9 @@ counted, instead of reaching the core.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import socket
 import time
 from collections import deque
 from typing import AsyncIterator, Callable, Protocol
@@ -154,6 +156,17 @@ def channel_options(max_bytes: int) -> list[tuple[str, int]]:
             ("grpc.initial_reconnect_backoff_ms", 50), ("grpc.max_reconnect_backoff_ms", 500)]
 
 
+#: The gRPC server option that binds a port exclusively. grpcio sets SO_REUSEPORT by default,
+#: so a second server on a port in use would share the port, and its clients, with the first
+#: instead of failing to start.
+EXCLUSIVE_BIND = ("grpc.so_reuseport", 0)
+
+
+def server_options(max_bytes: int) -> list[tuple[str, int]]:
+    """A gRPC server's options: ``channel_options`` and an exclusive bind."""
+    return [*channel_options(max_bytes), EXCLUSIVE_BIND]
+
+
 def open_channel(address: str, tls: TLSConfig | None, max_bytes: int) -> grpc.aio.Channel:
     return dial(address, tls, channel_options(max_bytes))
 
@@ -170,13 +183,37 @@ def dial(address: str, tls: TLSConfig | None, options: list[tuple[str, int]]) ->
 
 def add_port(server: grpc.aio.Server, address: str, tls: TLSConfig | None) -> int:
     """Bind ``address``; returns the port, or 0 when it is in use or invalid (grpcio raises a
-    RuntimeError that points at debug logging instead of saying so)."""
+    RuntimeError that points at debug logging instead of saying so). Servers use
+    ``server_options``, so a port another server listens on is in use even if that server
+    allows sharing it."""
+    if _in_use(address):
+        return 0
     try:
         if tls is None:
             return server.add_insecure_port(address)
         return server.add_secure_port(address, server_credentials(tls))
     except RuntimeError:
         return 0
+
+
+def _in_use(address: str) -> bool:
+    """Whether a socket already listens on ``address``: asked before grpcio binds, whose core
+    would log the failure on stderr, a second line beside the server's own error."""
+    host, _, port = address.rpartition(":")
+    try:
+        infos = socket.getaddrinfo(host.strip("[]") or None, int(port), type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+    except (OSError, ValueError):
+        return False  # grpcio refuses it, and says why in its own words
+    for family, kind, proto, _, sockaddr in infos:
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as grpcio binds
+            try:
+                s.bind(sockaddr)
+            except OSError as e:
+                if e.errno == errno.EADDRINUSE:
+                    return True
+    return False
 
 
 class _Malformed:

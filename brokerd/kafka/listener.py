@@ -47,10 +47,19 @@ class KafkaListener:
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
-    async def start(self) -> None:
-        """Raises OSError when the address cannot be bound."""
+    async def bind(self) -> None:
+        """Bind the address without listening yet (connections are refused, so clients try
+        another broker) until ``start``; raises OSError when the address cannot be bound."""
         self._server = await asyncio.start_server(self._serve, self.host or "0.0.0.0", self.port,
-                                                  reuse_address=True, limit=1 << 20)
+                                                  reuse_address=True, limit=1 << 20, start_serving=False)
+
+    async def start(self) -> None:
+        """Listen and serve (binding first if ``bind`` was not called); raises OSError when the
+        address cannot be bound or listened on."""
+        if self._server is None:
+            await self.bind()
+        assert self._server is not None
+        await self._server.start_serving()
 
     async def stop(self) -> None:
         if self._server is not None:
