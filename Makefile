@@ -41,11 +41,13 @@ demo: venv
 	$(PY) -m kraft.demo
 
 # The main job, keeping its data in .demo/, then the Spark health report on a controller's
-# metadata log directory (docs/analytics.md).
+# metadata log directory (docs/analytics.md), at the offset where every broker still ran (the
+# demo ends by stopping them all).
 report: venv
 	rm -rf .demo
 	$(PY) -m kraft.demo --dir .demo
-	$(VENV)/bin/kraft analytics report --directory .demo/controller-1 --output .demo/report --plots
+	$(VENV)/bin/kraft analytics report --directory .demo/controller-1 --offset $$(cat .demo/healthy.offset) \
+		--output .demo/report --plots
 
 # Spark over topics (docs/analytics.md, "Topics"): a batch word count, a streaming aggregation
 # with a checkpoint written back to a topic and run twice, the results read back.

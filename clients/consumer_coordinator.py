@@ -263,10 +263,14 @@ class ConsumerCoordinator:
 
 
 def _first_error(resp: Any) -> ErrorCode:
-    """The first error code anywhere in a coordinator's answer (top level or per partition)."""
+    """The first error code anywhere in a coordinator's answer (top level, per group as
+    DescribeGroups and DeleteGroups answer, or per partition)."""
     code = getattr(resp, "error_code", 0)
     if code:
         return ErrorCode.of(code)
+    for g in (*getattr(resp, "groups", ()), *getattr(resp, "results", ())):
+        if getattr(g, "error_code", 0):
+            return ErrorCode.of(g.error_code)
     for t in getattr(resp, "topics", ()):
         for x in getattr(t, "partitions", ()):
             if x.error_code:

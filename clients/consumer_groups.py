@@ -152,6 +152,9 @@ def consumer_groups(bootstrap_server: str, list_: bool, describe: bool, delete: 
         how = chosen[0]
         if dry_run and execute:
             _fail("Options --dry-run and --execute cannot be specified together.")
+        if not dry_run and not execute:  # as Kafka warns: a dry run that does not say so misleads
+            click.echo("WARN: No action will be performed as the --execute option is missing; add --execute to "
+                       "commit the new offsets, or --dry-run to only show them without this warning.", err=True)
 
     try:
         tls = tools_tls(command_config)

@@ -3,26 +3,21 @@ does with kafka-storage.sh, kafka-server-start.sh, kafka-topics.sh, kafka-config
 kafka-metadata-quorum.sh. Every failure prints one line and exits non-zero."""
 from __future__ import annotations
 
-import asyncio
 import json
-import logging
 import signal
 import sys
 import time
-import uuid
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import click
 
 from protos import controller_pb2 as pb
-from raft.config import UNKNOWN_DIRECTORY, ConfigError, TLSConfig
-from raft.errors import RaftError
 
-from clients.cluster_view import ClientError
-from clients.config import tools_tls
-from metadata.client import ControllerClient, ControllerError, error_code
-from metadata.errors import ErrorCode
-from metadata.ids import format_uuid, random_id
+# The rest is imported by the commands that use it: `kraft --help` and a command's own work
+# then pay for nothing else (issue 25 item 9, bench/cli_startup.py).
+if TYPE_CHECKING:
+    from metadata.client import ControllerClient
+    from raft.config import TLSConfig
 
 
 def fail(message: str) -> None:
@@ -31,9 +26,14 @@ def fail(message: str) -> None:
 
 
 def run(coro: Awaitable[Any]) -> Any:
+    import asyncio
+    from metadata.client import ControllerError
+    from metadata.errors import ApiError
+    from raft.config import ConfigError
+    from raft.errors import RaftError
     try:
         return asyncio.run(coro)  # type: ignore[arg-type]
-    except ControllerError as e:
+    except (ControllerError, ApiError) as e:  # ApiError: a rule checked on this side (placement)
         fail(str(e))
     except (ConfigError, RaftError) as e:
         fail(str(e))
@@ -49,6 +49,8 @@ def _load_command_config(ctx: click.Context, _param: click.Parameter, path: str 
     and ``ssl.*`` keys (clients/security.py), kept in the invocation's ``ctx.meta`` so every
     command under it connects with them."""
     if path:
+        from clients.cluster_view import ClientError
+        from clients.config import tools_tls
         try:
             ctx.meta[TLS_KEY] = tools_tls(path)
         except ClientError as e:
@@ -67,13 +69,88 @@ def command_tls() -> TLSConfig | None:
 
 
 def with_client(bootstrap: str, timeout: float, work: Callable[[ControllerClient], Awaitable[Any]]) -> Any:
+    """``work`` with a client of the quorum at ``bootstrap``, which gives up at once when no
+    address accepts a connection; one that turns out to be a broker's Kafka listener is named."""
+    from metadata.client import ControllerClient, ControllerError
+    from metadata.errors import ErrorCode
+    from raft.client import CLOSED_DURING_SETUP
+
     async def go() -> Any:
-        async with ControllerClient(bootstrap, timeout=timeout, tls=command_tls()) as client:
-            return await work(client)
+        async with ControllerClient(bootstrap, timeout=timeout, tls=command_tls(),
+                                    give_up_unconnectable=True) as client:
+            try:
+                return await work(client)
+            except ControllerError as e:
+                if e.code != ErrorCode.NETWORK_EXCEPTION or CLOSED_DURING_SETUP not in e.message:
+                    raise  # only a listener that closed the connection may speak another protocol
+                from .broker_api_versions import speaks_kafka
+                kafka = [a for a in client.endpoints if await speaks_kafka(a)]
+                if kafka:
+                    raise ControllerError(ErrorCode.INVALID_REQUEST, f"{','.join(kafka)} is a broker's Kafka listener, "
+                                          f"not a controller's: give --bootstrap-controller the controllers' "
+                                          f"listener, as in controller.quorum.voters") from None
+                raise
     return run(go())
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click >= 8.2
+
+
+class ToolGroup(click.Group):
+    """The ``kraft`` group: a usage mistake is one line (with where to find the options), and
+    an exception no command expected still ends in one line, never a traceback (each command
+    turns the failures it knows into Kafka's error names)."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)  # ctx.exit(n): n
+            sys.exit(code if isinstance(code, int) else 0)
+        except NO_ARGS_IS_HELP as e:  # `kraft` alone, or a group alone: its help, as click shows it
+            click.echo(e.format_message(), err=True)
+            sys.exit(e.exit_code)
+        except click.UsageError as e:
+            where = f" ('{e.ctx.command_path} -h' lists the options)" if e.ctx is not None else ""
+            click.echo(f"Error: {e.format_message()}{where}", err=True)
+            sys.exit(e.exit_code)
+        except click.ClickException as e:
+            click.echo(f"Error: {e.format_message()}", err=True)
+            sys.exit(e.exit_code)
+        except click.Abort:
+            sys.exit(1)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *MOUNTED})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in MOUNTED and name not in self.commands:
+            import importlib
+            module, attribute, _ = MOUNTED[name]
+            self.add_command(getattr(importlib.import_module(module), attribute), name)
+        return super().get_command(ctx, name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """click's listing, with the mounted commands' lines from MOUNTED (nothing imported)."""
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(map(len, names))
+        rows = []
+        for name in names:
+            if name in MOUNTED and name not in self.commands:
+                rows.append((name, MOUNTED[name][2]))
+            elif (cmd := self.get_command(ctx, name)) is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as e:
+            fail(f"unexpected {type(e).__name__}: {e} (a bug: please report it with the command that caused it)")
+
+
+@click.group(cls=ToolGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """Run and operate a KRaft-style metadata quorum."""
 
@@ -88,6 +165,7 @@ def storage() -> None:
 @storage.command("random-uuid")
 def random_uuid() -> None:
     """Print a new cluster id."""
+    from metadata.ids import random_id
     click.echo(random_id())
 
 
@@ -105,6 +183,8 @@ def storage_format(cluster_id: str, config_path: str, ignore_formatted: bool, st
                    initial_controllers: str | None, no_initial_controllers: bool) -> None:
     """Format metadata.log.dir (and log.dirs for brokers) with the cluster id and node id, and a
     controller's with its quorum's first voters (KIP-853) unless controller.quorum.voters names them."""
+    from raft.config import ConfigError
+    from raft.errors import RaftError
     from raft.storage import check_formatted, format_storage
     from metadata import config as server_config
     from metadata.quorum import initial_voters
@@ -133,6 +213,8 @@ def storage_info(config_path: str) -> None:
     missing, unformatted, another node's or another cluster's."""
     import os
     from metadata import config as server_config
+    from raft.config import ConfigError
+    from raft.errors import RaftError
     from raft.storage.disk import META_FILE, read_properties
     try:
         cfg = server_config.load(config_path)
@@ -174,10 +256,12 @@ def storage_info(config_path: str) -> None:
 def server_start(config_path: str, log_level: str) -> None:
     """Run the roles FILE's process.roles names until SIGTERM or Ctrl-C."""
     from metadata import config as server_config
+    from raft.config import ConfigError
     try:
         cfg = server_config.load(config_path)
     except ConfigError as e:
         fail(str(e))
+    import logging
     logging.basicConfig(level=log_level, stream=sys.stderr,
                         format=f"%(asctime)s [node {cfg.node_id}] %(levelname)s %(name)s: %(message)s")
     from raft.transport import grpc_errors_in_one_line
@@ -188,6 +272,7 @@ def server_start(config_path: str, log_level: str) -> None:
 async def _serve_roles(cfg) -> int:
     """Run the controller, the broker, or both (a combined node: the controller starts first
     and stops last, since a broker's controlled shutdown needs it)."""
+    import asyncio
     from brokerd.main import STARTUP_ERRORS
     from brokerd.server import BrokerServer
     from metadata.metrics import MetricsEndpoint
@@ -258,6 +343,8 @@ def controller_group(fn: Callable[[], None]) -> click.Group:
 
 
 def _check(code: int, message: str, what: str) -> None:
+    from metadata.client import error_code
+    from metadata.errors import ErrorCode
     c = error_code(code)
     if c != ErrorCode.NONE:
         fail(f"{c.name}: {message or what}")
@@ -303,6 +390,7 @@ def topics_create(obj: tuple, topic: str, partitions: int, replication_factor: i
     if replica_assignment:
         t.assignments.extend(pb.ReplicaAssignment(partition=p, replicas=r)
                              for p, r in enumerate(_parse_assignment(replica_assignment)))
+    from metadata.errors import ErrorCode
     resp = with_client(*obj, lambda c: c.call("CreateTopics", pb.CreateTopicsRequest(topics=[t], validate_only=validate_only)))
     r = resp.topics[0]
     if r.error_code == ErrorCode.TOPIC_ALREADY_EXISTS and if_not_exists:
@@ -335,6 +423,10 @@ def topics_describe(obj: tuple, topic: str | None, under_replicated_partitions: 
                     under_min_isr_partitions: bool, at_min_isr_partitions: bool, topics_with_overrides: bool) -> None:
     """Topics and partitions (kafka-topics.sh --describe); the filters show only what they name.
     min.insync.replicas is the topic's, else the cluster-wide dynamic default, else 1."""
+    import uuid
+
+    from metadata.ids import format_uuid
+
     async def work(c: ControllerClient) -> tuple[Any, int]:
         resp = await c.call("DescribeTopics", pb.DescribeTopicsRequest(names=[topic] if topic else []))
         default = 1
@@ -435,6 +527,7 @@ def _replicas_json(replicas: Any) -> str:
 @click.option("--replication", "mode", flag_value="replication")
 @click.pass_obj
 def quorum_describe(obj: tuple, mode: str) -> None:
+    from raft.config import UNKNOWN_DIRECTORY
     r = with_client(*_need_bootstrap(obj), lambda c: c.call("DescribeQuorum", pb.DescribeQuorumRequest()))
     now = time.time() * 1000
     if mode == "status":
@@ -469,6 +562,8 @@ def quorum_add_controller(obj: tuple, config_path: str, dry_run: bool) -> None:
     controller adds it once it has caught up, as a learner first, then as a voter."""
     import os
     from metadata import config as server_config
+    from raft.config import ConfigError
+    from raft.errors import RaftError
     from raft.storage import check_formatted
     from raft.storage.disk import META_FILE
     bootstrap, timeout = obj
@@ -488,21 +583,22 @@ def quorum_add_controller(obj: tuple, config_path: str, dry_run: bool) -> None:
     directory = props.get("directory.id", "")
     described = (f"controller {cfg.node_id} with directory id {directory} and endpoints: "
                  f"{cfg.controller_listener}://{host}:{port}")
+    bootstrap = bootstrap or ",".join(cfg.quorum_bootstrap())
     if dry_run:
+        _dry_run_quorum_change(bootstrap, timeout, "add")
         click.echo(f"DRY RUN of adding {described}")
         return
     req = pb.AddRaftVoterRequest(cluster_id=props.get("cluster.id", ""), timeout_ms=int(timeout * 400),
                                  voter_id=cfg.node_id, voter_directory_id=directory,
                                  listeners=[pb.Endpoint(name=cfg.controller_listener, host=host, port=port)])
-    with_client(bootstrap or ",".join(cfg.quorum_bootstrap()), timeout,
-                lambda c: c.call("AddRaftVoter", req, attempt_timeout=timeout))
+    with_client(bootstrap, timeout, lambda c: c.call("AddRaftVoter", req, attempt_timeout=timeout))
     click.echo(f"Added {described}")
 
 
 @quorum.command("remove-controller")
 @click.option("--controller-id", type=int, required=True, help="the voter's node id")
 @click.option("--controller-directory-id", required=True,
-              help=f"the voter's directory id, as describe --status shows it ({UNKNOWN_DIRECTORY} when unknown)")
+              help="the voter's directory id, as describe --status shows it (AAAAAAAAAAAAAAAAAAAAAA when unknown)")
 @click.option("--dry-run", is_flag=True, help="say what would be removed, and change nothing")
 @click.pass_obj
 def quorum_remove_controller(obj: tuple, controller_id: int, controller_directory_id: str, dry_run: bool) -> None:
@@ -512,10 +608,19 @@ def quorum_remove_controller(obj: tuple, controller_id: int, controller_director
         fail(f"bad --controller-id {controller_id}: controller ids are positive")
     described = f"KRaft controller {controller_id} with directory id {controller_directory_id}"
     if dry_run:
+        _dry_run_quorum_change(*_need_bootstrap(obj), "remove")
         click.echo(f"DRY RUN of removing {described}")
         return
     req = pb.RemoveRaftVoterRequest(voter_id=controller_id, voter_directory_id=controller_directory_id)
     with_client(*_need_bootstrap(obj), lambda c: c.call("RemoveRaftVoter", req))
+
+
+def _dry_run_quorum_change(bootstrap: str, timeout: float, verb: str) -> None:
+    """A --dry-run still asks the quorum whether it can change at all: a static one refuses."""
+    from metadata.quorum import static_quorum_refusal
+    r = with_client(bootstrap, timeout, lambda c: c.call("DescribeQuorum", pb.DescribeQuorumRequest()))
+    if not any(v.directory_id for v in r.voters):
+        fail(str(static_quorum_refusal(verb)))
     click.echo(f"Removed {described}")
 
 
@@ -571,6 +676,9 @@ def configs(bootstrap: str, timeout: float, entity_type: str, entity_name: str |
     elif entity_name is None:
         fail("give --entity-name (or --entity-default for brokers)")
         return
+    elif rtype == pb.BROKER and not entity_name.isdigit():
+        fail(f"--entity-name {entity_name!r}: a broker is named by its id, e.g. 101")
+        return
     else:
         name = entity_name
     label = f"{'topic' if rtype == pb.TOPIC else 'broker'} {name or '<default>'}"
@@ -625,7 +733,7 @@ def acls_command(bootstrap: str, timeout: float, action: str | None, allow_princ
                  operation_names: tuple[str, ...], topics: tuple[str, ...], groups: tuple[str, ...], cluster: bool,
                  pattern_name: str | None, principal: str | None, force: bool) -> None:
     """Add, remove and list ACLs (kafka-acls.sh); the controllers need authorizer.class.name."""
-    from metadata.errors import ApiError
+    from metadata.errors import ApiError, ErrorCode
 
     from . import acls as A
     if action is None:
@@ -668,6 +776,7 @@ def health(config_path: str) -> None:
     """Exit 0 when this server is healthy: a controller has joined the quorum and knows the
     leader; a broker is registered and unfenced. For container health checks."""
     from metadata import config as server_config
+    from raft.config import ConfigError
     try:
         cfg = server_config.load(config_path)
     except ConfigError as e:
@@ -740,7 +849,7 @@ def get_offsets(bootstrap_server: str, topic: str, partitions: str | None, when:
                 tps = [(topic, p) for p in wanted]
             return await admin.offsets({tp: at for tp in tps})
     try:
-        found = asyncio.run(ask())
+        found = run(ask())
     except ClientError as e:
         fail(str(e))
         return
@@ -840,7 +949,7 @@ def log_dirs(bootstrap_server: str, describe: bool, broker_list: str | None, top
         async with Admin(bootstrap_server, tls=command_tls()) as admin:
             return await admin.describe_brokers(ids)
     try:
-        found = asyncio.run(ask())
+        found = run(ask())
     except ClientError as e:
         fail(str(e))
         return
@@ -876,6 +985,8 @@ def log_dirs(bootstrap_server: str, describe: bool, broker_list: str | None, top
 def leader_election(bootstrap: str, election_type: str, all_topic_partitions: bool, topic: str | None,
                     partition: int | None, timeout: float) -> None:
     """Elect leaders (kafka-leader-election.sh); exits 1 when a partition could not be elected."""
+    from metadata.client import error_code
+    from metadata.errors import ErrorCode
     if all_topic_partitions == bool(topic) or (partition is not None and not topic):
         fail("give either --all-topic-partitions, or --topic (and optionally --partition)")
         return
@@ -918,8 +1029,10 @@ def leader_election(bootstrap: str, election_type: str, all_topic_partitions: bo
               help="properties file with the client's security.protocol and ssl.* keys")
 def broker_api_versions(bootstrap_server: str, timeout: float, command_config: str | None) -> None:
     """The APIs and versions each broker serves to Kafka clients (kafka-broker-api-versions.sh)."""
+    from clients.cluster_view import ClientError
     from clients.config import read_config_file
     from clients.security import check_hostname, client_tls, ssl_context
+    from raft.config import ConfigError
     from .broker_api_versions import KafkaToolError, broker_api_versions as ask
     try:
         props = read_config_file(command_config) if command_config else {}
@@ -942,6 +1055,9 @@ def broker_api_versions(bootstrap_server: str, timeout: float, command_config: s
 def dev_quorum(base_dir: str | None, base_port: int, brokers: int) -> None:
     """Three controllers (and brokers) on loopback as processes; prints the bootstrap strings;
     Ctrl-C stops them."""
+    from raft.config import ConfigError
+    from raft.errors import RaftError
+
     from .dev_quorum import DevQuorum
     q = DevQuorum(base_dir, base_port, brokers=brokers)
     try:
@@ -977,20 +1093,17 @@ def dev_quorum(base_dir: str | None, base_port: int, brokers: int) -> None:
         click.echo("stopped.")
 
 
-def _mount() -> None:
-    """Commands that live in their own modules."""
-    from clients.console import console_consumer, console_producer
-    from clients.consumer_groups import consumer_groups
-    from metadata.analytics.cli import analytics
-    from metadata.dump_log import dump_log
-    main.add_command(dump_log, "dump-log")
-    main.add_command(console_producer, "console-producer")
-    main.add_command(console_consumer, "console-consumer")
-    main.add_command(consumer_groups, "consumer-groups")
-    main.add_command(analytics, "analytics")
+#: Commands that live in their own modules, imported when run: (module, attribute, the line
+#: `kraft --help` shows, which would otherwise cost importing them all).
+MOUNTED = {
+    "analytics": ("metadata.analytics.cli", "analytics", "Spark analytics over metadata snapshots and logs."),
+    "console-consumer": ("clients.console", "console_consumer", "Print the messages of TOPIC to stdout."),
+    "console-producer": ("clients.console", "console_producer", "Send the lines of stdin to TOPIC."),
+    "consumer-groups": ("clients.consumer_groups", "consumer_groups",
+                        "List, describe, reset and delete consumer groups."),
+    "dump-log": ("metadata.dump_log", "dump_log", "Decode metadata log segments and snapshots."),
+}
 
-
-_mount()
 
 if __name__ == "__main__":
     main()

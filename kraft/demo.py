@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 from metadata.client import ControllerClient
 from protos import controller_pb2 as pb
@@ -40,6 +41,21 @@ def kraft(*args: str, expect_failure: bool = False, input: str | None = None, qu
     if (p.returncode != 0) != expect_failure:
         raise SystemExit(f"demo stopped: `{shown}` {'succeeded' if expect_failure else 'failed'} unexpectedly")
     return p.stdout
+
+
+#: Where the demo leaves the metadata offset of its healthy cluster, for ``make report``.
+HEALTHY_OFFSET_FILE = "healthy.offset"
+
+
+def record_healthy_offset(bootstrap: str, base_dir: Path) -> int:
+    """Keep the metadata offset now, while every broker runs, in ``base_dir``: once the demo
+    has stopped them all, its log ends with every partition offline, an empty leaders chart."""
+    out = kraft("cluster", "--bootstrap-controller", bootstrap, "describe", quiet=True)
+    found = re.search(r"^Metadata offset: (\d+)$", out, re.M)
+    if found is None:
+        raise SystemExit(f"demo stopped: `kraft cluster describe` printed no metadata offset: {out!r}")
+    (base_dir / HEALTHY_OFFSET_FILE).write_text(f"{found.group(1)}\n")
+    return int(found.group(1))
 
 
 async def first_write(q: DevQuorum, among: list[int]) -> float:
@@ -209,7 +225,10 @@ async def main_async(base_dir: str, base_port: int) -> None:
 
         await group_scene(s, first + second)
 
+        offset = record_healthy_offset(c, q.base_dir)
         say("Done: shutting down (brokers first, with a controlled shutdown)")
+        print(f"Metadata offset {offset} is the cluster with every broker running "
+              f"({q.base_dir / HEALTHY_OFFSET_FILE}; `make report` reports on it)")
         print(f"The metadata stays in {q.base_dir}: `kraft analytics report --directory "
               f"{q.base_dir / 'controller-1'}` reports on it, `metadata-shell --directory ...` "
               "browses it.")

@@ -9,7 +9,7 @@ delete, the caller gets REQUEST_TIMED_OUT saying the outcome is unknown, instead
 attempt that would answer TOPIC_ALREADY_EXISTS for their own topic."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -20,7 +20,9 @@ from raft.config import TLSConfig
 from raft.transport import tls_failure
 
 from .errors import ErrorCode
-from .principal import FORWARDED_HOST, FORWARDED_PRINCIPAL, Session
+
+if TYPE_CHECKING:  # metadata.principal reads certificates (cryptography): a tool's call needs none of it
+    from .principal import Session
 
 #: Answers that prove the controller wrote nothing.
 NOT_APPLIED = {ErrorCode.NOT_CONTROLLER, ErrorCode.THROTTLING_QUOTA_EXCEEDED}
@@ -67,10 +69,13 @@ def parse_bootstrap(text: str) -> list[str]:
 
 class ControllerClient(LeaderClient):
     def __init__(self, bootstrap: list[str] | str, *, timeout: float = 15.0, attempt_timeout: float = 5.0,
-                 tls: TLSConfig | None = None) -> None:
-        """``tls``: how to dial the controller listener (None: plaintext)."""
+                 tls: TLSConfig | None = None, give_up_unconnectable: bool = False) -> None:
+        """``tls``: how to dial the controller listener (None: plaintext);
+        ``give_up_unconnectable``: a tool's fail-fast on addresses where nothing accepts a
+        connection (raft.client.LeaderClient)."""
         addresses = parse_bootstrap(bootstrap) if isinstance(bootstrap, str) else list(bootstrap)
-        super().__init__(addresses, timeout=timeout, attempt_timeout=attempt_timeout, tls=tls)
+        super().__init__(addresses, timeout=timeout, attempt_timeout=attempt_timeout, tls=tls,
+                         give_up_unconnectable=give_up_unconnectable)
         self.bootstrap = self.endpoints
         self.last_controller_id = -1
 
@@ -80,7 +85,14 @@ class ControllerClient(LeaderClient):
     def outcome_unknown(self, message: str) -> Exception:
         return ControllerError(ErrorCode.REQUEST_TIMED_OUT, message)
 
+    def unconnectable(self, message: str) -> Exception:
+        return ControllerError(ErrorCode.NETWORK_EXCEPTION, f"no controller accepted a connection: {message}")
+
     def failed(self, address: str, error: grpc.aio.AioRpcError) -> Exception:
+        if error.code() == grpc.StatusCode.UNIMPLEMENTED:  # a gRPC server without the Controller service
+            return ControllerError(ErrorCode.INVALID_REQUEST, f"{address} is not a controller listener (it does not "
+                                   f"serve the controller API; a broker's?): give --bootstrap-controller the "
+                                   f"controllers' listener, as in controller.quorum.voters")
         code = ErrorCode.NETWORK_EXCEPTION if tls_failure(error.details() or "") else ErrorCode.INVALID_REQUEST
         return ControllerError(code, f"{address}: {describe(error)}")
 
@@ -92,8 +104,11 @@ class ControllerClient(LeaderClient):
         ``on_behalf_of``: the client a broker forwards the request for, whose principal the
         controller authorizes (Kafka's EnvelopeRequest)."""
         idempotent = method in SAFE_TO_REPEAT
-        metadata = ((FORWARDED_PRINCIPAL, on_behalf_of.principal.encode()), (FORWARDED_HOST, on_behalf_of.host.encode())) \
-            if on_behalf_of is not None else None
+        metadata = None
+        if on_behalf_of is not None:
+            from .principal import FORWARDED_HOST, FORWARDED_PRINCIPAL
+            metadata = ((FORWARDED_PRINCIPAL, on_behalf_of.principal.encode()),
+                        (FORWARDED_HOST, on_behalf_of.host.encode()))
 
         def check(address: str, resp: Any) -> Any:
             code = error_code(resp.status.error_code)

@@ -213,14 +213,19 @@ def dump_file(path: str) -> Iterator[Item]:
             raise DumpError(f"{path}: byte 0: empty file")
         with open(path, "rb") as f:
             head = f.read(len(SNAPSHOT_MAGIC))
+            f.seek(max(0, size - len(SNAPSHOT_MAGIC)))
+            tail = f.read()
+        # By content, not by name: a broker keeps plain metadata snapshots named *.snap too. A
+        # plain one starts and ends with its magic; a Raft one starts with its payload (a plain
+        # one) and ends with its own trailer, which a *.snap file cut short has lost.
         if is_raft_snapshot(path):
             yield from _raft_snapshot(path)
-        elif path.endswith(".snap"):  # named as one, but its footer is gone
-            raise DumpError(f"{path}: byte {size}: no Raft snapshot trailer: the file is "
-                            f"truncated or not a snapshot")
-        elif head == SNAPSHOT_MAGIC:
+        elif head == SNAPSHOT_MAGIC and (tail == SNAPSHOT_MAGIC or not path.endswith(".snap")):
             yield FileStart(path, "metadataSnapshot")
             yield from _metadata_snapshot(path, path)
+        elif path.endswith(".snap"):  # named as one, but its Raft trailer is gone
+            raise DumpError(f"{path}: byte {size}: no Raft snapshot trailer: the file is "
+                            f"truncated or not a snapshot")
         else:
             with open(path, "rb") as f:
                 data = f.read()  # one read: a running node may append meanwhile

@@ -158,9 +158,15 @@ def _check_request(cluster_id: str, asked: str, node_id: int, membership: Member
     if node_id <= 0:
         raise ApiError(ErrorCode.INVALID_REQUEST, f"bad controller id {node_id}: ids are positive; {NOTHING_CHANGED}")
     if is_static(membership):
-        raise ApiError(ErrorCode.UNSUPPORTED_VERSION, f"cannot {verb} a controller: this quorum's voters are static "
-                       f"({VOTERS}, Kafka's kraft.version 0); a quorum that changes while it runs is formatted "
-                       f"with --standalone or --initial-controllers; {NOTHING_CHANGED}")
+        raise static_quorum_refusal(verb)
+
+
+def static_quorum_refusal(verb: str) -> ApiError:
+    """Why a static quorum refuses to add or remove a controller (``kraft quorum``'s --dry-run
+    says it too, instead of a success the real call would not have)."""
+    return ApiError(ErrorCode.UNSUPPORTED_VERSION, f"cannot {verb} a controller: this quorum's voters are static "
+                    f"({VOTERS}, Kafka's kraft.version 0); a quorum that changes while it runs is formatted "
+                    f"with --standalone or --initial-controllers; {NOTHING_CHANGED}")
 
 
 def _directory(text: str) -> str:

@@ -52,7 +52,10 @@ class LeaderClient:
 
     def __init__(self, endpoints: Sequence[str], *, timeout: float = 10.0, attempt_timeout: float = 3.0,
                  tls: TLSConfig | None = None, max_message_bytes: int = 64 << 20,
-                 backoff_s: tuple[float, float] = (0.02, 0.25)) -> None:
+                 backoff_s: tuple[float, float] = (0.02, 0.25), give_up_unconnectable: bool = False) -> None:
+        """``give_up_unconnectable``: fail once every endpoint has refused the connection (or
+        closed it while it was being set up), instead of waiting out ``timeout``: what a tool
+        given a wrong address wants; a server waiting for its peers to start does not."""
         if not endpoints:
             raise ValueError("no endpoints given")
         self.endpoints = list(endpoints)
@@ -61,6 +64,7 @@ class LeaderClient:
         self.tls = tls
         self.max_message_bytes = max_message_bytes
         self.backoff_s = backoff_s
+        self.give_up_unconnectable = give_up_unconnectable
         self.leader: str | None = None
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._next = 0
@@ -71,6 +75,11 @@ class LeaderClient:
 
     def outcome_unknown(self, message: str) -> Exception:
         return TimeoutError(message)
+
+    def unconnectable(self, message: str) -> Exception:
+        """Every endpoint refused the connection or closed it during set-up (with
+        ``give_up_unconnectable``); ``message`` names each with why."""
+        return ConnectionError(message)
 
     def failed(self, address: str, error: grpc.aio.AioRpcError) -> Exception:
         return RuntimeError(f"{address}: {describe(error)}")
@@ -101,6 +110,7 @@ class LeaderClient:
         last = "no endpoint answered"
         attempt = 0
         refused: set[str] = set()  # endpoints whose TLS handshake failed
+        unconnectable: dict[str, str] = {}  # endpoint -> why no connection opened to it
         while True:
             address = self._target()
             try:
@@ -121,6 +131,15 @@ class LeaderClient:
                 if refused >= set(self.endpoints):
                     raise self.failed(address, retry.error)
             last = f"{address}: {retry.reason}"
+            if self.give_up_unconnectable:
+                if not_connected(retry.reason):
+                    unconnectable[address] = retry.reason
+                    if set(unconnectable) >= set(self.endpoints):
+                        raise self.unconnectable("; ".join(
+                            f"{a}: {connect_failure(unconnectable[a])}{closed_hint(unconnectable[a])}"
+                            for a in dict.fromkeys(self.endpoints)))
+                else:
+                    unconnectable.clear()
             self.leader = retry.leader if retry.leader and retry.leader != address else None
             if address in self.endpoints:  # without a hint, ask the next endpoint, not this one again
                 self._next = self.endpoints.index(address) + 1
@@ -185,6 +204,24 @@ def describe(e: grpc.aio.AioRpcError) -> str:
     """One line for a final gRPC error: what a failed TLS handshake means, else its details."""
     details = e.details() or e.code().name
     return tls_failure(details) or details
+
+
+def not_connected(details: str) -> bool:
+    """Whether a failure means no connection opened: refused, or closed during set-up (a
+    listener of another protocol, or TLS against plaintext), as opposed to a slow peer."""
+    details = details.lower()
+    return "connection refused" in details or "socket closed" in details
+
+
+#: How ``connect_failure`` names a listener that closed the connection: one of another
+#: protocol, or of TLS when the client spoke plaintext.
+CLOSED_DURING_SETUP = "the connection was closed while being set up"
+
+
+def connect_failure(details: str) -> str:
+    """The last error of gRPC's "failed to connect to all addresses; last error: ..." line."""
+    return "connection refused" if "connection refused" in details.lower() else \
+        CLOSED_DURING_SETUP if "socket closed" in details.lower() else details
 
 
 def sent(e: grpc.aio.AioRpcError) -> bool:

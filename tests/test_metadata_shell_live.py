@@ -105,9 +105,10 @@ def test_one_shot_over_a_live_quorum_and_back_in_time(tmp_path: Path) -> None:
             leader = image.topic("orders").partitions[1].leader
             assert await lines(q, "cat", "/topics/orders/partitions/1/leader") == [str(leader)]
             assert await lines(q, "cat", "/brokers/2/rack") == ["b"]
-            # /quorum is the leader's DescribeQuorum: itself, its epoch, voters, observers
+            # /quorum is the leader's DescribeQuorum: itself, its epoch, voters, observers (and
+            # of a static quorum, no learners; the leader voted for itself)
             assert await lines(q, "ls", "/quorum") == [
-                "epoch", "highWatermark", "leader", "observers", "replication", "voters"]
+                "epoch", "highWatermark", "leader", "learners", "observers", "replication", "votedFor", "voters"]
             assert await lines(q, "-c", "cat /quorum/leader; cat /quorum/voters") == [
                 str(active.node.id), "[1, 2, 3]"]
             assert await lines(q, "cat", "/quorum/observers") == ["[1, 2, 3]"]
@@ -195,8 +196,8 @@ def test_refresh_follows_compaction_and_survives_a_quorum_that_is_down(tmp_path:
                 shell = Shell(source, out, err)
                 await asyncio.to_thread(shell.refresh)
                 [warning] = err.getvalue().splitlines()
-                assert warning.startswith(f"warning: the controller quorum at {q.bootstrap} did not "
-                                          f"answer within 1s")
+                assert warning.startswith("warning: no controller accepted a connection: " + "; ".join(
+                    f"{a}: connection refused" for a in q.bootstrap.split(",")))  # at once: all refused
                 assert warning.endswith(f"; still showing offset {source.image().offset}")
                 assert shell.run(["ls", "/topics/t7/partitions"]) and out.getvalue() == "0\n1\n"
             finally:
@@ -208,12 +209,12 @@ def test_unreachable_controllers_give_one_line_and_exit_1() -> None:
     async def go() -> None:
         bootstrap = ",".join(f"127.0.0.1:{p}" for p in free_ports(2))
         start = time.monotonic()
-        result = await shell(bootstrap, "--timeout", "1", "ls", "/topics")
-        assert time.monotonic() - start < 8
+        result = await shell(bootstrap, "--timeout", "5", "ls", "/topics")
+        assert time.monotonic() - start < 4  # refused everywhere: no use waiting out --timeout
         assert result.exit_code == 1 and result.stdout == ""
         [message] = result.stderr.splitlines()
-        assert message.startswith(f"metadata-shell: the controller quorum at {bootstrap} did "
-                                  f"not answer within 1s")
+        assert message == ("metadata-shell: no controller accepted a connection: " +
+                           "; ".join(f"{a}: connection refused" for a in bootstrap.split(",")))
         bad = await shell("localhost", "ls")
         assert bad.exit_code == 1
         assert bad.stderr == ("metadata-shell: bad bootstrap address 'localhost': expected "

@@ -63,8 +63,8 @@ class LiveSource(MetadataSource):
         except ControllerError as e:
             raise SourceError(e.message) from None
         self.description = f"controller quorum at {','.join(addresses)}"
-        self._client = ControllerClient(addresses, timeout=timeout,
-                                        attempt_timeout=min(timeout, 5.0), tls=tls)
+        self._client = ControllerClient(addresses, timeout=timeout, attempt_timeout=min(timeout, 5.0), tls=tls,
+                                        give_up_unconnectable=True)  # a wrong address: say so at once
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
                                         name="metadata-shell-live")
@@ -162,7 +162,7 @@ class LiveSource(MetadataSource):
             return await self._client.call(method, request)
         except ControllerError as e:
             message = " ".join(e.message.split()) or e.code.name  # one line
-            if e.code == ErrorCode.REQUEST_TIMED_OUT:  # QuorumUnreachable names the addresses
+            if e.code in (ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NETWORK_EXCEPTION):  # these name the addresses
                 raise SourceError(message) from None
             raise SourceError(f"{self.description}: {method}: {e.code.name}: {message}") from None
 
@@ -249,11 +249,15 @@ class LiveSource(MetadataSource):
 def _quorum_state(r: pb.DescribeQuorumResponse) -> QuorumState:
     voters = tuple(sorted((_replica(s) for s in r.voters), key=lambda s: s.id))
     observers = tuple(sorted((_replica(s) for s in r.observers), key=lambda s: s.id))
+    static = not any(s.directory_id for s in r.voters)  # static voters have no directory ids
+    # The active controller's view: a leader voted for itself in its epoch; a static quorum
+    # has no learners (DescribeQuorum does not list a dynamic quorum's).
     return QuorumState(leader=r.leader_id, epoch=r.leader_epoch,
                        voters=tuple(s.id for s in voters),
+                       learners=() if static else None,
                        observers=tuple(s.id for s in observers),
-                       high_watermark=r.high_watermark,
-                       voter_states=voters, observer_states=observers)
+                       high_watermark=r.high_watermark, voted_for=r.leader_id if r.leader_id > 0 else None,
+                       voter_states=voters, observer_states=observers, static=static)
 
 
 def _replica(s: pb.ReplicaState) -> ReplicaState:

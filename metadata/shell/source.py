@@ -20,6 +20,7 @@ from functools import cached_property
 from raft.errors import StorageError
 from raft.messages import ConfChange, EntryType, Membership
 from raft.storage import replay
+from raft.storage.disk import bootstrap_voters
 from raft.storage.snapshot_file import is_raft_snapshot, read_meta
 
 from ..image import MetadataImage
@@ -49,7 +50,10 @@ class QuorumState:
     its log; a snapshot only the membership it was taken under (a Raft snapshot) or nothing.
     A live source knows what the leader reports: itself, its epoch, the high watermark, the
     voters and the observers (brokers fetching metadata), each with its replication state.
-    ``high_watermark`` is exclusive, as in Kafka: the offset after the last committed one."""
+    ``high_watermark`` is exclusive, as in Kafka: the offset after the last committed one.
+    ``voted_for`` 0: no vote in the current epoch (shown as null). ``static``: the voters come
+    from controller.quorum.voters, which a static quorum's directory does not record (shown as
+    null) until a snapshot does; such a quorum has no learners."""
 
     leader: int | None = None
     epoch: int | None = None
@@ -60,6 +64,7 @@ class QuorumState:
     observers: tuple[int, ...] | None = None
     voter_states: tuple[ReplicaState, ...] | None = None
     observer_states: tuple[ReplicaState, ...] | None = None
+    static: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,11 +229,17 @@ class LogDirectorySource(MetadataSource):
                     raise SourceError(f"{self.path}: membership change at offset {entry.index} "
                                       f"cannot be decoded: {e}") from None
         hs = log.hard_state
-        members = _membership_state(membership) if membership is not None else QuorumState()
+        if membership is None:  # none in the log yet: a dynamic quorum's formatted first voters
+            try:
+                bootstrap = bootstrap_voters(self.path)
+            except StorageError as e:
+                raise SourceError(str(e)) from None
+            membership = Membership(voters=frozenset(v.node_id for v in bootstrap)) if bootstrap else None
+        members = _membership_state(membership) if membership is not None else QuorumState(static=True)
         # The hard state holds the commit index; a high watermark is exclusive, as in Kafka
         # and DescribeQuorum, so a live source and a directory read the same for one state.
         return QuorumState(epoch=hs.term, voters=members.voters, learners=members.learners,
-                           high_watermark=hs.commit + 1, voted_for=hs.vote or None)
+                           high_watermark=hs.commit + 1, voted_for=hs.vote, static=members.static)
 
 
 def _membership_state(m: Membership) -> QuorumState:

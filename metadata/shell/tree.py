@@ -164,8 +164,10 @@ def _quorum(q: QuorumState) -> list[tuple[str, Node]]:
         ("observers", None if q.observers is None else list(q.observers)),
         ("votedFor", q.voted_for),
         ("voters", None if q.voters is None else list(q.voters))]
-    found: list[tuple[str, Node]] = [(name, File(value)) for name, value in known
-                                     if value is not None]
+    found: list[tuple[str, Node]] = [(name, File(value or None if name == "votedFor" else value))
+                                     for name, value in known if value is not None]
+    if q.static and q.voters is None:  # known to be in the nodes' configs, not here: null
+        found += [("learners", File([])), ("voters", File(None))]
     # Replication state by role: a broker and a controller may share an id.
     roles = [(role, states) for role, states in (("observers", q.observer_states),
                                                  ("voters", q.voter_states))

@@ -80,6 +80,8 @@ def format_cmd(node_id: int, data_dir: str, cluster_id: str, ignore_formatted: b
         done = format_storage(data_dir, cluster_id, node_id, ignore_formatted=ignore_formatted)
     except RaftError as e:
         _fail(str(e))
+    except OSError as e:  # a directory that cannot be made or written
+        _fail(f"cannot format {data_dir}: {e.strerror or e}")
     click.echo(f"formatted {data_dir} for node {node_id} of cluster {cluster_id}" if done
                else f"{data_dir} is already formatted for node {node_id} of cluster {cluster_id}")
 
@@ -281,8 +283,13 @@ def remove(obj: dict, node_id: int) -> None:
 @click.argument("target", type=int)
 @click.pass_obj
 def transfer_leader(obj: dict, target: int) -> None:
-    """Hand leadership to voter TARGET."""
-    _member("TransferLeadership", rpb.TransferRequest(target=target))(obj)
+    """Hand leadership to voter TARGET; returns once it leads."""
+    async def go(c: KVClient) -> None:
+        before = (await c.status()).leader_id  # the answer carries no log index to tell by
+        await c.admin("TransferLeadership", rpb.TransferRequest(target=target))
+        click.echo(f"OK (node {target} already leads)" if before == target
+                   else f"OK (leadership moved from node {before} to node {target})")
+    _client_command(go)(obj)
 
 
 if __name__ == "__main__":
