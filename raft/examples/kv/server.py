@@ -172,7 +172,6 @@ class _Session:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.in_flight = 0
-        self.peak = 0  # the most in flight at once
         self.outbox: list[pb.Response] = []
         self.ready = asyncio.Event()  # answers to send, or the client stopped sending
         self.room = asyncio.Event()  # fewer than `limit` requests in flight
@@ -239,6 +238,7 @@ class KVStreamService(kv_pb2_grpc.KVStreamServicer):
         self.max_in_flight = max_in_flight
         self.batcher = Batcher(node, sm, timeout)
         self.sessions: set[_Session] = set()  # the open streams
+        self.most_in_flight = 0  # the most requests one stream had in the server's hands at once
 
     async def Session(self, request_iterator, context) -> None:
         """Read requests while fewer than ``max_in_flight`` are unanswered; write answers as
@@ -272,7 +272,7 @@ class KVStreamService(kv_pb2_grpc.KVStreamServicer):
         try:
             async for frame in request_iterator:
                 session.in_flight += len(frame.requests)
-                session.peak = max(session.peak, session.in_flight)
+                self.most_in_flight = max(self.most_in_flight, session.in_flight)
                 for request in frame.requests:
                     self._dispatch(request, functools.partial(session.reply, request.id))
                 while session.in_flight >= session.limit:
