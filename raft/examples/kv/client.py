@@ -70,7 +70,8 @@ class _Stream:
             try:
                 await asyncio.wait_for(self.slots.acquire(), timeout)
             except TimeoutError:
-                raise Retry(f"{self.max_in_flight_reason()}; nothing was sent") from None
+                raise Retry(f"{self.address}: no free slot on the stream (all in flight) within {timeout:g}s; "
+                            "nothing was sent") from None
         else:
             await self.slots.acquire()
         try:
@@ -90,9 +91,6 @@ class _Stream:
                 self.answers.pop(rid, None)
         finally:
             self.slots.release()
-
-    def max_in_flight_reason(self) -> str:
-        return f"{self.address}: no slot for a request within the deadline (the stream's in-flight limit)"
 
     def _unqueue(self, rid: int) -> bool:
         """Take a request that timed out before it was sent out of the frame; whether it was sent."""
