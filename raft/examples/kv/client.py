@@ -29,10 +29,18 @@ from raft.proto import raft_pb2_grpc
 from raft.client import LeaderClient, Retry
 from raft.config import TLSConfig
 
+from .frames import FrameQueue
+
 #: Requests a stream keeps unanswered before callers wait (the server has its own bound,
 #: ``server.MAX_IN_FLIGHT``, the same by default).
 MAX_IN_FLIGHT = 1024
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
+#: Stream statuses the outcome rules read right for every request sent: the transient ones
+#: (unknown for a write), and those a server ends a stream with before reading a request, or
+#: only after answering every request it read (Session's INVALID_ARGUMENT).
+_READ_BY_THE_RULES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED,
+                      grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.PERMISSION_DENIED,
+                      grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.INVALID_ARGUMENT}
 
 
 class KVError(Exception):
@@ -53,7 +61,7 @@ class _Stream:
         self.call = kv_pb2_grpc.KVStreamStub(channel).Session()
         self.slots = asyncio.Semaphore(max_in_flight)
         self.answers: dict[int, asyncio.Future] = {}  # queued or sent, not answered yet
-        self.frame = pb.RequestFrame()  # queued, not sent yet
+        self.queued = FrameQueue(pb.RequestFrame, "requests")  # not sent yet
         self.broken: str | None = None
         self._ids = itertools.count(1)
         self._wake = asyncio.Event()
@@ -78,36 +86,25 @@ class _Stream:
             if self.broken is not None:
                 raise Retry(f"{self.broken}; nothing was sent")
             rid = next(self._ids)
-            r = self.frame.requests.add()
-            r.id = rid
-            getattr(r, op).CopyFrom(request)
+            self.queued.push(pb.Request(id=rid, **{op: request}))
             fut = self.answers[rid] = asyncio.get_running_loop().create_future()
             self._wake.set()
             try:
                 return await asyncio.wait_for(fut, timeout), True
             except TimeoutError:
-                return None, self._unqueue(rid)
+                return None, not self.queued.remove(rid)
             finally:
                 self.answers.pop(rid, None)
         finally:
             self.slots.release()
-
-    def _unqueue(self, rid: int) -> bool:
-        """Take a request that timed out before it was sent out of the frame; whether it was sent."""
-        for i, r in enumerate(self.frame.requests):
-            if r.id == rid:
-                del self.frame.requests[i]
-                return False
-        return True
 
     async def _send(self) -> None:
         try:
             while self.broken is None:
                 await self._wake.wait()
                 self._wake.clear()
-                if self.frame.requests:
-                    frame, self.frame = self.frame, pb.RequestFrame()
-                    await self.call.write(frame)
+                while self.queued:
+                    await self.call.write(self.queued.pop())
         except asyncio.CancelledError:
             raise
         except Exception:  # the call ended: _receive has its status
@@ -126,10 +123,14 @@ class _Stream:
         self._break(error)
 
     def _break(self, error: grpc.aio.AioRpcError) -> None:
-        """Every request sent fails with the stream's error (the outcome rules decide what it
-        means); the ones still queued were certainly not applied."""
+        """Every request sent fails with the stream's error, which the outcome rules read (a
+        status that does not say whether a request was applied is made UNAVAILABLE, so that a
+        write is unknown); the ones still queued were certainly not applied."""
         self.broken = f"{self.address}: the stream broke ({error.details() or error.code().name})"
-        queued = {r.id for r in self.frame.requests}
+        if error.code() not in _READ_BY_THE_RULES:
+            error = grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE,
+                                         details=f"the stream failed ({error.code().name}: {error.details()})")
+        queued = {r.id for r in self.queued}
         for rid, fut in self.answers.items():
             if not fut.done():
                 fut.set_exception(Retry(f"{self.broken} before the request was sent") if rid in queued else error)

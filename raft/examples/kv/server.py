@@ -25,6 +25,7 @@ from raft.errors import RaftError
 from raft.node import Proposal, RaftNode
 from raft.transport import add_service
 
+from .frames import FrameQueue
 from .state_machine import KVStateMachine
 
 log = logging.getLogger("raft.examples.kv")
@@ -172,7 +173,7 @@ class _Session:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.in_flight = 0
-        self.outbox: list[pb.Response] = []
+        self.outbox = FrameQueue(pb.ResponseFrame, "responses")
         self.ready = asyncio.Event()  # answers to send, or the client stopped sending
         self.room = asyncio.Event()  # fewer than `limit` requests in flight
         self.room.set()
@@ -182,7 +183,7 @@ class _Session:
     def reply(self, request_id: int, result: object) -> None:
         if isinstance(result, BaseException):
             result = error_of(result)
-        self.outbox.append(pb.Response(id=request_id, **{_RESULT_FIELD[type(result)]: result}))
+        self.outbox.push(pb.Response(id=request_id, **{_RESULT_FIELD[type(result)]: result}))
         self.ready.set()
 
     def sent(self, n: int) -> None:
@@ -242,7 +243,7 @@ class KVStreamService(kv_pb2_grpc.KVStreamServicer):
 
     async def Session(self, request_iterator, context) -> None:
         """Read requests while fewer than ``max_in_flight`` are unanswered; write answers as
-        they come, everything queued in one frame. Ends once the client has stopped sending
+        they come, everything queued in frames of about ``MAX_FRAME_BYTES``. Ends once the client has stopped sending
         and every request is answered; answers that come after the client went are dropped.
         A frame that does not decode ends the stream with INVALID_ARGUMENT and one log line,
         once the requests read before it are answered (``raft.transport.add_service`` guards
@@ -254,9 +255,8 @@ class KVStreamService(kv_pb2_grpc.KVStreamServicer):
             while session.reading or session.in_flight or session.outbox:
                 await session.ready.wait()
                 session.ready.clear()
-                if session.outbox:
-                    frame = pb.ResponseFrame(responses=session.outbox)
-                    session.outbox = []
+                while session.outbox:
+                    frame = session.outbox.pop()
                     await context.write(frame)
                     session.sent(len(frame.responses))
         finally:
