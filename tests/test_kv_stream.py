@@ -38,8 +38,8 @@ def run(coro):
 
 class Scripted(kv_pb2_grpc.KVStreamServicer):
     """A Session server that answers as ``answer(stream number, request)`` says: a Response
-    field dict, or "break" to end that stream with UNAVAILABLE once the frame is read. Every
-    request read is recorded as (stream number, op)."""
+    field dict, "break" to end that stream with UNAVAILABLE once the frame is read, or a status
+    code to end it with. Every request read is recorded as (stream number, op)."""
 
     def __init__(self, answer) -> None:
         self.answer = answer
@@ -56,6 +56,8 @@ class Scripted(kv_pb2_grpc.KVStreamServicer):
                 a = self.answer(n, r)
                 if a == "break":
                     await context.abort(grpc.StatusCode.UNAVAILABLE, "the node went away")
+                if isinstance(a, grpc.StatusCode):
+                    await context.abort(a, "the stream failed")
                 out.append(pb.Response(id=r.id, **a))
             await context.write(pb.ResponseFrame(responses=out[::-1]))  # out of order
 
@@ -101,6 +103,16 @@ def test_a_stream_that_breaks_after_the_server_read_a_write_leaves_it_unknown_an
             with pytest.raises(OutcomeUnknown):
                 await kv.cas(b"k", None, b"v")
             assert server.seen == [(0, "put"), (1, "cas")]  # each sent once, on its own stream
+    run(go())
+
+
+@pytest.mark.parametrize("code", [grpc.StatusCode.INTERNAL, grpc.StatusCode.RESOURCE_EXHAUSTED])
+def test_a_stream_ending_with_a_status_that_says_nothing_of_the_requests_leaves_a_sent_write_unknown(code):
+    async def go():
+        async with scripted(lambda n, r: code) as (kv, server):
+            with pytest.raises(OutcomeUnknown, match=code.name):
+                await kv.put(b"k", b"v")
+            assert server.seen == [(0, "put")]
     run(go())
 
 
