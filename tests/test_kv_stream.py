@@ -18,7 +18,7 @@ from raft.config import NodeOptions
 from raft.examples.kv import kv_pb2 as pb
 from raft.examples.kv import kv_pb2_grpc
 from raft.examples.kv.client import KVClient, KVError, OutcomeUnknown
-from raft.examples.kv.server import MAX_VALUE, KVStreamService
+from raft.examples.kv.server import MAX_VALUE, KVService, KVStreamService
 from raft.examples.kv.state_machine import KVStateMachine
 from raft.node import RaftNode
 from raft.storage import format_storage
@@ -166,7 +166,7 @@ def test_a_write_to_an_endpoint_that_refuses_connections_is_not_applied_not_unkn
 
 @contextlib.asynccontextmanager
 async def kv_nodes(base: Path, n: int, options: dict | None = None, **service):
-    """``n`` KV nodes in this event loop (fsync off, fast timers), each serving KVStream; yields
+    """``n`` KV nodes in this event loop (fsync off, fast timers), each serving KV and KVStream; yields
     (nodes, their stream services), once a leader has committed in its term."""
     ports = free_ports(n)
     voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in enumerate(ports, 1))
@@ -179,6 +179,7 @@ async def kv_nodes(base: Path, n: int, options: dict | None = None, **service):
         nodes[i] = RaftNode(i, voters, sm, data_dir=str(base / f"n{i}"), options=opts, seed=i)
         services[i] = KVStreamService(nodes[i], sm, **service)
         add_service(nodes[i].server, kv_pb2_grpc.add_KVStreamServicer_to_server, services[i])
+        add_service(nodes[i].server, kv_pb2_grpc.add_KVServicer_to_server, KVService(nodes[i], sm))
     for node in nodes.values():
         await node.start()
     try:
@@ -193,6 +194,20 @@ async def kv_nodes(base: Path, n: int, options: dict | None = None, **service):
     finally:
         for node in nodes.values():
             await node.stop(transfer=False)
+
+
+def test_a_client_without_the_stream_makes_unary_calls(tmp_path):
+    async def go():
+        async with kv_nodes(tmp_path, 1) as (nodes, services):
+            kv = KVClient([nodes[1].address], stream=False)
+            try:
+                assert await kv.put(b"k", b"v") > 0
+                assert await kv.cas(b"k", b"v", b"w") == (True, b"v")
+                assert await kv.get(b"k") == b"w" and await kv.delete(b"k") and await kv.get(b"k") is None
+            finally:
+                await kv.close()
+            assert services[1].most_in_flight == 0  # no stream was opened
+    run(go())
 
 
 def test_a_client_with_10000_requests_queued_keeps_at_most_its_limit_in_flight(tmp_path):
