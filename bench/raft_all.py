@@ -1,7 +1,8 @@
 """``make bench-raft``: the embedded, service and failover benchmarks at 1, 64 and 256 clients,
 and, when they are installed (``make anchors``), etcd's and PySyncObj's anchor benchmarks from
 ``../shared/anchors`` in the same run, so the figures can be compared as ratios; and
-``bench.grpc_floor``, the most a Python gRPC service answers here with nothing behind it.
+``bench.grpc_floor``, the most a Python gRPC service answers here with nothing behind it. The KV
+service is measured twice: through unary calls (``--unary``) and through the stream client.
 Prints every JSON line as it comes, then a table.
 
     python -m bench.raft_all [--seconds 10] [--clients 1,64,256] [--kills 10]
@@ -65,6 +66,7 @@ def main() -> None:
         rows.append(run([py, "-m", "bench.raft_embedded", *common], limit))
         if have_pso:
             rows.append(run([str(anchor_py), str(ANCHORS / "pysyncobj_bench.py"), *common], limit))
+        rows.append(run([py, "-m", "bench.raft_service", "--unary", *common], limit))
         rows.append(run([py, "-m", "bench.raft_service", *common], limit))
         rows.append(run([py, "-m", "bench.grpc_floor", *common], limit))
         if have_etcd:

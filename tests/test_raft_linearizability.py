@@ -12,51 +12,48 @@ from raft.examples.kv.linearizability import HistoryRecorder, check
 from tests.eventually import eventually
 
 
-async def _client(cluster, rec, cid, keys, stop, rng):
-    kv = cluster.client(timeout=3.0, attempt_timeout=1.0)
+async def _client(kv, rec, cid, keys, stop, rng):
     values = (f"c{cid}-{n}".encode() for n in itertools.count())
-    try:
-        while not stop.is_set():
-            key = rng.choice(keys)
-            kind = rng.choice(["put", "get", "get", "cas"])
-            if kind == "put":
-                v = next(values)
-                op = rec.invoke(cid, "put", key, v)
-                call = kv.put(key, v)
-            elif kind == "get":
-                op = rec.invoke(cid, "get", key)
-                call = kv.get(key)
-            else:
-                # expect what we last read, or absence, so some succeed and some fail
-                recent = [op.args[0] for op in rec.history()[-20:] if op.kind == "put" and op.key == key]
-                expected, new = rng.choice([None, *recent]), next(values)
-                op = rec.invoke(cid, "cas", key, expected, new)
-                call = kv.cas(key, expected, new)
-            try:
-                result = await call
-            except OutcomeUnknown:
-                rec.unknown(op)
-                continue
-            except KVError:
-                # the client gives up without "unknown" only when no attempt was applied: the
-                # checker then takes the operation as never having happened
-                rec.fail(op)
-                continue
-            if kind == "put":
-                rec.ok(op, None)
-            elif kind == "get":
-                rec.ok(op, result)
-            else:
-                rec.ok(op, result[0])
-            await asyncio.sleep(rng.random() * 0.01)
-    finally:
-        await kv.close()
+    while not stop.is_set():
+        key = rng.choice(keys)
+        kind = rng.choice(["put", "get", "get", "cas"])
+        if kind == "put":
+            v = next(values)
+            op = rec.invoke(cid, "put", key, v)
+            call = kv.put(key, v)
+        elif kind == "get":
+            op = rec.invoke(cid, "get", key)
+            call = kv.get(key)
+        else:
+            # expect what we last read, or absence, so some succeed and some fail
+            recent = [op.args[0] for op in rec.history()[-20:] if op.kind == "put" and op.key == key]
+            expected, new = rng.choice([None, *recent]), next(values)
+            op = rec.invoke(cid, "cas", key, expected, new)
+            call = kv.cas(key, expected, new)
+        try:
+            result = await call
+        except OutcomeUnknown:
+            rec.unknown(op)
+            continue
+        except KVError:
+            # the client gives up without "unknown" only when no attempt was applied: the
+            # checker then takes the operation as never having happened
+            rec.fail(op)
+            continue
+        if kind == "put":
+            rec.ok(op, None)
+        elif kind == "get":
+            rec.ok(op, result)
+        else:
+            rec.ok(op, result[0])
+        await asyncio.sleep(rng.random() * 0.01)
 
 
 async def _history(c, faults) -> None:
-    """Run five clients while ``faults(leader, term, progress)`` runs; then check what they
-    saw. ``progress(n)`` waits until the clients complete ``n`` more operations, so each phase
-    (after a restart, a resume, a heal) is exercised rather than slept through."""
+    """Run five clients, their requests multiplexed on one KVClient's streams, while
+    ``faults(leader, term, progress)`` runs; then check what they saw. ``progress(n)`` waits
+    until the clients complete ``n`` more operations, so each phase (after a restart, a
+    resume, a heal) is exercised rather than slept through."""
     rec = HistoryRecorder()
 
     def completed() -> int:
@@ -69,11 +66,15 @@ async def _history(c, faults) -> None:
     keys = [b"x", b"y", b"z"]
     stop = asyncio.Event()
     lid, term = await c.wait_leader()
-    clients = [asyncio.create_task(_client(c, rec, i, keys, stop, random.Random(i))) for i in range(5)]
-    await progress(50)
-    await faults(lid, term, progress)
-    stop.set()
-    await asyncio.gather(*clients)
+    kv = c.client(timeout=3.0, attempt_timeout=1.0)
+    clients = [asyncio.create_task(_client(kv, rec, i, keys, stop, random.Random(i))) for i in range(5)]
+    try:
+        await progress(50)
+        await faults(lid, term, progress)
+    finally:
+        stop.set()
+        await asyncio.gather(*clients)
+        await kv.close()
     history = rec.history()
     done = [op for op in history if op.outcome.name == "OK"]
     assert len(done) > 100, f"only {len(done)} operations completed"

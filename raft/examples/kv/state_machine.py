@@ -16,9 +16,15 @@ class KVStateMachine:
         self.index = 0
 
     def apply(self, entry: Entry) -> object:
-        """Returns PutResponse, DeleteResponse or CasResponse for the proposer."""
-        self.index = index = entry.index
+        """Returns PutResponse, DeleteResponse or CasResponse for the proposer; for a Batch
+        (the stream's writes of one loop turn), the list of them, in order."""
+        self.index = entry.index
         cmd = pb.Command.FromString(entry.data)
+        if cmd.WhichOneof("op") == "batch":
+            return [self._one(c, entry.index) for c in cmd.batch.commands]
+        return self._one(cmd, entry.index)
+
+    def _one(self, cmd: pb.Command, index: int) -> object:
         op = cmd.WhichOneof("op")
         if op == "put":
             self.data[cmd.put.key] = cmd.put.value
@@ -32,7 +38,7 @@ class KVStateMachine:
             if ok:
                 self.data[c.key] = c.value
             return pb.CasResponse(succeeded=ok, found=current is not None, current=current or b"", index=index)
-        raise ValueError("empty command")
+        raise ValueError(f"not a command of one write: {op or 'empty'}")
 
     def snapshot(self) -> Callable[[BinaryIO], None]:
         frozen = dict(self.data)  # a shallow copy: values are immutable bytes
