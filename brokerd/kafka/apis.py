@@ -27,6 +27,7 @@ from protos import broker_pb2 as pb
 from protos import controller_pb2 as cpb
 
 from .. import authorization as authorized
+from ..auto_topics import TopicAutoCreator
 from ..cluster_metadata import live_brokers
 from ..group_coordinator import GroupCoordinator
 from ..producer_ids import ProducerIdManager
@@ -83,9 +84,11 @@ def _instance_id(m: Any) -> str | None:
 class KafkaApis:
     def __init__(self, rm: ReplicaManager, listener: str, groups: GroupCoordinator, producer_ids: ProducerIdManager,
                  controller: ControllerClient, authorizer: StandardAuthorizer | None = None,
-                 mapper: PrincipalMapper | None = None) -> None:
-        """``authorizer`` None: every request is allowed (no ``authorizer.class.name``)."""
+                 mapper: PrincipalMapper | None = None, auto_topics: TopicAutoCreator | None = None) -> None:
+        """``authorizer`` None: every request is allowed (no ``authorizer.class.name``);
+        ``auto_topics`` None: Metadata creates no topic."""
         self.rm = rm
+        self.auto_topics = auto_topics
         self.listener = listener
         self.groups = authorized.GroupAccess(groups)
         self.producer_ids = producer_ids
@@ -147,6 +150,10 @@ class KafkaApis:
         # null asks for every topic, [] for none (a client that wants only the brokers)
         answer = authorized.metadata(self.rm, pb.MetadataRequest(topics=names), self.listener, -1, access) \
             if wanted is None or wanted else None
+        if answer is not None and wanted and self.auto_topics is not None:
+            # v1-v3 have no flag: those clients always allowed creation, as Kafka answers them
+            await self.auto_topics.resolve(answer, access, allowed=getattr(req, "allow_auto_topic_creation", True),
+                                           named={t.name for t in wanted if getattr(t, "name", None)})
         brokers = answer.brokers if answer is not None else live_brokers(self.image, self.listener)
         topics = answer.topics if answer is not None else []
         return {
