@@ -82,9 +82,9 @@ class BrokerConfig:
     group_max_session_timeout_ms: int   # group.max.session.timeout.ms
     group_initial_rebalance_delay_ms: int  # group.initial.rebalance.delay.ms
     offset_metadata_max_bytes: int      # offset.metadata.max.bytes
-    auto_create: AutoCreateConfig       # auto.create.topics.enable, num.partitions, default.replication.factor
     flush: FlushPolicy
     static_log: LogConfig               # log defaults from the properties file
+    auto_create: AutoCreateConfig = AutoCreateConfig()  # auto.create.topics.enable, num.partitions, ...
 
     def security_protocol(self, listener: str) -> str:
         return self.security[listener].protocol
