@@ -41,6 +41,7 @@ API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID, OFFSET_FOR_LEADER_
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS, DESCRIBE_CONFIGS = 29, 30, 31, 32
 CREATE_PARTITIONS, DELETE_GROUPS, ELECT_LEADERS, INCREMENTAL_ALTER_CONFIGS = 37, 42, 43, 44
 ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS, DESCRIBE_CLUSTER = 45, 46, 60
+SASL_HANDSHAKE, SASL_AUTHENTICATE, CONSUMER_GROUP_HEARTBEAT = 17, 36, 68
 
 #: api key -> (min version, max version) served.
 VERSIONS: dict[int, tuple[int, int]] = {
@@ -51,10 +52,25 @@ VERSIONS: dict[int, tuple[int, int]] = {
     CREATE_PARTITIONS: (0, 3), DELETE_GROUPS: (0, 2), INCREMENTAL_ALTER_CONFIGS: (0, 1), DESCRIBE_CLUSTER: (0, 1),
     ELECT_LEADERS: (0, 2), ALTER_PARTITION_REASSIGNMENTS: (0, 1), LIST_PARTITION_REASSIGNMENTS: (0, 0),
     DESCRIBE_ACLS: (1, 3), CREATE_ACLS: (1, 3), DELETE_ACLS: (1, 3),
+    SASL_HANDSHAKE: (0, 1), SASL_AUTHENTICATE: (0, 2),  # listed, as Kafka lists them on every listener
+    CONSUMER_GROUP_HEARTBEAT: (0, 1),  # listed so that KIP-848 clients ask, and hear it is off
 }
 
 TOPIC_CONFIG_SOURCE, BROKER_CONFIG_SOURCE, DEFAULT_CONFIG_SOURCE = 1, 4, 5
 COORDINATOR_GROUP = 0  # FindCoordinator key type (1: a transactional id)
+#: What a transactional request is told. There is no transaction coordinator here; Kafka's
+#: answer to a client that may not use a transactional id is the one non-retriable code at
+#: every step (FindCoordinator key type 1, InitProducerId, Produce), which librdkafka,
+#: kafka-python and aiokafka stop at with this message, instead of retrying
+#: COORDINATOR_NOT_AVAILABLE until their timeout.
+TRANSACTIONS_UNSUPPORTED = ("Transactions are not supported by this cluster (no transaction coordinator): "
+                            "produce without transactional.id, with enable.idempotence")
+#: KIP-848's protocol (group.protocol=consumer) is not served: Kafka's answer when it is off
+#: (group.coordinator.rebalance.protocols without "consumer") is UNSUPPORTED_VERSION.
+CONSUMER_PROTOCOL_UNSUPPORTED = ("The new consumer group protocol (KIP-848, group.protocol=consumer) is not enabled "
+                                 "on this cluster: use group.protocol=classic")
+#: A SASL request on a listener that is not SASL (there are none here), as Kafka answers it.
+SASL_UNSUPPORTED = "SASL is not enabled on this listener (it is PLAINTEXT or SSL): use security.protocol=PLAINTEXT or SSL"
 
 
 class CloseConnection(Exception):
@@ -109,6 +125,8 @@ class KafkaApis:
             ALTER_PARTITION_REASSIGNMENTS: self.alter_partition_reassignments,
             LIST_PARTITION_REASSIGNMENTS: self.list_partition_reassignments,
             CREATE_ACLS: self.create_acls, DESCRIBE_ACLS: self.describe_acls, DELETE_ACLS: self.delete_acls,
+            SASL_HANDSHAKE: self.sasl_handshake, SASL_AUTHENTICATE: self.sasl_authenticate,
+            CONSUMER_GROUP_HEARTBEAT: self.consumer_group_heartbeat,
         }
         self._api_names = {key: "".join(w.capitalize() for w in fn.__name__.split("_"))
                            for key, fn in self.handlers.items()}
@@ -137,6 +155,15 @@ class KafkaApis:
 
     async def api_versions(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         return {"error_code": 0, "api_keys": api_version_list()}
+
+    async def sasl_handshake(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        """Kafka's KafkaApis.handleSaslHandshakeRequest: only a SASL listener's authenticator
+        serves it, so the broker's answer is ILLEGAL_SASL_STATE with no mechanisms."""
+        return {"error_code": int(ErrorCode.ILLEGAL_SASL_STATE), "mechanisms": []}
+
+    async def sasl_authenticate(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        return {"error_code": int(ErrorCode.ILLEGAL_SASL_STATE), "error_message": SASL_UNSUPPORTED,
+                "auth_bytes": b""}
 
     async def metadata(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         wanted = req.topics
@@ -192,7 +219,7 @@ class KafkaApis:
                 order.append((t.name, pd.index))
                 try:
                     if req.transactional_id is not None:
-                        raise BrokerError(ErrorCode.INVALID_REQUEST, "transactions are not supported")
+                        raise BrokerError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_UNSUPPORTED)
                     batch = from_wire(pd.records or b"", f"{t.name}-{pd.index}")
                 except BrokerError as e:
                     answers[(t.name, pd.index)] = _produce_error(pd.index, e)
@@ -265,7 +292,8 @@ class KafkaApis:
 
     async def init_producer_id(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         if req.transactional_id is not None:
-            return {"error_code": int(ErrorCode.INVALID_REQUEST), "producer_id": -1, "producer_epoch": -1}
+            return {"error_code": int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED), "producer_id": -1,
+                    "producer_epoch": -1}
         ours = pb.InitProducerIdRequest()
         pid = getattr(req, "producer_id", -1)
         if pid >= 0:
@@ -276,14 +304,19 @@ class KafkaApis:
 
     # -- groups --------------------------------------------------------------------------------
 
+    async def consumer_group_heartbeat(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        """KIP-848's one request, as Kafka answers it with the new protocol disabled."""
+        return {"error_code": int(ErrorCode.UNSUPPORTED_VERSION), "error_message": CONSUMER_PROTOCOL_UNSUPPORTED,
+                "member_id": None, "member_epoch": -1, "heartbeat_interval": 0, "assignment": None}
+
     async def find_coordinator(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         keys = list(req.coordinator_keys) if version >= 4 else [req.key]
         key_type = getattr(req, "key_type", COORDINATOR_GROUP)
         found = []
         for key in keys:
             if key_type != COORDINATOR_GROUP:
-                r = pb.FindCoordinatorResponse(error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-                                               error_message="transactions are not supported")
+                r = pb.FindCoordinatorResponse(error_code=int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+                                               error_message=TRANSACTIONS_UNSUPPORTED)
             else:
                 r = await self.groups.find_coordinator(pb.FindCoordinatorRequest(key=key), self.listener, access)
             found.append({"key": key, "node_id": r.node_id if not r.error_code else -1, "host": r.host,
