@@ -122,7 +122,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                                                                         await self._access(context)))
 
     async def JoinGroup(self, request: pb.JoinGroupRequest, context: grpc.aio.ServicerContext) -> pb.JoinGroupResponse:
-        return await self._guard(context, self.groups.join_group(request, await self._access(context)))
+        access = await self._access(context)
+        request.client_host = f"/{access.session.host}"  # the broker's to say, as in Kafka
+        return await self._guard(context, self.groups.join_group(request, access))
 
     async def SyncGroup(self, request: pb.SyncGroupRequest, context: grpc.aio.ServicerContext) -> pb.SyncGroupResponse:
         return await self._guard(context, self.groups.sync_group(request, await self._access(context)))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from contextvars import ContextVar
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -71,6 +72,11 @@ CONSUMER_PROTOCOL_UNSUPPORTED = ("The new consumer group protocol (KIP-848, grou
                                  "on this cluster: use group.protocol=classic")
 #: A SASL request on a listener that is not SASL (there are none here), as Kafka answers it.
 SASL_UNSUPPORTED = "SASL is not enabled on this listener (it is PLAINTEXT or SSL): use security.protocol=PLAINTEXT or SSL"
+
+
+#: The client id of the request being handled (its header's), for the handlers that keep it:
+#: each request runs in its own task, so each sees its own.
+_CLIENT_ID: ContextVar[str] = ContextVar("client_id", default="")
 
 
 class CloseConnection(Exception):
@@ -146,6 +152,7 @@ class KafkaApis:
 
     async def handle(self, header: RequestHeader, request: Any, session: Session) -> Any | None:
         """The response entity for a request (None: no response, acks=0)."""
+        _CLIENT_ID.set(header.client_id or "")
         answer = await self.handlers[header.api_key](request, header.api_version, Access(self.authorizer, session))
         if answer is None:
             return None
@@ -330,7 +337,8 @@ class KafkaApis:
                                    member_id=req.member_id, protocol_type=req.protocol_type,
                                    group_instance_id=getattr(req, "group_instance_id", None),
                                    protocols=[pb.JoinGroupProtocol(name=p.name, metadata=p.metadata)
-                                              for p in req.protocols])
+                                              for p in req.protocols],
+                                   client_id=_CLIENT_ID.get(), client_host=f"/{access.session.host}")
         r = await self.groups.join_group(ours, access)
         return {"error_code": r.error_code, "generation_id": r.generation_id, "protocol_type": req.protocol_type,
                 "protocol_name": r.protocol_name or None, "leader": r.leader, "member_id": r.member_id,
@@ -405,7 +413,7 @@ class KafkaApis:
         return {"groups": [
             {"error_code": g.error_code, "group_id": g.group_id, "group_state": g.state,
              "protocol_type": g.protocol_type, "protocol_data": g.protocol, "members": [
-                 {"member_id": m.member_id, "client_id": m.client_id, "client_host": "",
+                 {"member_id": m.member_id, "client_id": m.client_id, "client_host": m.client_host,
                   "member_metadata": m.metadata, "member_assignment": m.assignment,
                   "group_instance_id": _instance_id(m)}
                  for m in g.members]} for g in r.groups]}
