@@ -182,7 +182,10 @@ def capped(message: str) -> str:
 class BrokerError(Exception):
     """A partition-level failure; ``code`` is what the response carries, ``message`` one line."""
 
-    def __init__(self, code: ErrorCode, message: str = "") -> None:
+    def __init__(self, code: ErrorCode, message: str = "", record_errors: tuple[tuple[int, str], ...] = ()) -> None:
+        """``record_errors``: (index in the batch, message) of the records that failed it
+        (Kafka's per-record errors, KIP-467)."""
         self.code = code
         self.message = capped(message or DEFAULT_MESSAGES.get(code, code.name))
+        self.record_errors = tuple((i, capped(m)) for i, m in record_errors)
         super().__init__(f"{code.name}: {self.message}")

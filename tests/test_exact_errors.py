@@ -1,10 +1,13 @@
 """Kafka's exact answers where ours differed (issue 27 item 3), with librdkafka: a commit of
 offsets for a topic or partition that does not exist is UNKNOWN_TOPIC_OR_PARTITION (and not
-stored); DescribeGroups shows each member's client id and host, and member ids begin with
-the client id."""
+stored); a keyless record on a compacted topic fails its batch INVALID_RECORD with the
+record's index and reason (KIP-467); DescribeGroups shows each member's client id and host,
+and member ids begin with the client id."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 import time
 from collections.abc import Iterator
 
@@ -25,6 +28,7 @@ PROPS = {"offsets.topic.num.partitions": "1", "group.initial.rebalance.delay.ms"
 def cluster(tmp_path_factory) -> Iterator[BrokerCluster]:
     with running_cluster(tmp_path_factory.mktemp("exact"), PROPS) as c:
         asyncio.run(c.create_topic("present", partitions=1, rf=3))
+        asyncio.run(c.create_topic("compacted", partitions=1, rf=3, configs={"cleanup.policy": "compact"}))
         yield c
 
 
@@ -78,3 +82,29 @@ def test_describe_groups_shows_client_id_and_host_and_member_ids_start_with_the_
     assert m.client_id == "billing-app" and m.host == "/127.0.0.1"
     assert m.member_id.startswith("billing-app-")
 
+
+def test_a_keyless_record_on_a_compacted_topic_fails_its_batch_with_its_index(cluster):
+    from brokerd.kafka.batches import to_wire
+    from brokerd.kafka.codec import build, frame_request, read_response, request_schema
+    from clients.records import build_batch
+
+    records = to_wire(build_batch([(b"k", b"kept", 1, []), (None, b"keyless", 1, [])]))
+    leader = asyncio.run(cluster.describe_topic("compacted")).partitions[0].leader
+    request = build(request_schema(0, 9), {"acks": -1, "timeout": 10_000, "topic_data": [
+        {"name": "compacted", "partition_data": [{"index": 0, "records": records}]}]})
+    with socket.create_connection(("127.0.0.1", cluster.kafka_ports[leader]), 10) as s:
+        s.sendall(frame_request(0, 9, 7, "pytest", request))
+        size = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))[0]
+        _, resp = read_response(s.recv(size, socket.MSG_WAITALL), 0, 9)
+    [answer] = resp.responses[0].partition_responses
+    reason = "Compacted topic cannot accept message without key in topic partition compacted-0."
+    assert answer.error_code == ErrorCode.INVALID_RECORD and answer.base_offset == -1
+    assert [(r.batch_index, r.batch_index_error_message) for r in answer.record_errors] == [(1, reason)]
+    assert answer.error_message.startswith("One or more records have been rejected due to 1 record errors")
+
+    from confluent_kafka import Producer
+    failed: list = []
+    p = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers})
+    p.produce("compacted", b"no key", on_delivery=lambda err, msg: failed.append(err))
+    assert p.flush(30) == 0
+    assert [e.code() for e in failed] == [KafkaError.INVALID_RECORD]

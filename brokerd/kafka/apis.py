@@ -237,7 +237,9 @@ class KafkaApis:
             for a in t.partitions:
                 answers[(t.name, a.partition)] = {
                     "index": a.partition, "error_code": a.error_code, "base_offset": a.base_offset,
-                    "log_start_offset": a.log_start_offset, "error_message": _message(a.error_code, a.error_message)}
+                    "log_start_offset": a.log_start_offset, "error_message": _message(a.error_code, a.error_message),
+                    "record_errors": [{"batch_index": r.batch_index, "batch_index_error_message": r.message}
+                                      for r in a.record_errors]}
         if req.acks == 0:
             if any(a["error_code"] for a in answers.values()):
                 raise CloseConnection(next(f"{n}-{p}: {ErrorCode.of(answers[(n, p)]['error_code']).name}"
@@ -669,4 +671,5 @@ def newer_api_versions_answer() -> Any:
 
 def _produce_error(index: int, e: BrokerError) -> dict[str, Any]:
     return {"index": index, "error_code": int(e.code), "base_offset": -1, "log_start_offset": -1,
-            "error_message": e.message}
+            "error_message": e.message, "record_errors": [{"batch_index": i, "batch_index_error_message": m}
+                                                          for i, m in e.record_errors]}
