@@ -27,8 +27,8 @@ from clients.errors import ErrorCode, capped
 from metadata.acls import AclOperation
 from metadata.authorizer import Access
 from metadata.client import ControllerClient, ControllerError
-from metadata.topics import INTERNAL_TOPICS, validate_name
 from metadata.errors import ApiError
+from metadata.topics import INTERNAL_TOPICS, validate_name
 from protos import broker_pb2 as pb
 from protos import controller_pb2 as cpb
 

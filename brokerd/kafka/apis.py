@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from contextvars import ContextVar
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any
 
 from clients.errors import BrokerError, ErrorCode
