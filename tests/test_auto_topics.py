@@ -151,6 +151,17 @@ def test_too_few_live_brokers_and_auto_creation_off(tmp_path):
         asyncio.run(main())
 
 
+def test_librdkafka_is_told_an_illegal_name_at_once(cluster):
+    from confluent_kafka import KafkaError, Producer
+    failed: list = []
+    p = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "message.timeout.ms": 20000})
+    began = time.monotonic()
+    p.produce("bad/name", b"x", on_delivery=lambda err, msg: failed.append(err))
+    p.flush(30)
+    assert [e.code() for e in failed] == [KafkaError.TOPIC_EXCEPTION]  # not a timeout on an unknown topic
+    assert time.monotonic() - began < 10
+
+
 # -- the creator alone, with a fake controller ----------------------------------------------------
 
 class FakeController:
