@@ -3,7 +3,9 @@
 replicas and ISR, and the unfenced brokers' endpoints on the listener the client uses."""
 from __future__ import annotations
 
+from metadata.errors import ApiError
 from metadata.image import MetadataImage
+from metadata.topics import validate_name
 from protos import broker_pb2 as pb
 
 from clients.errors import ErrorCode, capped
@@ -20,6 +22,11 @@ def metadata_answer(image: MetadataImage, req: pb.MetadataRequest, listener: str
     for name in names:
         t = image.topics_by_name.get(name)
         if t is None:
+            try:  # Kafka's getTopicMetadata: an illegal name is INVALID_TOPIC_EXCEPTION, not unknown
+                validate_name(name)
+            except ApiError as e:
+                resp.topics.add(name=name, error_code=int(ErrorCode.INVALID_TOPIC_EXCEPTION), error_message=e.message)
+                continue
             resp.topics.add(name=name, error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
                             error_message=capped(f"Topic {name} does not exist."))
             continue

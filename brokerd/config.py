@@ -16,6 +16,7 @@ from clients.security import ListenerSecurity
 
 from clients.compression import Codec
 
+from .auto_topics import AutoCreateConfig
 from .log_store import LONG_MAX, FlushPolicy
 
 HOUR_MS = 3_600_000
@@ -83,6 +84,7 @@ class BrokerConfig:
     offset_metadata_max_bytes: int      # offset.metadata.max.bytes
     flush: FlushPolicy
     static_log: LogConfig               # log defaults from the properties file
+    auto_create: AutoCreateConfig = AutoCreateConfig()  # auto.create.topics.enable, num.partitions, ...
 
     def security_protocol(self, listener: str) -> str:
         return self.security[listener].protocol
@@ -134,6 +136,10 @@ class BrokerConfig:
             group_max_session_timeout_ms=cfg.int("group.max.session.timeout.ms", 1_800_000, 1),
             group_initial_rebalance_delay_ms=cfg.int("group.initial.rebalance.delay.ms", 3000, 0),
             offset_metadata_max_bytes=cfg.int("offset.metadata.max.bytes", 4096, 0),
+            auto_create=AutoCreateConfig(
+                enable=_bool(cfg, "auto.create.topics.enable", True),
+                num_partitions=cfg.int("num.partitions", 1, 1),
+                replication_factor=cfg.int("default.replication.factor", 1, 1)),
             flush=FlushPolicy(cfg.int("log.flush.interval.messages", LONG_MAX, 1),
                               cfg.int("log.flush.interval.ms", LONG_MAX, 1)),
             static_log=LogConfig(
@@ -173,6 +179,13 @@ class BrokerConfig:
                          pick("cleanup.policy", _cleanup_policy, static.cleanup_policy),
                          pick("delete.retention.ms", int, static.delete_retention_ms),
                          pick("min.cleanable.dirty.ratio", _ratio, static.min_cleanable_dirty_ratio))
+
+
+def _bool(cfg: ServerConfig, key: str, default: bool) -> bool:
+    value = cfg.props.get(key, str(default)).strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigError(f"Invalid value {value} for configuration {key}: Expected value to be either true or false")
+    return value == "true"
 
 
 def _cleanup_policy(value: str) -> str:

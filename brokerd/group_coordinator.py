@@ -79,6 +79,7 @@ class Member:
     last_heartbeat: float = field(default_factory=time.monotonic)
     join: asyncio.Future | None = None  # a JoinGroup waiting for the rebalance to complete
     sync: asyncio.Future | None = None  # a SyncGroup waiting for the leader's assignment
+    client_host: str = ""  # "/" and its address, as Kafka's DescribeGroups shows it
 
     def metadata(self, protocol: str) -> bytes:
         return next((m for name, m in self.protocols if name == protocol), b"")
@@ -235,7 +236,7 @@ class GroupCoordinator:
         value = pb.GroupValue(protocol_type=g.protocol_type, generation_id=g.generation, protocol=g.protocol,
                               leader=g.leader, members=[pb.GroupMemberValue(
                                   member_id=m.member_id, group_instance_id=m.instance_id, client_id=m.client_id,
-                                  session_timeout_ms=m.session_timeout_ms, rebalance_timeout_ms=m.rebalance_timeout_ms,
+                                  client_host=m.client_host, session_timeout_ms=m.session_timeout_ms, rebalance_timeout_ms=m.rebalance_timeout_ms,
                                   subscription=m.metadata(g.protocol), assignment=m.assignment)
                                   for m in g.members.values()])
         await self._write(p, [(_group_key(g.group_id), value.SerializeToString())])
@@ -289,12 +290,14 @@ class GroupCoordinator:
                         g.leader = known.member_id
                     g.members[known.member_id] = known
                 known.protocols, known.session_timeout_ms = protocols, req.session_timeout_ms
+                known.client_id, known.client_host = req.client_id, req.client_host
                 known.rebalance_timeout_ms = req.rebalance_timeout_ms or req.session_timeout_ms
                 known.last_heartbeat = time.monotonic()
                 return known
         if not req.member_id:
             m = Member(f"{req.client_id or 'consumer'}-{uuid.uuid4()}", instance, req.client_id,
-                       req.session_timeout_ms, req.rebalance_timeout_ms or req.session_timeout_ms, protocols)
+                       req.session_timeout_ms, req.rebalance_timeout_ms or req.session_timeout_ms, protocols,
+                       client_host=req.client_host)
             g.members[m.member_id] = m
             return m
         m = g.members.get(req.member_id)
@@ -505,6 +508,11 @@ class GroupCoordinator:
 
     async def offset_commit(self, req: pb.OffsetCommitRequest) -> pb.OffsetCommitResponse:
         resp = pb.OffsetCommitResponse()
+        # Kafka's handleOffsetCommitRequest: a partition the metadata does not have is
+        # UNKNOWN_TOPIC_OR_PARTITION and is not stored, whatever becomes of the others.
+        image = self.rm.image
+        unknown = {(t.name, x.partition) for t in req.topics for x in t.partitions
+                   if (found := image.topics_by_name.get(t.name)) is None or x.partition not in found.partitions}
         try:
             p = self._coordinator(req.group_id)
             g = self.groups.get(req.group_id)
@@ -522,7 +530,8 @@ class GroupCoordinator:
             now = int(time.time() * 1000)
             values = {(t.name, x.partition): pb.OffsetValue(offset=x.offset, leader_epoch=x.leader_epoch,
                                                              metadata=x.metadata, commit_timestamp=now)
-                      for t in req.topics for x in t.partitions if (t.name, x.partition) not in too_big}
+                      for t in req.topics for x in t.partitions
+                      if (t.name, x.partition) not in too_big and (t.name, x.partition) not in unknown}
             if values:
                 await self._write(p, [(_offset_key(req.group_id, *tp), v.SerializeToString())
                                       for tp, v in values.items()])
@@ -533,14 +542,18 @@ class GroupCoordinator:
             for t in req.topics:
                 tr = resp.topics.add(name=t.name)
                 for x in t.partitions:
-                    code = ErrorCode.OFFSET_METADATA_TOO_LARGE if (t.name, x.partition) in too_big else ErrorCode.NONE
+                    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if (t.name, x.partition) in unknown else \
+                        ErrorCode.OFFSET_METADATA_TOO_LARGE if (t.name, x.partition) in too_big else ErrorCode.NONE
                     tr.partitions.add(partition=x.partition, error_code=int(code))
         except BrokerError as e:
             del resp.topics[:]
             for t in req.topics:
                 tr = resp.topics.add(name=t.name)
                 for x in t.partitions:
-                    tr.partitions.add(partition=x.partition, error_code=int(e.code), error_message=e.message)
+                    if (t.name, x.partition) in unknown:
+                        tr.partitions.add(partition=x.partition, error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                    else:
+                        tr.partitions.add(partition=x.partition, error_code=int(e.code), error_message=e.message)
         return resp
 
     async def offset_fetch(self, req: pb.OffsetFetchRequest) -> pb.OffsetFetchResponse:
@@ -595,7 +608,7 @@ class GroupCoordinator:
                                 protocol=g.protocol, generation_id=g.generation)
             for m in g.members.values():
                 d.members.add(member_id=m.member_id, group_instance_id=m.instance_id, client_id=m.client_id,
-                              metadata=m.metadata(g.protocol), assignment=m.assignment)
+                              client_host=m.client_host, metadata=m.metadata(g.protocol), assignment=m.assignment)
         return resp
 
     async def delete_groups(self, req: pb.DeleteGroupsRequest) -> pb.DeleteGroupsResponse:
@@ -651,7 +664,7 @@ def _replay(groups: dict[str, Group], index: int, key: bytes | None, value: byte
             g.protocol_type, g.generation, g.protocol, g.leader = v.protocol_type, v.generation_id, v.protocol, v.leader
             g.members = {m.member_id: Member(m.member_id, m.group_instance_id if m.HasField("group_instance_id") else None,
                                              m.client_id, m.session_timeout_ms, m.rebalance_timeout_ms,
-                                             [(v.protocol, m.subscription)], m.assignment)
+                                             [(v.protocol, m.subscription)], m.assignment, client_host=m.client_host)
                          for m in v.members}
             g.state = GroupState.STABLE if g.members else GroupState.EMPTY
         else:

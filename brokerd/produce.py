@@ -45,6 +45,7 @@ VALID_ACKS = (-1, 0, 1)
 def _error(answer: pb.ProducePartitionResponse, e: BrokerError) -> None:
     answer.error_code = int(e.code)
     answer.error_message = e.message
+    answer.record_errors.extend(pb.RecordError(batch_index=i, message=m) for i, m in e.record_errors)
     answer.base_offset = -1
     answer.log_append_time = -1
 

@@ -41,6 +41,7 @@ from raft.errors import StorageError
 from raft.storage import check_formatted
 from raft.transport import EXCLUSIVE_BIND, add_port, add_service
 
+from .auto_topics import TopicAutoCreator
 from .cluster_metadata import replica_status
 from .config import BrokerConfig
 from .group_coordinator import OFFSETS_TOPIC, GroupCoordinator
@@ -171,6 +172,7 @@ class BrokerServer:
         BrokerMetrics(self.rm, self.groups, lambda: self.published_offset, self.metrics.registry)
         requests = self.metrics.requests if self.metrics.enabled else None
         self.producer_ids = producer_ids = ProducerIdManager(self.client, cfg.node_id, lambda: self.lifecycle.epoch)
+        auto_topics = TopicAutoCreator(bcfg.auto_create, self.client)
         self.kafka_listeners = []
         self.servers = []
         self.gate = ServingGate(cfg.node_id)
@@ -181,7 +183,7 @@ class BrokerServer:
             security = bcfg.security[name]
             if name in bcfg.kafka_listeners:
                 listener = KafkaListener(name, host, port, KafkaApis(self.rm, name, self.groups, producer_ids,
-                                                                     self.client, authorizer, mapper),
+                                                                     self.client, authorizer, mapper, auto_topics),
                                          bcfg.request_max_bytes, requests, security)
                 try:
                     await listener.bind()
@@ -197,7 +199,7 @@ class BrokerServer:
                                      interceptors=[*([requests.interceptor(name)] if requests else []), self.gate])
             add_service(server, broker_pb2_grpc.add_BrokerServicer_to_server,
                         BrokerService(self.rm, name, lambda: self.client.last_controller_id, self.describe,
-                                      producer_ids, self.groups, authorizer, mapper))
+                                      producer_ids, self.groups, authorizer, mapper, auto_topics))
             if not add_port(server, address, security.tls):
                 raise cannot_listen(address, name, "the port is in use or the address is not local")
             self.servers.append(server)

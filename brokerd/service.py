@@ -18,6 +18,7 @@ from metadata.authorizer import Access, StandardAuthorizer
 from metadata.principal import PrincipalMapper, caller
 
 from . import authorization as authorized
+from .auto_topics import TopicAutoCreator
 from .group_coordinator import GroupCoordinator
 from .log_store import StorageFailure
 from .produce import first_error
@@ -31,9 +32,11 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     def __init__(self, rm: ReplicaManager, listener: str, controller_id: Callable[[], int],
                  describe: Callable[[], pb.DescribeBrokerResponse], producer_ids: ProducerIdManager,
                  groups: GroupCoordinator, authorizer: StandardAuthorizer | None = None,
-                 mapper: PrincipalMapper | None = None) -> None:
-        """``authorizer`` None: every request is allowed (no ``authorizer.class.name``)."""
+                 mapper: PrincipalMapper | None = None, auto_topics: TopicAutoCreator | None = None) -> None:
+        """``authorizer`` None: every request is allowed (no ``authorizer.class.name``);
+        ``auto_topics`` None: Metadata creates no topic."""
         self.rm = rm
+        self.auto_topics = auto_topics
         self.producer_ids = producer_ids
         self.groups = authorized.GroupAccess(groups)
         self.listener = listener
@@ -99,7 +102,12 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         return authorized.offsets_for_leader_epoch(self.rm, request, await self._access(context))
 
     async def Metadata(self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext) -> pb.MetadataResponse:
-        return authorized.metadata(self.rm, request, self.listener, self.controller_id(), await self._access(context))
+        access = await self._access(context)
+        resp = authorized.metadata(self.rm, request, self.listener, self.controller_id(), access)
+        if self.auto_topics is not None and request.topics:
+            await self._guard(context, self.auto_topics.resolve(resp, access,
+                                                                allowed=request.allow_auto_topic_creation))
+        return resp
 
     async def InitProducerId(self, request: pb.InitProducerIdRequest,
                              context: grpc.aio.ServicerContext) -> pb.InitProducerIdResponse:
@@ -114,7 +122,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                                                                         await self._access(context)))
 
     async def JoinGroup(self, request: pb.JoinGroupRequest, context: grpc.aio.ServicerContext) -> pb.JoinGroupResponse:
-        return await self._guard(context, self.groups.join_group(request, await self._access(context)))
+        access = await self._access(context)
+        request.client_host = f"/{access.session.host}"  # the broker's to say, as in Kafka
+        return await self._guard(context, self.groups.join_group(request, access))
 
     async def SyncGroup(self, request: pb.SyncGroupRequest, context: grpc.aio.ServicerContext) -> pb.SyncGroupResponse:
         return await self._guard(context, self.groups.sync_group(request, await self._access(context)))

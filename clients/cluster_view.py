@@ -124,8 +124,13 @@ class TopicInfo:
 
 class ClusterView:
     def __init__(self, bootstrap: list[str], connections: Connections, *, refresh_backoff_ms: int = 100,
-                 max_age_ms: int = 300_000, request_timeout_ms: int = 30_000) -> None:
+                 max_age_ms: int = 300_000, request_timeout_ms: int = 30_000,
+                 allow_auto_topic_creation: bool = False) -> None:
+        """``allow_auto_topic_creation``: Kafka's Metadata flag, true for producers and for
+        consumers with ``allow.auto.create.topics`` (the broker decides, with
+        ``auto.create.topics.enable``); false for admin tools, which must not create."""
         self.bootstrap = bootstrap
+        self.allow_auto_topic_creation = allow_auto_topic_creation
         self.connections = connections
         self.refresh_backoff_s = refresh_backoff_ms / 1000
         self.max_age_s = max_age_ms / 1000
@@ -226,7 +231,7 @@ class ClusterView:
                 raise KafkaTimeoutError(f"Partition {partition} of topic {topic} with partition count {count} is "
                                         f"not present in metadata after {max_wait_ms} ms.")
             t = self.topics.get(topic)
-            if t is not None and t.error == ErrorCode.INVALID_REQUEST:
+            if t is not None and t.error in (ErrorCode.INVALID_REQUEST, ErrorCode.INVALID_TOPIC_EXCEPTION):
                 raise BrokerResponseError(t.error, f"Invalid topic: {topic}")
             self.check_authorized(topic)
             remaining_ms = max_wait_ms - elapsed_ms
@@ -277,7 +282,9 @@ class ClusterView:
             address = nodes[(self._next + i) % len(nodes)]
             try:
                 resp = await self.connections.stub(address).Metadata(
-                    pb.MetadataRequest(topics=[] if self.all_topics else sorted(self.wanted)), timeout=min(self.request_timeout_s, 10))
+                    pb.MetadataRequest(topics=[] if self.all_topics else sorted(self.wanted),
+                                       allow_auto_topic_creation=self.allow_auto_topic_creation),
+                    timeout=min(self.request_timeout_s, 10))
             except grpc.aio.AioRpcError as e:
                 last = e
                 reason = tls_failure(e.details() or "")

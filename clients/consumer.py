@@ -58,14 +58,16 @@ class Consumer:
                  max_poll_interval_ms: int = 300000, partition_assignment_strategy: str | list[str] = "range",
                  group_instance_id: str | None = None, tls: TLSConfig | None = None,
                  key_deserializer: Deserializer | None = None, value_deserializer: Deserializer | None = None,
-                 interceptors: Sequence[ConsumerInterceptor] = ()) -> None:
+                 interceptors: Sequence[ConsumerInterceptor] = (), allow_auto_create_topics: bool = True) -> None:
         """``tls``: TLS to the brokers (``clients.security.client_tls`` reads Kafka's keys).
         ``key_deserializer``/``value_deserializer`` (``clients.serialization``) and
-        ``interceptors`` (``clients.interceptors``) are Kafka's extension points."""
+        ``interceptors`` (``clients.interceptors``) are Kafka's extension points;
+        ``allow_auto_create_topics``: Kafka's ``allow.auto.create.topics`` (default true)."""
         self.tls = tls
         self.key_deserializer = checked(key_deserializer, "key.deserializer")
         self.value_deserializer = checked(value_deserializer, "value.deserializer")
         self.interceptors = list(interceptors)
+        self.allow_auto_create_topics = allow_auto_create_topics
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise ClientError(f"Invalid value {auto_offset_reset} for configuration auto.offset.reset: String must "
                               f"be one of: latest, earliest, none")
@@ -115,7 +117,8 @@ class Consumer:
     async def start(self) -> "Consumer":
         self.connections = Connections(self.tls)
         self.cluster = ClusterView(self._bootstrap, self.connections, max_age_ms=self._metadata_max_age_ms,
-                                   request_timeout_ms=self.request_timeout_ms)
+                                   request_timeout_ms=self.request_timeout_ms,
+                                   allow_auto_topic_creation=self.allow_auto_create_topics)
         self.cluster.start()
         if self.group_id is not None:
             self.group = ConsumerCoordinator(self.group_id, self.cluster, self.connections,

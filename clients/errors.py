@@ -38,6 +38,7 @@ class ErrorCode(IntEnum):
     TOPIC_AUTHORIZATION_FAILED = 29
     GROUP_AUTHORIZATION_FAILED = 30
     CLUSTER_AUTHORIZATION_FAILED = 31
+    ILLEGAL_SASL_STATE = 34  # a SASL request on a listener that is not SASL
     UNSUPPORTED_VERSION = 35
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
@@ -51,6 +52,7 @@ class ErrorCode(IntEnum):
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53  # what a transactional request is told: no transactions here
     SECURITY_DISABLED = 54
     KAFKA_STORAGE_ERROR = 56
     UNKNOWN_PRODUCER_ID = 59
@@ -180,7 +182,10 @@ def capped(message: str) -> str:
 class BrokerError(Exception):
     """A partition-level failure; ``code`` is what the response carries, ``message`` one line."""
 
-    def __init__(self, code: ErrorCode, message: str = "") -> None:
+    def __init__(self, code: ErrorCode, message: str = "", record_errors: tuple[tuple[int, str], ...] = ()) -> None:
+        """``record_errors``: (index in the batch, message) of the records that failed it
+        (Kafka's per-record errors, KIP-467)."""
         self.code = code
         self.message = capped(message or DEFAULT_MESSAGES.get(code, code.name))
+        self.record_errors = tuple((i, capped(m)) for i, m in record_errors)
         super().__init__(f"{code.name}: {self.message}")

@@ -151,7 +151,8 @@ class Producer:
     async def start(self) -> "Producer":
         self.connections = Connections(self.tls)
         self.cluster = ClusterView(self._bootstrap, self.connections, refresh_backoff_ms=self._retry_backoff_ms,
-                                   max_age_ms=self._metadata_max_age_ms, request_timeout_ms=self.request_timeout_ms)
+                                   max_age_ms=self._metadata_max_age_ms, request_timeout_ms=self.request_timeout_ms,
+                                   allow_auto_topic_creation=True)
         self.acc = RecordAccumulator(self._batch_size, self._linger_ms, self.buffer_memory, self._retry_backoff_ms,
                                      self.codec)
         self.acc.may_send = self._may_send

@@ -254,6 +254,15 @@ def check_crc(batch: pb.RecordBatch) -> None:
                           f"Record is corrupt (stored crc = {batch.crc}, computed crc = {computed})")
 
 
+def rejected_records(errors: Sequence[tuple[int, str]]) -> BrokerError:
+    """Kafka's LogValidator.processRecordErrors: the batch fails INVALID_RECORD with each bad
+    record's index and reason, and a message showing the first three."""
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+    return BrokerError(ErrorCode.INVALID_RECORD, f"One or more records have been rejected due to {len(errors)} record "
+                       f"errors in total, and only showing the first three errors at most: [{shown}]",
+                       tuple(errors))
+
+
 def validate_batch(batch: pb.RecordBatch, where: str, max_message_bytes: int, *, require_keys: bool = False) -> int:
     """Check a batch a producer sent (size, CRC, record count and offsets, and keys for a
     compacted topic); returns its size. Raises BrokerError with RECORD_TOO_LARGE,
@@ -289,9 +298,10 @@ def validate_batch(batch: pb.RecordBatch, where: str, max_message_bytes: int, *,
         raise BrokerError(ErrorCode.INVALID_RECORD,
                           f"Record batch for {where} declares {count} records with offset deltas "
                           f"{records[0].offset_delta}..{records[-1].offset_delta}")
-    if require_keys and any(r.key is None for r in records):
-        raise BrokerError(ErrorCode.INVALID_RECORD,
-                          f"Compacted topic cannot accept message without key in topic partition {where}.")
+    keyless = [i for i, r in enumerate(records) if r.key is None] if require_keys else []
+    if keyless:
+        raise rejected_records([(i, f"Compacted topic cannot accept message without key in topic partition {where}.")
+                                for i in keyless])
     return size
 
 

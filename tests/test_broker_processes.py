@@ -29,8 +29,9 @@ LAG_MS = 1000
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
+    # auto.create.topics.enable=false: these tests check what clients see of a topic that does not exist
     props = {"replica.lag.time.max.ms": str(LAG_MS), "log.retention.check.interval.ms": "300",
-             "log.cleaner.backoff.ms": "300"}
+             "log.cleaner.backoff.ms": "300", "auto.create.topics.enable": "false"}
     with running_cluster(tmp_path_factory.mktemp("brokers"), props) as c:
         yield c
 

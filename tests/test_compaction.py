@@ -116,7 +116,11 @@ def test_a_compacted_topic_refuses_records_without_a_key():
     with pytest.raises(BrokerError) as e:
         validate_batch(_batch([(b"k", b"v"), (None, b"v")], 1), "t-0", 1 << 20, require_keys=True)
     assert e.value.code == ErrorCode.INVALID_RECORD
-    assert e.value.message == "Compacted topic cannot accept message without key in topic partition t-0."
+    # Kafka's per-record errors (KIP-467): the second record, with its reason, and a summary
+    reason = "Compacted topic cannot accept message without key in topic partition t-0."
+    assert e.value.record_errors == ((1, reason),)
+    assert e.value.message == ("One or more records have been rejected due to 1 record errors in total, and only "
+                               f"showing the first three errors at most: [RecordError(batchIndex=1, message='{reason}')]")
 
 
 def test_a_truncation_during_a_pass_voids_it(tmp_path, monkeypatch):

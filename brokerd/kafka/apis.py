@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any
 
 from clients.errors import BrokerError, ErrorCode
@@ -27,6 +28,7 @@ from protos import broker_pb2 as pb
 from protos import controller_pb2 as cpb
 
 from .. import authorization as authorized
+from ..auto_topics import TopicAutoCreator
 from ..cluster_metadata import live_brokers
 from ..group_coordinator import GroupCoordinator
 from ..producer_ids import ProducerIdManager
@@ -40,6 +42,7 @@ API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID, OFFSET_FOR_LEADER_
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS, DESCRIBE_CONFIGS = 29, 30, 31, 32
 CREATE_PARTITIONS, DELETE_GROUPS, ELECT_LEADERS, INCREMENTAL_ALTER_CONFIGS = 37, 42, 43, 44
 ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS, DESCRIBE_CLUSTER = 45, 46, 60
+SASL_HANDSHAKE, SASL_AUTHENTICATE, CONSUMER_GROUP_HEARTBEAT = 17, 36, 68
 
 #: api key -> (min version, max version) served.
 VERSIONS: dict[int, tuple[int, int]] = {
@@ -50,10 +53,30 @@ VERSIONS: dict[int, tuple[int, int]] = {
     CREATE_PARTITIONS: (0, 3), DELETE_GROUPS: (0, 2), INCREMENTAL_ALTER_CONFIGS: (0, 1), DESCRIBE_CLUSTER: (0, 1),
     ELECT_LEADERS: (0, 2), ALTER_PARTITION_REASSIGNMENTS: (0, 1), LIST_PARTITION_REASSIGNMENTS: (0, 0),
     DESCRIBE_ACLS: (1, 3), CREATE_ACLS: (1, 3), DELETE_ACLS: (1, 3),
+    SASL_HANDSHAKE: (0, 1), SASL_AUTHENTICATE: (0, 2),  # listed, as Kafka lists them on every listener
+    CONSUMER_GROUP_HEARTBEAT: (0, 1),  # listed so that KIP-848 clients ask, and hear it is off
 }
 
 TOPIC_CONFIG_SOURCE, BROKER_CONFIG_SOURCE, DEFAULT_CONFIG_SOURCE = 1, 4, 5
 COORDINATOR_GROUP = 0  # FindCoordinator key type (1: a transactional id)
+#: What a transactional request is told. There is no transaction coordinator here; Kafka's
+#: answer to a client that may not use a transactional id is the one non-retriable code at
+#: every step (FindCoordinator key type 1, InitProducerId, Produce), which librdkafka,
+#: kafka-python and aiokafka stop at with this message, instead of retrying
+#: COORDINATOR_NOT_AVAILABLE until their timeout.
+TRANSACTIONS_UNSUPPORTED = ("Transactions are not supported by this cluster (no transaction coordinator): "
+                            "produce without transactional.id, with enable.idempotence")
+#: KIP-848's protocol (group.protocol=consumer) is not served: Kafka's answer when it is off
+#: (group.coordinator.rebalance.protocols without "consumer") is UNSUPPORTED_VERSION.
+CONSUMER_PROTOCOL_UNSUPPORTED = ("The new consumer group protocol (KIP-848, group.protocol=consumer) is not enabled "
+                                 "on this cluster: use group.protocol=classic")
+#: A SASL request on a listener that is not SASL (there are none here), as Kafka answers it.
+SASL_UNSUPPORTED = "SASL is not enabled on this listener (it is PLAINTEXT or SSL): use security.protocol=PLAINTEXT or SSL"
+
+
+#: The client id of the request being handled (its header's), for the handlers that keep it:
+#: each request runs in its own task, so each sees its own.
+_CLIENT_ID: ContextVar[str] = ContextVar("client_id", default="")
 
 
 class CloseConnection(Exception):
@@ -83,9 +106,11 @@ def _instance_id(m: Any) -> str | None:
 class KafkaApis:
     def __init__(self, rm: ReplicaManager, listener: str, groups: GroupCoordinator, producer_ids: ProducerIdManager,
                  controller: ControllerClient, authorizer: StandardAuthorizer | None = None,
-                 mapper: PrincipalMapper | None = None) -> None:
-        """``authorizer`` None: every request is allowed (no ``authorizer.class.name``)."""
+                 mapper: PrincipalMapper | None = None, auto_topics: TopicAutoCreator | None = None) -> None:
+        """``authorizer`` None: every request is allowed (no ``authorizer.class.name``);
+        ``auto_topics`` None: Metadata creates no topic."""
         self.rm = rm
+        self.auto_topics = auto_topics
         self.listener = listener
         self.groups = authorized.GroupAccess(groups)
         self.producer_ids = producer_ids
@@ -106,6 +131,8 @@ class KafkaApis:
             ALTER_PARTITION_REASSIGNMENTS: self.alter_partition_reassignments,
             LIST_PARTITION_REASSIGNMENTS: self.list_partition_reassignments,
             CREATE_ACLS: self.create_acls, DESCRIBE_ACLS: self.describe_acls, DELETE_ACLS: self.delete_acls,
+            SASL_HANDSHAKE: self.sasl_handshake, SASL_AUTHENTICATE: self.sasl_authenticate,
+            CONSUMER_GROUP_HEARTBEAT: self.consumer_group_heartbeat,
         }
         self._api_names = {key: "".join(w.capitalize() for w in fn.__name__.split("_"))
                            for key, fn in self.handlers.items()}
@@ -125,6 +152,7 @@ class KafkaApis:
 
     async def handle(self, header: RequestHeader, request: Any, session: Session) -> Any | None:
         """The response entity for a request (None: no response, acks=0)."""
+        _CLIENT_ID.set(header.client_id or "")
         answer = await self.handlers[header.api_key](request, header.api_version, Access(self.authorizer, session))
         if answer is None:
             return None
@@ -134,6 +162,15 @@ class KafkaApis:
 
     async def api_versions(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         return {"error_code": 0, "api_keys": api_version_list()}
+
+    async def sasl_handshake(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        """Kafka's KafkaApis.handleSaslHandshakeRequest: only a SASL listener's authenticator
+        serves it, so the broker's answer is ILLEGAL_SASL_STATE with no mechanisms."""
+        return {"error_code": int(ErrorCode.ILLEGAL_SASL_STATE), "mechanisms": []}
+
+    async def sasl_authenticate(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        return {"error_code": int(ErrorCode.ILLEGAL_SASL_STATE), "error_message": SASL_UNSUPPORTED,
+                "auth_bytes": b""}
 
     async def metadata(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         wanted = req.topics
@@ -147,6 +184,10 @@ class KafkaApis:
         # null asks for every topic, [] for none (a client that wants only the brokers)
         answer = authorized.metadata(self.rm, pb.MetadataRequest(topics=names), self.listener, -1, access) \
             if wanted is None or wanted else None
+        if answer is not None and wanted and self.auto_topics is not None:
+            # v1-v3 have no flag: those clients always allowed creation, as Kafka answers them
+            await self.auto_topics.resolve(answer, access, allowed=getattr(req, "allow_auto_topic_creation", True),
+                                           named={t.name for t in wanted if getattr(t, "name", None)})
         brokers = answer.brokers if answer is not None else live_brokers(self.image, self.listener)
         topics = answer.topics if answer is not None else []
         return {
@@ -185,7 +226,7 @@ class KafkaApis:
                 order.append((t.name, pd.index))
                 try:
                     if req.transactional_id is not None:
-                        raise BrokerError(ErrorCode.INVALID_REQUEST, "transactions are not supported")
+                        raise BrokerError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_UNSUPPORTED)
                     batch = from_wire(pd.records or b"", f"{t.name}-{pd.index}")
                 except BrokerError as e:
                     answers[(t.name, pd.index)] = _produce_error(pd.index, e)
@@ -196,7 +237,9 @@ class KafkaApis:
             for a in t.partitions:
                 answers[(t.name, a.partition)] = {
                     "index": a.partition, "error_code": a.error_code, "base_offset": a.base_offset,
-                    "log_start_offset": a.log_start_offset, "error_message": _message(a.error_code, a.error_message)}
+                    "log_start_offset": a.log_start_offset, "error_message": _message(a.error_code, a.error_message),
+                    "record_errors": [{"batch_index": r.batch_index, "batch_index_error_message": r.message}
+                                      for r in a.record_errors]}
         if req.acks == 0:
             if any(a["error_code"] for a in answers.values()):
                 raise CloseConnection(next(f"{n}-{p}: {ErrorCode.of(answers[(n, p)]['error_code']).name}"
@@ -258,7 +301,8 @@ class KafkaApis:
 
     async def init_producer_id(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         if req.transactional_id is not None:
-            return {"error_code": int(ErrorCode.INVALID_REQUEST), "producer_id": -1, "producer_epoch": -1}
+            return {"error_code": int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED), "producer_id": -1,
+                    "producer_epoch": -1}
         ours = pb.InitProducerIdRequest()
         pid = getattr(req, "producer_id", -1)
         if pid >= 0:
@@ -269,14 +313,19 @@ class KafkaApis:
 
     # -- groups --------------------------------------------------------------------------------
 
+    async def consumer_group_heartbeat(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        """KIP-848's one request, as Kafka answers it with the new protocol disabled."""
+        return {"error_code": int(ErrorCode.UNSUPPORTED_VERSION), "error_message": CONSUMER_PROTOCOL_UNSUPPORTED,
+                "member_id": None, "member_epoch": -1, "heartbeat_interval": 0, "assignment": None}
+
     async def find_coordinator(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         keys = list(req.coordinator_keys) if version >= 4 else [req.key]
         key_type = getattr(req, "key_type", COORDINATOR_GROUP)
         found = []
         for key in keys:
             if key_type != COORDINATOR_GROUP:
-                r = pb.FindCoordinatorResponse(error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-                                               error_message="transactions are not supported")
+                r = pb.FindCoordinatorResponse(error_code=int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+                                               error_message=TRANSACTIONS_UNSUPPORTED)
             else:
                 r = await self.groups.find_coordinator(pb.FindCoordinatorRequest(key=key), self.listener, access)
             found.append({"key": key, "node_id": r.node_id if not r.error_code else -1, "host": r.host,
@@ -290,7 +339,8 @@ class KafkaApis:
                                    member_id=req.member_id, protocol_type=req.protocol_type,
                                    group_instance_id=getattr(req, "group_instance_id", None),
                                    protocols=[pb.JoinGroupProtocol(name=p.name, metadata=p.metadata)
-                                              for p in req.protocols])
+                                              for p in req.protocols],
+                                   client_id=_CLIENT_ID.get(), client_host=f"/{access.session.host}")
         r = await self.groups.join_group(ours, access)
         return {"error_code": r.error_code, "generation_id": r.generation_id, "protocol_type": req.protocol_type,
                 "protocol_name": r.protocol_name or None, "leader": r.leader, "member_id": r.member_id,
@@ -365,7 +415,7 @@ class KafkaApis:
         return {"groups": [
             {"error_code": g.error_code, "group_id": g.group_id, "group_state": g.state,
              "protocol_type": g.protocol_type, "protocol_data": g.protocol, "members": [
-                 {"member_id": m.member_id, "client_id": m.client_id, "client_host": "",
+                 {"member_id": m.member_id, "client_id": m.client_id, "client_host": m.client_host,
                   "member_metadata": m.metadata, "member_assignment": m.assignment,
                   "group_instance_id": _instance_id(m)}
                  for m in g.members]} for g in r.groups]}
@@ -621,4 +671,5 @@ def newer_api_versions_answer() -> Any:
 
 def _produce_error(index: int, e: BrokerError) -> dict[str, Any]:
     return {"index": index, "error_code": int(e.code), "base_offset": -1, "log_start_offset": -1,
-            "error_message": e.message}
+            "error_message": e.message, "record_errors": [{"batch_index": i, "batch_index_error_message": m}
+                                                          for i, m in e.record_errors]}
