@@ -1102,7 +1102,7 @@ MOUNTED = {
     "consumer-groups": ("clients.consumer_groups", "consumer_groups",
                         "List, describe, reset and delete consumer groups."),
     "dump-log": ("metadata.dump_log", "dump_log", "Decode metadata log segments and snapshots."),
-    "web": ("kraft.web.command", "web", "Serve a web console for the cluster (overview, topics, messages)."),
+    "web": ("kraft.web.command", "web", "Serve a web console for the cluster (overview, topics, messages, groups)."),
 }
 
 

@@ -24,6 +24,7 @@ from tests.brokercluster import REPO, BrokerCluster, running_cluster
 from tests.eventually import eventually
 from tests.kvcluster import free_ports
 from tests.logs import assert_no_tracebacks
+from tests.test_consumer_groups import GROUP_PROPS
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
@@ -67,7 +68,7 @@ class Console:
 @pytest.fixture(scope="module")
 def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     base = tmp_path_factory.mktemp("web")
-    with running_cluster(base, {}) as cluster:
+    with running_cluster(base, GROUP_PROPS) as cluster:
         c = Console(cluster, base)
         try:
             async def up() -> bool:
@@ -202,6 +203,48 @@ def test_a_produced_message_is_found_by_offset_as_text_json_and_hex(console: Con
     assert got.stdout == "web-messages:0:0\nweb-messages:1:3\n"
 
 
+def test_a_groups_lag_per_partition_shows_and_drops_to_0_after_consuming(console: Console, browser):
+    from clients import Consumer, Producer
+    bs = console.cluster.bootstrap_servers
+    tps = [("web-lag", 0), ("web-lag", 1)]
+
+    async def commit_start_then(consume: bool) -> None:
+        async with Consumer(bs, group_id="web-group", enable_auto_commit=False) as c:
+            await c.assign(tps)
+            if not consume:
+                await c.commit({tp: 0 for tp in tps})
+                return
+            c.seek_to_beginning()
+            got: list = []
+            await eventually(lambda: _extend(got, c), 30, what="10 records consumed")
+            await c.commit()
+
+    async def setup() -> None:
+        await console.cluster.create_topic("web-lag", partitions=2, rf=3)
+        async with Producer(bs) as p:
+            for i in range(10):
+                await p.send_and_wait("web-lag", b"v%d" % i, partition=i % 2)
+        await commit_start_then(consume=False)
+    asyncio.run(setup())
+    browser.get(console.url + "/groups")
+    assert "web-group" in [g.split()[0] for g in texts(browser, "#groups tr.group")]
+    browser.get(console.url + "/groups/web-group")
+    assert texts(browser, "#lag .lag") == ["5", "5"]
+    assert texts(browser, "#total-lag") == ["10"]
+    assert "No active members." in texts(browser, "#members")[0]
+
+    asyncio.run(commit_start_then(consume=True))
+    browser.get(console.url + "/groups/web-group")
+    assert texts(browser, "#lag .lag") == ["0", "0"]
+    assert texts(browser, "#total-lag") == ["0"]
+
+
+async def _extend(got: list, consumer: object) -> bool:
+    """One poll's records added to ``got``; whether all 10 are there."""
+    got += await consumer.poll(200)  # type: ignore[attr-defined]
+    return len(got) >= 10
+
+
 def test_bad_input_answers_400_or_404_in_one_line(console: Console):
     asyncio.run(console.cluster.create_topic("web-bad", partitions=1, rf=1))
     cases = {
@@ -216,6 +259,7 @@ def test_bad_input_answers_400_or_404_in_one_line(console: Console):
         "/topics/web-bad/partitions/0?offset=5": (400, "offset 5: web-bad-0 holds no records"),
         "/topics/web-bad/partitions/0?format=xml": (400, "format must be one of text, json, hex, not 'xml'"),
         "/topics/web-bad/partitions/0?limit=100000": (400, "limit must be from 1 to 500, not 100000"),
+        "/groups/no-such-group": (404, "GROUP_ID_NOT_FOUND"),
         "/nowhere": (404, "Not Found"),
     }
     for path, (status, line) in cases.items():

@@ -16,7 +16,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from . import messages, overview, topics
+from . import groups, messages, overview, topics
 from .cluster import CLUSTER_ERRORS, Cluster, error_status
 from .pages import HERE, render
 
@@ -80,6 +80,8 @@ def create_app(cluster: Cluster) -> Any:
         Route("/topics/{name}/delete", topics.topic_delete, methods=["POST"], name="topic_delete"),
         Route("/topics/{name}/partitions/{partition}", messages.browse, name="messages"),
         Route("/topics/{name}/partitions/{partition}", messages.produce, methods=["POST"], name="produce"),
+        Route("/groups", groups.group_list, name="groups"),
+        Route("/groups/{group}", groups.group_detail, name="group"),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
     handlers: dict[Any, Any] = {HTTPException: http_error}

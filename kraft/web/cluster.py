@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from clients import Producer
-from clients.admin import Admin
+from clients.consumer_groups import GroupAdmin
 from clients.cluster_view import ClientError
 from metadata.client import ControllerClient, ControllerError, error_code
 from metadata.errors import ErrorCode
@@ -22,7 +22,7 @@ class Cluster:
         self.bootstrap_server = bootstrap_server
         self.tls = tls
         self.controller = ControllerClient(bootstrap_controller, timeout=timeout, attempt_timeout=5.0, tls=tls)
-        self.admin = Admin(bootstrap_server, timeout_ms=int(timeout * 1000), tls=tls)
+        self.admin = GroupAdmin(bootstrap_server, timeout_ms=int(timeout * 1000), tls=tls)
         self._admin_started = False
         self._producer: Producer | None = None
 
@@ -36,7 +36,7 @@ class Cluster:
             await self.admin.__aexit__(None, None, None)
         await self.controller.__aexit__(None, None, None)
 
-    async def brokers(self) -> Admin:
+    async def brokers(self) -> GroupAdmin:
         """The admin client, connected on first use: the overview works while brokers are down."""
         if not self._admin_started:
             await self.admin.__aenter__()

@@ -38,7 +38,7 @@ def bind(listen: str) -> socket.socket:
 @click.option("--listen", default="127.0.0.1:8080", show_default=True, help="HOST:PORT the console serves on")
 @command_config_option
 def web(bootstrap_controller: str, bootstrap_server: str, listen: str) -> None:
-    """Serve a web console for the cluster (overview, topics, messages)."""
+    """Serve a web console for the cluster (overview, topics, messages, groups)."""
     import logging
 
     import uvicorn
