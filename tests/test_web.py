@@ -283,6 +283,33 @@ def test_a_second_console_on_the_same_address_stops_with_one_line(console: Conso
 
 # ------------------------------------------------------------------------------ without a cluster
 
+def test_a_console_whose_cluster_is_unreachable_answers_503_at_once_in_one_line(tmp_path: Path):
+    nothing = free_ports(2)  # nothing listens on these
+    listen = f"127.0.0.1:{free_ports(1, set(nothing))[0]}"
+    log = tmp_path / "web.log"
+    proc = subprocess.Popen([sys.executable, "-m", "kraft.cli", "web", "--bootstrap-controller",
+                             f"127.0.0.1:{nothing[0]}", "--bootstrap-server", f"127.0.0.1:{nothing[1]}",
+                             "--listen", listen], cwd=REPO, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    try:
+        async def answer() -> tuple[int, str, float] | None:
+            began = time.monotonic()
+            try:
+                urllib.request.urlopen(f"http://{listen}/", timeout=30)
+            except urllib.error.HTTPError as e:
+                return e.code, html.unescape(e.read().decode()), time.monotonic() - began
+            except OSError:
+                return None  # not listening yet
+            return None
+        status, body, took = asyncio.run(eventually(answer, 30, interval=0.2, what="the console answers"))
+        assert status == 503 and took < 5, (status, took)
+        assert f"NETWORK_EXCEPTION: no controller accepted a connection: 127.0.0.1:{nothing[0]}: connection refused" \
+            in body
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    assert_no_tracebacks(tmp_path)
+
+
 class _Partition:
     partition, leader, leader_epoch, replicas, isr = 0, 1, 0, [1], [1]
 

@@ -21,7 +21,8 @@ class Cluster:
                  timeout: float = 15.0) -> None:
         self.bootstrap_server = bootstrap_server
         self.tls = tls
-        self.controller = ControllerClient(bootstrap_controller, timeout=timeout, attempt_timeout=5.0, tls=tls)
+        self.controller = ControllerClient(bootstrap_controller, timeout=timeout, attempt_timeout=5.0, tls=tls,
+                                           give_up_unconnectable=True)  # a page answers at once, as a tool
         self.admin = GroupAdmin(bootstrap_server, timeout_ms=int(timeout * 1000), tls=tls)
         self._admin_started = False
         self._producer: Producer | None = None
