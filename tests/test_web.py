@@ -345,3 +345,20 @@ def test_ten_thousand_topics_list_in_under_a_second():
             assert took < 1.0, f"{query} took {took:.2f}s"
         assert "10000 topics" in client.get("/topics").text
         assert client.get("/topics?page=101").status_code == 404
+
+
+class _BrokenCluster(_InMemoryCluster):
+    async def topics(self, names: list[str] | None = None) -> list[_Topic]:
+        raise ValueError("boom")
+
+
+def test_a_failure_nothing_expected_is_one_line_on_the_page_and_in_the_log(caplog: pytest.LogCaptureFixture):
+    from starlette.testclient import TestClient
+
+    from kraft.web.app import create_app
+    with TestClient(create_app(_BrokenCluster(0)), raise_server_exceptions=False) as client:  # type: ignore[arg-type]
+        r = client.get("/topics")
+    line = "unexpected ValueError: boom (a bug: please report it with what you did)"
+    assert r.status_code == 500 and f'<p class="error" id="error">{line}</p>' in r.text
+    assert [rec.getMessage() for rec in caplog.records if rec.name == "kraft.web"] == [f"GET /topics: {line}"]
+    assert not [rec for rec in caplog.records if rec.exc_info]

@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import groups, messages, overview, topics
 from .cluster import CLUSTER_ERRORS, Cluster, error_status
@@ -36,9 +36,18 @@ async def cluster_error(request: Request, e: Exception) -> Response:
     return render(request, "error.html", status_code=error_status(e), message=str(e))
 
 
+def unexpected(e: Exception) -> str:
+    return f"unexpected {type(e).__name__}: {e} (a bug: please report it with what you did)"
+
+
+async def unexpected_error(request: Request, e: Exception) -> Response:
+    return render(request, "error.html", status_code=500, message=unexpected(e))
+
+
 class OneLineErrors:
-    """A failure nothing else caught: a 500 page and one log line, and a form posted from
-    another site (cross-site request forgery) refused: its Origin is not this server."""
+    """A failure nothing else caught: one log line (the page, a 500, is ``unexpected_error``'s,
+    which Starlette re-raises after), and a form posted from another site (cross-site request
+    forgery) refused: its Origin is not this server."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -53,11 +62,18 @@ class OneLineErrors:
             await Response(f"refused: a form posted from {origin}, not from this console\n", 403,
                            media_type="text/plain")(scope, receive, send)
             return
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, sending)
         except Exception as e:
-            log.error("%s %s failed: %s: %s", request.method, request.url.path, type(e).__name__, e)
-            await Response(f"unexpected {type(e).__name__}: {e}\n", 500, media_type="text/plain")(scope, receive, send)
+            log.error("%s %s: %s", request.method, request.url.path, unexpected(e))
+            if not started:
+                await Response(unexpected(e) + "\n", 500, media_type="text/plain")(scope, receive, send)
 
 
 def create_app(cluster: Cluster) -> Any:
@@ -84,7 +100,7 @@ def create_app(cluster: Cluster) -> Any:
         Route("/groups/{group}", groups.group_detail, name="group"),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
-    handlers: dict[Any, Any] = {HTTPException: http_error}
+    handlers: dict[Any, Any] = {HTTPException: http_error, Exception: unexpected_error}
     handlers.update({cls: cluster_error for cls in CLUSTER_ERRORS})
     app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)
     app.state.cluster = cluster
