@@ -199,6 +199,16 @@ def test_a_produced_message_is_found_by_offset_as_text_json_and_hex(console: Con
     assert texts(browser, "#messages .value")[0] == '{\n  "n": 0,\n  "word": "hello"\n}'
     browser.get(console.url + "/topics/web-messages/partitions/1?offset=2&format=hex")
     assert texts(browser, "#messages .key") == ["6b 32"]
+
+    # by time: the first record at or after the time shown for offset 2
+    browser.get(console.url + "/topics/web-messages/partitions/1?offset=0")
+    shown = [row.split()[:2] for row in texts(browser, "#messages tr.message")]
+    at = dict(shown)["2"]
+    browser.get(console.url + "/topics/web-messages/partitions/1")
+    fill(browser, {"time": at + "\n"})
+    assert texts(browser, "#messages .offset")[0] == next(o for o, t in shown if t >= at)
+    browser.get(console.url + "/topics/web-messages/partitions/1?time=2999-01-01T00:00:00Z")
+    assert "No records at or after 2999-01-01T00:00:00Z." in texts(browser, "#messages")[0]
     got = kraft("get-offsets", "--bootstrap-server", console.cluster.bootstrap_servers, "--topic", "web-messages")
     assert got.stdout == "web-messages:0:0\nweb-messages:1:3\n"
 
@@ -259,6 +269,8 @@ def test_bad_input_answers_400_or_404_in_one_line(console: Console):
         "/topics/web-bad/partitions/0?offset=5": (400, "offset 5: web-bad-0 holds no records"),
         "/topics/web-bad/partitions/0?format=xml": (400, "format must be one of text, json, hex, not 'xml'"),
         "/topics/web-bad/partitions/0?limit=100000": (400, "limit must be from 1 to 500, not 100000"),
+        "/topics/web-bad/partitions/0?time=yesterday": (400, "time must be milliseconds since the epoch or an "
+                                                            "ISO 8601 time such as 2026-01-31T12:00:00Z, not 'yesterday'"),
         "/groups/no-such-group": (404, "GROUP_ID_NOT_FOUND"),
         "/nowhere": (404, "Not Found"),
     }

@@ -35,6 +35,18 @@ def show(data: bytes | None, fmt: str) -> str:
     return text
 
 
+def parse_time(text: str) -> int:
+    """Milliseconds since the epoch, from a number of them or an ISO 8601 time (UTC unless it says)."""
+    if text.isdigit():
+        return int(text)
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        raise bad_request(f"time must be milliseconds since the epoch or an ISO 8601 time such as "
+                          f"2026-01-31T12:00:00Z, not {text!r}") from None
+    return int((t if t.tzinfo else t.replace(tzinfo=timezone.utc)).timestamp() * 1000)
+
+
 async def _partition(request: Request) -> tuple[str, int]:
     """The topic and partition of the path, 404 when the topic has no such partition."""
     name = request.path_params["name"]
@@ -56,7 +68,12 @@ async def browse(request: Request) -> Response:
     tp = (topic, partition)
     start = (await admin.offsets({tp: EARLIEST}))[tp][0]
     end = (await admin.offsets({tp: LATEST}))[tp][0]
-    offset = int_param(request.query_params.get("offset"), "offset", start, minimum=0)
+    when = request.query_params.get("time", "").strip()
+    if when:  # the first record at or after it (ListOffsets by time, as kraft get-offsets --time); wins over an offset
+        found = (await admin.offsets({tp: parse_time(when)}))[tp][0]
+        offset = found if found >= 0 else end
+    else:
+        offset = int_param(request.query_params.get("offset"), "offset", start, minimum=0)
     if not start <= offset <= end:
         raise bad_request(f"offset {offset} is outside {topic}-{partition}'s log: offsets {start} to {end - 1}"
                           if end > start else f"offset {offset}: {topic}-{partition} holds no records")
@@ -66,7 +83,7 @@ async def browse(request: Request) -> Response:
              "timestamp": datetime.fromtimestamp(r.timestamp / 1000, timezone.utc).isoformat(timespec="milliseconds")}
             for r in records]
     return render(request, "messages.html", topic=topic, partition=partition, fmt=fmt, formats=FORMATS,
-                  limit=limit, offset=offset, start=start, end=end, rows=rows,
+                  limit=limit, offset=offset, time=when, start=start, end=end, rows=rows,
                   next_offset=offset + len(rows) if offset + len(rows) < end else None)
 
 
