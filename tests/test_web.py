@@ -37,13 +37,13 @@ def kraft(*args: str) -> subprocess.CompletedProcess:
 class Console:
     """A ``kraft web`` process and the cluster it shows."""
 
-    def __init__(self, cluster: BrokerCluster, log_dir: Path) -> None:
+    def __init__(self, cluster: BrokerCluster, log_dir: Path, *options: str) -> None:
         self.cluster = cluster
         self.listen = f"127.0.0.1:{free_ports(1)[0]}"
         self.url = f"http://{self.listen}"
         self.args = ["web", "--bootstrap-controller", cluster.quorum.bootstrap,
-                     "--bootstrap-server", cluster.bootstrap_servers, "--listen", self.listen]
-        self.log = log_dir / "web.log"
+                     "--bootstrap-server", cluster.bootstrap_servers, "--listen", self.listen, *options]
+        self.log = log_dir / f"web{''.join(options)}.log"
         self.proc = subprocess.Popen([sys.executable, "-m", "kraft.cli", *self.args], cwd=REPO,
                                      stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
 
@@ -60,6 +60,14 @@ class Console:
         except urllib.error.HTTPError as e:
             return e.code, html.unescape(e.read().decode())
 
+    def wait_up(self) -> None:
+        async def up() -> bool:
+            try:
+                return self.get("/")[0] == 200
+            except OSError:
+                return False
+        asyncio.run(eventually(up, 30, interval=0.2, what=f"the console answers (see {self.log})"))
+
     def close(self) -> None:
         self.proc.terminate()
         self.proc.wait(15)
@@ -71,12 +79,7 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     with running_cluster(base, GROUP_PROPS) as cluster:
         c = Console(cluster, base)
         try:
-            async def up() -> bool:
-                try:
-                    return c.get("/")[0] == 200
-                except OSError:
-                    return False
-            asyncio.run(eventually(up, 30, interval=0.2, what=f"the console answers (see {c.log})"))
+            c.wait_up()
             yield c
         finally:
             c.close()
@@ -285,6 +288,32 @@ def test_bad_input_answers_400_or_404_in_one_line(console: Console):
     assert console.get("/topics/csrf")[0] == 404
     status, body = console.request("/topics", {"name": "bad-config", "configs": "retention.ms"})
     assert (status, "bad config 'retention.ms': expected KEY=VALUE" in body) == (400, True)
+
+
+def test_read_only_mode_hides_every_form_and_refuses_every_change(console: Console, browser, tmp_path: Path):
+    from selenium.webdriver.common.by import By
+    asyncio.run(console.cluster.create_topic("web-ro", partitions=1, rf=1))
+    ro = Console(console.cluster, tmp_path, "--read-only")
+    try:
+        ro.wait_up()
+        for path in ("/", "/topics", "/topics/web-ro", "/topics/web-ro/partitions/0", "/groups"):
+            browser.get(ro.url + path)
+            assert texts(browser, "#read-only") == ["read-only"], path
+            assert browser.find_elements(By.CSS_SELECTOR, "form[method=post], #create-topic, #delete") == [], path
+            assert browser.find_elements(By.CSS_SELECTOR, "form[method=get]") or path in ("/", "/topics/web-ro",
+                                                                                          "/groups"), path
+        refusal = "this console is read-only (kraft web --read-only): it changes nothing"
+        for path, form in [("/topics/new", None), ("/topics", {"name": "ro-created", "partitions": "1"}),
+                           ("/topics/web-ro/delete", None), ("/topics/web-ro/delete", {"confirm": "web-ro"}),
+                           ("/topics/web-ro/partitions/0", {"key": "k", "value": "v"})]:
+            status, body = ro.request(path, form)
+            assert (status, refusal in body) == (403, True), (path, status, body[-300:])
+        assert console.get("/topics/ro-created")[0] == 404
+        assert console.get("/topics/web-ro")[0] == 200
+        assert "holds no records" in console.get("/topics/web-ro/partitions/0?offset=1")[1]
+    finally:
+        ro.close()
+    assert_no_tracebacks(tmp_path)
 
 
 def test_a_second_console_on_the_same_address_stops_with_one_line(console: Console):

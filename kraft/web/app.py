@@ -76,8 +76,9 @@ class OneLineErrors:
                 await Response(unexpected(e) + "\n", 500, media_type="text/plain")(scope, receive, send)
 
 
-def create_app(cluster: Cluster) -> Any:
-    """The console for ``cluster`` (started with the app, closed with it)."""
+def create_app(cluster: Cluster, *, read_only: bool = False) -> Any:
+    """The console for ``cluster`` (started with the app, closed with it); ``read_only``: no
+    forms that change the cluster, and 403 for their requests."""
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await cluster.start()
@@ -104,4 +105,5 @@ def create_app(cluster: Cluster) -> Any:
     handlers.update({cls: cluster_error for cls in CLUSTER_ERRORS})
     app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)
     app.state.cluster = cluster
+    app.state.read_only = read_only
     return OneLineErrors(app)

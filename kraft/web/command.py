@@ -36,8 +36,9 @@ def bind(listen: str) -> socket.socket:
               help="HOST:PORT[,HOST:PORT...] of any controllers")
 @click.option("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT...] of any brokers (gRPC listeners)")
 @click.option("--listen", default="127.0.0.1:8080", show_default=True, help="HOST:PORT the console serves on")
+@click.option("--read-only", is_flag=True, help="show, never change: no forms to create, delete or produce")
 @command_config_option
-def web(bootstrap_controller: str, bootstrap_server: str, listen: str) -> None:
+def web(bootstrap_controller: str, bootstrap_server: str, listen: str, read_only: bool) -> None:
     """Serve a web console for the cluster (overview, topics, messages, groups)."""
     import logging
 
@@ -47,7 +48,7 @@ def web(bootstrap_controller: str, bootstrap_server: str, listen: str) -> None:
     from .cluster import Cluster
 
     sock = bind(listen)
-    app = create_app(Cluster(bootstrap_controller, bootstrap_server, command_tls()))
+    app = create_app(Cluster(bootstrap_controller, bootstrap_server, command_tls()), read_only=read_only)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     click.echo(f"Console at http://{listen}/ (Ctrl-C stops it)", err=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))

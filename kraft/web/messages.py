@@ -13,7 +13,7 @@ from starlette.responses import RedirectResponse, Response
 from clients import Consumer
 from clients.admin import EARLIEST, LATEST
 
-from .pages import bad_request, cluster_of, int_param, not_found, render
+from .pages import bad_request, cluster_of, int_param, not_found, render, require_writable
 
 FORMATS = ("text", "json", "hex")
 MAX_LIMIT = 500
@@ -103,6 +103,7 @@ async def _read(bootstrap: str, tls, tp: tuple[str, int], offset: int, count: in
 
 
 async def produce(request: Request) -> Response:
+    require_writable(request)
     topic, partition = await _partition(request)
     form = await request.form()
     key = str(form.get("key", ""))

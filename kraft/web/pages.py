@@ -24,6 +24,12 @@ def cluster_of(request: Request) -> Cluster:
     return request.app.state.cluster
 
 
+def require_writable(request: Request) -> None:
+    """Refuse (403) what changes the cluster when the console was started with --read-only."""
+    if request.app.state.read_only:
+        raise HTTPException(403, "this console is read-only (kraft web --read-only): it changes nothing")
+
+
 def bad_request(message: str) -> HTTPException:
     return HTTPException(400, message)
 

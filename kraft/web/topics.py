@@ -9,7 +9,7 @@ from starlette.responses import RedirectResponse, Response
 
 from clients.admin import EARLIEST, LATEST
 
-from .pages import bad_request, cluster_of, int_param, not_found, render
+from .pages import bad_request, cluster_of, int_param, not_found, render, require_writable
 
 PAGE_SIZE = 100
 
@@ -44,6 +44,7 @@ async def topic_detail(request: Request) -> Response:
 
 
 async def topic_new(request: Request) -> Response:
+    require_writable(request)
     return render(request, "topic_new.html")
 
 
@@ -61,6 +62,7 @@ def parse_configs(text: str) -> dict[str, str]:
 
 
 async def topic_create(request: Request) -> Response:
+    require_writable(request)
     form = await request.form()
     name = str(form.get("name", "")).strip()
     if not name:
@@ -73,12 +75,14 @@ async def topic_create(request: Request) -> Response:
 
 
 async def topic_delete_confirm(request: Request) -> Response:
+    require_writable(request)
     name = request.path_params["name"]
     (topic,) = await cluster_of(request).topics([name])
     return render(request, "topic_delete.html", topic=topic)
 
 
 async def topic_delete(request: Request) -> Response:
+    require_writable(request)
     name = request.path_params["name"]
     form = await request.form()
     if form.get("confirm") != name:
