@@ -324,6 +324,16 @@ def test_a_second_console_on_the_same_address_stops_with_one_line(console: Conso
 
 # ------------------------------------------------------------------------------ without a cluster
 
+@pytest.mark.parametrize("listen, line", [
+    ("127.0.0.1:99999", "--listen '127.0.0.1:99999': expected HOST:PORT with a port from 0 to 65535, e.g. 127.0.0.1:8080"),
+    ("nope", "--listen 'nope': expected HOST:PORT with a port from 0 to 65535, e.g. 127.0.0.1:8080"),
+    ("999.1.1.1:80", "cannot listen on 999.1.1.1:80: "),  # then the resolver's words
+])
+def test_a_bad_listen_address_is_one_line(listen: str, line: str):
+    r = kraft("web", "--bootstrap-controller", "127.0.0.1:1", "--bootstrap-server", "127.0.0.1:2", "--listen", listen)
+    assert r.returncode == 1 and r.stderr.startswith(f"Error: {line}") and r.stderr.count("\n") == 1, r.stderr
+
+
 def test_a_console_whose_cluster_is_unreachable_answers_503_at_once_in_one_line(tmp_path: Path):
     nothing = free_ports(2)  # nothing listens on these
     listen = f"127.0.0.1:{free_ports(1, set(nothing))[0]}"

@@ -16,8 +16,10 @@ def bind(listen: str) -> socket.socket:
     host, _, port = listen.rpartition(":")
     try:
         number = int(port)
+        if not 0 <= number <= 65535:
+            raise ValueError(number)
     except ValueError:
-        fail(f"--listen {listen!r}: expected HOST:PORT, e.g. 127.0.0.1:8080")
+        fail(f"--listen {listen!r}: expected HOST:PORT with a port from 0 to 65535, e.g. 127.0.0.1:8080")
     family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
     s = socket.socket(family, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
