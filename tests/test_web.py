@@ -5,6 +5,7 @@ second (an in-memory cluster: a real one that large takes too long to build here
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import html
 import json
 import os
@@ -109,17 +110,35 @@ def texts(driver: object, css: str) -> list[str]:
     return [e.text for e in driver.find_elements(By.CSS_SELECTOR, css)]  # type: ignore[attr-defined]
 
 
+@contextlib.contextmanager
+def navigating(driver: object) -> Iterator[None]:
+    """Until the page the block leaves is gone (a click returns before the next page is there)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+    page = driver.find_element(By.TAG_NAME, "html")  # type: ignore[attr-defined]
+    yield
+    WebDriverWait(driver, 30).until(expected_conditions.staleness_of(page))
+
+
 def fill(driver: object, values: dict[str, str]) -> None:
+    """Type into each field; a value ending in a newline submits its form (and waits for the answer)."""
     from selenium.webdriver.common.by import By
     for element_id, value in values.items():
         field = driver.find_element(By.ID, element_id)  # type: ignore[attr-defined]
         field.clear()
-        field.send_keys(value)
+        if value.endswith("\n"):
+            with navigating(driver):
+                field.send_keys(value)
+        else:
+            field.send_keys(value)
 
 
 def click(driver: object, element_id: str) -> None:
+    """Click a link or a submit button, and wait for the page it leads to."""
     from selenium.webdriver.common.by import By
-    driver.find_element(By.ID, element_id).click()  # type: ignore[attr-defined]
+    with navigating(driver):
+        driver.find_element(By.ID, element_id).click()  # type: ignore[attr-defined]
 
 
 def test_the_overview_shows_three_controllers_the_leader_and_the_brokers(console: Console, browser):

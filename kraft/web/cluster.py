@@ -3,6 +3,7 @@ broker admin client (offsets, records), kept open for the server's life, with th
 clients and TLS settings (``--command-config``) as the ``kraft`` tools."""
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from clients import Producer
@@ -23,9 +24,10 @@ class Cluster:
         self.tls = tls
         self.controller = ControllerClient(bootstrap_controller, timeout=timeout, attempt_timeout=5.0, tls=tls,
                                            give_up_unconnectable=True)  # a page answers at once, as a tool
-        self.admin = GroupAdmin(bootstrap_server, timeout_ms=int(timeout * 1000), tls=tls)
-        self._admin_started = False
+        self.timeout_ms = int(timeout * 1000)
+        self._admin: GroupAdmin | None = None
         self._producer: Producer | None = None
+        self._starting = asyncio.Lock()  # two first requests at once start one client, not two
 
     async def start(self) -> None:
         await self.controller.__aenter__()
@@ -33,21 +35,29 @@ class Cluster:
     async def close(self) -> None:
         if self._producer is not None:
             await self._producer.close()
-        if self._admin_started:
-            await self.admin.__aexit__(None, None, None)
+        if self._admin is not None:
+            await self._admin.__aexit__(None, None, None)
         await self.controller.__aexit__(None, None, None)
 
     async def brokers(self) -> GroupAdmin:
-        """The admin client, connected on first use: the overview works while brokers are down."""
-        if not self._admin_started:
-            await self.admin.__aenter__()
-            self._admin_started = True
-        return self.admin
+        """The admin client, connected on first use (the overview needs no broker); one that
+        found no broker is closed, and the next page tries a new one."""
+        async with self._starting:
+            if self._admin is None:
+                admin = GroupAdmin(self.bootstrap_server, timeout_ms=self.timeout_ms, tls=self.tls)
+                try:
+                    await admin.__aenter__()
+                except BaseException:
+                    await admin.__aexit__(None, None, None)
+                    raise
+                self._admin = admin
+        return self._admin
 
     async def producer(self) -> Producer:
         """One idempotent producer for every message the console sends, started on first use."""
-        if self._producer is None:
-            self._producer = await Producer(self.bootstrap_server, tls=self.tls).start()
+        async with self._starting:
+            if self._producer is None:
+                self._producer = await Producer(self.bootstrap_server, tls=self.tls).start()
         return self._producer
 
     async def quorum(self) -> pb.DescribeQuorumResponse:
