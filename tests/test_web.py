@@ -154,6 +154,30 @@ def test_the_overview_shows_three_controllers_the_leader_and_the_brokers(console
     assert "0 offline partitions" in texts(browser, "#health")[0]
 
 
+def test_a_killed_broker_shows_fenced_and_its_partitions_under_replicated_with_links(console: Console, browser):
+    cluster = console.cluster
+    asyncio.run(cluster.create_topic("web-health", partitions=1, rf=3))
+    cluster.kill(103)
+    try:
+        def findings() -> list[str] | None:
+            browser.get(console.url + "/")
+            states = {row.split()[0]: row.split()[1] for row in texts(browser, "#brokers tr.broker")}
+            health = texts(browser, "#health li")
+            return health if states.get("103") == "fenced" and "web-health-0" in health[1] else None
+        health = asyncio.run(eventually(findings, 30, interval=0.5, what="broker 103 fenced, web-health-0 under-replicated"))
+        assert health[0].startswith("0 offline partitions")
+        assert health[1].split(":")[0].endswith("under-replicated partitions")
+        from selenium.webdriver.common.by import By
+        with navigating(browser):
+            browser.find_element(By.LINK_TEXT, "web-health-0").click()
+        assert texts(browser, "#topic-name") == ["web-health"]
+        assert "103" not in texts(browser, "#partitions tr.partition")[0].split()[3]  # the ISR column
+    finally:
+        cluster.start_broker(103)
+        asyncio.run(cluster.wait_unfenced(timeout=60))
+        asyncio.run(cluster.wait_topic("web-health", 1, timeout=60))
+
+
 def test_a_topic_created_through_the_form_is_listed_by_kraft_and_deleted_after_confirmation(console: Console, browser):
     browser.get(console.url + "/topics")
     click(browser, "create-topic")
