@@ -15,9 +15,11 @@ venv: $(STAMP) $(GEN)
 $(STAMP): pyproject.toml setup.py
 	@command -v java >/dev/null 2>&1 || ./deploy/install-debian.sh java default-jre-headless
 	@command -v kcat >/dev/null 2>&1 || ./deploy/install-debian.sh kcat kcat
+	@command -v chromium >/dev/null 2>&1 || ./deploy/install-debian.sh chromium chromium
+	@command -v chromedriver >/dev/null 2>&1 || ./deploy/install-debian.sh chromedriver chromium-driver
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[server,dev,analytics]'
+	$(PY) -m pip install -q -e '.[server,web,dev,analytics]'
 	@touch $(STAMP)
 
 %_pb2.py: %.proto $(STAMP)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import click
 import grpc
@@ -20,7 +20,7 @@ from .consumer_coordinator import ConsumerCoordinator
 from .errors import ErrorCode
 from .group_protocol import decode_assignment
 
-class _Admin(Admin):
+class GroupAdmin(Admin):
     """The cluster view plus the group requests the tool makes."""
 
     def group(self, group_id: str) -> ConsumerCoordinator:
@@ -50,7 +50,20 @@ def _table(rows: list[list[Any]]) -> str:
     return "\n".join(" ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)
 
 
-async def _describe(admin: _Admin, group_id: str) -> str:
+class PartitionLag(NamedTuple):
+    """One row of ``--describe``: a partition the group committed to or is assigned; None
+    where there is no committed offset, no answer from the leader, or no owner."""
+    topic: str
+    partition: int
+    committed: int | None
+    log_end: int | None
+    lag: int | None
+    member: pb.DescribedGroupMember | None
+
+
+async def describe_group(admin: GroupAdmin, group_id: str) -> tuple[pb.DescribedGroup, list[PartitionLag]]:
+    """The group (state, protocol, members) and its committed offsets, log end offsets and lag
+    per partition: what ``--describe`` prints and the web console shows."""
     g = admin.group(group_id)
     r = await g.call("DescribeGroups", pb.DescribeGroupsRequest(groups=[group_id]), asyncio.get_running_loop().time() + 15)
     d = r.groups[0]
@@ -66,19 +79,28 @@ async def _describe(admin: _Admin, group_id: str) -> str:
             pass
     tps = sorted(set(committed) | set(owner))
     ends = await admin.offsets_at(tps, LATEST) if tps else {}
+    rows = []
+    for tp in tps:
+        cur, end = committed.get(tp), ends.get(tp)
+        rows.append(PartitionLag(tp[0], tp[1], cur, end, None if cur is None or end is None else max(0, end - cur),
+                                 owner.get(tp)))
+    return d, rows
+
+
+async def _describe(admin: GroupAdmin, group_id: str) -> str:
+    d, lags = await describe_group(admin, group_id)
     rows: list[list[Any]] = [["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
                               "CONSUMER-ID", "CLIENT-ID"]]
-    for tp in tps:
-        cur = committed.get(tp)
-        m = owner.get(tp)
-        rows.append([group_id, tp[0], tp[1], "-" if cur is None else cur, ends.get(tp, "-"),
-                     "-" if cur is None or tp not in ends else max(0, ends[tp] - cur),
+    for r in lags:
+        m = r.member
+        rows.append([group_id, r.topic, r.partition, "-" if r.committed is None else r.committed,
+                     "-" if r.log_end is None else r.log_end, "-" if r.lag is None else r.lag,
                      m.member_id if m else "-", m.client_id if m and m.client_id else "-"])
     head = "" if d.members else f"Consumer group '{group_id}' has no active members.\n\n"
     return head + _table(rows) + f"\n\nState: {d.state}, generation {d.generation_id}, {len(d.members)} members"
 
 
-async def _reset(admin: _Admin, group_id: str, topic: str, how: tuple[str, int | None], execute: bool,
+async def _reset(admin: GroupAdmin, group_id: str, topic: str, how: tuple[str, int | None], execute: bool,
                  warn: Callable[[str], None]) -> str:
     g = admin.group(group_id)
     r = await g.call("DescribeGroups", pb.DescribeGroupsRequest(groups=[group_id]), asyncio.get_running_loop().time() + 15)
@@ -162,7 +184,7 @@ def consumer_groups(bootstrap_server: str, list_: bool, describe: bool, delete: 
         _fail(str(e))
 
     async def run() -> str:
-        async with _Admin(bootstrap_server, tls=tls) as admin:
+        async with GroupAdmin(bootstrap_server, tls=tls) as admin:
             if list_:
                 return "\n".join(g.group_id for g in await admin.list_groups())
             assert group is not None

@@ -1081,6 +1081,8 @@ def dev_quorum(base_dir: str | None, base_port: int, brokers: int) -> None:
     if brokers:
         click.echo(f"      echo hello | kraft console-producer --bootstrap-server {q.bootstrap_servers} --topic demo")
         click.echo(f"      kraft console-consumer --bootstrap-server {q.bootstrap_servers} --topic demo --from-beginning")
+        click.echo(f"      kraft web --bootstrap-controller {q.bootstrap} --bootstrap-server {q.bootstrap_servers}"
+                   f"   (a console at http://127.0.0.1:8080/)")
     click.echo("Ctrl-C stops them.")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stop the controllers on SIGTERM too
     try:
@@ -1102,6 +1104,7 @@ MOUNTED = {
     "consumer-groups": ("clients.consumer_groups", "consumer_groups",
                         "List, describe, reset and delete consumer groups."),
     "dump-log": ("metadata.dump_log", "dump_log", "Decode metadata log segments and snapshots."),
+    "web": ("kraft.web.command", "web", "Serve a web console for the cluster (overview, topics, messages, groups)."),
 }
 
 

@@ -104,6 +104,8 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("docs/raft.md", "import asyncio, pickle"): ("three processes, one per node, on formatted storage: "
                                              "tests/test_tools_walk.py runs it so, whichever node leads"),
     ("docs/raft.md", "DATA_DIR/meta.properties"): LISTING,
+    ("docs/web.md", "kraft web --bootstrap-controller"): ("a server that runs until Ctrl-C: tests/test_web.py starts it "
+                                                         "against a cluster and drives it with a browser"),
 }
 
 

@@ -1,0 +1,109 @@
+"""The console's web application: routes to the pages, the cluster's connections for the
+server's life, and failures as one line on the page (never a traceback, on the page or in
+the log)."""
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from . import groups, messages, overview, topics
+from .cluster import CLUSTER_ERRORS, Cluster, error_status
+from .pages import HERE, render
+
+log = logging.getLogger("kraft.web")
+
+
+async def overview_page(request: Request) -> Response:
+    return render(request, "overview.html", **await overview.overview(request.app.state.cluster))
+
+
+async def http_error(request: Request, e: Exception) -> Response:
+    assert isinstance(e, HTTPException)
+    return render(request, "error.html", status_code=e.status_code, message=e.detail)
+
+
+async def cluster_error(request: Request, e: Exception) -> Response:
+    return render(request, "error.html", status_code=error_status(e), message=str(e))
+
+
+def unexpected(e: Exception) -> str:
+    return f"unexpected {type(e).__name__}: {e} (a bug: please report it with what you did)"
+
+
+async def unexpected_error(request: Request, e: Exception) -> Response:
+    return render(request, "error.html", status_code=500, message=unexpected(e))
+
+
+class OneLineErrors:
+    """A failure nothing else caught: one log line (the page, a 500, is ``unexpected_error``'s,
+    which Starlette re-raises after), and a form posted from another site (cross-site request
+    forgery) refused: its Origin is not this server."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        request = Request(scope)
+        origin = request.headers.get("origin")
+        if request.method == "POST" and origin not in (None, "null") and \
+                origin.split("://", 1)[-1] != request.headers.get("host"):
+            await Response(f"refused: a form posted from {origin}, not from this console\n", 403,
+                           media_type="text/plain")(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as e:
+            log.error("%s %s: %s", request.method, request.url.path, unexpected(e))
+            if not started:
+                await Response(unexpected(e) + "\n", 500, media_type="text/plain")(scope, receive, send)
+
+
+def create_app(cluster: Cluster, *, read_only: bool = False) -> Any:
+    """The console for ``cluster`` (started with the app, closed with it); ``read_only``: no
+    forms that change the cluster, and 403 for their requests."""
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await cluster.start()
+        try:
+            yield
+        finally:
+            await cluster.close()
+
+    routes = [
+        Route("/", overview_page, name="overview"),
+        Route("/topics", topics.topic_list, name="topics"),
+        Route("/topics", topics.topic_create, methods=["POST"], name="topic_create"),
+        Route("/topics/new", topics.topic_new, name="topic_new"),
+        Route("/topics/{name}", topics.topic_detail, name="topic"),
+        Route("/topics/{name}/delete", topics.topic_delete_confirm, name="topic_delete_confirm"),
+        Route("/topics/{name}/delete", topics.topic_delete, methods=["POST"], name="topic_delete"),
+        Route("/topics/{name}/partitions/{partition}", messages.browse, name="messages"),
+        Route("/topics/{name}/partitions/{partition}", messages.produce, methods=["POST"], name="produce"),
+        Route("/groups", groups.group_list, name="groups"),
+        Route("/groups/{group}", groups.group_detail, name="group"),
+        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+    ]
+    handlers: dict[Any, Any] = {HTTPException: http_error, Exception: unexpected_error}
+    handlers.update({cls: cluster_error for cls in CLUSTER_ERRORS})
+    app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)
+    app.state.cluster = cluster
+    app.state.read_only = read_only
+    return OneLineErrors(app)

@@ -1,0 +1,117 @@
+"""The console's one way to the cluster: a controller client (quorum, brokers, topics) and a
+broker admin client (offsets, records), kept open for the server's life, with the same
+clients and TLS settings (``--command-config``) as the ``kraft`` tools."""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from clients import Producer
+from clients.consumer_groups import GroupAdmin
+from clients.cluster_view import ClientError
+from metadata.client import ControllerClient, ControllerError, error_code
+from metadata.errors import ErrorCode
+from protos import controller_pb2 as pb
+from raft.config import TLSConfig
+
+
+class Cluster:
+    """What every page asks through; ``start`` before the first request, ``close`` after the last."""
+
+    def __init__(self, bootstrap_controller: str, bootstrap_server: str, tls: TLSConfig | None = None,
+                 timeout: float = 15.0) -> None:
+        self.bootstrap_server = bootstrap_server
+        self.tls = tls
+        self.controller = ControllerClient(bootstrap_controller, timeout=timeout, attempt_timeout=5.0, tls=tls,
+                                           give_up_unconnectable=True)  # a page answers at once, as a tool
+        self.timeout_ms = int(timeout * 1000)
+        self._admin: GroupAdmin | None = None
+        self._producer: Producer | None = None
+        self._starting = asyncio.Lock()  # two first requests at once start one client, not two
+
+    async def start(self) -> None:
+        await self.controller.__aenter__()
+
+    async def close(self) -> None:
+        if self._producer is not None:
+            await self._producer.close()
+        if self._admin is not None:
+            await self._admin.__aexit__(None, None, None)
+        await self.controller.__aexit__(None, None, None)
+
+    async def brokers(self) -> GroupAdmin:
+        """The admin client, connected on first use (the overview needs no broker); one that
+        found no broker is closed, and the next page tries a new one."""
+        async with self._starting:
+            if self._admin is None:
+                admin = GroupAdmin(self.bootstrap_server, timeout_ms=self.timeout_ms, tls=self.tls)
+                try:
+                    await admin.__aenter__()
+                except BaseException:
+                    await admin.__aexit__(None, None, None)
+                    raise
+                self._admin = admin
+        return self._admin
+
+    async def producer(self) -> Producer:
+        """One idempotent producer for every message the console sends, started on first use."""
+        async with self._starting:
+            if self._producer is None:
+                self._producer = await Producer(self.bootstrap_server, tls=self.tls).start()
+        return self._producer
+
+    async def quorum(self) -> pb.DescribeQuorumResponse:
+        return await self.controller.call("DescribeQuorum", pb.DescribeQuorumRequest())
+
+    async def describe_cluster(self) -> pb.DescribeClusterResponse:
+        return await self.controller.call("DescribeCluster", pb.DescribeClusterRequest())
+
+    async def topics(self, names: list[str] | None = None) -> list[pb.TopicDescription]:
+        """Topics with their partitions (every topic when ``names`` is empty); a named topic
+        that does not exist raises UNKNOWN_TOPIC_OR_PARTITION."""
+        r = await self.controller.call("DescribeTopics", pb.DescribeTopicsRequest(names=names or []))
+        for t in r.topics:
+            check(t.error_code, t.error_message or f"Topic '{t.name}' does not exist.")
+        return list(r.topics)
+
+    async def min_isr_default(self) -> int:
+        """The cluster-wide dynamic min.insync.replicas, else 1 (as ``kraft topics describe``)."""
+        r = await self.controller.call("DescribeConfigs", pb.DescribeConfigsRequest(resources=[
+            pb.AlterConfigsResource(resource_type=pb.BROKER, resource_name="")]))
+        return int(next((e.value for res in r.resources for e in res.configs
+                         if e.name == "min.insync.replicas" and not e.is_default), "1"))
+
+    async def create_topic(self, name: str, partitions: int, replication_factor: int,
+                           configs: dict[str, str]) -> None:
+        t = pb.CreatableTopic(name=name, num_partitions=partitions, replication_factor=replication_factor,
+                              configs=configs)
+        r = await self.controller.call("CreateTopics", pb.CreateTopicsRequest(topics=[t]))
+        check(r.topics[0].error_code, r.topics[0].error_message)
+
+    async def delete_topic(self, name: str) -> None:
+        r = await self.controller.call("DeleteTopics", pb.DeleteTopicsRequest(names=[name]))
+        check(r.topics[0].error_code, r.topics[0].error_message)
+
+
+def check(code: int, message: str) -> None:
+    """Raise Kafka's error for a non-zero ``code``, as the ``kraft`` tools report it."""
+    c = error_code(code)
+    if c != ErrorCode.NONE:
+        raise ControllerError(c, message)
+
+
+#: What the pages catch and show as one line: every failure the clients report in Kafka's words.
+CLUSTER_ERRORS: tuple[type[Exception], ...] = (ControllerError, ClientError)
+
+
+def error_status(e: Exception) -> int:
+    """The HTTP status for a cluster's error: 404 for what does not exist, 403 for what the
+    principal may not do, 400 for a refused request, 503 when the cluster does not answer."""
+    code: Any = getattr(e, "code", None)
+    if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION or code == ErrorCode.GROUP_ID_NOT_FOUND:
+        return 404
+    if code is not None and code.name.endswith("AUTHORIZATION_FAILED"):
+        return 403
+    if code in (ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NETWORK_EXCEPTION, ErrorCode.NOT_CONTROLLER, None):
+        return 503
+    return 400
