@@ -28,7 +28,8 @@ from metadata.acls import AclOperation
 from metadata.authorizer import Access
 from metadata.client import ControllerClient, ControllerError
 from metadata.errors import ApiError
-from metadata.topics import INTERNAL_TOPICS, validate_name
+from clients.topics import INTERNAL_TOPICS
+from metadata.topics import validate_name
 from protos import broker_pb2 as pb
 from protos import controller_pb2 as cpb
 

@@ -31,7 +31,7 @@ from enum import Enum
 
 from clients.errors import BrokerError, ErrorCode, capped
 from clients.records import batches, build_batch, records_of
-from metadata.topics import OFFSETS_TOPIC
+from clients.topics import OFFSETS_TOPIC
 from protos import broker_pb2 as pb
 
 from .config import BrokerConfig

@@ -33,7 +33,7 @@ from .partition import Partition
 from .partition_log import AppendInfo
 from clients.compression import Codec
 from clients.records import recompress, validate_batch
-from metadata.topics import INTERNAL_TOPICS
+from clients.topics import INTERNAL_TOPICS
 from .replica_manager import ReplicaManager
 
 log = logging.getLogger("brokerd.produce")

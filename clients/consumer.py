@@ -37,13 +37,12 @@ from .errors import RETRIABLE, STALE_METADATA, ErrorCode
 from . import interceptors
 from .interceptors import ConsumerInterceptor
 from .records import ConsumerRecord, batches, check_crc, records_of
+from .topics import INTERNAL_TOPICS
 from .serialization import Deserializer, RecordDeserializationError, checked
 
 log = logging.getLogger("clients.consumer")
 
 EARLIEST, LATEST = -2, -1
-#: Kafka's internal topics, which a pattern subscription leaves out (exclude.internal.topics).
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 TopicPartition = tuple[str, int]
 
 

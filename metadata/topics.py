@@ -15,10 +15,6 @@ from .placement import BrokerLoad, UsableBroker, place_replicas, validate_assign
 from .records import MetadataRecord, config, partition, remove_topic, topic
 
 MAX_NAME = 249
-OFFSETS_TOPIC = "__consumer_offsets"
-#: Kafka's internal topics (``Topic.INTERNAL_TOPICS``): only the brokers write them (the group
-#: coordinator its groups and offsets); a client's produce to one is refused.
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, "__transaction_state"})
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 #: The most partitions, topics, configs or deletions one request may ask for, checked before
 #: any work: Kafka's QuorumController.MAX_RECORDS_PER_USER_OP and ReplicationControlManager's

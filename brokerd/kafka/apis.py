@@ -23,7 +23,7 @@ from metadata.authorizer import Access, StandardAuthorizer
 from metadata.client import ControllerClient, ControllerError
 from metadata.image import MetadataImage
 from metadata.principal import PrincipalMapper, Session, stream_session
-from metadata.topics import INTERNAL_TOPICS
+from clients.topics import INTERNAL_TOPICS
 from protos import broker_pb2 as pb
 from protos import controller_pb2 as cpb
 
