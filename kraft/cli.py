@@ -613,6 +613,7 @@ def quorum_remove_controller(obj: tuple, controller_id: int, controller_director
         return
     req = pb.RemoveRaftVoterRequest(voter_id=controller_id, voter_directory_id=controller_directory_id)
     with_client(*_need_bootstrap(obj), lambda c: c.call("RemoveRaftVoter", req))
+    click.echo(f"Removed {described}")
 
 
 def _dry_run_quorum_change(bootstrap: str, timeout: float, verb: str) -> None:
@@ -621,7 +622,6 @@ def _dry_run_quorum_change(bootstrap: str, timeout: float, verb: str) -> None:
     r = with_client(bootstrap, timeout, lambda c: c.call("DescribeQuorum", pb.DescribeQuorumRequest()))
     if not any(v.directory_id for v in r.voters):
         fail(str(static_quorum_refusal(verb)))
-    click.echo(f"Removed {described}")
 
 
 @controller_group

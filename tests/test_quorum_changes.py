@@ -399,8 +399,12 @@ def test_a_controller_formatted_again_is_not_the_voter_it_was(tmp_path):
         assert (asyncio.run(raft_status(addr[victim]))).role == "FOLLOWER"  # it never campaigns as the old voter
         q.start_node(other)
         asyncio.run(q.wait_for_leader())
-        ok(kraft("quorum", "--bootstrap-controller", q.bootstrap, "remove-controller", "--controller-id", str(victim),
-                 "--controller-directory-id", old[victim]))
+        remove = ["quorum", "--bootstrap-controller", q.bootstrap, "remove-controller", "--controller-id", str(victim),
+                  "--controller-directory-id", old[victim]]
+        described = f"KRaft controller {victim} with directory id {old[victim]}"
+        assert ok(kraft(*remove, "--dry-run")).strip() == f"DRY RUN of removing {described}"
+        assert voters(status(q.bootstrap)) == old  # a dry run changes nothing
+        assert ok(kraft(*remove)).strip() == f"Removed {described}"
         ok(kraft("quorum", "add-controller", "--config", str(q.config_path(victim))))
         assert voters(status(q.bootstrap)) == {**old, victim: new}
         assert kraft("health", "--config", str(q.config_path(victim))).returncode == 0
