@@ -185,6 +185,16 @@ def test_bad_bytes_close_one_connection_and_nothing_else(cluster):
         assert (correlation, error) == (7, 35) and count > 10
     log = cluster.log_path(cluster.ids[0]).read_text()
     assert log.count("closing the Kafka connection") >= len(bad) - 1  # a refused size may race the close
+    # Clients of another protocol are named in the log, not as a size.
+    others = {b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n": "an HTTP/2 connection preface (a gRPC client",
+              b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03": "a TLS handshake on a plaintext listener"}
+    for data in others:
+        with socket.create_connection(("127.0.0.1", port), 5) as s:
+            s.sendall(data)
+            assert _closed(s), data
+    log = cluster.log_path(cluster.ids[0]).read_text()
+    for said in others.values():
+        assert said in log, said
 
 
 def test_pipelined_requests_are_answered_in_order(cluster):

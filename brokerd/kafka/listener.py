@@ -30,6 +30,22 @@ MAX_IN_FLIGHT = 16
 HANDSHAKE_TIMEOUT_S = 10.0
 
 
+#: The first four bytes of what clients of other protocols send, read as a Kafka size prefix.
+_HTTP2_PREFACE = int.from_bytes(b"PRI ", "big")  # "PRI * HTTP/2.0": a gRPC client
+_TLS_HANDSHAKE = 0x16_03  # a TLS record of type handshake, protocol version 3.x
+
+
+def other_protocol(size: int) -> str | None:
+    """What a size prefix no Kafka client sends says about the client, so that the log names
+    the mistake (a gRPC client, or TLS against a plaintext listener) instead of a size."""
+    if size == _HTTP2_PREFACE:
+        return ("an HTTP/2 connection preface (a gRPC client, such as kraft's tools?): this is a Kafka-protocol "
+                "listener; gRPC clients use the broker's gRPC listener")
+    if size >> 16 == _TLS_HANDSHAKE:
+        return "a TLS handshake on a plaintext listener: the client is set for SSL, the listener is PLAINTEXT"
+    return None
+
+
 class KafkaListener:
     def __init__(self, name: str, host: str, port: int, apis: KafkaApis, max_request_bytes: int,
                  requests: RequestMetrics | None = None, security: ListenerSecurity | None = None) -> None:
@@ -88,8 +104,8 @@ class KafkaListener:
             while True:
                 size = int.from_bytes(await reader.readexactly(4), "big", signed=True)
                 if not 8 <= size <= self.max_request_bytes:
-                    raise MalformedRequest(f"a request of {size} bytes (socket.request.max.bytes is "
-                                           f"{self.max_request_bytes})")
+                    raise MalformedRequest(other_protocol(size) or f"a request of {size} bytes "
+                                           f"(socket.request.max.bytes is {self.max_request_bytes})")
                 body = await reader.readexactly(size)
                 arrived = time.perf_counter()
                 api_key, version = peek_api(body)
