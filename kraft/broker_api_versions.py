@@ -45,17 +45,6 @@ async def _call(host: str, port: int, api_key: int, version: int, fields: dict[s
         writer.close()
 
 
-async def speaks_kafka(address: str, timeout: float = 1.0) -> bool:
-    """Whether ``address`` answers Kafka's ApiVersions over plaintext: a broker's Kafka listener
-    given where another protocol belongs (the controllers' gRPC listener)."""
-    host, _, port = address.rpartition(":")
-    try:
-        await _call(host, int(port), API_VERSIONS, 0, {}, timeout, None)
-    except (KafkaToolError, ValueError):
-        return False
-    return True
-
-
 async def broker_api_versions(bootstrap: str, timeout: float = 10.0, context: ssl.SSLContext | None = None) -> list[str]:
     """The lines kafka-broker-api-versions.sh prints, one block per live broker; over TLS with
     ``context`` (an SSL listener)."""

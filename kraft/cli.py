@@ -83,8 +83,8 @@ def with_client(bootstrap: str, timeout: float, work: Callable[[ControllerClient
             except ControllerError as e:
                 if e.code != ErrorCode.NETWORK_EXCEPTION or CLOSED_DURING_SETUP not in e.message:
                     raise  # only a listener that closed the connection may speak another protocol
-                from .broker_api_versions import speaks_kafka
-                kafka = [a for a in client.endpoints if await speaks_kafka(a)]
+                from clients.listener_probe import speaks_kafka
+                kafka = [a for a in client.endpoints if await speaks_kafka(a, timeout_s=1.0)]
                 if kafka:
                     raise ControllerError(ErrorCode.INVALID_REQUEST, f"{','.join(kafka)} is a broker's Kafka listener, "
                                           f"not a controller's: give --bootstrap-controller the controllers' "
