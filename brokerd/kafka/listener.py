@@ -70,11 +70,8 @@ class KafkaListener:
                                                   reuse_address=True, limit=1 << 20, start_serving=False)
 
     async def start(self) -> None:
-        """Listen and serve (binding first if ``bind`` was not called); raises OSError when the
-        address cannot be bound or listened on."""
-        if self._server is None:
-            await self.bind()
-        assert self._server is not None
+        """Listen and serve, once ``bind`` has bound; raises OSError when it cannot listen."""
+        assert self._server is not None, "bind() first"
         await self._server.start_serving()
 
     async def stop(self) -> None:
