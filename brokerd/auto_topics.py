@@ -22,6 +22,7 @@ import asyncio
 import logging
 from collections.abc import Collection
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from clients.errors import ErrorCode, capped
 from metadata.acls import AclOperation
@@ -32,6 +33,9 @@ from clients.topics import INTERNAL_TOPICS
 from metadata.topics import validate_name
 from protos import broker_pb2 as pb
 from protos import controller_pb2 as cpb
+
+if TYPE_CHECKING:
+    from metadata.principal import Session
 
 log = logging.getLogger("brokerd.auto_topics")
 
@@ -91,22 +95,32 @@ class TopicAutoCreator:
 
     async def _ask_controller(self, name: str, access: Access) -> tuple[ErrorCode, str]:
         cfg = self.config
-        request = cpb.CreateTopicsRequest(topics=[cpb.CreatableTopic(
-            name=name, num_partitions=cfg.num_partitions, replication_factor=cfg.replication_factor)])
         try:
-            r = await self.controller.call("CreateTopics", request, on_behalf_of=access.session)
+            code, message = await create_topic(self.controller, cpb.CreatableTopic(
+                name=name, num_partitions=cfg.num_partitions, replication_factor=cfg.replication_factor),
+                access.session)
         except ControllerError as e:  # refused whole (authorization), or no controller answered: retriable
             code = ErrorCode.of(int(e.code))
             log.warning("could not create topic %s automatically: %s", name, e)
             if code in (ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.CLUSTER_AUTHORIZATION_FAILED):
                 return code, e.message
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} could not be created yet: {e.message}"
-        t = r.topics[0]
-        code = ErrorCode.of(t.error_code)
-        if code == ErrorCode.NONE:
-            log.info("created topic %s automatically with %d partition(s), replication factor %d", name,
-                     cfg.num_partitions, cfg.replication_factor)
         if code in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
             return ErrorCode.LEADER_NOT_AVAILABLE, ""
-        log.info("automatic creation of topic %s refused: %s: %s", name, code.name, t.error_message)
-        return code, t.error_message
+        log.info("automatic creation of topic %s refused: %s: %s", name, code.name, message)
+        return code, message
+
+
+async def create_topic(controller: ControllerClient, topic: cpb.CreatableTopic,
+                       on_behalf_of: Session | None = None) -> tuple[ErrorCode, str]:
+    """Have the active controller create ``topic``, for the broker itself (``__consumer_offsets``)
+    or for a client (``on_behalf_of``): the controller's code and message for it (a creation is
+    logged here, a refusal by the caller). ControllerError when the request was refused whole or
+    not answered."""
+    r = await controller.call("CreateTopics", cpb.CreateTopicsRequest(topics=[topic]), on_behalf_of=on_behalf_of)
+    t = r.topics[0]
+    code = ErrorCode.of(t.error_code)
+    if code == ErrorCode.NONE:
+        log.info("created topic %s with %d partition(s), replication factor %d", topic.name, topic.num_partitions,
+                 topic.replication_factor)
+    return code, t.error_message

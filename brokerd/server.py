@@ -41,7 +41,7 @@ from raft.errors import StorageError
 from raft.storage import check_formatted
 from raft.transport import EXCLUSIVE_BIND, add_port, add_service
 
-from .auto_topics import TopicAutoCreator
+from .auto_topics import TopicAutoCreator, create_topic
 from .cluster_metadata import replica_status
 from .config import BrokerConfig
 from .group_coordinator import OFFSETS_TOPIC, GroupCoordinator
@@ -251,19 +251,14 @@ class BrokerServer:
     async def _create_offsets_topic(self, partitions: int, replication_factor: int) -> None:
         """Have the controller create __consumer_offsets (the first FindCoordinator asks)."""
         try:
-            r = await self.client.call("CreateTopics", cpb.CreateTopicsRequest(topics=[cpb.CreatableTopic(
+            code, message = await create_topic(self.client, cpb.CreatableTopic(
                 name=OFFSETS_TOPIC, num_partitions=partitions, replication_factor=replication_factor,
-                configs={"cleanup.policy": "compact"})]))
+                configs={"cleanup.policy": "compact"}))
         except ControllerError as e:
             log.warning("could not create %s: %s", OFFSETS_TOPIC, e)
             return
-        t = r.topics[0]
-        if t.error_code not in (ControllerCode.NONE, ControllerCode.TOPIC_ALREADY_EXISTS):
-            log.warning("could not create %s: %s: %s", OFFSETS_TOPIC, ControllerCode(t.error_code).name,
-                        t.error_message)
-        elif t.error_code == ControllerCode.NONE:
-            log.info("created %s with %d partitions, replication factor %d", OFFSETS_TOPIC, partitions,
-                     replication_factor)
+        if code not in (ControllerCode.NONE, ControllerCode.TOPIC_ALREADY_EXISTS):
+            log.warning("could not create %s: %s: %s", OFFSETS_TOPIC, code.name, message)
 
     def _endpoints(self) -> list[cpb.Endpoint]:
         return [cpb.Endpoint(name=n, host=h, port=p, security_protocol=self.config.security_protocol(n))
