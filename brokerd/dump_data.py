@@ -95,11 +95,20 @@ def open_store(log_dir: str) -> Iterator[object]:
             except Exception as e:  # rocksdict raises plain exceptions
                 if "No such file" in str(e) and attempt < 4:
                     continue  # the broker replaced a file between the listing and the open
-                raise DumpError(f"{log_dir}: cannot read the partition store: {e}") from None
+                raise _store_error(log_dir, e, view, path) from None
         try:
             yield db
+        except Exception as e:
+            if type(e) is not Exception:  # ours, or a bug: not the store's
+                raise
+            raise _store_error(log_dir, e, view, path) from None
         finally:
             db.close()
+
+
+def _store_error(log_dir: str, e: Exception, view: str, path: str) -> DumpError:
+    """What RocksDB said (a corrupted block, a file gone), naming the store's files, not the links."""
+    return DumpError(f"{log_dir}: cannot read the partition store: {str(e).replace(view, path)}")
 
 
 # -- which partition ---------------------------------------------------------------------------
@@ -139,10 +148,6 @@ async def _topic_id_from_controllers(bootstrap: str, topic: str, timeout: float)
             raise DumpError(f"{code.name}: {t.error_message or f'topic {topic}'}")
         return uuid.UUID(bytes=t.topic_id)
     raise DumpError(f"UNKNOWN_TOPIC_OR_PARTITION: topic '{topic}' does not exist")
-
-
-def _name_in(topic: str | None, topic_id: uuid.UUID) -> str:
-    return topic if topic is not None else format_uuid(topic_id)
 
 
 # -- what a dump is made of -------------------------------------------------------------------------
@@ -272,7 +277,9 @@ def _record_fields(d: BatchDump, r: Record, data: bool) -> dict[str, JsonValue]:
     b = d.batch
     assert b is not None
     seq = b.base_sequence + r.offset_delta if b.HasField("producer_id") else -1
-    out: dict[str, JsonValue] = {"offset": b.base_offset + r.offset_delta, "timestamp": b.base_timestamp + r.timestamp_delta,
+    # LogAppendTime: every record has the time the leader appended the batch (Kafka's rule)
+    ts = b.max_timestamp if b.attributes & TIMESTAMP_TYPE_BIT else b.base_timestamp + r.timestamp_delta
+    out: dict[str, JsonValue] = {"offset": b.base_offset + r.offset_delta, "timestamp": ts,
                                  "keySize": -1 if r.key is None else len(r.key),
                                  "valueSize": -1 if r.value is None else len(r.value),
                                  "sequence": seq, "headerKeys": [k for k, _ in r.headers]}
@@ -289,10 +296,10 @@ def text_lines(d: BatchDump, data: bool) -> Iterator[str]:
         yield (f"baseOffset: {f['baseOffset']} lastOffset: {f['lastOffset']} storedSize: {f['size']} "
                f"isValid: false (unreadable: see stderr)")
         return
-    ts_type = f.pop("timestampType")
-    yield " ".join(f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in f.items()
-                   if k not in ("maxTimestamp", "baseTimestamp")) + \
-        f" {ts_type}: {f['maxTimestamp']} ({format_time(int(f['maxTimestamp']))})"  # type: ignore[arg-type]
+    ts_type, max_ts = f.pop("timestampType"), f.pop("maxTimestamp")
+    del f["baseTimestamp"]
+    fields = " ".join(f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in f.items())
+    yield f"{fields} {ts_type}: {max_ts} ({format_time(int(max_ts))})"  # type: ignore[arg-type]
     for r in d.records or ():
         rf = _record_fields(d, r, False)
         line = (f"| offset: {rf['offset']} {ts_type}: {rf['timestamp']} keySize: {rf['keySize']} "
@@ -371,11 +378,8 @@ def _dump(log_dir: str, topic: str | None, topic_id_text: str | None, partition:
         if topic_id_text is None:
             assert topic is not None
             tid = topic_id_of(log_dir, topic, bootstrap, timeout)
-        name = _name_in(topic, tid)
-        try:
-            state = stored_state(db, tid, partition)
-        except Exception as e:  # rocksdict raises plain exceptions
-            raise DumpError(f"{log_dir}: cannot read the partition store: {e}") from None
+        name = topic if topic is not None else format_uuid(tid)
+        state = stored_state(db, tid, partition)
         if state is None:
             raise DumpError(f"{log_dir} holds no log of partition {partition} of topic {name} "
                             f"(id {format_uuid(tid)})")
@@ -393,11 +397,6 @@ def _dump(log_dir: str, topic: str | None, topic_id_text: str | None, partition:
                     error(problem)
                 if max_records is not None and summary.records >= max_records:
                     break
-        except DumpError:
-            raise
-        except Exception as e:  # rocksdict raises plain exceptions: a file gone or corrupted under the dump
-            raise DumpError(f"{log_dir}: the partition store cannot be read on (after {summary.batches} "
-                            f"batches): {e}") from None
         finally:
             _echo_summary(summary, as_json)
     sys.stdout.flush()
@@ -408,11 +407,11 @@ def _echo_head(h: PartitionHead, as_json: bool) -> None:
         click.echo(json.dumps({"item": "partition", "topic": h.topic, "topicId": format_uuid(h.topic_id),
                                "partition": h.partition, "logStartOffset": h.log_start_offset,
                                "highWatermark": h.high_watermark, "logEndOffset": h.log_end_offset,
-                               "size": h.size}))
+                               "storedBytes": h.size}))
     else:
         click.echo(f"Dumping {h.topic}-{h.partition} (topic id {format_uuid(h.topic_id)}): logStartOffset: "
                    f"{h.log_start_offset} highWatermark: {h.high_watermark} logEndOffset: {h.log_end_offset} "
-                   f"size: {h.size}")
+                   f"storedBytes: {h.size}")
 
 
 def _echo_summary(s: Summary, as_json: bool) -> None:
