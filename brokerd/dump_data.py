@@ -114,8 +114,11 @@ def _store_error(log_dir: str, e: Exception, view: str, path: str) -> DumpError:
 # -- which partition ---------------------------------------------------------------------------
 
 def topic_id_of(log_dir: str, topic: str, bootstrap: str | None, timeout: float) -> uuid.UUID:
-    """``topic``'s id: from the broker's metadata checkpoint in ``log_dir`` (written at
-    shutdown and every metadata.log.max.snapshot.interval.ms), else from the controllers."""
+    """``topic``'s id: from the controllers when named (the current id, should the topic have
+    been recreated), else from the broker's metadata checkpoint in ``log_dir`` (written at
+    shutdown and every metadata.log.max.snapshot.interval.ms), which needs no running cluster."""
+    if bootstrap:
+        return asyncio.run(_topic_id_from_controllers(bootstrap, topic, timeout))
     meta = os.path.join(log_dir, META_FILE)
     if os.path.isfile(meta):
         try:
@@ -126,8 +129,6 @@ def topic_id_of(log_dir: str, topic: str, bootstrap: str | None, timeout: float)
         t = image.topic(topic) if image is not None else None
         if t is not None:
             return t.id
-    if bootstrap:
-        return asyncio.run(_topic_id_from_controllers(bootstrap, topic, timeout))
     raise DumpError(f"topic '{topic}' is not in the broker's metadata checkpoint ({log_dir}/{METADATA_DIR}, "
                     f"written at shutdown and every metadata.log.max.snapshot.interval.ms): name the "
                     f"controllers with --bootstrap-controller, or give the topic's id with --topic-id")
@@ -323,8 +324,8 @@ def json_object(d: BatchDump, data: bool) -> dict[str, JsonValue]:
 
 @click.command("dump-data", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--log-dir", required=True, metavar="DIR", help="A directory of the broker's log.dirs.")
-@click.option("--topic", help="The topic's name (found in the broker's metadata checkpoint, else asked of "
-                              "--bootstrap-controller).")
+@click.option("--topic", help="The topic's name (asked of --bootstrap-controller if given, else found in the "
+                              "broker's metadata checkpoint).")
 @click.option("--topic-id", help="The topic's id instead of its name (kraft topics describe prints it).")
 @click.option("--partition", type=click.IntRange(min=0), required=True)
 @click.option("--offset", type=click.IntRange(min=0), default=0, show_default=True,
@@ -336,7 +337,8 @@ def json_object(d: BatchDump, data: bool) -> dict[str, JsonValue]:
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON object per line (JSON Lines): the partition, each batch, then the summary.")
 @click.option("--bootstrap-controller", "bootstrap", envvar="KRAFT_BOOTSTRAP_CONTROLLER",
-              help="HOST:PORT[,...] of controllers, to look --topic up when the broker's checkpoint lacks it.")
+              help="HOST:PORT[,...] of controllers, to look --topic up (needed when the broker's metadata "
+                   "checkpoint does not have it yet).")
 @click.option("--command-timeout", "timeout", type=float, default=30.0, show_default=True,
               help="Seconds to wait for the controllers (with --bootstrap-controller).")
 @click.pass_context

@@ -181,7 +181,7 @@ def test_dump_of_a_running_broker_while_it_takes_writes(cluster: BrokerCluster) 
     assert some[0]["baseOffset"] <= 17 <= some[0]["lastOffset"] and summary["records"] >= 10
     assert summary["records"] - some[-1]["count"] < 10 and "key" not in some[0]["records"][0]
     r = dump("--log-dir", str(log_dir), "--topic", TOPIC, "--partition", "0", "--max-records", "1",
-             "--print-data-log")
+             "--print-data-log", "--bootstrap-controller", cluster.quorum.bootstrap)  # the name looked up there
     assert r.returncode == 0 and not r.stderr, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].startswith(f"Dumping {TOPIC}-0 (topic id {tid}): logStartOffset: 0")
