@@ -52,7 +52,7 @@ from .kafka.batches import HEADER_BYTES
 from .log_store import PARTITIONS_DIR
 from .metadata_checkpoint import DIR_NAME as METADATA_DIR
 from .metadata_checkpoint import MetadataCheckpoint
-from .partition_log import StoredBatch, stored_frames, stored_state
+from .partition_log import StoredBatch, stored_frames, stored_partitions, stored_state
 
 # Kafka's RecordBatch attribute bits beside the codec (DefaultRecordBatch).
 TIMESTAMP_TYPE_BIT = 0x08  # LogAppendTime
@@ -383,8 +383,10 @@ def _dump(log_dir: str, topic: str | None, topic_id_text: str | None, partition:
         name = topic if topic is not None else format_uuid(tid)
         state = stored_state(db, tid, partition)
         if state is None:
-            raise DumpError(f"{log_dir} holds no log of partition {partition} of topic {name} "
-                            f"(id {format_uuid(tid)})")
+            held = stored_partitions(db, tid)
+            raise DumpError(f"{log_dir} holds no log of partition {partition} of topic {name} (id "
+                            f"{format_uuid(tid)}); " + (f"it holds partitions {', '.join(map(str, held))}" if held
+                                                        else "it holds none of the topic's partitions"))
         head = PartitionHead(name, tid, partition, *state)
         _echo_head(head, as_json)
         try:

@@ -479,6 +479,18 @@ def stored_state(db: Any, topic_id: uuid.UUID, partition: int) -> tuple[int, int
     return None if raw is None else _STATE.unpack(raw)
 
 
+def stored_partitions(db: Any, topic_id: uuid.UUID) -> list[int]:
+    """The partitions of ``topic_id`` that ``db`` holds a log of."""
+    prefix = b"s" + topic_id.bytes
+    it = db.iter()
+    it.seek(prefix)
+    out = []
+    while it.valid() and it.key().startswith(prefix):
+        out.append(int.from_bytes(it.key()[len(prefix):], "big"))
+        it.next()
+    return out
+
+
 def stored_frames(db: Any, topic_id: uuid.UUID, partition: int, start: int = 0) -> Iterator[tuple[StoredBatch, bytes]]:
     """Each stored batch's head and frame (a RecordBatchSet of that one batch), in offset order,
     from the batch holding ``start`` (or the first after it), without decoding the frames. A

@@ -216,7 +216,7 @@ def test_bad_input_is_one_line(cluster: BrokerCluster, tmp_path: Path) -> None:
     one_line_error(dump("--log-dir", log_dir, "--topic", "missing", "--partition", "0",
                         "--bootstrap-controller", cluster.quorum.bootstrap), "UNKNOWN_TOPIC_OR_PARTITION")
     one_line_error(dump("--log-dir", log_dir, "--topic", TOPIC, "--partition", "7"),
-                   f"holds no log of partition 7 of topic {TOPIC}")
+                   f"holds no log of partition 7 of topic {TOPIC} (id ", "; it holds partitions 0, 1")
     one_line_error(dump("--log-dir", log_dir, "--topic-id", "not-an-id", "--partition", "0"), "is not a topic id")
     one_line_error(dump("--log-dir", log_dir, "--partition", "0"), "exactly one of --topic and --topic-id",
                    code=2)  # a usage mistake, as every kraft command says one
