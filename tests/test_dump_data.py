@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from metadata.ids import format_uuid
+from brokerd.log_store import tp_prefix
+from metadata.ids import format_uuid, parse_uuid
 from tests.brokercluster import REPO, BrokerCluster, running_cluster
 
 TOPIC = "orders"
@@ -236,24 +237,21 @@ def test_stopped_broker_is_left_unchanged_and_corrupted_batches_are_reported(clu
     head, batches, summary = dump_json(log_dir, "--topic", TOPIC, "--partition", "0", "--print-data-log")
     assert files(log_dir) == before, "the dump changed the broker's files"
     assert summary["records"] == head["logEndOffset"] == summary["lastOffset"] + 1 > FIRST
-    produced: Produced = {}
-    for i, (key, value, headers, ts) in enumerate(first_records()):
-        produced[i] = (key, value, headers, ts)
-    check_against(batches, produced)
+    check_against(batches, dict(enumerate(first_records())))
 
     # a copy with one batch's record bytes flipped (its CRC fails) and one batch's frame cut short
     copy = tmp_path / "copy"
     shutil.copytree(log_dir, copy)
     from rocksdict import Options, Rdict
     db = Rdict(str(copy / "partitions"), Options(raw_mode=True))
-    keys = sorted(k for k in db.keys() if k.startswith(b"d"))  # noqa: SIM118 (raw mode: no iter)
     plain = [b for b in batches if b["compressCodec"] == "none"]
     flipped, cut = plain[1]["baseOffset"], plain[3]["baseOffset"]
-    key_of = {int.from_bytes(k[-8:], "big"): k for k in keys if k[1:21] == keys[0][1:21]}
-    value = bytearray(db[key_of[flipped]])
-    at = bytes(value).index(b"background")
-    value[at] ^= ord("b") ^ ord("c")
-    db[key_of[flipped]] = bytes(value)
+    key_of = {o: b"d" + tp_prefix(parse_uuid(head["topicId"]), 0)
+              + o.to_bytes(8, "big") for o in (flipped, cut)}  # brokerd/log_store.py's key layout
+    stored = bytearray(db[key_of[flipped]])
+    at = bytes(stored).index(b"background")
+    stored[at] ^= ord("b") ^ ord("c")
+    db[key_of[flipped]] = bytes(stored)
     db[key_of[cut]] = db[key_of[cut]][:-10]
     db.close()
     r = dump("--log-dir", str(copy), "--topic", TOPIC, "--partition", "0", "--json", "--print-data-log")
