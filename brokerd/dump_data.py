@@ -259,7 +259,7 @@ def _codec_name(batch: pb.RecordBatch) -> str:
 def _batch_fields(d: BatchDump) -> dict[str, JsonValue]:
     b, h = d.batch, d.head
     if b is None:
-        return {"baseOffset": h.base_offset, "lastOffset": h.last_offset, "size": h.size}
+        return {"baseOffset": h.base_offset, "lastOffset": h.last_offset, "storedSize": h.size}
     pid = b.producer_id if b.HasField("producer_id") else -1
     seq = b.base_sequence if pid >= 0 else -1
     return {
@@ -294,7 +294,7 @@ def _record_fields(d: BatchDump, r: Record, data: bool) -> dict[str, JsonValue]:
 def text_lines(d: BatchDump, data: bool) -> Iterator[str]:
     f = _batch_fields(d)
     if d.batch is None:
-        yield (f"baseOffset: {f['baseOffset']} lastOffset: {f['lastOffset']} storedSize: {f['size']} "
+        yield (f"baseOffset: {f['baseOffset']} lastOffset: {f['lastOffset']} storedSize: {f['storedSize']} "
                f"isValid: false (unreadable: see stderr)")
         return
     ts_type, max_ts = f.pop("timestampType"), f.pop("maxTimestamp")
