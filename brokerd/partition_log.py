@@ -467,3 +467,50 @@ class PartitionLog:
         wb.delete(self._clean_key)
         wb.delete(self._state_key)
         self.store.write_now(wb)
+
+
+# -- reading a log from outside the broker (kraft dump-data) ----------------------------------------
+
+def stored_state(db: Any, topic_id: uuid.UUID, partition: int) -> tuple[int, int, int, int] | None:
+    """A partition's (log start offset, high watermark, log end offset, size in bytes) as the
+    broker last wrote them, or None when ``db`` holds no log of it: for a reader of a store it
+    must not change (a read-only instance), which PartitionLog, creating a missing log, is not."""
+    raw = db.get(b"s" + tp_prefix(topic_id, partition))
+    return None if raw is None else _STATE.unpack(raw)
+
+
+def stored_partitions(db: Any, topic_id: uuid.UUID) -> list[int]:
+    """The partitions of ``topic_id`` that ``db`` holds a log of."""
+    prefix = b"s" + topic_id.bytes
+    it = db.iter()
+    it.seek(prefix)
+    out = []
+    while it.valid() and it.key().startswith(prefix):
+        out.append(int.from_bytes(it.key()[len(prefix):], "big"))
+        it.next()
+    return out
+
+
+def stored_frames(db: Any, topic_id: uuid.UUID, partition: int, start: int = 0) -> Iterator[tuple[StoredBatch, bytes]]:
+    """Each stored batch's head and frame (a RecordBatchSet of that one batch), in offset order,
+    from the batch holding ``start`` (or the first after it), without decoding the frames. A
+    value too short for its head comes with last offset -1 and what follows the key's offset."""
+    data = b"d" + tp_prefix(topic_id, partition)
+    ro = ReadOptions()  # must outlive the iterator: RocksDB keeps a pointer to its bounds
+    ro.set_iterate_lower_bound(data)
+    ro.set_iterate_upper_bound(data + _END)
+    it = db.iter(ro)
+    it.seek_for_prev(data + start.to_bytes(8, "big"))
+    if not (it.valid() and it.key().startswith(data)) or len(it.value()) < _HEAD.size \
+            or _HEAD.unpack_from(it.value())[0] < start:
+        it.seek(data + start.to_bytes(8, "big"))
+    n = len(data)
+    while it.valid():
+        k, v = it.key(), it.value()
+        base = int.from_bytes(k[n:], "big")
+        if len(v) < _HEAD.size:
+            yield StoredBatch(base, -1, -1, len(v)), b""
+        else:
+            last, max_ts, pid, epoch, seq = _HEAD.unpack_from(v)
+            yield StoredBatch(base, last, max_ts, len(v), pid, epoch, seq), v[_HEAD.size:]
+        it.next()

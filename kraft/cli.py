@@ -1104,6 +1104,7 @@ MOUNTED = {
     "consumer-groups": ("clients.consumer_groups", "consumer_groups",
                         "List, describe, reset and delete consumer groups."),
     "dump-log": ("metadata.dump_log", "dump_log", "Decode metadata log segments and snapshots."),
+    "dump-data": ("brokerd.dump_data", "dump_data", "Decode a partition's batches in a broker's log dir."),
     "web": ("kraft.web.command", "web", "Serve a web console for the cluster (overview, topics, messages, groups)."),
 }
 

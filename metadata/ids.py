@@ -14,3 +14,13 @@ def format_uuid(u: uuid.UUID) -> str:
 def random_id() -> str:
     """A new cluster id, like ``kafka-storage.sh random-uuid``."""
     return format_uuid(uuid.uuid4())
+
+
+def parse_uuid(text: str) -> uuid.UUID:
+    """A UUID in either form; ValueError for anything else."""
+    text = text.strip()
+    if len(text) == 22:
+        raw = base64.urlsafe_b64decode(text + "==")
+        if len(raw) == 16:
+            return uuid.UUID(bytes=raw)
+    return uuid.UUID(text)

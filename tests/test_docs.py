@@ -80,6 +80,7 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("docs/brokers.md", 'async with Producer("h1:9092'): "a fragment (await outside a function, hosts h1, h2)",
     ("docs/brokers.md", "python -m clients.console"): SYNOPSIS,
     ("docs/brokers.md", ".venv/bin/python -m bench."): BENCH,
+    ("docs/brokers.md", "Dumping demo-2 (topic id"): OUTPUT,
     ("docs/metadata-shell.md", "metadata-shell --snapshot FILE"): SYNOPSIS,
     ("docs/metadata-shell.md", "$ metadata-shell -b 127.0.0.1:9999"): "an error example: a port where nothing listens, which 9999 need not be here",
     ("docs/metadata-shell.md", "/"): LISTING,
@@ -117,6 +118,7 @@ PRINTS: dict[tuple[str, str], list[str]] = {
     ("README.md", "import asyncio"): ["RecordMetadata(topic='demo'", " b'k"],  # partition offset key value
     ("README.md", "from confluent_kafka import"): ["b'"],
     ("README.md", "for i in 1 2 3 4"): ["OK", "hello"],
+    ("docs/brokers.md", "kraft dump-data --log-dir"): ["key: k0 payload: hello", "key: k1 payload: world"],
 }
 
 
