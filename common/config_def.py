@@ -3,7 +3,7 @@ documentation, role and whether it can be changed while the cluster runs (a dyna
 config), so that reading, validating and documenting a key are one entry, not three places."""
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,7 +130,7 @@ class ConfigDef(Mapping[str, ConfigKey]):
     def __getitem__(self, name: str) -> ConfigKey:
         return self._keys[name]
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[str]:
         return iter(self._keys)
 
     def __len__(self) -> int:
