@@ -181,7 +181,7 @@ def from_properties(props: dict[str, str], source: str = "config") -> ServerConf
     host = socket.gethostname()
     advertised = {n: (h or host, p) for n, (h, p) in advertised.items()}
     log_dirs = SERVER_KEYS.value(props, "log.dirs") or SERVER_KEYS.value(props, "log.dir") or ()
-    metadata_dir = props.get("metadata.log.dir") or (log_dirs[0] if log_dirs else "")
+    metadata_dir = SERVER_KEYS.value(props, "metadata.log.dir") or (log_dirs[0] if log_dirs else "")
     if not metadata_dir:
         raise ConfigError(f"{source}: set metadata.log.dir (or log.dirs)")
     if "broker" in roles and not log_dirs:
