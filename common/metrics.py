@@ -12,8 +12,9 @@ with them (metadata/metrics.py, brokerd/metrics.py).
 Collectors run on the HTTP server's thread: they read plain attributes and immutable metadata
 images, never structures the event loop may be changing mid-iteration.
 
-The one module of the floor that needs prometheus-client (a server dependency): nothing else
-in ``common`` imports it, so the Raft library's base install never loads it.
+The one module of the floor that needs prometheus-client (a server dependency), imported where
+a registry or a metric is made: importing this module, or anything else in ``common``, does
+not load it, so the Raft library's base install never needs it.
 """
 from __future__ import annotations
 
@@ -23,10 +24,6 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
-from prometheus_client import (GC_COLLECTOR, CollectorRegistry, Histogram, PlatformCollector, ProcessCollector,
-                               start_http_server)
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from .config_def import ConfigError
 from .server_keys import PROMETHEUS_LISTENER
@@ -34,12 +31,16 @@ from .server_keys import PROMETHEUS_LISTENER
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.core import GaugeMetricFamily, Metric
+
 #: Request latency buckets in seconds: from a sub-millisecond metadata answer to a long poll.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
 def gauge(name: str, doc: str, value: float, labels: dict[str, str] | None = None) -> GaugeMetricFamily:
     """One gauge sample, for a collector."""
+    from prometheus_client.core import GaugeMetricFamily
     g = GaugeMetricFamily(name, doc, labels=list(labels) if labels else None)
     g.add_metric(list(labels.values()) if labels else [], value)
     return g
@@ -50,6 +51,7 @@ class MetricsEndpoint:
     (nothing is served when ``listener`` is None, but collectors may still register)."""
 
     def __init__(self, listener: tuple[str, int] | None) -> None:
+        from prometheus_client import GC_COLLECTOR, CollectorRegistry, PlatformCollector, ProcessCollector
         self.listener = listener
         self.registry = CollectorRegistry(auto_describe=True)
         ProcessCollector(registry=self.registry)  # process_resident_memory_bytes, process_cpu_seconds_total, ...
@@ -66,6 +68,7 @@ class MetricsEndpoint:
         """Listen; ConfigError (one line) when the address cannot be bound."""
         if self.listener is None or self._httpd is not None:
             return
+        from prometheus_client import start_http_server
         host, port = self.listener
         try:
             self._httpd, _ = start_http_server(port, addr=host or "0.0.0.0", registry=self.registry)
@@ -86,6 +89,7 @@ class RequestMetrics:
     count (``rate()`` of it is RequestsPerSec)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
+        from prometheus_client import Histogram
         self.total_time = Histogram(
             "kafka_network_requestmetrics_total_time_seconds",
             "Time from a request's arrival to its answer, per request type and listener",
@@ -124,9 +128,9 @@ class _TimingInterceptor(grpc.aio.ServerInterceptor):
                                                    response_serializer=handler.response_serializer)
 
 
-class StateCollector(Collector):
-    """A collector whose samples are read from live state at each scrape; it registers itself.
-    ``describe`` is empty: there is nothing to sample until the server runs."""
+class StateCollector:
+    """A collector whose samples are read from live state at each scrape (``collect``); it
+    registers itself. ``describe`` is empty: there is nothing to sample until the server runs."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         registry.register(self)
