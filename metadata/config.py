@@ -2,7 +2,8 @@
 (``node.id``, ``process.roles``, ``controller.quorum.voters`` or
 ``controller.quorum.bootstrap.servers``, ``listeners``,
 ``advertised.listeners``, ``metadata.log.dir``, ``log.dirs``, ...), with Kafka's defaults
-unless docs/operations.md says otherwise."""
+unless docs/operations.md says otherwise. Every key is declared once, with its type, default and
+rule, in ``common.server_keys``; ``ServerConfig`` reads them through it, typed."""
 from __future__ import annotations
 
 import re
