@@ -48,7 +48,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kraft.dev_quorum import DevQuorum
 from protos import broker_pb2 as pb
-from raft.config import TLSConfig
+from common.tls import TLSConfig
 
 from .broker import MiB, _pct, json_line
 from .common import REPO, emit, free_ports

@@ -93,7 +93,7 @@ def main() -> None:
     voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports))
     for nid in (1, 2, 3):
         format_storage(os.path.join(base, f"n{nid}"), "bench", nid)
-    # spawn, not fork: gRPC's runtime is up in this process (raft.transport starts it at import)
+    # spawn, not fork: gRPC's runtime is up in this process (common.channels starts it at import)
     # and does not survive a fork.
     ctx = mp.get_context("spawn")
     stop = ctx.Event()

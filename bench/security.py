@@ -44,7 +44,7 @@ from clients.security import client_tls
 from kraft.dev_quorum import DevQuorum
 from metadata.client import ControllerClient
 from protos import controller_pb2 as cpb
-from raft.config import TLSConfig
+from common.tls import TLSConfig
 
 from .common import REPO, emit, free_ports
 from .kafka_clients import confluent_produce, pykraft_produce

@@ -8,7 +8,7 @@ from metadata.config import ServerConfig
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc
 from raft.client import describe
-from raft.transport import dial
+from common.channels import dial
 
 from .config import BrokerConfig
 

@@ -13,7 +13,7 @@ import click
 
 from metadata.client import ControllerError
 from metadata.config import load
-from raft.config import ConfigError
+from common.config_def import ConfigError
 from raft.errors import StorageError
 from raft.transport import grpc_errors_in_one_line
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from metadata.metrics import StateCollector, gauge
+from common.metrics import StateCollector, gauge
 
 from .group_coordinator import GroupCoordinator
 from .replica_manager import ReplicaManager

@@ -21,7 +21,7 @@ import grpc
 
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc
-from raft.transport import dial
+from common.channels import dial
 
 from .config import BrokerConfig
 from clients.errors import BrokerError, ErrorCode

@@ -31,12 +31,12 @@ from metadata.config import ServerConfig
 from metadata.delta import MetadataChanges
 from metadata.errors import ErrorCode as ControllerCode
 from metadata.image import MetadataImage
-from metadata.metrics import MetricsEndpoint
+from common.metrics import MetricsEndpoint
 from metadata.principal import mapper_from_config
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc
 from protos import controller_pb2 as cpb
-from raft.config import ConfigError
+from common.config_def import ConfigError
 from raft.errors import StorageError
 from raft.storage import check_formatted
 from raft.transport import EXCLUSIVE_BIND, add_port, add_service

@@ -11,7 +11,7 @@ import grpc
 
 from protos import broker_pb2 as pb
 
-from raft.config import TLSConfig
+from common.tls import TLSConfig
 
 from .cluster_view import ClientError, BrokerResponseError, ClusterView, Connections, TopicInfo, parse_bootstrap
 from .errors import RETRIABLE, ErrorCode

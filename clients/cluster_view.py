@@ -14,7 +14,6 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -22,15 +21,14 @@ import grpc
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc
 from raft.client import describe
-from raft.config import TLSConfig
-from raft.transport import dial, tls_failure
+from common.tls import TLSConfig, tls_failure
+from common.channels import dial
+from common.host_ports import host_ports
 
 from .errors import ErrorCode
 from .listener_probe import kafka_listener, not_a_broker, speaks_kafka
 
 log = logging.getLogger("clients")
-
-grpc.aio.init_grpc_aio()  # kept up for the process's life: see raft/transport.py (grpc/grpc#40989)
 
 GRPC_OPTIONS = [("grpc.max_receive_message_length", 256 << 20), ("grpc.max_send_message_length", 256 << 20)]
 
@@ -50,18 +48,6 @@ class BrokerResponseError(ClientError):
         self.code = code
         self.message = message
         super().__init__(f"{code.name}: {message}" if message else code.name)
-
-
-def host_ports(entries: str | Sequence[str]) -> list[str]:
-    """``HOST:PORT[,HOST:PORT...]`` (or a list of them), trimmed: the one parser of address
-    lists, for bootstrap.servers and --bootstrap-controller alike. ValueError names the first
-    entry that is not HOST:PORT."""
-    out = [e.strip() for e in (entries.split(",") if isinstance(entries, str) else entries) if e.strip()]
-    for e in out:
-        host, _, port = e.rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(e)
-    return out
 
 
 def parse_bootstrap(servers: str | list[str]) -> list[str]:

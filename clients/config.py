@@ -6,7 +6,9 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from raft.config import ConfigError, TLSConfig, read_properties
+from common.config_def import ConfigError
+from common.properties import read_properties
+from common.tls import TLSConfig
 
 from .cluster_view import ClientError
 from .security import client_tls, is_security_key

@@ -29,7 +29,7 @@ import grpc
 
 from protos import broker_pb2 as pb
 
-from raft.config import TLSConfig
+from common.tls import TLSConfig
 
 from .cluster_view import BrokerResponseError, ClientError, ClusterView, Connections, parse_bootstrap
 from .consumer_coordinator import ConsumerCoordinator

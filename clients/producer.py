@@ -34,7 +34,7 @@ import grpc
 
 from protos import broker_pb2 as pb
 
-from raft.config import TLSConfig
+from common.tls import TLSConfig
 
 from .accumulator import RECORD_OVERHEAD, RecordAccumulator, RecordFuture, RecordMetadata, ProducerBatch
 from .compression import Codec

@@ -11,25 +11,21 @@ from one file (``ssl.keystore.location``) or inline (``ssl.keystore.key`` and
 ``ssl.truststore.certificates``; an encrypted key is opened with ``ssl.key.password``. The
 material is read and checked once, when the configuration is loaded, so that a missing file,
 a key that does not belong to its certificate or an expired certificate is one line at start
-instead of a failed handshake later. gRPC takes the PEM text as it is (``raft.config.TLSConfig``);
-Python's ``ssl`` module, used by the Kafka-protocol listener and tools, needs files, so
-:func:`ssl_context` writes the key to a private temporary file only while loading it.
+instead of a failed handshake later. gRPC takes the PEM text as it is (``common.tls.TLSConfig``),
+and so does ``common.tls.ssl_context`` for Python's ``ssl`` (the Kafka-protocol listener and tools).
 """
 from __future__ import annotations
 
 import datetime
-import os
 import re
-import ssl
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from raft.config import ConfigError, TLSConfig
-from raft.transport import pem
+from common.config_def import ConfigError
+from common.tls import TLSConfig
 
 PLAINTEXT, SSL = "PLAINTEXT", "SSL"
 #: Kafka's protocols; the SASL ones are named so that they are refused clearly, not as typos.
@@ -247,26 +243,3 @@ def _trusted(text: str, where: str) -> str:
     for block in certs:
         _certificate(block, where)
     return "".join(certs)
-
-
-def ssl_context(tls: TLSConfig, *, server: bool, client_auth: str = "none",
-                check_hostname: bool = True) -> ssl.SSLContext:
-    """The same material for Python's ``ssl`` (the Kafka-protocol listener and tools)."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER if server else ssl.PROTOCOL_TLS_CLIENT)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    if tls.ca:
-        ctx.load_verify_locations(cadata=pem(tls.ca).decode())
-    elif not server:
-        ctx.load_default_certs()
-    if server:
-        ctx.verify_mode = {"required": ssl.CERT_REQUIRED, "requested": ssl.CERT_OPTIONAL}.get(client_auth, ssl.CERT_NONE)
-    else:
-        ctx.check_hostname = check_hostname
-    if tls.cert and tls.key:
-        with tempfile.TemporaryDirectory(prefix="kraft-tls-") as d:  # 0700: only we can read the key
-            path = os.path.join(d, "keystore.pem")
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write((pem(tls.key) + pem(tls.cert)).decode())
-            ctx.load_cert_chain(path)
-    return ctx

@@ -12,7 +12,7 @@ from typing import Any
 from kio.index import api_key_map
 
 from brokerd.kafka.codec import build, frame_request, read_response, request_schema
-from clients.cluster_view import host_ports
+from common.host_ports import host_ports
 
 METADATA, API_VERSIONS = 3, 18
 MAX_RESPONSE = 64 << 20

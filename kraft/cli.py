@@ -17,7 +17,7 @@ from protos import controller_pb2 as pb
 # then pay for nothing else (issue 25 item 9, bench/cli_startup.py).
 if TYPE_CHECKING:
     from metadata.client import ControllerClient
-    from raft.config import TLSConfig
+    from common.tls import TLSConfig
 
 
 def fail(message: str) -> None:
@@ -29,7 +29,7 @@ def run(coro: Awaitable[Any]) -> Any:
     import asyncio
     from metadata.client import ControllerError
     from metadata.errors import ApiError
-    from raft.config import ConfigError
+    from common.config_def import ConfigError
     from raft.errors import RaftError
     try:
         return asyncio.run(coro)  # type: ignore[arg-type]
@@ -183,7 +183,7 @@ def storage_format(cluster_id: str, config_path: str, ignore_formatted: bool, st
                    initial_controllers: str | None, no_initial_controllers: bool) -> None:
     """Format metadata.log.dir (and log.dirs for brokers) with the cluster id and node id, and a
     controller's with its quorum's first voters (KIP-853) unless controller.quorum.voters names them."""
-    from raft.config import ConfigError
+    from common.config_def import ConfigError
     from raft.errors import RaftError
     from raft.storage import check_formatted, format_storage
     from metadata import config as server_config
@@ -213,7 +213,7 @@ def storage_info(config_path: str) -> None:
     missing, unformatted, another node's or another cluster's."""
     import os
     from metadata import config as server_config
-    from raft.config import ConfigError
+    from common.config_def import ConfigError
     from raft.errors import RaftError
     from raft.storage.disk import META_FILE, read_properties
     try:
@@ -256,7 +256,7 @@ def storage_info(config_path: str) -> None:
 def server_start(config_path: str, log_level: str) -> None:
     """Run the roles FILE's process.roles names until SIGTERM or Ctrl-C."""
     from metadata import config as server_config
-    from raft.config import ConfigError
+    from common.config_def import ConfigError
     try:
         cfg = server_config.load(config_path)
     except ConfigError as e:
@@ -275,7 +275,7 @@ async def _serve_roles(cfg) -> int:
     import asyncio
     from brokerd.main import STARTUP_ERRORS
     from brokerd.server import BrokerServer
-    from metadata.metrics import MetricsEndpoint
+    from common.metrics import MetricsEndpoint
     from metadata.server import ControllerServer
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -562,7 +562,7 @@ def quorum_add_controller(obj: tuple, config_path: str, dry_run: bool) -> None:
     controller adds it once it has caught up, as a learner first, then as a voter."""
     import os
     from metadata import config as server_config
-    from raft.config import ConfigError
+    from common.config_def import ConfigError
     from raft.errors import RaftError
     from raft.storage import check_formatted
     from raft.storage.disk import META_FILE
@@ -776,7 +776,7 @@ def health(config_path: str) -> None:
     """Exit 0 when this server is healthy: a controller has joined the quorum and knows the
     leader; a broker is registered and unfenced. For container health checks."""
     from metadata import config as server_config
-    from raft.config import ConfigError
+    from common.config_def import ConfigError
     try:
         cfg = server_config.load(config_path)
     except ConfigError as e:
@@ -793,7 +793,7 @@ async def _health_problems(cfg) -> list[str]:
     from raft.client import describe
     from raft.proto import raft_pb2 as rpb
     from raft.proto import raft_pb2_grpc
-    from raft.transport import dial
+    from common.channels import dial
     problems = []
     if cfg.is_controller:
         try:
@@ -1031,8 +1031,9 @@ def broker_api_versions(bootstrap_server: str, timeout: float, command_config: s
     """The APIs and versions each broker serves to Kafka clients (kafka-broker-api-versions.sh)."""
     from clients.cluster_view import ClientError
     from clients.config import read_config_file
-    from clients.security import check_hostname, client_tls, ssl_context
-    from raft.config import ConfigError
+    from clients.security import check_hostname, client_tls
+    from common.tls import ssl_context
+    from common.config_def import ConfigError
     from .broker_api_versions import KafkaToolError, broker_api_versions as ask
     try:
         props = read_config_file(command_config) if command_config else {}
@@ -1055,7 +1056,7 @@ def broker_api_versions(bootstrap_server: str, timeout: float, command_config: s
 def dev_quorum(base_dir: str | None, base_port: int, brokers: int) -> None:
     """Three controllers (and brokers) on loopback as processes; prints the bootstrap strings;
     Ctrl-C stops them."""
-    from raft.config import ConfigError
+    from common.config_def import ConfigError
     from raft.errors import RaftError
 
     from .dev_quorum import DevQuorum

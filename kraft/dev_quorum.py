@@ -11,7 +11,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from raft.config import ConfigError, TLSConfig, new_directory_id
+from common.config_def import ConfigError
+from common.tls import TLSConfig
+from raft.config import new_directory_id
 
 from metadata.client import ControllerClient
 from metadata.ids import random_id

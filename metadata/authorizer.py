@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 
 from .acls import (CLUSTER_NAME, WILDCARD, WILDCARD_PRINCIPAL, AclOperation, AclPermissionType,
                    AclResourceType, PatternType, ResourcePattern, StandardAcl)
-from raft.config import ConfigError
+from common.config_def import ConfigError
 
 from .errors import ApiError, ErrorCode, capped
 from .image import AclsImage

@@ -13,11 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from clients.cluster_view import host_ports
+from common.host_ports import host_ports
 from protos import controller_pb2_grpc
 from raft.client import LeaderClient, Retry, describe
-from raft.config import TLSConfig
-from raft.transport import tls_failure
+from common.tls import TLSConfig, tls_failure
 
 from .errors import ErrorCode
 

@@ -2,25 +2,25 @@
 (``node.id``, ``process.roles``, ``controller.quorum.voters`` or
 ``controller.quorum.bootstrap.servers``, ``listeners``,
 ``advertised.listeners``, ``metadata.log.dir``, ``log.dirs``, ...), with Kafka's defaults
-unless docs/operations.md says otherwise."""
+unless docs/operations.md says otherwise. Every key is declared once, with its type, default and
+rule, in ``common.server_keys``; ``ServerConfig`` reads them through it, typed."""
 from __future__ import annotations
 
 import re
 import socket
 from dataclasses import dataclass, field
+from typing import Any
 
-from clients.cluster_view import host_ports
 from clients.security import ListenerSecurity, connecting_tls, listener_security, security_protocol_map
-from raft.config import ConfigError, TLSConfig, bounded_int, parse_voters, read_properties
+from common.config_def import ConfigError
+from common.host_ports import host_ports, parse_host_port
+from common.properties import read_properties
+from common.server_keys import BOOTSTRAP_SERVERS, PROMETHEUS_LISTENER, SERVER_KEYS, VOTERS
+from common.tls import TLSConfig
+from raft.config import parse_voters
 
 ROLES = {"controller", "broker"}
 _LISTENER = re.compile(r"^([A-Za-z][A-Za-z0-9_]*)://(\[[0-9a-fA-F:.]*\]|[A-Za-z0-9_.-]*):(\d{1,5})$")
-_HOST_PORT = re.compile(r"^(\[[0-9a-fA-F:.]*\]|[A-Za-z0-9_.-]*):(\d{1,5})$")
-#: Where this server serves its Prometheus metrics (``HOST:PORT``; ``:PORT`` for every interface).
-PROMETHEUS_LISTENER = "prometheus.listener"
-VOTERS = "controller.quorum.voters"
-#: KIP-853: where servers that do not list the voters find the quorum (``HOST:PORT,...``).
-BOOTSTRAP_SERVERS = "controller.quorum.bootstrap.servers"
 
 
 def parse_listeners(text: str, key: str) -> dict[str, tuple[str, int]]:
@@ -35,24 +35,6 @@ def parse_listeners(text: str, key: str) -> dict[str, tuple[str, int]]:
             raise ConfigError(f"listener {name} appears twice in {key}")
         out[name] = (m.group(2).strip("[]"), int(m.group(3)))
     return out
-
-
-def parse_host_port(text: str, key: str) -> tuple[str, int]:
-    """``host:9404``, ``:9404`` or ``[::1]:9404`` -> (host, port); ConfigError naming ``key`` otherwise."""
-    m = _HOST_PORT.match(text.strip())
-    if not m or not 0 < int(m.group(2)) < 65536:
-        raise ConfigError(f"bad {key}={text!r}: expected HOST:PORT with a port from 1 to 65535, e.g. 0.0.0.0:9404")
-    return m.group(1).strip("[]"), int(m.group(2))
-
-
-def _int(props: dict[str, str], key: str, default: int, minimum: int = 0) -> int:
-    raw = props.get(key)
-    if raw is None:
-        return default
-    try:
-        return bounded_int(raw, minimum)
-    except ValueError as e:
-        raise ConfigError(f"{key}={e}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,10 +55,34 @@ class ServerConfig:
     controller_tls: TLSConfig | None = None
     bootstrap_servers: tuple[str, ...] = ()  # controller.quorum.bootstrap.servers
 
-    # -- the values derived from the properties, with their defaults --------------------------
+    # -- the values of the keys, typed, with their defaults (common.server_keys) ---------------
 
-    def int(self, key: str, default: int, minimum: int = 0) -> int:
-        return _int(self.props, key, default, minimum)
+    def value(self, key: str) -> Any:
+        """``key``'s value, or its default (None when it has none); KeyError for a key that is
+        not in the table, so that every key a server reads is declared and documented."""
+        return SERVER_KEYS.value(self.props, key)
+
+    def int(self, key: str) -> int:
+        return self._typed(key, "int")
+
+    def bool(self, key: str) -> bool:
+        return self._typed(key, "boolean")
+
+    def str(self, key: str) -> str:
+        return self._typed(key, "string")
+
+    def float(self, key: str) -> float:
+        return self._typed(key, "double")
+
+    def list(self, key: str) -> tuple[str, ...]:
+        return self._typed(key, "list")
+
+    def _typed(self, key: str, kind: str) -> Any:
+        """The typed reads are for keys with a default, so they never answer None."""
+        spec = SERVER_KEYS[key]
+        if spec.type != kind or spec.default is None:
+            raise TypeError(f"{key} is a {spec.type} with default {spec.default!r}: read it with value()")
+        return self.value(key)
 
     @property
     def is_controller(self) -> bool:
@@ -108,7 +114,7 @@ class ServerConfig:
 
     def prometheus_listener(self) -> tuple[str, int] | None:
         """(host, port) of ``prometheus.listener``, None when unset (no metrics are served)."""
-        raw = self.props.get(PROMETHEUS_LISTENER, "").strip()
+        raw = self.value(PROMETHEUS_LISTENER)
         return parse_host_port(raw, PROMETHEUS_LISTENER) if raw else None
 
 
@@ -135,7 +141,11 @@ def load(path: str) -> ServerConfig:
 def from_properties(props: dict[str, str], source: str = "config") -> ServerConfig:
     if "node.id" not in props:
         raise ConfigError(f"{source}: node.id is required")
-    node_id = _int(props, "node.id", 0, minimum=0)
+    try:
+        SERVER_KEYS.validate(props)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+    node_id: int = SERVER_KEYS.value(props, "node.id")
     roles_raw = props.get("process.roles", "")
     roles = frozenset(r.strip() for r in roles_raw.split(",") if r.strip())
     if not roles or not roles <= ROLES:
@@ -151,7 +161,7 @@ def from_properties(props: dict[str, str], source: str = "config") -> ServerConf
         raise ConfigError(f"{source}: set {VOTERS} (ID@HOST:PORT,..., a static quorum) or {BOOTSTRAP_SERVERS} "
                           f"(HOST:PORT,..., a quorum whose voters change with kraft quorum add-controller)")
     listeners = parse_listeners(props.get("listeners", ""), "listeners")
-    controller_listener = props.get("controller.listener.names", "CONTROLLER").split(",")[0].strip().upper()
+    controller_listener = (SERVER_KEYS.value(props, "controller.listener.names") or ("CONTROLLER",))[0].upper()
     if "controller" in roles:
         if voters and node_id not in voters:
             raise ConfigError(f"{source}: node.id={node_id} has the controller role but is not in "
@@ -171,8 +181,8 @@ def from_properties(props: dict[str, str], source: str = "config") -> ServerConf
         advertised.update(parse_listeners(props["advertised.listeners"], "advertised.listeners"))
     host = socket.gethostname()
     advertised = {n: (h or host, p) for n, (h, p) in advertised.items()}
-    log_dirs = tuple(d.strip() for d in props.get("log.dirs", props.get("log.dir", "")).split(",") if d.strip())
-    metadata_dir = props.get("metadata.log.dir") or (log_dirs[0] if log_dirs else "")
+    log_dirs = SERVER_KEYS.value(props, "log.dirs") or SERVER_KEYS.value(props, "log.dir") or ()
+    metadata_dir = SERVER_KEYS.value(props, "metadata.log.dir") or (log_dirs[0] if log_dirs else "")
     if not metadata_dir:
         raise ConfigError(f"{source}: set metadata.log.dir (or log.dirs)")
     if "broker" in roles and not log_dirs:

@@ -2,92 +2,32 @@
 rules, so INVALID_CONFIG is answered before anything is written."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
-
-from raft.config import bounded_int
+from common.config_def import INT_MAX, LONG_MAX, ConfigKey, boolean, in_range, one_of, ratio
+from common.server_keys import CLEANUP_POLICIES, COMPRESSION_TYPES, SERVER_KEYS
 
 from .errors import ApiError, ErrorCode
 
-LONG_MAX = (1 << 63) - 1
-INT_MAX = (1 << 31) - 1
-
-
-def _int(lo: int, hi: int) -> Callable[[str], str | None]:
-    def check(v: str) -> str | None:
-        try:
-            bounded_int(v, lo, hi)
-        except ValueError as e:
-            return f"value {e}"
-        return None
-    return check
-
-
-def _ratio(v: str) -> str | None:
-    try:
-        n = float(v)
-    except ValueError:
-        return f"value {v!r} is not a number"
-    return None if 0.0 <= n <= 1.0 else f"value {n} must be between 0 and 1"
-
-
-def _choice(*options: str) -> Callable[[str], str | None]:
-    def check(v: str) -> str | None:
-        return None if v in options else f"value {v!r} must be one of {', '.join(options)}"
-    return check
-
-
-def _bool(v: str) -> str | None:
-    return None if v.lower() in ("true", "false") else f"value {v!r} must be true or false"
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigKey:
-    name: str
-    default: str
-    check: Callable[[str], str | None]
-    doc: str
-
-
 TOPIC_CONFIGS = {k.name: k for k in [
-    ConfigKey("cleanup.policy", "delete", _choice("delete", "compact", "compact,delete", "delete,compact"),
-              "delete old segments, compact by key, or both"),
-    ConfigKey("retention.ms", "604800000", _int(-1, LONG_MAX), "how long to keep records (-1: forever)"),
-    ConfigKey("retention.bytes", "-1", _int(-1, LONG_MAX), "maximum partition size (-1: unlimited)"),
-    ConfigKey("min.insync.replicas", "1", _int(1, INT_MAX),
-              "acks=all writes need at least this many in-sync replicas"),
-    ConfigKey("max.message.bytes", "1048588", _int(0, INT_MAX), "largest record batch accepted"),
-    ConfigKey("segment.bytes", "1073741824", _int(14, INT_MAX), "log segment size"),
-    ConfigKey("unclean.leader.election.enable", "false", _bool,
-              "elect a leader outside the ISR when no ISR member is alive (may lose data)"),
-    ConfigKey("compression.type", "producer",
-              _choice("producer", "none", "gzip", "snappy", "lz4", "zstd", "uncompressed"), "codec"),
-    ConfigKey("delete.retention.ms", "86400000", _int(0, LONG_MAX),
-              "how long a compacted topic keeps a tombstone (a null value)"),
-    ConfigKey("min.cleanable.dirty.ratio", "0.5", _ratio,
-              "compact once this share of the log was written since the last compaction"),
+    ConfigKey("cleanup.policy", "string", "delete", "delete old segments, compact by key, or both",
+              one_of(*CLEANUP_POLICIES)),
+    ConfigKey("retention.ms", "int", "604800000", "how long to keep records (-1: forever)", in_range(-1)),
+    ConfigKey("retention.bytes", "int", "-1", "maximum partition size (-1: unlimited)", in_range(-1)),
+    ConfigKey("min.insync.replicas", "int", "1", "acks=all writes need at least this many in-sync replicas",
+              in_range(1, INT_MAX)),
+    ConfigKey("max.message.bytes", "int", "1048588", "largest record batch accepted", in_range(0, INT_MAX)),
+    ConfigKey("segment.bytes", "int", "1073741824", "log segment size", in_range(14, INT_MAX)),
+    ConfigKey("unclean.leader.election.enable", "boolean", "false",
+              "elect a leader outside the ISR when no ISR member is alive (may lose data)", boolean),
+    ConfigKey("compression.type", "string", "producer", "codec", one_of(*COMPRESSION_TYPES)),
+    ConfigKey("delete.retention.ms", "int", "86400000", "how long a compacted topic keeps a tombstone (a null value)",
+              in_range(0, LONG_MAX)),
+    ConfigKey("min.cleanable.dirty.ratio", "double", "0.5",
+              "compact once this share of the log was written since the last compaction", ratio),
 ]}
 
-BROKER_CONFIGS = {k.name: k for k in [
-    ConfigKey("log.retention.ms", "604800000", _int(-1, LONG_MAX), "default retention.ms"),
-    ConfigKey("log.retention.bytes", "-1", _int(-1, LONG_MAX), "default retention.bytes"),
-    ConfigKey("min.insync.replicas", "1", _int(1, INT_MAX), "default min.insync.replicas"),
-    ConfigKey("message.max.bytes", "1048588", _int(0, INT_MAX), "default max.message.bytes"),
-    ConfigKey("unclean.leader.election.enable", "false", _bool, "default for topics"),
-    ConfigKey("replica.lag.time.max.ms", "30000", _int(0, LONG_MAX),
-              "a follower behind for longer leaves the ISR"),
-    ConfigKey("compression.type", "producer",
-              _choice("producer", "none", "gzip", "snappy", "lz4", "zstd", "uncompressed"),
-              "default compression.type of topics"),
-    ConfigKey("log.cleanup.policy", "delete", _choice("delete", "compact", "compact,delete", "delete,compact"),
-              "default cleanup.policy of topics"),
-    ConfigKey("log.cleaner.delete.retention.ms", "86400000", _int(0, LONG_MAX), "default delete.retention.ms"),
-    ConfigKey("log.cleaner.min.cleanable.ratio", "0.5", _ratio, "default min.cleanable.dirty.ratio"),
-    ConfigKey("leader.replication.throttled.rate", "0", _int(0, LONG_MAX),
-              "bytes/s a leader sends to replicas a reassignment is adding (0: unthrottled)"),
-    ConfigKey("follower.replication.throttled.rate", "0", _int(0, LONG_MAX),
-              "bytes/s a replica being added by a reassignment fetches (0: unthrottled)"),
-]}
+#: The broker configs ``kraft configs`` may set, per broker or cluster-wide: the dynamic keys of
+#: the servers' table, checked by the same rules as the properties file.
+BROKER_CONFIGS = SERVER_KEYS.dynamic()
 
 
 def validate(kind: str, key: str, value: str) -> None:
@@ -96,7 +36,7 @@ def validate(kind: str, key: str, value: str) -> None:
     spec = known.get(key)
     if spec is None:
         raise ApiError(ErrorCode.INVALID_CONFIG, f"Unknown {kind} config name: {key}")
-    problem = spec.check(value)
+    problem = spec.problem(value)
     if problem:
         raise ApiError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration {key}: {problem}")
 

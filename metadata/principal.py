@@ -25,7 +25,7 @@ from urllib.parse import unquote
 import grpc
 from cryptography import x509
 
-from raft.config import ConfigError
+from common.config_def import ConfigError
 
 ANONYMOUS = "User:ANONYMOUS"
 USER = "User:"

@@ -20,13 +20,14 @@ import asyncio
 import contextlib
 from collections.abc import Iterator
 
+from common.config_def import ConfigError
+from common.server_keys import BOOTSTRAP_SERVERS, VOTERS
 from protos import controller_pb2 as pb
-from raft.config import (UNKNOWN_DIRECTORY, ConfigError, Voter, check_directory_id, new_directory_id,
-                         parse_voter_set)
+from raft.config import UNKNOWN_DIRECTORY, Voter, check_directory_id, new_directory_id, parse_voter_set
 from raft.errors import LeftAsLearner, MembershipRefused, NotCaughtUp, NotLeader, ProposalDropped
 from raft.messages import Membership
 
-from .config import BOOTSTRAP_SERVERS, VOTERS, ServerConfig
+from .config import ServerConfig
 from .controller import QuorumController
 from .errors import ApiError, ErrorCode
 

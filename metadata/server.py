@@ -7,6 +7,7 @@ from typing import Any
 
 import grpc
 
+from common.metrics import MetricsEndpoint
 from protos import controller_pb2_grpc
 from raft.config import NodeOptions
 from raft.node import RaftNode
@@ -18,21 +19,22 @@ from .authorizer import Access, StandardAuthorizer
 from .config import ServerConfig
 from .controller import ControllerConfig, QuorumController
 from .loop_stall import LoopStallProbe
-from .metrics import ControllerMetrics, MetricsEndpoint, RaftMetrics
+from .metrics import ControllerMetrics, RaftMetrics
 from .principal import PrincipalMapper, caller, mapper_from_config
 from .service import ControllerService
 from .state_machine import MetadataStateMachine
 
 
 def node_options(cfg: ServerConfig) -> NodeOptions:
-    election = cfg.int("controller.quorum.election.timeout.ms", 500, 20)
+    election = cfg.int("controller.quorum.election.timeout.ms")
+    heartbeat = cfg.value("controller.quorum.heartbeat.interval.ms")
     return NodeOptions(
         tick_ms=min(50, max(5, election // 10)),
-        heartbeat_interval_ms=cfg.int("controller.quorum.heartbeat.interval.ms", min(100, election // 5), 1),
+        heartbeat_interval_ms=min(100, election // 5) if heartbeat is None else heartbeat,
         election_timeout_ms=election,
-        snapshot_entries=cfg.int("metadata.log.max.records.between.snapshots", 100_000, 1),
-        snapshot_bytes=cfg.int("metadata.log.max.record.bytes.between.snapshots", 20 << 20, 1),
-        snapshot_trailing_entries=cfg.int("metadata.log.snapshot.trailing.records", 10_000, 0),
+        snapshot_entries=cfg.int("metadata.log.max.records.between.snapshots"),
+        snapshot_bytes=cfg.int("metadata.log.max.record.bytes.between.snapshots"),
+        snapshot_trailing_entries=cfg.int("metadata.log.snapshot.trailing.records"),
         listen=cfg.controller_bind(),
         # The controller listener's TLS serves clients and dials the other controllers.
         tls=cfg.security[cfg.controller_listener].tls)
@@ -40,13 +42,13 @@ def node_options(cfg: ServerConfig) -> NodeOptions:
 
 def controller_config(cfg: ServerConfig) -> ControllerConfig:
     return ControllerConfig(
-        session_timeout_ms=cfg.int("broker.session.timeout.ms", 9000, 1),
-        heartbeat_interval_ms=cfg.int("broker.heartbeat.interval.ms", 2000, 1),
-        default_partitions=cfg.int("num.partitions", 1, 1),
-        default_replication_factor=cfg.int("default.replication.factor", 1, 1),
-        auto_leader_rebalance=cfg.props.get("auto.leader.rebalance.enable", "true").strip().lower() == "true",
-        leader_imbalance_percentage=cfg.int("leader.imbalance.per.broker.percentage", 10, 0),
-        leader_imbalance_check_interval_s=cfg.int("leader.imbalance.check.interval.seconds", 300, 1))
+        session_timeout_ms=cfg.int("broker.session.timeout.ms"),
+        heartbeat_interval_ms=cfg.int("broker.heartbeat.interval.ms"),
+        default_partitions=cfg.int("num.partitions"),
+        default_replication_factor=cfg.int("default.replication.factor"),
+        auto_leader_rebalance=cfg.bool("auto.leader.rebalance.enable"),
+        leader_imbalance_percentage=cfg.int("leader.imbalance.per.broker.percentage"),
+        leader_imbalance_check_interval_s=cfg.int("leader.imbalance.check.interval.seconds"))
 
 
 class RaftAccess(grpc.aio.ServerInterceptor):

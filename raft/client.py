@@ -21,8 +21,8 @@ from typing import TypeVar
 import grpc
 
 from .admin import NOT_APPLIED, leader_hint
-from .config import TLSConfig
-from .transport import closed_hint, open_channel, tls_failure
+from common.tls import TLSConfig, closed_hint, tls_failure
+from common.channels import open_channel
 
 R = TypeVar("R")
 

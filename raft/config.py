@@ -5,54 +5,14 @@ from __future__ import annotations
 import base64
 import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from common.config_def import ConfigError
+from common.tls import TLSConfig
 
 from .core import CoreConfig
 
 _VOTER = re.compile(r"^(\d+)@(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
-
-
-class ConfigError(ValueError):
-    """A configuration value is wrong; the message says which and what is expected."""
-
-
-def read_properties(path: str) -> dict[str, str]:
-    """Java properties: ``key=value`` or ``key: value``, ``#``/``!`` comments, ``\\`` line
-    continuations. The one parser of properties files (server configs, ``meta.properties``)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except OSError as e:
-        raise ConfigError(f"cannot read {path}: {e.strerror}") from None
-    props: dict[str, str] = {}
-    buf = ""
-    for raw in lines:
-        line = raw.strip()
-        if not buf and (not line or line[0] in "#!"):
-            continue
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            buf += line[:-1]
-            continue
-        line, buf = buf + line, ""
-        m = re.match(r"^([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
-        if not m:
-            raise ConfigError(f"{path}: cannot parse line {raw!r}: expected key=value")
-        props[m.group(1)] = m.group(2).strip()
-    return props
-
-
-def bounded_int(text: str, least: int, most: int | None = None) -> int:
-    """The one parser of integer options: ``text`` as an int within [least, most], or a
-    ValueError whose message callers prefix with the option's name."""
-    try:
-        value = int(text)
-    except (TypeError, ValueError):
-        raise ValueError(f"{text!r} is not an integer") from None
-    if most is not None and not least <= value <= most:
-        raise ValueError(f"{value} must be between {least} and {most}")
-    if value < least:
-        raise ValueError(f"{value} must be at least {least}")
-    return value
 
 
 #: A data directory id: Kafka's form is 22 characters of URL-safe base64 (``new_directory_id``);
@@ -128,21 +88,6 @@ def parse_voters(text: str) -> dict[int, str]:
     if not voters:
         raise ConfigError("no voters given: expected ID@HOST:PORT[,ID@HOST:PORT...]")
     return voters
-
-
-@dataclass(frozen=True, slots=True)
-class TLSConfig:
-    """PEM material, each item a file's path or the PEM text itself (files are read when a
-    channel or port opens, so a renewed certificate is picked up by the next connection).
-    ``cert``/``key`` are this side's identity: required to serve, and what a client shows for
-    mutual TLS. With ``ca`` set, peers are verified against it (else the system's roots); with
-    ``require_client_auth`` the server also demands a client certificate (mutual TLS)."""
-
-    cert: str | None = None
-    key: str | None = field(default=None, repr=False)  # a private key stays out of logs and reprs
-    ca: str | None = None
-    require_client_auth: bool = False
-    server_name: str | None = None  # override for the name checked in peers' certificates
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,19 +23,16 @@ from typing import AsyncIterator, Callable, Protocol
 import grpc
 from google.protobuf.message import DecodeError
 
+from common.channels import channel_options, open_channel
+from common.tls import TLSConfig, server_credentials
+
 from .proto import raft_pb2 as pb
 
-from .config import TLSConfig
 from .messages import Message, MessageType
 from .wire import WireError, from_pb, to_pb
 
 log = logging.getLogger("raft.transport")
 
-# Keep gRPC's asyncio runtime up for the life of the process. Otherwise it is torn down each
-# time its last channel or server goes, and that teardown can hang forever joining its poller
-# thread (grpc/grpc#40989; the workaround from grpc/grpc#22365): seen here as a test run that
-# froze in asyncio.run after many clusters came and went.
-grpc.aio.init_grpc_aio()
 
 SERVICE = "kraft.raft.RaftPeer"
 
@@ -94,68 +91,6 @@ class Transport(Protocol):
 MAX_QUEUED = 20_000  # messages kept for a peer that is unreachable
 
 
-def pem(item: str) -> bytes:
-    """A TLSConfig item: PEM text as it is, else the file it names."""
-    if item.lstrip().startswith("-----BEGIN"):
-        return item.encode()
-    with open(item, "rb") as f:
-        return f.read()
-
-
-def channel_credentials(tls: TLSConfig) -> grpc.ChannelCredentials:
-    return grpc.ssl_channel_credentials(
-        root_certificates=pem(tls.ca) if tls.ca else None,
-        private_key=pem(tls.key) if tls.key else None,
-        certificate_chain=pem(tls.cert) if tls.cert else None)
-
-
-def server_credentials(tls: TLSConfig) -> grpc.ServerCredentials:
-    if not (tls.cert and tls.key):
-        raise ValueError("a TLS server needs a certificate and its key")
-    return grpc.ssl_server_credentials([(pem(tls.key), pem(tls.cert))],
-                                       root_certificates=pem(tls.ca) if tls.ca else None,
-                                       require_client_auth=tls.require_client_auth)
-
-
-_TLS_REASONS = (
-    ("WRONG_VERSION_NUMBER", "the server does not speak TLS on this port (a PLAINTEXT listener?)"),
-    ("certificate has expired", "the server's certificate has expired"),
-    ("BAD_SIGNATURE", "the server's certificate is not signed by a trusted CA (the trust store)"),
-    ("unable to get local issuer", "the server's certificate is not signed by a trusted CA (the trust store)"),
-    ("self signed", "the server's certificate is not signed by a trusted CA (the trust store)"),
-    ("not in peer certificate", "the server's certificate does not name the host dialled"),
-)
-
-
-def tls_failure(details: str) -> str | None:
-    """What a failed TLS handshake on this side means, from gRPC's connect error; None when
-    ``details`` is not one. Trying again cannot fix any of these, so callers fail at once."""
-    if "handshake failed" not in details.lower() and "not in peer certificate" not in details:
-        return None
-    if "SSL_ERROR_SYSCALL" in details:  # the connection broke mid-handshake (a server going away): transient
-        return None
-    for marker, reason in _TLS_REASONS:
-        if marker in details:
-            return f"TLS handshake failed: {reason}"
-    tail = details.rsplit("OPENSSL_internal:", 1)[-1].removesuffix(": OK")
-    return f"TLS handshake failed: {tail.strip()}"
-
-
-def closed_hint(details: str) -> str:
-    """What a server closing the connection while it was being set up most likely means."""
-    if "socket closed" not in details.lower():
-        return ""
-    return ("; a TLS listener closes connections that do not speak TLS or whose client certificate it does "
-            "not accept (check security.protocol and the ssl.* settings)")
-
-
-def channel_options(max_bytes: int) -> list[tuple[str, int]]:
-    return [("grpc.max_send_message_length", max_bytes * 4),
-            ("grpc.max_receive_message_length", max_bytes * 4),
-            ("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
-            ("grpc.initial_reconnect_backoff_ms", 50), ("grpc.max_reconnect_backoff_ms", 500)]
-
-
 #: The gRPC server option that binds a port exclusively. grpcio sets SO_REUSEPORT by default,
 #: so a second server on a port in use would share the port, and its clients, with the first
 #: instead of failing to start.
@@ -165,20 +100,6 @@ EXCLUSIVE_BIND = ("grpc.so_reuseport", 0)
 def server_options(max_bytes: int) -> list[tuple[str, int]]:
     """A gRPC server's options: ``channel_options`` and an exclusive bind."""
     return [*channel_options(max_bytes), EXCLUSIVE_BIND]
-
-
-def open_channel(address: str, tls: TLSConfig | None, max_bytes: int) -> grpc.aio.Channel:
-    return dial(address, tls, channel_options(max_bytes))
-
-
-def dial(address: str, tls: TLSConfig | None, options: list[tuple[str, int]]) -> grpc.aio.Channel:
-    """A channel to ``address``: plaintext, or TLS with ``tls``."""
-    if tls is None:
-        return grpc.aio.insecure_channel(address, options=options)
-    opts: list = list(options)
-    if tls.server_name:
-        opts.append(("grpc.ssl_target_name_override", tls.server_name))
-    return grpc.aio.secure_channel(address, channel_credentials(tls), options=opts)
 
 
 def add_port(server: grpc.aio.Server, address: str, tls: TLSConfig | None) -> int:

@@ -18,9 +18,9 @@ from kraft.dev_quorum import DevQuorum
 from protos import broker_pb2 as bpb
 from protos import broker_pb2_grpc
 from protos import controller_pb2 as cpb
-from raft.config import TLSConfig
+from common.tls import TLSConfig
 from raft.storage import format_storage
-from raft.transport import dial
+from common.channels import dial
 from tests.eventually import eventually
 from tests.kvcluster import consecutive_ports
 from tests.logs import assert_no_tracebacks

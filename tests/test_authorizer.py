@@ -17,7 +17,7 @@ from metadata.authorizer import Access, StandardAuthorizer
 from metadata.delta import MetadataDelta
 from metadata.image import AclsImage, MetadataImage
 from metadata.principal import Session
-from raft.config import ConfigError
+from common.config_def import ConfigError
 
 T, G, C = AclResourceType.TOPIC, AclResourceType.GROUP, AclResourceType.CLUSTER
 LIT, PRE = PatternType.LITERAL, PatternType.PREFIXED

@@ -13,7 +13,7 @@ import pytest
 
 from metadata.principal import (ANONYMOUS, PrincipalError, PrincipalMapper, client_address, grpc_session,
                                 mapper_from_config, stream_session)
-from raft.config import ConfigError
+from common.config_def import ConfigError
 from tests.pki import CertificateAuthority, name
 
 # -- the mapping rules -----------------------------------------------------------------------------

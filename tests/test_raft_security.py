@@ -14,7 +14,8 @@ from cryptography.x509.oid import NameOID
 from raft.examples.kv.client import KVClient, KVError
 from raft.examples.kv.server import build
 from raft.proto import raft_pb2 as pb
-from raft.config import NodeOptions, TLSConfig
+from common.tls import TLSConfig
+from raft.config import NodeOptions
 from raft.messages import Entry, Message, MessageType
 from raft.storage import format_storage
 from raft.wire import to_pb

@@ -19,8 +19,9 @@ import pytest
 from clients.security import client_tls, listener_security
 from protos import controller_pb2 as cpb
 from protos import controller_pb2_grpc
-from raft.config import ConfigError, TLSConfig
-from raft.transport import dial
+from common.config_def import ConfigError
+from common.tls import TLSConfig
+from common.channels import dial
 from tests.brokercluster import REPO, BrokerCluster, running_cluster
 from tests.eventually import eventually
 
@@ -225,7 +226,7 @@ def test_kafka_keys_read_as_kafka_reads_them(certs: Path, tmp_path: Path):
                     f"ssl.truststore.certificates={continued((ca / 'ca.crt').read_text())}\n"
                     "listener.security.protocol.map=INTERNAL:SSL,EXTERNAL:PLAINTEXT\n"
                     "listener.name.internal.ssl.client.auth=required\n")
-    from raft.config import read_properties
+    from common.properties import read_properties
     props = read_properties(str(path))
     internal = listener_security(props, "INTERNAL")
     assert internal.is_tls and internal.client_auth == "required" and internal.tls.require_client_auth

@@ -16,8 +16,9 @@ import ssl
 import time
 from typing import Any
 
-from clients.security import ListenerSecurity, ssl_context
-from metadata.metrics import RequestMetrics
+from clients.security import ListenerSecurity
+from common.metrics import RequestMetrics
+from common.tls import ssl_context
 from metadata.principal import PrincipalError
 
 from .apis import API_VERSIONS, VERSIONS, CloseConnection, KafkaApis, newer_api_versions_answer

@@ -12,7 +12,7 @@ from clients.cluster_view import ClientError
 from metadata.client import ControllerClient, ControllerError, error_code
 from metadata.errors import ErrorCode
 from protos import controller_pb2 as pb
-from raft.config import TLSConfig
+from common.tls import TLSConfig
 
 
 class Cluster:

@@ -22,7 +22,7 @@ from pyspark.sql.datasource import InputPartition
 from metadata.log_dir import LogBatch, MetadataLogError, open_snapshot
 from metadata.records import decode_record, type_name
 from metadata.snapshot import SnapshotError, SnapshotInfo, read_info, record_ranges
-from raft.config import bounded_int
+from common.config_def import bounded_int
 
 from . import rows as R
 from .errors import AnalyticsError

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from protos import controller_pb2 as pb
-from raft.config import TLSConfig
+from common.tls import TLSConfig
 
 from ..client import ControllerClient, ControllerError, parse_bootstrap
 from ..errors import ErrorCode

@@ -17,6 +17,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import BinaryIO, Callable
 
+from common import properties
+from common.config_def import ConfigError
+
 from .. import config
 from ..errors import StorageError
 from ..messages import Entry, HardState, Membership, Ready, Snapshot, SnapshotMeta, SnapshotSource
@@ -39,8 +42,8 @@ _SNAP_RE = re.compile(r"^(\d{20})-(\d{20})\.snap$")
 def read_properties(path: str) -> dict[str, str]:
     """``meta.properties``; one that does not parse is a storage problem, said as one."""
     try:
-        return config.read_properties(path)
-    except config.ConfigError as e:
+        return properties.read_properties(path)
+    except ConfigError as e:
         raise StorageError(str(e)) from None
 
 
@@ -100,7 +103,7 @@ def bootstrap_voters(data_dir: str) -> list[config.Voter] | None:
         return None
     try:
         return config.parse_voter_set(read_properties(path).get("voters", ""))
-    except config.ConfigError as e:
+    except ConfigError as e:
         raise StorageError(f"{path}: {e}") from None
 
 

@@ -21,7 +21,9 @@ except ImportError:  # the base install is the library alone (pyproject.toml)
     sys.exit("raft-kv: error: the command line needs click: pip install 'pykraft[server]'")
 
 from raft.proto import raft_pb2 as rpb
-from raft.config import ConfigError, NodeOptions, TLSConfig
+from common.config_def import ConfigError
+from common.tls import TLSConfig
+from raft.config import NodeOptions
 from raft.errors import RaftError
 from raft.storage import format_storage
 from raft.transport import grpc_errors_in_one_line

@@ -27,7 +27,7 @@ from raft.examples.kv import kv_pb2_grpc
 from raft.proto import raft_pb2 as rpb
 from raft.proto import raft_pb2_grpc
 from raft.client import LeaderClient, Retry
-from raft.config import TLSConfig
+from common.tls import TLSConfig
 
 from .frames import FrameQueue
 

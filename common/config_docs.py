@@ -1,0 +1,63 @@
+"""docs/operations.md's table of server configuration keys, printed from the table the servers
+read (``common.server_keys``), so that the documentation cannot drift from the code:
+
+    python -m common.config_docs                         # print the table
+    python -m common.config_docs --write docs/operations.md  # put it between the markers
+
+tests/test_config_table.py fails when the file and the table differ."""
+from __future__ import annotations
+
+import sys
+
+from .config_def import BOTH, ConfigDef, ConfigKey
+from .server_keys import SERVER_KEYS
+
+START = "<!-- config-table: printed by python -m common.config_docs from common/server_keys.py; do not edit -->"
+END = "<!-- config-table end -->"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _default(key: ConfigKey) -> str:
+    if key.default_doc is not None:
+        return key.default_doc
+    return "" if key.default is None else key.default
+
+
+def table(keys: ConfigDef = SERVER_KEYS) -> str:
+    """The keys as a Markdown table: key, role, default, dynamic, meaning."""
+    rows = ["| key | role | default | dynamic | meaning |", "|---|---|---|---|---|"]
+    for key in keys.values():
+        role = "both" if key.role == BOTH else key.role
+        rows.append(f"| `{key.name}` | {role} | {_cell(_default(key))} | {'yes' if key.dynamic else ''} "
+                    f"| {_cell(key.doc)} |")
+    return "\n".join(rows) + "\n"
+
+
+def with_table(text: str, keys: ConfigDef = SERVER_KEYS) -> str:
+    """``text`` (a Markdown file) with the table between its markers replaced by ``table()``."""
+    head, start, rest = text.partition(START + "\n")
+    _, end, tail = rest.partition(END)
+    if not start or not end:
+        raise ValueError(f"the markers {START!r} and {END!r} are missing")
+    return head + start + table(keys) + end + tail
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--write"] and len(argv) == 2:
+        with open(argv[1], encoding="utf-8") as f:
+            text = f.read()
+        with open(argv[1], "w", encoding="utf-8") as f:
+            f.write(with_table(text))
+        return 0
+    if argv:
+        print("usage: python -m common.config_docs [--write FILE.md]", file=sys.stderr)
+        return 2
+    sys.stdout.write(table())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,131 @@
+"""The servers' configuration table (common/server_keys.py, Kafka's ConfigDef; issue 26 item 3):
+docs/operations.md's table of keys is the table printed, every key the servers read is declared
+in it (reading an undeclared one raises), and a bad value of any declared key is one line
+naming the key, at start and from ``kraft configs`` alike."""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from common.config_def import ConfigError
+from common.config_docs import START, table, with_table
+from common.server_keys import SERVER_KEYS
+from metadata.config import from_properties
+from metadata.configs import BROKER_CONFIGS, validate
+from metadata.errors import ApiError, ErrorCode
+
+REPO = Path(__file__).resolve().parent.parent
+#: The modules that turn a properties file into the servers' settings.
+READERS = ["metadata/config.py", "metadata/server.py", "brokerd/config.py", "brokerd/server.py"]
+TYPED_READS = {"int", "bool", "str", "float", "list", "value"}
+
+
+def _props(**extra: str) -> dict[str, str]:
+    props = {"node.id": "1", "process.roles": "broker,controller",
+             "controller.quorum.voters": "1@127.0.0.1:9093",
+             "listeners": "CONTROLLER://127.0.0.1:9093,PLAINTEXT://127.0.0.1:9092",
+             "log.dirs": "/tmp/kraft-config-table"}
+    props.update({k.replace("_", "."): v for k, v in extra.items()})
+    return props
+
+
+def test_the_docs_table_is_the_table_printed():
+    docs = (REPO / "docs/operations.md").read_text()
+    assert START in docs
+    assert with_table(docs) == docs, ("docs/operations.md's table of keys differs from common/server_keys.py: "
+                                      "run python -m common.config_docs --write docs/operations.md")
+
+
+def test_the_table_prints_from_the_command_line():
+    p = subprocess.run([sys.executable, "-m", "common.config_docs"], cwd=REPO, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == table()
+    assert "| `replica.lag.time.max.ms` | broker | 30000 | yes |" in p.stdout
+
+
+def test_every_key_the_servers_read_is_declared():
+    """Every ``cfg.int("key")``-style read in the readers names a declared key of its type, and
+    none reads the properties around the table (``cfg.props.get``)."""
+    wrong = []
+    for name in READERS:
+        tree = ast.parse((REPO / name).read_text())
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            target = ast.unparse(node.func.value)
+            if node.func.attr == "get" and target.endswith(("cfg.props", "self.props")):
+                wrong.append(f"{name}:{node.lineno} reads {ast.unparse(node)} around the table")
+            if target in ("cfg", "self") and node.func.attr in TYPED_READS and node.args \
+                    and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+                key = node.args[0].value
+                if key not in SERVER_KEYS:
+                    wrong.append(f"{name}:{node.lineno} reads {key}, which the table lacks")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_reading_an_undeclared_key_raises():
+    cfg = from_properties(_props())
+    with pytest.raises(KeyError, match="no.such.key is not a declared configuration key"):
+        cfg.value("no.such.key")
+    with pytest.raises(TypeError):
+        cfg.bool("num.partitions")  # an int, not a boolean
+
+
+def test_typed_reads_give_values_and_defaults():
+    cfg = from_properties(_props(**{"num.partitions": "6", "log.cleanup.policy": "delete,compact",
+                                    "compression.type": "uncompressed"}))
+    assert cfg.int("num.partitions") == 6
+    assert cfg.int("broker.session.timeout.ms") == 9000  # the default
+    assert cfg.bool("auto.create.topics.enable") is True
+    assert cfg.float("log.cleaner.min.cleanable.ratio") == 0.5
+    assert cfg.str("log.cleanup.policy") == "compact,delete"
+    assert cfg.str("compression.type") == "none"
+    assert cfg.list("kafka.listener.names") == ("KAFKA",)
+    assert cfg.value("controller.quorum.heartbeat.interval.ms") is None  # computed by its reader
+
+
+@pytest.mark.parametrize("key,value,problem", [
+    ("broker.session.timeout.ms", "soon", "value 'soon' is not an integer"),  # a controller key on a combined node
+    ("replica.fetch.max.bytes", "0", "value 0 must be at least 1"),
+    ("num.partitions", "3000000000", "value 3000000000 must be between 1 and 2147483647"),
+    ("auto.create.topics.enable", "maybe", "value 'maybe' must be true or false"),
+    ("log.cleanup.policy", "shred", "value 'shred' must be one of delete, compact"),
+    ("log.cleaner.min.cleanable.ratio", "2", "value 2.0 must be between 0 and 1"),
+    ("auto.leader.rebalance.enable", "yes", "value 'yes' must be true or false"),
+])
+def test_a_bad_value_is_one_line_naming_the_key(key: str, value: str, problem: str):
+    with pytest.raises(ConfigError) as e:
+        from_properties(_props(**{key: value}), "server.properties")
+    message = str(e.value)
+    assert message.startswith(f"server.properties: Invalid value {value} for configuration {key}: {problem}")
+    assert "\n" not in message
+
+
+def test_kraft_configs_checks_the_dynamic_keys_by_the_same_rules():
+    assert BROKER_CONFIGS == SERVER_KEYS.dynamic()
+    assert {"log.retention.ms", "min.insync.replicas", "replica.lag.time.max.ms"} <= set(BROKER_CONFIGS)
+    with pytest.raises(ApiError) as e:
+        validate("broker", "log.cleanup.policy", "shred")
+    assert e.value.code == ErrorCode.INVALID_CONFIG
+    assert "Invalid value shred for configuration log.cleanup.policy" in e.value.message
+    with pytest.raises(ApiError, match="Unknown broker config name: node.id"):
+        validate("broker", "node.id", "3")  # a static key: not settable while the cluster runs
+    validate("broker", "log.retention.ms", "-1")
+
+
+def test_a_server_with_a_bad_value_says_so_in_one_line(tmp_path: Path):
+    props = tmp_path / "server.properties"
+    props.write_text(f"node.id=1\nprocess.roles=controller\ncontroller.quorum.voters=1@127.0.0.1:19999\n"
+                     f"listeners=CONTROLLER://127.0.0.1:19999\nmetadata.log.dir={tmp_path / 'meta'}\n"
+                     f"controller.quorum.election.timeout.ms=5\n")
+    p = subprocess.run([sys.executable, "-m", "kraft.cli", "server-start", str(props)], cwd=REPO,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1, p.stdout + p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert lines == [f"Error: {props}: Invalid value 5 for configuration controller.quorum.election.timeout.ms: "
+                     f"value 5 must be at least 20"], p.stderr
