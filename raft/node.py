@@ -37,7 +37,7 @@ from .errors import (LeftAsLearner, LogCompacted, MembershipRefused, NodeStopped
 from .observer import Observing
 from .messages import (ConfChange, ConfChangeType, Entry, EntryType, Membership, Message, Ready,
                        Role, Snapshot, SnapshotMeta, SnapshotSource, SoftState)
-from .state_machine import StateMachine
+from .state_machine import StateMachine, with_defaults
 from .storage import DiskStorage, Storage
 from .transport import PeerTransport, Transport, add_port, add_service, server_options
 
@@ -113,6 +113,7 @@ class RaftNode:
         self.id = node_id
         self.voters = parse_voters(voters) if isinstance(voters, str) else dict(voters or {})
         self.sm = state_machine
+        self._sm = with_defaults(state_machine)  # with the protocol's optional methods
         self.options = options or NodeOptions()
         if storage is None:
             if data_dir is None:
@@ -189,8 +190,7 @@ class RaftNode:
                              receive_snapshot=self.storage.receive_snapshot,
                              directory_id=self.storage.directory_id)
         if state.snapshot is not None and state.snapshot_source is not None:
-            with state.snapshot_source.open_payload() as f:
-                self.sm.restore(f)
+            await self._restore_state(state.snapshot_source)
             self.applied = self.snapshot_index = state.snapshot.index
             self._learn_addresses(state.snapshot.context)
         for e in state.entries:  # addresses of members added since the snapshot
@@ -535,10 +535,9 @@ class RaftNode:
             if rd.entries and self.append_latency_observer is not None:
                 self.append_latency_observer(time.monotonic() - started)
 
-    def _restore(self, snapshot: Snapshot) -> None:
+    async def _restore(self, snapshot: Snapshot) -> None:
         meta = snapshot.meta
-        with snapshot.source.open_payload() as payload:
-            self.sm.restore(payload)
+        await self._restore_state(snapshot.source)
         log.info("node %d: installed a snapshot from the leader at index %d (term %d)", self.id, meta.index, meta.term)
         self.snapshot_index = meta.index
         self._set_applied(meta.index)
@@ -549,21 +548,30 @@ class RaftNode:
             if not fut.done():
                 fut.set_exception(_superseded(idx, term, meta.term))
 
+    async def _restore_state(self, source: SnapshotSource) -> None:
+        """Decode the snapshot in the apply thread, then swap it in here, on the loop. The
+        Ready being handled waits meanwhile, so nothing is applied between the two and
+        entries that arrive wait for the swap (``handle_ready`` applies them after it)."""
+        def decode() -> Callable[[], None]:
+            with source.open_payload() as payload:
+                return self._sm.prepare_restore(payload)
+        swap = await asyncio.get_running_loop().run_in_executor(self._apply_io, decode)
+        swap()
+
     def _read_dropped(self, ctx: bytes) -> None:
         for fut in self._reads.pop(ctx, ()):
             if not fut.done():
                 fut.set_exception(self._not_leader(NotLeader(self.core.leader)))
 
     async def _apply(self, entries: list[Entry]) -> None:
-        apply = self.sm.apply
-        prepare = getattr(self.sm, "prepare", None)
+        apply, prepare = self._sm.apply, self._sm.prepare
         large = self.options.prepare_in_thread_bytes
         proposals = self._proposals
         for e in entries:
             result: Any = None
             if e.type == EntryType.NORMAL:
                 try:
-                    if prepare is not None and len(e.data) >= large:
+                    if len(e.data) >= large:
                         result = (await asyncio.get_running_loop().run_in_executor(self._apply_io, prepare, e))()
                     else:
                         result = apply(e)
