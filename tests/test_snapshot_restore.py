@@ -28,6 +28,7 @@ from raft.config import NodeOptions
 from raft.messages import Entry, MessageType
 from raft.node import RaftNode
 from raft.state_machine import StateMachine
+from raft.errors import StorageError
 from raft.storage import MemoryStorage
 from raft.testing.memory import MemoryNetwork
 from tests.eventually import eventually
@@ -114,6 +115,33 @@ async def test_entries_that_arrive_while_a_snapshot_decodes_are_applied_after_it
         else:
             state.append(what)
         assert state == expected[:len(state)], sm.calls
+
+
+class UnreadableSnapshots(GatedMachine):
+    def prepare_restore(self, source: BinaryIO) -> Callable[[], None]:
+        raise ValueError("not a snapshot of this machine")
+
+
+@in_loop
+async def test_a_snapshot_from_the_leader_that_cannot_be_restored_stops_the_node_saying_so():
+    options = NodeOptions(tick_ms=10, heartbeat_interval_ms=20, election_timeout_ms=150, fsync=False,
+                          snapshot_entries=20, snapshot_trailing_entries=0)
+    async with cluster(options) as (net, nodes):
+        leader = await leader_of(nodes)
+        for i in range(30):
+            await leader.propose(b"item-%d" % i)
+        await eventually(lambda: leader.latest_snapshot.index >= 20, what="the leader snapshotted")
+        joiner = RaftNode(4, VOTERS, UnreadableSnapshots(), address="mem:4", options=options,
+                          storage=MemoryStorage(), transport=net.transport(4))
+        await joiner.start()
+        try:
+            await leader.add_learner(4, "mem:4")
+            error = await asyncio.wait_for(joiner.wait_stopped(), 10)
+        finally:
+            await joiner.stop(transfer=False)
+    assert not isinstance(error, StorageError)  # the disk is fine: it was not "persisting the log"
+    assert str(error).startswith("node 4 stopped: restoring the leader's snapshot at index "), error
+    assert str(error).endswith("failed: not a snapshot of this machine"), error
 
 
 def big_image(partitions: int) -> MetadataImage:
