@@ -211,10 +211,10 @@ class BrokerServer:
             add_service(server, broker_pb2_grpc.add_BrokerServicer_to_server,
                         BrokerService(self.rm, name, lambda: self.client.last_controller_id, self.describe,
                                       producer_ids, self.groups, authorizer, mapper, auto_topics))
-            self._on_close(server, functools.partial(server.stop, grace=1.0))
             if not add_port(server, address, security.tls):
                 raise cannot_listen(address, name, "the port is in use or the address is not local")
             self.servers.append(server)
+            self._on_close(server, functools.partial(server.stop, grace=1.0))
         # Stopped before the listeners, in this order (the last pushed goes first).
         for part in (self.fetchers, self.rm.isr, self.fetcher, self.lifecycle, self.groups):
             self._on_close(part, part.stop)
