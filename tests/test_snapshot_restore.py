@@ -74,6 +74,9 @@ class GatedMachine(StateMachine):
 
 @in_loop
 async def test_entries_that_arrive_while_a_snapshot_decodes_are_applied_after_it_in_order():
+    """A joiner's first snapshot decodes while the quorum writes on; the entries the leader
+    sends meanwhile wait for the swap, and a second snapshot (the leader compacted past them)
+    is installed after the first, never across it."""
     options = NodeOptions(tick_ms=10, heartbeat_interval_ms=20, election_timeout_ms=150, fsync=False,
                           snapshot_entries=20, snapshot_trailing_entries=5)
     async with cluster(options) as (net, nodes):
@@ -98,6 +101,8 @@ async def test_entries_that_arrive_while_a_snapshot_decodes_are_applied_after_it
             await eventually(lambda: appends, what="entries sent to the joiner while it decodes")
             await eventually(lambda: joiner.leader_id == leader.id, what="the joiner's loop running")
             assert sm.calls == [] and joiner.applied == 0
+            # The leader's log now starts after what it sent: the joiner needs a second snapshot.
+            await eventually(lambda: leader.log_start > max(appends) + 1, what="the leader compacted its log")
             sm.release.set()
             expected = nodes[leader.id].sm.items
             await eventually(lambda: sm.items == expected, what="the joiner caught up")
@@ -107,6 +112,7 @@ async def test_entries_that_arrive_while_a_snapshot_decodes_are_applied_after_it
     # Replayed, the joiner's calls only ever move it along the leader's history: a snapshot
     # first, then each entry once and in order, or a later snapshot.
     assert sm.calls[0][0] == "restore", sm.calls
+    assert [kind for kind, _ in sm.calls].count("restore") == 2, sm.calls
     state: list[str] = []
     for kind, what in sm.calls:
         if kind == "restore":
