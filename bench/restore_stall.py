@@ -66,7 +66,8 @@ class StoredSnapshot(MemoryStorage):
 async def restore(snapshot: bytes, machine: type[MetadataStateMachine]) -> dict[str, dict[str, float]]:
     """The leader's restore at start, then a follower's install from it."""
     net = MemoryNetwork()
-    leader = RaftNode(1, {1: "mem:1"}, machine("bench-cluster"), storage=StoredSnapshot(snapshot),
+    leader_sm = machine("bench-cluster")
+    leader = RaftNode(1, {1: "mem:1"}, leader_sm, storage=StoredSnapshot(snapshot),
                       transport=net.transport(1), options=OPTIONS, seed=1)
     follower_sm = machine("bench-cluster")
     follower = RaftNode(2, {1: "mem:1"}, follower_sm, address="mem:2", storage=MemoryStorage(),
@@ -89,7 +90,7 @@ async def restore(snapshot: bytes, machine: type[MetadataStateMachine]) -> dict[
             took = time.perf_counter() - t0
             await asyncio.sleep(0.1)
         out["install"] = {"restore_s": round(took, 2), "max_stall_ms": round(probe.max_stall_ms, 1)}
-        assert follower_sm.image.partition_count() == leader.sm.image.partition_count()
+        assert follower_sm.image.partition_count() == leader_sm.image.partition_count()
         return out
     finally:
         await follower.stop(transfer=False)

@@ -60,9 +60,21 @@ class _Completed(StateMachine):
     """A duck-typed state machine, with the protocol's defaults for what it does not define."""
 
     def __init__(self, sm: Any) -> None:
-        self.apply = sm.apply  # type: ignore[method-assign]
-        self.snapshot = sm.snapshot  # type: ignore[method-assign]
-        self.restore = sm.restore  # type: ignore[method-assign]
-        for optional in ("prepare", "prepare_restore"):
-            if hasattr(sm, optional):
-                setattr(self, optional, getattr(sm, optional))
+        self.sm = sm
+
+    def apply(self, entry: Entry) -> Any:
+        return self.sm.apply(entry)
+
+    def prepare(self, entry: Entry) -> Callable[[], Any]:
+        own = getattr(self.sm, "prepare", None)
+        return own(entry) if own is not None else super().prepare(entry)
+
+    def snapshot(self) -> Callable[[BinaryIO], None]:
+        return self.sm.snapshot()
+
+    def prepare_restore(self, source: BinaryIO) -> Callable[[], None]:
+        own = getattr(self.sm, "prepare_restore", None)
+        return own(source) if own is not None else super().prepare_restore(source)
+
+    def restore(self, source: BinaryIO) -> None:
+        self.sm.restore(source)

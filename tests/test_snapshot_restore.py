@@ -17,7 +17,6 @@ import pytest
 from brokerd.metadata_fetcher import MetadataFetcher
 from metadata import records as R
 from metadata.delta import MetadataChanges, MetadataDelta
-from metadata.errors import ErrorCode
 from metadata.image import MetadataImage
 from metadata.loop_stall import LoopStallProbe
 from metadata.placement import UsableBroker, place_replicas
@@ -56,7 +55,10 @@ class GatedMachine(StateMachine):
 
     def snapshot(self) -> Callable[[BinaryIO], None]:
         data = json.dumps(self.items).encode()
-        return lambda f: f.write(data)  # type: ignore[func-returns-value]
+
+        def write(f: BinaryIO) -> None:
+            f.write(data)
+        return write
 
     def prepare_restore(self, source: BinaryIO) -> Callable[[], None]:
         items = json.loads(source.read())
@@ -212,7 +214,7 @@ class SnapshotServingClient:
 
     async def call(self, method: str, request: Any, **_: Any) -> Any:
         if method == "FetchMetadata":
-            return cpb.FetchMetadataResponse(error_code=ErrorCode.OFFSET_OUT_OF_RANGE, snapshot_offset=1,
+            return cpb.FetchMetadataResponse(error_code=cpb.OFFSET_OUT_OF_RANGE, snapshot_offset=1,
                                              high_watermark=2)
         assert method == "FetchSnapshot"
         data = self.snapshot[request.position:request.position + request.max_bytes]
