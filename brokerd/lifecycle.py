@@ -95,10 +95,10 @@ class BrokerLifecycle:
         self._task = asyncio.get_running_loop().create_task(self._beat(), name=f"heartbeat-{self.broker_id}")
 
     def go_silent(self) -> None:
-        """Stop heartbeating without telling anyone (as a hung or partitioned broker would)."""
+        """Stop heartbeating without telling anyone (as a hung or partitioned broker would);
+        ``stop()`` still awaits the cancelled task."""
         if self._task is not None:
             self._task.cancel()
-            self._task = None
 
     async def controlled_shutdown(self, timeout: float = 5.0) -> bool:
         """Ask the controller to move our leaderships away; True once it says we may stop,

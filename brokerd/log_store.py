@@ -88,6 +88,9 @@ class LogStore:
         self._unflushed = 0
         self._flushing = False
         self._periodic: asyncio.Task | None = None
+        # Flushes started by log.flush.interval.messages, kept until they end (the loop holds
+        # only weak references to tasks); close() awaits them.
+        self._flushes: set[asyncio.Task] = set()
         self.failure: StorageFailure | None = None
         self.closed = False
 
@@ -112,7 +115,9 @@ class LogStore:
             self._unflushed += messages
             if self._unflushed >= self.policy.interval_messages and not self._flushing:
                 self._unflushed = 0
-                asyncio.get_running_loop().create_task(self.flush())
+                task = asyncio.get_running_loop().create_task(self.flush())
+                self._flushes.add(task)
+                task.add_done_callback(self._flushes.discard)
         return None
 
     def write_now(self, wb: WriteBatch) -> None:
@@ -199,8 +204,10 @@ class LogStore:
             return
         if self._periodic is not None:
             self._periodic.cancel()
-        while self._drainer is not None:
-            await asyncio.sleep(0.01)
+            await asyncio.gather(self._periodic, return_exceptions=True)
+        while (drainer := self._drainer) is not None:  # writes queued meanwhile start another
+            await asyncio.wait([drainer])  # not cancelled if close() is
+        await asyncio.gather(*self._flushes, return_exceptions=True)
         self.closed = True
         try:
             self.db.flush_wal(True)

@@ -28,13 +28,23 @@ def _fail(message: str) -> None:
     sys.exit(1)
 
 
+async def _until_done_or(task: asyncio.Task, stop: asyncio.Event) -> None:
+    """Until ``task`` ends or ``stop`` is set; the wait on ``stop`` is not left running."""
+    stopping = asyncio.get_running_loop().create_task(stop.wait())
+    try:
+        await asyncio.wait([task, stopping], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        await asyncio.gather(stopping, return_exceptions=True)
+
+
 async def serve(server: BrokerServer) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     starting = loop.create_task(server.start())
-    await asyncio.wait([starting, loop.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+    await _until_done_or(starting, stop)
     if not starting.done():  # stopped while starting
         starting.cancel()
         await asyncio.gather(starting, return_exceptions=True)
@@ -46,9 +56,10 @@ async def serve(server: BrokerServer) -> int:
             return 1
         raise e  # type: ignore[misc]
     stopped = loop.create_task(server.wait_stopped())
-    await asyncio.wait([stopped, loop.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+    await _until_done_or(stopped, stop)
     error = stopped.result() if stopped.done() else None
     await server.stop()
+    await asyncio.gather(stopped, return_exceptions=True)  # stop() ends it
     if error is not None:
         click.echo(f"Error: {error}", err=True)
         return 1

@@ -14,7 +14,7 @@ import logging
 from typing import Callable
 
 from metadata.client import ControllerClient, ControllerError
-from metadata.delta import MetadataChanges, MetadataDelta
+from metadata.delta import MetadataChanges, MetadataDelta, changes_between
 from metadata.errors import ErrorCode
 from metadata.image import MetadataImage
 from metadata.records import RecordError, decode_batch
@@ -100,12 +100,19 @@ class MetadataFetcher:
             if not r.data and pos < size:
                 raise ControllerError(ErrorCode.UNKNOWN_SERVER_ERROR, "snapshot download stalled")
         buf.seek(0)
-        self.image = await asyncio.to_thread(read_snapshot, buf)
+        before = self.image
+
+        def decode() -> tuple[MetadataImage, MetadataChanges]:
+            image = read_snapshot(buf)
+            return image, changes_between(before, image)
+        # Decoded, and compared with the image the listeners last saw, in a thread; then
+        # swapped in here. Only this task changes the image, so nothing is replayed between.
+        self.image, changes = await asyncio.to_thread(decode)
         self.offset = snapshot_offset
         self.snapshots_loaded += 1
         log.info("loaded the metadata snapshot at offset %d (%d bytes)", snapshot_offset, size)
         for listener in self.listeners:
-            listener(self.image, None)
+            listener(self.image, changes)
 
     async def run(self) -> None:
         """Fetch forever; errors are logged and retried (the client already backs off)."""

@@ -18,6 +18,8 @@ connections until then; gRPC listeners answer UNAVAILABLE (``ServingGate``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -128,6 +130,10 @@ class BrokerServer:
         self._done: asyncio.Future[BaseException | None] | None = None
         self._stopping = False
         self._started = False
+        # What start() opened, each closed by its step of _close(), in reverse: steps are
+        # pushed as parts are made, in the order that stops clients' work before what it uses.
+        self._closing = contextlib.AsyncExitStack()
+        self._published = asyncio.Event()  # set, and replaced, at each metadata image acted on
 
     # -- start --------------------------------------------------------------------------------
 
@@ -151,13 +157,16 @@ class BrokerServer:
         self.mapper = mapper = mapper_from_config(cfg.props)
         if self._own_metrics:
             self.metrics.start()
+        self.client = ControllerClient(cfg.quorum_bootstrap(), timeout=30, attempt_timeout=5, tls=cfg.controller_tls)
+        self._on_close(self.client, self.client.close)
         self.logs = LogManager(cfg.log_dirs, bcfg.flush)
+        self._on_close(self.logs, self.logs.close)
         self.checkpoint = MetadataCheckpoint(cfg.log_dirs[0], self.cluster_id, bcfg.metadata_snapshot_interval_ms)
+        self._on_close(self.checkpoint, self.checkpoint.stop, once_started=True)
         image = self.checkpoint.load()
         if image is not None:
             self.resumed_from_offset = image.offset
             log.info("resuming the metadata log after offset %d (local snapshot)", image.offset)
-        self.client = ControllerClient(cfg.quorum_bootstrap(), timeout=30, attempt_timeout=5, tls=cfg.controller_tls)
         self.fetcher = MetadataFetcher(self.client, cfg.node_id, image or MetadataImage.empty(self.cluster_id),
                                        max_wait_ms=500)
         self.lifecycle = BrokerLifecycle(
@@ -166,6 +175,7 @@ class BrokerServer:
             ready_to_unfence=False)
         self.fetchers = ReplicaFetcherManager(bcfg, lambda: self.lifecycle.epoch, self._fatal)
         self.rm = ReplicaManager(bcfg, self.logs, self.fetchers, fenced=lambda: self.lifecycle.fenced)
+        self._on_close(self.rm, self.rm.stop, once_started=True)
         self.rm.isr = IsrManager(self.client, cfg.node_id, lambda: self.lifecycle.epoch,
                                  bcfg.replica_lag_time_max_ms, self.rm.leaders, eligible=self._isr_eligible)
         self.groups = GroupCoordinator(self.rm, bcfg, self._create_offsets_topic)
@@ -190,6 +200,7 @@ class BrokerServer:
                 except OSError as e:
                     raise cannot_listen(address, name, e.strerror) from None
                 self.kafka_listeners.append(listener)
+                self._on_close(listener, listener.stop)
                 continue
             # A gRPC server per listener, so that each answers Metadata with its own listener's
             # addresses (as Kafka does) and is counted under its own name.
@@ -203,6 +214,10 @@ class BrokerServer:
             if not add_port(server, address, security.tls):
                 raise cannot_listen(address, name, "the port is in use or the address is not local")
             self.servers.append(server)
+            self._on_close(server, functools.partial(server.stop, grace=1.0))
+        # Stopped before the listeners, in this order (the last pushed goes first).
+        for part in (self.fetchers, self.rm.isr, self.fetcher, self.lifecycle, self.groups):
+            self._on_close(part, part.stop)
         for server in self.servers:
             await server.start()
         try:
@@ -272,6 +287,8 @@ class BrokerServer:
             self._fatal(e)
             return
         self.published_offset = image.offset
+        self._published.set()
+        self._published = asyncio.Event()
 
     def _isr_eligible(self, replica: int) -> bool:
         """Kafka's isReplicaIsrEligible (KIP-841): registered, unfenced and not shutting down."""
@@ -313,30 +330,25 @@ class BrokerServer:
         """Until the metadata moving our leaderships away has arrived, so that waiting producers
         hear NOT_LEADER_OR_FOLLOWER rather than a timeout."""
         deadline = time.monotonic() + timeout
-        while any(True for _ in self.rm.leaders()) and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        while any(True for _ in self.rm.leaders()) and (left := deadline - time.monotonic()) > 0:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._published.wait(), left)
+
+    def _on_close(self, part: object, close: Callable[[], Awaitable[Any]], *, once_started: bool = False) -> None:
+        """Have ``_close`` call ``close`` (``once_started``: only if start() completed), logging
+        a failure in one line and going on with the next step."""
+        async def step() -> None:
+            if once_started and not self._started:
+                return
+            try:
+                await close()
+            except Exception as e:
+                log.warning("shutdown of %s: %s", type(part).__name__, e)
+        self._closing.push_async_callback(step)
 
     async def _close(self) -> None:
         """Close whatever start() got to open, in reverse dependency order."""
-        def part(name: str) -> Any:
-            return getattr(self, name, None)
-
-        steps = [(part("groups"), "stop"), (part("lifecycle"), "stop"), (part("fetcher"), "stop"),
-                 (part("rm") and self.rm.isr, "stop"),
-                 (part("fetchers"), "stop"), *((k, "stop") for k in part("kafka_listeners") or ()),
-                 *((s, "stop") for s in part("servers") or ()), (part("rm") if self._started else None, "stop"),
-                 (part("checkpoint") if self._started else None, "stop"), (part("logs"), "close"),
-                 (part("client"), "close")]
-        for obj, method in steps:
-            if obj is None:
-                continue
-            try:
-                if isinstance(obj, grpc.aio.Server):
-                    await obj.stop(grace=1.0)
-                else:
-                    await getattr(obj, method)()
-            except Exception as e:
-                log.warning("shutdown of %s: %s", type(obj).__name__, e)
+        await self._closing.aclose()
         if self._own_metrics:
             self.metrics.stop()
         if self._started:

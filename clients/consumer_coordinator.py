@@ -66,6 +66,7 @@ class ConsumerCoordinator:
         self.rejoin_needed = False
         self.assigned: list[TopicPartition] = []
         self._heartbeats: asyncio.Task | None = None
+        self._leaving: asyncio.Task | None = None  # the heartbeat task, leaving after a poll timeout
         #: When the application last called poll (the consumer sets it): a member that stops
         #: polling for max.poll.interval.ms (the rebalance timeout) leaves, as Kafka's does.
         self.last_poll = time.monotonic()
@@ -120,6 +121,7 @@ class ConsumerCoordinator:
                    wait_topics: Callable[[list[str]], Awaitable[dict[str, int]]]) -> list[TopicPartition]:
         """Join (or rejoin) and sync until this member has an assignment for this generation."""
         self.stop_heartbeats()
+        await self._left()
         deadline = time.monotonic() + max(self.rebalance_timeout_ms, self.session_timeout_ms) / 1000 + 30
         while True:
             user_data = encode_assignment(list(current)) if "sticky" in self.strategies else None
@@ -185,7 +187,10 @@ class ConsumerCoordinator:
                             "max.poll.interval.ms (%d ms); leaving the group", self.group_id,
                             self.rebalance_timeout_ms)
                 self.rejoin_needed = True
-                asyncio.get_running_loop().create_task(self.leave())
+                # This task leaves, and is no longer the heartbeats that leave() would cancel:
+                # join() and leave() wait for it instead.
+                self._heartbeats, self._leaving = None, asyncio.current_task()
+                await self._leave()
                 return
             req = pb.HeartbeatRequest(group_id=self.group_id, generation_id=self.generation, member_id=self.member_id)
             if self.instance_id is not None:
@@ -215,6 +220,16 @@ class ConsumerCoordinator:
         """Leave now, so the others rebalance at once (a static member stays: its instance id
         keeps its place until the session times out)."""
         self.stop_heartbeats()
+        await self._left()
+        await self._leave()
+
+    async def _left(self) -> None:
+        """Until the heartbeat task has left after a poll timeout, if it is leaving."""
+        leaving, self._leaving = self._leaving, None
+        if leaving is not None:
+            await leaving
+
+    async def _leave(self) -> None:
         if not self.member_id or self.instance_id is not None:
             return
         try:

@@ -144,6 +144,9 @@ class Producer:
         self._stopping = False
         self._sender: asyncio.Task | None = None
         self._in_flight_batches: set[ProducerBatch] = set()  # sent and not answered: they expire too
+        # The produce requests under way, kept until they end (the loop holds only weak
+        # references to tasks); close() cancels and awaits those still waiting for an answer.
+        self._requests: set[asyncio.Task] = set()
         #: Kafka's producer metrics of the same names: records acknowledged, records failed,
         #: produce requests and batches sent (retries included).
         self.metrics = {"record-send-total": 0, "record-error-total": 0, "request-total": 0, "batch-total": 0}
@@ -279,6 +282,11 @@ class Producer:
         self._wake.set()
         if self._sender is not None:
             await asyncio.gather(self._sender, return_exceptions=True)
+        # Every batch is done now (answered, expired or failed): what still waits, e.g. for a
+        # broker that hangs, waits for nothing anyone reads.
+        for task in self._requests:
+            task.cancel()
+        await asyncio.gather(*self._requests, return_exceptions=True)
         for call in self._streams.values():
             try:
                 await call.done_writing()
@@ -328,7 +336,9 @@ class Producer:
                 if drained:
                     self._in_flight_batches.update(drained)
                     self._inflight[node] = self._inflight.get(node, 0) + 1
-                    asyncio.get_running_loop().create_task(self._produce(node, address, drained))
+                    request = asyncio.get_running_loop().create_task(self._produce(node, address, drained))
+                    self._requests.add(request)
+                    request.add_done_callback(self._requests.discard)
             if self._stopping and not self.acc.incomplete:
                 return
             if self._in_flight_batches:  # wake when the oldest batch in flight expires

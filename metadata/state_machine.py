@@ -13,6 +13,7 @@ from typing import BinaryIO, Callable, Iterable
 
 from protos import metadata_pb2 as pb
 from raft.messages import Entry
+from raft.state_machine import StateMachine
 
 from .delta import MetadataDelta
 from .image import MetadataImage
@@ -103,7 +104,7 @@ class ClusterStats:
         return self
 
 
-class MetadataStateMachine:
+class MetadataStateMachine(StateMachine):
     def __init__(self, cluster_id: str) -> None:
         self.image = MetadataImage.empty(cluster_id)
         self.stats = ClusterStats()
@@ -138,10 +139,20 @@ class MetadataStateMachine:
         image, created = self.image, self.last_append_ms
         return lambda f: write_snapshot(image, f, created_ms=created)
 
-    def restore(self, source: BinaryIO) -> None:
-        self.last_append_ms = read_info(source).created_ms
+    def prepare_restore(self, source: BinaryIO) -> Callable[[], None]:
+        """Decode the snapshot and count its brokers' load, which reads nothing of the current
+        state: the Raft node runs this in a thread and the returned swap on the event loop, so
+        a million-partition snapshot does not stop heartbeats for the seconds it takes."""
+        created = read_info(source).created_ms
         source.seek(0)
-        self.image = read_snapshot(source)
-        self.stats = ClusterStats.of(self.image)
-        for listener in self.listeners:
-            listener(self.image)
+        image = read_snapshot(source)
+        stats = ClusterStats.of(image)
+
+        def swap() -> None:
+            self.image, self.stats, self.last_append_ms = image, stats, created
+            for listener in self.listeners:
+                listener(image)
+        return swap
+
+    def restore(self, source: BinaryIO) -> None:
+        self.prepare_restore(source)()

@@ -103,7 +103,7 @@ class NodeOptions:
     snapshot_bytes: int = 256 << 20  # ... or this many bytes of entry data
     snapshot_trailing_entries: int = 10_000  # kept in memory after a snapshot for slow followers
     snapshot_chunk_bytes: int = 1 << 20
-    prepare_in_thread_bytes: int = 64 << 10  # entries this large use StateMachine.prepare, if defined
+    prepare_in_thread_bytes: int = 64 << 10  # entries this large go through StateMachine.prepare in a thread
     max_message_bytes: int = 32 << 20  # peer batches above this are refused
     pre_vote: bool = True
     check_quorum: bool = True

@@ -26,8 +26,10 @@ class Runtime(Protocol):
         """Make ``rd.snapshot``, ``rd.hard_state`` and ``rd.entries`` durable (when
         ``rd.must_sync()``); called for every Ready, so runtimes skip empty ones."""
 
-    def restore(self, snapshot: Snapshot) -> None:
-        """Replace the state machine with a snapshot received from the leader."""
+    async def restore(self, snapshot: Snapshot) -> None:
+        """Replace the state machine with a snapshot received from the leader. The node
+        decodes it in a thread (``StateMachine.prepare_restore``); the entries of this and
+        later Readies are applied only after it."""
 
     async def apply(self, entries: list[Entry]) -> None: ...
 
@@ -55,7 +57,7 @@ async def handle_ready(core: RaftCore, rd: Ready, runtime: Runtime) -> None:
     if late:
         runtime.send(late)
     if rd.snapshot is not None:
-        runtime.restore(rd.snapshot)
+        await runtime.restore(rd.snapshot)
     if rd.committed:
         await runtime.apply(rd.committed)
     for rs in rd.read_states:

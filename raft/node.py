@@ -22,7 +22,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Coroutine, Iterator
 
 import grpc
 
@@ -37,7 +37,7 @@ from .errors import (LeftAsLearner, LogCompacted, MembershipRefused, NodeStopped
 from .observer import Observing
 from .messages import (ConfChange, ConfChangeType, Entry, EntryType, Membership, Message, Ready,
                        Role, Snapshot, SnapshotMeta, SnapshotSource, SoftState)
-from .state_machine import StateMachine
+from .state_machine import StateMachine, with_defaults
 from .storage import DiskStorage, Storage
 from .transport import PeerTransport, Transport, add_port, add_service, server_options
 
@@ -113,6 +113,7 @@ class RaftNode:
         self.id = node_id
         self.voters = parse_voters(voters) if isinstance(voters, str) else dict(voters or {})
         self.sm = state_machine
+        self._sm = with_defaults(state_machine)  # with the protocol's optional methods
         self.options = options or NodeOptions()
         if storage is None:
             if data_dir is None:
@@ -161,11 +162,13 @@ class RaftNode:
         self._role_callbacks: list[Callable[[Role, int, int], None]] = []
         self._soft = SoftState(Role.FOLLOWER, 0, 0)
         self._wake = asyncio.Event()
+        self._changed = asyncio.Event()  # set, and replaced, whenever the core may have changed
         self._tasks: list[asyncio.Task] = []
+        self._background: set[asyncio.Task] = set()  # snapshot writes; a failed node's shutdown
         self._io = ThreadPoolExecutor(1, thread_name_prefix=f"raft-{node_id}-wal")
         self._snap_io = ThreadPoolExecutor(1, thread_name_prefix=f"raft-{node_id}-snap")
         self._apply_io = ThreadPoolExecutor(1, thread_name_prefix=f"raft-{node_id}-apply")
-        self._failed: BaseException | None = None
+        self._failed: Exception | None = None
         self._stopped = asyncio.Event()
         self._runtime = _NodeRuntime(self)
         self._started = False
@@ -189,8 +192,7 @@ class RaftNode:
                              receive_snapshot=self.storage.receive_snapshot,
                              directory_id=self.storage.directory_id)
         if state.snapshot is not None and state.snapshot_source is not None:
-            with state.snapshot_source.open_payload() as f:
-                self.sm.restore(f)
+            await self._restore_state(state.snapshot_source)
             self.applied = self.snapshot_index = state.snapshot.index
             self._learn_addresses(state.snapshot.context)
         for e in state.entries:  # addresses of members added since the snapshot
@@ -213,6 +215,8 @@ class RaftNode:
         """Stop the node; a leader first hands leadership to an up-to-date follower (like
         Kafka's controlled shutdown) unless ``transfer`` is False."""
         if not self._started:
+            if self._failed is not None:  # stopping by itself: wait until it has
+                await self._stopped.wait()
             return
         transfer = self.options.transfer_leadership_on_stop if transfer is None else transfer
         if transfer and self._failed is None and self.core.role == Role.LEADER:
@@ -225,24 +229,26 @@ class RaftNode:
                     pass
         await self._shutdown(NodeStopped(f"node {self.id} stopped"))
 
-    async def _shutdown(self, reason: BaseException) -> None:
+    async def _shutdown(self, reason: Exception) -> None:
         if not self._started:
             return
         self._started = False
-        for t in self._tasks:
+        tasks = [*self._tasks, *(t for t in self._background if t is not asyncio.current_task())]
+        for t in tasks:
             t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self.transport.close()
         if self.server is not None:
             await self.server.stop(grace=0.2)
         self._fail_all(reason)
+        self._notify_change()
         await asyncio.get_running_loop().run_in_executor(self._io, self.storage.close)
         self._io.shutdown(wait=False)
         self._snap_io.shutdown(wait=False)
         self._apply_io.shutdown(wait=False)
         self._stopped.set()
 
-    async def wait_stopped(self) -> BaseException | None:
+    async def wait_stopped(self) -> Exception | None:
         """Block until the node stops; returns the fatal error that stopped it, if any."""
         await self._stopped.wait()
         return self._failed
@@ -359,7 +365,7 @@ class RaftNode:
             if time.monotonic() > deadline:
                 raise NotCaughtUp(f"node {node_id} did not catch up within {timeout:.0f}s"
                                 + (f"; {why_not}" if why_not else ""))
-            await asyncio.sleep(self.options.heartbeat_interval_ms / 1000)
+            await self._next_change(deadline)
 
     def observe(self, node_id: int, address: str) -> dict[int, str]:
         """On the leader: replicate the log to ``node_id`` at ``address``, a node that is not (or
@@ -393,7 +399,7 @@ class RaftNode:
         while self.core.leader != target:
             if time.monotonic() > deadline or (self.core.role == Role.LEADER and not self.core.lead_transferee):
                 raise RaftError(f"leadership did not move to node {target} within {timeout:.1f}s")
-            await asyncio.sleep(self.options.tick_ms / 1000)
+            await self._next_change(deadline)
 
     def committed_entries(self, start: int, max_bytes: int) -> list[Entry]:
         """Applied entries from ``start`` on (at least one if any), about ``max_bytes`` in all,
@@ -420,7 +426,7 @@ class RaftNode:
         while not self.core.leader:
             if time.monotonic() > deadline:
                 raise RaftError(f"no leader known to node {self.id} after {timeout:.0f}s")
-            await asyncio.sleep(self.options.tick_ms / 1000)
+            await self._next_change(deadline)
         return self.core.leader
 
     @property
@@ -506,6 +512,7 @@ class RaftNode:
             await asyncio.sleep(period)
             self.core.tick()
             self._wake.set()
+            self._notify_change()
 
     async def _run(self) -> None:
         try:
@@ -516,13 +523,40 @@ class RaftNode:
                 while self.core.has_ready():
                     await self._handle(self.core.ready())
                     self._start_reads()
-        except asyncio.CancelledError:
-            raise
-        except BaseException as e:  # a storage failure: stop rather than run on without a disk
-            self._failed = e if isinstance(e, StorageError) else StorageError(
-                f"node {self.id} stopped: persisting the log failed: {e}")
-            log.error("%s", self._failed)
-            asyncio.get_running_loop().create_task(self._shutdown(self._failed))
+                    self._notify_change()
+        except StorageError as e:  # stop rather than run on without a disk
+            self._fail(e)
+        except OSError as e:
+            self._fail(StorageError(f"node {self.id} stopped: persisting the log failed: {e}"))
+        except RaftError as e:  # a snapshot from the leader that the state machine cannot restore
+            self._fail(e)
+        except Exception as e:
+            log.exception("node %d: the loop failed", self.id)
+            self._fail(RaftError(f"node {self.id} stopped: an unexpected error: {e!r}"))
+
+    def _notify_change(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _next_change(self, deadline: float) -> None:
+        """Until the core may have changed (a tick, a handled Ready, a stop) or ``deadline``
+        (``time.monotonic()``), whichever is first: waiters re-check their condition then."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), max(0.0, deadline - time.monotonic()))
+
+    def _fail(self, reason: Exception) -> None:
+        """Stop for good: ``wait_stopped`` returns ``reason``, and every waiter gets it."""
+        self._failed = reason
+        log.error("%s", reason)
+        self._spawn(self._shutdown(reason), f"raft-{self.id}-shutdown")
+
+    def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task:
+        """A task the node owns until it ends (the loop keeps only weak references to tasks);
+        ``_shutdown`` cancels and awaits those still running."""
+        task = asyncio.get_running_loop().create_task(work, name=name)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
 
     async def _handle(self, rd: Ready) -> None:
         await handle_ready(self.core, rd, self._runtime)
@@ -535,10 +569,13 @@ class RaftNode:
             if rd.entries and self.append_latency_observer is not None:
                 self.append_latency_observer(time.monotonic() - started)
 
-    def _restore(self, snapshot: Snapshot) -> None:
+    async def _restore(self, snapshot: Snapshot) -> None:
         meta = snapshot.meta
-        with snapshot.source.open_payload() as payload:
-            self.sm.restore(payload)
+        try:
+            await self._restore_state(snapshot.source)
+        except Exception as e:  # the node cannot go on from a state it does not have
+            raise RaftError(f"node {self.id} stopped: restoring the leader's snapshot at index {meta.index} "
+                            f"failed: {e}") from e
         log.info("node %d: installed a snapshot from the leader at index %d (term %d)", self.id, meta.index, meta.term)
         self.snapshot_index = meta.index
         self._set_applied(meta.index)
@@ -549,21 +586,30 @@ class RaftNode:
             if not fut.done():
                 fut.set_exception(_superseded(idx, term, meta.term))
 
+    async def _restore_state(self, source: SnapshotSource) -> None:
+        """Decode the snapshot in the apply thread, then swap it in here, on the loop. The
+        Ready being handled waits meanwhile, so nothing is applied between the two and
+        entries that arrive wait for the swap (``handle_ready`` applies them after it)."""
+        def decode() -> Callable[[], None]:
+            with source.open_payload() as payload:
+                return self._sm.prepare_restore(payload)
+        swap = await asyncio.get_running_loop().run_in_executor(self._apply_io, decode)
+        swap()
+
     def _read_dropped(self, ctx: bytes) -> None:
         for fut in self._reads.pop(ctx, ()):
             if not fut.done():
                 fut.set_exception(self._not_leader(NotLeader(self.core.leader)))
 
     async def _apply(self, entries: list[Entry]) -> None:
-        apply = self.sm.apply
-        prepare = getattr(self.sm, "prepare", None)
+        apply, prepare = self._sm.apply, self._sm.prepare
         large = self.options.prepare_in_thread_bytes
         proposals = self._proposals
         for e in entries:
             result: Any = None
             if e.type == EntryType.NORMAL:
                 try:
-                    if prepare is not None and len(e.data) >= large:
+                    if len(e.data) >= large:
                         result = (await asyncio.get_running_loop().run_in_executor(self._apply_io, prepare, e))()
                     else:
                         result = apply(e)
@@ -656,8 +702,8 @@ class RaftNode:
         context = json.dumps({str(k): v for k, v in sorted(self._recorded.items())}).encode()
         self._snapshotting = True
         self._bytes_since_snapshot = 0
-        return asyncio.get_running_loop().create_task(
-            self._write_snapshot(index, term, membership, context, writer))
+        return self._spawn(self._write_snapshot(index, term, membership, context, writer),
+                           f"raft-{self.id}-snapshot-{index}")
 
     async def _write_snapshot(self, index: int, term: int, membership: Membership, context: bytes,
                               writer: Callable) -> None:

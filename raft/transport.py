@@ -319,6 +319,7 @@ class PeerTransport:
         self.write_timeout = 5.0
         self._channels: dict[int, grpc.aio.Channel] = {}
         self._links: dict[tuple[int, str], _Link] = {}
+        self._retiring: set[asyncio.Task] = set()  # links cancelled and channels closing: close() awaits them
 
     def attach(self, deliver: Callable[[list[Message]], None]) -> None:
         self.deliver = deliver
@@ -355,15 +356,22 @@ class PeerTransport:
 
     def _drop_peer(self, peer: int) -> None:
         for key in [k for k in self._links if k[0] == peer]:
-            self._links.pop(key).task.cancel()
+            task = self._links.pop(key).task
+            task.cancel()
+            self._retire(task)
         ch = self._channels.pop(peer, None)
         if ch is not None:
-            asyncio.get_running_loop().create_task(ch.close())
+            self._retire(asyncio.get_running_loop().create_task(ch.close()))
+
+    def _retire(self, task: asyncio.Task) -> None:
+        """Kept until it ends (the loop holds only weak references to tasks)."""
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
 
     async def close(self) -> None:
         for link in self._links.values():
             link.task.cancel()
-        await asyncio.gather(*(link.task for link in self._links.values()), return_exceptions=True)
+        await asyncio.gather(*(link.task for link in self._links.values()), *self._retiring, return_exceptions=True)
         self._links.clear()
         await asyncio.gather(*(ch.close() for ch in self._channels.values()), return_exceptions=True)
         self._channels.clear()

@@ -173,7 +173,7 @@ class _NetRuntime:
     async def persist(self, rd: Ready) -> None:
         self.net.durable[self.nid].persist(rd)
 
-    def restore(self, snapshot: Snapshot) -> None:
+    async def restore(self, snapshot: Snapshot) -> None:
         self.net.applied[self.nid] = [Entry(snapshot.meta.index, snapshot.meta.term, b"<snapshot>")]
 
     async def apply(self, entries: list[Entry]) -> None:

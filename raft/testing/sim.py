@@ -22,12 +22,13 @@ from typing import Any, BinaryIO, Callable, Coroutine, Generator
 from ..core import CoreConfig, RaftCore
 from ..driver import handle_ready
 from ..errors import RaftError
+from ..state_machine import StateMachine
 from ..messages import (BytesSnapshotSource, ConfChange, ConfChangeType, Entry, EntryType, HardState,
                         Membership, Message, Ready, Role, Snapshot, SnapshotMeta, SoftState)
 from .checker import SafetyChecker, SafetyViolation
 
 
-class SimStateMachine:
+class SimStateMachine(StateMachine):
     """A digest of every applied entry: two nodes agree iff they applied the same sequence.
     The snapshot is padded to a pseudo-random length so transfers span several chunks. It is
     a :class:`raft.state_machine.StateMachine`, as yours is (``skip`` is the simulator's: a
@@ -49,8 +50,15 @@ class SimStateMachine:
         data = struct.pack(">QI", self.index, self.digest) + bytes(self.pad)
         return lambda f: f.write(data)  # type: ignore[func-returns-value]
 
+    def prepare_restore(self, source: BinaryIO) -> Callable[[], None]:
+        index, digest = struct.unpack(">QI", source.read(12))
+
+        def swap() -> None:
+            self.index, self.digest = index, digest
+        return swap
+
     def restore(self, source: BinaryIO) -> None:
-        self.index, self.digest = struct.unpack(">QI", source.read(12))
+        self.prepare_restore(source)()
 
 
 @dataclass
@@ -223,7 +231,7 @@ class SimNode:
             self._step(runtime.work)
 
     def _step(self, work: Coroutine[Any, Any, None]) -> None:
-        """Run a Ready's handling until it waits for a persist (``_SimRuntime.persist``)."""
+        """Run a Ready's handling until it waits (``_SimRuntime.persist`` or ``restore``)."""
         try:
             work.send(None)
         except StopIteration:
@@ -251,11 +259,11 @@ class SimNode:
         self.sim.stats["snapshots"] += 1
 
 
-class _Persisting:
-    """What a Ready's handling awaits while the simulator "fsyncs": it suspends the coroutine
-    until the scheduled event resumes it (or a crash abandons it)."""
+class _Waiting:
+    """What a Ready's handling awaits while the simulator "fsyncs" or decodes a snapshot: it
+    suspends the coroutine until the scheduled event resumes it (or a crash abandons it)."""
 
-    def __await__(self) -> Generator["_Persisting", None, None]:
+    def __await__(self) -> Generator["_Waiting", None, None]:
         yield self
 
 
@@ -278,7 +286,7 @@ class _SimRuntime:
         """Wait a random fsync time (none if nothing must sync); lost if the node crashes."""
         delay = self.sim.rng.randint(*self.sim.cfg.fsync_ms) if rd.must_sync() else 0
         self.sim.schedule(delay, self._persisted, rd)
-        await _Persisting()
+        await _Waiting()
 
     def _persisted(self, rd: Ready) -> None:
         node = self.node
@@ -289,10 +297,19 @@ class _SimRuntime:
             self.chk.persisted(node.id, rd.entries, node.durable.term_at(rd.entries[0].index - 1))
         node._step(self.work)
 
-    def restore(self, snapshot: Snapshot) -> None:
+    async def restore(self, snapshot: Snapshot) -> None:
+        """Decode now, swap in after a random decode time, as the node decodes in a thread:
+        messages keep arriving meanwhile and nothing is applied; lost if the node crashes."""
         with snapshot.source.open_payload() as payload:
-            self.node.sm.restore(payload)
+            swap = self.node.sm.prepare_restore(payload)
+        self.sim.schedule(self.sim.rng.randint(*self.sim.cfg.fsync_ms), self._resume)
+        await _Waiting()
+        swap()
         self.chk.digest(self.node.id, snapshot.meta.index, self.node.sm.digest)
+
+    def _resume(self) -> None:
+        if self.incarnation == self.node.incarnation and self.node.alive:
+            self.node._step(self.work)
 
     async def apply(self, entries: list[Entry]) -> None:
         sm, nid = self.node.sm, self.node.id

@@ -95,6 +95,9 @@ class Batcher:
         self._batch, self._writers, self._bytes = pb.Batch(), [], 0
         self._reads: list[tuple[bytes, Reply]] = []
         self._scheduled = False
+        # The reads' barriers under way, kept until they end (the loop holds only weak
+        # references to tasks); each ends by the node's answer, its failure or the timeout.
+        self._barriers: set[asyncio.Task] = set()
 
     def write(self, op: str, request, reply: Reply) -> None:
         getattr(self._batch.commands.add(), op).CopyFrom(request)
@@ -119,7 +122,9 @@ class Batcher:
             self._propose()
         if self._reads:
             reads, self._reads = self._reads, []
-            asyncio.get_running_loop().create_task(self._read(reads))
+            task = asyncio.get_running_loop().create_task(self._read(reads))
+            self._barriers.add(task)
+            task.add_done_callback(self._barriers.discard)
 
     def _propose(self) -> None:
         batch, replies = self._batch, self._writers

@@ -6,11 +6,12 @@ from typing import BinaryIO, Callable
 
 from raft.examples.kv import kv_pb2 as pb
 from raft.messages import Entry
+from raft.state_machine import StateMachine
 
 _PAIR = struct.Struct(">II")
 
 
-class KVStateMachine:
+class KVStateMachine(StateMachine):
     def __init__(self) -> None:
         self.data: dict[bytes, bytes] = {}
         self.index = 0
@@ -53,7 +54,8 @@ class KVStateMachine:
             f.write(b"".join(buf))
         return write
 
-    def restore(self, source: BinaryIO) -> None:
+    def prepare_restore(self, source: BinaryIO) -> Callable[[], None]:
+        """Decoded in the node's worker thread; only the swap runs on the event loop."""
         raw = source.read()
         data, off = {}, 0
         while off < len(raw):
@@ -61,4 +63,10 @@ class KVStateMachine:
             off += _PAIR.size
             data[raw[off:off + kl]] = raw[off + kl:off + kl + vl]
             off += kl + vl
-        self.data = data
+
+        def swap() -> None:
+            self.data = data
+        return swap
+
+    def restore(self, source: BinaryIO) -> None:
+        self.prepare_restore(source)()
