@@ -21,6 +21,7 @@ import pytest
 from kraft.dev_quorum import DevQuorum
 from metadata.client import ControllerClient, ControllerError
 from metadata.errors import ErrorCode
+from metadata.image import Endpoint
 from protos import controller_pb2 as pb
 from raft.proto import raft_pb2 as rpb
 from raft.proto import raft_pb2_grpc
@@ -239,8 +240,7 @@ def test_a_learner_left_behind_by_add_controller_is_said_so_and_remove_controlle
                     await leader.propose(b"written after it died")
                 return index
             leader._change = then_it_dies  # type: ignore[method-assign]
-            add = pb.AddRaftVoterRequest(cluster_id=leader.cluster_id, voter_id=2, voter_directory_id=joining,
-                                         timeout_ms=1000, listeners=[pb.Endpoint(name="CONTROLLER", host="mem", port=2)])
+            add = quorum.AddVoter(leader.cluster_id, 2, joining, (Endpoint("CONTROLLER", "mem", 2),), timeout_ms=1000)
             with pytest.raises(ApiError) as e:
                 await quorum.add_voter(controller, add, "CONTROLLER")  # type: ignore[arg-type]
             assert e.value.code == ErrorCode.REQUEST_TIMED_OUT and "nothing was changed" not in e.value.message
@@ -250,12 +250,10 @@ def test_a_learner_left_behind_by_add_controller_is_said_so_and_remove_controlle
                 f"up, or remove it with remove-controller --controller-id 2 --controller-directory-id {joining}")
             assert leader.membership.learners == {2}
             with pytest.raises(ApiError) as e:
-                await quorum.remove_voter(controller, pb.RemoveRaftVoterRequest(  # type: ignore[arg-type]
-                    voter_id=2, voter_directory_id=first))
+                await quorum.remove_voter(controller, quorum.RemoveVoter("", 2, first))  # type: ignore[arg-type]
             assert e.value.code == ErrorCode.VOTER_NOT_FOUND and e.value.message.endswith(
                 f"(and the learners 2 (directory id {joining})); nothing was changed")
-            await quorum.remove_voter(controller, pb.RemoveRaftVoterRequest(  # type: ignore[arg-type]
-                voter_id=2, voter_directory_id=joining))
+            await quorum.remove_voter(controller, quorum.RemoveVoter("", 2, joining))  # type: ignore[arg-type]
             assert leader.membership.members == {1}
         finally:
             await leader.stop(transfer=False)
