@@ -5,8 +5,8 @@ in the order Kafka refuses it)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
-from typing import Any, Callable, TypeVar
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Callable, TypeVar, overload
 
 from protos import controller_pb2 as pb
 from raft.messages import EntryType
@@ -35,6 +35,38 @@ def status(code: ErrorCode = ErrorCode.NONE, message: str = "", controller_id: i
 OK = status()
 
 
+class Decoded(Sequence[T]):
+    """The items of a repeated field, decoded all at once when first read: an operation
+    counts them (Kafka's request size bounds) before any is built, so an oversized request is
+    refused without allocating its items (whose garbage collection would stall the loop)."""
+
+    __slots__ = ("_items", "_convert", "_decoded")
+
+    def __init__(self, items: Sequence[Any], convert: Callable[[Any], T]) -> None:
+        self._items = items
+        self._convert = convert
+        self._decoded: list[T] | None = None
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def _all(self) -> list[T]:
+        if self._decoded is None:
+            self._decoded = [self._convert(item) for item in self._items]
+        return self._decoded
+
+    @overload
+    def __getitem__(self, k: int) -> T: ...
+    @overload
+    def __getitem__(self, k: slice) -> list[T]: ...
+
+    def __getitem__(self, k: int | slice) -> T | list[T]:
+        return self._all()[k]
+
+    def __iter__(self) -> Iterator[T]:
+        return iter(self._all())
+
+
 def _uuid(raw: bytes) -> uuid.UUID | None:
     return uuid.UUID(bytes=raw) if len(raw) == 16 else None
 
@@ -45,9 +77,13 @@ def _code(error: ApiError | None) -> tuple[int, str]:
 
 # ------------------------------------------------------------------------------ topics
 
-def new_topics(r: pb.CreateTopicsRequest) -> list[NewTopic]:
-    return [NewTopic(t.name, t.num_partitions, t.replication_factor,
-                     {a.partition: list(a.replicas) for a in t.assignments}, dict(t.configs)) for t in r.topics]
+def _new_topic(t: pb.CreatableTopic) -> NewTopic:
+    return NewTopic(t.name, t.num_partitions, t.replication_factor,
+                    {a.partition: list(a.replicas) for a in t.assignments}, dict(t.configs))
+
+
+def new_topics(r: pb.CreateTopicsRequest) -> Sequence[NewTopic]:
+    return Decoded(r.topics, _new_topic)
 
 
 def created_topics(results: list[ItemResult]) -> pb.CreateTopicsResponse:
@@ -63,12 +99,20 @@ def topic_results(results: list[ItemResult]) -> list[pb.TopicResult]:
                            error_code=_code(r.error)[0], error_message=_code(r.error)[1]) for r in results]
 
 
-def topic_ids(r: pb.DeleteTopicsRequest) -> list[uuid.UUID | None]:
-    return [_uuid(i) for i in r.topic_ids]
+def topics_to_delete(r: pb.DeleteTopicsRequest) -> tuple[list[str], list[uuid.UUID | None]]:
+    return list(r.names), [_uuid(i) for i in r.topic_ids]
 
 
-def new_partitions(r: pb.CreatePartitionsRequest) -> list[NewPartitions]:
-    return [NewPartitions(t.name, t.count, tuple(tuple(a.replicas) for a in t.assignments)) for t in r.topics]
+def deleted_topics(results: list[ItemResult]) -> pb.DeleteTopicsResponse:
+    return pb.DeleteTopicsResponse(status=OK, topics=topic_results(results))
+
+
+def new_partitions(r: pb.CreatePartitionsRequest) -> Sequence[NewPartitions]:
+    return Decoded(r.topics, lambda t: NewPartitions(t.name, t.count, tuple(tuple(a.replicas) for a in t.assignments)))
+
+
+def created_partitions(results: list[ItemResult]) -> pb.CreatePartitionsResponse:
+    return pb.CreatePartitionsResponse(status=OK, topics=topic_results(results))
 
 
 def topics_description(d: TopicsDescription) -> pb.DescribeTopicsResponse:
@@ -103,9 +147,9 @@ def elected(results: list[PartitionOutcome]) -> pb.ElectLeadersResponse:
         for o in results])
 
 
-def reassignment_plan(r: pb.AlterPartitionReassignmentsRequest) -> list[Reassignment]:
-    return [Reassignment(a.topic, a.partition, tuple(a.replicas.ids) if a.HasField("replicas") else None)
-            for a in r.reassignments]
+def reassignment_plan(r: pb.AlterPartitionReassignmentsRequest) -> Sequence[Reassignment]:
+    return Decoded(r.reassignments, lambda a: Reassignment(a.topic, a.partition, tuple(a.replicas.ids)
+                                                           if a.HasField("replicas") else None))
 
 
 def reassigned(results: list[PartitionOutcome]) -> pb.AlterPartitionReassignmentsResponse:
@@ -153,10 +197,9 @@ def cluster_description(d: ClusterDescription) -> pb.DescribeClusterResponse:
                  for b in d.brokers])
 
 
-def config_changes(r: pb.IncrementalAlterConfigsRequest) -> list[ConfigChange]:
-    return [ConfigChange(c.resource_type, c.resource_name,
-                         tuple(ConfigOp(o.name, o.op == pb.AlterableConfig.DELETE, o.value) for o in c.configs))
-            for c in r.resources]
+def config_changes(r: pb.IncrementalAlterConfigsRequest) -> Sequence[ConfigChange]:
+    return Decoded(r.resources, lambda c: ConfigChange(c.resource_type, c.resource_name, Decoded(
+        c.configs, lambda o: ConfigOp(o.name, o.op == pb.AlterableConfig.DELETE, o.value))))
 
 
 def altered_configs(results: list[ResourceResult]) -> pb.IncrementalAlterConfigsResponse:
@@ -254,15 +297,14 @@ def remove_voter(r: pb.RemoveRaftVoterRequest) -> RemoveVoter:
 
 # ------------------------------------------------------------------------------ ACLs
 
-def _each(items: Iterable[Any], convert: Callable[[Any], T]) -> list[T | ApiError]:
-    """Each item converted, or the refusal of it in its place (Kafka answers ACLs one by one)."""
-    out: list[T | ApiError] = []
-    for item in items:
+def _each(convert: Callable[[Any], T]) -> Callable[[Any], T | ApiError]:
+    """``convert``, answering the refusal of an item in its place (Kafka answers ACLs one by one)."""
+    def one(item: Any) -> T | ApiError:
         try:
-            out.append(convert(item))
+            return convert(item)
         except ApiError as e:
-            out.append(e)
-    return out
+            return e
+    return one
 
 
 def _new_acl(b: pb.AclBinding) -> StandardAcl:
@@ -276,8 +318,8 @@ def _acl_filter(f: pb.AclFilter) -> AclBindingFilter:
                       f.operation, f.permission_type)
 
 
-def new_acls(r: pb.CreateAclsRequest) -> list[StandardAcl | ApiError]:
-    return _each(r.creations, _new_acl)
+def new_acls(r: pb.CreateAclsRequest) -> Sequence[StandardAcl | ApiError]:
+    return Decoded(r.creations, _each(_new_acl))
 
 
 def acls_created(results: list[ApiError | None]) -> pb.CreateAclsResponse:
@@ -286,7 +328,7 @@ def acls_created(results: list[ApiError | None]) -> pb.CreateAclsResponse:
 
 
 def acl_describe_filter(r: pb.DescribeAclsRequest) -> AclBindingFilter | ApiError:
-    return _each([r.filter], _acl_filter)[0]
+    return _each(_acl_filter)(r.filter)
 
 
 def binding(acl: StandardAcl) -> pb.AclBinding:
@@ -299,8 +341,8 @@ def acls_described(found: list[StandardAcl]) -> pb.DescribeAclsResponse:
     return pb.DescribeAclsResponse(status=OK, acls=[binding(a) for a in found])
 
 
-def acl_delete_filters(r: pb.DeleteAclsRequest) -> list[AclBindingFilter | ApiError]:
-    return _each(r.filters, _acl_filter)
+def acl_delete_filters(r: pb.DeleteAclsRequest) -> Sequence[AclBindingFilter | ApiError]:
+    return Decoded(r.filters, _each(_acl_filter))
 
 
 def acls_deleted(results: list[list[StandardAcl] | ApiError]) -> pb.DeleteAclsResponse:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
@@ -64,7 +65,7 @@ class ConfigChange:
 
     resource_type: int
     name: str
-    ops: tuple[ConfigOp, ...]
+    ops: Sequence[ConfigOp]
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +229,7 @@ class ControllerOperations:
 
     # -------------------------------------------------------------------------- topics
 
-    async def create_topics(self, access: Access, topics: list[NewTopic], *, validate_only: bool = False
+    async def create_topics(self, access: Access, topics: Sequence[NewTopic], *, validate_only: bool = False
                             ) -> list[ItemResult]:
         """Kafka's rule: CREATE on the cluster, or else on each topic; the refused ones are
         answered TOPIC_AUTHORIZATION_FAILED after the others, by name."""
@@ -255,21 +256,22 @@ class ControllerOperations:
     async def delete_topics(self, access: Access, names: list[str], ids: list[uuid.UUID | None]
                             ) -> list[ItemResult]:
         """By name and by id (None: an id that is not a 16-byte UUID refuses the request)."""
-        if None in ids:
+        checked = [i for i in ids if i is not None]
+        if len(checked) != len(ids):
             raise ApiError(ErrorCode.INVALID_REQUEST, "topic ids are 16-byte UUIDs")
-        check_request_size(len(names) + len(ids), "topics")
+        check_request_size(len(names) + len(checked), "topics")
         known = self.c.sm.image.topics_by_id
         refused = [ItemResult(name, error=access.topic_refusal(O.DELETE, name))
                    for name in names if not access.topic(O.DELETE, name)]
         refused += [ItemResult(known[i].name, i, access.topic_refusal(O.DELETE, known[i].name))
-                    for i in ids if i in known and not access.topic(O.DELETE, known[i].name)]
+                    for i in checked if i in known and not access.topic(O.DELETE, known[i].name)]
         gone = {r.name for r in refused}
         by_name = [n for n in names if n not in gone]
-        by_id = [i for i in ids if i is not None and (i not in known or known[i].name not in gone)]
+        by_id = [i for i in checked if i not in known or known[i].name not in gone]
         results = await self.c.write(lambda view: delete_topics(view, by_name, by_id), in_thread=True)
         return results + refused
 
-    async def create_partitions(self, access: Access, topics: list[NewPartitions], *,
+    async def create_partitions(self, access: Access, topics: Sequence[NewPartitions], *,
                                 validate_only: bool = False) -> list[ItemResult]:
         check_request_size(len(topics), "topics")
         load, start = self.c.sm.stats.load(), self.c.next_placement_start()
@@ -305,7 +307,7 @@ class ControllerOperations:
         check_request_size(len(partitions or ()), "partitions")
         return await self.c.write(lambda view: elect_leaders(view, kind, partitions), in_thread=True)
 
-    async def alter_reassignments(self, access: Access, plan: list[Reassignment]) -> list[PartitionOutcome]:
+    async def alter_reassignments(self, access: Access, plan: Sequence[Reassignment]) -> list[PartitionOutcome]:
         self._require(access, O.ALTER)
         check_request_size(len(plan), "reassignments")
         return await self.c.write(lambda view: alter(view, plan), in_thread=True)
@@ -349,7 +351,7 @@ class ControllerOperations:
         return ClusterDescription(image.cluster_id, self.c.node.id, image.offset, dict(image.features),
                                   sorted(image.brokers.values(), key=lambda b: b.id))
 
-    async def incremental_alter_configs(self, access: Access, changes: list[ConfigChange], *,
+    async def incremental_alter_configs(self, access: Access, changes: Sequence[ConfigChange], *,
                                         validate_only: bool = False) -> list[ResourceResult]:
         check_request_size(sum(len(r.ops) or 1 for r in changes), "config changes")
         refused = {k: e for k, r in enumerate(changes)
@@ -524,12 +526,12 @@ class ControllerOperations:
             raise ApiError(ErrorCode.SECURITY_DISABLED, "No Authorizer is configured on the controllers: set "
                                                         "authorizer.class.name to manage ACLs")
 
-    async def create_acls(self, access: Access, acls: list[StandardAcl | ApiError]) -> list[ApiError | None]:
+    async def create_acls(self, access: Access, acls: Sequence[StandardAcl | ApiError]) -> list[ApiError | None]:
         """``acls``: each wanted ACL, or why it is not one (answered in its place)."""
         self._require(access, O.ALTER)
         self._acls_enabled()
         check_request_size(len(acls), "ACLs")
-        return await self.c.write(lambda view: create_acls(view.acls, acls), in_thread=True)
+        return await self.c.write(lambda view: create_acls(view.acls, list(acls)), in_thread=True)
 
     async def describe_acls(self, access: Access, wanted: AclBindingFilter | ApiError) -> list[StandardAcl]:
         """``wanted``: the filter, or why it is not one (which refuses the request)."""
@@ -540,13 +542,13 @@ class ControllerOperations:
         image = await self.c.read_image()
         return await self.in_worker(lambda: sorted(acl for _, acl in matching(image.acls, wanted)))
 
-    async def delete_acls(self, access: Access, filters: list[AclBindingFilter | ApiError]
+    async def delete_acls(self, access: Access, filters: Sequence[AclBindingFilter | ApiError]
                           ) -> list[list[StandardAcl] | ApiError]:
         """Per filter: the ACLs it deleted (sorted), or why it was refused."""
         self._require(access, O.ALTER)
         self._acls_enabled()
         check_request_size(len(filters), "ACL filters")
-        results = await self.c.write(lambda view: delete_acls(view.acls, filters, MAX_RECORDS_PER_USER_OP),
+        results = await self.c.write(lambda view: delete_acls(view.acls, list(filters), MAX_RECORDS_PER_USER_OP),
                                      in_thread=True)
         return [r if isinstance(r, ApiError) else sorted(r) for r in results]
 

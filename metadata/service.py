@@ -30,6 +30,7 @@ from .principal import FORWARDED_HOST, FORWARDED_PRINCIPAL, PrincipalMapper, Ses
 
 O = AclOperation
 R = TypeVar("R")
+D = TypeVar("D")
 
 
 class ControllerService(controller_pb2_grpc.ControllerServicer):
@@ -60,14 +61,16 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         host = sent.get(FORWARDED_HOST, b"")
         return Access(self.authorizer, Session(_text(forwarded), _text(host)))
 
-    async def _answer(self, response_type: Any, context: grpc.aio.ServicerContext,
-                      call: Callable[[Access], Awaitable[R]], encode: Callable[[R], Any], *,
+    async def _answer(self, response_type: Any, context: grpc.aio.ServicerContext, decode: Callable[[], D],
+                      call: Callable[[Access, D], Awaitable[R]], encode: Callable[[R], Any], *,
                       encode_in_worker: bool = False) -> Any:
-        """Call the operation for the request's session and encode its result; map the
-        failures of the whole request onto ``response.status``. ``encode_in_worker``: the
-        answer scales with the cluster, so it is encoded off the event loop."""
+        """Decode the request, call the operation for the request's session, encode its
+        result; map the failures of the whole request onto ``response.status``.
+        ``encode_in_worker``: the answer grows with the cluster, so it is encoded off the
+        event loop (the decodes are cheap: ``codec.Decoded`` builds items once counted)."""
         try:
-            result = await call(await self._access(context))
+            access = await self._access(context)
+            result = await call(access, decode())
             return await self.ops.in_worker(encode, result) if encode_in_worker else encode(result)
         except NotController as e:
             return response_type(status=codec.status(ErrorCode.NOT_CONTROLLER, str(e), e.controller_id or -1,
@@ -80,114 +83,125 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     # ---------------------------------------------------------------------------- topics
 
     async def CreateTopics(self, request: pb.CreateTopicsRequest, context) -> pb.CreateTopicsResponse:
-        return await self._answer(pb.CreateTopicsResponse, context, lambda a: self.ops.create_topics(
-            a, codec.new_topics(request), validate_only=request.validate_only), codec.created_topics)
+        return await self._answer(pb.CreateTopicsResponse, context, lambda: codec.new_topics(request),
+                                  lambda a, topics: self.ops.create_topics(a, topics, validate_only=request.validate_only),
+                                  codec.created_topics)
 
     async def DeleteTopics(self, request: pb.DeleteTopicsRequest, context) -> pb.DeleteTopicsResponse:
-        return await self._answer(pb.DeleteTopicsResponse, context, lambda a: self.ops.delete_topics(
-            a, list(request.names), codec.topic_ids(request)),
-            lambda r: pb.DeleteTopicsResponse(status=codec.OK, topics=codec.topic_results(r)))
+        return await self._answer(pb.DeleteTopicsResponse, context, lambda: codec.topics_to_delete(request),
+                                  lambda a, d: self.ops.delete_topics(a, *d), codec.deleted_topics)
 
     async def CreatePartitions(self, request: pb.CreatePartitionsRequest, context) -> pb.CreatePartitionsResponse:
-        return await self._answer(pb.CreatePartitionsResponse, context, lambda a: self.ops.create_partitions(
-            a, codec.new_partitions(request), validate_only=request.validate_only),
-            lambda r: pb.CreatePartitionsResponse(status=codec.OK, topics=codec.topic_results(r)))
+        return await self._answer(pb.CreatePartitionsResponse, context, lambda: codec.new_partitions(request),
+                                  lambda a, topics: self.ops.create_partitions(a, topics,
+                                                                               validate_only=request.validate_only),
+                                  codec.created_partitions)
 
     async def DescribeTopics(self, request: pb.DescribeTopicsRequest, context) -> pb.DescribeTopicsResponse:
-        return await self._answer(pb.DescribeTopicsResponse, context, lambda a: self.ops.describe_topics(
-            a, list(request.names)), codec.topics_description, encode_in_worker=True)
+        return await self._answer(pb.DescribeTopicsResponse, context, lambda: list(request.names),
+                                  self.ops.describe_topics, codec.topics_description, encode_in_worker=True)
 
     # ---------------------------------------------------------------------------- partitions
 
     async def ElectLeaders(self, request: pb.ElectLeadersRequest, context) -> pb.ElectLeadersResponse:
-        return await self._answer(pb.ElectLeadersResponse, context,
-                                  lambda a: self.ops.elect_leaders(a, *codec.election(request)), codec.elected)
+        return await self._answer(pb.ElectLeadersResponse, context, lambda: codec.election(request),
+                                  lambda a, d: self.ops.elect_leaders(a, *d), codec.elected)
 
     async def AlterPartitionReassignments(self, request: pb.AlterPartitionReassignmentsRequest,
                                           context) -> pb.AlterPartitionReassignmentsResponse:
-        return await self._answer(pb.AlterPartitionReassignmentsResponse, context, lambda a: self.ops.alter_reassignments(
-            a, codec.reassignment_plan(request)), codec.reassigned)
+        return await self._answer(pb.AlterPartitionReassignmentsResponse, context,
+                                  lambda: codec.reassignment_plan(request), self.ops.alter_reassignments,
+                                  codec.reassigned)
 
     async def ListPartitionReassignments(self, request: pb.ListPartitionReassignmentsRequest,
                                          context) -> pb.ListPartitionReassignmentsResponse:
-        return await self._answer(pb.ListPartitionReassignmentsResponse, context, lambda a: self.ops.list_reassignments(
-            a, codec.reassignment_topics(request)), codec.ongoing_reassignments)
+        return await self._answer(pb.ListPartitionReassignmentsResponse, context,
+                                  lambda: codec.reassignment_topics(request), self.ops.list_reassignments,
+                                  codec.ongoing_reassignments)
 
     async def AlterPartition(self, request: pb.AlterPartitionRequest, context) -> pb.AlterPartitionResponse:
-        return await self._answer(pb.AlterPartitionResponse, context, lambda a: self.ops.alter_partition(
-            a, codec.alter_partition(request)), codec.altered_partition)
+        return await self._answer(pb.AlterPartitionResponse, context, lambda: codec.alter_partition(request),
+                                  self.ops.alter_partition, codec.altered_partition)
 
     # ---------------------------------------------------------------------------- cluster and configs
 
     async def DescribeCluster(self, request: pb.DescribeClusterRequest, context) -> pb.DescribeClusterResponse:
-        return await self._answer(pb.DescribeClusterResponse, context, self.ops.describe_cluster,
-                                  codec.cluster_description)
+        return await self._answer(pb.DescribeClusterResponse, context, _nothing,
+                                  lambda a, _: self.ops.describe_cluster(a), codec.cluster_description)
 
     async def IncrementalAlterConfigs(self, request: pb.IncrementalAlterConfigsRequest,
                                       context) -> pb.IncrementalAlterConfigsResponse:
-        return await self._answer(pb.IncrementalAlterConfigsResponse, context, lambda a: self.ops.incremental_alter_configs(
-            a, codec.config_changes(request), validate_only=request.validate_only), codec.altered_configs)
+        return await self._answer(pb.IncrementalAlterConfigsResponse, context, lambda: codec.config_changes(request),
+                                  lambda a, changes: self.ops.incremental_alter_configs(
+                                      a, changes, validate_only=request.validate_only),
+                                  codec.altered_configs)
 
     async def DescribeConfigs(self, request: pb.DescribeConfigsRequest, context) -> pb.DescribeConfigsResponse:
-        return await self._answer(pb.DescribeConfigsResponse, context, lambda a: self.ops.describe_configs(
-            a, codec.config_resources(request)), codec.described_configs)
+        return await self._answer(pb.DescribeConfigsResponse, context, lambda: codec.config_resources(request),
+                                  self.ops.describe_configs, codec.described_configs)
 
     # ---------------------------------------------------------------------------- brokers
 
     async def BrokerRegistration(self, request: pb.BrokerRegistrationRequest,
                                  context) -> pb.BrokerRegistrationResponse:
-        return await self._answer(pb.BrokerRegistrationResponse, context, lambda a: self.ops.register_broker(
-            a, codec.broker_registration(request)), codec.registered)
+        return await self._answer(pb.BrokerRegistrationResponse, context, lambda: codec.broker_registration(request),
+                                  self.ops.register_broker, codec.registered)
 
     async def BrokerHeartbeat(self, request: pb.BrokerHeartbeatRequest, context) -> pb.BrokerHeartbeatResponse:
-        return await self._answer(pb.BrokerHeartbeatResponse, context, lambda a: self.ops.broker_heartbeat(
-            a, codec.heartbeat(request)), codec.heartbeat_answer)
+        return await self._answer(pb.BrokerHeartbeatResponse, context, lambda: codec.heartbeat(request),
+                                  self.ops.broker_heartbeat, codec.heartbeat_answer)
 
     async def UnregisterBroker(self, request: pb.UnregisterBrokerRequest, context) -> pb.UnregisterBrokerResponse:
-        return await self._answer(pb.UnregisterBrokerResponse, context, lambda a: self.ops.unregister_broker(
-            a, request.broker_id), lambda _: pb.UnregisterBrokerResponse(status=codec.OK))
+        return await self._answer(pb.UnregisterBrokerResponse, context, lambda: request.broker_id,
+                                  self.ops.unregister_broker, lambda _: pb.UnregisterBrokerResponse(status=codec.OK))
 
     async def AllocateProducerIds(self, request: pb.AllocateProducerIdsRequest,
                                   context) -> pb.AllocateProducerIdsResponse:
-        return await self._answer(pb.AllocateProducerIdsResponse, context, lambda a: self.ops.allocate_producer_ids(
-            a, request.broker_id, request.broker_epoch), codec.producer_id_block)
+        return await self._answer(pb.AllocateProducerIdsResponse, context, _nothing,
+                                  lambda a, _: self.ops.allocate_producer_ids(a, request.broker_id, request.broker_epoch),
+                                  codec.producer_id_block)
 
     # ---------------------------------------------------------------------------- the metadata log and the quorum
 
     async def FetchMetadata(self, request: pb.FetchMetadataRequest, context) -> pb.FetchMetadataResponse:
-        return await self._answer(pb.FetchMetadataResponse, context, lambda a: self.ops.fetch_metadata(
+        return await self._answer(pb.FetchMetadataResponse, context, _nothing, lambda a, _: self.ops.fetch_metadata(
             a, request.offset, max_wait_ms=request.max_wait_ms, max_bytes=request.max_bytes,
             broker_id=request.broker_id), codec.metadata_fetched)
 
     async def FetchSnapshot(self, request: pb.FetchSnapshotRequest, context) -> pb.FetchSnapshotResponse:
-        return await self._answer(pb.FetchSnapshotResponse, context, lambda a: self.ops.fetch_snapshot(
+        return await self._answer(pb.FetchSnapshotResponse, context, _nothing, lambda a, _: self.ops.fetch_snapshot(
             a, request.snapshot_offset, request.position, request.max_bytes), codec.snapshot_chunk)
 
     async def DescribeQuorum(self, request: pb.DescribeQuorumRequest, context) -> pb.DescribeQuorumResponse:
-        return await self._answer(pb.DescribeQuorumResponse, context, self.ops.describe_quorum,
-                                  codec.quorum_description)
+        return await self._answer(pb.DescribeQuorumResponse, context, _nothing,
+                                  lambda a, _: self.ops.describe_quorum(a), codec.quorum_description)
 
     async def AddRaftVoter(self, request: pb.AddRaftVoterRequest, context) -> pb.AddRaftVoterResponse:
-        return await self._answer(pb.AddRaftVoterResponse, context, lambda a: self.ops.add_voter(
-            a, codec.add_voter(request)), lambda _: pb.AddRaftVoterResponse(status=codec.OK))
+        return await self._answer(pb.AddRaftVoterResponse, context, lambda: codec.add_voter(request),
+                                  self.ops.add_voter, lambda _: pb.AddRaftVoterResponse(status=codec.OK))
 
     async def RemoveRaftVoter(self, request: pb.RemoveRaftVoterRequest, context) -> pb.RemoveRaftVoterResponse:
-        return await self._answer(pb.RemoveRaftVoterResponse, context, lambda a: self.ops.remove_voter(
-            a, codec.remove_voter(request)), lambda _: pb.RemoveRaftVoterResponse(status=codec.OK))
+        return await self._answer(pb.RemoveRaftVoterResponse, context, lambda: codec.remove_voter(request),
+                                  self.ops.remove_voter, lambda _: pb.RemoveRaftVoterResponse(status=codec.OK))
 
     # ---------------------------------------------------------------------------- ACLs
 
     async def CreateAcls(self, request: pb.CreateAclsRequest, context) -> pb.CreateAclsResponse:
-        return await self._answer(pb.CreateAclsResponse, context, lambda a: self.ops.create_acls(
-            a, codec.new_acls(request)), codec.acls_created)
+        return await self._answer(pb.CreateAclsResponse, context, lambda: codec.new_acls(request),
+                                  self.ops.create_acls, codec.acls_created)
 
     async def DescribeAcls(self, request: pb.DescribeAclsRequest, context) -> pb.DescribeAclsResponse:
-        return await self._answer(pb.DescribeAclsResponse, context, lambda a: self.ops.describe_acls(
-            a, codec.acl_describe_filter(request)), codec.acls_described)
+        return await self._answer(pb.DescribeAclsResponse, context, lambda: codec.acl_describe_filter(request),
+                                  self.ops.describe_acls, codec.acls_described)
 
     async def DeleteAcls(self, request: pb.DeleteAclsRequest, context) -> pb.DeleteAclsResponse:
-        return await self._answer(pb.DeleteAclsResponse, context, lambda a: self.ops.delete_acls(
-            a, codec.acl_delete_filters(request)), codec.acls_deleted)
+        return await self._answer(pb.DeleteAclsResponse, context, lambda: codec.acl_delete_filters(request),
+                                  self.ops.delete_acls, codec.acls_deleted)
+
+
+def _nothing() -> None:
+    """The decode of a request the operation reads no more than a field or two of."""
+    return None
 
 
 def _text(value: bytes | str) -> str:

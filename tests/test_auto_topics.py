@@ -44,7 +44,7 @@ async def metadata(c: BrokerCluster, bid: int, topics: list[str], allow: bool) -
 
 async def exists(c: BrokerCluster, name: str) -> bool:
     async with c.controller() as ctl:
-        r = await ctl.call("DescribeTopics", cpb.DescribeTopicsRequest(names=[name]))
+        r = await ctl.describe_topics(cpb.DescribeTopicsRequest(names=[name]))
         return r.topics[0].error_code == 0
 
 

@@ -155,16 +155,16 @@ def test_a_static_quorum_refuses_changes(tmp_path):
         try:
             await q.active()
             async with q.client(timeout=10) as c:
-                before = (await c.call("DescribeQuorum", pb.DescribeQuorumRequest())).high_watermark
-                for method, req in [("AddRaftVoter", pb.AddRaftVoterRequest(
+                before = (await c.describe_quorum(pb.DescribeQuorumRequest())).high_watermark
+                for method, req in [(ControllerClient.add_raft_voter, pb.AddRaftVoterRequest(
                                         cluster_id=q.cluster_id, voter_id=4, voter_directory_id="MvDxzVmcRsaTz33bUuRU6A",
                                         listeners=[pb.Endpoint(name="CONTROLLER", host="127.0.0.1", port=1)])),
-                                    ("RemoveRaftVoter", pb.RemoveRaftVoterRequest(
+                                    (ControllerClient.remove_raft_voter, pb.RemoveRaftVoterRequest(
                                         voter_id=3, voter_directory_id="AAAAAAAAAAAAAAAAAAAAAA"))]:
                     with pytest.raises(ControllerError) as e:
-                        await c.call(method, req)
+                        await c.send(method, req)
                     assert e.value.code == ErrorCode.UNSUPPORTED_VERSION and "static" in e.value.message
-                after = await c.call("DescribeQuorum", pb.DescribeQuorumRequest())
+                after = await c.describe_quorum(pb.DescribeQuorumRequest())
                 assert after.high_watermark == before and len(after.voters) == 3
         finally:
             await q.stop()
@@ -448,7 +448,7 @@ def test_replace_a_killed_controller_while_producers_and_topic_creation_run(tmp_
                         name = f"t-{n}"
                         n += 1
                         try:
-                            r = await client.call("CreateTopics", pb.CreateTopicsRequest(topics=[pb.CreatableTopic(
+                            r = await client.create_topics(pb.CreateTopicsRequest(topics=[pb.CreatableTopic(
                                 name=name, num_partitions=1, replication_factor=3)]))
                         except ControllerError as e:  # the outcome is unknown: not counted as created
                             assert e.code == ErrorCode.REQUEST_TIMED_OUT, e
@@ -462,7 +462,7 @@ def test_replace_a_killed_controller_while_producers_and_topic_creation_run(tmp_
             try:
                 await eventually(lambda: len(acked) >= 100 and len(created) >= 3, 30, what="writes before the kill")
                 async with ControllerClient(q.bootstrap, timeout=20) as client:
-                    victim = (await client.call("DescribeQuorum", pb.DescribeQuorumRequest())).leader_id
+                    victim = (await client.describe_quorum(pb.DescribeQuorumRequest())).leader_id
                 q.kill(victim)  # the active controller's machine is lost
                 new_dir = await asyncio.to_thread(format_, q, 4, "--no-initial-controllers")
                 q.start_node(4)
@@ -502,7 +502,7 @@ def test_replace_a_killed_controller_while_producers_and_topic_creation_run(tmp_
 
         async def topics() -> set[str]:
             async with ControllerClient(everywhere, timeout=20) as client:
-                return {t.name for t in (await client.call("DescribeTopics", pb.DescribeTopicsRequest())).topics}
+                return {t.name for t in (await client.describe_topics(pb.DescribeTopicsRequest())).topics}
         missing = set(created) - asyncio.run(topics())
         assert not missing, f"created topics lost: {sorted(missing)}"
     finally:
