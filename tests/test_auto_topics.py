@@ -170,7 +170,7 @@ class FakeController:
         self.fail = fail
         self.release = asyncio.Event()
 
-    async def call(self, method: str, request: cpb.CreateTopicsRequest, **kw: object) -> cpb.CreateTopicsResponse:
+    async def create_topics(self, request: cpb.CreateTopicsRequest, **kw: object) -> cpb.CreateTopicsResponse:
         self.calls.append(request.topics[0].name)
         await self.release.wait()
         if self.fail is not None:

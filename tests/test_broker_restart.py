@@ -417,7 +417,7 @@ class _RefusingController:
     def __init__(self) -> None:
         self.calls = 0
 
-    async def call(self, method: str, request: Any, **kw: Any) -> cpb.AlterPartitionResponse:
+    async def alter_partition(self, request: Any, **kw: Any) -> cpb.AlterPartitionResponse:
         self.calls += 1
         return cpb.AlterPartitionResponse(error_code=cpb.INELIGIBLE_REPLICA, error_message="fenced")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from pathlib import Path
 
 import grpc
 import pytest
@@ -15,6 +16,8 @@ from metadata.errors import ErrorCode
 from protos import controller_pb2 as pb
 from protos import controller_pb2_grpc
 from tests.kvcluster import free_ports
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
 
 
 def test_every_controller_rpc_has_one_typed_method():
@@ -27,6 +30,20 @@ def test_every_controller_rpc_has_one_typed_method():
     assert SAFE_TO_REPEAT == {"DescribeTopics", "DescribeCluster", "DescribeConfigs", "DescribeQuorum", "FetchMetadata",
                               "FetchSnapshot", "BrokerHeartbeat", "BrokerRegistration", "AlterPartition",
                               "AllocateProducerIds", "CreateAcls", "DescribeAcls"}
+
+
+
+def test_the_docs_table_is_the_clients_declaration():
+    """docs/operations.md lists each RPC with its method and whether it is repeated."""
+    documented: dict[str, bool] = {}
+    for line in DOCS.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[1].startswith("`") and cells[2].split(":")[0].split(" ")[0] in ("yes", "no"):
+            for name, method in zip(cells[0].split(", "), re.findall(r"`(\w+)`", cells[1]), strict=True):
+                rpc = getattr(ControllerClient, method)
+                assert rpc.name == name, (name, method)
+                documented[name] = cells[2].startswith("yes")
+    assert documented == {name: rpc.idempotent for name, rpc in RPCS.items()}
 
 
 class Unsure(controller_pb2_grpc.ControllerServicer):
