@@ -175,10 +175,10 @@ def alter_partition(r: pb.AlterPartitionRequest) -> AlterPartitionRequest:
                                  r.partition_epoch, tuple(r.new_isr))
 
 
-def altered_partition(a: BrokerAnswer) -> pb.AlterPartitionResponse:
-    if a.error is not None:
-        return pb.AlterPartitionResponse(status=OK, error_code=int(a.error.code), error_message=a.error.message)
-    p: PartitionRegistration = a.value  # type: ignore[assignment]
+def altered_partition(a: BrokerAnswer[PartitionRegistration]) -> pb.AlterPartitionResponse:
+    p = a.value
+    if p is None:
+        return pb.AlterPartitionResponse(status=OK, error_code=_code(a.error)[0], error_message=_code(a.error)[1])
     return pb.AlterPartitionResponse(status=OK, leader=p.leader, leader_epoch=p.leader_epoch,
                                      partition_epoch=p.partition_epoch, isr=p.isr)
 
@@ -231,20 +231,20 @@ def broker_registration(r: pb.BrokerRegistrationRequest) -> BrokerRegistrationRe
                                      r.rack or None)
 
 
-def registered(a: BrokerAnswer) -> pb.BrokerRegistrationResponse:
-    if a.error is not None:
-        return pb.BrokerRegistrationResponse(status=OK, error_code=int(a.error.code), error_message=a.error.message)
-    return pb.BrokerRegistrationResponse(status=OK, broker_epoch=a.value)  # type: ignore[arg-type]
+def registered(a: BrokerAnswer[int]) -> pb.BrokerRegistrationResponse:
+    if a.value is None:
+        return pb.BrokerRegistrationResponse(status=OK, error_code=_code(a.error)[0], error_message=_code(a.error)[1])
+    return pb.BrokerRegistrationResponse(status=OK, broker_epoch=a.value)
 
 
 def heartbeat(r: pb.BrokerHeartbeatRequest) -> Heartbeat:
     return Heartbeat(r.broker_id, r.broker_epoch, r.current_metadata_offset, r.want_fence, r.want_shut_down)
 
 
-def heartbeat_answer(a: BrokerAnswer) -> pb.BrokerHeartbeatResponse:
-    if a.error is not None:
-        return pb.BrokerHeartbeatResponse(status=OK, error_code=int(a.error.code), error_message=a.error.message)
-    h: HeartbeatAnswer = a.value  # type: ignore[assignment]
+def heartbeat_answer(a: BrokerAnswer[HeartbeatAnswer]) -> pb.BrokerHeartbeatResponse:
+    h = a.value
+    if h is None:
+        return pb.BrokerHeartbeatResponse(status=OK, error_code=_code(a.error)[0], error_message=_code(a.error)[1])
     return pb.BrokerHeartbeatResponse(status=OK, is_caught_up=h.is_caught_up, is_fenced=h.is_fenced,
                                       should_shut_down=h.should_shut_down)
 

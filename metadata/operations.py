@@ -21,7 +21,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import Callable, Generic, TypeVar
 
 from raft.errors import LogCompacted
 from raft.messages import Entry, SnapshotSource
@@ -33,10 +33,10 @@ from .authorizer import Access, StandardAuthorizer
 from .brokers import Heartbeat, HeartbeatAnswer
 from .controller import QuorumController
 from .errors import ApiError, ErrorCode
-from .image import BrokerRegistration, ConfigResource, MetadataImage, PartitionRegistration, ResourceType, \
-    SecurityProtocol, TopicImage
-from .quorum import AddVoter, RemoveVoter
+from .image import (BrokerRegistration, ConfigResource, MetadataImage, PartitionRegistration, ResourceType,
+                    SecurityProtocol, TopicImage)
 from .partitions import PartitionOutcome, alter_partition, elect_leaders
+from .quorum import AddVoter, RemoveVoter
 from .reassignments import Reassignment, alter, ongoing
 from .records import MetadataRecord, endpoint, producer_ids
 from .topics import (MAX_RECORDS_PER_USER_OP, ConfigOp, ItemResult, NewTopic, alter_configs,
@@ -103,7 +103,7 @@ class AlterPartitionRequest:
 @dataclass(frozen=True, slots=True)
 class TopicDescription:
     """One topic as the caller may see it: ``topic`` None with ``error`` set when it is refused
-    or unknown. ``live``: the unfenced brokers (a replica elsewhere is offline)."""
+    or unknown."""
 
     name: str
     topic: TopicImage | None
@@ -113,6 +113,8 @@ class TopicDescription:
 
 @dataclass(frozen=True, slots=True)
 class TopicsDescription:
+    """``live``: the unfenced brokers (a replica elsewhere is offline)."""
+
     topics: list[TopicDescription]
     live: frozenset[int]
     metadata_offset: int
@@ -154,11 +156,11 @@ class ProducerIdBlock:
 
 
 @dataclass(frozen=True, slots=True)
-class BrokerAnswer:
+class BrokerAnswer(Generic[T]):
     """What a broker's own request got: the per-request error Kafka puts in the response body
     (``error``), else ``value`` (a broker epoch, a HeartbeatAnswer, a PartitionRegistration)."""
 
-    value: object = None
+    value: T | None = None
     error: ApiError | None = None
 
 
@@ -320,7 +322,8 @@ class ControllerOperations:
         found = await self.in_worker(ongoing, image, topics)
         return [OngoingReassignment(name, pid, p) for name, pid, p in found]
 
-    async def alter_partition(self, access: Access, request: AlterPartitionRequest) -> BrokerAnswer:
+    async def alter_partition(self, access: Access, request: AlterPartitionRequest
+                              ) -> BrokerAnswer[PartitionRegistration]:
         """A leader's ISR change; the answer is the partition as committed (``value``)."""
         self._require(access, O.CLUSTER_ACTION)
         tid = request.topic_id
@@ -388,7 +391,7 @@ class ControllerOperations:
 
     # -------------------------------------------------------------------------- brokers
 
-    async def register_broker(self, access: Access, request: BrokerRegistrationRequest) -> BrokerAnswer:
+    async def register_broker(self, access: Access, request: BrokerRegistrationRequest) -> BrokerAnswer[int]:
         """The broker's new epoch (``value``), or why it may not register (``error``)."""
         self._require(access, O.CLUSTER_ACTION)
 
@@ -405,7 +408,7 @@ class ControllerOperations:
                 raise
             return BrokerAnswer(error=e)
 
-    async def broker_heartbeat(self, access: Access, hb: Heartbeat) -> BrokerAnswer:
+    async def broker_heartbeat(self, access: Access, hb: Heartbeat) -> BrokerAnswer[HeartbeatAnswer]:
         """A HeartbeatAnswer (``value``), or why the heartbeat was refused (``error``)."""
         self._require(access, O.CLUSTER_ACTION)
         try:

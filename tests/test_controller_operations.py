@@ -32,14 +32,15 @@ def test_operations_without_grpc(tmp_path):
             # a broker registers and is unfenced once caught up
             registered = await ops.register_broker(allowed, BrokerRegistrationRequest(
                 1, uuid.uuid4(), q.cluster_id, (Listener("PLAINTEXT", "127.0.0.1", 9092),), None))
-            assert registered.error is None and isinstance(registered.value, int)
+            epoch = registered.value
+            assert registered.error is None and isinstance(epoch, int)
 
             async def unfenced() -> bool:
-                hb = await ops.broker_heartbeat(allowed, Heartbeat(1, registered.value, server.sm.image.offset))
-                assert hb.error is None, hb.error
+                hb = await ops.broker_heartbeat(allowed, Heartbeat(1, epoch, server.sm.image.offset))
+                assert hb.error is None and hb.value is not None, hb.error
                 return not hb.value.is_fenced
             await eventually(unfenced, what="broker 1 unfenced")
-            wrong = await ops.broker_heartbeat(allowed, Heartbeat(1, registered.value + 1, 0))
+            wrong = await ops.broker_heartbeat(allowed, Heartbeat(1, epoch + 1, 0))
             assert wrong.error is not None and wrong.error.code == ErrorCode.STALE_BROKER_EPOCH
 
             # create: per-item results, a typed error for the item refused
@@ -59,7 +60,7 @@ def test_operations_without_grpc(tmp_path):
             assert nowhere.error.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             cluster = await ops.describe_cluster(allowed)
             assert [b.id for b in cluster.brokers] == [1] and cluster.cluster_id == q.cluster_id
-            block = await ops.allocate_producer_ids(allowed, 1, registered.value)
+            block = await ops.allocate_producer_ids(allowed, 1, epoch)
             assert block.error is None and block.length > 0
 
             # a refusal of the whole request is raised, before anything is written
