@@ -128,38 +128,41 @@ class ControllerClient(LeaderClient):
 
     # The RPCs, and whether each is safe to repeat (docs/operations.md, "Write outcomes").
     # Reads: safe.
-    describe_topics = Rpc[pb.DescribeTopicsRequest, pb.DescribeTopicsResponse]("DescribeTopics", True)
-    describe_cluster = Rpc[pb.DescribeClusterRequest, pb.DescribeClusterResponse]("DescribeCluster", True)
-    describe_configs = Rpc[pb.DescribeConfigsRequest, pb.DescribeConfigsResponse]("DescribeConfigs", True)
-    describe_quorum = Rpc[pb.DescribeQuorumRequest, pb.DescribeQuorumResponse]("DescribeQuorum", True)
-    describe_acls = Rpc[pb.DescribeAclsRequest, pb.DescribeAclsResponse]("DescribeAcls", True)
-    fetch_metadata = Rpc[pb.FetchMetadataRequest, pb.FetchMetadataResponse]("FetchMetadata", True)
-    fetch_snapshot = Rpc[pb.FetchSnapshotRequest, pb.FetchSnapshotResponse]("FetchSnapshot", True)
+    describe_topics = Rpc[pb.DescribeTopicsRequest, pb.DescribeTopicsResponse]("DescribeTopics", idempotent=True)
+    describe_cluster = Rpc[pb.DescribeClusterRequest, pb.DescribeClusterResponse]("DescribeCluster", idempotent=True)
+    describe_configs = Rpc[pb.DescribeConfigsRequest, pb.DescribeConfigsResponse]("DescribeConfigs", idempotent=True)
+    describe_quorum = Rpc[pb.DescribeQuorumRequest, pb.DescribeQuorumResponse]("DescribeQuorum", idempotent=True)
+    describe_acls = Rpc[pb.DescribeAclsRequest, pb.DescribeAclsResponse]("DescribeAcls", idempotent=True)
+    fetch_metadata = Rpc[pb.FetchMetadataRequest, pb.FetchMetadataResponse]("FetchMetadata", idempotent=True)
+    fetch_snapshot = Rpc[pb.FetchSnapshotRequest, pb.FetchSnapshotResponse]("FetchSnapshot", idempotent=True)
     list_partition_reassignments = Rpc[pb.ListPartitionReassignmentsRequest, pb.ListPartitionReassignmentsResponse](
-        "ListPartitionReassignments", False)  # a read, but not declared safe so far: kept as it was
+        "ListPartitionReassignments", idempotent=False)  # a read, but not declared safe so far: kept as it was
     # A broker's own requests: safe (the same heartbeat, registration with the same
     # incarnation, the same ISR change or a fresh block of producer ids change nothing more).
-    broker_registration = Rpc[pb.BrokerRegistrationRequest, pb.BrokerRegistrationResponse]("BrokerRegistration", True)
-    broker_heartbeat = Rpc[pb.BrokerHeartbeatRequest, pb.BrokerHeartbeatResponse]("BrokerHeartbeat", True)
-    alter_partition = Rpc[pb.AlterPartitionRequest, pb.AlterPartitionResponse]("AlterPartition", True)
+    broker_registration = Rpc[pb.BrokerRegistrationRequest, pb.BrokerRegistrationResponse](
+        "BrokerRegistration", idempotent=True)
+    broker_heartbeat = Rpc[pb.BrokerHeartbeatRequest, pb.BrokerHeartbeatResponse]("BrokerHeartbeat", idempotent=True)
+    alter_partition = Rpc[pb.AlterPartitionRequest, pb.AlterPartitionResponse]("AlterPartition", idempotent=True)
     allocate_producer_ids = Rpc[pb.AllocateProducerIdsRequest, pb.AllocateProducerIdsResponse](
-        "AllocateProducerIds", True)
+        "AllocateProducerIds", idempotent=True)
     # CreateAcls: safe, an ACL that exists is answered as created, writing nothing.
-    create_acls = Rpc[pb.CreateAclsRequest, pb.CreateAclsResponse]("CreateAcls", True)
+    create_acls = Rpc[pb.CreateAclsRequest, pb.CreateAclsResponse]("CreateAcls", idempotent=True)
     # Writes whose repetition answers differently (TOPIC_ALREADY_EXISTS for one's own topic,
     # a DeleteAcls that deleted nothing): not retried once their outcome is unknown.
-    create_topics = Rpc[pb.CreateTopicsRequest, pb.CreateTopicsResponse]("CreateTopics", False)
-    delete_topics = Rpc[pb.DeleteTopicsRequest, pb.DeleteTopicsResponse]("DeleteTopics", False)
-    create_partitions = Rpc[pb.CreatePartitionsRequest, pb.CreatePartitionsResponse]("CreatePartitions", False)
-    delete_acls = Rpc[pb.DeleteAclsRequest, pb.DeleteAclsResponse]("DeleteAcls", False)
+    create_topics = Rpc[pb.CreateTopicsRequest, pb.CreateTopicsResponse]("CreateTopics", idempotent=False)
+    delete_topics = Rpc[pb.DeleteTopicsRequest, pb.DeleteTopicsResponse]("DeleteTopics", idempotent=False)
+    create_partitions = Rpc[pb.CreatePartitionsRequest, pb.CreatePartitionsResponse](
+        "CreatePartitions", idempotent=False)
+    delete_acls = Rpc[pb.DeleteAclsRequest, pb.DeleteAclsResponse]("DeleteAcls", idempotent=False)
     incremental_alter_configs = Rpc[pb.IncrementalAlterConfigsRequest, pb.IncrementalAlterConfigsResponse](
-        "IncrementalAlterConfigs", False)
-    elect_leaders = Rpc[pb.ElectLeadersRequest, pb.ElectLeadersResponse]("ElectLeaders", False)
-    alter_partition_reassignments = Rpc[pb.AlterPartitionReassignmentsRequest,
-                                        pb.AlterPartitionReassignmentsResponse]("AlterPartitionReassignments", False)
-    unregister_broker = Rpc[pb.UnregisterBrokerRequest, pb.UnregisterBrokerResponse]("UnregisterBroker", False)
-    add_raft_voter = Rpc[pb.AddRaftVoterRequest, pb.AddRaftVoterResponse]("AddRaftVoter", False)
-    remove_raft_voter = Rpc[pb.RemoveRaftVoterRequest, pb.RemoveRaftVoterResponse]("RemoveRaftVoter", False)
+        "IncrementalAlterConfigs", idempotent=False)
+    elect_leaders = Rpc[pb.ElectLeadersRequest, pb.ElectLeadersResponse]("ElectLeaders", idempotent=False)
+    alter_partition_reassignments = Rpc[pb.AlterPartitionReassignmentsRequest, pb.AlterPartitionReassignmentsResponse](
+        "AlterPartitionReassignments", idempotent=False)
+    unregister_broker = Rpc[pb.UnregisterBrokerRequest, pb.UnregisterBrokerResponse](
+        "UnregisterBroker", idempotent=False)
+    add_raft_voter = Rpc[pb.AddRaftVoterRequest, pb.AddRaftVoterResponse]("AddRaftVoter", idempotent=False)
+    remove_raft_voter = Rpc[pb.RemoveRaftVoterRequest, pb.RemoveRaftVoterResponse]("RemoveRaftVoter", idempotent=False)
 
     async def call(self, method: str, request: Any, *, timeout: float | None = None,
                    attempt_timeout: float | None = None, on_behalf_of: Session | None = None) -> Any:
