@@ -221,7 +221,7 @@ async def _run_cluster(args: argparse.Namespace, disk: float) -> None:
         await cluster.wait_for_brokers(timeout=90)
         combos = [(i, c) for i in args.idempotence.split(",") for c in args.compression.split(",")]
         async with ControllerClient(cluster.bootstrap, timeout=30) as c:
-            await c.call("CreateTopics", cpb.CreateTopicsRequest(topics=[
+            await c.create_topics(cpb.CreateTopicsRequest(topics=[
                 cpb.CreatableTopic(name=f"{args.topic}-{i}-{codec}", num_partitions=args.partitions,
                                    replication_factor=3) for i, codec in combos]))
 

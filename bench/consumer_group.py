@@ -95,7 +95,7 @@ async def _until(check, timeout: float) -> None:
 
 async def throughput(q: DevQuorum, messages: int) -> None:
     async with ControllerClient(q.bootstrap, timeout=30) as c:
-        await c.call("CreateTopics", cpb.CreateTopicsRequest(topics=[
+        await c.create_topics(cpb.CreateTopicsRequest(topics=[
             cpb.CreatableTopic(name="groupbench", num_partitions=6, replication_factor=3)]))
     value = b"x" * 256
     async with Producer(q.bootstrap_servers, linger_ms=5, batch_size=262144) as p:
@@ -118,7 +118,7 @@ async def throughput(q: DevQuorum, messages: int) -> None:
 
 async def failover(q: DevQuorum, kills: int) -> None:
     async with ControllerClient(q.bootstrap, timeout=30) as c:
-        await c.call("CreateTopics", cpb.CreateTopicsRequest(topics=[
+        await c.create_topics(cpb.CreateTopicsRequest(topics=[
             cpb.CreatableTopic(name="steady", num_partitions=6, replication_factor=3)]))
     stop = asyncio.Event()
 

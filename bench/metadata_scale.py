@@ -55,12 +55,12 @@ async def register_brokers(q: DevQuorum) -> None:
     async with ControllerClient(q.bootstrap) as c:
         epochs = {}
         for b in range(1, BROKERS + 1):
-            r = await c.call("BrokerRegistration", pb.BrokerRegistrationRequest(
+            r = await c.broker_registration(pb.BrokerRegistrationRequest(
                 broker_id=b, cluster_id=q.cluster_id, incarnation_id=uuid.uuid4().bytes, rack=f"rack-{b % 5}",
                 listeners=[pb.Endpoint(name="PLAINTEXT", host="127.0.0.1", port=10000 + b)]))
             epochs[b] = r.broker_epoch
         for b, e in epochs.items():
-            await c.call("BrokerHeartbeat", pb.BrokerHeartbeatRequest(broker_id=b, broker_epoch=e,
+            await c.broker_heartbeat(pb.BrokerHeartbeatRequest(broker_id=b, broker_epoch=e,
                                                                       current_metadata_offset=1 << 40))
     q.broker_epochs = epochs  # type: ignore[attr-defined]
 
@@ -70,7 +70,7 @@ async def heartbeat_forever(q: DevQuorum, stop: asyncio.Event) -> None:
         while not stop.is_set():
             for b, e in q.broker_epochs.items():  # type: ignore[attr-defined]
                 try:
-                    await c.call("BrokerHeartbeat", pb.BrokerHeartbeatRequest(
+                    await c.broker_heartbeat(pb.BrokerHeartbeatRequest(
                         broker_id=b, broker_epoch=e, current_metadata_offset=1 << 40))
                 except Exception:
                     pass
@@ -84,7 +84,7 @@ async def create(q: DevQuorum, topics: int, start: int, in_flight: int = 4) -> f
     async with ControllerClient(q.bootstrap, timeout=120) as c:
         async def worker(mine: list[list[str]]) -> None:
             for batch in mine:
-                r = await c.call("CreateTopics", pb.CreateTopicsRequest(topics=[
+                r = await c.create_topics(pb.CreateTopicsRequest(topics=[
                     pb.CreatableTopic(name=n, num_partitions=PARTITIONS_PER_TOPIC, replication_factor=3)
                     for n in batch]))
                 bad = [t for t in r.topics if t.error_code != 0]
@@ -101,7 +101,7 @@ async def failover(q: DevQuorum) -> float:
     q.kill(leader)
     t0 = time.perf_counter()
     async with ControllerClient([f"127.0.0.1:{q.ports[n]}" for n in others], timeout=60, attempt_timeout=0.3) as c:
-        await c.call("CreateTopics", pb.CreateTopicsRequest(topics=[
+        await c.create_topics(pb.CreateTopicsRequest(topics=[
             pb.CreatableTopic(name=probe, num_partitions=1, replication_factor=3)]))
     took = time.perf_counter() - t0
     q.start_node(leader)
@@ -126,7 +126,7 @@ async def caught_up(q: DevQuorum, timeout: float = 180.0) -> None:
     deadline = time.monotonic() + timeout
     async with ControllerClient(q.bootstrap, timeout=timeout, attempt_timeout=1.0) as c:
         while time.monotonic() < deadline:
-            r = await c.call("DescribeQuorum", pb.DescribeQuorumRequest())
+            r = await c.describe_quorum(pb.DescribeQuorumRequest())
             now_ms = time.time() * 1000
             if all(v.lag == 0 and (v.replica_id == r.leader_id or now_ms - v.last_fetch_timestamp < 1000)
                    for v in r.voters):

@@ -29,7 +29,7 @@ TOPIC = "gap"
 
 async def leader_of(q: DevQuorum) -> int:
     async with ControllerClient(q.bootstrap, timeout=30, attempt_timeout=1) as c:
-        r = await c.call("DescribeTopics", pb.DescribeTopicsRequest(names=[TOPIC]))
+        r = await c.describe_topics(pb.DescribeTopicsRequest(names=[TOPIC]))
         return r.topics[0].partitions[0].leader
 
 
@@ -77,7 +77,7 @@ async def run(kills: int) -> None:
     try:
         await q.wait_for_brokers()
         async with ControllerClient(q.bootstrap, timeout=30) as c:
-            await c.call("CreateTopics", pb.CreateTopicsRequest(topics=[
+            await c.create_topics(pb.CreateTopicsRequest(topics=[
                 pb.CreatableTopic(name=TOPIC, num_partitions=1, replication_factor=3)]))
         for k in range(kills):
             emit(await round_(q, k, acked))

@@ -311,7 +311,7 @@ async def run(args: argparse.Namespace, base: Path) -> None:
             for i in range(PARTITIONS):
                 topics[0].assignments.add(partition=i, replicas=SOURCE)
             topics[1].assignments.add(partition=0, replicas=SOURCE)
-            res = await client.call("CreateTopics", cpb.CreateTopicsRequest(topics=topics))
+            res = await client.create_topics(cpb.CreateTopicsRequest(topics=topics))
             for t in res.topics:
                 if t.error_code:
                     raise RuntimeError(f"CreateTopics {t.name}: {t.error_message}")

@@ -134,7 +134,7 @@ async def create_topics(bootstrap: str, tls: TLSConfig | None, count: int, clien
         async with ControllerClient(bootstrap, timeout=60, tls=tls) as c:
             for i in names:
                 t = time.perf_counter()
-                r = await c.call("CreateTopics", cpb.CreateTopicsRequest(topics=[cpb.CreatableTopic(
+                r = await c.create_topics(cpb.CreateTopicsRequest(topics=[cpb.CreatableTopic(
                     name=f"{prefix}-{i}", num_partitions=1, replication_factor=3)]))
                 latencies.append(time.perf_counter() - t)
                 if r.topics[0].error_code:
@@ -162,7 +162,7 @@ async def run_mode(mode: Mode, args: argparse.Namespace, certs: Path, base: Path
         mode.grant(q, certs)
         tls = mode.client_tls(certs)
         async with ControllerClient(q.bootstrap, timeout=60, tls=tls) as c:
-            await c.call("CreateTopics", cpb.CreateTopicsRequest(topics=[cpb.CreatableTopic(
+            await c.create_topics(cpb.CreateTopicsRequest(topics=[cpb.CreatableTopic(
                 name=t, num_partitions=PARTITIONS, replication_factor=3) for t in ("bench-grpc", "bench-kafka")]))
         rows.append(_row(mode.name, "create_topics",
                          **await create_topics(q.bootstrap, tls, args.topics, args.clients, "bench-t")))

@@ -117,7 +117,7 @@ async def create_topic(controller: ControllerClient, topic: cpb.CreatableTopic,
     or for a client (``on_behalf_of``): the controller's code and message for it (a creation is
     logged here, a refusal by the caller). ControllerError when the request was refused whole or
     not answered."""
-    r = await controller.call("CreateTopics", cpb.CreateTopicsRequest(topics=[topic]), on_behalf_of=on_behalf_of)
+    r = await controller.create_topics(cpb.CreateTopicsRequest(topics=[topic]), on_behalf_of=on_behalf_of)
     t = r.topics[0]
     code = ErrorCode.of(t.error_code)
     if code == ErrorCode.NONE:

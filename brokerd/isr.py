@@ -111,7 +111,7 @@ class IsrManager:
     async def _alter(self, p: Partition, new_isr: tuple[int, ...]) -> None:
         epoch = p.leader_epoch
         try:
-            r = await self.client.call("AlterPartition", cpb.AlterPartitionRequest(
+            r = await self.client.alter_partition(cpb.AlterPartitionRequest(
                 broker_id=self.broker_id, broker_epoch=self.broker_epoch(), topic_id=p.topic_id.bytes,
                 partition=p.index, leader_epoch=epoch, partition_epoch=p.partition_epoch, new_isr=new_isr))
             if r.error_code != ControllerCode.NONE:

@@ -45,7 +45,7 @@ class BrokerLifecycle:
                                            incarnation_id=self.incarnation.bytes,
                                            listeners=self.listeners, rack=self.rack)
         while True:
-            r = await self.client.call("BrokerRegistration", req)
+            r = await self.client.broker_registration(req)
             if r.error_code == ErrorCode.NONE:
                 self.epoch = r.broker_epoch
                 log.info("broker %d registered with epoch %d", self.broker_id, self.epoch)
@@ -59,7 +59,7 @@ class BrokerLifecycle:
         that hangs (SIGSTOP) costs an interval before the next controller is asked who leads,
         well inside the session timeout; ``timeout`` bounds all attempts."""
         budget = timeout or max(2 * self.heartbeat_interval_s, 4.0)
-        r = await self.client.call("BrokerHeartbeat", pb.BrokerHeartbeatRequest(
+        r = await self.client.broker_heartbeat(pb.BrokerHeartbeatRequest(
             broker_id=self.broker_id, broker_epoch=self.epoch,
             current_metadata_offset=self.metadata_offset(), want_fence=not self.ready_to_unfence,
             want_shut_down=want_shut_down),

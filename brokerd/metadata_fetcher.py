@@ -55,7 +55,7 @@ class MetadataFetcher:
             self.first_fetch_offset = req.offset
         # An attempt waits for the long poll plus a margin, not longer: a controller that hangs
         # is left for the next one soon (the client then asks the others who leads).
-        resp = await self.client.call("FetchMetadata", req, timeout=30, attempt_timeout=self.max_wait_ms / 1000 + 2)
+        resp = await self.client.fetch_metadata(req, timeout=30, attempt_timeout=self.max_wait_ms / 1000 + 2)
         self.high_watermark = resp.high_watermark
         if resp.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
             await self._load_snapshot(resp.snapshot_offset)
@@ -89,7 +89,7 @@ class MetadataFetcher:
         buf = io.BytesIO()
         pos, size = 0, None
         while size is None or pos < size:
-            r = await self.client.call("FetchSnapshot", pb.FetchSnapshotRequest(
+            r = await self.client.fetch_snapshot(pb.FetchSnapshotRequest(
                 snapshot_offset=snapshot_offset, position=pos, max_bytes=1 << 20), timeout=30)
             if r.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
                 log.info("the controller replaced snapshot %d meanwhile; starting again", snapshot_offset)

@@ -31,7 +31,7 @@ class ProducerIdManager:
         async with self._lock:
             if self._next >= self._end:
                 try:
-                    r = await self.client.call("AllocateProducerIds", cpb.AllocateProducerIdsRequest(
+                    r = await self.client.allocate_producer_ids(cpb.AllocateProducerIdsRequest(
                         broker_id=self.broker_id, broker_epoch=self.broker_epoch()))
                 except ControllerError as e:
                     raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE,

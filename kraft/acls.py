@@ -104,7 +104,7 @@ def listing(heading: str, acls: Iterable[StandardAcl]) -> list[str]:
 
 
 async def current(client: ControllerClient, r: Resource) -> list[str]:
-    resp = await client.call("DescribeAcls", pb.DescribeAclsRequest(filter=resource_filter(r)))
+    resp = await client.describe_acls(pb.DescribeAclsRequest(filter=resource_filter(r)))
     found = [acl_of(b) for b in resp.acls]
     return listing("Current ACLs for resource", found) if found else [f"Current ACLs for resource `{r}`: ", ""]
 
@@ -114,7 +114,7 @@ async def add(client: ControllerClient, where: list[Resource], who: list[tuple[A
     """Lines to print and errors (one line each) of CreateAcls."""
     wanted = [(r, binding(r, permission, principal, host, op)) for r in where
               for permission, principal, host in who for op in ops]
-    resp = await client.call("CreateAcls", pb.CreateAclsRequest(creations=[b for _, b in wanted]))
+    resp = await client.create_acls(pb.CreateAclsRequest(creations=[b for _, b in wanted]))
     errors = [f"{ErrorCode.of(x.error_code).name}: {x.error_message}" for x in resp.results if x.error_code]
     lines: list[str] = []
     for r in where:
@@ -130,7 +130,7 @@ async def remove(client: ControllerClient, where: list[Resource], who: list[tupl
     filters = [resource_filter(r, principal, host, op, permission) for r in where
                for permission, principal, host in who for op in ops or [AclOperation.ANY]] if who else \
         [resource_filter(r, op=op) for r in where for op in ops or [AclOperation.ANY]]
-    resp = await client.call("DeleteAcls", pb.DeleteAclsRequest(filters=filters))
+    resp = await client.delete_acls(pb.DeleteAclsRequest(filters=filters))
     errors = [f"{ErrorCode.of(x.error_code).name}: {x.error_message}" for x in resp.filter_results if x.error_code]
     removed = {acl_of(b) for x in resp.filter_results for b in x.matching_acls}
     lines = listing("Removing ACLs for resource", removed)
@@ -142,6 +142,6 @@ async def remove(client: ControllerClient, where: list[Resource], who: list[tupl
 async def list_acls(client: ControllerClient, where: list[Resource], principal: str | None) -> list[str]:
     found: set[StandardAcl] = set()
     for r in where or [None]:
-        resp = await client.call("DescribeAcls", pb.DescribeAclsRequest(filter=resource_filter(r, principal)))
+        resp = await client.describe_acls(pb.DescribeAclsRequest(filter=resource_filter(r, principal)))
         found.update(acl_of(b) for b in resp.acls)
     return listing("Current ACLs for resource", found)

@@ -391,7 +391,7 @@ def topics_create(obj: tuple, topic: str, partitions: int, replication_factor: i
         t.assignments.extend(pb.ReplicaAssignment(partition=p, replicas=r)
                              for p, r in enumerate(_parse_assignment(replica_assignment)))
     from metadata.errors import ErrorCode
-    resp = with_client(*obj, lambda c: c.call("CreateTopics", pb.CreateTopicsRequest(topics=[t], validate_only=validate_only)))
+    resp = with_client(*obj, lambda c: c.create_topics(pb.CreateTopicsRequest(topics=[t], validate_only=validate_only)))
     r = resp.topics[0]
     if r.error_code == ErrorCode.TOPIC_ALREADY_EXISTS and if_not_exists:
         return
@@ -402,7 +402,7 @@ def topics_create(obj: tuple, topic: str, partitions: int, replication_factor: i
 @topics.command("list")
 @click.pass_obj
 def topics_list(obj: tuple) -> None:
-    resp = with_client(*obj, lambda c: c.call("DescribeTopics", pb.DescribeTopicsRequest()))
+    resp = with_client(*obj, lambda c: c.describe_topics(pb.DescribeTopicsRequest()))
     for t in resp.topics:
         click.echo(t.name)
 
@@ -428,10 +428,10 @@ def topics_describe(obj: tuple, topic: str | None, under_replicated_partitions: 
     from metadata.ids import format_uuid
 
     async def work(c: ControllerClient) -> tuple[Any, int]:
-        resp = await c.call("DescribeTopics", pb.DescribeTopicsRequest(names=[topic] if topic else []))
+        resp = await c.describe_topics(pb.DescribeTopicsRequest(names=[topic] if topic else []))
         default = 1
         if under_min_isr_partitions or at_min_isr_partitions:
-            cluster = await c.call("DescribeConfigs", pb.DescribeConfigsRequest(resources=[
+            cluster = await c.describe_configs(pb.DescribeConfigsRequest(resources=[
                 pb.AlterConfigsResource(resource_type=pb.BROKER, resource_name="")]))
             default = int(next((e.value for r in cluster.resources for e in r.configs
                                 if e.name == "min.insync.replicas" and not e.is_default), "1"))
@@ -471,7 +471,7 @@ def topics_describe(obj: tuple, topic: str | None, under_replicated_partitions: 
 @click.option("--topic", required=True)
 @click.pass_obj
 def topics_delete(obj: tuple, topic: str) -> None:
-    resp = with_client(*obj, lambda c: c.call("DeleteTopics", pb.DeleteTopicsRequest(names=[topic])))
+    resp = with_client(*obj, lambda c: c.delete_topics(pb.DeleteTopicsRequest(names=[topic])))
     r = resp.topics[0]
     _check(r.error_code, r.error_message, "")
     click.echo(f"Deleted topic {topic}.")
@@ -486,7 +486,7 @@ def topics_alter(obj: tuple, topic: str, partitions: int, replica_assignment: st
     t = pb.CreatePartitionsRequest.Topic(name=topic, count=partitions)
     if replica_assignment:
         t.assignments.extend(pb.ReplicaAssignment(replicas=r) for r in _parse_assignment(replica_assignment))
-    resp = with_client(*obj, lambda c: c.call("CreatePartitions", pb.CreatePartitionsRequest(topics=[t])))
+    resp = with_client(*obj, lambda c: c.create_partitions(pb.CreatePartitionsRequest(topics=[t])))
     r = resp.topics[0]
     _check(r.error_code, r.error_message, "")
     click.echo(f"Topic {topic} now has {partitions} partitions.")
@@ -528,7 +528,7 @@ def _replicas_json(replicas: Any) -> str:
 @click.pass_obj
 def quorum_describe(obj: tuple, mode: str) -> None:
     from raft.config import UNKNOWN_DIRECTORY
-    r = with_client(*_need_bootstrap(obj), lambda c: c.call("DescribeQuorum", pb.DescribeQuorumRequest()))
+    r = with_client(*_need_bootstrap(obj), lambda c: c.describe_quorum(pb.DescribeQuorumRequest()))
     now = time.time() * 1000
     if mode == "status":
         followers = [v for v in r.voters if v.replica_id != r.leader_id]
@@ -591,7 +591,7 @@ def quorum_add_controller(obj: tuple, config_path: str, dry_run: bool) -> None:
     req = pb.AddRaftVoterRequest(cluster_id=props.get("cluster.id", ""), timeout_ms=int(timeout * 400),
                                  voter_id=cfg.node_id, voter_directory_id=directory,
                                  listeners=[pb.Endpoint(name=cfg.controller_listener, host=host, port=port)])
-    with_client(bootstrap, timeout, lambda c: c.call("AddRaftVoter", req, attempt_timeout=timeout))
+    with_client(bootstrap, timeout, lambda c: c.add_raft_voter(req, attempt_timeout=timeout))
     click.echo(f"Added {described}")
 
 
@@ -612,14 +612,14 @@ def quorum_remove_controller(obj: tuple, controller_id: int, controller_director
         click.echo(f"DRY RUN of removing {described}")
         return
     req = pb.RemoveRaftVoterRequest(voter_id=controller_id, voter_directory_id=controller_directory_id)
-    with_client(*_need_bootstrap(obj), lambda c: c.call("RemoveRaftVoter", req))
+    with_client(*_need_bootstrap(obj), lambda c: c.remove_raft_voter(req))
     click.echo(f"Removed {described}")
 
 
 def _dry_run_quorum_change(bootstrap: str, timeout: float, verb: str) -> None:
     """A --dry-run still asks the quorum whether it can change at all: a static one refuses."""
     from metadata.quorum import static_quorum_refusal
-    r = with_client(bootstrap, timeout, lambda c: c.call("DescribeQuorum", pb.DescribeQuorumRequest()))
+    r = with_client(bootstrap, timeout, lambda c: c.describe_quorum(pb.DescribeQuorumRequest()))
     if not any(v.directory_id for v in r.voters):
         fail(str(static_quorum_refusal(verb)))
 
@@ -634,14 +634,14 @@ def cluster() -> None:
 @click.pass_obj
 def cluster_unregister(obj: tuple, broker_id: int) -> None:
     """Forget a stopped broker that hosts no replicas."""
-    with_client(*obj, lambda c: c.call("UnregisterBroker", pb.UnregisterBrokerRequest(broker_id=broker_id)))
+    with_client(*obj, lambda c: c.unregister_broker(pb.UnregisterBrokerRequest(broker_id=broker_id)))
     click.echo(f"Broker {broker_id} is no longer registered.")
 
 
 @cluster.command("describe")
 @click.pass_obj
 def cluster_describe(obj: tuple) -> None:
-    r = with_client(*obj, lambda c: c.call("DescribeCluster", pb.DescribeClusterRequest()))
+    r = with_client(*obj, lambda c: c.describe_cluster(pb.DescribeClusterRequest()))
     click.echo(f"Cluster ID: {r.cluster_id}")
     click.echo(f"Controller: {r.controller_id}")
     click.echo(f"Metadata offset: {r.metadata_offset}")
@@ -691,14 +691,14 @@ def configs(bootstrap: str, timeout: float, entity_type: str, entity_name: str |
             fail("--alter needs --add-config and/or --delete-config")
         req = pb.IncrementalAlterConfigsRequest(resources=[pb.AlterConfigsResource(
             resource_type=rtype, resource_name=name, configs=changes)])
-        r = with_client(bootstrap, timeout, lambda c: c.call("IncrementalAlterConfigs", req)).resources[0]
+        r = with_client(bootstrap, timeout, lambda c: c.incremental_alter_configs(req)).resources[0]
         _check(r.error_code, r.error_message, "")
         click.echo(f"Completed updating config for {label}.")
         return
     if action != "describe":
         fail("give --describe or --alter")
     req = pb.DescribeConfigsRequest(resources=[pb.AlterConfigsResource(resource_type=rtype, resource_name=name)])
-    r = with_client(bootstrap, timeout, lambda c: c.call("DescribeConfigs", req)).resources[0]
+    r = with_client(bootstrap, timeout, lambda c: c.describe_configs(req)).resources[0]
     _check(r.error_code, r.error_message, "")
     click.echo(f"Configs for {label} are:")
     for e in r.configs:
@@ -904,7 +904,7 @@ def reassign_partitions(bootstrap: str, bootstrap_server: str | None, action: st
         if action == "generate":
             names = topics
             if names is None:
-                names = sorted(t.name for t in (await client.call("DescribeTopics", pb.DescribeTopicsRequest())).topics)
+                names = sorted(t.name for t in (await client.describe_topics(pb.DescribeTopicsRequest())).topics)
             current, proposed = await r.generate(client, names, ids, not disable_rack_aware)
             return (["Current partition replica assignment", plan_json(current), "",
                      "Proposed partition reassignment configuration", plan_json(proposed)], True)
@@ -996,14 +996,14 @@ def leader_election(bootstrap: str, election_type: str, all_topic_partitions: bo
         req = pb.ElectLeadersRequest(election_type=getattr(pb.ElectLeadersRequest, kind))
         if topic:
             if partition is None:
-                r = await client.call("DescribeTopics", pb.DescribeTopicsRequest(names=[topic]))
+                r = await client.describe_topics(pb.DescribeTopicsRequest(names=[topic]))
                 t = r.topics[0]
                 _check(t.error_code, t.error_message, f"topic {topic}")
                 parts = [p.partition for p in t.partitions]
             else:
                 parts = [partition]
             req.topics.add(name=topic, partitions=parts)
-        return await client.call("ElectLeaders", req)
+        return await client.elect_leaders(req)
 
     resp = with_client(bootstrap, timeout, work)
     done = [f"{r.topic}-{r.partition}" for r in resp.results if r.error_code == ErrorCode.NONE]

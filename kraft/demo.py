@@ -62,7 +62,7 @@ async def first_write(q: DevQuorum, among: list[int]) -> float:
     """Seconds until a write commits on the new active controller."""
     t0 = time.monotonic()
     async with ControllerClient([f"127.0.0.1:{q.ports[i]}" for i in among], timeout=30, attempt_timeout=0.5) as c:
-        await c.call("CreateTopics", pb.CreateTopicsRequest(topics=[
+        await c.create_topics(pb.CreateTopicsRequest(topics=[
             pb.CreatableTopic(name="after-failover", num_partitions=3, replication_factor=3)]))
     return time.monotonic() - t0
 

@@ -125,7 +125,7 @@ class DevQuorum:
     async def wait_for_leader(self, timeout: float = 30.0, among: list[int] | None = None) -> int:
         async with ControllerClient([f"127.0.0.1:{self.ports[i]}" for i in (among or self.ports)],
                                     timeout=timeout, attempt_timeout=1.0, tls=self.client_tls) as c:
-            r = await c.call("DescribeQuorum", pb.DescribeQuorumRequest())
+            r = await c.describe_quorum(pb.DescribeQuorumRequest())
             return r.leader_id
 
     async def wait_for_brokers(self, timeout: float = 60.0, ids: list[int] | None = None) -> None:
@@ -134,7 +134,7 @@ class DevQuorum:
         deadline = time.monotonic() + timeout
         async with ControllerClient(self.bootstrap, timeout=timeout, attempt_timeout=1.0, tls=self.client_tls) as c:
             while True:
-                r = await c.call("DescribeCluster", pb.DescribeClusterRequest())
+                r = await c.describe_cluster(pb.DescribeClusterRequest())
                 if want <= {b.id for b in r.brokers if not b.fenced}:
                     return
                 if time.monotonic() > deadline:

@@ -46,7 +46,7 @@ def _check(code: int, message: str, what: str) -> None:
 
 
 async def current_assignment(client: ControllerClient, topics: Iterable[str]) -> Plan:
-    r = await client.call("DescribeTopics", pb.DescribeTopicsRequest(names=sorted(set(topics))))
+    r = await client.describe_topics(pb.DescribeTopicsRequest(names=sorted(set(topics))))
     out: Plan = {}
     for t in r.topics:
         _check(t.error_code, t.error_message, f"topic {t.name}")
@@ -58,7 +58,7 @@ async def current_assignment(client: ControllerClient, topics: Iterable[str]) ->
 async def generate(client: ControllerClient, topics: list[str], broker_ids: list[int],
                    rack_aware: bool) -> tuple[Plan, Plan]:
     """(current, proposed) for every partition of ``topics`` over ``broker_ids``."""
-    cluster = await client.call("DescribeCluster", pb.DescribeClusterRequest())
+    cluster = await client.describe_cluster(pb.DescribeClusterRequest())
     racks = {b.id: b.rack or None for b in cluster.brokers}
     unknown = [b for b in broker_ids if b not in racks]
     if unknown:
@@ -76,7 +76,7 @@ async def set_throttle(client: ControllerClient, brokers: Iterable[int], rate: i
         pb.AlterConfigsResource(resource_type=pb.BROKER, resource_name=str(b), configs=[
             pb.AlterableConfig(name=k, op=op, value=str(rate) if rate is not None else "") for k in THROTTLES])
         for b in sorted(set(brokers))])
-    r = await client.call("IncrementalAlterConfigs", req)
+    r = await client.incremental_alter_configs(req)
     for res in r.resources:
         _check(res.error_code, res.error_message, f"broker {res.resource_name}")
 
@@ -96,7 +96,7 @@ async def execute(client: ControllerClient, plan: Plan, throttle: int | None) ->
     req = pb.AlterPartitionReassignmentsRequest(reassignments=[
         pb.AlterPartitionReassignmentsRequest.Reassignment(topic=t, partition=p, replicas=pb.BrokerIdList(ids=r))
         for (t, p), r in sorted(plan.items())])
-    r = await client.call("AlterPartitionReassignments", req)
+    r = await client.alter_partition_reassignments(req)
     failed = [x for x in r.results if x.error_code != ErrorCode.NONE]
     if failed:
         if throttle is not None:
@@ -150,7 +150,7 @@ async def ongoing(client: ControllerClient, keys: Iterable[tuple[str, int]] | No
             by_topic.setdefault(t, []).append(p)
         for t, ps in sorted(by_topic.items()):
             req.topics.add(name=t, partitions=sorted(ps))
-    r = await client.call("ListPartitionReassignments", req)
+    r = await client.list_partition_reassignments(req)
     return {(o.topic, o.partition): o for o in r.reassignments}
 
 
@@ -161,7 +161,7 @@ async def cancel(client: ControllerClient, plan: Plan) -> list[str]:
     if keys:
         req = pb.AlterPartitionReassignmentsRequest(reassignments=[
             pb.AlterPartitionReassignmentsRequest.Reassignment(topic=t, partition=p) for t, p in keys])
-        r = await client.call("AlterPartitionReassignments", req)
+        r = await client.alter_partition_reassignments(req)
         for x in r.results:
             _check(x.error_code, x.error_message, f"{x.topic}-{x.partition}")
         lines.append("Successfully cancelled partition reassignments for " + ",".join(f"{t}-{p}" for t, p in keys))
@@ -201,7 +201,7 @@ async def verify(client: ControllerClient, plan: Plan, describes: dict[int, bpb.
             lines.append(f"There is no active reassignment of partition {t}-{p}, but replica set is "
                          f"{list(current.get((t, p), ()))} rather than {list(target)}.")
     if not moving and not preserve_throttles:
-        cluster = await client.call("DescribeCluster", pb.DescribeClusterRequest())
+        cluster = await client.describe_cluster(pb.DescribeClusterRequest())
         brokers = sorted(b.id for b in cluster.brokers)
         await set_throttle(client, brokers, None)
         lines.append(f"Clearing broker-level throttles on brokers {','.join(map(str, brokers))}")

@@ -1,19 +1,24 @@
 """A client of the controller quorum that finds the active controller from any bootstrap
-address; used by the CLI, the tools and the brokers.
+address; used by the CLI, the tools and the brokers. Each RPC is a typed method
+(``await client.create_topics(pb.CreateTopicsRequest(...))``), declared in one table, the body
+of ``ControllerClient``, with whether it is safe to repeat.
 
-What it retries follows ``raft.client``: NOT_CONTROLLER and THROTTLING_QUOTA_EXCEEDED (the
-controller wrote nothing) and a connection that never opened, always; REQUEST_TIMED_OUT and a
-call that broke midway (the outcome is unknown) only for requests that are safe to repeat
-(reads, heartbeats, registration with the same incarnation). For the others, a create or a
-delete, the caller gets REQUEST_TIMED_OUT saying the outcome is unknown, instead of a second
-attempt that would answer TOPIC_ALREADY_EXISTS for their own topic."""
+What it retries follows ``raft.client`` and that declaration: NOT_CONTROLLER and
+THROTTLING_QUOTA_EXCEEDED (the controller wrote nothing) and a connection that never opened,
+always; REQUEST_TIMED_OUT and a call that broke midway (the outcome is unknown) only for RPCs
+declared ``idempotent`` (reads, heartbeats, registration with the same incarnation). For the
+others, a create or a delete, the caller gets REQUEST_TIMED_OUT saying the outcome is unknown,
+instead of a second attempt that would answer TOPIC_ALREADY_EXISTS for their own topic."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import grpc
+from google.protobuf.message import Message
 
 from common.host_ports import host_ports
+from protos import controller_pb2 as pb
 from protos import controller_pb2_grpc
 from raft.client import LeaderClient, Retry, describe
 from common.tls import TLSConfig, tls_failure
@@ -25,14 +30,39 @@ if TYPE_CHECKING:  # metadata.principal reads certificates (cryptography): a too
 
 #: Answers that prove the controller wrote nothing.
 NOT_APPLIED = {ErrorCode.NOT_CONTROLLER, ErrorCode.THROTTLING_QUOTA_EXCEEDED}
-#: Requests whose repetition changes nothing more than the first attempt did (CreateAcls: an
-#: ACL that exists is answered as created, writing nothing; DeleteAcls is not here, since a
-#: repetition would answer that it deleted nothing).
-SAFE_TO_REPEAT = frozenset({
-    "DescribeTopics", "DescribeCluster", "DescribeConfigs", "DescribeQuorum", "FetchMetadata",
-    "FetchSnapshot", "BrokerHeartbeat", "BrokerRegistration", "AlterPartition", "AllocateProducerIds",
-    "CreateAcls", "DescribeAcls",
-})
+Req = TypeVar("Req", bound=Message)
+Resp = TypeVar("Resp", bound=Message)
+
+
+@dataclass(frozen=True)
+class Rpc(Generic[Req, Resp]):
+    """One controller RPC as a ``ControllerClient`` method: its name in the Controller service
+    and whether repeating it changes nothing more than the first attempt did, which decides
+    whether an attempt whose outcome is unknown is retried."""
+
+    name: str
+    idempotent: bool
+
+    @overload
+    def __get__(self, client: None, owner: type) -> Rpc[Req, Resp]: ...
+    @overload
+    def __get__(self, client: ControllerClient, owner: type) -> BoundRpc[Req, Resp]: ...
+
+    def __get__(self, client: ControllerClient | None, owner: type) -> Rpc[Req, Resp] | BoundRpc[Req, Resp]:
+        return self if client is None else BoundRpc(self, client)
+
+
+@dataclass(frozen=True, slots=True)
+class BoundRpc(Generic[Req, Resp]):
+    """``client.create_topics``: called with the request (and the options of ``ControllerClient.send``)."""
+
+    rpc: Rpc[Req, Resp]
+    client: ControllerClient
+
+    async def __call__(self, request: Req, *, timeout: float | None = None, attempt_timeout: float | None = None,
+                       on_behalf_of: Session | None = None) -> Resp:
+        return await self.client.send(self.rpc, request, timeout=timeout, attempt_timeout=attempt_timeout,
+                                      on_behalf_of=on_behalf_of)
 
 
 class ControllerError(Exception):
@@ -95,21 +125,66 @@ class ControllerClient(LeaderClient):
         code = ErrorCode.NETWORK_EXCEPTION if tls_failure(error.details() or "") else ErrorCode.INVALID_REQUEST
         return ControllerError(code, f"{address}: {describe(error)}")
 
+    # The RPCs, and whether each is safe to repeat (docs/operations.md, "Write outcomes").
+    # Reads: safe.
+    describe_topics = Rpc[pb.DescribeTopicsRequest, pb.DescribeTopicsResponse]("DescribeTopics", idempotent=True)
+    describe_cluster = Rpc[pb.DescribeClusterRequest, pb.DescribeClusterResponse]("DescribeCluster", idempotent=True)
+    describe_configs = Rpc[pb.DescribeConfigsRequest, pb.DescribeConfigsResponse]("DescribeConfigs", idempotent=True)
+    describe_quorum = Rpc[pb.DescribeQuorumRequest, pb.DescribeQuorumResponse]("DescribeQuorum", idempotent=True)
+    describe_acls = Rpc[pb.DescribeAclsRequest, pb.DescribeAclsResponse]("DescribeAcls", idempotent=True)
+    fetch_metadata = Rpc[pb.FetchMetadataRequest, pb.FetchMetadataResponse]("FetchMetadata", idempotent=True)
+    fetch_snapshot = Rpc[pb.FetchSnapshotRequest, pb.FetchSnapshotResponse]("FetchSnapshot", idempotent=True)
+    list_partition_reassignments = Rpc[pb.ListPartitionReassignmentsRequest, pb.ListPartitionReassignmentsResponse](
+        "ListPartitionReassignments", idempotent=False)  # a read, but not declared safe so far: kept as it was
+    # A broker's own requests: safe (the same heartbeat, registration with the same
+    # incarnation, the same ISR change or a fresh block of producer ids change nothing more).
+    broker_registration = Rpc[pb.BrokerRegistrationRequest, pb.BrokerRegistrationResponse](
+        "BrokerRegistration", idempotent=True)
+    broker_heartbeat = Rpc[pb.BrokerHeartbeatRequest, pb.BrokerHeartbeatResponse]("BrokerHeartbeat", idempotent=True)
+    alter_partition = Rpc[pb.AlterPartitionRequest, pb.AlterPartitionResponse]("AlterPartition", idempotent=True)
+    allocate_producer_ids = Rpc[pb.AllocateProducerIdsRequest, pb.AllocateProducerIdsResponse](
+        "AllocateProducerIds", idempotent=True)
+    # CreateAcls: safe, an ACL that exists is answered as created, writing nothing.
+    create_acls = Rpc[pb.CreateAclsRequest, pb.CreateAclsResponse]("CreateAcls", idempotent=True)
+    # Writes whose repetition answers differently (TOPIC_ALREADY_EXISTS for one's own topic,
+    # a DeleteAcls that deleted nothing): not retried once their outcome is unknown.
+    create_topics = Rpc[pb.CreateTopicsRequest, pb.CreateTopicsResponse]("CreateTopics", idempotent=False)
+    delete_topics = Rpc[pb.DeleteTopicsRequest, pb.DeleteTopicsResponse]("DeleteTopics", idempotent=False)
+    create_partitions = Rpc[pb.CreatePartitionsRequest, pb.CreatePartitionsResponse](
+        "CreatePartitions", idempotent=False)
+    delete_acls = Rpc[pb.DeleteAclsRequest, pb.DeleteAclsResponse]("DeleteAcls", idempotent=False)
+    incremental_alter_configs = Rpc[pb.IncrementalAlterConfigsRequest, pb.IncrementalAlterConfigsResponse](
+        "IncrementalAlterConfigs", idempotent=False)
+    elect_leaders = Rpc[pb.ElectLeadersRequest, pb.ElectLeadersResponse]("ElectLeaders", idempotent=False)
+    alter_partition_reassignments = Rpc[pb.AlterPartitionReassignmentsRequest, pb.AlterPartitionReassignmentsResponse](
+        "AlterPartitionReassignments", idempotent=False)
+    unregister_broker = Rpc[pb.UnregisterBrokerRequest, pb.UnregisterBrokerResponse](
+        "UnregisterBroker", idempotent=False)
+    add_raft_voter = Rpc[pb.AddRaftVoterRequest, pb.AddRaftVoterResponse]("AddRaftVoter", idempotent=False)
+    remove_raft_voter = Rpc[pb.RemoveRaftVoterRequest, pb.RemoveRaftVoterResponse]("RemoveRaftVoter", idempotent=False)
+
     async def call(self, method: str, request: Any, *, timeout: float | None = None,
                    attempt_timeout: float | None = None, on_behalf_of: Session | None = None) -> Any:
+        """The RPC named ``method``, for a caller that forwards requests by name (a broker's
+        Kafka listener); everyone else calls the typed methods above."""
+        return await self.send(RPCS[method], request, timeout=timeout, attempt_timeout=attempt_timeout,
+                               on_behalf_of=on_behalf_of)
+
+    async def send(self, rpc: Rpc[Req, Resp], request: Req, *, timeout: float | None = None,
+                   attempt_timeout: float | None = None, on_behalf_of: Session | None = None) -> Resp:
         """Send ``request`` to the active controller; returns the response once its status is
         NONE. Raises ControllerError for a final status (REQUEST_TIMED_OUT when the outcome
         of a write is unknown), QuorumUnreachable when no controller answered in time.
         ``on_behalf_of``: the client a broker forwards the request for, whose principal the
         controller authorizes (Kafka's EnvelopeRequest)."""
-        idempotent = method in SAFE_TO_REPEAT
+        idempotent = rpc.idempotent
         metadata = None
         if on_behalf_of is not None:
             from .principal import FORWARDED_HOST, FORWARDED_PRINCIPAL
             metadata = ((FORWARDED_PRINCIPAL, on_behalf_of.principal.encode()),
                         (FORWARDED_HOST, on_behalf_of.host.encode()))
 
-        def check(address: str, resp: Any) -> Any:
+        def check(address: str, resp: Resp) -> Resp:
             code = error_code(resp.status.error_code)
             if code == ErrorCode.NONE:
                 self.last_controller_id = resp.status.controller_id
@@ -119,7 +194,7 @@ class ControllerClient(LeaderClient):
             raise ControllerError(code, resp.status.error_message)
 
         return await super().call(
-            lambda ch, t: getattr(controller_pb2_grpc.ControllerStub(ch), method)(request, timeout=t, metadata=metadata),
+            lambda ch, t: getattr(controller_pb2_grpc.ControllerStub(ch), rpc.name)(request, timeout=t, metadata=metadata),
             idempotent=idempotent, check=check, timeout=timeout, attempt_timeout=attempt_timeout)
 
     async def __aenter__(self) -> "ControllerClient":
@@ -127,3 +202,9 @@ class ControllerClient(LeaderClient):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+#: Every RPC the client sends, by name.
+RPCS: dict[str, Rpc[Any, Any]] = {r.name: r for r in vars(ControllerClient).values() if isinstance(r, Rpc)}
+#: The RPCs declared safe to repeat.
+SAFE_TO_REPEAT = frozenset(r.name for r in RPCS.values() if r.idempotent)

@@ -19,10 +19,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from common.config_def import ConfigError
 from common.server_keys import BOOTSTRAP_SERVERS, VOTERS
-from protos import controller_pb2 as pb
 from raft.config import UNKNOWN_DIRECTORY, Voter, check_directory_id, new_directory_id, parse_voter_set
 from raft.errors import LeftAsLearner, MembershipRefused, NotCaughtUp, NotLeader, ProposalDropped
 from raft.messages import Membership
@@ -30,8 +30,30 @@ from raft.messages import Membership
 from .config import ServerConfig
 from .controller import QuorumController
 from .errors import ApiError, ErrorCode
+from .image import Endpoint
 
 NOTHING_CHANGED = "nothing was changed"
+
+
+@dataclass(frozen=True, slots=True)
+class AddVoter:
+    """KIP-853's AddRaftVoter: ``listeners`` are the new controller's (the one named as the
+    active controller's listener is used); ``timeout_ms`` how long it may take to catch up."""
+
+    cluster_id: str
+    voter_id: int
+    directory_id: str
+    listeners: tuple[Endpoint, ...]
+    timeout_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveVoter:
+    """KIP-853's RemoveRaftVoter; ``directory_id`` UNKNOWN_DIRECTORY for a voter of unknown directory."""
+
+    cluster_id: str
+    voter_id: int
+    directory_id: str
 
 
 def initial_voters(cfg: ServerConfig, *, standalone: bool, initial_controllers: str | None,
@@ -77,7 +99,7 @@ def describe_voter(membership: Membership, node_id: int) -> str:
     return f"{node_id} (directory id {membership.directory(node_id) or UNKNOWN_DIRECTORY})"
 
 
-async def add_voter(controller: QuorumController, request: pb.AddRaftVoterRequest, listener_name: str) -> None:
+async def add_voter(controller: QuorumController, request: AddVoter, listener_name: str) -> None:
     """KIP-853's AddVoter: refuse a request for another cluster, a static quorum or a node id
     already voting; wait (``timeout_ms``) for the controller to be caught up as an observer,
     then make it a learner and, caught up again, a voter. A failure after the first step says
@@ -85,7 +107,7 @@ async def add_voter(controller: QuorumController, request: pb.AddRaftVoterReques
     node = controller.node
     nid = request.voter_id
     _check_request(node.cluster_id, request.cluster_id, nid, node.membership, "add")
-    directory = _directory(request.voter_directory_id)
+    directory = _directory(request.directory_id)
     endpoint = next((e for e in request.listeners if e.name.upper() == listener_name), None)
     if endpoint is None or not endpoint.host or not 0 < endpoint.port < 65536:
         raise ApiError(ErrorCode.INVALID_REQUEST, f"controller {nid} gives no {listener_name} listener "
@@ -103,7 +125,7 @@ async def add_voter(controller: QuorumController, request: pb.AddRaftVoterReques
                              timeout=2 * timeout, observer_timeout=timeout)
 
 
-async def remove_voter(controller: QuorumController, request: pb.RemoveRaftVoterRequest) -> None:
+async def remove_voter(controller: QuorumController, request: RemoveVoter) -> None:
     """KIP-853's RemoveVoter, for the voter with exactly this (node id, directory id), or the
     learner an add-controller left behind when the new controller died or was formatted again
     before it was made a voter (nothing else removes one). Also refused when it is the last
@@ -113,7 +135,7 @@ async def remove_voter(controller: QuorumController, request: pb.RemoveRaftVoter
     node = controller.node
     nid = request.voter_id
     _check_request(node.cluster_id, request.cluster_id, nid, node.membership, "remove")
-    directory = "" if request.voter_directory_id == UNKNOWN_DIRECTORY else _directory(request.voter_directory_id)
+    directory = "" if request.directory_id == UNKNOWN_DIRECTORY else _directory(request.directory_id)
     membership = node.membership
     if nid not in membership.members or membership.directory(nid) != directory:
         voters = ", ".join(describe_voter(membership, v) for v in sorted(membership.voters))

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from brokerd.server import BrokerServer
 from metadata.authorizer import STANDARD_AUTHORIZER
-from metadata.client import ControllerClient
+from metadata.client import ControllerClient, Req, Resp, Rpc
 from metadata.config import from_properties
 from metadata.ids import random_id
 from metadata.server import ControllerServer
@@ -68,10 +68,11 @@ class CombinedNode:
         await self.broker.start()
         await asyncio.wait_for(self.broker.lifecycle.unfenced.wait(), 30)
 
-    async def call(self, method: str, request: Any) -> Any:
-        """A controller request as the plaintext client this node's own principal is."""
+    async def call(self, rpc: Rpc[Req, Resp], request: Req) -> Resp:
+        """A controller request (``ControllerClient.create_topics``, ...) as the plaintext client
+        this node's own principal is."""
         async with ControllerClient(self.bootstrap, timeout=20) as c:
-            return await c.call(method, request)
+            return await c.send(rpc, request)
 
     async def _stop(self) -> None:
         if self.broker is not None:

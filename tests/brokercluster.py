@@ -122,7 +122,7 @@ class BrokerCluster:
         ids = ids or [b for b in self.ids if self.procs.get(b) and self.procs[b].poll() is None]
         async with self.controller() as c:
             async def all_up() -> bool:
-                r = await c.call("DescribeCluster", cpb.DescribeClusterRequest())
+                r = await c.describe_cluster(cpb.DescribeClusterRequest())
                 return set(ids) <= {b.id for b in r.brokers if not b.fenced}
 
             await eventually(all_up, timeout, interval=0.1,
@@ -135,7 +135,7 @@ class BrokerCluster:
         for i, replicas in enumerate(assignments or []):
             t.assignments.add(partition=i, replicas=replicas)
         async with self.controller() as c:
-            r = await c.call("CreateTopics", cpb.CreateTopicsRequest(topics=[t]))
+            r = await c.create_topics(cpb.CreateTopicsRequest(topics=[t]))
             assert r.topics[0].error_code == 0, r.topics[0].error_message
         await self.wait_topic(name, partitions if not assignments else len(assignments))
 
@@ -166,7 +166,7 @@ class BrokerCluster:
 
     async def describe_topic(self, name: str) -> cpb.TopicDescription:
         async with self.controller() as c:
-            r = await c.call("DescribeTopics", cpb.DescribeTopicsRequest(names=[name]))
+            r = await c.describe_topics(cpb.DescribeTopicsRequest(names=[name]))
             return r.topics[0]
 
     def restart_all(self) -> None:

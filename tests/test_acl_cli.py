@@ -15,6 +15,7 @@ from click.testing import CliRunner, Result
 
 from kraft.cli import main as kraft
 from metadata.acls import CLUSTER_NAME, AclOperation, AclPermissionType, AclResourceType, PatternType
+from metadata.client import ControllerClient
 from protos import controller_pb2 as pb
 from tests.acl_node import CombinedNode
 from tests.brokercluster import REPO
@@ -32,10 +33,10 @@ def binding(rtype: AclResourceType, name: str, op: AclOperation, permission: Acl
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CombinedNode]:
     n = CombinedNode(tmp_path_factory.mktemp("acl-cli"), **{"allow.everyone.if.no.acl.found": "true"})
-    n.run(n.call("CreateTopics", pb.CreateTopicsRequest(topics=[
+    n.run(n.call(ControllerClient.create_topics, pb.CreateTopicsRequest(topics=[
         pb.CreatableTopic(name=t, num_partitions=1, replication_factor=1) for t in ("secret", "open")])))
     allow, deny = AclPermissionType.ALLOW, AclPermissionType.DENY
-    r = n.run(n.call("CreateAcls", pb.CreateAclsRequest(creations=[
+    r = n.run(n.call(ControllerClient.create_acls, pb.CreateAclsRequest(creations=[
         binding(AclResourceType.CLUSTER, CLUSTER_NAME, O.ALL, allow),  # the node's own requests
         *(binding(AclResourceType.CLUSTER, CLUSTER_NAME, op, deny)
           for op in (O.DESCRIBE, O.ALTER, O.ALTER_CONFIGS, O.CREATE)),

@@ -21,6 +21,7 @@ from clients.records import build_batch
 from kraft.cli import main as kraft
 from metadata.acls import AclOperation, AclPermissionType, AclResourceType, PatternType
 from metadata.authorizer import StandardAuthorizer
+from metadata.client import ControllerClient
 from metadata.errors import ErrorCode
 from metadata.image import AclsImage
 from metadata.principal import ANONYMOUS, FORWARDED_HOST, FORWARDED_PRINCIPAL, PrincipalMapper, Session
@@ -69,7 +70,7 @@ class FakeContext:
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CombinedNode]:
     n = CombinedNode(tmp_path_factory.mktemp("acl-node"), **{"super.users": ANONYMOUS})
-    n.run(n.call("CreateTopics", pb.CreateTopicsRequest(topics=[
+    n.run(n.call(ControllerClient.create_topics, pb.CreateTopicsRequest(topics=[
         pb.CreatableTopic(name=t, num_partitions=1, replication_factor=1) for t in ("a-orders", "b-secret")])))
     yield n
     n.close()
@@ -88,12 +89,12 @@ def broker(node: CombinedNode) -> BrokerService:
 
 def grant(node: CombinedNode, rtype: AclResourceType, resource: str, *ops: AclOperation,
           pattern: PatternType = PatternType.LITERAL, principal: str = "User:alice") -> None:
-    r = node.run(node.call("CreateAcls", pb.CreateAclsRequest(creations=[pb.AclBinding(
+    r = node.run(node.call(ControllerClient.create_acls, pb.CreateAclsRequest(creations=[pb.AclBinding(
         resource_type=rtype, resource_name=resource, pattern_type=pattern, principal=principal, host="*",
         operation=op, permission_type=AclPermissionType.ALLOW) for op in ops])))
     assert all(x.error_code == 0 for x in r.results), r
     # the broker acts on the ACLs once it has applied them
-    offset = node.run(node.call("DescribeCluster", pb.DescribeClusterRequest())).metadata_offset
+    offset = node.run(node.call(ControllerClient.describe_cluster, pb.DescribeClusterRequest())).metadata_offset
     node.run(_until(lambda: node.broker is not None and node.broker.published_offset >= offset))
 
 
@@ -129,7 +130,7 @@ def test_topics_without_acls_are_refused_then_allowed(node: CombinedNode) -> Non
                                 pb.CreatePartitionsRequest.Topic(name="a-orders", count=2)]))]:
         r = node.run(getattr(svc, method)(request, ctx))
         assert [(t.name, t.error_code) for t in r.topics] == [("a-orders", TOPIC_DENIED)], method
-    orders_id = node.run(node.call("DescribeTopics", pb.DescribeTopicsRequest(names=["a-orders"]))).topics[0].topic_id
+    orders_id = node.run(node.call(ControllerClient.describe_topics, pb.DescribeTopicsRequest(names=["a-orders"]))).topics[0].topic_id
     by_id = node.run(svc.DeleteTopics(pb.DeleteTopicsRequest(topic_ids=[orders_id]), ctx)).topics
     assert [(t.name, t.topic_id, t.error_code) for t in by_id] == [("a-orders", orders_id, TOPIC_DENIED)]
 
@@ -260,10 +261,10 @@ def test_acl_requests_without_an_authorizer_answer_security_disabled(node: Combi
 
 def test_bad_acls_are_refused_and_nothing_is_written(node: CombinedNode) -> None:
     def log_end() -> int:
-        return node.run(node.call("DescribeQuorum", pb.DescribeQuorumRequest())).voters[0].log_end_offset
+        return node.run(node.call(ControllerClient.describe_quorum, pb.DescribeQuorumRequest())).voters[0].log_end_offset
 
     before = log_end()
-    r = node.run(node.call("CreateAcls", pb.CreateAclsRequest(creations=[pb.AclBinding(
+    r = node.run(node.call(ControllerClient.create_acls, pb.CreateAclsRequest(creations=[pb.AclBinding(
         resource_type=2, resource_name="t", pattern_type=3, principal="User:x", host="*", operation=99,
         permission_type=3)])))
     assert [(x.error_code, x.error_message) for x in r.results] == [(ErrorCode.INVALID_REQUEST, "unknown operation 99")]
@@ -287,7 +288,7 @@ def test_bad_acls_are_refused_and_nothing_is_written(node: CombinedNode) -> None
         assert (result.exit_code, result.stderr.splitlines()) == (1, [message]), args
         assert result.stdout == ""
     assert log_end() == before  # nothing was written
-    listed = node.run(node.call("DescribeAcls", pb.DescribeAclsRequest(filter=pb.AclFilter(
+    listed = node.run(node.call(ControllerClient.describe_acls, pb.DescribeAclsRequest(filter=pb.AclFilter(
         resource_type=1, pattern_type=1, operation=1, permission_type=1, principal="User:x"))))
     assert list(listed.acls) == []
 

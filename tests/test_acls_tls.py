@@ -117,7 +117,7 @@ def test_a_certificate_without_acls_is_refused_then_allowed(cluster: BrokerClust
     # kill -9 of the active controller, then a restart of every node: the ACLs hold
     async def active_controller() -> int:
         async with cluster.controller() as c:
-            return (await c.call("DescribeQuorum", cpb.DescribeQuorumRequest())).leader_id
+            return (await c.describe_quorum(cpb.DescribeQuorumRequest())).leader_id
     leader = asyncio.run(active_controller())
     cluster.quorum.kill(leader)
     assert "Topic: orders" in ok(describe())

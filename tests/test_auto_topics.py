@@ -44,7 +44,7 @@ async def metadata(c: BrokerCluster, bid: int, topics: list[str], allow: bool) -
 
 async def exists(c: BrokerCluster, name: str) -> bool:
     async with c.controller() as ctl:
-        r = await ctl.call("DescribeTopics", cpb.DescribeTopicsRequest(names=[name]))
+        r = await ctl.describe_topics(cpb.DescribeTopicsRequest(names=[name]))
         return r.topics[0].error_code == 0
 
 
@@ -170,7 +170,7 @@ class FakeController:
         self.fail = fail
         self.release = asyncio.Event()
 
-    async def call(self, method: str, request: cpb.CreateTopicsRequest, **kw: object) -> cpb.CreateTopicsResponse:
+    async def create_topics(self, request: cpb.CreateTopicsRequest, **kw: object) -> cpb.CreateTopicsResponse:
         self.calls.append(request.topics[0].name)
         await self.release.wait()
         if self.fail is not None:

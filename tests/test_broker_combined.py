@@ -42,7 +42,7 @@ def test_combined_node_serves_a_topic_and_resumes_metadata(tmp_path):
     async def first() -> int:
         controller, broker = await start()
         async with ControllerClient(f"127.0.0.1:{base}") as c:
-            r = await c.call("CreateTopics", cpb.CreateTopicsRequest(topics=[cpb.CreatableTopic(
+            r = await c.create_topics(cpb.CreateTopicsRequest(topics=[cpb.CreatableTopic(
                 name="solo", num_partitions=2, replication_factor=1)]))
             assert r.topics[0].error_code == 0
         async with Producer(f"127.0.0.1:{base + 1}", acks="all") as p:

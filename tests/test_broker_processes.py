@@ -231,15 +231,15 @@ def test_a_lagging_follower_leaves_the_isr_and_comes_back(cluster):
         leader, _, isr = await leader_of(cluster, "lag")
         victim = next(b for b in isr if b != leader)
         async with Producer(cluster.bootstrap_servers, acks=1, linger_ms=1) as p, cluster.controller() as cc:
-            await cc.call("DescribeCluster", cpb.DescribeClusterRequest())  # find the active controller first
+            await cc.describe_cluster(cpb.DescribeClusterRequest())  # find the active controller first
             cluster.signal(victim, signal.SIGSTOP)
             try:
                 stopped = time.monotonic()
                 seen = None
                 while time.monotonic() - stopped < 2.7 and seen is None:
                     await p.send_and_wait("lag", b"while stopped")
-                    t = (await cc.call("DescribeTopics", cpb.DescribeTopicsRequest(names=["lag"]))).topics[0]
-                    brokers = (await cc.call("DescribeCluster", cpb.DescribeClusterRequest())).brokers
+                    t = (await cc.describe_topics(cpb.DescribeTopicsRequest(names=["lag"]))).topics[0]
+                    brokers = (await cc.describe_cluster(cpb.DescribeClusterRequest())).brokers
                     fenced = next(b for b in brokers if b.id == victim).fenced
                     if victim not in t.partitions[0].isr:
                         seen = (time.monotonic() - stopped, fenced)
@@ -399,7 +399,7 @@ def test_deleted_topics_lose_their_data_and_retention_trims_logs(cluster):
             return [r for b in cluster.ids for r in (await cluster.describe_broker(b)).replicas if r.topic == topic]
         assert len(await hosted("doomed")) == 6
         async with cluster.controller() as c:
-            r = await c.call("DeleteTopics", cpb.DeleteTopicsRequest(names=["doomed"]))
+            r = await c.delete_topics(cpb.DeleteTopicsRequest(names=["doomed"]))
             assert r.topics[0].error_code == 0
         await eventually(lambda: _none(hosted("doomed")), 10, what="every broker to drop the deleted topic")
 
@@ -623,7 +623,7 @@ def test_compaction_keeps_the_latest_value_of_every_key_on_every_replica(cluster
         await eventually(replicated, 20, what="every replica holding the whole log")
         before = await sizes()
         async with cluster.controller() as c:
-            await c.call("IncrementalAlterConfigs", cpb.IncrementalAlterConfigsRequest(resources=[
+            await c.incremental_alter_configs(cpb.IncrementalAlterConfigsRequest(resources=[
                 cpb.AlterConfigsResource(resource_type=cpb.TOPIC, resource_name="compacted", configs=[
                     cpb.AlterableConfig(name="cleanup.policy", value="compact"),
                     # so that the tombstone's own batch, written last, is soon worth a pass

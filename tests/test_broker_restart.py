@@ -155,7 +155,7 @@ def _metadata(port: int, topic: str) -> tuple[int, int, int] | None:
 async def _epoch(c: BrokerCluster, broker: int) -> tuple[int, bool]:
     """The broker's registration epoch and whether it is fenced, as the controller has them."""
     async with c.controller() as client:
-        r = await client.call("DescribeCluster", cpb.DescribeClusterRequest())
+        r = await client.describe_cluster(cpb.DescribeClusterRequest())
     return next((b.epoch, b.fenced) for b in r.brokers if b.id == broker)
 
 
@@ -314,7 +314,7 @@ def test_sigstop_of_a_leader_and_kill_9_of_the_active_controller_under_librdkafk
 
         async def active() -> int:
             async with cluster.controller() as c:
-                return (await c.call("DescribeQuorum", cpb.DescribeQuorumRequest())).leader_id
+                return (await c.describe_quorum(cpb.DescribeQuorumRequest())).leader_id
         controller = asyncio.run(active())
         cluster.quorum.kill(controller)
         n = len(acks)
@@ -369,7 +369,7 @@ def test_a_leader_that_lost_an_unflushed_suffix_follows_and_is_repaired_not_serv
             return victim in (await cluster.describe_topic("suffix")).partitions[0].isr
         await eventually(in_isr, 30, what="the restarted broker back in the ISR")
         async with cluster.controller() as c:
-            r = await c.call("ElectLeaders", cpb.ElectLeadersRequest(topics=[
+            r = await c.elect_leaders(cpb.ElectLeadersRequest(topics=[
                 cpb.ElectLeadersRequest.TopicPartitions(name="suffix", partitions=[0])]))
             assert r.results[0].error_code in (0, cpb.ELECTION_NOT_NEEDED), r.results[0].error_message
         assert (await cluster.describe_topic("suffix")).partitions[0].leader == victim
@@ -417,7 +417,7 @@ class _RefusingController:
     def __init__(self) -> None:
         self.calls = 0
 
-    async def call(self, method: str, request: Any, **kw: Any) -> cpb.AlterPartitionResponse:
+    async def alter_partition(self, request: Any, **kw: Any) -> cpb.AlterPartitionResponse:
         self.calls += 1
         return cpb.AlterPartitionResponse(error_code=cpb.INELIGIBLE_REPLICA, error_message="fenced")
 

@@ -199,7 +199,7 @@ def test_a_member_rejoins_when_its_topic_gains_partitions_or_a_topic_matching_it
             await c.subscribe(["growing"])
             await eventually(lambda: _polled(c, 2, []), 20, what="the topic's two partitions assigned")
             async with cluster.controller() as admin:
-                r = await admin.call("CreatePartitions", cpb.CreatePartitionsRequest(
+                r = await admin.create_partitions(cpb.CreatePartitionsRequest(
                     topics=[cpb.CreatePartitionsRequest.Topic(name="growing", count=3)]))
                 assert r.topics[0].error_code == 0, r.topics[0].error_message
             await eventually(lambda: _polled(c, 3, []), 20, what="the new partition assigned")

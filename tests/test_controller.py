@@ -25,12 +25,12 @@ def topic(name, partitions=-1, rf=-1, configs=None, assignment=None):
 
 
 async def create(c, *topics, validate_only=False):
-    r = await c.call("CreateTopics", pb.CreateTopicsRequest(topics=list(topics), validate_only=validate_only))
+    r = await c.create_topics(pb.CreateTopicsRequest(topics=list(topics), validate_only=validate_only))
     return [(t.name, E(t.error_code), t.error_message) for t in r.topics]
 
 
 async def describe(c, *names):
-    r = await c.call("DescribeTopics", pb.DescribeTopicsRequest(names=list(names)))
+    r = await c.describe_topics(pb.DescribeTopicsRequest(names=list(names)))
     return {t.name: t for t in r.topics}
 
 
@@ -80,17 +80,17 @@ def test_topics_placement_and_every_create_error(tmp_path):
             (name, got, msg), = await create(c, t_)
             assert got == code and text in msg, (t_.name, got, msg)
         # CreatePartitions only grows; DeleteTopics of unknown topics
-        r = await c.call("CreatePartitions", pb.CreatePartitionsRequest(topics=[
+        r = await c.create_partitions(pb.CreatePartitionsRequest(topics=[
             pb.CreatePartitionsRequest.Topic(name="orders", count=6),
             pb.CreatePartitionsRequest.Topic(name="one", count=3),
             pb.CreatePartitionsRequest.Topic(name="nope", count=3)]))
         assert [E(t.error_code) for t in r.topics] == [E.INVALID_PARTITIONS, E.NONE, E.UNKNOWN_TOPIC_OR_PARTITION]
         assert len((await describe(c, "one"))["one"].partitions) == 3
-        r = await c.call("DeleteTopics", pb.DeleteTopicsRequest(names=["manual", "missing"]))
+        r = await c.delete_topics(pb.DeleteTopicsRequest(names=["manual", "missing"]))
         assert [E(t.error_code) for t in r.topics] == [E.NONE, E.UNKNOWN_TOPIC_OR_PARTITION]
         assert (await describe(c, "manual"))["manual"].error_code == E.UNKNOWN_TOPIC_OR_PARTITION
         # configs: alter and describe
-        r = await c.call("IncrementalAlterConfigs", pb.IncrementalAlterConfigsRequest(resources=[
+        r = await c.incremental_alter_configs(pb.IncrementalAlterConfigsRequest(resources=[
             pb.AlterConfigsResource(resource_type=pb.TOPIC, resource_name="orders",
                                     configs=[pb.AlterableConfig(name="min.insync.replicas", value="2")]),
             pb.AlterConfigsResource(resource_type=pb.TOPIC, resource_name="orders",
@@ -98,7 +98,7 @@ def test_topics_placement_and_every_create_error(tmp_path):
             pb.AlterConfigsResource(resource_type=pb.TOPIC, resource_name="ghost",
                                     configs=[pb.AlterableConfig(name="retention.ms", value="1")])]))
         assert [E(x.error_code) for x in r.resources] == [E.NONE, E.INVALID_CONFIG, E.UNKNOWN_TOPIC_OR_PARTITION]
-        r = await c.call("DescribeConfigs", pb.DescribeConfigsRequest(resources=[
+        r = await c.describe_configs(pb.DescribeConfigsRequest(resources=[
             pb.AlterConfigsResource(resource_type=pb.TOPIC, resource_name="orders")]))
         got = {e.name: (e.value, e.is_default) for e in r.resources[0].configs}
         assert got["min.insync.replicas"] == ("2", False) and got["retention.ms"] == ("604800000", True)
@@ -112,7 +112,7 @@ def test_topics_placement_and_every_create_error(tmp_path):
         assert r.status.controller_id == active.node.id and r.status.controller_endpoint == active.node.address
         # producer ids are never handed out twice
         b1 = brokers[0].lifecycle
-        blocks = [await c.call("AllocateProducerIds", pb.AllocateProducerIdsRequest(broker_id=1, broker_epoch=b1.epoch))
+        blocks = [await c.allocate_producer_ids(pb.AllocateProducerIdsRequest(broker_id=1, broker_epoch=b1.epoch))
                   for _ in range(3)]
         starts = [b.producer_id_start for b in blocks]
         assert starts == sorted(set(starts)) and all(b.producer_id_len == 1000 for b in blocks)
@@ -132,16 +132,16 @@ def test_broker_lifecycle_fencing_and_alter_partition(tmp_path):
         c = q.client()
         assert (await create(c, topic("t", 3, 3)))[0][1] == E.NONE
         # registration errors
-        reg = lambda **kw: c.call("BrokerRegistration", pb.BrokerRegistrationRequest(**{
+        reg = lambda **kw: c.broker_registration(pb.BrokerRegistrationRequest(**{
             "broker_id": 1, "cluster_id": q.cluster_id, "incarnation_id": uuid.uuid4().bytes, **kw}))
         assert E((await reg(cluster_id="someone-else")).error_code) == E.INCONSISTENT_CLUSTER_ID
         assert E((await reg()).error_code) == E.DUPLICATE_BROKER_REGISTRATION  # broker 1 is alive
-        hb = lambda bid, epoch: c.call("BrokerHeartbeat", pb.BrokerHeartbeatRequest(
+        hb = lambda bid, epoch: c.broker_heartbeat(pb.BrokerHeartbeatRequest(
             broker_id=bid, broker_epoch=epoch, current_metadata_offset=10**6))
         assert E((await hb(1, brokers[0].lifecycle.epoch - 1)).error_code) == E.STALE_BROKER_EPOCH
         future = await hb(1, brokers[0].lifecycle.epoch + 1000)
         assert E(future.error_code) == E.STALE_BROKER_EPOCH and "was never issued" in future.error_message
-        deleted = await c.call("DeleteTopics", pb.DeleteTopicsRequest(names=[""]))
+        deleted = await c.delete_topics(pb.DeleteTopicsRequest(names=[""]))
         assert deleted.topics[0].error_message == "This server does not host this topic: no name or id was given"
         assert E((await hb(42, 1)).error_code) == E.BROKER_ID_NOT_REGISTERED
         # AlterPartition: the leader shrinks its ISR; stale epochs and outsiders are refused
@@ -150,7 +150,7 @@ def test_broker_lifecycle_fencing_and_alter_partition(tmp_path):
         leader = p0.leader
         epoch = next(b.lifecycle.epoch for b in brokers if b.lifecycle.broker_id == leader)
         follower = [r for r in p0.replicas if r != leader][0]
-        alter = lambda **kw: c.call("AlterPartition", pb.AlterPartitionRequest(**{
+        alter = lambda **kw: c.alter_partition(pb.AlterPartitionRequest(**{
             "broker_id": leader, "broker_epoch": epoch, "topic_id": t.topic_id, "partition": 0,
             "leader_epoch": p0.leader_epoch, "partition_epoch": p0.partition_epoch,
             "new_isr": [r for r in p0.isr if r != follower], **kw}))
@@ -168,7 +168,7 @@ def test_broker_lifecycle_fencing_and_alter_partition(tmp_path):
         victim.lifecycle.go_silent()
 
         async def victim_fenced() -> bool:  # broker.session.timeout.ms is 2000 here
-            cl = await c.call("DescribeCluster", pb.DescribeClusterRequest())
+            cl = await c.describe_cluster(pb.DescribeClusterRequest())
             return {b.id: b.fenced for b in cl.brokers}[vid]
         await eventually(victim_fenced, 10)
         after = (await describe(c, "t"))["t"]
@@ -177,12 +177,12 @@ def test_broker_lifecycle_fencing_and_alter_partition(tmp_path):
             assert vid not in p.isr and p.leader != vid and p.leader in p.isr
             if p.partition in led:
                 assert p.leader_epoch > 0
-        cl = await c.call("DescribeCluster", pb.DescribeClusterRequest())
+        cl = await c.describe_cluster(pb.DescribeClusterRequest())
         assert {b.id: b.fenced for b in cl.brokers}[vid] is True
         # a fenced broker cannot join an ISR
         p = after.partitions[0]
         lead_epoch = next(b.lifecycle.epoch for b in brokers if b.lifecycle.broker_id == p.leader)
-        r = await c.call("AlterPartition", pb.AlterPartitionRequest(
+        r = await c.alter_partition(pb.AlterPartitionRequest(
             broker_id=p.leader, broker_epoch=lead_epoch, topic_id=t.topic_id, partition=0,
             leader_epoch=p.leader_epoch, partition_epoch=p.partition_epoch, new_isr=[*p.isr, vid]))
         assert E(r.error_code) == E.INELIGIBLE_REPLICA
@@ -211,17 +211,17 @@ def test_fetch_metadata_from_zero_middle_and_before_the_log_start(tmp_path):
         await q.start()
         brokers = await start_brokers(q, [(1, "")])
         c = q.client()
-        early = await c.call("FetchMetadata", pb.FetchMetadataRequest(offset=1, broker_id=-1))
+        early = await c.fetch_metadata(pb.FetchMetadataRequest(offset=1, broker_id=-1))
         assert E(early.error_code) == E.NONE and early.batches[0].offset == 1
         for i in range(40):
             await create(c, topic(f"t{i}", 1, 1))
 
         async def compacted():  # snapshots happen in the background
-            r = await c.call("FetchMetadata", pb.FetchMetadataRequest(offset=1, broker_id=-1))
+            r = await c.fetch_metadata(pb.FetchMetadataRequest(offset=1, broker_id=-1))
             return r if E(r.error_code) == E.OFFSET_OUT_OF_RANGE and r.snapshot_offset >= 20 else None
         r = await eventually(compacted, 10)
         assert r.log_start_offset == r.snapshot_offset + 1
-        mid = await c.call("FetchMetadata", pb.FetchMetadataRequest(offset=r.log_start_offset, broker_id=-1))
+        mid = await c.fetch_metadata(pb.FetchMetadataRequest(offset=r.log_start_offset, broker_id=-1))
         assert E(mid.error_code) == E.NONE and mid.batches[0].offset == r.log_start_offset
         assert mid.batches[-1].offset == mid.high_watermark - 1
         # a new broker starting from zero falls back to the snapshot, then follows the log
@@ -232,7 +232,7 @@ def test_fetch_metadata_from_zero_middle_and_before_the_log_start(tmp_path):
         assert set(late.fetcher.image.topics_by_name.keys()) == set(active.sm.image.topics_by_name.keys())
         assert len(late.fetcher.image.topics_by_name) == 40
         # DescribeQuorum shows both brokers as observers
-        dq = await c.call("DescribeQuorum", pb.DescribeQuorumRequest())
+        dq = await c.describe_quorum(pb.DescribeQuorumRequest())
         assert {o.replica_id for o in dq.observers} >= {1, 2} and len(dq.voters) == 3
         for b in (*brokers, late):
             await b.stop()
@@ -249,7 +249,7 @@ def test_restart_from_snapshot_and_log_reproduces_the_image_byte_for_byte(tmp_pa
         c = q.client()
         for i in range(30):
             await create(c, topic(f"t{i}", 2, 2, {"retention.ms": str(1000 + i)} if i % 3 else None))
-        await c.call("DeleteTopics", pb.DeleteTopicsRequest(names=["t3", "t7"]))
+        await c.delete_topics(pb.DeleteTopicsRequest(names=["t3", "t7"]))
         last = (await q.active()).sm.image.offset
         await eventually(lambda: all(s.sm.image.offset >= last and s.node.snapshot_index > 0
                                      for s in q.servers.values()), 10, what="every controller applied and snapshotted")

@@ -106,7 +106,7 @@ def test_kill_9_of_the_active_controller_during_create_topics(quorum):
             for i in range(40):
                 name = f"w{w}-{i}"
                 try:
-                    r = await c.call("CreateTopics", pb.CreateTopicsRequest(topics=[
+                    r = await c.create_topics(pb.CreateTopicsRequest(topics=[
                         pb.CreatableTopic(name=name, num_partitions=4, replication_factor=2)]))
                 except QuorumUnreachable:
                     refused.add(name)  # every attempt was refused: nothing was written
@@ -127,7 +127,7 @@ def test_kill_9_of_the_active_controller_during_create_topics(quorum):
         killed_at = time.monotonic()
         await asyncio.gather(*writers)
         assert len(acked) >= 100
-        d = await c.call("DescribeTopics", pb.DescribeTopicsRequest())
+        d = await c.describe_topics(pb.DescribeTopicsRequest())
         found = {t.name: t for t in d.topics}
         assert len(found) == len(d.topics)  # no name twice
         for name, tid in acked.items():
@@ -137,7 +137,7 @@ def test_kill_9_of_the_active_controller_during_create_topics(quorum):
         for t in found.values():
             assert t.name in acked or t.name in unknown
             assert [p.partition for p in t.partitions] == [0, 1, 2, 3], f"{t.name} is half-made"
-        new_leader = (await c.call("DescribeQuorum", pb.DescribeQuorumRequest())).leader_id
+        new_leader = (await c.describe_quorum(pb.DescribeQuorumRequest())).leader_id
         assert new_leader != leader
         quorum.start_node(leader)  # it comes back as a standby with the same metadata
         await c.close()

@@ -4,6 +4,7 @@ topic name is echoed once (in the result's name), never again in its message."""
 import asyncio
 
 from clients.errors import MAX_MESSAGE_CHARS, BrokerError, ErrorCode, capped
+from metadata.client import ControllerClient
 from protos import controller_pb2 as pb
 from tests.controllers import InProcessQuorum
 from tests.test_controller import topic
@@ -28,16 +29,16 @@ def test_a_long_message_keeps_its_start_and_its_reason():
 
 def test_an_8_mib_topic_name_is_echoed_once(tmp_path):
     requests = [
-        ("CreateTopics", pb.CreateTopicsRequest(topics=[topic(BIG, 1, 1)]), "topics"),
-        ("CreateTopics", pb.CreateTopicsRequest(topics=[topic(BIG + " ", 1, 1)]), "topics"),
-        ("DescribeTopics", pb.DescribeTopicsRequest(names=[BIG]), "topics"),
-        ("DeleteTopics", pb.DeleteTopicsRequest(names=[BIG]), "topics"),
-        ("CreatePartitions", pb.CreatePartitionsRequest(topics=[pb.CreatePartitionsRequest.Topic(name=BIG, count=2)]),
+        (ControllerClient.create_topics, pb.CreateTopicsRequest(topics=[topic(BIG, 1, 1)]), "topics"),
+        (ControllerClient.create_topics, pb.CreateTopicsRequest(topics=[topic(BIG + " ", 1, 1)]), "topics"),
+        (ControllerClient.describe_topics, pb.DescribeTopicsRequest(names=[BIG]), "topics"),
+        (ControllerClient.delete_topics, pb.DeleteTopicsRequest(names=[BIG]), "topics"),
+        (ControllerClient.create_partitions, pb.CreatePartitionsRequest(topics=[pb.CreatePartitionsRequest.Topic(name=BIG, count=2)]),
          "topics"),
-        ("IncrementalAlterConfigs", pb.IncrementalAlterConfigsRequest(resources=[pb.AlterConfigsResource(
+        (ControllerClient.incremental_alter_configs, pb.IncrementalAlterConfigsRequest(resources=[pb.AlterConfigsResource(
             resource_type=pb.TOPIC, resource_name=BIG, configs=[pb.AlterableConfig(name="retention.ms", value="1")])]),
          "resources"),
-        ("DescribeConfigs", pb.DescribeConfigsRequest(resources=[pb.AlterConfigsResource(
+        (ControllerClient.describe_configs, pb.DescribeConfigsRequest(resources=[pb.AlterConfigsResource(
             resource_type=pb.TOPIC, resource_name=BIG)]), "resources"),
     ]
 
@@ -46,8 +47,9 @@ def test_an_8_mib_topic_name_is_echoed_once(tmp_path):
         await q.start()
         c = q.client(timeout=30)
         try:
-            for method, request, items in requests:
-                r = await c.call(method, request)
+            for rpc, request, items in requests:
+                method = rpc.name
+                r = await c.send(rpc, request)
                 item, = getattr(r, items)
                 assert item.error_code != ErrorCode.NONE, (method, item.error_message)
                 assert 0 < len(item.error_message) <= MAX_MESSAGE_CHARS, method

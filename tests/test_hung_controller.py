@@ -30,7 +30,7 @@ def test_sigstop_of_the_active_controller_for_8_15_and_25_s_fences_no_broker(tmp
                     until = time.monotonic() + pause
                     while time.monotonic() < until:  # watch from the controllers that still run
                         try:
-                            r = await c.call("DescribeCluster", pb.DescribeClusterRequest())
+                            r = await c.describe_cluster(pb.DescribeClusterRequest())
                             fenced = sorted(b.id for b in r.brokers if b.fenced)
                             if fenced:
                                 seen.append(f"{pause}s pause: brokers {fenced} fenced")

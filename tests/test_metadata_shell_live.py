@@ -80,14 +80,14 @@ async def wait_compacted(c: ControllerClient, offset: int) -> None:
     """Until the controller has compacted ``offset`` into a snapshot (taken in the
     background)."""
     async def compacted() -> bool:
-        r = await c.call("FetchMetadata", pb.FetchMetadataRequest(offset=offset, broker_id=-1))
+        r = await c.fetch_metadata(pb.FetchMetadataRequest(offset=offset, broker_id=-1))
         return r.error_code == ErrorCode.OFFSET_OUT_OF_RANGE
 
     await eventually(compacted, 10, what="the controller compacted its log")
 
 
 async def create(c: ControllerClient, name: str, partitions: int = 2, rf: int = 2) -> None:
-    r = await c.call("CreateTopics", pb.CreateTopicsRequest(topics=[pb.CreatableTopic(
+    r = await c.create_topics(pb.CreateTopicsRequest(topics=[pb.CreatableTopic(
         name=name, num_partitions=partitions, replication_factor=rf)]))
     assert r.topics[0].error_code == ErrorCode.NONE, r.topics[0].error_message
 

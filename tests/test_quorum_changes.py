@@ -21,6 +21,7 @@ import pytest
 from kraft.dev_quorum import DevQuorum
 from metadata.client import ControllerClient, ControllerError
 from metadata.errors import ErrorCode
+from metadata.image import Endpoint
 from protos import controller_pb2 as pb
 from raft.proto import raft_pb2 as rpb
 from raft.proto import raft_pb2_grpc
@@ -154,16 +155,16 @@ def test_a_static_quorum_refuses_changes(tmp_path):
         try:
             await q.active()
             async with q.client(timeout=10) as c:
-                before = (await c.call("DescribeQuorum", pb.DescribeQuorumRequest())).high_watermark
-                for method, req in [("AddRaftVoter", pb.AddRaftVoterRequest(
+                before = (await c.describe_quorum(pb.DescribeQuorumRequest())).high_watermark
+                for method, req in [(ControllerClient.add_raft_voter, pb.AddRaftVoterRequest(
                                         cluster_id=q.cluster_id, voter_id=4, voter_directory_id="MvDxzVmcRsaTz33bUuRU6A",
                                         listeners=[pb.Endpoint(name="CONTROLLER", host="127.0.0.1", port=1)])),
-                                    ("RemoveRaftVoter", pb.RemoveRaftVoterRequest(
+                                    (ControllerClient.remove_raft_voter, pb.RemoveRaftVoterRequest(
                                         voter_id=3, voter_directory_id="AAAAAAAAAAAAAAAAAAAAAA"))]:
                     with pytest.raises(ControllerError) as e:
-                        await c.call(method, req)
+                        await c.send(method, req)
                     assert e.value.code == ErrorCode.UNSUPPORTED_VERSION and "static" in e.value.message
-                after = await c.call("DescribeQuorum", pb.DescribeQuorumRequest())
+                after = await c.describe_quorum(pb.DescribeQuorumRequest())
                 assert after.high_watermark == before and len(after.voters) == 3
         finally:
             await q.stop()
@@ -239,8 +240,7 @@ def test_a_learner_left_behind_by_add_controller_is_said_so_and_remove_controlle
                     await leader.propose(b"written after it died")
                 return index
             leader._change = then_it_dies  # type: ignore[method-assign]
-            add = pb.AddRaftVoterRequest(cluster_id=leader.cluster_id, voter_id=2, voter_directory_id=joining,
-                                         timeout_ms=1000, listeners=[pb.Endpoint(name="CONTROLLER", host="mem", port=2)])
+            add = quorum.AddVoter(leader.cluster_id, 2, joining, (Endpoint("CONTROLLER", "mem", 2),), timeout_ms=1000)
             with pytest.raises(ApiError) as e:
                 await quorum.add_voter(controller, add, "CONTROLLER")  # type: ignore[arg-type]
             assert e.value.code == ErrorCode.REQUEST_TIMED_OUT and "nothing was changed" not in e.value.message
@@ -250,12 +250,10 @@ def test_a_learner_left_behind_by_add_controller_is_said_so_and_remove_controlle
                 f"up, or remove it with remove-controller --controller-id 2 --controller-directory-id {joining}")
             assert leader.membership.learners == {2}
             with pytest.raises(ApiError) as e:
-                await quorum.remove_voter(controller, pb.RemoveRaftVoterRequest(  # type: ignore[arg-type]
-                    voter_id=2, voter_directory_id=first))
+                await quorum.remove_voter(controller, quorum.RemoveVoter("", 2, first))  # type: ignore[arg-type]
             assert e.value.code == ErrorCode.VOTER_NOT_FOUND and e.value.message.endswith(
                 f"(and the learners 2 (directory id {joining})); nothing was changed")
-            await quorum.remove_voter(controller, pb.RemoveRaftVoterRequest(  # type: ignore[arg-type]
-                voter_id=2, voter_directory_id=joining))
+            await quorum.remove_voter(controller, quorum.RemoveVoter("", 2, joining))  # type: ignore[arg-type]
             assert leader.membership.members == {1}
         finally:
             await leader.stop(transfer=False)
@@ -450,7 +448,7 @@ def test_replace_a_killed_controller_while_producers_and_topic_creation_run(tmp_
                         name = f"t-{n}"
                         n += 1
                         try:
-                            r = await client.call("CreateTopics", pb.CreateTopicsRequest(topics=[pb.CreatableTopic(
+                            r = await client.create_topics(pb.CreateTopicsRequest(topics=[pb.CreatableTopic(
                                 name=name, num_partitions=1, replication_factor=3)]))
                         except ControllerError as e:  # the outcome is unknown: not counted as created
                             assert e.code == ErrorCode.REQUEST_TIMED_OUT, e
@@ -464,7 +462,7 @@ def test_replace_a_killed_controller_while_producers_and_topic_creation_run(tmp_
             try:
                 await eventually(lambda: len(acked) >= 100 and len(created) >= 3, 30, what="writes before the kill")
                 async with ControllerClient(q.bootstrap, timeout=20) as client:
-                    victim = (await client.call("DescribeQuorum", pb.DescribeQuorumRequest())).leader_id
+                    victim = (await client.describe_quorum(pb.DescribeQuorumRequest())).leader_id
                 q.kill(victim)  # the active controller's machine is lost
                 new_dir = await asyncio.to_thread(format_, q, 4, "--no-initial-controllers")
                 q.start_node(4)
@@ -504,7 +502,7 @@ def test_replace_a_killed_controller_while_producers_and_topic_creation_run(tmp_
 
         async def topics() -> set[str]:
             async with ControllerClient(everywhere, timeout=20) as client:
-                return {t.name for t in (await client.call("DescribeTopics", pb.DescribeTopicsRequest())).topics}
+                return {t.name for t in (await client.describe_topics(pb.DescribeTopicsRequest())).topics}
         missing = set(created) - asyncio.run(topics())
         assert not missing, f"created topics lost: {sorted(missing)}"
     finally:

@@ -116,7 +116,7 @@ def test_move_under_throttle_with_acks_all_producers_and_a_controller_kill_9(clu
         assert "moving-0: replicas: 102,103,104,101. adding: 104. removing: 101." in listed.stdout, listed.stdout
 
         async with c.controller() as client:  # the active controller dies mid-move
-            active = (await client.call("DescribeQuorum", pb.DescribeQuorumRequest())).leader_id
+            active = (await client.describe_quorum(pb.DescribeQuorumRequest())).leader_id
         c.quorum.kill(active)
 
         async def completed() -> bool:
@@ -153,7 +153,7 @@ def test_move_under_throttle_with_acks_all_producers_and_a_controller_kill_9(clu
 
 async def _broker_configs(c: BrokerCluster, bid: int) -> dict[str, str]:
     async with c.controller() as client:
-        r = await client.call("DescribeConfigs", pb.DescribeConfigsRequest(resources=[
+        r = await client.describe_configs(pb.DescribeConfigsRequest(resources=[
             pb.AlterConfigsResource(resource_type=pb.BROKER, resource_name=str(bid))]))
     return {e.name: e.value for res in r.resources for e in res.configs if not e.is_default}
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from metadata.client import ControllerClient, ControllerError
+from metadata.client import ControllerClient, ControllerError, Rpc
 from kraft.dev_quorum import DevQuorum
 from metadata.errors import ErrorCode as E
 from metadata.loop_stall import LoopStallProbe
@@ -18,11 +18,11 @@ from tests.kvcluster import consecutive_ports
 from tests.test_controller import create, describe, topic
 
 
-async def refused(c, method: str, request) -> str:
+async def refused(c: ControllerClient, rpc: Rpc, request) -> str:
     """The one-line POLICY_VIOLATION a request gets, answered at once."""
     started = time.monotonic()
     with pytest.raises(ControllerError) as e:
-        await c.call(method, request, timeout=5)
+        await c.send(rpc, request, timeout=5)
     assert e.value.code == E.POLICY_VIOLATION, e.value
     assert time.monotonic() - started < 2
     return e.value.message
@@ -39,20 +39,20 @@ def test_oversized_requests_are_refused_before_any_work(tmp_path):
             before = (await q.active()).sm.image.offset
             too_many = MAX_RECORDS_PER_USER_OP + 1  # the requests are built before the probe starts
             requests = [
-                ("CreateTopics", pb.CreateTopicsRequest(topics=[topic(f"t{i}", 5001, 1) for i in range(2)])),
-                ("CreateTopics", pb.CreateTopicsRequest(topics=[topic(f"t{i}", 1, 1) for i in range(too_many)])),
-                ("CreatePartitions", pb.CreatePartitionsRequest(
+                (ControllerClient.create_topics, pb.CreateTopicsRequest(topics=[topic(f"t{i}", 5001, 1) for i in range(2)])),
+                (ControllerClient.create_topics, pb.CreateTopicsRequest(topics=[topic(f"t{i}", 1, 1) for i in range(too_many)])),
+                (ControllerClient.create_partitions, pb.CreatePartitionsRequest(
                     topics=[pb.CreatePartitionsRequest.Topic(name="small", count=2147483647)])),
-                ("DeleteTopics", pb.DeleteTopicsRequest(names=[f"t{i}" for i in range(too_many)])),
-                ("IncrementalAlterConfigs", pb.IncrementalAlterConfigsRequest(resources=[pb.AlterConfigsResource(
+                (ControllerClient.delete_topics, pb.DeleteTopicsRequest(names=[f"t{i}" for i in range(too_many)])),
+                (ControllerClient.incremental_alter_configs, pb.IncrementalAlterConfigsRequest(resources=[pb.AlterConfigsResource(
                     resource_type=pb.TOPIC, resource_name="small",
                     configs=[pb.AlterableConfig(name="retention.ms", value="1000")] * too_many)])),
             ]
             async with LoopStallProbe() as probe:
-                msg = await refused(c, "CreateTopics", pb.CreateTopicsRequest(topics=[topic("huge", 2147483647, 3)]))
+                msg = await refused(c, ControllerClient.create_topics, pb.CreateTopicsRequest(topics=[topic("huge", 2147483647, 3)]))
                 assert msg.startswith("Excessively large number of partitions per request: 2147483647")
-                for method, request in requests:
-                    await refused(c, method, request)
+                for rpc, request in requests:
+                    await refused(c, rpc, request)
             assert probe.max_stall_ms < 100, probe.max_stall_ms
             assert (await q.active()).sm.image.offset - before < 5  # heartbeats at most: nothing was written
             assert sorted(await describe(c)) == ["small"]

@@ -144,7 +144,7 @@ def test_a_read_while_a_partition_leader_is_killed(cluster, spark):
 async def add_partitions(c: BrokerCluster, topic: str, count: int) -> None:
     from protos import controller_pb2 as cpb
     async with c.controller() as ctl:
-        await ctl.call("CreatePartitions", cpb.CreatePartitionsRequest(
+        await ctl.create_partitions(cpb.CreatePartitionsRequest(
             topics=[cpb.CreatePartitionsRequest.Topic(name=topic, count=count)]))
     await c.wait_topic(topic, count)
 

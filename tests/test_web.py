@@ -214,7 +214,7 @@ def test_the_topic_list_is_searched_and_paged_by_100(console: Console, browser):
         async with console.cluster.controller() as c:
             topics = [cpb.CreatableTopic(name=f"paged-{i:03d}", num_partitions=1, replication_factor=1)
                       for i in range(105)]
-            r = await c.call("CreateTopics", cpb.CreateTopicsRequest(topics=topics))
+            r = await c.create_topics(cpb.CreateTopicsRequest(topics=topics))
             assert all(t.error_code == 0 for t in r.topics)
     asyncio.run(create())
     browser.get(console.url + "/topics?q=paged-")

@@ -213,11 +213,11 @@ def test_a_create_whose_commit_outlives_its_deadline_is_reported_unknown_not_alr
             async with q.client() as c:
                 active.controller.config = dataclasses.replace(active.controller.config, write_timeout_s=0)
                 with pytest.raises(Exception) as e:
-                    await c.call("CreateTopics", pb.CreateTopicsRequest(topics=[
+                    await c.create_topics(pb.CreateTopicsRequest(topics=[
                         pb.CreatableTopic(name="mine", num_partitions=1, replication_factor=1)]))
                 assert getattr(e.value, "code", None) == E.REQUEST_TIMED_OUT, e.value
                 assert "may or may not" in str(e.value)
-                d = await c.call("DescribeTopics", pb.DescribeTopicsRequest(names=["mine"]))
+                d = await c.describe_topics(pb.DescribeTopicsRequest(names=["mine"]))
                 assert d.topics[0].error_code == E.NONE  # it was applied, as "unknown" allowed
             for b in brokers:
                 await b.stop()

@@ -61,22 +61,22 @@ class Cluster:
         return self._producer
 
     async def quorum(self) -> pb.DescribeQuorumResponse:
-        return await self.controller.call("DescribeQuorum", pb.DescribeQuorumRequest())
+        return await self.controller.describe_quorum(pb.DescribeQuorumRequest())
 
     async def describe_cluster(self) -> pb.DescribeClusterResponse:
-        return await self.controller.call("DescribeCluster", pb.DescribeClusterRequest())
+        return await self.controller.describe_cluster(pb.DescribeClusterRequest())
 
     async def topics(self, names: list[str] | None = None) -> list[pb.TopicDescription]:
         """Topics with their partitions (every topic when ``names`` is empty); a named topic
         that does not exist raises UNKNOWN_TOPIC_OR_PARTITION."""
-        r = await self.controller.call("DescribeTopics", pb.DescribeTopicsRequest(names=names or []))
+        r = await self.controller.describe_topics(pb.DescribeTopicsRequest(names=names or []))
         for t in r.topics:
             check(t.error_code, t.error_message or f"Topic '{t.name}' does not exist.")
         return list(r.topics)
 
     async def min_isr_default(self) -> int:
         """The cluster-wide dynamic min.insync.replicas, else 1 (as ``kraft topics describe``)."""
-        r = await self.controller.call("DescribeConfigs", pb.DescribeConfigsRequest(resources=[
+        r = await self.controller.describe_configs(pb.DescribeConfigsRequest(resources=[
             pb.AlterConfigsResource(resource_type=pb.BROKER, resource_name="")]))
         return int(next((e.value for res in r.resources for e in res.configs
                          if e.name == "min.insync.replicas" and not e.is_default), "1"))
@@ -85,11 +85,11 @@ class Cluster:
                            configs: dict[str, str]) -> None:
         t = pb.CreatableTopic(name=name, num_partitions=partitions, replication_factor=replication_factor,
                               configs=configs)
-        r = await self.controller.call("CreateTopics", pb.CreateTopicsRequest(topics=[t]))
+        r = await self.controller.create_topics(pb.CreateTopicsRequest(topics=[t]))
         check(r.topics[0].error_code, r.topics[0].error_message)
 
     async def delete_topic(self, name: str) -> None:
-        r = await self.controller.call("DeleteTopics", pb.DeleteTopicsRequest(names=[name]))
+        r = await self.controller.delete_topics(pb.DeleteTopicsRequest(names=[name]))
         check(r.topics[0].error_code, r.topics[0].error_message)
 
 

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from protos import controller_pb2 as pb
 from common.tls import TLSConfig
 
-from ..client import ControllerClient, ControllerError, parse_bootstrap
+from ..client import ControllerClient, ControllerError, Req, Resp, Rpc, parse_bootstrap
 from ..errors import ErrorCode
 from ..image import MetadataImage
 from ..log_dir import LogBatch, MetadataLogError, replay_batches
@@ -157,9 +157,10 @@ class LiveSource(MetadataSource):
             future.cancel()
             raise
 
-    async def _call(self, method: str, request: Any) -> Any:
+    async def _call(self, rpc: Rpc[Req, Resp], request: Req) -> Resp:
+        method = rpc.name
         try:
-            return await self._client.call(method, request)
+            return await self._client.send(rpc, request)
         except ControllerError as e:
             message = " ".join(e.message.split()) or e.code.name  # one line
             if e.code in (ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NETWORK_EXCEPTION):  # these name the addresses
@@ -175,7 +176,7 @@ class LiveSource(MetadataSource):
         target: int | None = None
         restarts = 0
         while True:
-            resp = await self._call("FetchMetadata", pb.FetchMetadataRequest(
+            resp = await self._call(ControllerClient.fetch_metadata, pb.FetchMetadataRequest(
                 offset=offset + 1, max_wait_ms=0, max_bytes=FETCH_BYTES, broker_id=-1))
             if target is None:
                 target = resp.high_watermark
@@ -198,7 +199,7 @@ class LiveSource(MetadataSource):
                 offset, term = b.offset, b.term
             if not resp.batches or offset + 1 >= target:
                 break
-        describe = await self._call("DescribeQuorum", pb.DescribeQuorumRequest())
+        describe = await self._call(ControllerClient.describe_quorum, pb.DescribeQuorumRequest())
         return _Fetched(snapshot, batches, _quorum_state(describe), describe.cluster_id)
 
     async def _download(self, snapshot_offset: int) -> MetadataImage | None:
@@ -207,7 +208,7 @@ class LiveSource(MetadataSource):
         buf = io.BytesIO()
         position, size = 0, None
         while size is None or position < size:
-            r = await self._call("FetchSnapshot", pb.FetchSnapshotRequest(
+            r = await self._call(ControllerClient.fetch_snapshot, pb.FetchSnapshotRequest(
                 snapshot_offset=snapshot_offset, position=position, max_bytes=SNAPSHOT_CHUNK))
             if r.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
                 return None

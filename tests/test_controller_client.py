@@ -1,0 +1,90 @@
+"""The typed controller client (metadata/client.py): one method per RPC of the Controller
+service, and the retry policy that follows from each method's idempotency declaration. A
+fake controller answers every attempt REQUEST_TIMED_OUT (the outcome is unknown), or hangs
+past the attempt's deadline, and counts the attempts."""
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+import grpc
+import pytest
+
+from metadata.client import RPCS, SAFE_TO_REPEAT, ControllerClient, ControllerError, Rpc
+from metadata.errors import ErrorCode
+from protos import controller_pb2 as pb
+from protos import controller_pb2_grpc
+from tests.kvcluster import free_ports
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
+
+
+def test_every_controller_rpc_has_one_typed_method():
+    service = pb.DESCRIPTOR.services_by_name["Controller"]
+    assert set(RPCS) == {m.name for m in service.methods}
+    for attr, rpc in vars(ControllerClient).items():
+        if isinstance(rpc, Rpc):  # the method is the RPC's name in snake case
+            assert attr == re.sub(r"(?<!^)(?=[A-Z])", "_", rpc.name).lower(), (attr, rpc.name)
+    # the reads, the brokers' own requests and CreateAcls are safe to repeat; the other writes are not
+    assert SAFE_TO_REPEAT == {"DescribeTopics", "DescribeCluster", "DescribeConfigs", "DescribeQuorum", "FetchMetadata",
+                              "FetchSnapshot", "BrokerHeartbeat", "BrokerRegistration", "AlterPartition",
+                              "AllocateProducerIds", "CreateAcls", "DescribeAcls"}
+
+
+
+def test_the_docs_table_is_the_clients_declaration():
+    """docs/operations.md lists each RPC with its method and whether it is repeated."""
+    documented: dict[str, bool] = {}
+    for line in DOCS.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[1].startswith("`") and cells[2].split(":")[0].split(" ")[0] in ("yes", "no"):
+            for name, method in zip(cells[0].split(", "), re.findall(r"`(\w+)`", cells[1]), strict=True):
+                rpc = getattr(ControllerClient, method)
+                assert rpc.name == name, (name, method)
+                documented[name] = cells[2].startswith("yes")
+    assert documented == {name: rpc.idempotent for name, rpc in RPCS.items()}
+
+
+class Unsure(controller_pb2_grpc.ControllerServicer):
+    """Every CreateTopics and DescribeTopics attempt: the outcome is unknown."""
+
+    def __init__(self, hang: bool) -> None:
+        self.hang = hang
+        self.attempts: dict[str, int] = {}
+
+    async def _unknown(self, name: str, response: type) -> object:
+        self.attempts[name] = self.attempts.get(name, 0) + 1
+        if self.hang:
+            await asyncio.sleep(30)  # past the client's attempt deadline: it cannot know what happened
+        return response(status=pb.Status(error_code=ErrorCode.REQUEST_TIMED_OUT, error_message="did not commit in time"))
+
+    async def CreateTopics(self, request, context):
+        return await self._unknown("CreateTopics", pb.CreateTopicsResponse)
+
+    async def DescribeTopics(self, request, context):
+        return await self._unknown("DescribeTopics", pb.DescribeTopicsResponse)
+
+
+@pytest.mark.parametrize("hang", [False, True], ids=["answered-unknown", "deadline"])
+def test_a_write_whose_outcome_is_unknown_is_sent_once_and_a_read_is_retried(hang):
+    async def go() -> None:
+        fake = Unsure(hang)
+        server = grpc.aio.server()
+        controller_pb2_grpc.add_ControllerServicer_to_server(fake, server)
+        port = free_ports(1)[0]
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        await server.start()
+        try:
+            async with ControllerClient(f"127.0.0.1:{port}", timeout=2.0, attempt_timeout=0.3) as c:
+                with pytest.raises(ControllerError) as e:
+                    await c.create_topics(pb.CreateTopicsRequest(topics=[pb.CreatableTopic(name="mine")]))
+                assert e.value.code == ErrorCode.REQUEST_TIMED_OUT
+                assert fake.attempts["CreateTopics"] == 1  # not idempotent: never sent twice
+                with pytest.raises(ControllerError) as e:
+                    await c.describe_topics(pb.DescribeTopicsRequest(names=["mine"]))
+                assert e.value.code == ErrorCode.REQUEST_TIMED_OUT
+                assert fake.attempts["DescribeTopics"] > 1  # idempotent: retried until the client's timeout
+        finally:
+            await server.stop(None)
+    asyncio.run(go())
