@@ -12,6 +12,7 @@ import pytest
 from brokerd.config import LogConfig
 from clients.errors import BrokerError, ErrorCode
 from brokerd.fetch import fetch
+from brokerd.requests import FetchPartition, FetchRequest, FetchTopic
 from brokerd.leader_epochs import UNDEFINED_EPOCH, LeaderEpochCache
 from brokerd.log_store import FlushPolicy, LogStore
 from brokerd.partition import Change, Partition
@@ -212,11 +213,9 @@ class _OneReplica:
 
 
 def _fetch(rm, replica, offset, epoch=None, wait=0):
-    fp = pb.FetchPartition(partition=0, fetch_offset=offset)
-    if epoch is not None:
-        fp.current_leader_epoch = epoch
-    return fetch(rm, pb.FetchRequest(replica_id=replica, max_wait_ms=wait,
-                                     topics=[pb.FetchTopic(name="first", partitions=[fp])]))
+    fp = FetchPartition(partition=0, fetch_offset=offset, current_leader_epoch=epoch)
+    return fetch(rm, FetchRequest(replica_id=replica, max_wait_ms=wait,
+                                  topics=[FetchTopic(name="first", partitions=[fp])]))
 
 
 def test_high_watermark_is_the_smallest_log_end_in_the_isr(tmp_path):
