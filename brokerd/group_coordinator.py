@@ -127,14 +127,16 @@ class GroupCoordinator:
         self._loading: dict[int, asyncio.Task] = {}
         self._creating: asyncio.Task | None = None
         self._task: asyncio.Task | None = None
+        self._writes: set[asyncio.Task] = set()  # group metadata persisted in the background
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._tick_forever(), name="group-coordinator")
 
     async def stop(self) -> None:
-        for t in [self._task, self._creating, *self._loading.values()]:
-            if t is not None:
-                t.cancel()
+        tasks = [t for t in [self._task, self._creating, *self._loading.values(), *self._writes] if t is not None]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         for g in self.groups.values():
             for m in g.members.values():
                 _fail(m.join, ErrorCode.NOT_COORDINATOR, "the coordinator is shutting down")
@@ -486,7 +488,9 @@ class GroupCoordinator:
         g.state, g.protocol, g.leader = GroupState.EMPTY, "", ""
         p = self.rm.by_name.get((OFFSETS_TOPIC, g.partition))
         if p is not None:
-            asyncio.get_running_loop().create_task(self._persist_quietly(p, g))
+            task = asyncio.get_running_loop().create_task(self._persist_quietly(p, g))
+            self._writes.add(task)
+            task.add_done_callback(self._writes.discard)
 
     async def _tick_forever(self) -> None:
         while True:
