@@ -144,8 +144,8 @@ def metadata(rm: ReplicaManager, req: r.MetadataRequest, listener: str, controll
     resp = metadata_answer(image, r.MetadataRequest(topics=allowed), listener, controller_id) if allowed else \
         r.MetadataResponse(cluster_id=image.cluster_id, controller_id=controller_id, metadata_offset=image.offset,
                            brokers=live_brokers(image, listener))
-    resp.topics.extend(r.TopicMetadata(name=n, error_code=TOPIC_DENIED, error_message=access.topic_denied(O.DESCRIBE, n))
-                       for n in sorted(refused))
+    resp.topics.extend(r.TopicMetadata(name=n, error_code=TOPIC_DENIED,
+                                       error_message=access.topic_denied(O.DESCRIBE, n)) for n in sorted(refused))
     return resp
 
 
@@ -244,7 +244,8 @@ class GroupAccess:
 
     async def delete_groups(self, req: g.DeleteGroupsRequest, access: Access) -> g.DeleteGroupsResponse:
         refused = {x for x in req.groups if not access.group(O.DELETE, x)}
-        resp = await self.groups.delete_groups(g.DeleteGroupsRequest(groups=[x for x in req.groups if x not in refused]))
+        kept = g.DeleteGroupsRequest(groups=[x for x in req.groups if x not in refused])
+        resp = await self.groups.delete_groups(kept)
         resp.results.extend(g.DeletedGroup(group_id=x, error_code=GROUP_DENIED,
                                            error_message=access.group_denied(O.DELETE, x)) for x in sorted(refused))
         return resp

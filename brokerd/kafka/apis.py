@@ -2,9 +2,9 @@
 handler turns a request read by ``codec`` into the broker's domain request (``requests``,
 ``group_requests``), calls the same checked domain call the gRPC service calls
 (``authorization``: produce, fetch, offsets, metadata, producer ids, the group coordinator)
-and turns the answer into Kafka's response, reading a field only in the versions that have it. Admin requests go to the active
-controller, as a KRaft broker forwards them; DescribeCluster is answered from the broker's
-metadata image, as Kafka's brokers do.
+and turns the answer into Kafka's response, reading a field only in the versions that have
+it. Admin requests go to the active controller, as a KRaft broker forwards them;
+DescribeCluster is answered from the broker's metadata image, as Kafka's brokers do.
 
 ``VERSIONS`` is what ApiVersions advertises: the versions today's clients negotiate and kio
 has schemas for. An API or version not listed is never sent by a client that asked, and one
@@ -254,14 +254,13 @@ class KafkaApis:
             # No fetch sessions here (KIP-227): a client that names one is told it does not
             # exist and falls back to full fetches; a new session (epoch 0) gets id 0, "none".
             return {"error_code": int(ErrorCode.FETCH_SESSION_ID_NOT_FOUND), "session_id": 0, "responses": []}
+        topics = [rq.FetchTopic(name=t.topic, partitions=[
+            rq.FetchPartition(partition=fp.partition, fetch_offset=fp.fetch_offset, log_start_offset=-1,
+                              partition_max_bytes=max(1, fp.partition_max_bytes),
+                              current_leader_epoch=_epoch(fp.current_leader_epoch) if version >= 9 else None)
+            for fp in t.partitions]) for t in req.topics]
         ours = rq.FetchRequest(replica_id=-1, max_wait_ms=ms(req.max_wait), min_bytes=req.min_bytes,
-                              max_bytes=max(1, req.max_bytes), topics=[rq.FetchTopic(name=t.topic, partitions=[
-                                  rq.FetchPartition(partition=fp.partition, fetch_offset=fp.fetch_offset,
-                                                   log_start_offset=-1,
-                                                   partition_max_bytes=max(1, fp.partition_max_bytes),
-                                                   current_leader_epoch=_epoch(fp.current_leader_epoch)
-                                                   if version >= 9 else None)
-                                  for fp in t.partitions]) for t in req.topics])
+                               max_bytes=max(1, req.max_bytes), topics=topics)
         resp = await authorized.fetch(self.rm, ours, access)
         return {"error_code": 0, "session_id": 0, "responses": [
             {"topic": t.name, "partitions": [
@@ -331,8 +330,9 @@ class KafkaApis:
         return {name: one[name] for name in ("node_id", "host", "port", "error_code", "error_message")}
 
     async def join_group(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        rebalance_timeout = req.rebalance_timeout if version >= 1 else req.session_timeout  # v0: one timeout
         ours = gq.JoinGroupRequest(group_id=req.group_id, session_timeout_ms=ms(req.session_timeout),
-                                  rebalance_timeout_ms=ms(req.rebalance_timeout if version >= 1 else req.session_timeout),
+                                  rebalance_timeout_ms=ms(rebalance_timeout),
                                   member_id=req.member_id, protocol_type=req.protocol_type,
                                   group_instance_id=req.group_instance_id if version >= 5 else None,
                                   protocols=[gq.JoinGroupProtocol(name=p.name, metadata=p.metadata)

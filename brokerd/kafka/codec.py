@@ -231,8 +231,9 @@ def _check_names(cls: type, data: dict[str, Any]) -> None:
     extra = data.keys() - _own_names(cls)
     if not extra:
         return
-    kind = cls.__module__.rsplit(".", 1)[-1]
-    anywhere = _names_in_any_version(cls.__api_key__, kind).get(cls.__qualname__, frozenset())  # type: ignore[attr-defined]
+    kind = cls.__module__.rsplit(".", 1)[-1]  # kio.schema.<api>.v<N>.request or .response
+    names = _names_in_any_version(cls.__api_key__, kind)  # type: ignore[attr-defined]
+    anywhere = names.get(cls.__qualname__, frozenset())
     unknown = sorted(extra - anywhere)
     if unknown:
         raise UnknownField(f"{cls.__module__}.{cls.__qualname__} has no field {', '.join(map(repr, unknown))} "
