@@ -495,3 +495,74 @@ def test_a_throttled_long_poll_is_answered_once_the_bucket_refills(tmp_path):
         assert again == first
         await store.close()
     run(go())
+
+
+# -- task hygiene: what a component starts, it ends on stop (issue 26) -------------------------------
+
+def _others() -> list[asyncio.Task]:
+    return [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
+
+
+def test_the_group_coordinator_ends_its_background_writes_on_stop():
+    """The last member leaving persists the empty group in the background; stop() ends that
+    write instead of leaving it behind."""
+    from brokerd.group_coordinator import Group, GroupCoordinator
+    from clients.topics import OFFSETS_TOPIC
+
+    async def go() -> None:
+        writing = asyncio.Event()
+
+        class Stuck:
+            async def append_as_leader(self, batch, acks):
+                writing.set()
+                await asyncio.Event().wait()  # a write that never completes
+
+        class Replicas:
+            by_name = {(OFFSETS_TOPIC, 0): Stuck()}
+
+        coordinator = GroupCoordinator(Replicas(), None, None)  # type: ignore[arg-type]
+        coordinator._emptied(Group("g", 0))
+        await asyncio.wait_for(writing.wait(), 5)
+        await coordinator.stop()
+        assert _others() == []
+    run(go())
+
+
+def test_a_stopping_kafka_listener_ends_every_request_in_flight():
+    """Pipelined requests a stopping listener will never answer are cancelled, not left
+    running: the one being answered and those queued behind it."""
+    import socket
+
+    from brokerd.kafka.codec import build, frame_request, request_schema
+    from brokerd.kafka.listener import KafkaListener
+
+    async def go() -> None:
+        started, cancelled = [], []
+
+        class Apis:
+            def session(self, writer):
+                return None
+
+            async def handle(self, header, request, session):
+                started.append(header.correlation_id)
+                try:
+                    await asyncio.Event().wait()
+                except asyncio.CancelledError:
+                    cancelled.append(header.correlation_id)
+                    raise
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        listener = KafkaListener("KAFKA", "127.0.0.1", port, Apis(), 1 << 20)  # type: ignore[arg-type]
+        await listener.bind()
+        await listener.start()
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        for correlation in (1, 2, 3):
+            writer.write(frame_request(18, 0, correlation, "t", build(request_schema(18, 0), {})))
+        await writer.drain()
+        await eventually(lambda: len(started) == 3, 5, what="three requests in flight")
+        await listener.stop()
+        assert sorted(cancelled) == [1, 2, 3] and _others() == []
+        writer.close()
+    run(go())
