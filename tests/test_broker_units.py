@@ -566,3 +566,42 @@ def test_a_stopping_kafka_listener_ends_every_request_in_flight():
         assert sorted(cancelled) == [1, 2, 3] and _others() == []
         writer.close()
     run(go())
+
+
+# -- the gRPC codec: domain requests and broker.proto have the same shape (issue 26) ------------------
+
+def test_every_domain_request_has_the_shape_of_its_protobuf_message():
+    """Field for field by name, so that ``proto_codec`` translates each both ways; the one
+    protobuf field the broker has no use for is the client id our producer sends."""
+    import dataclasses
+
+    from brokerd import group_requests, requests
+    unused = {"ProduceRequest": {"client_id"}}
+    classes = [c for m in (requests, group_requests) for c in vars(m).values()
+               if isinstance(c, type) and dataclasses.is_dataclass(c) and c.__module__ == m.__name__]
+    assert len(classes) > 40
+    for cls in classes:
+        proto = getattr(pb, cls.__name__)  # one message per dataclass, of the same name
+        assert {f.name for f in proto.DESCRIPTOR.fields} - unused.get(cls.__name__, set()) == \
+            {f.name for f in dataclasses.fields(cls)}, cls.__name__
+
+
+def test_the_grpc_codec_round_trips_a_request_and_an_answer():
+    from brokerd import group_requests as g
+    from brokerd import requests as r
+    from brokerd.proto_codec import to_domain, to_wire
+    batch = build_batch([(b"k", b"v", 1, ())])
+    produce = pb.ProduceRequest(acks=-1, timeout_ms=5, topics=[pb.ProduceTopicData(name="t", partitions=[
+        pb.ProducePartitionData(partition=1, batch=batch), pb.ProducePartitionData(partition=2)])])
+    domain = to_domain(r.ProduceRequest, produce)
+    assert [p.batch for p in domain.topics[0].partitions] == [batch, None]  # an absent batch is None
+    assert to_wire(pb.ProduceRequest, domain) == produce
+    fetch = pb.FetchRequest(replica_id=3, topics=[pb.FetchTopic(topic_id=b"x" * 16, partitions=[
+        pb.FetchPartition(partition=0, fetch_offset=7), pb.FetchPartition(partition=1, current_leader_epoch=0)])])
+    assert [p.current_leader_epoch for p in to_domain(r.FetchRequest, fetch).topics[0].partitions] == [None, 0]
+    assert to_wire(pb.FetchRequest, to_domain(r.FetchRequest, fetch)) == fetch
+    joined = g.JoinGroupResponse(member_id="m", members=[g.JoinGroupMember(member_id="m", group_instance_id=None),
+                                                         g.JoinGroupMember(member_id="n", group_instance_id="i")])
+    wire = to_wire(pb.JoinGroupResponse, joined)
+    assert [m.HasField("group_instance_id") for m in wire.members] == [False, True]
+    assert to_domain(g.JoinGroupResponse, wire) == joined
