@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import fields, replace
+from functools import cache
 from typing import Any, TypeVar
 
 from clients.errors import ErrorCode
 from metadata.acls import AclOperation
 from metadata.authorizer import Access
-from protos import broker_pb2 as pb
 
+from . import group_requests as g
+from . import requests as r
 from .cluster_metadata import live_brokers, metadata_answer
 from .fetch import fetch as fetch_records
 from .group_coordinator import GroupCoordinator
@@ -33,34 +36,39 @@ from .producer_ids import ProducerIdManager
 from .replica_manager import ReplicaManager
 
 O = AclOperation
-M = TypeVar("M")
+R = TypeVar("R")
+D = TypeVar("D")
 TOPIC_DENIED = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
 GROUP_DENIED = int(ErrorCode.GROUP_AUTHORIZATION_FAILED)
 
 
-def _split(req: M, allowed: Callable[[Any], bool]) -> tuple[M, list[Any]]:
+def _split(req: R, allowed: Callable[[Any], bool]) -> tuple[R, list[Any]]:
     """The request with only the topics ``allowed`` lets through, and the others; the request
-    itself (no copy of its records) when none is refused."""
+    itself when none is refused (a copy shares the kept topics and their records)."""
     verdicts = [(t, allowed(t)) for t in req.topics]  # type: ignore[attr-defined]
     refused = [t for t, ok in verdicts if not ok]
     if not refused:
         return req, []
-    kept = type(req)()
-    kept.CopyFrom(req)  # type: ignore[attr-defined]
-    del kept.topics[:]  # type: ignore[attr-defined]
-    kept.topics.extend(t for t, ok in verdicts if ok)  # type: ignore[attr-defined]
-    return kept, refused
+    return replace(req, topics=[t for t, ok in verdicts if ok]), refused  # type: ignore[type-var]
 
 
-def _refuse(resp_topics: Any, refused: list[Any], message: Callable[[str], str], **defaults: int) -> None:
-    """Answer every partition of the refused topics TOPIC_AUTHORIZATION_FAILED."""
+def _refuse(answers: list[Any], refused: list[Any], topic: type, partition: type, message: Callable[[str], str],
+            **defaults: int) -> None:
+    """Answer every partition of the refused topics TOPIC_AUTHORIZATION_FAILED (with the
+    message where the answer has a place for one)."""
     for t in refused:
-        out = resp_topics.add(name=t.name)
-        if "topic_id" in out.DESCRIPTOR.fields_by_name and "topic_id" in t.DESCRIPTOR.fields_by_name:
+        out = topic(name=t.name)
+        if "topic_id" in _names(topic) and "topic_id" in _names(type(t)):
             out.topic_id = t.topic_id
-        for p in t.partitions:
-            out.partitions.add(partition=p if isinstance(p, int) else p.partition, error_code=TOPIC_DENIED,
-                               error_message=message(t.name), **defaults)
+        said = {"error_message": message(t.name)} if "error_message" in _names(partition) else {}
+        out.partitions = [partition(partition=p if isinstance(p, int) else p.partition, error_code=TOPIC_DENIED,
+                                    **said, **defaults) for p in t.partitions]
+        answers.append(out)
+
+
+@cache
+def _names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls))
 
 
 def _topic_check(access: Access, op: AclOperation) -> Callable[[Any], bool]:
@@ -69,14 +77,15 @@ def _topic_check(access: Access, op: AclOperation) -> Callable[[Any], bool]:
 
 # -- produce, fetch, offsets, metadata -----------------------------------------------------------
 
-async def produce(rm: ReplicaManager, req: pb.ProduceRequest, access: Access) -> pb.ProduceResponse:
+async def produce(rm: ReplicaManager, req: r.ProduceRequest, access: Access) -> r.ProduceResponse:
     ours, refused = _split(req, _topic_check(access, O.WRITE))
     resp = await produce_records(rm, ours)
-    _refuse(resp.topics, refused, lambda n: access.topic_denied(O.WRITE, n), base_offset=-1, log_start_offset=-1)
+    _refuse(resp.topics, refused, r.ProduceTopicResponse, r.ProducePartitionResponse,
+            lambda n: access.topic_denied(O.WRITE, n), base_offset=-1, log_start_offset=-1)
     return resp
 
 
-async def fetch(rm: ReplicaManager, req: pb.FetchRequest, access: Access) -> pb.FetchResponse:
+async def fetch(rm: ReplicaManager, req: r.FetchRequest, access: Access) -> r.FetchResponse:
     """A follower's fetch needs CLUSTER_ACTION on the cluster (all or nothing, as in Kafka); a
     consumer's READ on each topic."""
     if req.replica_id >= 0:
@@ -85,73 +94,73 @@ async def fetch(rm: ReplicaManager, req: pb.FetchRequest, access: Access) -> pb.
     else:
         ours, refused = _split(req, lambda t: access.topic(O.READ, _name(rm, t)))
     resp = await fetch_records(rm, ours)
-    _refuse(resp.topics, refused, lambda n: access.topic_denied(O.READ, n) if req.replica_id < 0
+    _refuse(resp.topics, refused, r.FetchTopicResponse, r.FetchPartitionResponse,
+            lambda n: access.topic_denied(O.READ, n) if req.replica_id < 0
             else access.cluster_denied(O.CLUSTER_ACTION), high_watermark=-1, log_start_offset=-1)
     return resp
 
 
-def list_offsets(rm: ReplicaManager, req: pb.ListOffsetsRequest, access: Access) -> pb.ListOffsetsResponse:
+def list_offsets(rm: ReplicaManager, req: r.ListOffsetsRequest, access: Access) -> r.ListOffsetsResponse:
     ours, refused = _split(req, _topic_check(access, O.DESCRIBE))
     resp = list_offsets_of(rm, ours)
-    _refuse(resp.topics, refused, lambda n: access.topic_denied(O.DESCRIBE, n), timestamp=-1, offset=-1)
+    _refuse(resp.topics, refused, r.ListOffsetsTopicResponse, r.ListOffsetsPartitionResponse,
+            lambda n: access.topic_denied(O.DESCRIBE, n), timestamp=-1, offset=-1)
     return resp
 
 
-def offsets_for_leader_epoch(rm: ReplicaManager, req: pb.OffsetsForLeaderEpochRequest,
-                             access: Access) -> pb.OffsetsForLeaderEpochResponse:
+def offsets_for_leader_epoch(rm: ReplicaManager, req: r.OffsetsForLeaderEpochRequest,
+                             access: Access) -> r.OffsetsForLeaderEpochResponse:
     """CLUSTER_ACTION on the cluster (a follower), or else DESCRIBE on each topic."""
     follower = access.cluster(O.CLUSTER_ACTION, log_denial=False)
     ours, refused = _split(req, lambda t: follower or access.topic(O.DESCRIBE, _name(rm, t)))
     resp = leader_epoch_offsets(rm, ours)
-    _refuse(resp.topics, refused, lambda n: access.topic_denied(O.DESCRIBE, n), leader_epoch=-1, end_offset=-1)
+    _refuse(resp.topics, refused, r.OffsetForLeaderTopicResult, r.EpochEndOffset,
+            lambda n: access.topic_denied(O.DESCRIBE, n), leader_epoch=-1, end_offset=-1)
     return resp
 
 
-def _name(rm: ReplicaManager, t: Any) -> str:
+def _name(rm: ReplicaManager, t: r.FetchTopic | r.OffsetForLeaderTopic) -> str:
     """A request topic's name, looked up by its id when it gives only that ("" if unknown)."""
-    if t.name or not getattr(t, "topic_id", b"") or len(t.topic_id) != 16:
+    if t.name or len(t.topic_id) != 16:
         return t.name
     found = rm.image.topics_by_id.get(uuid.UUID(bytes=t.topic_id))
     return found.name if found is not None else ""
 
 
-def metadata(rm: ReplicaManager, req: pb.MetadataRequest, listener: str, controller_id: int,
-             access: Access) -> pb.MetadataResponse:
+def metadata(rm: ReplicaManager, req: r.MetadataRequest, listener: str, controller_id: int,
+             access: Access) -> r.MetadataResponse:
     """As Kafka's: every topic the session may DESCRIBE when none is named (the others left
     out, without a log line each); a named topic it may not is TOPIC_AUTHORIZATION_FAILED,
     whether it exists or not."""
     if not req.topics:
         resp = metadata_answer(rm.image, req, listener, controller_id)
-        kept = [t for t in resp.topics if access.topic(O.DESCRIBE, t.name, log_denial=False)]
-        if len(kept) < len(resp.topics):
-            del resp.topics[:]
-            resp.topics.extend(kept)
+        resp.topics = [t for t in resp.topics if access.topic(O.DESCRIBE, t.name, log_denial=False)]
         return resp
     refused = {n for n in req.topics if not access.topic(O.DESCRIBE, n)}
     if not refused:
         return metadata_answer(rm.image, req, listener, controller_id)
     allowed = [n for n in req.topics if n not in refused]
     image = rm.image
-    resp = metadata_answer(image, pb.MetadataRequest(topics=allowed), listener, controller_id) if allowed else \
-        pb.MetadataResponse(cluster_id=image.cluster_id, controller_id=controller_id, metadata_offset=image.offset,
-                            brokers=live_brokers(image, listener))
-    resp.topics.extend(pb.TopicMetadata(name=n, error_code=TOPIC_DENIED, error_message=access.topic_denied(O.DESCRIBE, n))
-                       for n in sorted(refused))
+    resp = metadata_answer(image, r.MetadataRequest(topics=allowed), listener, controller_id) if allowed else \
+        r.MetadataResponse(cluster_id=image.cluster_id, controller_id=controller_id, metadata_offset=image.offset,
+                           brokers=live_brokers(image, listener))
+    resp.topics.extend(r.TopicMetadata(name=n, error_code=TOPIC_DENIED,
+                                       error_message=access.topic_denied(O.DESCRIBE, n)) for n in sorted(refused))
     return resp
 
 
-async def init_producer_id(ids: ProducerIdManager, req: pb.InitProducerIdRequest,
-                           access: Access) -> pb.InitProducerIdResponse:
+async def init_producer_id(ids: ProducerIdManager, req: r.InitProducerIdRequest,
+                           access: Access) -> r.InitProducerIdResponse:
     if not access.cluster(O.IDEMPOTENT_WRITE, log_denial=False) and not access.any_topic(O.WRITE):
-        return pb.InitProducerIdResponse(error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), producer_id=-1,
-                                         producer_epoch=-1, error_message=access.cluster_denied(O.IDEMPOTENT_WRITE))
+        return r.InitProducerIdResponse(error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), producer_id=-1,
+                                        producer_epoch=-1, error_message=access.cluster_denied(O.IDEMPOTENT_WRITE))
     return await ids.init_producer_id(req)
 
 
-def describe_broker(describe: Callable[[], pb.DescribeBrokerResponse], access: Access) -> pb.DescribeBrokerResponse:
+def describe_broker(describe: Callable[[], D], denied: Callable[[int, str], D], access: Access) -> D:
+    """DescribeBroker: DESCRIBE on the cluster (``denied`` answers with the code and message)."""
     if not access.cluster(O.DESCRIBE):
-        return pb.DescribeBrokerResponse(error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
-                                         error_message=access.cluster_denied(O.DESCRIBE))
+        return denied(int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), access.cluster_denied(O.DESCRIBE))
     return describe()
 
 
@@ -163,84 +172,80 @@ class GroupAccess:
     def __init__(self, groups: GroupCoordinator) -> None:
         self.groups = groups
 
-    async def find_coordinator(self, req: pb.FindCoordinatorRequest, listener: str,
-                               access: Access) -> pb.FindCoordinatorResponse:
+    async def find_coordinator(self, req: g.FindCoordinatorRequest, listener: str,
+                               access: Access) -> g.FindCoordinatorResponse:
         if not access.group(O.DESCRIBE, req.key):
-            return pb.FindCoordinatorResponse(error_code=GROUP_DENIED, node_id=-1, port=-1,
-                                              error_message=access.group_denied(O.DESCRIBE, req.key))
+            return g.FindCoordinatorResponse(error_code=GROUP_DENIED, node_id=-1, port=-1,
+                                             error_message=access.group_denied(O.DESCRIBE, req.key))
         return await self.groups.find_coordinator(req, listener)
 
     @staticmethod
-    async def _member(req: Any, access: Access, answer: type, serve: Callable[[Any], Awaitable[Any]]) -> Any:
+    async def _member(req: Any, access: Access, answer: Callable[..., R], serve: Callable[[Any], Awaitable[R]]) -> R:
         """A member's request (join, sync, heartbeat, leave): READ on the group."""
         if not access.group(O.READ, req.group_id):
             return answer(error_code=GROUP_DENIED, error_message=access.group_denied(O.READ, req.group_id))
         return await serve(req)
 
-    async def join_group(self, req: pb.JoinGroupRequest, access: Access) -> pb.JoinGroupResponse:
-        return await self._member(req, access, pb.JoinGroupResponse, self.groups.join_group)
+    async def join_group(self, req: g.JoinGroupRequest, access: Access) -> g.JoinGroupResponse:
+        return await self._member(req, access, g.JoinGroupResponse, self.groups.join_group)
 
-    async def sync_group(self, req: pb.SyncGroupRequest, access: Access) -> pb.SyncGroupResponse:
-        return await self._member(req, access, pb.SyncGroupResponse, self.groups.sync_group)
+    async def sync_group(self, req: g.SyncGroupRequest, access: Access) -> g.SyncGroupResponse:
+        return await self._member(req, access, g.SyncGroupResponse, self.groups.sync_group)
 
-    async def heartbeat(self, req: pb.HeartbeatRequest, access: Access) -> pb.HeartbeatResponse:
-        return await self._member(req, access, pb.HeartbeatResponse, self.groups.heartbeat)
+    async def heartbeat(self, req: g.HeartbeatRequest, access: Access) -> g.HeartbeatResponse:
+        return await self._member(req, access, g.HeartbeatResponse, self.groups.heartbeat)
 
-    async def leave_group(self, req: pb.LeaveGroupRequest, access: Access) -> pb.LeaveGroupResponse:
-        return await self._member(req, access, pb.LeaveGroupResponse, self.groups.leave_group)
+    async def leave_group(self, req: g.LeaveGroupRequest, access: Access) -> g.LeaveGroupResponse:
+        return await self._member(req, access, g.LeaveGroupResponse, self.groups.leave_group)
 
-    async def offset_commit(self, req: pb.OffsetCommitRequest, access: Access) -> pb.OffsetCommitResponse:
+    async def offset_commit(self, req: g.OffsetCommitRequest, access: Access) -> g.OffsetCommitResponse:
         """READ on the group (else every partition is GROUP_AUTHORIZATION_FAILED), and READ on
         each topic."""
         if not access.group(O.READ, req.group_id):
-            resp = pb.OffsetCommitResponse()
             message = access.group_denied(O.READ, req.group_id)
-            for t in req.topics:
-                resp.topics.add(name=t.name, partitions=[pb.OffsetCommitPartitionResponse(
-                    partition=p.partition, error_code=GROUP_DENIED, error_message=message) for p in t.partitions])
-            return resp
+            return g.OffsetCommitResponse(topics=[g.OffsetCommitTopicResponse(name=t.name, partitions=[
+                g.OffsetCommitPartitionResponse(partition=p.partition, error_code=GROUP_DENIED, error_message=message)
+                for p in t.partitions]) for t in req.topics])
         ours, refused = _split(req, _topic_check(access, O.READ))
-        resp = await self.groups.offset_commit(ours) if ours.topics or not refused else pb.OffsetCommitResponse()
-        _refuse(resp.topics, refused, lambda n: access.topic_denied(O.READ, n))
+        resp = await self.groups.offset_commit(ours) if ours.topics or not refused else g.OffsetCommitResponse()
+        _refuse(resp.topics, refused, g.OffsetCommitTopicResponse, g.OffsetCommitPartitionResponse,
+                lambda n: access.topic_denied(O.READ, n))
         return resp
 
-    async def offset_fetch(self, req: pb.OffsetFetchRequest, access: Access) -> pb.OffsetFetchResponse:
+    async def offset_fetch(self, req: g.OffsetFetchRequest, access: Access) -> g.OffsetFetchResponse:
         """DESCRIBE on the group; topics named need DESCRIBE each, and a fetch of every offset
         leaves out the topics the session may not DESCRIBE."""
         if not access.group(O.DESCRIBE, req.group_id):
-            return pb.OffsetFetchResponse(error_code=GROUP_DENIED,
-                                          error_message=access.group_denied(O.DESCRIBE, req.group_id))
+            return g.OffsetFetchResponse(error_code=GROUP_DENIED,
+                                         error_message=access.group_denied(O.DESCRIBE, req.group_id))
         if not req.topics:
             resp = await self.groups.offset_fetch(req)
-            kept = [t for t in resp.topics if access.topic(O.DESCRIBE, t.name, log_denial=False)]
-            if len(kept) < len(resp.topics):
-                del resp.topics[:]
-                resp.topics.extend(kept)
+            resp.topics = [t for t in resp.topics if access.topic(O.DESCRIBE, t.name, log_denial=False)]
             return resp
         ours, refused = _split(req, _topic_check(access, O.DESCRIBE))
-        resp = await self.groups.offset_fetch(ours) if ours.topics else pb.OffsetFetchResponse()
-        _refuse(resp.topics, refused, lambda n: access.topic_denied(O.DESCRIBE, n), offset=-1, leader_epoch=-1)
+        resp = await self.groups.offset_fetch(ours) if ours.topics else g.OffsetFetchResponse()
+        _refuse(resp.topics, refused, g.OffsetFetchTopicResponse, g.OffsetFetchPartitionResponse,
+                lambda n: access.topic_denied(O.DESCRIBE, n), offset=-1, leader_epoch=-1)
         return resp
 
-    def list_groups(self, access: Access) -> pb.ListGroupsResponse:
+    def list_groups(self, access: Access) -> g.ListGroupsResponse:
         resp = self.groups.list_groups()
         if access.cluster(O.DESCRIBE, log_denial=False):
             return resp
-        kept = [g for g in resp.groups if access.group(O.DESCRIBE, g.group_id)]
-        del resp.groups[:]
-        resp.groups.extend(kept)
+        resp.groups = [x for x in resp.groups if access.group(O.DESCRIBE, x.group_id)]
         return resp
 
-    def describe_groups(self, req: pb.DescribeGroupsRequest, access: Access) -> pb.DescribeGroupsResponse:
-        refused = {g for g in req.groups if not access.group(O.DESCRIBE, g)}
-        resp = self.groups.describe_groups(pb.DescribeGroupsRequest(groups=[g for g in req.groups if g not in refused]))
-        resp.groups.extend(pb.DescribedGroup(group_id=g, error_code=GROUP_DENIED, state="Dead",
-                                             error_message=access.group_denied(O.DESCRIBE, g)) for g in sorted(refused))
+    def describe_groups(self, req: g.DescribeGroupsRequest, access: Access) -> g.DescribeGroupsResponse:
+        refused = {x for x in req.groups if not access.group(O.DESCRIBE, x)}
+        resp = self.groups.describe_groups(g.DescribeGroupsRequest(groups=[x for x in req.groups if x not in refused]))
+        resp.groups.extend(g.DescribedGroup(group_id=x, error_code=GROUP_DENIED, state="Dead",
+                                            error_message=access.group_denied(O.DESCRIBE, x)) for x in sorted(refused))
         return resp
 
-    async def delete_groups(self, req: pb.DeleteGroupsRequest, access: Access) -> pb.DeleteGroupsResponse:
-        refused = {g for g in req.groups if not access.group(O.DELETE, g)}
-        resp = await self.groups.delete_groups(pb.DeleteGroupsRequest(groups=[g for g in req.groups if g not in refused]))
-        resp.results.extend(pb.DeletedGroup(group_id=g, error_code=GROUP_DENIED,
-                                            error_message=access.group_denied(O.DELETE, g)) for g in sorted(refused))
+    async def delete_groups(self, req: g.DeleteGroupsRequest, access: Access) -> g.DeleteGroupsResponse:
+        refused = {x for x in req.groups if not access.group(O.DELETE, x)}
+        kept = g.DeleteGroupsRequest(groups=[x for x in req.groups if x not in refused])
+        resp = await self.groups.delete_groups(kept)
+        resp.results.extend(g.DeletedGroup(group_id=x, error_code=GROUP_DENIED,
+                                           error_message=access.group_denied(O.DELETE, x)) for x in sorted(refused))
         return resp

@@ -31,8 +31,9 @@ from metadata.client import ControllerClient, ControllerError
 from metadata.errors import ApiError
 from clients.topics import INTERNAL_TOPICS
 from metadata.topics import validate_name
-from protos import broker_pb2 as pb
 from protos import controller_pb2 as cpb
+
+from .requests import MetadataResponse
 
 if TYPE_CHECKING:
     from metadata.principal import Session
@@ -61,7 +62,7 @@ class TopicAutoCreator:
         self.controller = controller
         self._inflight: dict[str, asyncio.Task[tuple[ErrorCode, str]]] = {}
 
-    async def resolve(self, resp: pb.MetadataResponse, access: Access, *, allowed: bool,
+    async def resolve(self, resp: MetadataResponse, access: Access, *, allowed: bool,
                       named: Collection[str] | None = None) -> None:
         """Rewrite, in place, the UNKNOWN_TOPIC_OR_PARTITION topics of ``resp`` (those the
         client named, ``named``: all when None) to the outcome of creating them, when the

@@ -10,12 +10,13 @@ from protos import broker_pb2 as pb
 
 from clients.errors import ErrorCode, capped
 from .partition import Partition, now_ms
+from .requests import BrokerEndpoint, MetadataRequest, MetadataResponse, PartitionMetadata, TopicMetadata
 
 NO_LEADER = -1
 
 
-def metadata_answer(image: MetadataImage, req: pb.MetadataRequest, listener: str, controller_id: int) -> pb.MetadataResponse:
-    resp = pb.MetadataResponse(cluster_id=image.cluster_id, controller_id=controller_id, metadata_offset=image.offset,
+def metadata_answer(image: MetadataImage, req: MetadataRequest, listener: str, controller_id: int) -> MetadataResponse:
+    resp = MetadataResponse(cluster_id=image.cluster_id, controller_id=controller_id, metadata_offset=image.offset,
                                brokers=live_brokers(image, listener))
     live = {b.id for b in image.brokers.values() if not b.fenced}
     names = list(req.topics) or sorted(image.topics_by_name)
@@ -25,28 +26,30 @@ def metadata_answer(image: MetadataImage, req: pb.MetadataRequest, listener: str
             try:  # Kafka's getTopicMetadata: an illegal name is INVALID_TOPIC_EXCEPTION, not unknown
                 validate_name(name)
             except ApiError as e:
-                resp.topics.add(name=name, error_code=int(ErrorCode.INVALID_TOPIC_EXCEPTION), error_message=e.message)
+                resp.topics.append(TopicMetadata(name=name, error_code=int(ErrorCode.INVALID_TOPIC_EXCEPTION),
+                                                 error_message=e.message))
                 continue
-            resp.topics.add(name=name, error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-                            error_message=capped(f"Topic {name} does not exist."))
+            resp.topics.append(TopicMetadata(name=name, error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                                             error_message=capped(f"Topic {name} does not exist.")))
             continue
-        tm = resp.topics.add(name=name, topic_id=t.id.bytes)
+        tm = TopicMetadata(name=name, topic_id=t.id.bytes)
+        resp.topics.append(tm)
         for pid in sorted(t.partitions):
             p = t.partitions[pid]
-            tm.partitions.add(
+            tm.partitions.append(PartitionMetadata(
                 error_code=int(ErrorCode.NONE if p.leader != NO_LEADER else ErrorCode.LEADER_NOT_AVAILABLE),
-                partition=pid, leader=p.leader, leader_epoch=p.leader_epoch, replicas=p.replicas, isr=p.isr,
-                offline_replicas=[r for r in p.replicas if r not in live])
+                partition=pid, leader=p.leader, leader_epoch=p.leader_epoch, replicas=list(p.replicas),
+                isr=list(p.isr), offline_replicas=[r for r in p.replicas if r not in live]))
     return resp
 
 
-def live_brokers(image: MetadataImage, listener: str) -> list[pb.BrokerEndpoint]:
+def live_brokers(image: MetadataImage, listener: str) -> list[BrokerEndpoint]:
     """The unfenced brokers, by id, with their endpoint on ``listener``."""
     out = []
     for b in sorted(image.brokers.values(), key=lambda b: b.id):
         e = next((e for e in b.endpoints if e.name == listener), None)
         if not b.fenced and e is not None:
-            out.append(pb.BrokerEndpoint(node_id=b.id, host=e.host, port=e.port, rack=b.rack or ""))
+            out.append(BrokerEndpoint(node_id=b.id, host=e.host, port=e.port, rack=b.rack or ""))
     return out
 
 

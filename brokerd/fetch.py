@@ -11,12 +11,11 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from protos import broker_pb2 as pb
-
 from clients.errors import BrokerError, ErrorCode
 from .partition import Partition
 from .replica_manager import ReplicaManager
 from .replication_quota import ReplicationQuota
+from .requests import FetchPartitionResponse, FetchRequest, FetchResponse, FetchTopicResponse
 
 DEFAULT_MAX_BYTES = 52428800        # fetch.max.bytes
 DEFAULT_PARTITION_MAX_BYTES = 1048576  # max.partition.fetch.bytes
@@ -25,13 +24,13 @@ MAX_WAIT_MS = 30_000
 
 @dataclass(slots=True)
 class _Read:
-    answer: pb.FetchPartitionResponse
+    answer: FetchPartitionResponse
     partition: Partition
     offset: int
     max_bytes: int
 
 
-def _fail(answer: pb.FetchPartitionResponse, e: BrokerError, p: Partition | None = None) -> None:
+def _fail(answer: FetchPartitionResponse, e: BrokerError, p: Partition | None = None) -> None:
     answer.error_code = int(e.code)
     answer.error_message = e.message
     answer.high_watermark = answer.log_start_offset = -1
@@ -39,16 +38,18 @@ def _fail(answer: pb.FetchPartitionResponse, e: BrokerError, p: Partition | None
         answer.leader_id, answer.leader_epoch = p.leader, p.leader_epoch
 
 
-async def fetch(rm: ReplicaManager, req: pb.FetchRequest) -> pb.FetchResponse:
+async def fetch(rm: ReplicaManager, req: FetchRequest) -> FetchResponse:
     replica = req.replica_id
     follower = replica >= 0
-    resp = pb.FetchResponse()
+    resp = FetchResponse()
     reads: list[_Read] = []
     for t in req.topics:
-        tr = resp.topics.add(name=t.name, topic_id=t.topic_id)
+        tr = FetchTopicResponse(name=t.name, topic_id=t.topic_id)
+        resp.topics.append(tr)
         for fp in t.partitions:
-            answer = tr.partitions.add(partition=fp.partition)
-            epoch = fp.current_leader_epoch if fp.HasField("current_leader_epoch") else None
+            answer = FetchPartitionResponse(partition=fp.partition)
+            tr.partitions.append(answer)
+            epoch = fp.current_leader_epoch
             p = None
             try:
                 p = rm.partition(t.name, fp.partition, t.topic_id)
@@ -111,7 +112,7 @@ async def fetch(rm: ReplicaManager, req: pb.FetchRequest) -> pb.FetchResponse:
     return resp
 
 
-def _count(resp: pb.FetchResponse) -> int:
+def _count(resp: FetchResponse) -> int:
     return sum(len(t.partitions) for t in resp.topics)
 
 

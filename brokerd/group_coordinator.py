@@ -35,6 +35,14 @@ from clients.topics import OFFSETS_TOPIC
 from protos import broker_pb2 as pb
 
 from .config import BrokerConfig
+from .group_requests import (DeletedGroup, DeleteGroupsRequest, DeleteGroupsResponse, DescribedGroup,
+                             DescribedGroupMember, DescribeGroupsRequest, DescribeGroupsResponse,
+                             FindCoordinatorRequest, FindCoordinatorResponse, HeartbeatRequest, HeartbeatResponse,
+                             JoinGroupMember, JoinGroupRequest, JoinGroupResponse, LeaveGroupMemberResponse,
+                             LeaveGroupRequest, LeaveGroupResponse, ListedGroup, ListGroupsResponse,
+                             OffsetCommitPartitionResponse, OffsetCommitRequest, OffsetCommitResponse,
+                             OffsetCommitTopicResponse, OffsetFetchPartitionResponse, OffsetFetchRequest,
+                             OffsetFetchResponse, OffsetFetchTopicResponse, SyncGroupRequest, SyncGroupResponse)
 from .partition import Partition
 from .replica_manager import ReplicaManager
 
@@ -119,14 +127,16 @@ class GroupCoordinator:
         self._loading: dict[int, asyncio.Task] = {}
         self._creating: asyncio.Task | None = None
         self._task: asyncio.Task | None = None
+        self._writes: set[asyncio.Task] = set()  # group metadata persisted in the background
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._tick_forever(), name="group-coordinator")
 
     async def stop(self) -> None:
-        for t in [self._task, self._creating, *self._loading.values()]:
-            if t is not None:
-                t.cancel()
+        tasks = [t for t in [self._task, self._creating, *self._loading.values(), *self._writes] if t is not None]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         for g in self.groups.values():
             for m in g.members.values():
                 _fail(m.join, ErrorCode.NOT_COORDINATOR, "the coordinator is shutting down")
@@ -138,7 +148,7 @@ class GroupCoordinator:
         t = self.rm.image.topics_by_name.get(OFFSETS_TOPIC)
         return len(t.partitions) if t is not None else 0
 
-    async def find_coordinator(self, req: pb.FindCoordinatorRequest, listener: str) -> pb.FindCoordinatorResponse:
+    async def find_coordinator(self, req: FindCoordinatorRequest, listener: str) -> FindCoordinatorResponse:
         if not req.key:
             return _find_error(ErrorCode.INVALID_GROUP_ID)
         n = self._offsets_partitions()
@@ -156,7 +166,7 @@ class GroupCoordinator:
         if endpoint is None or broker is None or broker.fenced:
             return _find_error(ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                f"partition {partition_for(req.key, n)} of {OFFSETS_TOPIC} has no leader")
-        return pb.FindCoordinatorResponse(node_id=broker.id, host=endpoint.host, port=endpoint.port)
+        return FindCoordinatorResponse(node_id=broker.id, host=endpoint.host, port=endpoint.port)
 
     def _coordinator(self, group_id: str) -> Partition:
         """The partition of ``__consumer_offsets`` holding the group, which this broker must
@@ -243,7 +253,7 @@ class GroupCoordinator:
 
     # -- membership ---------------------------------------------------------------------------------
 
-    async def join_group(self, req: pb.JoinGroupRequest) -> pb.JoinGroupResponse:
+    async def join_group(self, req: JoinGroupRequest) -> JoinGroupResponse:
         try:
             p = self._coordinator(req.group_id)
             cfg = self.config
@@ -257,11 +267,10 @@ class GroupCoordinator:
             protocols = [(x.name, x.metadata) for x in req.protocols]
             if g.members and (req.protocol_type != g.protocol_type or not self._common(g, protocols, req.member_id)):
                 raise BrokerError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
-            instance = req.group_instance_id if req.HasField("group_instance_id") else None
-            member = self._admit(g, req, protocols, instance)
+            member = self._admit(g, req, protocols, req.group_instance_id)
         except BrokerError as e:
-            return pb.JoinGroupResponse(error_code=int(e.code), error_message=e.message, generation_id=-1,
-                                        member_id=req.member_id)
+            return JoinGroupResponse(error_code=int(e.code), error_message=e.message, generation_id=-1,
+                                     member_id=req.member_id)
         g.protocol_type = req.protocol_type
         joined = member.join = asyncio.get_running_loop().create_future()
         if g.state != GroupState.PREPARING_REBALANCE:
@@ -270,10 +279,10 @@ class GroupCoordinator:
         try:
             return await joined
         except BrokerError as e:
-            return pb.JoinGroupResponse(error_code=int(e.code), error_message=e.message, generation_id=-1,
-                                        member_id=member.member_id)
+            return JoinGroupResponse(error_code=int(e.code), error_message=e.message, generation_id=-1,
+                                     member_id=member.member_id)
 
-    def _admit(self, g: Group, req: pb.JoinGroupRequest, protocols: list[tuple[str, bytes]],
+    def _admit(self, g: Group, req: JoinGroupRequest, protocols: list[tuple[str, bytes]],
                instance: str | None) -> Member:
         """The member joining: new, known, or a static member back with a new member id."""
         if instance is not None:
@@ -356,12 +365,12 @@ class GroupCoordinator:
             g.leader = next(iter(g.members))
         g.state = GroupState.COMPLETING_REBALANCE
         now = time.monotonic()
-        everyone = [pb.JoinGroupMember(member_id=m.member_id, group_instance_id=m.instance_id,
-                                       metadata=m.metadata(g.protocol)) for m in g.members.values()]
+        everyone = [JoinGroupMember(member_id=m.member_id, group_instance_id=m.instance_id,
+                                    metadata=m.metadata(g.protocol)) for m in g.members.values()]
         for m in g.members.values():
             m.last_heartbeat = now
-            resp = pb.JoinGroupResponse(generation_id=g.generation, protocol_name=g.protocol, leader=g.leader,
-                                        member_id=m.member_id, members=everyone if m.member_id == g.leader else [])
+            resp = JoinGroupResponse(generation_id=g.generation, protocol_name=g.protocol, leader=g.leader,
+                                     member_id=m.member_id, members=everyone if m.member_id == g.leader else [])
             if m.join is not None and not m.join.done():
                 m.join.set_result(resp)
             m.join = None
@@ -391,14 +400,13 @@ class GroupCoordinator:
                               f"generation {generation} of group {group_id} is not its current one, {g.generation}")
         return p, g, m
 
-    async def sync_group(self, req: pb.SyncGroupRequest) -> pb.SyncGroupResponse:
+    async def sync_group(self, req: SyncGroupRequest) -> SyncGroupResponse:
         try:
-            instance = req.group_instance_id if req.HasField("group_instance_id") else None
-            p, g, m = self._member(req.group_id, req.member_id, instance, req.generation_id)
+            p, g, m = self._member(req.group_id, req.member_id, req.group_instance_id, req.generation_id)
             if g.state == GroupState.PREPARING_REBALANCE:
                 raise BrokerError(ErrorCode.REBALANCE_IN_PROGRESS)
             if g.state == GroupState.STABLE:
-                return pb.SyncGroupResponse(assignment=m.assignment)
+                return SyncGroupResponse(assignment=m.assignment)
             m.last_heartbeat = time.monotonic()
             synced = m.sync = asyncio.get_running_loop().create_future()
             if m.member_id == g.leader:
@@ -421,31 +429,30 @@ class GroupCoordinator:
                             member.sync.set_result(member.assignment)
                         member.sync = None
                     log.info("group %s: stable in generation %d", g.group_id, g.generation)
-            return pb.SyncGroupResponse(assignment=await synced)
+            return SyncGroupResponse(assignment=await synced)
         except BrokerError as e:
-            return pb.SyncGroupResponse(error_code=int(e.code), error_message=e.message)
+            return SyncGroupResponse(error_code=int(e.code), error_message=e.message)
 
-    async def heartbeat(self, req: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
+    async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResponse:
         try:
-            instance = req.group_instance_id if req.HasField("group_instance_id") else None
-            _, g, m = self._member(req.group_id, req.member_id, instance, req.generation_id)
+            _, g, m = self._member(req.group_id, req.member_id, req.group_instance_id, req.generation_id)
             m.last_heartbeat = time.monotonic()
             if g.state == GroupState.PREPARING_REBALANCE:
                 raise BrokerError(ErrorCode.REBALANCE_IN_PROGRESS)
-            return pb.HeartbeatResponse()
+            return HeartbeatResponse()
         except BrokerError as e:
-            return pb.HeartbeatResponse(error_code=int(e.code), error_message=e.message)
+            return HeartbeatResponse(error_code=int(e.code), error_message=e.message)
 
-    async def leave_group(self, req: pb.LeaveGroupRequest) -> pb.LeaveGroupResponse:
+    async def leave_group(self, req: LeaveGroupRequest) -> LeaveGroupResponse:
         try:
             self._coordinator(req.group_id)
         except BrokerError as e:
-            return pb.LeaveGroupResponse(error_code=int(e.code), error_message=e.message)
+            return LeaveGroupResponse(error_code=int(e.code), error_message=e.message)
         g = self.groups.get(req.group_id)
-        resp = pb.LeaveGroupResponse()
+        resp = LeaveGroupResponse()
         left = []
         for who in req.members:
-            instance = who.group_instance_id if who.HasField("group_instance_id") else None
+            instance = who.group_instance_id
             m = g.members.get(who.member_id) if g is not None else None
             if m is None and instance is not None and g is not None:
                 m = g.by_instance(instance)
@@ -456,7 +463,8 @@ class GroupCoordinator:
                 code = ErrorCode.FENCED_INSTANCE_ID
             else:
                 left.append(m)
-            resp.members.add(member_id=who.member_id, group_instance_id=instance, error_code=int(code))
+            resp.members.append(LeaveGroupMemberResponse(member_id=who.member_id, group_instance_id=instance,
+                                                         error_code=int(code)))
         if g is not None and left:
             self._remove(g, left, "left the group")
         return resp
@@ -480,7 +488,9 @@ class GroupCoordinator:
         g.state, g.protocol, g.leader = GroupState.EMPTY, "", ""
         p = self.rm.by_name.get((OFFSETS_TOPIC, g.partition))
         if p is not None:
-            asyncio.get_running_loop().create_task(self._persist_quietly(p, g))
+            task = asyncio.get_running_loop().create_task(self._persist_quietly(p, g))
+            self._writes.add(task)
+            task.add_done_callback(self._writes.discard)
 
     async def _tick_forever(self) -> None:
         while True:
@@ -506,8 +516,8 @@ class GroupCoordinator:
 
     # -- offsets -----------------------------------------------------------------------------------
 
-    async def offset_commit(self, req: pb.OffsetCommitRequest) -> pb.OffsetCommitResponse:
-        resp = pb.OffsetCommitResponse()
+    async def offset_commit(self, req: OffsetCommitRequest) -> OffsetCommitResponse:
+        resp = OffsetCommitResponse()
         # Kafka's handleOffsetCommitRequest: a partition the metadata does not have is
         # UNKNOWN_TOPIC_OR_PARTITION and is not stored, whatever becomes of the others.
         image = self.rm.image
@@ -518,8 +528,7 @@ class GroupCoordinator:
             g = self.groups.get(req.group_id)
             simple = req.generation_id < 0 and not req.member_id
             if not (simple and (g is None or not g.members)):
-                instance = req.group_instance_id if req.HasField("group_instance_id") else None
-                _, g, _ = self._member(req.group_id, req.member_id, instance, req.generation_id)
+                _, g, _ = self._member(req.group_id, req.member_id, req.group_instance_id, req.generation_id)
                 # While a rebalance is being prepared, members commit what they consumed before
                 # giving their partitions up (as Kafka allows); between the join and the leader's
                 # assignment they may not.
@@ -540,27 +549,31 @@ class GroupCoordinator:
                     g = self.groups[req.group_id] = Group(req.group_id, p.index)
                 g.offsets.update(values)
             for t in req.topics:
-                tr = resp.topics.add(name=t.name)
+                tr = OffsetCommitTopicResponse(name=t.name)
+                resp.topics.append(tr)
                 for x in t.partitions:
                     code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if (t.name, x.partition) in unknown else \
                         ErrorCode.OFFSET_METADATA_TOO_LARGE if (t.name, x.partition) in too_big else ErrorCode.NONE
-                    tr.partitions.add(partition=x.partition, error_code=int(code))
+                    tr.partitions.append(OffsetCommitPartitionResponse(partition=x.partition, error_code=int(code)))
         except BrokerError as e:
-            del resp.topics[:]
+            resp.topics.clear()
             for t in req.topics:
-                tr = resp.topics.add(name=t.name)
+                tr = OffsetCommitTopicResponse(name=t.name)
+                resp.topics.append(tr)
                 for x in t.partitions:
                     if (t.name, x.partition) in unknown:
-                        tr.partitions.add(partition=x.partition, error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                        tr.partitions.append(OffsetCommitPartitionResponse(
+                            partition=x.partition, error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)))
                     else:
-                        tr.partitions.add(partition=x.partition, error_code=int(e.code), error_message=e.message)
+                        tr.partitions.append(OffsetCommitPartitionResponse(
+                            partition=x.partition, error_code=int(e.code), error_message=e.message))
         return resp
 
-    async def offset_fetch(self, req: pb.OffsetFetchRequest) -> pb.OffsetFetchResponse:
+    async def offset_fetch(self, req: OffsetFetchRequest) -> OffsetFetchResponse:
         try:
             self._coordinator(req.group_id)
         except BrokerError as e:
-            return pb.OffsetFetchResponse(error_code=int(e.code), error_message=e.message)
+            return OffsetFetchResponse(error_code=int(e.code), error_message=e.message)
         g = self.groups.get(req.group_id)
         offsets = g.offsets if g is not None else {}
         wanted: dict[str, list[int]] = {}
@@ -570,49 +583,53 @@ class GroupCoordinator:
         else:
             for topic, part in sorted(offsets):
                 wanted.setdefault(topic, []).append(part)
-        resp = pb.OffsetFetchResponse()
+        resp = OffsetFetchResponse()
         for topic, parts in wanted.items():
-            tr = resp.topics.add(name=topic)
+            tr = OffsetFetchTopicResponse(name=topic)
+            resp.topics.append(tr)
             for part in parts:
                 v = offsets.get((topic, part))
                 if v is None:
-                    tr.partitions.add(partition=part, offset=-1, leader_epoch=-1)
+                    tr.partitions.append(OffsetFetchPartitionResponse(partition=part, offset=-1, leader_epoch=-1))
                 else:
-                    tr.partitions.add(partition=part, offset=v.offset, leader_epoch=v.leader_epoch, metadata=v.metadata)
+                    tr.partitions.append(OffsetFetchPartitionResponse(partition=part, offset=v.offset,
+                                                                      leader_epoch=v.leader_epoch, metadata=v.metadata))
         return resp
 
     # -- administration ---------------------------------------------------------------------------
 
-    def list_groups(self) -> pb.ListGroupsResponse:
-        resp = pb.ListGroupsResponse()
+    def list_groups(self) -> ListGroupsResponse:
+        resp = ListGroupsResponse()
         for g in sorted(self.groups.values(), key=lambda g: g.group_id):
             p = self.rm.by_name.get((OFFSETS_TOPIC, g.partition))
             if p is not None and p.is_leader and self._loaded.get(g.partition) == p.leader_epoch:
-                resp.groups.add(group_id=g.group_id, protocol_type=g.protocol_type, state=g.state.value)
+                resp.groups.append(ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type, state=g.state.value))
         return resp
 
-    def describe_groups(self, req: pb.DescribeGroupsRequest) -> pb.DescribeGroupsResponse:
-        resp = pb.DescribeGroupsResponse()
+    def describe_groups(self, req: DescribeGroupsRequest) -> DescribeGroupsResponse:
+        resp = DescribeGroupsResponse()
         for gid in req.groups:
             try:
                 self._coordinator(gid)
             except BrokerError as e:
-                resp.groups.add(group_id=gid, error_code=int(e.code), error_message=e.message, state="Dead")
+                resp.groups.append(DescribedGroup(group_id=gid, error_code=int(e.code), error_message=e.message,
+                                                  state="Dead"))
                 continue
             g = self.groups.get(gid)
             if g is None:
-                resp.groups.add(group_id=gid, error_code=int(ErrorCode.GROUP_ID_NOT_FOUND),
-                                error_message=capped(f"Group {gid} not found."), state="Dead")
+                resp.groups.append(DescribedGroup(group_id=gid, error_code=int(ErrorCode.GROUP_ID_NOT_FOUND),
+                                                  error_message=capped(f"Group {gid} not found."), state="Dead"))
                 continue
-            d = resp.groups.add(group_id=gid, state=g.state.value, protocol_type=g.protocol_type,
-                                protocol=g.protocol, generation_id=g.generation)
-            for m in g.members.values():
-                d.members.add(member_id=m.member_id, group_instance_id=m.instance_id, client_id=m.client_id,
-                              client_host=m.client_host, metadata=m.metadata(g.protocol), assignment=m.assignment)
+            resp.groups.append(DescribedGroup(
+                group_id=gid, state=g.state.value, protocol_type=g.protocol_type, protocol=g.protocol,
+                generation_id=g.generation, members=[DescribedGroupMember(
+                    member_id=m.member_id, group_instance_id=m.instance_id, client_id=m.client_id,
+                    client_host=m.client_host, metadata=m.metadata(g.protocol), assignment=m.assignment)
+                    for m in g.members.values()]))
         return resp
 
-    async def delete_groups(self, req: pb.DeleteGroupsRequest) -> pb.DeleteGroupsResponse:
-        resp = pb.DeleteGroupsResponse()
+    async def delete_groups(self, req: DeleteGroupsRequest) -> DeleteGroupsResponse:
+        resp = DeleteGroupsResponse()
         for gid in req.groups:
             try:
                 p = self._coordinator(gid)
@@ -625,9 +642,9 @@ class GroupCoordinator:
                 await self._write(p, [(_group_key(gid), None)] +
                                   [(_offset_key(gid, *tp), None) for tp in g.offsets])
                 self.groups.pop(gid, None)
-                resp.results.add(group_id=gid)
+                resp.results.append(DeletedGroup(group_id=gid))
             except BrokerError as e:
-                resp.results.add(group_id=gid, error_code=int(e.code), error_message=e.message)
+                resp.results.append(DeletedGroup(group_id=gid, error_code=int(e.code), error_message=e.message))
         return resp
 
 
@@ -673,6 +690,6 @@ def _replay(groups: dict[str, Group], index: int, key: bytes | None, value: byte
         log.warning("%s-%d: skipping an unreadable record: %s", OFFSETS_TOPIC, index, e)
 
 
-def _find_error(code: ErrorCode, message: str = "") -> pb.FindCoordinatorResponse:
+def _find_error(code: ErrorCode, message: str = "") -> FindCoordinatorResponse:
     e = BrokerError(code, message)
-    return pb.FindCoordinatorResponse(error_code=int(code), error_message=e.message, node_id=-1, port=-1)
+    return FindCoordinatorResponse(error_code=int(code), error_message=e.message, node_id=-1, port=-1)

@@ -6,22 +6,25 @@ validating its position after a leader change, KIP-320)."""
 from __future__ import annotations
 
 from clients.errors import BrokerError, ErrorCode
-from protos import broker_pb2 as pb
 
 from .replica_manager import ReplicaManager
+from .requests import (EpochEndOffset, ListOffsetsPartitionResponse, ListOffsetsRequest, ListOffsetsResponse,
+                       ListOffsetsTopicResponse, OffsetForLeaderTopicResult, OffsetsForLeaderEpochRequest,
+                       OffsetsForLeaderEpochResponse)
 
 EARLIEST, LATEST = -2, -1
 
 
-def list_offsets(rm: ReplicaManager, request: pb.ListOffsetsRequest) -> pb.ListOffsetsResponse:
-    resp = pb.ListOffsetsResponse()
+def list_offsets(rm: ReplicaManager, request: ListOffsetsRequest) -> ListOffsetsResponse:
+    resp = ListOffsetsResponse()
     for t in request.topics:
-        tr = resp.topics.add(name=t.name)
+        tr = ListOffsetsTopicResponse(name=t.name)
+        resp.topics.append(tr)
         for lp in t.partitions:
-            a = tr.partitions.add(partition=lp.partition, timestamp=-1, offset=-1, leader_epoch=-1)
+            a = ListOffsetsPartitionResponse(partition=lp.partition, timestamp=-1, offset=-1, leader_epoch=-1)
+            tr.partitions.append(a)
             try:
-                epoch = lp.current_leader_epoch if lp.HasField("current_leader_epoch") else None
-                p = rm.leader(t.name, lp.partition, epoch)
+                p = rm.leader(t.name, lp.partition, lp.current_leader_epoch)
                 a.leader_epoch = p.leader_epoch
                 if p.log.high_watermark < p.epoch_start_offset:
                     # A new leader learns the high watermark from its followers' fetches; until
@@ -47,16 +50,18 @@ def list_offsets(rm: ReplicaManager, request: pb.ListOffsetsRequest) -> pb.ListO
     return resp
 
 
-def offsets_for_leader_epoch(rm: ReplicaManager, request: pb.OffsetsForLeaderEpochRequest
-                             ) -> pb.OffsetsForLeaderEpochResponse:
-    resp = pb.OffsetsForLeaderEpochResponse()
+def offsets_for_leader_epoch(rm: ReplicaManager, request: OffsetsForLeaderEpochRequest
+                             ) -> OffsetsForLeaderEpochResponse:
+    resp = OffsetsForLeaderEpochResponse()
     for t in request.topics:
-        tr = resp.topics.add(name=t.name, topic_id=t.topic_id)
+        tr = OffsetForLeaderTopicResult(name=t.name, topic_id=t.topic_id)
+        resp.topics.append(tr)
         for op in t.partitions:
-            a = tr.partitions.add(partition=op.partition, leader_epoch=-1, end_offset=-1)
+            a = EpochEndOffset(partition=op.partition, leader_epoch=-1, end_offset=-1)
+            tr.partitions.append(a)
             try:
                 p = rm.partition(t.name, op.partition, t.topic_id)
-                p.check_leader(op.current_leader_epoch if op.HasField("current_leader_epoch") else None)
+                p.check_leader(op.current_leader_epoch)
                 a.leader_epoch, a.end_offset = p.log.end_offset_for_epoch(op.leader_epoch)
             except BrokerError as e:
                 a.error_code, a.error_message = int(e.code), e.message

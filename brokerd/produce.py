@@ -26,8 +26,6 @@ import logging
 from collections.abc import Coroutine
 from typing import Any
 
-from protos import broker_pb2 as pb
-
 from clients.errors import BrokerError, ErrorCode
 from .partition import Partition
 from .partition_log import AppendInfo
@@ -35,6 +33,8 @@ from clients.compression import Codec
 from clients.records import recompress, validate_batch
 from clients.topics import INTERNAL_TOPICS
 from .replica_manager import ReplicaManager
+from .requests import (ProducePartitionResponse, ProduceRequest, ProduceResponse, ProduceTopicResponse,
+                       RecordError)
 
 log = logging.getLogger("brokerd.produce")
 
@@ -42,40 +42,44 @@ DEFAULT_TIMEOUT_MS = 30_000
 VALID_ACKS = (-1, 0, 1)
 
 
-def _error(answer: pb.ProducePartitionResponse, e: BrokerError) -> None:
+def _error(answer: ProducePartitionResponse, e: BrokerError) -> None:
     answer.error_code = int(e.code)
     answer.error_message = e.message
-    answer.record_errors.extend(pb.RecordError(batch_index=i, message=m) for i, m in e.record_errors)
+    answer.record_errors.extend(RecordError(batch_index=i, message=m) for i, m in e.record_errors)
     answer.base_offset = -1
     answer.log_append_time = -1
 
 
-async def produce(rm: ReplicaManager, req: pb.ProduceRequest) -> pb.ProduceResponse:
-    resp = pb.ProduceResponse()
+async def produce(rm: ReplicaManager, req: ProduceRequest) -> ProduceResponse:
+    resp = ProduceResponse()
     if req.acks not in VALID_ACKS:
         e = BrokerError(ErrorCode.INVALID_REQUIRED_ACKS,
                         f"Produce request specified an invalid value for required acks: {req.acks}.")
         for t in req.topics:
-            tr = resp.topics.add(name=t.name)
+            tr = ProduceTopicResponse(name=t.name)
+            resp.topics.append(tr)
             for pd in t.partitions:
-                a = tr.partitions.add(partition=pd.partition, log_start_offset=-1)
+                a = ProducePartitionResponse(partition=pd.partition, log_start_offset=-1)
+                tr.partitions.append(a)
                 _error(a, e)
         return resp
     # Every partition's batch is checked first, then all are appended at once: each append
     # takes its offsets (and its producer's sequence) in its first step, before any await, so
     # the batches of one request are ordered before those of the next request to arrive.
-    appends: list[tuple[pb.ProducePartitionResponse, Partition, Coroutine[Any, Any, AppendInfo]]] = []
+    appends: list[tuple[ProducePartitionResponse, Partition, Coroutine[Any, Any, AppendInfo]]] = []
     for t in req.topics:
-        tr = resp.topics.add(name=t.name)
+        tr = ProduceTopicResponse(name=t.name)
+        resp.topics.append(tr)
         for pd in t.partitions:
-            a = tr.partitions.add(partition=pd.partition, log_append_time=-1, log_start_offset=-1)
+            a = ProducePartitionResponse(partition=pd.partition, log_append_time=-1, log_start_offset=-1)
+            tr.partitions.append(a)
             try:
                 if t.name in INTERNAL_TOPICS:
                     raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot append to internal topic {t.name}")
                 p = rm.leader(t.name, pd.partition)
-                if not pd.HasField("batch"):
-                    raise BrokerError(ErrorCode.INVALID_REQUEST, f"no record batch for {p.name}")
                 batch = pd.batch
+                if batch is None:
+                    raise BrokerError(ErrorCode.INVALID_REQUEST, f"no record batch for {p.name}")
                 validate_batch(batch, p.name, p.config.max_message_bytes, require_keys=p.config.compact)
                 if p.config.compression_type != "producer":
                     batch = recompress(batch, Codec.named(p.config.compression_type))
@@ -84,7 +88,7 @@ async def produce(rm: ReplicaManager, req: pb.ProduceRequest) -> pb.ProduceRespo
                 continue
             appends.append((a, p, p.append_as_leader(batch, req.acks)))
     results = await asyncio.gather(*(c for _, _, c in appends), return_exceptions=True)
-    waits: list[tuple[pb.ProducePartitionResponse, Partition, int]] = []
+    waits: list[tuple[ProducePartitionResponse, Partition, int]] = []
     for (a, p, _), info in zip(appends, results):
         if isinstance(info, BrokerError):
             _error(a, info)
@@ -106,14 +110,14 @@ async def produce(rm: ReplicaManager, req: pb.ProduceRequest) -> pb.ProduceRespo
     return resp
 
 
-async def _replicated(a: pb.ProducePartitionResponse, p: Partition, required: int, timeout: float) -> None:
+async def _replicated(a: ProducePartitionResponse, p: Partition, required: int, timeout: float) -> None:
     try:
         await p.wait_for_replication(required, timeout)
     except BrokerError as e:
         _error(a, e)
 
 
-def first_error(resp: pb.ProduceResponse) -> BrokerError | None:
+def first_error(resp: ProduceResponse) -> BrokerError | None:
     """For acks=0 streams: the first partition that failed."""
     for t in resp.topics:
         for a in t.partitions:

@@ -10,8 +10,9 @@ from collections.abc import Callable
 
 from clients.errors import BrokerError, ErrorCode
 from metadata.client import ControllerClient, ControllerError
-from protos import broker_pb2 as pb
 from protos import controller_pb2 as cpb
+
+from .requests import InitProducerIdRequest, InitProducerIdResponse
 
 log = logging.getLogger("brokerd.producer_ids")
 
@@ -45,18 +46,18 @@ class ProducerIdManager:
             self._next += 1
             return pid
 
-    async def init_producer_id(self, req: pb.InitProducerIdRequest) -> pb.InitProducerIdResponse:
+    async def init_producer_id(self, req: InitProducerIdRequest) -> InitProducerIdResponse:
         """A new id with epoch 0, or, for a returning producer, its id with the next epoch (a
         new id once its epochs are used up)."""
         try:
-            if req.HasField("producer_id"):
+            if req.producer_id is not None:
                 if req.producer_id < 0 or not 0 <= req.producer_epoch <= MAX_EPOCH:
                     raise BrokerError(ErrorCode.INVALID_REQUEST,
                                       f"producer id {req.producer_id} with epoch {req.producer_epoch}")
                 if req.producer_epoch < MAX_EPOCH:
-                    return pb.InitProducerIdResponse(producer_id=req.producer_id,
-                                                     producer_epoch=req.producer_epoch + 1)
-            return pb.InitProducerIdResponse(producer_id=await self.next_id(), producer_epoch=0)
+                    return InitProducerIdResponse(producer_id=req.producer_id,
+                                                  producer_epoch=req.producer_epoch + 1)
+            return InitProducerIdResponse(producer_id=await self.next_id(), producer_epoch=0)
         except BrokerError as e:
-            return pb.InitProducerIdResponse(error_code=int(e.code), error_message=e.message,
-                                             producer_id=-1, producer_epoch=-1)
+            return InitProducerIdResponse(error_code=int(e.code), error_message=e.message,
+                                          producer_id=-1, producer_epoch=-1)

@@ -1,8 +1,9 @@
-"""The broker's gRPC service (protos/broker.proto): thin adapters from the wire to produce,
-fetch, offsets and metadata, each checked for the caller's principal (``authorization``).
-Partition-level problems are answered in-band; a request that cannot be served at all (a bug,
-a failed log directory, a client certificate no mapping rule maps) gets a gRPC error with one
-line."""
+"""The broker's gRPC service (protos/broker.proto), a thin codec: each RPC decodes its message
+into the broker's domain request (``requests``, ``group_requests``, by ``proto_codec``), calls
+the same checked domain call the Kafka listener calls (``authorization``) and encodes the
+answer. Partition-level problems are answered in-band; a request that cannot be served at all
+(a bug, a failed log directory, a client certificate no mapping rule maps) gets a gRPC error
+with one line."""
 from __future__ import annotations
 
 import logging
@@ -18,11 +19,14 @@ from metadata.authorizer import Access, StandardAuthorizer
 from metadata.principal import PrincipalMapper, caller
 
 from . import authorization as authorized
+from . import group_requests as g
+from . import requests as r
 from .auto_topics import TopicAutoCreator
 from .group_coordinator import GroupCoordinator
 from .log_store import StorageFailure
 from .produce import first_error
 from .producer_ids import ProducerIdManager
+from .proto_codec import to_domain, to_wire
 from .replica_manager import ReplicaManager
 
 log = logging.getLogger("brokerd.service")
@@ -62,23 +66,24 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
     async def Produce(self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext) -> pb.ProduceResponse:
         access = await self._access(context)
-        resp = await self._guard(context, authorized.produce(self.rm, request, access))
+        resp = await self._guard(context, authorized.produce(self.rm, to_domain(r.ProduceRequest, request), access))
         if request.acks == 0:
             # Kafka sends nothing back for acks=0, and closes the connection on an error.
             error = first_error(resp)
             if error is not None:
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))
             return pb.ProduceResponse()
-        return resp
+        return to_wire(pb.ProduceResponse, resp)
 
     async def ProduceNoAck(self, request_iterator: AsyncIterator[pb.ProduceRequest],
                            context: grpc.aio.ServicerContext) -> pb.ProduceStreamSummary:
         summary = pb.ProduceStreamSummary()
         access = await self._access(context)
-        async for req in request_iterator:
-            if req.acks != 0:
+        async for message in request_iterator:
+            if message.acks != 0:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                    f"INVALID_REQUIRED_ACKS: the acks=0 stream got a request with acks={req.acks}")
+                                    f"INVALID_REQUIRED_ACKS: the acks=0 stream got a request with acks={message.acks}")
+            req = to_domain(r.ProduceRequest, message)
             resp = await self._guard(context, authorized.produce(self.rm, req, access))
             error = first_error(resp)
             if error is not None:
@@ -88,74 +93,97 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             for t in req.topics:
                 for pd in t.partitions:
                     summary.batches += 1
-                    summary.records += pd.batch.record_count
+                    summary.records += pd.batch.record_count if pd.batch is not None else 0
         return summary
 
     async def Fetch(self, request: pb.FetchRequest, context: grpc.aio.ServicerContext) -> pb.FetchResponse:
-        return await self._guard(context, authorized.fetch(self.rm, request, await self._access(context)))
+        resp = await self._guard(context, authorized.fetch(self.rm, to_domain(r.FetchRequest, request),
+                                                           await self._access(context)))
+        return to_wire(pb.FetchResponse, resp)
 
     async def ListOffsets(self, request: pb.ListOffsetsRequest, context: grpc.aio.ServicerContext) -> pb.ListOffsetsResponse:
-        return authorized.list_offsets(self.rm, request, await self._access(context))
+        resp = authorized.list_offsets(self.rm, to_domain(r.ListOffsetsRequest, request), await self._access(context))
+        return to_wire(pb.ListOffsetsResponse, resp)
 
     async def OffsetsForLeaderEpoch(self, request: pb.OffsetsForLeaderEpochRequest,
                                     context: grpc.aio.ServicerContext) -> pb.OffsetsForLeaderEpochResponse:
-        return authorized.offsets_for_leader_epoch(self.rm, request, await self._access(context))
+        resp = authorized.offsets_for_leader_epoch(self.rm, to_domain(r.OffsetsForLeaderEpochRequest, request),
+                                                   await self._access(context))
+        return to_wire(pb.OffsetsForLeaderEpochResponse, resp)
 
     async def Metadata(self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext) -> pb.MetadataResponse:
         access = await self._access(context)
-        resp = authorized.metadata(self.rm, request, self.listener, self.controller_id(), access)
+        resp = authorized.metadata(self.rm, to_domain(r.MetadataRequest, request), self.listener,
+                                   self.controller_id(), access)
         if self.auto_topics is not None and request.topics:
             await self._guard(context, self.auto_topics.resolve(resp, access,
                                                                 allowed=request.allow_auto_topic_creation))
-        return resp
+        return to_wire(pb.MetadataResponse, resp)
 
     async def InitProducerId(self, request: pb.InitProducerIdRequest,
                              context: grpc.aio.ServicerContext) -> pb.InitProducerIdResponse:
-        return await self._guard(context, authorized.init_producer_id(self.producer_ids, request,
-                                                                       await self._access(context)))
+        resp = await self._guard(context, authorized.init_producer_id(
+            self.producer_ids, to_domain(r.InitProducerIdRequest, request), await self._access(context)))
+        return to_wire(pb.InitProducerIdResponse, resp)
 
     # -- consumer groups (group_coordinator) --------------------------------------------------
 
     async def FindCoordinator(self, request: pb.FindCoordinatorRequest,
                               context: grpc.aio.ServicerContext) -> pb.FindCoordinatorResponse:
-        return await self._guard(context, self.groups.find_coordinator(request, self.listener,
-                                                                        await self._access(context)))
+        resp = await self._guard(context, self.groups.find_coordinator(
+            to_domain(g.FindCoordinatorRequest, request), self.listener, await self._access(context)))
+        return to_wire(pb.FindCoordinatorResponse, resp)
 
     async def JoinGroup(self, request: pb.JoinGroupRequest, context: grpc.aio.ServicerContext) -> pb.JoinGroupResponse:
         access = await self._access(context)
-        request.client_host = f"/{access.session.host}"  # the broker's to say, as in Kafka
-        return await self._guard(context, self.groups.join_group(request, access))
+        req = to_domain(g.JoinGroupRequest, request)
+        req.client_host = f"/{access.session.host}"  # the broker's to say, as in Kafka
+        return to_wire(pb.JoinGroupResponse, await self._guard(context, self.groups.join_group(req, access)))
 
     async def SyncGroup(self, request: pb.SyncGroupRequest, context: grpc.aio.ServicerContext) -> pb.SyncGroupResponse:
-        return await self._guard(context, self.groups.sync_group(request, await self._access(context)))
+        resp = await self._guard(context, self.groups.sync_group(to_domain(g.SyncGroupRequest, request),
+                                                                 await self._access(context)))
+        return to_wire(pb.SyncGroupResponse, resp)
 
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext) -> pb.HeartbeatResponse:
-        return await self._guard(context, self.groups.heartbeat(request, await self._access(context)))
+        resp = await self._guard(context, self.groups.heartbeat(to_domain(g.HeartbeatRequest, request),
+                                                                await self._access(context)))
+        return to_wire(pb.HeartbeatResponse, resp)
 
     async def LeaveGroup(self, request: pb.LeaveGroupRequest,
                          context: grpc.aio.ServicerContext) -> pb.LeaveGroupResponse:
-        return await self._guard(context, self.groups.leave_group(request, await self._access(context)))
+        resp = await self._guard(context, self.groups.leave_group(to_domain(g.LeaveGroupRequest, request),
+                                                                  await self._access(context)))
+        return to_wire(pb.LeaveGroupResponse, resp)
 
     async def OffsetCommit(self, request: pb.OffsetCommitRequest,
                            context: grpc.aio.ServicerContext) -> pb.OffsetCommitResponse:
-        return await self._guard(context, self.groups.offset_commit(request, await self._access(context)))
+        resp = await self._guard(context, self.groups.offset_commit(to_domain(g.OffsetCommitRequest, request),
+                                                                    await self._access(context)))
+        return to_wire(pb.OffsetCommitResponse, resp)
 
     async def OffsetFetch(self, request: pb.OffsetFetchRequest,
                           context: grpc.aio.ServicerContext) -> pb.OffsetFetchResponse:
-        return await self._guard(context, self.groups.offset_fetch(request, await self._access(context)))
+        resp = await self._guard(context, self.groups.offset_fetch(to_domain(g.OffsetFetchRequest, request),
+                                                                   await self._access(context)))
+        return to_wire(pb.OffsetFetchResponse, resp)
 
     async def ListGroups(self, request: pb.ListGroupsRequest,
                          context: grpc.aio.ServicerContext) -> pb.ListGroupsResponse:
-        return self.groups.list_groups(await self._access(context))
+        return to_wire(pb.ListGroupsResponse, self.groups.list_groups(await self._access(context)))
 
     async def DescribeGroups(self, request: pb.DescribeGroupsRequest,
                              context: grpc.aio.ServicerContext) -> pb.DescribeGroupsResponse:
-        return self.groups.describe_groups(request, await self._access(context))
+        resp = self.groups.describe_groups(to_domain(g.DescribeGroupsRequest, request), await self._access(context))
+        return to_wire(pb.DescribeGroupsResponse, resp)
 
     async def DeleteGroups(self, request: pb.DeleteGroupsRequest,
                            context: grpc.aio.ServicerContext) -> pb.DeleteGroupsResponse:
-        return await self._guard(context, self.groups.delete_groups(request, await self._access(context)))
+        resp = await self._guard(context, self.groups.delete_groups(to_domain(g.DeleteGroupsRequest, request),
+                                                                    await self._access(context)))
+        return to_wire(pb.DeleteGroupsResponse, resp)
 
     async def DescribeBroker(self, request: pb.DescribeBrokerRequest,
                              context: grpc.aio.ServicerContext) -> pb.DescribeBrokerResponse:
-        return authorized.describe_broker(self.describe, await self._access(context))
+        return authorized.describe_broker(self.describe, lambda code, message: pb.DescribeBrokerResponse(
+            error_code=code, error_message=message), await self._access(context))

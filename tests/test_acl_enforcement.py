@@ -407,6 +407,13 @@ def test_group_requests_need_the_group(node: CombinedNode) -> None:
     node.run(eventually(committed, 20, what="the commit allowed"))
     fetched = node.run(svc.OffsetFetch(bpb.OffsetFetchRequest(group_id=group), ctx))
     assert [(t.name, [p.offset for p in t.partitions]) for t in fetched.topics] == [("a-orders", [5])]
+    # a named topic alice may not DESCRIBE is refused in the answer (which has no message field),
+    # the others answered
+    named = node.run(svc.OffsetFetch(bpb.OffsetFetchRequest(group_id=group, topics=[
+        bpb.OffsetFetchTopic(name="a-orders", partitions=[0]), bpb.OffsetFetchTopic(name="z-hidden", partitions=[0])]),
+        ctx))
+    assert [(t.name, [(p.offset, p.error_code) for p in t.partitions]) for t in named.topics] == [
+        ("a-orders", [(5, ErrorCode.NONE)]), ("z-hidden", [(-1, TOPIC_DENIED)])]
     # ListGroups without DESCRIBE on the cluster shows only the groups alice may describe
     assert [g.group_id for g in node.run(svc.ListGroups(bpb.ListGroupsRequest(), ctx)).groups] == [group]
     assert node.run(svc.DeleteGroups(bpb.DeleteGroupsRequest(groups=[group]), ctx)).results[0].error_code == \

@@ -12,6 +12,7 @@ import pytest
 from brokerd.config import LogConfig
 from clients.errors import BrokerError, ErrorCode
 from brokerd.fetch import fetch
+from brokerd.requests import FetchPartition, FetchRequest, FetchTopic
 from brokerd.leader_epochs import UNDEFINED_EPOCH, LeaderEpochCache
 from brokerd.log_store import FlushPolicy, LogStore
 from brokerd.partition import Change, Partition
@@ -212,11 +213,9 @@ class _OneReplica:
 
 
 def _fetch(rm, replica, offset, epoch=None, wait=0):
-    fp = pb.FetchPartition(partition=0, fetch_offset=offset)
-    if epoch is not None:
-        fp.current_leader_epoch = epoch
-    return fetch(rm, pb.FetchRequest(replica_id=replica, max_wait_ms=wait,
-                                     topics=[pb.FetchTopic(name="first", partitions=[fp])]))
+    fp = FetchPartition(partition=0, fetch_offset=offset, current_leader_epoch=epoch)
+    return fetch(rm, FetchRequest(replica_id=replica, max_wait_ms=wait,
+                                  topics=[FetchTopic(name="first", partitions=[fp])]))
 
 
 def test_high_watermark_is_the_smallest_log_end_in_the_isr(tmp_path):
@@ -496,3 +495,113 @@ def test_a_throttled_long_poll_is_answered_once_the_bucket_refills(tmp_path):
         assert again == first
         await store.close()
     run(go())
+
+
+# -- task hygiene: what a component starts, it ends on stop (issue 26) -------------------------------
+
+def _others() -> list[asyncio.Task]:
+    return [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
+
+
+def test_the_group_coordinator_ends_its_background_writes_on_stop():
+    """The last member leaving persists the empty group in the background; stop() ends that
+    write instead of leaving it behind."""
+    from brokerd.group_coordinator import Group, GroupCoordinator
+    from clients.topics import OFFSETS_TOPIC
+
+    async def go() -> None:
+        writing = asyncio.Event()
+
+        class Stuck:
+            async def append_as_leader(self, batch, acks):
+                writing.set()
+                await asyncio.Event().wait()  # a write that never completes
+
+        class Replicas:
+            by_name = {(OFFSETS_TOPIC, 0): Stuck()}
+
+        coordinator = GroupCoordinator(Replicas(), None, None)  # type: ignore[arg-type]
+        coordinator._emptied(Group("g", 0))
+        await asyncio.wait_for(writing.wait(), 5)
+        await coordinator.stop()
+        assert _others() == []
+    run(go())
+
+
+def test_a_stopping_kafka_listener_ends_every_request_in_flight():
+    """Pipelined requests a stopping listener will never answer are cancelled, not left
+    running: the one being answered and those queued behind it."""
+    import socket
+
+    from brokerd.kafka.codec import build, frame_request, request_schema
+    from brokerd.kafka.listener import KafkaListener
+
+    async def go() -> None:
+        started, cancelled = [], []
+
+        class Apis:
+            def session(self, writer):
+                return None
+
+            async def handle(self, header, request, session):
+                started.append(header.correlation_id)
+                try:
+                    await asyncio.Event().wait()
+                except asyncio.CancelledError:
+                    cancelled.append(header.correlation_id)
+                    raise
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        listener = KafkaListener("KAFKA", "127.0.0.1", port, Apis(), 1 << 20)  # type: ignore[arg-type]
+        await listener.bind()
+        await listener.start()
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        for correlation in (1, 2, 3):
+            writer.write(frame_request(18, 0, correlation, "t", build(request_schema(18, 0), {})))
+        await writer.drain()
+        await eventually(lambda: len(started) == 3, 5, what="three requests in flight")
+        await listener.stop()
+        assert sorted(cancelled) == [1, 2, 3] and _others() == []
+        writer.close()
+    run(go())
+
+
+# -- the gRPC codec: domain requests and broker.proto have the same shape (issue 26) ------------------
+
+def test_every_domain_request_has_the_shape_of_its_protobuf_message():
+    """Field for field by name, so that ``proto_codec`` translates each both ways; the one
+    protobuf field the broker has no use for is the client id our producer sends."""
+    import dataclasses
+
+    from brokerd import group_requests, requests
+    unused = {"ProduceRequest": {"client_id"}}
+    classes = [c for m in (requests, group_requests) for c in vars(m).values()
+               if isinstance(c, type) and dataclasses.is_dataclass(c) and c.__module__ == m.__name__]
+    assert len(classes) > 40
+    for cls in classes:
+        proto = getattr(pb, cls.__name__)  # one message per dataclass, of the same name
+        assert {f.name for f in proto.DESCRIPTOR.fields} - unused.get(cls.__name__, set()) == \
+            {f.name for f in dataclasses.fields(cls)}, cls.__name__
+
+
+def test_the_grpc_codec_round_trips_a_request_and_an_answer():
+    from brokerd import group_requests as g
+    from brokerd import requests as r
+    from brokerd.proto_codec import to_domain, to_wire
+    batch = build_batch([(b"k", b"v", 1, ())])
+    produce = pb.ProduceRequest(acks=-1, timeout_ms=5, topics=[pb.ProduceTopicData(name="t", partitions=[
+        pb.ProducePartitionData(partition=1, batch=batch), pb.ProducePartitionData(partition=2)])])
+    domain = to_domain(r.ProduceRequest, produce)
+    assert [p.batch for p in domain.topics[0].partitions] == [batch, None]  # an absent batch is None
+    assert to_wire(pb.ProduceRequest, domain) == produce
+    fetch = pb.FetchRequest(replica_id=3, topics=[pb.FetchTopic(topic_id=b"x" * 16, partitions=[
+        pb.FetchPartition(partition=0, fetch_offset=7), pb.FetchPartition(partition=1, current_leader_epoch=0)])])
+    assert [p.current_leader_epoch for p in to_domain(r.FetchRequest, fetch).topics[0].partitions] == [None, 0]
+    assert to_wire(pb.FetchRequest, to_domain(r.FetchRequest, fetch)) == fetch
+    joined = g.JoinGroupResponse(member_id="m", members=[g.JoinGroupMember(member_id="m", group_instance_id=None),
+                                                         g.JoinGroupMember(member_id="n", group_instance_id="i")])
+    wire = to_wire(pb.JoinGroupResponse, joined)
+    assert [m.HasField("group_instance_id") for m in wire.members] == [False, True]
+    assert to_domain(g.JoinGroupResponse, wire) == joined

@@ -1,9 +1,10 @@
-"""Kafka's APIs on the broker (Kafka's KafkaApis): each handler turns a request read by
-``codec`` into the broker's own request, calls the same code the gRPC service calls
-(produce, fetch, list_offsets, metadata_answer, the group coordinator, the producer id
-manager) and turns the answer into Kafka's response. Admin requests go to the active
-controller, as a KRaft broker forwards them; DescribeCluster is answered from the broker's
-metadata image, as Kafka's brokers do.
+"""Kafka's APIs on the broker (Kafka's KafkaApis), a thin codec like the gRPC service: each
+handler turns a request read by ``codec`` into the broker's domain request (``requests``,
+``group_requests``), calls the same checked domain call the gRPC service calls
+(``authorization``: produce, fetch, offsets, metadata, producer ids, the group coordinator)
+and turns the answer into Kafka's response, reading a field only in the versions that have
+it. Admin requests go to the active controller, as a KRaft broker forwards them;
+DescribeCluster is answered from the broker's metadata image, as Kafka's brokers do.
 
 ``VERSIONS`` is what ApiVersions advertises: the versions today's clients negotiate and kio
 has schemas for. An API or version not listed is never sent by a client that asked, and one
@@ -24,10 +25,11 @@ from metadata.client import ControllerClient, ControllerError
 from metadata.image import MetadataImage
 from metadata.principal import PrincipalMapper, Session, stream_session
 from clients.topics import INTERNAL_TOPICS
-from protos import broker_pb2 as pb
 from protos import controller_pb2 as cpb
 
 from .. import authorization as authorized
+from .. import group_requests as gq
+from .. import requests as rq
 from ..auto_topics import TopicAutoCreator
 from ..cluster_metadata import live_brokers
 from ..group_coordinator import GroupCoordinator
@@ -93,14 +95,9 @@ def _message(code: int, message: str) -> str | None:
 
 
 def _epoch(value: int) -> int | None:
-    """A leader epoch from a Kafka request (-1: not given) for an optional protobuf field:
-    None leaves it unset."""
+    """A leader epoch from a Kafka request (-1: not given) as the domain's optional epoch:
+    None is not checked."""
     return value if value >= 0 else None
-
-
-def _instance_id(m: Any) -> str | None:
-    """An answer's optional group instance id, as Kafka's nullable string."""
-    return m.group_instance_id if m.HasField("group_instance_id") else None
 
 
 class KafkaApis:
@@ -176,18 +173,19 @@ class KafkaApis:
         wanted = req.topics
         names: list[str] = []
         for t in wanted or ():
-            name = getattr(t, "name", None)
-            if name is None and getattr(t, "topic_id", None) is not None:
+            name = t.name
+            if name is None and version >= 10:  # v10+ may name a topic by its id alone
                 found = self.image.topics_by_id.get(t.topic_id)
                 name = found.name if found is not None else str(t.topic_id)
             names.append(name or "")
         # null asks for every topic, [] for none (a client that wants only the brokers)
-        answer = authorized.metadata(self.rm, pb.MetadataRequest(topics=names), self.listener, -1, access) \
+        answer = authorized.metadata(self.rm, rq.MetadataRequest(topics=names), self.listener, -1, access) \
             if wanted is None or wanted else None
         if answer is not None and wanted and self.auto_topics is not None:
             # v1-v3 have no flag: those clients always allowed creation, as Kafka answers them
-            await self.auto_topics.resolve(answer, access, allowed=getattr(req, "allow_auto_topic_creation", True),
-                                           named={t.name for t in wanted if getattr(t, "name", None)})
+            await self.auto_topics.resolve(answer, access,
+                                           allowed=req.allow_auto_topic_creation if version >= 4 else True,
+                                           named={t.name for t in wanted if t.name})
         brokers = answer.brokers if answer is not None else live_brokers(self.image, self.listener)
         topics = answer.topics if answer is not None else []
         return {
@@ -219,9 +217,10 @@ class KafkaApis:
     async def produce(self, req: Any, version: int, access: Access) -> dict[str, Any] | None:
         answers: dict[tuple[str, int], dict[str, Any]] = {}
         order: list[tuple[str, int]] = []
-        ours = pb.ProduceRequest(acks=req.acks, timeout_ms=ms(req.timeout))
+        ours = rq.ProduceRequest(acks=req.acks, timeout_ms=ms(req.timeout))
         for t in req.topic_data:
-            topic = ours.topics.add(name=t.name)
+            topic = rq.ProduceTopicData(name=t.name)
+            ours.topics.append(topic)
             for pd in t.partition_data:
                 order.append((t.name, pd.index))
                 try:
@@ -231,7 +230,7 @@ class KafkaApis:
                 except BrokerError as e:
                     answers[(t.name, pd.index)] = _produce_error(pd.index, e)
                     continue
-                topic.partitions.add(partition=pd.index, batch=batch)
+                topic.partitions.append(rq.ProducePartitionData(partition=pd.index, batch=batch))
         resp = await authorized.produce(self.rm, ours, access)
         for t in resp.topics:
             for a in t.partitions:
@@ -251,18 +250,17 @@ class KafkaApis:
         return {"responses": [{"name": n, "partition_responses": ps} for n, ps in by_topic.items()]}
 
     async def fetch(self, req: Any, version: int, access: Access) -> dict[str, Any]:
-        if getattr(req, "session_id", 0) != 0 or getattr(req, "session_epoch", -1) > 0:  # v7+
+        if version >= 7 and (req.session_id != 0 or req.session_epoch > 0):
             # No fetch sessions here (KIP-227): a client that names one is told it does not
             # exist and falls back to full fetches; a new session (epoch 0) gets id 0, "none".
             return {"error_code": int(ErrorCode.FETCH_SESSION_ID_NOT_FOUND), "session_id": 0, "responses": []}
-        ours = pb.FetchRequest(replica_id=-1, max_wait_ms=ms(req.max_wait), min_bytes=req.min_bytes,
-                               max_bytes=max(1, req.max_bytes))
-        for t in req.topics:
-            ft = ours.topics.add(name=t.topic)
-            for fp in t.partitions:
-                ft.partitions.add(partition=fp.partition, fetch_offset=fp.fetch_offset, log_start_offset=-1,
-                                  partition_max_bytes=max(1, fp.partition_max_bytes),
-                                  current_leader_epoch=_epoch(getattr(fp, "current_leader_epoch", -1)))
+        topics = [rq.FetchTopic(name=t.topic, partitions=[
+            rq.FetchPartition(partition=fp.partition, fetch_offset=fp.fetch_offset, log_start_offset=-1,
+                              partition_max_bytes=max(1, fp.partition_max_bytes),
+                              current_leader_epoch=_epoch(fp.current_leader_epoch) if version >= 9 else None)
+            for fp in t.partitions]) for t in req.topics]
+        ours = rq.FetchRequest(replica_id=-1, max_wait_ms=ms(req.max_wait), min_bytes=req.min_bytes,
+                               max_bytes=max(1, req.max_bytes), topics=topics)
         resp = await authorized.fetch(self.rm, ours, access)
         return {"error_code": 0, "session_id": 0, "responses": [
             {"topic": t.name, "partitions": [
@@ -274,12 +272,10 @@ class KafkaApis:
             for t in resp.topics]}
 
     async def list_offsets(self, req: Any, version: int, access: Access) -> dict[str, Any]:
-        ours = pb.ListOffsetsRequest()
-        for t in req.topics:
-            lt = ours.topics.add(name=t.name)
-            for lp in t.partitions:
-                lt.partitions.add(partition=lp.partition_index, timestamp=ms(lp.timestamp),
-                                  current_leader_epoch=_epoch(getattr(lp, "current_leader_epoch", -1)))
+        ours = rq.ListOffsetsRequest(topics=[rq.ListOffsetsTopic(name=t.name, partitions=[
+            rq.ListOffsetsPartition(partition=lp.partition_index, timestamp=ms(lp.timestamp),
+                                   current_leader_epoch=_epoch(lp.current_leader_epoch) if version >= 4 else None)
+            for lp in t.partitions]) for t in req.topics])
         resp = authorized.list_offsets(self.rm, ours, access)
         return {"topics": [{"name": t.name, "partitions": [
             {"partition_index": a.partition, "error_code": a.error_code, "timestamp": a.timestamp, "offset": a.offset,
@@ -288,12 +284,10 @@ class KafkaApis:
     async def offset_for_leader_epoch(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         """A consumer validating its position after a leader change (KIP-320): where its
         epoch ends on the current leader (followers replicate over gRPC, not here)."""
-        ours = pb.OffsetsForLeaderEpochRequest(replica_id=-1)
-        for t in req.topics:
-            ot = ours.topics.add(name=t.topic)
-            for p in t.partitions:
-                ot.partitions.add(partition=p.partition, leader_epoch=p.leader_epoch,
-                                  current_leader_epoch=_epoch(p.current_leader_epoch))
+        ours = rq.OffsetsForLeaderEpochRequest(replica_id=-1, topics=[rq.OffsetForLeaderTopic(name=t.topic, partitions=[
+            rq.OffsetForLeaderPartition(partition=p.partition, leader_epoch=p.leader_epoch,
+                                       current_leader_epoch=_epoch(p.current_leader_epoch))
+            for p in t.partitions]) for t in req.topics])
         resp = authorized.offsets_for_leader_epoch(self.rm, ours, access)
         return {"topics": [{"topic": t.name, "partitions": [
             {"error_code": a.error_code, "partition": a.partition, "leader_epoch": a.leader_epoch,
@@ -303,10 +297,9 @@ class KafkaApis:
         if req.transactional_id is not None:
             return {"error_code": int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED), "producer_id": -1,
                     "producer_epoch": -1}
-        ours = pb.InitProducerIdRequest()
-        pid = getattr(req, "producer_id", -1)
-        if pid >= 0:
-            ours.producer_id, ours.producer_epoch = pid, req.producer_epoch
+        returning = version >= 3 and req.producer_id >= 0  # v3+: a returning producer bumps its epoch
+        ours = rq.InitProducerIdRequest(producer_id=req.producer_id, producer_epoch=req.producer_epoch) \
+            if returning else rq.InitProducerIdRequest()
         resp = await authorized.init_producer_id(self.producer_ids, ours, access)
         return {"error_code": resp.error_code, "producer_id": resp.producer_id if not resp.error_code else -1,
                 "producer_epoch": resp.producer_epoch if not resp.error_code else -1}
@@ -320,109 +313,109 @@ class KafkaApis:
 
     async def find_coordinator(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         keys = list(req.coordinator_keys) if version >= 4 else [req.key]
-        key_type = getattr(req, "key_type", COORDINATOR_GROUP)
+        key_type = req.key_type if version >= 1 else COORDINATOR_GROUP
         found = []
         for key in keys:
             if key_type != COORDINATOR_GROUP:
-                r = pb.FindCoordinatorResponse(error_code=int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
-                                               error_message=TRANSACTIONS_UNSUPPORTED)
+                c = gq.FindCoordinatorResponse(error_code=int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+                                              error_message=TRANSACTIONS_UNSUPPORTED)
             else:
-                r = await self.groups.find_coordinator(pb.FindCoordinatorRequest(key=key), self.listener, access)
-            found.append({"key": key, "node_id": r.node_id if not r.error_code else -1, "host": r.host,
-                          "port": r.port if not r.error_code else -1, "error_code": r.error_code,
-                          "error_message": _message(r.error_code, r.error_message)})
-        return {"coordinators": found} if version >= 4 else found[0]
+                c = await self.groups.find_coordinator(gq.FindCoordinatorRequest(key=key), self.listener, access)
+            found.append({"key": key, "node_id": c.node_id if not c.error_code else -1, "host": c.host,
+                          "port": c.port if not c.error_code else -1, "error_code": c.error_code,
+                          "error_message": _message(c.error_code, c.error_message)})
+        if version >= 4:
+            return {"coordinators": found}
+        one = found[0]  # v0-v3 answer for the one key, at the top level, without naming it
+        return {name: one[name] for name in ("node_id", "host", "port", "error_code", "error_message")}
 
     async def join_group(self, req: Any, version: int, access: Access) -> dict[str, Any]:
-        ours = pb.JoinGroupRequest(group_id=req.group_id, session_timeout_ms=ms(req.session_timeout),
-                                   rebalance_timeout_ms=ms(getattr(req, "rebalance_timeout", req.session_timeout)),
-                                   member_id=req.member_id, protocol_type=req.protocol_type,
-                                   group_instance_id=getattr(req, "group_instance_id", None),
-                                   protocols=[pb.JoinGroupProtocol(name=p.name, metadata=p.metadata)
-                                              for p in req.protocols],
-                                   client_id=_CLIENT_ID.get(), client_host=f"/{access.session.host}")
-        r = await self.groups.join_group(ours, access)
-        return {"error_code": r.error_code, "generation_id": r.generation_id, "protocol_type": req.protocol_type,
-                "protocol_name": r.protocol_name or None, "leader": r.leader, "member_id": r.member_id,
-                "members": [{"member_id": m.member_id, "metadata": m.metadata, "group_instance_id": _instance_id(m)}
-                            for m in r.members]}
+        rebalance_timeout = req.rebalance_timeout if version >= 1 else req.session_timeout  # v0: one timeout
+        ours = gq.JoinGroupRequest(group_id=req.group_id, session_timeout_ms=ms(req.session_timeout),
+                                  rebalance_timeout_ms=ms(rebalance_timeout),
+                                  member_id=req.member_id, protocol_type=req.protocol_type,
+                                  group_instance_id=req.group_instance_id if version >= 5 else None,
+                                  protocols=[gq.JoinGroupProtocol(name=p.name, metadata=p.metadata)
+                                             for p in req.protocols],
+                                  client_id=_CLIENT_ID.get(), client_host=f"/{access.session.host}")
+        a = await self.groups.join_group(ours, access)
+        return {"error_code": a.error_code, "generation_id": a.generation_id, "protocol_type": req.protocol_type,
+                "protocol_name": a.protocol_name or None, "leader": a.leader, "member_id": a.member_id,
+                "members": [{"member_id": m.member_id, "metadata": m.metadata, "group_instance_id": m.group_instance_id}
+                            for m in a.members]}
 
     async def sync_group(self, req: Any, version: int, access: Access) -> dict[str, Any]:
-        ours = pb.SyncGroupRequest(group_id=req.group_id, generation_id=req.generation_id, member_id=req.member_id,
-                                   group_instance_id=getattr(req, "group_instance_id", None),
-                                   assignments=[pb.SyncGroupAssignment(member_id=a.member_id, assignment=a.assignment)
-                                                for a in req.assignments])
-        r = await self.groups.sync_group(ours, access)
-        return {"error_code": r.error_code, "assignment": r.assignment,
-                "protocol_type": getattr(req, "protocol_type", None), "protocol_name": getattr(req, "protocol_name", None)}
+        ours = gq.SyncGroupRequest(group_id=req.group_id, generation_id=req.generation_id, member_id=req.member_id,
+                                  group_instance_id=req.group_instance_id if version >= 3 else None,
+                                  assignments=[gq.SyncGroupAssignment(member_id=a.member_id, assignment=a.assignment)
+                                               for a in req.assignments])
+        a = await self.groups.sync_group(ours, access)
+        return {"error_code": a.error_code, "assignment": a.assignment,
+                "protocol_type": req.protocol_type if version >= 5 else None,
+                "protocol_name": req.protocol_name if version >= 5 else None}
 
     async def heartbeat(self, req: Any, version: int, access: Access) -> dict[str, Any]:
-        ours = pb.HeartbeatRequest(group_id=req.group_id, generation_id=req.generation_id, member_id=req.member_id,
-                                   group_instance_id=getattr(req, "group_instance_id", None))
+        ours = gq.HeartbeatRequest(group_id=req.group_id, generation_id=req.generation_id, member_id=req.member_id,
+                                  group_instance_id=req.group_instance_id if version >= 3 else None)
         return {"error_code": (await self.groups.heartbeat(ours, access)).error_code}
 
     async def leave_group(self, req: Any, version: int, access: Access) -> dict[str, Any]:
-        members = req.members if version >= 3 else [req]
-        ours = pb.LeaveGroupRequest(group_id=req.group_id, members=[
-            pb.MemberIdentity(member_id=m.member_id, group_instance_id=getattr(m, "group_instance_id", None))
-            for m in members])
-        r = await self.groups.leave_group(ours, access)
-        code = r.error_code
-        if version < 3 and not code and r.members:
-            code = r.members[0].error_code
+        members = [gq.MemberIdentity(member_id=m.member_id, group_instance_id=m.group_instance_id)
+                   for m in req.members] if version >= 3 else [gq.MemberIdentity(member_id=req.member_id)]
+        a = await self.groups.leave_group(gq.LeaveGroupRequest(group_id=req.group_id, members=members), access)
+        code = a.error_code
+        if version < 3 and not code and a.members:
+            code = a.members[0].error_code
         return {"error_code": code, "members": [
-            {"member_id": m.member_id, "error_code": m.error_code, "group_instance_id": _instance_id(m)}
-            for m in r.members]}
+            {"member_id": m.member_id, "error_code": m.error_code, "group_instance_id": m.group_instance_id}
+            for m in a.members]}
 
     async def offset_commit(self, req: Any, version: int, access: Access) -> dict[str, Any]:
-        generation = getattr(req, "generation_id_or_member_epoch", getattr(req, "generation_id", -1))
-        ours = pb.OffsetCommitRequest(group_id=req.group_id, generation_id=generation, member_id=req.member_id,
-                                      group_instance_id=getattr(req, "group_instance_id", None))
-        for t in req.topics:
-            ot = ours.topics.add(name=t.name)
-            for p in t.partitions:
-                ot.partitions.add(partition=p.partition_index, offset=p.committed_offset,
-                                  leader_epoch=getattr(p, "committed_leader_epoch", -1),
-                                  metadata=p.committed_metadata or "")
-        r = await self.groups.offset_commit(ours, access)
+        ours = gq.OffsetCommitRequest(
+            group_id=req.group_id, generation_id=req.generation_id_or_member_epoch, member_id=req.member_id,
+            group_instance_id=req.group_instance_id if version >= 7 else None,
+            topics=[gq.OffsetCommitTopic(name=t.name, partitions=[gq.OffsetCommitPartition(
+                partition=p.partition_index, offset=p.committed_offset,
+                leader_epoch=p.committed_leader_epoch if version >= 6 else -1, metadata=p.committed_metadata or "")
+                for p in t.partitions]) for t in req.topics])
+        a = await self.groups.offset_commit(ours, access)
         return {"topics": [{"name": t.name, "partitions": [
-            {"partition_index": p.partition, "error_code": p.error_code} for p in t.partitions]} for t in r.topics]}
+            {"partition_index": p.partition, "error_code": p.error_code} for p in t.partitions]} for t in a.topics]}
 
     async def offset_fetch(self, req: Any, version: int, access: Access) -> dict[str, Any]:
-        ours = pb.OffsetFetchRequest(group_id=req.group_id)
-        for t in req.topics or ():
-            ours.topics.add(name=t.name, partitions=list(t.partition_indexes))
-        r = await self.groups.offset_fetch(ours, access)
+        ours = gq.OffsetFetchRequest(group_id=req.group_id, topics=[
+            gq.OffsetFetchTopic(name=t.name, partitions=list(t.partition_indexes)) for t in req.topics or ()])
+        a = await self.groups.offset_fetch(ours, access)
         topics = [{"name": t.name, "partitions": [
             {"partition_index": p.partition, "committed_offset": p.offset, "committed_leader_epoch": p.leader_epoch,
-             "metadata": p.metadata, "error_code": p.error_code or r.error_code} for p in t.partitions]}
-            for t in r.topics]
-        if r.error_code and req.topics:  # the group-level error on each partition too (v1 has no other place)
+             "metadata": p.metadata, "error_code": p.error_code or a.error_code} for p in t.partitions]}
+            for t in a.topics]
+        if a.error_code and req.topics:  # the group-level error on each partition too (v1 has no other place)
             topics = [{"name": t.name, "partitions": [
-                {"partition_index": i, "committed_offset": -1, "metadata": "", "error_code": r.error_code}
+                {"partition_index": i, "committed_offset": -1, "metadata": "", "error_code": a.error_code}
                 for i in t.partition_indexes]} for t in req.topics]
-        return {"error_code": r.error_code, "topics": topics}
+        return {"error_code": a.error_code, "topics": topics}
 
     async def list_groups(self, req: Any, version: int, access: Access) -> dict[str, Any]:
-        r = self.groups.list_groups(access)
-        wanted = {s.lower() for s in getattr(req, "states_filter", ())}
-        return {"error_code": r.error_code, "groups": [
-            {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state}
-            for g in r.groups if not wanted or g.state.lower() in wanted]}
+        a = self.groups.list_groups(access)
+        wanted = {s.lower() for s in req.states_filter} if version >= 4 else set()
+        return {"error_code": a.error_code, "groups": [
+            {"group_id": x.group_id, "protocol_type": x.protocol_type, "group_state": x.state}
+            for x in a.groups if not wanted or x.state.lower() in wanted]}
 
     async def describe_groups(self, req: Any, version: int, access: Access) -> dict[str, Any]:
-        r = self.groups.describe_groups(pb.DescribeGroupsRequest(groups=list(req.groups)), access)
+        a = self.groups.describe_groups(gq.DescribeGroupsRequest(groups=list(req.groups)), access)
         return {"groups": [
-            {"error_code": g.error_code, "group_id": g.group_id, "group_state": g.state,
-             "protocol_type": g.protocol_type, "protocol_data": g.protocol, "members": [
+            {"error_code": x.error_code, "group_id": x.group_id, "group_state": x.state,
+             "protocol_type": x.protocol_type, "protocol_data": x.protocol, "members": [
                  {"member_id": m.member_id, "client_id": m.client_id, "client_host": m.client_host,
                   "member_metadata": m.metadata, "member_assignment": m.assignment,
-                  "group_instance_id": _instance_id(m)}
-                 for m in g.members]} for g in r.groups]}
+                  "group_instance_id": m.group_instance_id}
+                 for m in x.members]} for x in a.groups]}
 
     async def delete_groups(self, req: Any, version: int, access: Access) -> dict[str, Any]:
-        r = await self.groups.delete_groups(pb.DeleteGroupsRequest(groups=list(req.groups_names)), access)
-        return {"results": [{"group_id": g.group_id, "error_code": g.error_code} for g in r.results]}
+        a = await self.groups.delete_groups(gq.DeleteGroupsRequest(groups=list(req.groups_names)), access)
+        return {"results": [{"group_id": x.group_id, "error_code": x.error_code} for x in a.results]}
 
     # -- admin, forwarded to the active controller ---------------------------------------------
 
@@ -570,7 +563,6 @@ class KafkaApis:
                 "error_code": got.error_code, "error_message": _message(got.error_code, got.error_message),
                 "resource_type": got.resource_type, "resource_name": got.resource_name,
                 "configs": [{"name": c.name, "value": c.value, "read_only": False, "is_sensitive": False,
-                             "is_default": c.is_default,
                              "config_source": DEFAULT_CONFIG_SOURCE if c.is_default else source, "synonyms": []}
                             for c in got.configs if keys is None or c.name in keys]})
         return {"results": results}

@@ -9,7 +9,8 @@ files (clients/src/main/resources/common/message), one dataclass per API version
 
 Handlers answer with plain dicts of field names (``build``): a field the version does not
 have is left out, one it has but the dict does not is its schema default or zero, so one
-handler serves every version of its API.
+handler serves every version of its API; a name no version of the message has (a misspelt
+one) raises at once, instead of vanishing from the answer.
 """
 from __future__ import annotations
 
@@ -192,9 +193,58 @@ def _value(kafka_type: str, v: Any) -> Any:
             return v
 
 
+_KIO_VERSIONS = range(0, 32)  # wider than any API's versions: the ones kio lacks are skipped
+
+
+class UnknownField(ValueError):
+    """A name that no version of a Kafka message has: a bug in the handler that built it."""
+
+
+@cache
+def _names_in_any_version(api_key: int, kind: str) -> dict[str, frozenset[str]]:
+    """Entity name -> the field names it has in any version of ``api_key``'s request or
+    response (``kind``), nested entities included."""
+    load = load_request_schema if kind == "request" else load_response_schema
+    names: dict[str, set[str]] = {}
+
+    def walk(cls: type) -> None:
+        known = names.setdefault(cls.__qualname__, set())
+        for f in _fields(cls):
+            known.add(f.name)
+            if f.kind in ("entity", "entities"):
+                walk(f.target)
+    for version in _KIO_VERSIONS:
+        try:
+            walk(load(api_key, version))
+        except Exception:  # kio has no schema for that version
+            continue
+    return {name: frozenset(n) for name, n in names.items()}
+
+
+@cache
+def _own_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in _fields(cls))
+
+
+def _check_names(cls: type, data: dict[str, Any]) -> None:
+    """UnknownField unless every name in ``data`` is a field of ``cls`` in some version."""
+    extra = data.keys() - _own_names(cls)
+    if not extra:
+        return
+    kind = cls.__module__.rsplit(".", 1)[-1]  # kio.schema.<api>.v<N>.request or .response
+    names = _names_in_any_version(cls.__api_key__, kind)  # type: ignore[attr-defined]
+    anywhere = names.get(cls.__qualname__, frozenset())
+    unknown = sorted(extra - anywhere)
+    if unknown:
+        raise UnknownField(f"{cls.__module__}.{cls.__qualname__} has no field {', '.join(map(repr, unknown))} "
+                           f"in any version")
+
+
 def build(cls: type, data: dict[str, Any]) -> Any:
     """An instance of schema ``cls`` from ``data`` (field name -> plain value, dicts for
-    nested entities); names ``cls`` does not have are ignored."""
+    nested entities); names only other versions of the message have are left out, names no
+    version has raise UnknownField."""
+    _check_names(cls, data)
     kwargs: dict[str, Any] = {}
     for f in _fields(cls):
         if f.name not in data:

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import ssl
 import time
+from collections.abc import Coroutine
 from typing import Any
 
 from clients.security import ListenerSecurity
@@ -96,6 +97,13 @@ class KafkaListener:
             return
         slots = asyncio.Semaphore(MAX_IN_FLIGHT)
         pending: asyncio.Queue[tuple[RequestHeader, asyncio.Task[Any], float] | None] = asyncio.Queue()
+        handling: set[asyncio.Task[Any]] = set()  # this connection's requests, until answered
+
+        def handle(work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+            task = asyncio.create_task(work)
+            handling.add(task)
+            task.add_done_callback(handling.discard)
+            return task
         sender = asyncio.create_task(self._send(writer, pending, slots, where))
         try:
             session = self.apis.session(writer)  # the principal, once per connection
@@ -110,14 +118,14 @@ class KafkaListener:
                 await slots.acquire()
                 if api_key == API_VERSIONS and version > VERSIONS[API_VERSIONS][1]:
                     header = RequestHeader(api_key, 0, correlation_id(body), None, False)
-                    pending.put_nowait((header, asyncio.create_task(_ready(newer_api_versions_answer())), arrived))
+                    pending.put_nowait((header, handle(_ready(newer_api_versions_answer())), arrived))
                     continue
                 served = VERSIONS.get(api_key)
                 if served is None or not served[0] <= version <= served[1]:
                     raise MalformedRequest(f"api key {api_key} version {version} is not served here "
                                            f"(ApiVersions lists what is)")
                 header, request = read_request(body, api_key, version)
-                pending.put_nowait((header, asyncio.create_task(self.apis.handle(header, request, session)), arrived))
+                pending.put_nowait((header, handle(self.apis.handle(header, request, session)), arrived))
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the client went away, or the sender closed the connection
         except (MalformedRequest, PrincipalError) as e:
@@ -130,6 +138,9 @@ class KafkaListener:
                 await asyncio.shield(sender)  # answers already started are still sent
             except asyncio.CancelledError:
                 sender.cancel()
+            for task in handling:  # requests the sender will never answer: the listener is stopping
+                task.cancel()
+            await asyncio.gather(*handling, return_exceptions=True)
             writer.close()
             self._connections.discard(me)
 

@@ -1,0 +1,262 @@
+"""The broker's data-path requests and their answers, as the core takes and returns them:
+produce, fetch, list offsets, offsets for leader epoch, metadata and producer ids (Kafka's
+ProduceRequest, FetchRequest, ... as KafkaApis hands them to the ReplicaManager).
+
+Both front ends translate to and from these: the gRPC service with ``proto_codec`` (field names
+match ``protos/broker.proto``), the Kafka listener in ``kafka/apis.py`` from kio's messages. A
+field that may be absent is ``X | None`` (a protobuf ``optional``); a record batch stays the
+shared record format (``RecordBatch``), which the partition log stores as is. Answers default
+to zeros, as protobuf's do; the core sets what each means.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from protos.broker_pb2 import RecordBatch
+
+
+@dataclass(slots=True)
+class RecordError:
+    """A record that failed its batch (KIP-467)."""
+    batch_index: int = 0
+    message: str = ""
+
+
+# -- produce ---------------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class ProducePartitionData:
+    partition: int = 0
+    batch: RecordBatch | None = None
+
+
+@dataclass(slots=True)
+class ProduceTopicData:
+    name: str = ""
+    partitions: list[ProducePartitionData] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ProduceRequest:
+    acks: int = 0
+    timeout_ms: int = 0
+    topics: list[ProduceTopicData] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ProducePartitionResponse:
+    partition: int = 0
+    error_code: int = 0
+    error_message: str = ""
+    base_offset: int = 0
+    log_append_time: int = 0
+    log_start_offset: int = 0
+    record_errors: list[RecordError] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ProduceTopicResponse:
+    name: str = ""
+    partitions: list[ProducePartitionResponse] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ProduceResponse:
+    topics: list[ProduceTopicResponse] = field(default_factory=list)
+
+
+# -- fetch -----------------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class FetchPartition:
+    partition: int = 0
+    current_leader_epoch: int | None = None  # None: not checked
+    fetch_offset: int = 0
+    log_start_offset: int = -1
+    partition_max_bytes: int = 0  # 0: max.partition.fetch.bytes's default
+
+
+@dataclass(slots=True)
+class FetchTopic:
+    name: str = ""
+    topic_id: bytes = b""  # followers name topics by id, consumers by name
+    partitions: list[FetchPartition] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class FetchRequest:
+    replica_id: int = -1  # -1: a consumer; a follower's broker id otherwise
+    max_wait_ms: int = 0
+    min_bytes: int = 0
+    max_bytes: int = 0  # 0: fetch.max.bytes's default
+    topics: list[FetchTopic] = field(default_factory=list)
+    replica_epoch: int = -1
+
+
+@dataclass(slots=True)
+class FetchPartitionResponse:
+    partition: int = 0
+    error_code: int = 0
+    error_message: str = ""
+    high_watermark: int = 0
+    log_start_offset: int = 0
+    records: bytes = b""  # stored batches, back to back
+    leader_id: int = 0
+    leader_epoch: int = 0
+
+
+@dataclass(slots=True)
+class FetchTopicResponse:
+    name: str = ""
+    topic_id: bytes = b""
+    partitions: list[FetchPartitionResponse] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class FetchResponse:
+    topics: list[FetchTopicResponse] = field(default_factory=list)
+
+
+# -- list offsets ----------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class ListOffsetsPartition:
+    partition: int = 0
+    current_leader_epoch: int | None = None
+    timestamp: int = 0  # -2: earliest, -1: latest, else a time in ms
+
+
+@dataclass(slots=True)
+class ListOffsetsTopic:
+    name: str = ""
+    partitions: list[ListOffsetsPartition] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ListOffsetsRequest:
+    topics: list[ListOffsetsTopic] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ListOffsetsPartitionResponse:
+    partition: int = 0
+    error_code: int = 0
+    error_message: str = ""
+    timestamp: int = 0
+    offset: int = 0
+    leader_epoch: int = 0
+
+
+@dataclass(slots=True)
+class ListOffsetsTopicResponse:
+    name: str = ""
+    partitions: list[ListOffsetsPartitionResponse] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ListOffsetsResponse:
+    topics: list[ListOffsetsTopicResponse] = field(default_factory=list)
+
+
+# -- offsets for leader epoch (KIP-101/279/320) -----------------------------------------------------
+
+@dataclass(slots=True)
+class OffsetForLeaderPartition:
+    partition: int = 0
+    current_leader_epoch: int | None = None
+    leader_epoch: int = 0
+
+
+@dataclass(slots=True)
+class OffsetForLeaderTopic:
+    name: str = ""
+    topic_id: bytes = b""
+    partitions: list[OffsetForLeaderPartition] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class OffsetsForLeaderEpochRequest:
+    replica_id: int = -1
+    topics: list[OffsetForLeaderTopic] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class EpochEndOffset:
+    partition: int = 0
+    error_code: int = 0
+    error_message: str = ""
+    leader_epoch: int = 0
+    end_offset: int = 0
+
+
+@dataclass(slots=True)
+class OffsetForLeaderTopicResult:
+    name: str = ""
+    topic_id: bytes = b""
+    partitions: list[EpochEndOffset] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class OffsetsForLeaderEpochResponse:
+    topics: list[OffsetForLeaderTopicResult] = field(default_factory=list)
+
+
+# -- metadata --------------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class MetadataRequest:
+    topics: list[str] = field(default_factory=list)  # empty: every topic
+    allow_auto_topic_creation: bool = False
+
+
+@dataclass(slots=True)
+class BrokerEndpoint:
+    node_id: int = 0
+    host: str = ""
+    port: int = 0
+    rack: str = ""
+
+
+@dataclass(slots=True)
+class PartitionMetadata:
+    error_code: int = 0
+    partition: int = 0
+    leader: int = 0
+    leader_epoch: int = 0
+    replicas: list[int] = field(default_factory=list)
+    isr: list[int] = field(default_factory=list)
+    offline_replicas: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class TopicMetadata:
+    error_code: int = 0
+    error_message: str = ""
+    name: str = ""
+    topic_id: bytes = b""
+    partitions: list[PartitionMetadata] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class MetadataResponse:
+    cluster_id: str = ""
+    controller_id: int = 0
+    brokers: list[BrokerEndpoint] = field(default_factory=list)
+    topics: list[TopicMetadata] = field(default_factory=list)
+    metadata_offset: int = 0
+
+
+# -- producer ids ----------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class InitProducerIdRequest:
+    producer_id: int | None = None  # a returning producer's id, to bump its epoch
+    producer_epoch: int = 0
+
+
+@dataclass(slots=True)
+class InitProducerIdResponse:
+    error_code: int = 0
+    error_message: str = ""
+    producer_id: int = 0
+    producer_epoch: int = 0
