@@ -301,6 +301,46 @@ async def _extend(got: list, consumer: object) -> bool:
     return len(got) >= 10
 
 
+def test_time_travel_shows_a_deleted_topic_at_an_older_offset_and_the_records_that_changed_it(
+        console: Console, browser):
+    async def create_then_delete() -> None:
+        await console.cluster.create_topic("tt-gone", partitions=1, rf=1)
+        async with console.cluster.controller() as c:
+            r = await c.delete_topics(cpb.DeleteTopicsRequest(names=["tt-gone"]))
+            assert r.topics[0].error_code == 0
+    asyncio.run(create_then_delete())
+    browser.get(console.url + "/metadata?path=/topics")
+    assert "tt-gone/" not in [e.split()[0] for e in texts(browser, "#entries tr.entry")]
+
+    # the records that created and removed it, as metadata-shell's `changes` finds them
+    browser.get(console.url + "/metadata/changes?path=/topics/tt-gone")
+    causes = [c.split()[0] for c in texts(browser, "#changes .cause")]
+    assert causes[0] == "TopicRecord" and causes[-1] == "RemoveTopicRecord", causes
+    assert "/topics/tt-gone/name: (absent) → \"tt-gone\"" in texts(browser, "#changes tr.change")[0]
+    created = texts(browser, "#changes a.at")[0]
+    from selenium.webdriver.common.by import By
+    with navigating(browser):
+        browser.find_element(By.CSS_SELECTOR, "#changes a.at").click()
+    assert texts(browser, "#offset") == [created]
+    assert ["name", "tt-gone"] in [e.split() for e in texts(browser, "#entries tr.entry")]
+
+    # the tree at that offset, through the form: the topic is there, and gone at the newest
+    fill(browser, {"path": "/topics", "at-offset": created + "\n"})
+    assert "tt-gone/" in [e.split()[0] for e in texts(browser, "#entries tr.entry")]
+    click(browser, "newest")
+    assert "tt-gone/" not in [e.split()[0] for e in texts(browser, "#entries tr.entry")]
+    assert int(texts(browser, "#offset")[0]) > int(created)
+
+    # what the shell refuses is one line on the page
+    cases = {"/metadata?offset=999999999": (400, "offset 999999999 is after the end of the controller quorum"),
+             "/metadata?path=/topics/tt-gone": (404, "/topics/tt-gone: no such file or directory at offset"),
+             "/metadata?path=/topics/*": (400, "name one path, without glob characters"),
+             "/metadata/changes?path=/topics&from=9&to=3": (400, "changes: FROM (9) is after TO (3)")}
+    for path, (status, line) in cases.items():
+        got, body = console.get(path)
+        assert (got, line in body, "Traceback" in body) == (status, True, False), (path, got, body[-400:])
+
+
 def test_bad_input_answers_400_or_404_in_one_line(console: Console):
     asyncio.run(console.cluster.create_topic("web-bad", partitions=1, rf=1))
     cases = {

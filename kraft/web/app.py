@@ -16,7 +16,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import groups, messages, overview, topics
+from . import groups, messages, overview, time_travel, topics
 from .cluster import CLUSTER_ERRORS, Cluster, error_status
 from .pages import HERE, render
 
@@ -99,6 +99,8 @@ def create_app(cluster: Cluster, *, read_only: bool = False) -> Any:
         Route("/topics/{name}/partitions/{partition}", messages.produce, methods=["POST"], name="produce"),
         Route("/groups", groups.group_list, name="groups"),
         Route("/groups/{group}", groups.group_detail, name="group"),
+        Route("/metadata", time_travel.tree, name="metadata"),
+        Route("/metadata/changes", time_travel.changes, name="metadata_changes"),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
     handlers: dict[Any, Any] = {HTTPException: http_error, Exception: unexpected_error}
