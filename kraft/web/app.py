@@ -16,7 +16,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import groups, messages, overview, time_travel, topics
+from . import acls, groups, messages, overview, time_travel, topics
 from .cluster import CLUSTER_ERRORS, Cluster, error_status
 from .pages import HERE, render
 
@@ -93,12 +93,22 @@ def create_app(cluster: Cluster, *, read_only: bool = False) -> Any:
         Route("/topics", topics.topic_create, methods=["POST"], name="topic_create"),
         Route("/topics/new", topics.topic_new, name="topic_new"),
         Route("/topics/{name}", topics.topic_detail, name="topic"),
+        Route("/topics/{name}/configs", topics.topic_configs, name="topic_configs"),
+        Route("/topics/{name}/configs", topics.topic_configs_alter, methods=["POST"], name="topic_configs_alter"),
         Route("/topics/{name}/delete", topics.topic_delete_confirm, name="topic_delete_confirm"),
         Route("/topics/{name}/delete", topics.topic_delete, methods=["POST"], name="topic_delete"),
         Route("/topics/{name}/partitions/{partition}", messages.browse, name="messages"),
         Route("/topics/{name}/partitions/{partition}", messages.produce, methods=["POST"], name="produce"),
         Route("/groups", groups.group_list, name="groups"),
         Route("/groups/{group}", groups.group_detail, name="group"),
+        Route("/groups/{group}/reset", groups.group_reset_dry_run, methods=["POST"], name="group_reset"),
+        Route("/groups/{group}/reset/execute", groups.group_reset_execute, methods=["POST"],
+              name="group_reset_execute"),
+        Route("/acls", acls.acl_list, name="acls"),
+        Route("/acls", acls.acl_create, methods=["POST"], name="acl_create"),
+        Route("/acls/new", acls.acl_new, name="acl_new"),
+        Route("/acls/delete", acls.acl_delete_confirm, name="acl_delete_confirm"),
+        Route("/acls/delete", acls.acl_delete, methods=["POST"], name="acl_delete"),
         Route("/metadata", time_travel.tree, name="metadata"),
         Route("/metadata/changes", time_travel.changes, name="metadata_changes"),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),

@@ -11,7 +11,7 @@ from clients import Producer
 from clients.consumer_groups import GroupAdmin
 from clients.cluster_view import ClientError
 from metadata.client import ControllerClient, ControllerError, error_code
-from metadata.errors import ErrorCode
+from metadata.errors import ApiError, ErrorCode
 from metadata.shell.source import MetadataSource, SourceError
 from protos import controller_pb2 as pb
 from common.tls import TLSConfig
@@ -115,6 +115,15 @@ class Cluster:
         r = await self.controller.create_topics(pb.CreateTopicsRequest(topics=[t]))
         check(r.topics[0].error_code, r.topics[0].error_message)
 
+    async def alter_topic_configs(self, name: str, set_: dict[str, str], delete: list[str]) -> None:
+        """IncrementalAlterConfigs on a topic, as ``kraft configs --alter --add-config
+        --delete-config``: the controller validates every value and answers in one line."""
+        changes = [pb.AlterableConfig(name=k, op=pb.AlterableConfig.SET, value=v) for k, v in set_.items()]
+        changes += [pb.AlterableConfig(name=k, op=pb.AlterableConfig.DELETE) for k in delete]
+        r = await self.controller.incremental_alter_configs(pb.IncrementalAlterConfigsRequest(resources=[
+            pb.AlterConfigsResource(resource_type=pb.TOPIC, resource_name=name, configs=changes)]))
+        check(r.resources[0].error_code, r.resources[0].error_message)
+
     async def delete_topic(self, name: str) -> None:
         r = await self.controller.delete_topics(pb.DeleteTopicsRequest(names=[name]))
         check(r.topics[0].error_code, r.topics[0].error_message)
@@ -129,7 +138,7 @@ def check(code: int, message: str) -> None:
 
 #: What the pages catch and show as one line: every failure the clients report in Kafka's words,
 #: and the metadata shell's (a history out of reach, a quorum that does not answer).
-CLUSTER_ERRORS: tuple[type[Exception], ...] = (ControllerError, ClientError, SourceError)
+CLUSTER_ERRORS: tuple[type[Exception], ...] = (ControllerError, ApiError, ClientError, SourceError)
 
 
 def error_status(e: Exception) -> int:
