@@ -485,6 +485,110 @@ def test_a_groups_offsets_are_reset_after_a_dry_run_as_the_cli_does(console: Con
     assert texts(browser, "#lag .lag") == ["0", "0"]
 
 
+def test_a_reassignments_progress_bar_moves_until_it_completes(console: Console, browser):
+    from selenium.webdriver.common.by import By
+
+    from clients import Producer
+    from kraft import reassign
+    c = console.cluster
+
+    async def fill_and_move() -> None:  # ~2 MiB for broker 102 to copy at 200 kB/s
+        await c.create_topic("web-moving", assignments=[[101]])
+        async with Producer(c.bootstrap_servers, linger_ms=5) as p:
+            await asyncio.gather(*[await p.send("web-moving", b"%08d" % i + b"x" * 1000) for i in range(2000)])
+        async with c.controller() as client:
+            await reassign.execute(client, {("web-moving", 0): (101, 102)}, 200_000)
+    asyncio.run(fill_and_move())
+    seen: list[int] = []
+    try:
+        def done() -> bool:
+            browser.get(console.url + "/reassignments")
+            row = [r for r in browser.find_elements(By.CSS_SELECTOR, "#reassignments tr.reassignment")
+                   if r.text.startswith("web-moving-0")]
+            if row:
+                assert row[0].text.split()[1:4] == ["101", "101,102", "102"], row[0].text  # leader, replicas, adding
+                bar = row[0].find_elements(By.CSS_SELECTOR, "progress")
+                if bar:
+                    seen.append(int(bar[0].get_attribute("value")))
+                    assert "behind" in row[0].text
+            return not row
+        asyncio.run(eventually(done, 90, interval=0.3, what="web-moving-0's reassignment to complete"))
+    finally:
+        async def unthrottle() -> None:
+            async with c.controller() as client:
+                await reassign.set_throttle(client, c.ids, None)
+        asyncio.run(unthrottle())
+    assert texts(browser, "#none") == ["No partition reassignments found."]
+    assert len(set(seen)) >= 2 and seen == sorted(seen) and seen[0] < 100, seen  # it moved, forward
+
+
+def test_the_static_quorum_page_says_it_cannot_change(console: Console, browser):
+    browser.get(console.url + "/quorum")
+    assert len(texts(browser, "#voters tr.voter")) == 3
+    assert texts(browser, "#static")[0].startswith("UNSUPPORTED_VERSION: cannot add or remove a controller: this "
+                                                 "quorum's voters are static")
+    assert texts(browser, "#voters a.remove, #observers form") == []
+    status, body = console.request("/quorum/remove", {"id": "1", "directory_id": ""})
+    assert (status, "UNSUPPORTED_VERSION: cannot remove a controller" in body) == (400, True), body[-300:]
+
+
+def test_a_controller_is_added_as_a_voter_and_removed_through_the_quorum_page(browser, tmp_path: Path):
+    from types import SimpleNamespace
+
+    from selenium.webdriver.common.by import By
+
+    from kraft.dev_quorum import DevQuorum
+    from tests.kvcluster import consecutive_ports
+    from tests.test_quorum_changes import format_, observers, ok, status, try_status, voters
+    q = DevQuorum(str(tmp_path / "q"), consecutive_ports(2), election_timeout_ms=500, dynamic=True)
+    q.write_configs()
+    q.cluster_id = ok(kraft("storage", "random-uuid")).strip()
+    dirs = {1: format_(q, 1, "--standalone"), 2: format_(q, 2, "--no-initial-controllers")}
+    addr = {i: f"127.0.0.1:{p}" for i, p in q.ports.items()}
+    web: Console | None = None
+    try:
+        q.start_node(1)
+        q.start_node(2)
+        asyncio.run(eventually(lambda: (s := try_status(addr[1])) is not None and observers(s) == {2: dirs[2]}, 30,
+                               what="controller 2 observing"))
+        no_brokers = SimpleNamespace(quorum=SimpleNamespace(bootstrap=addr[1]), bootstrap_servers="127.0.0.1:1")
+        web = Console(no_brokers, tmp_path)  # type: ignore[arg-type]
+        web.wait_up()
+        browser.get(web.url + "/quorum")
+        assert [r.split()[:2] for r in texts(browser, "#voters tr.voter")] == [["1", dirs[1]]]
+        assert texts(browser, "#observers tr.observer")[0].split()[:2] == ["2", dirs[2]]
+        field = browser.find_element(By.CSS_SELECTOR, "#add-2 .endpoint")
+        field.clear()
+        field.send_keys(f"CONTROLLER://{addr[2]}")
+        with navigating(browser):
+            browser.find_element(By.CSS_SELECTOR, "#add-2 .add").click()
+        assert texts(browser, "#notice") == [f"Added controller 2 with directory id {dirs[2]} and endpoints: "
+                                             f"CONTROLLER://{addr[2]}."]
+        assert voters(status(addr[1])) == dirs
+        assert [r.split()[0] for r in texts(browser, "#voters tr.voter")] == ["1", "2"]
+
+        # remove it again, after a confirmation
+        with navigating(browser):
+            browser.find_elements(By.CSS_SELECTOR, "#voters a.remove")[1].click()
+        assert texts(browser, "#what")[0].startswith(f"KRaft controller 2 with directory id {dirs[2]}")
+        click(browser, "submit")
+        assert texts(browser, "#notice") == [f"Removed KRaft controller 2 with directory id {dirs[2]}."]
+        assert voters(status(addr[1])) == {1: dirs[1]}
+
+        # the quorum's refusal is its one line on the page
+        browser.get(web.url + "/quorum")
+        with navigating(browser):
+            browser.find_element(By.CSS_SELECTOR, "#voters a.remove").click()
+        click(browser, "submit")
+        assert texts(browser, "#error")[0].startswith("INVALID_REQUEST: ") and \
+            "cannot remove the last voter" in texts(browser, "#error")[0]
+    finally:
+        if web is not None:
+            web.close()
+        q.stop()
+    assert_no_tracebacks(tmp_path)
+
+
 def test_bad_input_answers_400_or_404_in_one_line(console: Console):
     asyncio.run(console.cluster.create_topic("web-bad", partitions=1, rf=1))
     cases = {
@@ -530,13 +634,15 @@ def test_read_only_mode_hides_every_form_and_refuses_every_change(console: Conso
     ro = Console(console.cluster, tmp_path, "--read-only")
     try:
         ro.wait_up()
-        without_search = ("/", "/topics/web-ro", "/groups", "/groups/web-ro-group", "/acls")
+        without_search = ("/", "/topics/web-ro", "/groups", "/groups/web-ro-group", "/acls", "/quorum",
+                          "/reassignments")
         for path in ("/", "/topics", "/topics/web-ro", "/topics/web-ro/partitions/0", "/groups",
-                     "/groups/web-ro-group", "/acls", "/metadata", "/metadata/changes?path=/topics/web-ro"):
+                     "/groups/web-ro-group", "/acls", "/metadata", "/metadata/changes?path=/topics/web-ro",
+                     "/quorum", "/reassignments"):
             browser.get(ro.url + path)
             assert texts(browser, "#read-only") == ["read-only"], path
             assert browser.find_elements(By.CSS_SELECTOR, "form[method=post], #create-topic, #delete, "
-                                                          "#edit-configs, #add-acl, a.delete") == [], path
+                                                          "#edit-configs, #add-acl, a.delete, a.remove") == [], path
             assert browser.find_elements(By.CSS_SELECTOR, "form[method=get]") or path in without_search, path
         refusal = "this console is read-only (kraft web --read-only): it changes nothing"
         acl = {"resource_type": "Topic", "resource_name": "web-ro", "principal": "User:bob"}
@@ -547,7 +653,9 @@ def test_read_only_mode_hides_every_form_and_refuses_every_change(console: Conso
                            ("/topics/web-ro/configs", None), ("/topics/web-ro/configs", {"configs": "retention.ms=1"}),
                            ("/acls/new", None), ("/acls", acl), ("/acls/delete?" + urllib.parse.urlencode(acl), None),
                            ("/acls/delete", acl), ("/groups/web-ro-group/reset", reset),
-                           ("/groups/web-ro-group/reset/execute", reset)]:
+                           ("/groups/web-ro-group/reset/execute", reset),
+                           ("/quorum/add", {"id": "4", "directory_id": "x", "endpoint": "CONTROLLER://h:1"}),
+                           ("/quorum/remove?id=1", None), ("/quorum/remove", {"id": "1", "directory_id": "x"})]:
             status, body = ro.request(path, form)
             assert (status, refusal in body) == (403, True), (path, status, body[-300:])
         assert console.get("/topics/ro-created")[0] == 404

@@ -16,7 +16,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import acls, groups, messages, overview, time_travel, topics
+from . import acls, groups, messages, overview, quorum, reassignments, time_travel, topics
 from .cluster import CLUSTER_ERRORS, Cluster, error_status
 from .pages import HERE, render
 
@@ -109,6 +109,11 @@ def create_app(cluster: Cluster, *, read_only: bool = False) -> Any:
         Route("/acls/new", acls.acl_new, name="acl_new"),
         Route("/acls/delete", acls.acl_delete_confirm, name="acl_delete_confirm"),
         Route("/acls/delete", acls.acl_delete, methods=["POST"], name="acl_delete"),
+        Route("/quorum", quorum.quorum_page, name="quorum"),
+        Route("/quorum/add", quorum.controller_add, methods=["POST"], name="controller_add"),
+        Route("/quorum/remove", quorum.controller_remove_confirm, name="controller_remove_confirm"),
+        Route("/quorum/remove", quorum.controller_remove, methods=["POST"], name="controller_remove"),
+        Route("/reassignments", reassignments.reassignment_list, name="reassignments"),
         Route("/metadata", time_travel.tree, name="metadata"),
         Route("/metadata/changes", time_travel.changes, name="metadata_changes"),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
