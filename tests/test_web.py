@@ -45,7 +45,7 @@ class Console:
         self.url = f"http://{self.listen}"
         self.args = ["web", "--bootstrap-controller", cluster.quorum.bootstrap,
                      "--bootstrap-server", cluster.bootstrap_servers, "--listen", self.listen, *options]
-        self.log = log_dir / f"web{''.join(options)}.log"
+        self.log = log_dir / f"web{''.join(o for o in options if o.startswith('--'))}.log"
         self.proc = subprocess.Popen([sys.executable, "-m", "kraft.cli", *self.args], cwd=REPO,
                                      stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
 
@@ -81,8 +81,10 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     # The authorizer on, letting through whatever no ACL names: the ACLs page has ACLs to manage,
     # and an ACL that denies the console's principal is refused in Kafka's words.
     authorizing = {"authorizer.class.name": STANDARD_AUTHORIZER, "allow.everyone.if.no.acl.found": "true"}
-    with running_cluster(base, GROUP_PROPS, controller_props=authorizing) as cluster:
-        c = Console(cluster, base)
+    metrics = dict(zip([1, 2, 3, 101, 102, 103], free_ports(6)))  # every node's prometheus.listener
+    nodes = {n: {"prometheus.listener": f"127.0.0.1:{p}"} for n, p in metrics.items()}
+    with running_cluster(base, GROUP_PROPS, nodes, controller_props=authorizing) as cluster:
+        c = Console(cluster, base, "--metrics", ",".join(f"127.0.0.1:{p}" for p in metrics.values()))
         try:
             c.wait_up()
             yield c
@@ -261,6 +263,47 @@ def test_a_produced_message_is_found_by_offset_as_text_json_and_hex(console: Con
     assert "No records at or after 2999-01-01T00:00:00Z." in texts(browser, "#messages")[0]
     got = kraft("get-offsets", "--bootstrap-server", console.cluster.bootstrap_servers, "--topic", "web-messages")
     assert got.stdout == "web-messages:0:0\nweb-messages:1:3\n"
+
+
+def test_messages_newest_first_page_back_to_older_ones_and_from_a_time(console: Console, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    from clients import Producer
+    base = 1_767_225_600_000  # 2026-01-01T00:00:00Z; record i is written i seconds later
+
+    async def setup() -> None:
+        await console.cluster.create_topic("web-newest", partitions=1, rf=3)
+        async with Producer(console.cluster.bootstrap_servers) as p:
+            for i in range(5):
+                await p.send_and_wait("web-newest", b"v%d" % i, timestamp_ms=base + 1000 * i)
+    asyncio.run(setup())
+    url = console.url + "/topics/web-newest/partitions/0"
+    browser.get(url + "?order=newest")
+    assert texts(browser, "#messages .offset") == ["4", "3", "2", "1", "0"]
+    browser.get(url + "?order=newest&limit=2")
+    assert texts(browser, "#messages .offset") == ["4", "3"]
+    click(browser, "more")
+    assert texts(browser, "#messages .offset") == ["2", "1"]
+    click(browser, "more")
+    assert texts(browser, "#messages .offset") == ["0"]
+    assert browser.find_elements(By.ID, "more") == []
+    browser.get(url + "?order=newest&offset=2")
+    assert texts(browser, "#messages .offset") == ["2", "1", "0"]
+
+    # from a time, through the form: newest first reads back from the first record at or after it
+    browser.get(url)
+    assert texts(browser, "#messages .offset") == ["0", "1", "2", "3", "4"]  # oldest first by default
+    Select(browser.find_element(By.ID, "order")).select_by_value("newest")
+    fill(browser, {"time": "2026-01-01T00:00:03Z\n"})
+    assert texts(browser, "#messages .offset") == ["3", "2", "1", "0"]
+    assert [row.split()[1] for row in texts(browser, "#messages tr.message")][0] == "2026-01-01T00:00:03.000+00:00"
+    browser.get(url + "?order=oldest&time=2026-01-01T00:00:03Z")
+    assert texts(browser, "#messages .offset") == ["3", "4"]
+    for bad, line in [("?order=sideways", "order must be one of oldest, newest, not 'sideways'"),
+                      ("?order=newest&offset=5", "offset 5 is outside web-newest-0's log: offsets 0 to 4")]:
+        status, body = console.get("/topics/web-newest/partitions/0" + bad)
+        assert (status, line in body) == (400, True), (bad, body[-300:])
 
 
 def test_a_groups_lag_per_partition_shows_and_drops_to_0_after_consuming(console: Console, browser):
@@ -589,6 +632,36 @@ def test_a_controller_is_added_as_a_voter_and_removed_through_the_quorum_page(br
     assert_no_tracebacks(tmp_path)
 
 
+def test_live_charts_show_messages_and_bytes_in_request_and_raft_commit_latency(console: Console, browser):
+    from selenium.webdriver.common.by import By
+
+    from clients import Producer
+
+    async def burst() -> None:
+        await console.cluster.create_topic("web-charts", partitions=1, rf=3)
+        async with Producer(console.cluster.bootstrap_servers) as p:
+            for i in range(50):
+                await p.send_and_wait("web-charts", b"x" * 100)
+
+    def lines(chart: str) -> dict[str, float]:
+        """Each series of the chart and the highest value it reached."""
+        return {e.get_attribute("data-name"): float(e.get_attribute("data-max"))
+                for e in browser.find_elements(By.CSS_SELECTOR, f"#{chart} polyline.series")}
+
+    asyncio.run(burst())
+
+    def charted() -> bool:
+        browser.get(console.url + "/charts")
+        return lines("messages-in-topic").get("web-charts", 0) > 0 and lines("bytes-in-topic").get("web-charts", 0) > 0
+    asyncio.run(eventually(charted, 30, interval=1, what="web-charts' messages in charted"))
+    brokers = lines("messages-in-broker")
+    assert set(brokers) <= set(console.args[console.args.index("--metrics") + 1].split(","))  # one line per node
+    assert max(brokers.values()) > 0  # the leader's endpoint counted the burst
+    assert len(lines("request-latency")) >= 4  # every node answers requests
+    assert lines("commit-latency") and all(v > 0 for v in lines("commit-latency").values())
+    assert browser.find_elements(By.CSS_SELECTOR, "meta[http-equiv=refresh]")  # it reloads itself to move on
+
+
 def test_bad_input_answers_400_or_404_in_one_line(console: Console):
     asyncio.run(console.cluster.create_topic("web-bad", partitions=1, rf=1))
     cases = {
@@ -746,6 +819,26 @@ def test_ten_thousand_topics_list_in_under_a_second():
             assert took < 1.0, f"{query} took {took:.2f}s"
         assert "10000 topics" in client.get("/topics").text
         assert client.get("/topics?page=101").status_code == 404
+
+
+def test_rates_and_means_are_computed_between_rounds_across_a_gap_and_a_restart():
+    from kraft.web.charts import Round, means, rates
+    counter, hist = "kafka_server_brokertopicmetrics_messagesin_total", "kafka_network_requestmetrics_total_time_seconds"
+
+    def samples(a: float, b: float, s: float, n: float) -> dict:
+        return {(counter, (("topic", "a"),)): a, (counter, (("topic", "b"),)): b,
+                (hist + "_sum", (("request", "Produce"),)): s, (hist + "_count", (("request", "Produce"),)): n}
+    first = samples(0, 0, 0, 0)
+    del first[(counter, (("topic", "b"),))]  # topic b appears in the next round: counted from 0
+    rounds = [Round(0.0, {"n1": first, "n2": samples(10, 0, 0, 0)}),
+              Round(2.0, {"n1": samples(20, 4, 1.0, 10), "n2": None}),          # n2 did not answer
+              Round(4.0, {"n1": samples(40, 4, 1.0, 10), "n2": samples(30, 2, 0.5, 5)}),
+              Round(6.0, {"n1": samples(6, 4, 1.3, 13), "n2": samples(50, 2, 0.5, 5)})]  # n1 restarted
+    assert rates(rounds, counter, "topic", per_node=False) == {
+        "a": [(2.0, 10.0), (4.0, 10.0), (6.0, 3.0 + 10.0)], "b": [(2.0, 2.0), (4.0, 0.0), (6.0, 0.0)]}
+    assert rates(rounds, counter, "topic", per_node=True) == {
+        "n1": [(2.0, 12.0), (4.0, 10.0), (6.0, 3.0)], "n2": [(6.0, 10.0)]}
+    assert means(rounds, hist) == {"n1": [(2.0, 100.0), (6.0, pytest.approx(100.0))]}  # ms; no requests: no point
 
 
 def test_read_only_refuses_every_request_that_can_change_the_cluster():

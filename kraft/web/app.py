@@ -16,7 +16,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import acls, groups, messages, overview, quorum, reassignments, time_travel, topics
+from . import acls, charts, groups, messages, overview, quorum, reassignments, time_travel, topics
 from .cluster import CLUSTER_ERRORS, Cluster, error_status
 from .pages import HERE, render
 
@@ -76,15 +76,22 @@ class OneLineErrors:
                 await Response(unexpected(e) + "\n", 500, media_type="text/plain")(scope, receive, send)
 
 
-def create_app(cluster: Cluster, *, read_only: bool = False) -> Any:
+def create_app(cluster: Cluster, *, read_only: bool = False, metrics: list[str] | None = None) -> Any:
     """The console for ``cluster`` (started with the app, closed with it); ``read_only``: no
-    forms that change the cluster, and 403 for their requests."""
+    forms that change the cluster, and 403 for their requests; ``metrics``: the nodes'
+    Prometheus endpoints (HOST:PORT) to scrape for the live charts."""
+    scraper = charts.Scraper(metrics) if metrics else None
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await cluster.start()
+        if scraper is not None:
+            scraper.start()
         try:
             yield
         finally:
+            if scraper is not None:
+                await scraper.close()
             await cluster.close()
 
     routes = [
@@ -114,6 +121,7 @@ def create_app(cluster: Cluster, *, read_only: bool = False) -> Any:
         Route("/quorum/remove", quorum.controller_remove_confirm, name="controller_remove_confirm"),
         Route("/quorum/remove", quorum.controller_remove, methods=["POST"], name="controller_remove"),
         Route("/reassignments", reassignments.reassignment_list, name="reassignments"),
+        Route("/charts", charts.charts_page, name="charts"),
         Route("/metadata", time_travel.tree, name="metadata"),
         Route("/metadata/changes", time_travel.changes, name="metadata_changes"),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
@@ -123,4 +131,5 @@ def create_app(cluster: Cluster, *, read_only: bool = False) -> Any:
     app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)
     app.state.cluster = cluster
     app.state.read_only = read_only
+    app.state.scraper = scraper
     return OneLineErrors(app)

@@ -8,6 +8,7 @@ import socket
 
 import click
 
+from common.host_ports import host_ports
 from kraft.cli import command_config_option, command_tls, fail
 
 
@@ -39,8 +40,10 @@ def bind(listen: str) -> socket.socket:
 @click.option("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT...] of any brokers (gRPC listeners)")
 @click.option("--listen", default="127.0.0.1:8080", show_default=True, help="HOST:PORT the console serves on")
 @click.option("--read-only", is_flag=True, help="show, never change: no forms to create, delete or produce")
+@click.option("--metrics", default=None, metavar="HOST:PORT[,HOST:PORT...]",
+              help="the nodes' Prometheus endpoints (prometheus.listener) to chart live")
 @command_config_option
-def web(bootstrap_controller: str, bootstrap_server: str, listen: str, read_only: bool) -> None:
+def web(bootstrap_controller: str, bootstrap_server: str, listen: str, read_only: bool, metrics: str | None) -> None:
     """Serve a web console for the cluster (overview, topics, messages, groups)."""
     import logging
 
@@ -49,8 +52,14 @@ def web(bootstrap_controller: str, bootstrap_server: str, listen: str, read_only
     from .app import create_app
     from .cluster import Cluster
 
+    try:
+        endpoints = host_ports(metrics) if metrics else None
+    except ValueError as e:
+        fail(f"--metrics: {str(e)!r} is not HOST:PORT; give the nodes' prometheus.listener addresses, e.g. "
+             "127.0.0.1:9404,127.0.0.1:9405")
     sock = bind(listen)
-    app = create_app(Cluster(bootstrap_controller, bootstrap_server, command_tls()), read_only=read_only)
+    app = create_app(Cluster(bootstrap_controller, bootstrap_server, command_tls()), read_only=read_only,
+                     metrics=endpoints)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     click.echo(f"Console at http://{listen}/ (Ctrl-C stops it)", err=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
