@@ -91,7 +91,7 @@ class Scraper:
     async def _one(self, endpoint: str) -> Samples | None:
         try:
             samples = parse(await asyncio.to_thread(_fetch, endpoint, self.every * 2))
-        except Exception as e:  # a node down or not serving metrics: said on the page, charted as a gap
+        except Exception as e:  # noqa: BLE001 (a node down or not serving metrics: said on the page, a gap)
             if self.problems.get(endpoint) is None:
                 log.warning("metrics of %s: %s", endpoint, e)
             self.problems[endpoint] = f"{type(e).__name__}: {e}"
