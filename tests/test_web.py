@@ -739,6 +739,39 @@ def test_read_only_mode_hides_every_form_and_refuses_every_change(console: Conso
     assert_no_tracebacks(tmp_path)
 
 
+def test_an_auth_file_makes_the_console_ask_for_a_user_and_password(console: Console, browser, tmp_path: Path):
+    auth = tmp_path / "console.users"
+    auth.write_text("# who may use the console\nadmin:s3cret:with:colons\n\nviewer:v\n")
+    guarded = Console(console.cluster, tmp_path, "--auth-file", str(auth))
+    try:
+        async def up() -> bool:
+            try:
+                return guarded.get("/")[0] == 401
+            except OSError:
+                return False
+        asyncio.run(eventually(up, 30, interval=0.2, what="the guarded console answers"))
+        browser.get(guarded.url + "/topics")  # the browser asks for them: nothing of the console shows
+        assert texts(browser, "#count") == []
+        assert "this console needs a user and password (kraft web --auth-file)" in guarded.get("/topics")[1]
+        host = guarded.listen
+        browser.get(f"http://admin:s3cret:with:colons@{host}/topics")  # the browser sends them as basic auth
+        assert texts(browser, "#count")[0].split()[1] == "topics"
+        import base64
+        for user, password, status in [("admin", "s3cret:with:colons", 200), ("viewer", "v", 200),
+                                       ("admin", "wrong", 401), ("nobody", "v", 401)]:
+            token = base64.b64encode(f"{user}:{password}".encode()).decode()
+            got, body = guarded.request("/static/style.css", headers={"Authorization": f"Basic {token}"})
+            assert got == status, (user, got, body[-200:])
+        assert guarded.get("/static/style.css")[0] == 401
+    finally:
+        guarded.close()
+    for text, line in [("admin\n", f"{auth}:1: expected USER:PASSWORD"), ("# nobody\n", f"{auth}: no USER:PASSWORD line")]:
+        auth.write_text(text)
+        r = kraft(*console.args[:-2], "--auth-file", str(auth))  # no --metrics; it fails before listening
+        assert (r.returncode, r.stderr) == (1, f"Error: --auth-file {line}\n"), r.stderr
+    assert_no_tracebacks(tmp_path)
+
+
 def test_a_second_console_on_the_same_address_stops_with_one_line(console: Console):
     r = kraft(*console.args)
     assert r.returncode == 1

@@ -17,6 +17,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import acls, charts, groups, messages, overview, quorum, reassignments, time_travel, topics
+from .auth import BasicAuth
 from .cluster import CLUSTER_ERRORS, Cluster, error_status
 from .pages import HERE, render
 
@@ -76,10 +77,12 @@ class OneLineErrors:
                 await Response(unexpected(e) + "\n", 500, media_type="text/plain")(scope, receive, send)
 
 
-def create_app(cluster: Cluster, *, read_only: bool = False, metrics: list[str] | None = None) -> Any:
+def create_app(cluster: Cluster, *, read_only: bool = False, metrics: list[str] | None = None,
+               users: dict[str, str] | None = None) -> Any:
     """The console for ``cluster`` (started with the app, closed with it); ``read_only``: no
     forms that change the cluster, and 403 for their requests; ``metrics``: the nodes'
-    Prometheus endpoints (HOST:PORT) to scrape for the live charts."""
+    Prometheus endpoints (HOST:PORT) to scrape for the live charts; ``users``: {user:
+    password} that HTTP basic auth admits (None: no login)."""
     scraper = charts.Scraper(metrics) if metrics else None
 
     @contextlib.asynccontextmanager
@@ -132,4 +135,5 @@ def create_app(cluster: Cluster, *, read_only: bool = False, metrics: list[str] 
     app.state.cluster = cluster
     app.state.read_only = read_only
     app.state.scraper = scraper
-    return OneLineErrors(app)
+    console = OneLineErrors(app)
+    return BasicAuth(console, users) if users else console

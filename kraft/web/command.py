@@ -42,14 +42,18 @@ def bind(listen: str) -> socket.socket:
 @click.option("--read-only", is_flag=True, help="show, never change: no forms to create, delete or produce")
 @click.option("--metrics", default=None, metavar="HOST:PORT[,HOST:PORT...]",
               help="the nodes' Prometheus endpoints (prometheus.listener) to chart live")
+@click.option("--auth-file", default=None, metavar="FILE",
+              help="USER:PASSWORD lines: the console asks for one of them (HTTP basic auth)")
 @command_config_option
-def web(bootstrap_controller: str, bootstrap_server: str, listen: str, read_only: bool, metrics: str | None) -> None:
-    """Serve a web console for the cluster (overview, topics, messages, groups)."""
+def web(bootstrap_controller: str, bootstrap_server: str, listen: str, read_only: bool, metrics: str | None,
+        auth_file: str | None) -> None:
+    """Serve a web console for the cluster (docs/web.md)."""
     import logging
 
     import uvicorn
 
     from .app import create_app
+    from .auth import AuthFileError, read_auth_file
     from .cluster import Cluster
 
     try:
@@ -57,9 +61,13 @@ def web(bootstrap_controller: str, bootstrap_server: str, listen: str, read_only
     except ValueError as e:
         fail(f"--metrics: {str(e)!r} is not HOST:PORT; give the nodes' prometheus.listener addresses, e.g. "
              "127.0.0.1:9404,127.0.0.1:9405")
+    try:
+        users = read_auth_file(auth_file) if auth_file else None
+    except AuthFileError as e:
+        fail(f"--auth-file {e}")
     sock = bind(listen)
     app = create_app(Cluster(bootstrap_controller, bootstrap_server, command_tls()), read_only=read_only,
-                     metrics=endpoints)
+                     metrics=endpoints, users=users)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     click.echo(f"Console at http://{listen}/ (Ctrl-C stops it)", err=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
