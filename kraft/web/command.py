@@ -39,7 +39,8 @@ def bind(listen: str) -> socket.socket:
               help="HOST:PORT[,HOST:PORT...] of any controllers")
 @click.option("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT...] of any brokers (gRPC listeners)")
 @click.option("--listen", default="127.0.0.1:8080", show_default=True, help="HOST:PORT the console serves on")
-@click.option("--read-only", is_flag=True, help="show, never change: no forms to create, delete or produce")
+@click.option("--read-only", is_flag=True,
+              help="show, never change: no form that changes the cluster, and 403 for such requests")
 @click.option("--metrics", default=None, metavar="HOST:PORT[,HOST:PORT...]",
               help="the nodes' Prometheus endpoints (prometheus.listener) to chart live")
 @click.option("--auth-file", default=None, metavar="FILE",
