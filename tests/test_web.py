@@ -772,6 +772,40 @@ def test_an_auth_file_makes_the_console_ask_for_a_user_and_password(console: Con
     assert_no_tracebacks(tmp_path)
 
 
+def test_the_console_reaches_a_mutual_tls_cluster_with_its_command_config(browser, tmp_path: Path):
+    """Every way the console talks to the cluster (controller client, the metadata log's
+    fetch, the brokers' admin client, consumer and producer) uses --command-config's TLS."""
+    from clients.security import client_tls
+    from tests.test_tls import client_props, make_certs, write_props
+    nodes = ["controller-1", "controller-2", "controller-3", "broker-101", "broker-102"]
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    make_certs(certs, *nodes, "console")
+    security = {"listener.security.protocol.map": "CONTROLLER:SSL,PLAINTEXT:SSL,KAFKA:SSL",
+                "ssl.truststore.location": str(certs / "ca.crt"), "ssl.client.auth": "required"}
+    keystores = {int(n.split("-")[1]): {"ssl.keystore.location": str(certs / f"{n}.keystore.pem")} for n in nodes}
+    with running_cluster(tmp_path / "tls", security, keystores, brokers=2, controller_props=security,
+                         client_tls=client_tls(client_props(certs, "console"))) as cluster:
+        asyncio.run(cluster.create_topic("tls-orders", partitions=1, rf=2))
+        props = write_props(tmp_path / "console.properties", client_props(certs, "console"))
+        web = Console(cluster, tmp_path, "--command-config", str(props))
+        try:
+            web.wait_up()
+            browser.get(web.url + "/")
+            assert len(texts(browser, "#controllers tr.controller")) == 3
+            assert [b.split()[:2] for b in texts(browser, "#brokers tr.broker")] == [["101", "active"],
+                                                                                     ["102", "active"]]
+            browser.get(web.url + "/topics/tls-orders/partitions/0")
+            fill(browser, {"key": "k", "value": "over TLS"})
+            click(browser, "send")
+            assert texts(browser, "#messages .value") == ["over TLS"]
+            browser.get(web.url + "/metadata?path=/topics")
+            assert "tls-orders/" in [e.split()[0] for e in texts(browser, "#entries tr.entry")]
+        finally:
+            web.close()
+    assert_no_tracebacks(tmp_path)
+
+
 def test_a_second_console_on_the_same_address_stops_with_one_line(console: Console):
     r = kraft(*console.args)
     assert r.returncode == 1
