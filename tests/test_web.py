@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from metadata.authorizer import STANDARD_AUTHORIZER
 from protos import controller_pb2 as cpb
 from tests.brokercluster import REPO, BrokerCluster, running_cluster
 from tests.eventually import eventually
@@ -44,7 +45,7 @@ class Console:
         self.url = f"http://{self.listen}"
         self.args = ["web", "--bootstrap-controller", cluster.quorum.bootstrap,
                      "--bootstrap-server", cluster.bootstrap_servers, "--listen", self.listen, *options]
-        self.log = log_dir / f"web{''.join(options)}.log"
+        self.log = log_dir / f"web{''.join(o for o in options if o.startswith('--'))}.log"
         self.proc = subprocess.Popen([sys.executable, "-m", "kraft.cli", *self.args], cwd=REPO,
                                      stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
 
@@ -77,8 +78,13 @@ class Console:
 @pytest.fixture(scope="module")
 def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     base = tmp_path_factory.mktemp("web")
-    with running_cluster(base, GROUP_PROPS) as cluster:
-        c = Console(cluster, base)
+    # The authorizer on, letting through whatever no ACL names: the ACLs page has ACLs to manage,
+    # and an ACL that denies the console's principal is refused in Kafka's words.
+    authorizing = {"authorizer.class.name": STANDARD_AUTHORIZER, "allow.everyone.if.no.acl.found": "true"}
+    metrics = dict(zip([1, 2, 3, 101, 102, 103], free_ports(6)))  # every node's prometheus.listener
+    nodes = {n: {"prometheus.listener": f"127.0.0.1:{p}"} for n, p in metrics.items()}
+    with running_cluster(base, GROUP_PROPS, nodes, controller_props=authorizing) as cluster:
+        c = Console(cluster, base, "--metrics", ",".join(f"127.0.0.1:{p}" for p in metrics.values()))
         try:
             c.wait_up()
             yield c
@@ -259,6 +265,47 @@ def test_a_produced_message_is_found_by_offset_as_text_json_and_hex(console: Con
     assert got.stdout == "web-messages:0:0\nweb-messages:1:3\n"
 
 
+def test_messages_newest_first_page_back_to_older_ones_and_from_a_time(console: Console, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    from clients import Producer
+    base = 1_767_225_600_000  # 2026-01-01T00:00:00Z; record i is written i seconds later
+
+    async def setup() -> None:
+        await console.cluster.create_topic("web-newest", partitions=1, rf=3)
+        async with Producer(console.cluster.bootstrap_servers) as p:
+            for i in range(5):
+                await p.send_and_wait("web-newest", b"v%d" % i, timestamp_ms=base + 1000 * i)
+    asyncio.run(setup())
+    url = console.url + "/topics/web-newest/partitions/0"
+    browser.get(url + "?order=newest")
+    assert texts(browser, "#messages .offset") == ["4", "3", "2", "1", "0"]
+    browser.get(url + "?order=newest&limit=2")
+    assert texts(browser, "#messages .offset") == ["4", "3"]
+    click(browser, "more")
+    assert texts(browser, "#messages .offset") == ["2", "1"]
+    click(browser, "more")
+    assert texts(browser, "#messages .offset") == ["0"]
+    assert browser.find_elements(By.ID, "more") == []
+    browser.get(url + "?order=newest&offset=2")
+    assert texts(browser, "#messages .offset") == ["2", "1", "0"]
+
+    # from a time, through the form: newest first reads back from the first record at or after it
+    browser.get(url)
+    assert texts(browser, "#messages .offset") == ["0", "1", "2", "3", "4"]  # oldest first by default
+    Select(browser.find_element(By.ID, "order")).select_by_value("newest")
+    fill(browser, {"time": "2026-01-01T00:00:03Z\n"})
+    assert texts(browser, "#messages .offset") == ["3", "2", "1", "0"]
+    assert [row.split()[1] for row in texts(browser, "#messages tr.message")][0] == "2026-01-01T00:00:03.000+00:00"
+    browser.get(url + "?order=oldest&time=2026-01-01T00:00:03Z")
+    assert texts(browser, "#messages .offset") == ["3", "4"]
+    for bad, line in [("?order=sideways", "order must be one of oldest, newest, not 'sideways'"),
+                      ("?order=newest&offset=5", "offset 5 is outside web-newest-0's log: offsets 0 to 4")]:
+        status, body = console.get("/topics/web-newest/partitions/0" + bad)
+        assert (status, line in body) == (400, True), (bad, body[-300:])
+
+
 def test_a_groups_lag_per_partition_shows_and_drops_to_0_after_consuming(console: Console, browser):
     from clients import Consumer, Producer
     bs = console.cluster.bootstrap_servers
@@ -301,6 +348,320 @@ async def _extend(got: list, consumer: object) -> bool:
     return len(got) >= 10
 
 
+def test_time_travel_shows_a_deleted_topic_at_an_older_offset_and_the_records_that_changed_it(
+        console: Console, browser):
+    async def create_then_delete() -> None:
+        await console.cluster.create_topic("tt-gone", partitions=1, rf=1)
+        async with console.cluster.controller() as c:
+            r = await c.delete_topics(cpb.DeleteTopicsRequest(names=["tt-gone"]))
+            assert r.topics[0].error_code == 0
+    asyncio.run(create_then_delete())
+    browser.get(console.url + "/metadata?path=/topics")
+    assert "tt-gone/" not in [e.split()[0] for e in texts(browser, "#entries tr.entry")]
+
+    # the records that created and removed it, as metadata-shell's `changes` finds them
+    browser.get(console.url + "/metadata/changes?path=/topics/tt-gone")
+    causes = [c.split()[0] for c in texts(browser, "#changes .cause")]
+    assert causes[0] == "TopicRecord" and causes[-1] == "RemoveTopicRecord", causes
+    assert "/topics/tt-gone/name: (absent) → \"tt-gone\"" in texts(browser, "#changes tr.change")[0]
+    created = texts(browser, "#changes a.at")[0]
+    from selenium.webdriver.common.by import By
+    with navigating(browser):
+        browser.find_element(By.CSS_SELECTOR, "#changes a.at").click()
+    assert texts(browser, "#offset") == [created]
+    assert ["name", "tt-gone"] in [e.split() for e in texts(browser, "#entries tr.entry")]
+
+    # the tree at that offset, through the form: the topic is there, and gone at the newest
+    fill(browser, {"path": "/topics", "at-offset": created + "\n"})
+    assert "tt-gone/" in [e.split()[0] for e in texts(browser, "#entries tr.entry")]
+    click(browser, "newest")
+    assert "tt-gone/" not in [e.split()[0] for e in texts(browser, "#entries tr.entry")]
+    assert int(texts(browser, "#offset")[0]) > int(created)
+
+    # what the shell refuses is one line on the page
+    cases = {"/metadata?offset=999999999": (400, "offset 999999999 is after the end of the controller quorum"),
+             "/metadata?path=/topics/tt-gone": (404, "/topics/tt-gone: no such file or directory at offset"),
+             "/metadata?path=/topics/*": (400, "name one path, without glob characters"),
+             "/metadata/changes?path=/topics&from=9&to=3": (400, "changes: FROM (9) is after TO (3)")}
+    for path, (status, line) in cases.items():
+        got, body = console.get(path)
+        assert (got, line in body, "Traceback" in body) == (status, True, False), (path, got, body[-400:])
+
+
+def test_topic_configs_are_created_edited_and_refused_in_the_controllers_one_line(console: Console, browser):
+    bootstrap = console.cluster.quorum.bootstrap
+
+    def described() -> list[str]:
+        r = kraft("configs", "--bootstrap-controller", bootstrap, "--entity-type", "topics",
+                  "--entity-name", "web-configs", "--describe")
+        return [line.strip() for line in r.stdout.splitlines()[1:]]
+    browser.get(console.url + "/topics/new")
+    fill(browser, {"name": "web-configs", "partitions": "1", "replication_factor": "1",
+                   "configs": "retention.ms=soon"})
+    click(browser, "submit")
+    assert texts(browser, "#error") == ["INVALID_CONFIG: Invalid value soon for configuration retention.ms: "
+                                        + texts(browser, "#error")[0].split("retention.ms: ", 1)[1]]
+    assert console.get("/topics/web-configs")[0] == 404  # nothing was created
+    browser.get(console.url + "/topics/new")
+    fill(browser, {"name": "web-configs", "partitions": "1", "replication_factor": "1",
+                   "configs": "retention.ms=3600000\nsegment.bytes=1048576"})
+    click(browser, "submit")
+    assert "retention.ms=3600000" in described() and "segment.bytes=1048576" in described()
+
+    # edit: change one value, remove one line, add one (a value with a comma stays whole)
+    click(browser, "edit-configs")
+    fill(browser, {"configs": "retention.ms=7200000\ncleanup.policy=compact,delete"})
+    click(browser, "submit")
+    assert texts(browser, "#notice") == ["Configs: set cleanup.policy=compact,delete, set retention.ms=7200000, "
+                                         "deleted segment.bytes."]
+    assert "cleanup.policy compact,delete" in texts(browser, "#configs")[0]
+    assert [c for c in described() if not c.endswith("(default)")] == [
+        "cleanup.policy=compact,delete", "retention.ms=7200000"]
+
+    # the controller's refusal is one line, and nothing changes
+    click(browser, "edit-configs")
+    fill(browser, {"configs": "retention.ms=7200000\nno.such.config=1"})
+    click(browser, "submit")
+    assert texts(browser, "#error") == ["INVALID_CONFIG: Unknown topic config name: no.such.config"]
+    assert "retention.ms=7200000" in described()
+
+
+def test_acls_are_listed_added_and_deleted_after_confirmation(console: Console, browser):
+    from selenium.webdriver.support.ui import Select
+    from selenium.webdriver.common.by import By
+    bootstrap = console.cluster.quorum.bootstrap
+    browser.get(console.url + "/acls")
+    click(browser, "add-acl")
+    Select(browser.find_element(By.ID, "operation")).select_by_visible_text("Read")
+    fill(browser, {"resource_name": "web-acl-topic", "principal": "User:alice"})
+    click(browser, "submit")
+    assert texts(browser, "#notice") == ["Added ResourcePattern(resourceType=TOPIC, name=web-acl-topic, "
+                                         "patternType=LITERAL) (principal=User:alice, host=*, operation=READ, "
+                                         "permissionType=ALLOW)."]
+    rows = texts(browser, "#acls tr.acl")
+    assert any(r.split()[:7] == ["TOPIC", "web-acl-topic", "LITERAL", "User:alice", "*", "READ", "ALLOW"]
+               for r in rows), rows
+    listed = kraft("acls", "--bootstrap-controller", bootstrap, "--list", "--topic", "web-acl-topic")
+    assert "(principal=User:alice, host=*, operation=READ, permissionType=ALLOW)" in listed.stdout
+
+    # the tool's checks are one line on the page
+    browser.get(console.url + "/acls/new")
+    fill(browser, {"resource_name": "t", "principal": "alice"})
+    click(browser, "submit")
+    assert texts(browser, "#error")[0].startswith("INVALID_REQUEST: ")
+
+    # delete asks first; Cancel keeps it, Delete removes it
+    browser.get(console.url + "/acls")
+    with navigating(browser):
+        next(e for e in browser.find_elements(By.CSS_SELECTOR, "#acls tr.acl")
+             if "web-acl-topic" in e.text).find_element(By.CSS_SELECTOR, "a.delete").click()
+    assert "principal=User:alice" in texts(browser, "#acl")[0]
+    click(browser, "cancel")
+    assert any("web-acl-topic" in r for r in texts(browser, "#acls tr.acl"))
+    with navigating(browser):
+        next(e for e in browser.find_elements(By.CSS_SELECTOR, "#acls tr.acl")
+             if "web-acl-topic" in e.text).find_element(By.CSS_SELECTOR, "a.delete").click()
+    click(browser, "submit")
+    assert texts(browser, "#notice")[0].startswith("Removed ResourcePattern(resourceType=TOPIC, name=web-acl-topic")
+    assert not any("web-acl-topic" in r for r in texts(browser, "#acls tr.acl"))
+    listed = kraft("acls", "--bootstrap-controller", bootstrap, "--list", "--topic", "web-acl-topic")
+    assert "User:alice" not in listed.stdout
+
+    # what the ACLs deny the console's principal (User:ANONYMOUS over plaintext) is Kafka's error on the page
+    asyncio.run(console.cluster.create_topic("web-denied", partitions=1, rf=1))
+    browser.get(console.url + "/acls/new")  # All, Allow: the ACLs of the topic must allow the rest (describe)
+    fill(browser, {"resource_name": "web-denied", "principal": "User:ANONYMOUS"})
+    click(browser, "submit")
+    browser.get(console.url + "/acls/new")
+    Select(browser.find_element(By.ID, "operation")).select_by_visible_text("Delete")
+    Select(browser.find_element(By.ID, "permission")).select_by_visible_text("Deny")
+    fill(browser, {"resource_name": "web-denied", "principal": "User:ANONYMOUS"})
+    click(browser, "submit")
+    browser.get(console.url + "/topics/web-denied/delete")
+    fill(browser, {"confirm": "web-denied"})
+    click(browser, "submit")
+    assert texts(browser, "#error") == ["TOPIC_AUTHORIZATION_FAILED: Not authorized to access topics: [web-denied] "
+                                        "(User:ANONYMOUS may not DELETE it)"]
+    assert console.request("/topics/web-denied/delete", {"confirm": "web-denied"})[0] == 403
+    assert console.get("/topics/web-denied")[0] == 200
+
+
+def test_a_groups_offsets_are_reset_after_a_dry_run_as_the_cli_does(console: Console, browser):
+    from clients import Consumer, Producer
+    bs = console.cluster.bootstrap_servers
+    tps = [("web-reset", 0), ("web-reset", 1)]
+
+    async def setup() -> None:
+        await console.cluster.create_topic("web-reset", partitions=2, rf=3)
+        async with Producer(bs) as p:
+            for i in range(6):
+                await p.send_and_wait("web-reset", b"v%d" % i, partition=i % 2)
+        async with Consumer(bs, group_id="web-reset-group", enable_auto_commit=False) as c:
+            await c.assign(tps)
+            await c.commit({tp: 3 for tp in tps})
+    asyncio.run(setup())
+    browser.get(console.url + "/groups/web-reset-group")
+    assert texts(browser, "#total-lag") == ["0"]
+    fill(browser, {"reset-topic": "web-reset", "reset-value": "-2"})
+    from selenium.webdriver.support.ui import Select
+    from selenium.webdriver.common.by import By
+    Select(browser.find_element(By.ID, "reset-to")).select_by_visible_text("shift")
+    click(browser, "dry-run")
+    cli = kraft("consumer-groups", "--bootstrap-server", bs, "--reset-offsets", "--group", "web-reset-group",
+                "--topic", "web-reset", "--shift-by", "-2", "--dry-run")
+    assert texts(browser, "#new-offsets") == [cli.stdout.rstrip("\n")]
+    assert [line.split()[-1] for line in cli.stdout.splitlines()[1:]] == ["1", "1"]
+    browser.get(console.url + "/groups/web-reset-group")
+    assert texts(browser, "#total-lag") == ["0"]  # a dry run commits nothing
+    browser.back()
+    click(browser, "apply")
+    assert texts(browser, "#notice") == ["Reset the offsets of web-reset."]
+    assert texts(browser, "#lag .lag") == ["2", "2"]
+
+    # to an offset past the end: the CLI's warning, and the log end instead
+    fill(browser, {"reset-topic": "web-reset", "reset-value": "10"})
+    Select(browser.find_element(By.ID, "reset-to")).select_by_visible_text("offset")
+    click(browser, "dry-run")
+    assert texts(browser, ".warning")[0] == ("Warning: New offset (10) is higher than latest offset for topic "
+                                             "partition web-reset-0. Value will be set to 3")
+    click(browser, "apply")
+    assert texts(browser, "#lag .lag") == ["0", "0"]
+
+
+def test_a_reassignments_progress_bar_moves_until_it_completes(console: Console, browser):
+    from selenium.webdriver.common.by import By
+
+    from clients import Producer
+    from kraft import reassign
+    c = console.cluster
+
+    async def fill_and_move() -> None:  # ~2 MiB for broker 102 to copy at 200 kB/s
+        await c.create_topic("web-moving", assignments=[[101]])
+        async with Producer(c.bootstrap_servers, linger_ms=5) as p:
+            await asyncio.gather(*[await p.send("web-moving", b"%08d" % i + b"x" * 1000) for i in range(2000)])
+        async with c.controller() as client:
+            await reassign.execute(client, {("web-moving", 0): (101, 102)}, 200_000)
+    asyncio.run(fill_and_move())
+    seen: list[int] = []
+    try:
+        def done() -> bool:
+            browser.get(console.url + "/reassignments")
+            row = [r for r in browser.find_elements(By.CSS_SELECTOR, "#reassignments tr.reassignment")
+                   if r.text.startswith("web-moving-0")]
+            if row:
+                assert row[0].text.split()[1:4] == ["101", "101,102", "102"], row[0].text  # leader, replicas, adding
+                bar = row[0].find_elements(By.CSS_SELECTOR, "progress")
+                if bar:
+                    seen.append(int(bar[0].get_attribute("value")))
+                    assert "behind" in row[0].text
+            return not row
+        asyncio.run(eventually(done, 90, interval=0.3, what="web-moving-0's reassignment to complete"))
+    finally:
+        async def unthrottle() -> None:
+            async with c.controller() as client:
+                await reassign.set_throttle(client, c.ids, None)
+        asyncio.run(unthrottle())
+    assert texts(browser, "#none") == ["No partition reassignments found."]
+    assert len(set(seen)) >= 2 and seen == sorted(seen) and seen[0] < 100, seen  # it moved, forward
+
+
+def test_the_static_quorum_page_says_it_cannot_change(console: Console, browser):
+    browser.get(console.url + "/quorum")
+    assert len(texts(browser, "#voters tr.voter")) == 3
+    assert texts(browser, "#static")[0].startswith("UNSUPPORTED_VERSION: cannot add or remove a controller: this "
+                                                 "quorum's voters are static")
+    assert texts(browser, "#voters a.remove, #observers form") == []
+    status, body = console.request("/quorum/remove", {"id": "1", "directory_id": ""})
+    assert (status, "UNSUPPORTED_VERSION: cannot remove a controller" in body) == (400, True), body[-300:]
+
+
+def test_a_controller_is_added_as_a_voter_and_removed_through_the_quorum_page(browser, tmp_path: Path):
+    from types import SimpleNamespace
+
+    from selenium.webdriver.common.by import By
+
+    from kraft.dev_quorum import DevQuorum
+    from tests.kvcluster import consecutive_ports
+    from tests.test_quorum_changes import format_, observers, ok, status, try_status, voters
+    q = DevQuorum(str(tmp_path / "q"), consecutive_ports(2), election_timeout_ms=500, dynamic=True)
+    q.write_configs()
+    q.cluster_id = ok(kraft("storage", "random-uuid")).strip()
+    dirs = {1: format_(q, 1, "--standalone"), 2: format_(q, 2, "--no-initial-controllers")}
+    addr = {i: f"127.0.0.1:{p}" for i, p in q.ports.items()}
+    web: Console | None = None
+    try:
+        q.start_node(1)
+        q.start_node(2)
+        asyncio.run(eventually(lambda: (s := try_status(addr[1])) is not None and observers(s) == {2: dirs[2]}, 30,
+                               what="controller 2 observing"))
+        no_brokers = SimpleNamespace(quorum=SimpleNamespace(bootstrap=addr[1]), bootstrap_servers="127.0.0.1:1")
+        web = Console(no_brokers, tmp_path)  # type: ignore[arg-type]
+        web.wait_up()
+        browser.get(web.url + "/quorum")
+        assert [r.split()[:2] for r in texts(browser, "#voters tr.voter")] == [["1", dirs[1]]]
+        assert texts(browser, "#observers tr.observer")[0].split()[:2] == ["2", dirs[2]]
+        field = browser.find_element(By.CSS_SELECTOR, "#add-2 .endpoint")
+        field.clear()
+        field.send_keys(f"CONTROLLER://{addr[2]}")
+        with navigating(browser):
+            browser.find_element(By.CSS_SELECTOR, "#add-2 .add").click()
+        assert texts(browser, "#notice") == [f"Added controller 2 with directory id {dirs[2]} and endpoints: "
+                                             f"CONTROLLER://{addr[2]}."]
+        assert voters(status(addr[1])) == dirs
+        assert [r.split()[0] for r in texts(browser, "#voters tr.voter")] == ["1", "2"]
+
+        # remove it again, after a confirmation
+        with navigating(browser):
+            browser.find_elements(By.CSS_SELECTOR, "#voters a.remove")[1].click()
+        assert texts(browser, "#what")[0].startswith(f"KRaft controller 2 with directory id {dirs[2]}")
+        click(browser, "submit")
+        assert texts(browser, "#notice") == [f"Removed KRaft controller 2 with directory id {dirs[2]}."]
+        assert voters(status(addr[1])) == {1: dirs[1]}
+
+        # the quorum's refusal is its one line on the page
+        browser.get(web.url + "/quorum")
+        with navigating(browser):
+            browser.find_element(By.CSS_SELECTOR, "#voters a.remove").click()
+        click(browser, "submit")
+        assert texts(browser, "#error")[0].startswith("INVALID_REQUEST: ") and \
+            "cannot remove the last voter" in texts(browser, "#error")[0]
+    finally:
+        if web is not None:
+            web.close()
+        q.stop()
+    assert_no_tracebacks(tmp_path)
+
+
+def test_live_charts_show_messages_and_bytes_in_request_and_raft_commit_latency(console: Console, browser):
+    from selenium.webdriver.common.by import By
+
+    from clients import Producer
+
+    async def burst() -> None:
+        await console.cluster.create_topic("web-charts", partitions=1, rf=3)
+        async with Producer(console.cluster.bootstrap_servers) as p:
+            for i in range(50):
+                await p.send_and_wait("web-charts", b"x" * 100)
+
+    def lines(chart: str) -> dict[str, float]:
+        """Each series of the chart and the highest value it reached."""
+        return {e.get_attribute("data-name"): float(e.get_attribute("data-max"))
+                for e in browser.find_elements(By.CSS_SELECTOR, f"#{chart} polyline.series")}
+
+    asyncio.run(burst())
+
+    def charted() -> bool:
+        browser.get(console.url + "/charts")
+        return lines("messages-in-topic").get("web-charts", 0) > 0 and lines("bytes-in-topic").get("web-charts", 0) > 0
+    asyncio.run(eventually(charted, 30, interval=1, what="web-charts' messages in charted"))
+    brokers = lines("messages-in-broker")
+    assert set(brokers) <= set(console.args[console.args.index("--metrics") + 1].split(","))  # one line per node
+    assert max(brokers.values()) > 0  # the leader's endpoint counted the burst
+    assert len(lines("request-latency")) >= 4  # every node answers requests
+    assert lines("commit-latency") and all(v > 0 for v in lines("commit-latency").values())
+    assert browser.find_elements(By.CSS_SELECTOR, "meta[http-equiv=refresh]")  # it reloads itself to move on
+
+
 def test_bad_input_answers_400_or_404_in_one_line(console: Console):
     asyncio.run(console.cluster.create_topic("web-bad", partitions=1, rf=1))
     cases = {
@@ -335,20 +696,39 @@ def test_bad_input_answers_400_or_404_in_one_line(console: Console):
 
 def test_read_only_mode_hides_every_form_and_refuses_every_change(console: Console, browser, tmp_path: Path):
     from selenium.webdriver.common.by import By
-    asyncio.run(console.cluster.create_topic("web-ro", partitions=1, rf=1))
+    from clients import Consumer
+
+    async def setup() -> None:
+        await console.cluster.create_topic("web-ro", partitions=1, rf=1)
+        async with Consumer(console.cluster.bootstrap_servers, group_id="web-ro-group", enable_auto_commit=False) as c:
+            await c.assign([("web-ro", 0)])
+            await c.commit({("web-ro", 0): 0})
+    asyncio.run(setup())
     ro = Console(console.cluster, tmp_path, "--read-only")
     try:
         ro.wait_up()
-        for path in ("/", "/topics", "/topics/web-ro", "/topics/web-ro/partitions/0", "/groups"):
+        without_search = ("/", "/topics/web-ro", "/groups", "/groups/web-ro-group", "/acls", "/quorum",
+                          "/reassignments")
+        for path in ("/", "/topics", "/topics/web-ro", "/topics/web-ro/partitions/0", "/groups",
+                     "/groups/web-ro-group", "/acls", "/metadata", "/metadata/changes?path=/topics/web-ro",
+                     "/quorum", "/reassignments"):
             browser.get(ro.url + path)
             assert texts(browser, "#read-only") == ["read-only"], path
-            assert browser.find_elements(By.CSS_SELECTOR, "form[method=post], #create-topic, #delete") == [], path
-            assert browser.find_elements(By.CSS_SELECTOR, "form[method=get]") or path in ("/", "/topics/web-ro",
-                                                                                          "/groups"), path
+            assert browser.find_elements(By.CSS_SELECTOR, "form[method=post], #create-topic, #delete, "
+                                                          "#edit-configs, #add-acl, a.delete, a.remove") == [], path
+            assert browser.find_elements(By.CSS_SELECTOR, "form[method=get]") or path in without_search, path
         refusal = "this console is read-only (kraft web --read-only): it changes nothing"
+        acl = {"resource_type": "Topic", "resource_name": "web-ro", "principal": "User:bob"}
+        reset = {"topic": "web-ro", "to": "latest"}
         for path, form in [("/topics/new", None), ("/topics", {"name": "ro-created", "partitions": "1"}),
                            ("/topics/web-ro/delete", None), ("/topics/web-ro/delete", {"confirm": "web-ro"}),
-                           ("/topics/web-ro/partitions/0", {"key": "k", "value": "v"})]:
+                           ("/topics/web-ro/partitions/0", {"key": "k", "value": "v"}),
+                           ("/topics/web-ro/configs", None), ("/topics/web-ro/configs", {"configs": "retention.ms=1"}),
+                           ("/acls/new", None), ("/acls", acl), ("/acls/delete?" + urllib.parse.urlencode(acl), None),
+                           ("/acls/delete", acl), ("/groups/web-ro-group/reset", reset),
+                           ("/groups/web-ro-group/reset/execute", reset),
+                           ("/quorum/add", {"id": "4", "directory_id": "x", "endpoint": "CONTROLLER://h:1"}),
+                           ("/quorum/remove?id=1", None), ("/quorum/remove", {"id": "1", "directory_id": "x"})]:
             status, body = ro.request(path, form)
             assert (status, refusal in body) == (403, True), (path, status, body[-300:])
         assert console.get("/topics/ro-created")[0] == 404
@@ -356,6 +736,73 @@ def test_read_only_mode_hides_every_form_and_refuses_every_change(console: Conso
         assert "holds no records" in console.get("/topics/web-ro/partitions/0?offset=1")[1]
     finally:
         ro.close()
+    assert_no_tracebacks(tmp_path)
+
+
+def test_an_auth_file_makes_the_console_ask_for_a_user_and_password(console: Console, browser, tmp_path: Path):
+    auth = tmp_path / "console.users"
+    auth.write_text("# who may use the console\nadmin:s3cret:with:colons\n\nviewer:v\n")
+    guarded = Console(console.cluster, tmp_path, "--auth-file", str(auth))
+    try:
+        async def up() -> bool:
+            try:
+                return guarded.get("/")[0] == 401
+            except OSError:
+                return False
+        asyncio.run(eventually(up, 30, interval=0.2, what="the guarded console answers"))
+        browser.get(guarded.url + "/topics")  # the browser asks for them: nothing of the console shows
+        assert texts(browser, "#count") == []
+        assert "this console needs a user and password (kraft web --auth-file)" in guarded.get("/topics")[1]
+        host = guarded.listen
+        browser.get(f"http://admin:s3cret:with:colons@{host}/topics")  # the browser sends them as basic auth
+        assert texts(browser, "#count")[0].split()[1] == "topics"
+        import base64
+        for user, password, status in [("admin", "s3cret:with:colons", 200), ("viewer", "v", 200),
+                                       ("admin", "wrong", 401), ("nobody", "v", 401)]:
+            token = base64.b64encode(f"{user}:{password}".encode()).decode()
+            got, body = guarded.request("/static/style.css", headers={"Authorization": f"Basic {token}"})
+            assert got == status, (user, got, body[-200:])
+        assert guarded.get("/static/style.css")[0] == 401
+    finally:
+        guarded.close()
+    for text, line in [("admin\n", f"{auth}:1: expected USER:PASSWORD"), ("# nobody\n", f"{auth}: no USER:PASSWORD line")]:
+        auth.write_text(text)
+        r = kraft(*console.args[:-2], "--auth-file", str(auth))  # no --metrics; it fails before listening
+        assert (r.returncode, r.stderr) == (1, f"Error: --auth-file {line}\n"), r.stderr
+    assert_no_tracebacks(tmp_path)
+
+
+def test_the_console_reaches_a_mutual_tls_cluster_with_its_command_config(browser, tmp_path: Path):
+    """Every way the console talks to the cluster (controller client, the metadata log's
+    fetch, the brokers' admin client, consumer and producer) uses --command-config's TLS."""
+    from clients.security import client_tls
+    from tests.test_tls import client_props, make_certs, write_props
+    nodes = ["controller-1", "controller-2", "controller-3", "broker-101", "broker-102"]
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    make_certs(certs, *nodes, "console")
+    security = {"listener.security.protocol.map": "CONTROLLER:SSL,PLAINTEXT:SSL,KAFKA:SSL",
+                "ssl.truststore.location": str(certs / "ca.crt"), "ssl.client.auth": "required"}
+    keystores = {int(n.split("-")[1]): {"ssl.keystore.location": str(certs / f"{n}.keystore.pem")} for n in nodes}
+    with running_cluster(tmp_path / "tls", security, keystores, brokers=2, controller_props=security,
+                         client_tls=client_tls(client_props(certs, "console"))) as cluster:
+        asyncio.run(cluster.create_topic("tls-orders", partitions=1, rf=2))
+        props = write_props(tmp_path / "console.properties", client_props(certs, "console"))
+        web = Console(cluster, tmp_path, "--command-config", str(props))
+        try:
+            web.wait_up()
+            browser.get(web.url + "/")
+            assert len(texts(browser, "#controllers tr.controller")) == 3
+            assert [b.split()[:2] for b in texts(browser, "#brokers tr.broker")] == [["101", "active"],
+                                                                                     ["102", "active"]]
+            browser.get(web.url + "/topics/tls-orders/partitions/0")
+            fill(browser, {"key": "k", "value": "over TLS"})
+            click(browser, "send")
+            assert texts(browser, "#messages .value") == ["over TLS"]
+            browser.get(web.url + "/metadata?path=/topics")
+            assert "tls-orders/" in [e.split()[0] for e in texts(browser, "#entries tr.entry")]
+        finally:
+            web.close()
     assert_no_tracebacks(tmp_path)
 
 
@@ -439,6 +886,47 @@ def test_ten_thousand_topics_list_in_under_a_second():
             assert took < 1.0, f"{query} took {took:.2f}s"
         assert "10000 topics" in client.get("/topics").text
         assert client.get("/topics?page=101").status_code == 404
+
+
+def test_rates_and_means_are_computed_between_rounds_across_a_gap_and_a_restart():
+    from kraft.web.charts import Round, means, rates
+    counter, hist = "kafka_server_brokertopicmetrics_messagesin_total", "kafka_network_requestmetrics_total_time_seconds"
+
+    def samples(a: float, b: float, s: float, n: float) -> dict:
+        return {(counter, (("topic", "a"),)): a, (counter, (("topic", "b"),)): b,
+                (hist + "_sum", (("request", "Produce"),)): s, (hist + "_count", (("request", "Produce"),)): n}
+    first = samples(0, 0, 0, 0)
+    del first[(counter, (("topic", "b"),))]  # topic b appears in the next round: counted from 0
+    rounds = [Round(0.0, {"n1": first, "n2": samples(10, 0, 0, 0)}),
+              Round(2.0, {"n1": samples(20, 4, 1.0, 10), "n2": None}),          # n2 did not answer
+              Round(4.0, {"n1": samples(40, 4, 1.0, 10), "n2": samples(30, 2, 0.5, 5)}),
+              Round(6.0, {"n1": samples(6, 4, 1.3, 13), "n2": samples(50, 2, 0.5, 5)})]  # n1 restarted
+    assert rates(rounds, counter, "topic", per_node=False) == {
+        "a": [(2.0, 10.0), (4.0, 10.0), (6.0, 3.0 + 10.0)], "b": [(2.0, 2.0), (4.0, 0.0), (6.0, 0.0)]}
+    assert rates(rounds, counter, "topic", per_node=True) == {
+        "n1": [(2.0, 12.0), (4.0, 10.0), (6.0, 3.0)], "n2": [(6.0, 10.0)]}
+    assert means(rounds, hist) == {"n1": [(2.0, 100.0), (6.0, pytest.approx(100.0))]}  # ms; no requests: no point
+
+
+def test_read_only_refuses_every_request_that_can_change_the_cluster():
+    """Every POST route, and every page that offers a form to change something, whatever it
+    is called: a route added later is covered without being listed here."""
+    from starlette.routing import Route
+    from starlette.testclient import TestClient
+
+    from kraft.web.app import create_app
+    app = create_app(_InMemoryCluster(1), read_only=True)  # type: ignore[arg-type]
+    routes = [r for r in app.app.routes if isinstance(r, Route)]
+    params = {"name": "topic-00000", "partition": "0", "group": "g"}
+    posts = [r for r in routes if "POST" in (r.methods or ())]
+    forms = [r for r in routes if r.name.endswith(("_new", "_confirm")) or r.name == "topic_configs"]
+    assert len(posts) >= 8 and len(forms) >= 4, [r.name for r in posts + forms]
+    with TestClient(app) as client:
+        for r in posts + forms:
+            path = r.path.format(**{k: v for k, v in params.items() if "{" + k + "}" in r.path})
+            got = client.post(path, data={}) if r in posts else client.get(path)
+            assert (r.name, got.status_code) == (r.name, 403), got.text[-300:]
+            assert "this console is read-only" in got.text
 
 
 class _BrokenCluster(_InMemoryCluster):

@@ -16,7 +16,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import groups, messages, overview, topics
+from . import acls, charts, groups, messages, overview, quorum, reassignments, time_travel, topics
+from .auth import BasicAuth
 from .cluster import CLUSTER_ERRORS, Cluster, error_status
 from .pages import HERE, render
 
@@ -76,15 +77,24 @@ class OneLineErrors:
                 await Response(unexpected(e) + "\n", 500, media_type="text/plain")(scope, receive, send)
 
 
-def create_app(cluster: Cluster, *, read_only: bool = False) -> Any:
+def create_app(cluster: Cluster, *, read_only: bool = False, metrics: list[str] | None = None,
+               users: dict[str, str] | None = None) -> Any:
     """The console for ``cluster`` (started with the app, closed with it); ``read_only``: no
-    forms that change the cluster, and 403 for their requests."""
+    forms that change the cluster, and 403 for their requests; ``metrics``: the nodes'
+    Prometheus endpoints (HOST:PORT) to scrape for the live charts; ``users``: {user:
+    password} that HTTP basic auth admits (None: no login)."""
+    scraper = charts.Scraper(metrics) if metrics else None
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await cluster.start()
+        if scraper is not None:
+            scraper.start()
         try:
             yield
         finally:
+            if scraper is not None:
+                await scraper.close()
             await cluster.close()
 
     routes = [
@@ -93,12 +103,30 @@ def create_app(cluster: Cluster, *, read_only: bool = False) -> Any:
         Route("/topics", topics.topic_create, methods=["POST"], name="topic_create"),
         Route("/topics/new", topics.topic_new, name="topic_new"),
         Route("/topics/{name}", topics.topic_detail, name="topic"),
+        Route("/topics/{name}/configs", topics.topic_configs, name="topic_configs"),
+        Route("/topics/{name}/configs", topics.topic_configs_alter, methods=["POST"], name="topic_configs_alter"),
         Route("/topics/{name}/delete", topics.topic_delete_confirm, name="topic_delete_confirm"),
         Route("/topics/{name}/delete", topics.topic_delete, methods=["POST"], name="topic_delete"),
         Route("/topics/{name}/partitions/{partition}", messages.browse, name="messages"),
         Route("/topics/{name}/partitions/{partition}", messages.produce, methods=["POST"], name="produce"),
         Route("/groups", groups.group_list, name="groups"),
         Route("/groups/{group}", groups.group_detail, name="group"),
+        Route("/groups/{group}/reset", groups.group_reset_dry_run, methods=["POST"], name="group_reset"),
+        Route("/groups/{group}/reset/execute", groups.group_reset_execute, methods=["POST"],
+              name="group_reset_execute"),
+        Route("/acls", acls.acl_list, name="acls"),
+        Route("/acls", acls.acl_create, methods=["POST"], name="acl_create"),
+        Route("/acls/new", acls.acl_new, name="acl_new"),
+        Route("/acls/delete", acls.acl_delete_confirm, name="acl_delete_confirm"),
+        Route("/acls/delete", acls.acl_delete, methods=["POST"], name="acl_delete"),
+        Route("/quorum", quorum.quorum_page, name="quorum"),
+        Route("/quorum/add", quorum.controller_add, methods=["POST"], name="controller_add"),
+        Route("/quorum/remove", quorum.controller_remove_confirm, name="controller_remove_confirm"),
+        Route("/quorum/remove", quorum.controller_remove, methods=["POST"], name="controller_remove"),
+        Route("/reassignments", reassignments.reassignment_list, name="reassignments"),
+        Route("/charts", charts.charts_page, name="charts"),
+        Route("/metadata", time_travel.tree, name="metadata"),
+        Route("/metadata/changes", time_travel.changes, name="metadata_changes"),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
     handlers: dict[Any, Any] = {HTTPException: http_error, Exception: unexpected_error}
@@ -106,4 +134,6 @@ def create_app(cluster: Cluster, *, read_only: bool = False) -> Any:
     app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)
     app.state.cluster = cluster
     app.state.read_only = read_only
-    return OneLineErrors(app)
+    app.state.scraper = scraper
+    console = OneLineErrors(app)
+    return BasicAuth(console, users) if users else console

@@ -4,15 +4,22 @@ clients and TLS settings (``--command-config``) as the ``kraft`` tools."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from clients import Producer
 from clients.consumer_groups import GroupAdmin
 from clients.cluster_view import ClientError
 from metadata.client import ControllerClient, ControllerError, error_code
-from metadata.errors import ErrorCode
+from metadata.errors import ApiError, ErrorCode
+from metadata.shell.source import MetadataSource, SourceError
 from protos import controller_pb2 as pb
 from common.tls import TLSConfig
+
+if TYPE_CHECKING:
+    from metadata.shell.live import LiveSource
+
+T = TypeVar("T")
 
 
 class Cluster:
@@ -20,8 +27,11 @@ class Cluster:
 
     def __init__(self, bootstrap_controller: str, bootstrap_server: str, tls: TLSConfig | None = None,
                  timeout: float = 15.0) -> None:
+        self.bootstrap_controller = bootstrap_controller
         self.bootstrap_server = bootstrap_server
         self.tls = tls
+        self._source: LiveSource | None = None  # the metadata log, fetched as metadata-shell does
+        self._shell_lock = asyncio.Lock()  # the source is one thread's at a time
         self.controller = ControllerClient(bootstrap_controller, timeout=timeout, attempt_timeout=5.0, tls=tls,
                                            give_up_unconnectable=True)  # a page answers at once, as a tool
         self.timeout_ms = int(timeout * 1000)
@@ -33,6 +43,8 @@ class Cluster:
         await self.controller.__aenter__()
 
     async def close(self) -> None:
+        if self._source is not None:
+            await asyncio.to_thread(self._source.close)
         if self._producer is not None:
             await self._producer.close()
         if self._admin is not None:
@@ -59,6 +71,21 @@ class Cluster:
             if self._producer is None:
                 self._producer = await Producer(self.bootstrap_server, tls=self.tls).start()
         return self._producer
+
+    async def metadata_log(self, read: Callable[[MetadataSource], T]) -> T:
+        """``read`` run over the committed metadata log as ``metadata-shell
+        --bootstrap-controller`` holds it (fetched on first use, caught up before each read),
+        in a thread: the shell's source is synchronous and one reader's at a time."""
+        from metadata.shell.live import LiveSource
+
+        def run() -> T:
+            if self._source is None:
+                self._source = LiveSource(self.bootstrap_controller, timeout=self.timeout_ms / 1000, tls=self.tls)
+            else:
+                self._source.refresh()
+            return read(self._source)
+        async with self._shell_lock:
+            return await asyncio.to_thread(run)
 
     async def quorum(self) -> pb.DescribeQuorumResponse:
         return await self.controller.describe_quorum(pb.DescribeQuorumRequest())
@@ -88,6 +115,15 @@ class Cluster:
         r = await self.controller.create_topics(pb.CreateTopicsRequest(topics=[t]))
         check(r.topics[0].error_code, r.topics[0].error_message)
 
+    async def alter_topic_configs(self, name: str, set_: dict[str, str], delete: list[str]) -> None:
+        """IncrementalAlterConfigs on a topic, as ``kraft configs --alter --add-config
+        --delete-config``: the controller validates every value and answers in one line."""
+        changes = [pb.AlterableConfig(name=k, op=pb.AlterableConfig.SET, value=v) for k, v in set_.items()]
+        changes += [pb.AlterableConfig(name=k, op=pb.AlterableConfig.DELETE) for k in delete]
+        r = await self.controller.incremental_alter_configs(pb.IncrementalAlterConfigsRequest(resources=[
+            pb.AlterConfigsResource(resource_type=pb.TOPIC, resource_name=name, configs=changes)]))
+        check(r.resources[0].error_code, r.resources[0].error_message)
+
     async def delete_topic(self, name: str) -> None:
         r = await self.controller.delete_topics(pb.DeleteTopicsRequest(names=[name]))
         check(r.topics[0].error_code, r.topics[0].error_message)
@@ -100,13 +136,16 @@ def check(code: int, message: str) -> None:
         raise ControllerError(c, message)
 
 
-#: What the pages catch and show as one line: every failure the clients report in Kafka's words.
-CLUSTER_ERRORS: tuple[type[Exception], ...] = (ControllerError, ClientError)
+#: What the pages catch and show as one line: every failure the clients report in Kafka's words,
+#: and the metadata shell's (a history out of reach, a quorum that does not answer).
+CLUSTER_ERRORS: tuple[type[Exception], ...] = (ControllerError, ApiError, ClientError, SourceError)
 
 
 def error_status(e: Exception) -> int:
     """The HTTP status for a cluster's error: 404 for what does not exist, 403 for what the
     principal may not do, 400 for a refused request, 503 when the cluster does not answer."""
+    if isinstance(e, SourceError):  # the quorum did not answer the shell's fetch
+        return 503
     code: Any = getattr(e, "code", None)
     if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION or code == ErrorCode.GROUP_ID_NOT_FOUND:
         return 404

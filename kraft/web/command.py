@@ -8,6 +8,7 @@ import socket
 
 import click
 
+from common.host_ports import host_ports
 from kraft.cli import command_config_option, command_tls, fail
 
 
@@ -38,19 +39,36 @@ def bind(listen: str) -> socket.socket:
               help="HOST:PORT[,HOST:PORT...] of any controllers")
 @click.option("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT...] of any brokers (gRPC listeners)")
 @click.option("--listen", default="127.0.0.1:8080", show_default=True, help="HOST:PORT the console serves on")
-@click.option("--read-only", is_flag=True, help="show, never change: no forms to create, delete or produce")
+@click.option("--read-only", is_flag=True,
+              help="show, never change: no form that changes the cluster, and 403 for such requests")
+@click.option("--metrics", default=None, metavar="HOST:PORT[,HOST:PORT...]",
+              help="the nodes' Prometheus endpoints (prometheus.listener) to chart live")
+@click.option("--auth-file", default=None, metavar="FILE",
+              help="USER:PASSWORD lines: the console asks for one of them (HTTP basic auth)")
 @command_config_option
-def web(bootstrap_controller: str, bootstrap_server: str, listen: str, read_only: bool) -> None:
-    """Serve a web console for the cluster (overview, topics, messages, groups)."""
+def web(bootstrap_controller: str, bootstrap_server: str, listen: str, read_only: bool, metrics: str | None,
+        auth_file: str | None) -> None:
+    """Serve a web console for the cluster (docs/web.md)."""
     import logging
 
     import uvicorn
 
     from .app import create_app
+    from .auth import AuthFileError, read_auth_file
     from .cluster import Cluster
 
+    try:
+        endpoints = host_ports(metrics) if metrics else None
+    except ValueError as e:
+        fail(f"--metrics: {str(e)!r} is not HOST:PORT; give the nodes' prometheus.listener addresses, e.g. "
+             "127.0.0.1:9404,127.0.0.1:9405")
+    try:
+        users = read_auth_file(auth_file) if auth_file else None
+    except AuthFileError as e:
+        fail(f"--auth-file {e}")
     sock = bind(listen)
-    app = create_app(Cluster(bootstrap_controller, bootstrap_server, command_tls()), read_only=read_only)
+    app = create_app(Cluster(bootstrap_controller, bootstrap_server, command_tls()), read_only=read_only,
+                     metrics=endpoints, users=users)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     click.echo(f"Console at http://{listen}/ (Ctrl-C stops it)", err=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))

@@ -1,4 +1,5 @@
-"""The messages page: a partition's records from an offset, oldest first, with key and value
+"""The messages page: a partition's records from an offset or a time, oldest first (forward
+from it) or newest first (back from it, by default from the last record), with key and value
 shown as text, JSON (pretty-printed) or hex; and a form to produce one. Reads go through the
 project's Consumer (assign and seek), writes through its Producer."""
 from __future__ import annotations
@@ -16,6 +17,7 @@ from clients.admin import EARLIEST, LATEST
 from .pages import bad_request, cluster_of, int_param, not_found, render, require_writable
 
 FORMATS = ("text", "json", "hex")
+ORDERS = ("oldest", "newest")  # oldest first reads forward from the offset, newest first back from it
 MAX_LIMIT = 500
 READ_TIMEOUT_S = 10.0
 
@@ -68,23 +70,35 @@ async def browse(request: Request) -> Response:
     tp = (topic, partition)
     start = (await admin.offsets({tp: EARLIEST}))[tp][0]
     end = (await admin.offsets({tp: LATEST}))[tp][0]
+    order = request.query_params.get("order", "oldest")
+    if order not in ORDERS:
+        raise bad_request(f"order must be one of {', '.join(ORDERS)}, not {order!r}")
+    newest = order == "newest"
     when = request.query_params.get("time", "").strip()
     if when:  # the first record at or after it (ListOffsets by time, as kraft get-offsets --time); wins over an offset
         found = (await admin.offsets({tp: parse_time(when)}))[tp][0]
-        offset = found if found >= 0 else end
+        offset = found if found >= 0 else end - 1 if newest else end
     else:
-        offset = int_param(request.query_params.get("offset"), "offset", start, minimum=0)
-    if not start <= offset <= end:
+        offset = int_param(request.query_params.get("offset"), "offset", end - 1 if newest else start, minimum=0)
+    last = end - 1 if newest else end  # newest first reads back from a record, so it must be one
+    if not start <= offset <= last and (end > start or "offset" in request.query_params):
         raise bad_request(f"offset {offset} is outside {topic}-{partition}'s log: offsets {start} to {end - 1}"
                           if end > start else f"offset {offset}: {topic}-{partition} holds no records")
-    records = await _read(cluster.bootstrap_server, cluster.tls, tp, offset, min(limit, end - offset))
+    if newest:  # the records up to the offset, the newest first; "next" goes back to older ones
+        first = max(start, offset - limit + 1)
+        records = (await _read(cluster.bootstrap_server, cluster.tls, tp, first, offset - first + 1))[::-1] \
+            if end > start else []
+        next_offset = first - 1 if records and first > start else None
+    else:
+        records = await _read(cluster.bootstrap_server, cluster.tls, tp, offset, min(limit, end - offset))
+        next_offset = offset + len(records) if offset + len(records) < end else None
     rows = [{"offset": r.offset, "key": show(r.key, fmt), "value": show(r.value, fmt),
              "headers": [(k, show(v, fmt)) for k, v in r.headers],
              "timestamp": datetime.fromtimestamp(r.timestamp / 1000, timezone.utc).isoformat(timespec="milliseconds")}
             for r in records]
     return render(request, "messages.html", topic=topic, partition=partition, fmt=fmt, formats=FORMATS,
-                  limit=limit, offset=offset, time=when, start=start, end=end, rows=rows,
-                  next_offset=offset + len(rows) if offset + len(rows) < end else None)
+                  limit=limit, offset=offset, time=when, start=start, end=end, rows=rows, order=order,
+                  orders=ORDERS, next_offset=next_offset)
 
 
 async def _read(bootstrap: str, tls, tp: tuple[str, int], offset: int, count: int) -> list:

@@ -3,6 +3,7 @@ leader, log start and end offsets); create (with configs) and delete after a con
 from __future__ import annotations
 
 import math
+from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -48,10 +49,11 @@ async def topic_new(request: Request) -> Response:
     return render(request, "topic_new.html")
 
 
-def parse_configs(text: str) -> dict[str, str]:
-    """``KEY=VALUE`` lines (or commas), as ``kraft topics create --config``."""
+def parse_configs(text: str, commas: bool = True) -> dict[str, str]:
+    """``KEY=VALUE`` lines (or commas, as ``kraft topics create --config``; the edit form
+    keeps a value with commas whole, e.g. ``cleanup.policy=compact,delete``)."""
     out = {}
-    for item in text.replace(",", "\n").splitlines():
+    for item in (text.replace(",", "\n") if commas else text).splitlines():
         if not item.strip():
             continue
         key, found, value = item.partition("=")
@@ -72,6 +74,32 @@ async def topic_create(request: Request) -> Response:
     configs = parse_configs(str(form.get("configs", "")))
     await cluster_of(request).create_topic(name, partitions, rf, configs)
     return RedirectResponse(request.url_for("topic", name=name), status_code=303)
+
+
+async def topic_configs(request: Request) -> Response:
+    """The form to edit a topic's own configs, one KEY=VALUE a line."""
+    require_writable(request)
+    (topic,) = await cluster_of(request).topics([request.path_params["name"]])
+    return render(request, "topic_configs.html", topic=topic,
+                  text="\n".join(f"{k}={v}" for k, v in sorted(topic.configs.items())))
+
+
+async def topic_configs_alter(request: Request) -> Response:
+    """What the form changed, as one IncrementalAlterConfigs: SET for a new or changed value,
+    DELETE for a line removed (the cluster's default applies again)."""
+    require_writable(request)
+    name = request.path_params["name"]
+    form = await request.form()
+    wanted = parse_configs(str(form.get("configs", "")), commas=False)
+    cluster = cluster_of(request)
+    (topic,) = await cluster.topics([name])
+    set_ = {k: v for k, v in wanted.items() if topic.configs.get(k) != v}
+    delete = sorted(k for k in topic.configs if k not in wanted)
+    if set_ or delete:
+        await cluster.alter_topic_configs(name, set_, delete)
+    said = ", ".join([f"set {k}={v}" for k, v in sorted(set_.items())] + [f"deleted {k}" for k in delete])
+    return RedirectResponse(str(request.url_for("topic", name=name)) + "?" + urlencode(
+        {"updated": said or "nothing changed"}), status_code=303)
 
 
 async def topic_delete_confirm(request: Request) -> Response:
