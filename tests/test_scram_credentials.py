@@ -204,3 +204,17 @@ def eventually_sync(check, timeout: float = 20.0) -> None:
     while not check():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.1)
+
+
+def test_a_snapshot_with_credentials_is_read_back_and_laid_out_for_spark(tmp_path: Path):
+    """Credentials come last in a snapshot; Spark's reader (which finds sections by the first
+    record of each index block) knows their section instead of refusing the file."""
+    from metadata.analytics.snapshot_ranges import layout
+    from metadata.snapshot import read_info, read_snapshot, write_snapshot
+    upserts = [upsertion(f"user-{i}", SHA256, "pw") for i in range(5)]
+    image = image_with(alter_credentials({}, [], upserts)[0])
+    path = tmp_path / "with-scram.snap"
+    write_snapshot(image, str(path), created_ms=1, index_interval=2)
+    assert read_snapshot(str(path)).scram == image.scram
+    with open(path, "rb") as f:
+        assert layout(f, read_info(str(path))).record_count == 5
