@@ -38,6 +38,7 @@ class ErrorCode(IntEnum):
     TOPIC_AUTHORIZATION_FAILED = 29
     GROUP_AUTHORIZATION_FAILED = 30
     CLUSTER_AUTHORIZATION_FAILED = 31
+    UNSUPPORTED_SASL_MECHANISM = 33
     ILLEGAL_SASL_STATE = 34  # a SASL request on a listener that is not SASL
     UNSUPPORTED_VERSION = 35
     TOPIC_ALREADY_EXISTS = 36
@@ -55,6 +56,7 @@ class ErrorCode(IntEnum):
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53  # what a transactional request is told: no transactions here
     SECURITY_DISABLED = 54
     KAFKA_STORAGE_ERROR = 56
+    SASL_AUTHENTICATION_FAILED = 58
     UNKNOWN_PRODUCER_ID = 59
     TOPIC_DELETION_DISABLED = 73
     FENCED_LEADER_EPOCH = 74
@@ -71,6 +73,9 @@ class ErrorCode(IntEnum):
     FENCED_INSTANCE_ID = 82
     INVALID_RECORD = 87
     THROTTLING_QUOTA_EXCEEDED = 89
+    RESOURCE_NOT_FOUND = 91  # KIP-554: a SCRAM credential that does not exist
+    DUPLICATE_RESOURCE = 92  # KIP-554: one user altered twice in one request
+    UNACCEPTABLE_CREDENTIAL = 93  # KIP-554: an empty user, iterations out of range
     INVALID_UPDATE_VERSION = 95
     UNKNOWN_TOPIC_ID = 100
     DUPLICATE_BROKER_REGISTRATION = 101

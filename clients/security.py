@@ -1,4 +1,5 @@
-"""TLS by Kafka's configuration keys, for every connection this project opens or serves.
+"""TLS by Kafka's configuration keys, for every connection this project opens or serves, and
+the settings of SASL listeners (``SaslSettings``).
 
 A client (producer, consumer, the ``kraft`` tools' ``--command-config``, a broker calling a
 controller or another broker) reads ``security.protocol`` and the ``ssl.*`` keys; a listener
@@ -25,30 +26,54 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from common.config_def import ConfigError
+from common.server_keys import SERVER_KEYS
 from common.tls import TLSConfig
 
-PLAINTEXT, SSL = "PLAINTEXT", "SSL"
-#: Kafka's protocols; the SASL ones are named so that they are refused clearly, not as typos.
-PROTOCOLS = (PLAINTEXT, SSL, "SASL_PLAINTEXT", "SASL_SSL")
+PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL = "PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"
+#: Kafka's protocols: the SASL ones are served on Kafka listeners; this project's own clients
+#: (gRPC) refuse them clearly, not as typos.
+PROTOCOLS = (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)
+#: The SASL mechanisms a Kafka listener can serve (``sasl.enabled.mechanisms``).
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+_JAAS_USER = re.compile(r'user_([^\s=]+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 CLIENT_AUTH = ("required", "requested", "none")
 _PEM = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----(.*?)-----END \1-----", re.S)
 
 
 @dataclass(frozen=True, slots=True)
+class SaslSettings:
+    """A SASL listener's settings (Kafka's keys, each also ``listener.name.<l>.``-prefixed):
+    ``sasl.enabled.mechanisms``; PLAIN's users from ``plain.sasl.jaas.config``
+    (``user_<name>="<password>"``, Kafka's PlainLoginModule); how long a failed login waits
+    before its connection is closed (``connection.failed.authentication.delay.ms``); the
+    session lifetime a client is told to re-authenticate within (``connections.max.reauth.ms``,
+    KIP-368; 0: none). SCRAM's credentials are in the metadata log, not here."""
+
+    mechanisms: tuple[str, ...]
+    plain_users: dict[str, str]
+    failed_authentication_delay_ms: int = 100
+    max_reauth_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class ListenerSecurity:
-    """How one listener is served: its protocol and, for SSL, its TLS material and whether it
-    asks for client certificates (``ssl.client.auth``)."""
+    """How one listener is served: its protocol; for SSL and SASL_SSL, its TLS material and
+    whether it asks for client certificates (``ssl.client.auth``); for SASL, its settings."""
 
     protocol: str = PLAINTEXT
     tls: TLSConfig | None = None
     client_auth: str = "none"
+    sasl: SaslSettings | None = None
 
     @property
     def is_tls(self) -> bool:
         return self.tls is not None
 
     def check_grpc(self, listener: str) -> None:
-        """A gRPC server asks for a client certificate only when it requires one."""
+        """A gRPC server asks for a client certificate only when it requires one, and speaks no SASL."""
+        if self.sasl is not None:
+            raise ConfigError(f"{self.protocol} (listener {listener}): SASL is not supported on gRPC listeners; it is "
+                              f"served on Kafka listeners (kafka.listener.names); use PLAINTEXT or SSL here")
         if self.client_auth == "requested":
             raise ConfigError(f"ssl.client.auth=requested (listener {listener}): gRPC listeners take required or "
                               f"none; requested is for Kafka listeners (kafka.listener.names)")
@@ -59,12 +84,15 @@ def is_security_key(key: str) -> bool:
     return key == "security.protocol" or key.startswith("ssl.")
 
 
-def protocol_of(value: str, key: str = "security.protocol") -> str:
+def protocol_of(value: str, key: str = "security.protocol", *, sasl: bool = False) -> str:
+    """A protocol name; ``sasl``: the SASL ones are allowed (a listener's, not our clients')."""
     protocol = value.strip().upper()
     if protocol not in PROTOCOLS:
-        raise ConfigError(f"Invalid value {value} for configuration {key}: use PLAINTEXT or SSL")
-    if protocol not in (PLAINTEXT, SSL):
-        raise ConfigError(f"{key}={protocol}: SASL is not supported; use SSL with client certificates")
+        raise ConfigError(f"Invalid value {value} for configuration {key}: use "
+                          f"{', '.join(PROTOCOLS) if sasl else 'PLAINTEXT or SSL'}")
+    if not sasl and protocol not in (PLAINTEXT, SSL):
+        raise ConfigError(f"{key}={protocol}: SASL is not supported by this project's clients (the kraft tools, "
+                          f"clients/); use SSL with client certificates")
     return protocol
 
 
@@ -102,23 +130,26 @@ def security_protocol_map(text: str) -> dict[str, str]:
     for item in filter(None, (i.strip() for i in text.split(","))):
         name, sep, protocol = item.partition(":")
         if not sep or not name.strip() or protocol.strip().upper() not in PROTOCOLS:
-            raise ConfigError(f"listener.security.protocol.map: {item!r} is not NAME:PLAINTEXT|SSL")
-        out[name.strip().upper()] = protocol_of(protocol, f"listener.security.protocol.map ({name.strip()})")
+            raise ConfigError(f"listener.security.protocol.map: {item!r} is not NAME:{'|'.join(PROTOCOLS)}")
+        out[name.strip().upper()] = protocol_of(protocol, f"listener.security.protocol.map ({name.strip()})",
+                                                sasl=True)
     return out
 
 
 def listener_protocol(props: Mapping[str, str], listener: str) -> str:
-    """A listener the map leaves out is PLAINTEXT unless it is named SSL (Kafka's default map
-    names each protocol after itself)."""
+    """A listener the map leaves out is PLAINTEXT unless it is named after a protocol (Kafka's
+    default map names each protocol after itself)."""
     protocols = security_protocol_map(props.get("listener.security.protocol.map", ""))
-    return protocols.get(listener, SSL if listener == SSL else PLAINTEXT)
+    return protocols.get(listener, listener if listener in PROTOCOLS else PLAINTEXT)
 
 
 def listener_security(props: Mapping[str, str], listener: str) -> ListenerSecurity:
     """How ``listener`` is served."""
-    if listener_protocol(props, listener) == PLAINTEXT:
-        return ListenerSecurity()
+    protocol = listener_protocol(props, listener)
     own = listener_props(props, listener)
+    sasl = sasl_settings(own, listener) if protocol in (SASL_PLAINTEXT, SASL_SSL) else None
+    if protocol in (PLAINTEXT, SASL_PLAINTEXT):
+        return ListenerSecurity(protocol, sasl=sasl)
     client_auth = own.get("ssl.client.auth", "none").strip().lower()
     if client_auth not in CLIENT_AUTH:
         raise ConfigError(f"Invalid value {client_auth} for configuration ssl.client.auth (listener {listener}): "
@@ -130,14 +161,34 @@ def listener_security(props: Mapping[str, str], listener: str) -> ListenerSecuri
     # The trust store stays for dialling peers with it; gRPC asks for no client certificate
     # unless require_client_auth is set.
     tls = TLSConfig(tls.cert, tls.key, tls.ca, require_client_auth=client_auth == "required")
-    return ListenerSecurity(SSL, tls, client_auth)
+    return ListenerSecurity(protocol, tls, client_auth, sasl)
+
+
+def sasl_settings(own: Mapping[str, str], listener: str) -> SaslSettings:
+    """A SASL listener's settings from its keys (``listener_props``: prefixed ones win)."""
+    mechanisms = tuple(m.strip().upper() for m in own.get("sasl.enabled.mechanisms",
+                                                          SERVER_KEYS["sasl.enabled.mechanisms"].default or "")
+                       .split(",") if m.strip())
+    unknown = [m for m in mechanisms if m not in SASL_MECHANISMS]
+    if unknown or not mechanisms:
+        raise ConfigError(f"sasl.enabled.mechanisms={','.join(mechanisms)} (listener {listener}): "
+                          f"{'unsupported mechanism ' + unknown[0] if unknown else 'none given'}; use "
+                          f"{', '.join(SASL_MECHANISMS)}")
+    jaas = own.get("plain.sasl.jaas.config") or own.get("sasl.jaas.config") or ""
+    users = {name: password.replace('\\"', '"') for name, password in _JAAS_USER.findall(jaas)}
+    if "PLAIN" in mechanisms and not users:
+        raise ConfigError(f"PLAIN (listener {listener}) needs its users: listener.name.{listener.lower()}.plain."
+                          f"sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+                          f'user_alice="alice-secret";')
+    return SaslSettings(mechanisms, users, SERVER_KEYS.value(own, "connection.failed.authentication.delay.ms"),
+                        SERVER_KEYS.value(own, "connections.max.reauth.ms"))
 
 
 def connecting_tls(props: Mapping[str, str], listener: str) -> TLSConfig | None:
     """What a server uses to connect to another server's ``listener`` (a broker to the
     controllers, a controller to its peers, a broker to the leader it replicates from): that
     listener's protocol, and this server's own key store and trust store for it."""
-    if listener_protocol(props, listener) == PLAINTEXT:
+    if listener_protocol(props, listener) in (PLAINTEXT, SASL_PLAINTEXT):
         return None
     return _material(listener_props(props, listener), server=False)
 

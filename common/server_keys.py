@@ -53,8 +53,9 @@ SERVER_KEYS = ConfigDef([
               "checkpoint)", default_doc="first of `log.dirs`"),
     ConfigKey("log.dirs", "list", None, "brokers' partition data", role=BROKER, default_doc="`log.dir`"),
     ConfigKey("log.dir", "list", None, "the same as `log.dirs`, when that is unset", role=BROKER),
-    ConfigKey("listener.security.protocol.map", "string", None, "`NAME:PLAINTEXT|SSL,...`: TLS and mutual TLS on "
-              "each listener, with the `ssl.*` keys; see \"Security: TLS\"",
+    ConfigKey("listener.security.protocol.map", "string", None, "`NAME:PLAINTEXT|SSL|SASL_PLAINTEXT|SASL_SSL,...`: "
+              "TLS and mutual TLS on each listener, with the `ssl.*` keys (see \"Security: TLS\"); SASL on Kafka "
+              "listeners only (see \"Authentication (SASL)\")",
               default_doc="each listener `PLAINTEXT`"),
     ConfigKey("authorizer.class.name", "string", None, "the authorizer; unset (or empty): none; see "
               "\"Authorization\"", default_doc="unset (off)"),
@@ -95,6 +96,14 @@ SERVER_KEYS = ConfigDef([
               default_doc="none"),
     ConfigKey("kafka.listener.names", "list", "KAFKA", "the listeners speaking Kafka's protocol; the others "
               "speak gRPC", role=BROKER),
+    ConfigKey("sasl.enabled.mechanisms", "list", "SCRAM-SHA-256,SCRAM-SHA-512", "what SASL listeners offer: "
+              "`PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512` (also `listener.name.<l>.sasl.enabled.mechanisms`); PLAIN's "
+              "users are `user_<name>=\"<password>\"` in `listener.name.<l>.plain.sasl.jaas.config`", role=BROKER,
+              default_doc="SCRAM-SHA-256,SCRAM-SHA-512 (Kafka: GSSAPI, not served here)"),
+    _int("connection.failed.authentication.delay.ms", 100, "how long a connection whose SASL login failed waits "
+         "before it is closed", 0, INT_MAX, role=BROKER),
+    _int("connections.max.reauth.ms", 0, "the SASL session lifetime clients are told (KIP-368): a connection "
+         "not re-authenticated by then is closed; 0: sessions do not expire", 0, role=BROKER),
     ConfigKey("inter.broker.listener.name", "string", None, "the gRPC listener brokers replicate over",
               role=BROKER, default_doc="the first gRPC listener"),
     _int("replica.lag.time.max.ms", 30_000, "a follower behind for longer leaves the ISR", 1, role=BROKER,

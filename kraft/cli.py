@@ -179,8 +179,10 @@ def random_uuid() -> None:
               help="a dynamic quorum's first voters; this node's directory gets the id given for it")
 @click.option("--no-initial-controllers", "-N", is_flag=True,
               help="a controller that will join a running dynamic quorum (it starts as an observer)")
+@click.option("--add-scram", "-S", "add_scram", multiple=True, metavar="'SCRAM-SHA-512=[name=USER,password=PW]'",
+              help="a SCRAM credential the new cluster starts with (KIP-900), repeatable")
 def storage_format(cluster_id: str, config_path: str, ignore_formatted: bool, standalone: bool,
-                   initial_controllers: str | None, no_initial_controllers: bool) -> None:
+                   initial_controllers: str | None, no_initial_controllers: bool, add_scram: tuple[str, ...]) -> None:
     """Format metadata.log.dir (and log.dirs for brokers) with the cluster id and node id, and a
     controller's with its quorum's first voters (KIP-853) unless controller.quorum.voters names them."""
     from common.config_def import ConfigError
@@ -188,22 +190,30 @@ def storage_format(cluster_id: str, config_path: str, ignore_formatted: bool, st
     from raft.storage import check_formatted, format_storage
     from metadata import config as server_config
     from metadata.quorum import initial_voters
+    from metadata.bootstrap import write_bootstrap_records
+    from metadata.errors import ApiError
+    from kraft.users import bootstrap_credentials
     try:
         cfg = server_config.load(config_path)
         voters, directory_id = initial_voters(cfg, standalone=standalone, initial_controllers=initial_controllers,
                                               no_initial_controllers=no_initial_controllers)
+        credentials = bootstrap_credentials(add_scram)
         dirs = [cfg.metadata_log_dir] + [d for d in (cfg.log_dirs if cfg.is_broker else ()) if d != cfg.metadata_log_dir]
         for d in dirs:
             first = d == cfg.metadata_log_dir
             done = format_storage(d, cluster_id, cfg.node_id, ignore_formatted=ignore_formatted,
                                   directory_id=directory_id if first else None,
                                   initial_voters=voters if first else None)
+            if first and done and credentials:
+                write_bootstrap_records(d, credentials)
             with_voters = f"; initial controllers {','.join(map(str, voters))}" if first and voters else ""
             click.echo(f"Formatting {d} with metadata.version 1 (cluster id {cluster_id}, node {cfg.node_id}, "
                        f"directory id {check_formatted(d, cluster_id, cfg.node_id)['directory.id']}){with_voters}"
                        if done else f"{d} is already formatted for this node; skipped")
-    except (ConfigError, RaftError) as e:
+    except (ConfigError, RaftError, ValueError) as e:
         fail(str(e))
+    except ApiError as e:
+        fail(e.message)
 
 
 @storage.command("info")
@@ -658,8 +668,8 @@ def cluster_describe(obj: tuple) -> None:
 @bootstrap_option
 @timeout_option
 @command_config_option
-@click.option("--entity-type", type=click.Choice(["topics", "brokers"]), required=True)
-@click.option("--entity-name", help="topic name or broker id")
+@click.option("--entity-type", type=click.Choice(["topics", "brokers", "users"]), required=True)
+@click.option("--entity-name", help="topic name, broker id or user")
 @click.option("--entity-default", is_flag=True, help="the cluster-wide broker default")
 @click.option("--describe", "action", flag_value="describe")
 @click.option("--alter", "action", flag_value="alter")
@@ -667,7 +677,9 @@ def cluster_describe(obj: tuple) -> None:
 @click.option("--delete-config", "delete", help="KEY[,KEY...]")
 def configs(bootstrap: str, timeout: float, entity_type: str, entity_name: str | None, entity_default: bool,
             action: str | None, add: str | None, delete: str | None) -> None:
-    """Describe or change topic and broker configs (kafka-configs.sh)."""
+    """Describe or change topic and broker configs, and users' SCRAM credentials (kafka-configs.sh)."""
+    if entity_type == "users":
+        return _user_configs(bootstrap, timeout, entity_name, action, add, delete)
     rtype = pb.TOPIC if entity_type == "topics" else pb.BROKER
     if entity_default:
         if rtype != pb.BROKER:
@@ -703,6 +715,34 @@ def configs(bootstrap: str, timeout: float, entity_type: str, entity_name: str |
     click.echo(f"Configs for {label} are:")
     for e in r.configs:
         click.echo(f"  {e.name}={e.value}{'  (default)' if e.is_default else ''}")
+
+
+def _user_configs(bootstrap: str, timeout: float, user: str | None, action: str | None, add: str | None,
+                  delete: str | None) -> None:
+    """SCRAM credentials (KIP-554): the request is built by kraft.users, which salts the password here."""
+    from metadata.errors import ApiError
+    from kraft.users import alter_request, describe_lines
+    if action == "alter":
+        if not user:
+            fail("--alter --entity-type users needs --entity-name USER")
+        try:
+            req = alter_request(user or "", add, delete)
+        except ValueError as e:
+            fail(str(e))
+        except ApiError as e:
+            fail(f"{e.code.name}: {e.message}")
+        for r in with_client(bootstrap, timeout, lambda c: c.alter_user_scram_credentials(req)).results:
+            _check(r.error_code, r.error_message, "")
+        click.echo(f"Completed updating config for user {user}.")
+        return
+    if action != "describe":
+        fail("give --describe or --alter")
+    resp = with_client(bootstrap, timeout, lambda c: c.describe_user_scram_credentials(
+        pb.DescribeUserScramCredentialsRequest(users=[user] if user else [])))
+    for r in resp.results:
+        _check(r.error_code, r.error_message, "")
+    for line in describe_lines(resp):
+        click.echo(line)
 
 
 # ------------------------------------------------------------------------------- ACLs

@@ -132,6 +132,9 @@ class ControllerClient(LeaderClient):
     describe_configs = Rpc[pb.DescribeConfigsRequest, pb.DescribeConfigsResponse]("DescribeConfigs", idempotent=True)
     describe_quorum = Rpc[pb.DescribeQuorumRequest, pb.DescribeQuorumResponse]("DescribeQuorum", idempotent=True)
     describe_acls = Rpc[pb.DescribeAclsRequest, pb.DescribeAclsResponse]("DescribeAcls", idempotent=True)
+    describe_user_scram_credentials = Rpc[pb.DescribeUserScramCredentialsRequest,
+                                          pb.DescribeUserScramCredentialsResponse](
+        "DescribeUserScramCredentials", idempotent=True)
     fetch_metadata = Rpc[pb.FetchMetadataRequest, pb.FetchMetadataResponse]("FetchMetadata", idempotent=True)
     fetch_snapshot = Rpc[pb.FetchSnapshotRequest, pb.FetchSnapshotResponse]("FetchSnapshot", idempotent=True)
     list_partition_reassignments = Rpc[pb.ListPartitionReassignmentsRequest, pb.ListPartitionReassignmentsResponse](
@@ -153,6 +156,9 @@ class ControllerClient(LeaderClient):
     create_partitions = Rpc[pb.CreatePartitionsRequest, pb.CreatePartitionsResponse](
         "CreatePartitions", idempotent=False)
     delete_acls = Rpc[pb.DeleteAclsRequest, pb.DeleteAclsResponse]("DeleteAcls", idempotent=False)
+    # A deletion repeated answers RESOURCE_NOT_FOUND for one's own deletion.
+    alter_user_scram_credentials = Rpc[pb.AlterUserScramCredentialsRequest, pb.AlterUserScramCredentialsResponse](
+        "AlterUserScramCredentials", idempotent=False)
     incremental_alter_configs = Rpc[pb.IncrementalAlterConfigsRequest, pb.IncrementalAlterConfigsResponse](
         "IncrementalAlterConfigs", idempotent=False)
     elect_leaders = Rpc[pb.ElectLeadersRequest, pb.ElectLeadersResponse]("ElectLeaders", idempotent=False)

@@ -21,6 +21,7 @@ from .operations import (AlterPartitionRequest, BrokerAnswer, BrokerRegistration
 from .partitions import PREFERRED, UNCLEAN, PartitionOutcome
 from .quorum import AddVoter, RemoveVoter
 from .reassignments import Reassignment
+from .scram import ScramDeletion, ScramUpsertion, ScramUserResult
 from .topics import ConfigOp, ItemResult, NewTopic
 
 T = TypeVar("T")
@@ -349,3 +350,25 @@ def acls_deleted(results: list[list[StandardAcl] | ApiError]) -> pb.DeleteAclsRe
     return pb.DeleteAclsResponse(status=OK, filter_results=[
         pb.DeleteAclsFilterResult(error_code=int(r.code), error_message=r.message) if isinstance(r, ApiError)
         else pb.DeleteAclsFilterResult(matching_acls=[binding(a) for a in r]) for r in results])
+
+
+# ------------------------------------------------------------------------------ SCRAM credentials
+
+def scram_changes(r: pb.AlterUserScramCredentialsRequest) -> tuple[Sequence[ScramDeletion], Sequence[ScramUpsertion]]:
+    return (Decoded(r.deletions, lambda d: ScramDeletion(d.name, d.mechanism)),
+            Decoded(r.upsertions, lambda u: ScramUpsertion(u.name, u.mechanism, u.iterations, u.salt,
+                                                           u.salted_password)))
+
+
+def scram_altered(results: list[ScramUserResult]) -> pb.AlterUserScramCredentialsResponse:
+    return pb.AlterUserScramCredentialsResponse(status=OK, results=[
+        pb.ScramAlterResult(user=r.user, error_code=_code(r.error)[0], error_message=_code(r.error)[1])
+        for r in results])
+
+
+def scram_described(results: list[ScramUserResult]) -> pb.DescribeUserScramCredentialsResponse:
+    return pb.DescribeUserScramCredentialsResponse(status=OK, results=[
+        pb.DescribedScramUser(user=r.user, error_code=_code(r.error)[0], error_message=_code(r.error)[1],
+                              credentials=[pb.ScramCredentialInfo(mechanism=int(m), iterations=i)
+                                           for m, i in r.credentials])
+        for r in results])

@@ -49,6 +49,7 @@ class ControllerConfig:
     auto_leader_rebalance: bool = True  # auto.leader.rebalance.enable
     leader_imbalance_percentage: int = 10  # leader.imbalance.per.broker.percentage
     leader_imbalance_check_interval_s: float = 300.0  # leader.imbalance.check.interval.seconds
+    bootstrap_records: tuple[MetadataRecord, ...] = ()  # a new cluster's first records (metadata.bootstrap)
 
 
 class NotController(Exception):
@@ -108,8 +109,8 @@ class QuorumController:
             self._tasks.append(asyncio.get_running_loop().create_task(self._rebalance_leaders(term)))
         if self.sm.image.metadata_version == 0:  # a new cluster: record its metadata.version first
             try:
-                await self.write(lambda view: ([feature_level(METADATA_VERSION, METADATA_VERSION_LEVEL)]
-                                               if view.metadata_version == 0 else [], None))
+                first = [feature_level(METADATA_VERSION, METADATA_VERSION_LEVEL), *self.config.bootstrap_records]
+                await self.write(lambda view: (first if view.metadata_version == 0 else [], None))
             except (ApiError, NotController) as e:
                 log.warning("could not record metadata.version: %s", e)
 

@@ -17,6 +17,7 @@ from immutables import Map
 
 from .acls import ResourcePattern, StandardAcl
 from .records import NO_LEADER
+from .scram import ScramCredential, ScramMechanism
 
 #: The feature that versions the metadata itself (Kafka's MetadataVersion.FEATURE_NAME).
 METADATA_VERSION = "metadata.version"
@@ -165,6 +166,19 @@ class AclsImage:
 
 
 @dataclass(frozen=True, slots=True)
+class ScramImage:
+    """SCRAM credentials by user, then mechanism (Kafka's ScramImage): salted hashes only."""
+
+    users: Map[str, Map[ScramMechanism, ScramCredential]]
+
+    def credential(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
+        return self.users.get(user, _EMPTY).get(mechanism)
+
+
+_NO_SCRAM = ScramImage(_EMPTY)
+
+
+@dataclass(frozen=True, slots=True)
 class MetadataImage:
     """All cluster metadata as of Raft entry ``offset`` (written in term ``epoch``): one image
     per domain. ``offset`` 0 means nothing applied yet. The maps are also reachable by their
@@ -181,6 +195,7 @@ class MetadataImage:
     finalized_features: FeaturesImage
     producer_ids: ProducerIdsImage
     acls: AclsImage
+    scram: ScramImage = _NO_SCRAM
 
     @classmethod
     def empty(cls, cluster_id: str = "") -> MetadataImage:

@@ -39,6 +39,7 @@ from .partitions import PartitionOutcome, alter_partition, elect_leaders
 from .quorum import AddVoter, RemoveVoter
 from .reassignments import Reassignment, alter, ongoing
 from .records import MetadataRecord, endpoint, producer_ids
+from .scram import ScramDeletion, ScramUpsertion, ScramUserResult, alter_credentials, describe_credentials
 from .topics import (MAX_RECORDS_PER_USER_OP, ConfigOp, ItemResult, NewTopic, alter_configs,
                      check_request_size, create_partitions, create_topics, delete_topics, describe_configs)
 
@@ -554,6 +555,24 @@ class ControllerOperations:
         results = await self.c.write(lambda view: delete_acls(view.acls, list(filters), MAX_RECORDS_PER_USER_OP),
                                      in_thread=True)
         return [r if isinstance(r, ApiError) else sorted(r) for r in results]
+
+    # -------------------------------------------------------------------------- SCRAM credentials (KIP-554)
+
+    async def alter_user_scram_credentials(self, access: Access, deletions: Sequence[ScramDeletion],
+                                           upsertions: Sequence[ScramUpsertion]) -> list[ScramUserResult]:
+        """ALTER on the cluster, as Kafka's ControllerApis; one result per user named."""
+        self._require(access, O.ALTER)
+        check_request_size(len(deletions) + len(upsertions), "credential changes")
+        return await self.c.write(lambda view: alter_credentials(view.scram.users, deletions, upsertions),
+                                  in_thread=True)
+
+    async def describe_user_scram_credentials(self, access: Access, users: Sequence[str]) -> list[ScramUserResult]:
+        """DESCRIBE on the cluster; ``users`` empty: every user with a credential (mechanisms
+        and iterations only: the salted keys never leave the metadata log)."""
+        self._require(access, O.DESCRIBE)
+        check_request_size(len(users), "users")
+        image = await self.c.read_image()
+        return describe_credentials(image.scram.users, list(users))
 
 
 def _describe_topics(image: MetadataImage, names: list[str], access: Access) -> TopicsDescription:

@@ -21,6 +21,10 @@ from .records import MetadataRecord, type_name
 JsonValue = Any  # None | bool | int | float | str | list[JsonValue] | dict[str, JsonValue]
 
 _UUID_FIELDS = frozenset({"topic_id", "incarnation_id", "id"})  # "id": an ACL's
+#: A SCRAM credential's secrets, printed as Kafka's dump prints them: redacted. What an operator
+#: needs (that the user has a credential, its mechanism and iterations) is shown.
+_SECRET_FIELDS = frozenset({"salt", "stored_key", "server_key"})
+REDACTED = "(redacted)"
 
 
 def record_to_dict(record: MetadataRecord) -> dict[str, JsonValue]:
@@ -37,7 +41,9 @@ def message_to_dict(message: Message) -> dict[str, JsonValue]:
         if not repeated and field.has_presence and not message.HasField(field.name):
             continue
         value = getattr(message, field.name)
-        if repeated:
+        if field.name in _SECRET_FIELDS:
+            out[field.json_name] = REDACTED
+        elif repeated:
             out[field.json_name] = [_value(field, v) for v in value]
         else:
             out[field.json_name] = _value(field, value)

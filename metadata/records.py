@@ -18,6 +18,7 @@ from protos import metadata_pb2 as pb
 
 if TYPE_CHECKING:
     from .acls import StandardAcl
+    from .scram import ScramCredential
 
 #: The only record version this code reads and writes.
 RECORD_VERSION = 1
@@ -224,3 +225,13 @@ def access_control_entry(acl_id: uuid.UUID, acl: StandardAcl) -> MetadataRecord:
 
 def remove_access_control_entry(acl_id: uuid.UUID) -> MetadataRecord:
     return _wrap(remove_access_control_entry=pb.RemoveAccessControlEntryRecord(id=acl_id.bytes))
+
+
+def user_scram_credential(user: str, mechanism: int, credential: ScramCredential) -> MetadataRecord:
+    return _wrap(user_scram_credential=pb.UserScramCredentialRecord(
+        name=user, mechanism=int(mechanism), salt=credential.salt, stored_key=credential.stored_key,
+        server_key=credential.server_key, iterations=credential.iterations))
+
+
+def remove_user_scram_credential(user: str, mechanism: int) -> MetadataRecord:
+    return _wrap(remove_user_scram_credential=pb.RemoveUserScramCredentialRecord(name=user, mechanism=int(mechanism)))

@@ -16,6 +16,7 @@ from raft.storage import DiskStorage
 
 from .acls import AclOperation
 from .authorizer import Access, StandardAuthorizer
+from .bootstrap import read_bootstrap_records
 from .config import ServerConfig
 from .controller import ControllerConfig, QuorumController
 from .loop_stall import LoopStallProbe
@@ -48,7 +49,8 @@ def controller_config(cfg: ServerConfig) -> ControllerConfig:
         default_replication_factor=cfg.int("default.replication.factor"),
         auto_leader_rebalance=cfg.bool("auto.leader.rebalance.enable"),
         leader_imbalance_percentage=cfg.int("leader.imbalance.per.broker.percentage"),
-        leader_imbalance_check_interval_s=cfg.int("leader.imbalance.check.interval.seconds"))
+        leader_imbalance_check_interval_s=cfg.int("leader.imbalance.check.interval.seconds"),
+        bootstrap_records=read_bootstrap_records(cfg.metadata_log_dir))
 
 
 class RaftAccess(grpc.aio.ServerInterceptor):

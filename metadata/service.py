@@ -198,6 +198,18 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         return await self._answer(pb.DeleteAclsResponse, context, lambda: codec.acl_delete_filters(request),
                                   self.ops.delete_acls, codec.acls_deleted)
 
+    # ---------------------------------------------------------------------------- SCRAM credentials
+
+    async def AlterUserScramCredentials(self, request: pb.AlterUserScramCredentialsRequest,
+                                        context) -> pb.AlterUserScramCredentialsResponse:
+        return await self._answer(pb.AlterUserScramCredentialsResponse, context, lambda: codec.scram_changes(request),
+                                  lambda a, d: self.ops.alter_user_scram_credentials(a, *d), codec.scram_altered)
+
+    async def DescribeUserScramCredentials(self, request: pb.DescribeUserScramCredentialsRequest,
+                                           context) -> pb.DescribeUserScramCredentialsResponse:
+        return await self._answer(pb.DescribeUserScramCredentialsResponse, context, lambda: list(request.users),
+                                  self.ops.describe_user_scram_credentials, codec.scram_described)
+
 
 def _nothing() -> None:
     """The decode of a request the operation reads no more than a field or two of."""

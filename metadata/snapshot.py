@@ -32,7 +32,8 @@ from raft.storage.frames import FRAME, FrameError, read_frame
 
 from .delta import MetadataDelta
 from .image import METADATA_VERSION, MetadataImage
-from .records import RECORD_VERSION, MetadataRecord, RecordError, access_control_entry, decode_record
+from .records import (RECORD_VERSION, MetadataRecord, RecordError, access_control_entry, decode_record,
+                      user_scram_credential)
 
 MAGIC = b"KMSN"
 FORMAT_VERSION = 1
@@ -134,13 +135,17 @@ def _records(image: MetadataImage, reuse: bool) -> Iterator[MetadataRecord]:
                                               value=values[key]))
     for acl_id, acl in sorted(image.acls.by_id.items()):
         yield access_control_entry(acl_id, acl)
+    for user in sorted(image.scram.users):
+        for mechanism, credential in sorted(image.scram.users[user].items()):
+            yield user_scram_credential(user, mechanism, credential)
 
 
 def count_records(image: MetadataImage) -> int:
     """How many records ``image_records`` yields, without building them."""
     return (len(image.features) + len(image.brokers) + (1 if image.next_producer_id else 0)
             + len(image.topics_by_id) + image.partition_count()
-            + sum(len(v) for v in image.configs.values()) + len(image.acls.by_id))
+            + sum(len(v) for v in image.configs.values()) + len(image.acls.by_id)
+            + sum(len(v) for v in image.scram.users.values()))
 
 
 def write_snapshot(image: MetadataImage, target: Source, *, created_ms: int,

@@ -22,14 +22,17 @@ T = TypeVar("T")
 
 
 class CombinedNode:
-    def __init__(self, base: Path, **props: str) -> None:
-        port = consecutive_ports(3)
+    def __init__(self, base: Path, extra_listeners: tuple[str, ...] = (), **props: str) -> None:
+        """``extra_listeners``: names of more listeners, each on the next port (``ports``)."""
+        port = consecutive_ports(3 + len(extra_listeners))
         self.controller_port, self.broker_port, self.kafka_port = port, port + 1, port + 2
+        self.ports = {name: port + 3 + i for i, name in enumerate(extra_listeners)}
         data = base / "node1"
         self.cfg = from_properties({
             "node.id": "1", "process.roles": "broker,controller", "controller.quorum.voters": f"1@127.0.0.1:{port}",
             "listeners": f"CONTROLLER://127.0.0.1:{port},PLAINTEXT://127.0.0.1:{port + 1},"
-                         f"KAFKA://127.0.0.1:{port + 2}",
+                         f"KAFKA://127.0.0.1:{port + 2}" + "".join(f",{n}://127.0.0.1:{p}"
+                                                                   for n, p in self.ports.items()),
             "log.dirs": str(data), "controller.quorum.election.timeout.ms": "300",
             "broker.heartbeat.interval.ms": "200", "broker.session.timeout.ms": "3000",
             "offsets.topic.num.partitions": "3", "authorizer.class.name": STANDARD_AUTHORIZER, **props})

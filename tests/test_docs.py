@@ -119,6 +119,10 @@ PRINTS: dict[tuple[str, str], list[str]] = {
     ("README.md", "from confluent_kafka import"): ["b'"],
     ("README.md", "for i in 1 2 3 4"): ["OK", "hello"],
     ("docs/brokers.md", "kraft dump-data --log-dir"): ["key: k0 payload: hello", "key: k1 payload: world"],
+    ("docs/operations.md", "mkdir -p /tmp/kraft-sasl"): [
+        "SCRAM credential configs for user-principal 'admin' are SCRAM-SHA-512=iterations=4096", "hello from alice",
+        "Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512",
+        "exit code 1"],
 }
 
 
@@ -186,7 +190,8 @@ def substitutions(tmp: Path, base: int, kv: int) -> list[tuple[str, Callable[[re
     """What the docs name -> what this test runs: (regex, replacement)."""
     return [
         # kraft dev-quorum's default ports (controllers 19093-19095, brokers' gRPC 19096-19098,
-        # their Kafka listeners 19099-19101) -> the ports it was started on here
+        # their Kafka listeners 19099-19101) -> the ports it was started on here; 19106-19108:
+        # docs/operations.md's SASL example node
         (r"127\.0\.0\.1:(19\d\d\d)\b", lambda m: f"127.0.0.1:{base + int(m.group(1)) - 19093}"),
         (r"\bhost([123]):9093\b", lambda m: f"127.0.0.1:{base + int(m.group(1)) - 1}"),  # the operator's hosts
         (r"127\.0\.0\.1:909([1-4])\b", lambda m: f"127.0.0.1:{kv + int(m.group(1)) - 1}"),  # raft-kv's nodes
@@ -211,7 +216,7 @@ def environment() -> dict[str, str]:
 @pytest.fixture
 def dev_quorum(tmp_path: Path) -> Iterator[list]:
     """README's kraft dev-quorum block, running in the background until the test ends."""
-    base = consecutive_ports(9 + 4)  # the dev quorum's 9, then raft-kv's 4
+    base = consecutive_ports(9 + 4 + 3)  # the dev quorum's 9, then raft-kv's 4, then the SASL example's 3
     table = substitutions(tmp_path, base, base + 9)
     block, = [b for b in blocks() if not_run(b) is None and b.first.startswith(DEV_QUORUM)]
     out = open(tmp_path / "dev-quorum.out", "w+")

@@ -363,6 +363,19 @@ def delete_acls(b: Broker, v: int) -> None:
     assert codes(r) == only(E.NONE) and len(r.filter_results[0].matching_acls) == 1
 
 
+def alter_user_scram_credentials(b: Broker, v: int) -> None:
+    r = b.ask(A.ALTER_USER_SCRAM_CREDENTIALS, v, {"deletions": [], "upsertions": [
+        {"name": "handlers-user", "mechanism": 2, "iterations": 8192, "salt": b"s" * 16,
+         "salted_password": b"p" * 64}]})
+    assert [(x.user, x.error_code) for x in r.results] == [("handlers-user", E.NONE)]
+
+
+def describe_user_scram_credentials(b: Broker, v: int) -> None:
+    r = b.ask(A.DESCRIBE_USER_SCRAM_CREDENTIALS, v, {"users": [{"name": "nobody"}]})
+    assert r.error_code == E.NONE and [(x.user, x.error_code) for x in r.results] == [
+        ("nobody", E.RESOURCE_NOT_FOUND)]
+
+
 CASES: dict[int, Case] = {
     A.API_VERSIONS: api_versions, A.METADATA: metadata, A.PRODUCE: produce, A.FETCH: fetch,
     A.LIST_OFFSETS: list_offsets, A.OFFSET_FOR_LEADER_EPOCH: offset_for_leader_epoch,
@@ -377,6 +390,8 @@ CASES: dict[int, Case] = {
     A.ALTER_PARTITION_REASSIGNMENTS: alter_partition_reassignments,
     A.LIST_PARTITION_REASSIGNMENTS: list_partition_reassignments,
     A.CREATE_ACLS: create_acls, A.DESCRIBE_ACLS: describe_acls, A.DELETE_ACLS: delete_acls,
+    A.ALTER_USER_SCRAM_CREDENTIALS: alter_user_scram_credentials,
+    A.DESCRIBE_USER_SCRAM_CREDENTIALS: describe_user_scram_credentials,
 }
 
 

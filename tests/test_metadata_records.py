@@ -9,6 +9,7 @@ from metadata import records as R
 from metadata.acls import AclOperation, AclPermissionType, AclResourceType, PatternType, StandardAcl
 from metadata.image import ResourceType
 from metadata.records import RecordError
+from metadata.scram import ScramCredential
 from protos import metadata_pb2 as pb
 
 TID = uuid.UUID("00000000-0000-0000-0000-0000000000aa")
@@ -34,6 +35,8 @@ def one_of_each() -> list[pb.MetadataRecord]:
         R.access_control_entry(INC, StandardAcl(AclResourceType.TOPIC, "orders", PatternType.PREFIXED, "User:alice",
                                                 "*", AclOperation.WRITE, AclPermissionType.ALLOW)),
         R.remove_access_control_entry(INC),
+        R.user_scram_credential("alice", 2, ScramCredential(b"salt", b"stored", b"server", 8192)),
+        R.remove_user_scram_credential("alice", 2),
         R.no_op(),
     ]
 

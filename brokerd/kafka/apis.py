@@ -37,6 +37,7 @@ from ..producer_ids import ProducerIdManager
 from ..replica_manager import ReplicaManager
 from .batches import from_wire, stored_to_wire
 from .codec import RequestHeader, build, ms, response_schema
+from .sasl import AuthenticationFailed, SaslAuthenticator
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 0, 1, 2, 3, 8, 9, 10
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 11, 12, 13, 14, 15, 16
@@ -44,6 +45,7 @@ API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID, OFFSET_FOR_LEADER_
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS, DESCRIBE_CONFIGS = 29, 30, 31, 32
 CREATE_PARTITIONS, DELETE_GROUPS, ELECT_LEADERS, INCREMENTAL_ALTER_CONFIGS = 37, 42, 43, 44
 ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS, DESCRIBE_CLUSTER = 45, 46, 60
+DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
 SASL_HANDSHAKE, SASL_AUTHENTICATE, CONSUMER_GROUP_HEARTBEAT = 17, 36, 68
 
 #: api key -> (min version, max version) served.
@@ -55,6 +57,7 @@ VERSIONS: dict[int, tuple[int, int]] = {
     CREATE_PARTITIONS: (0, 3), DELETE_GROUPS: (0, 2), INCREMENTAL_ALTER_CONFIGS: (0, 1), DESCRIBE_CLUSTER: (0, 1),
     ELECT_LEADERS: (0, 2), ALTER_PARTITION_REASSIGNMENTS: (0, 1), LIST_PARTITION_REASSIGNMENTS: (0, 0),
     DESCRIBE_ACLS: (1, 3), CREATE_ACLS: (1, 3), DELETE_ACLS: (1, 3),
+    DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0), ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
     SASL_HANDSHAKE: (0, 1), SASL_AUTHENTICATE: (0, 2),  # listed, as Kafka lists them on every listener
     CONSUMER_GROUP_HEARTBEAT: (0, 1),  # listed so that KIP-848 clients ask, and hear it is off
 }
@@ -72,8 +75,10 @@ TRANSACTIONS_UNSUPPORTED = ("Transactions are not supported by this cluster (no 
 #: (group.coordinator.rebalance.protocols without "consumer") is UNSUPPORTED_VERSION.
 CONSUMER_PROTOCOL_UNSUPPORTED = ("The new consumer group protocol (KIP-848, group.protocol=consumer) is not enabled "
                                  "on this cluster: use group.protocol=classic")
-#: A SASL request on a listener that is not SASL (there are none here), as Kafka answers it.
+#: A SASL request on a listener that is not SASL, as Kafka answers it.
 SASL_UNSUPPORTED = "SASL is not enabled on this listener (it is PLAINTEXT or SSL): use security.protocol=PLAINTEXT or SSL"
+#: The APIs a SASL listener serves before the client has authenticated (Kafka's).
+BEFORE_AUTHENTICATION = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})
 
 
 #: The client id of the request being handled (its header's), for the handlers that keep it:
@@ -128,6 +133,8 @@ class KafkaApis:
             ALTER_PARTITION_REASSIGNMENTS: self.alter_partition_reassignments,
             LIST_PARTITION_REASSIGNMENTS: self.list_partition_reassignments,
             CREATE_ACLS: self.create_acls, DESCRIBE_ACLS: self.describe_acls, DELETE_ACLS: self.delete_acls,
+            DESCRIBE_USER_SCRAM_CREDENTIALS: self.describe_user_scram_credentials,
+            ALTER_USER_SCRAM_CREDENTIALS: self.alter_user_scram_credentials,
             SASL_HANDSHAKE: self.sasl_handshake, SASL_AUTHENTICATE: self.sasl_authenticate,
             CONSUMER_GROUP_HEARTBEAT: self.consumer_group_heartbeat,
         }
@@ -161,8 +168,9 @@ class KafkaApis:
         return {"error_code": 0, "api_keys": api_version_list()}
 
     async def sasl_handshake(self, req: Any, version: int, access: Access) -> dict[str, Any]:
-        """Kafka's KafkaApis.handleSaslHandshakeRequest: only a SASL listener's authenticator
-        serves it, so the broker's answer is ILLEGAL_SASL_STATE with no mechanisms."""
+        """Kafka's KafkaApis.handleSaslHandshakeRequest: a SASL listener's authenticator serves
+        it (``sasl_answer``), so what reaches here came on a PLAINTEXT or SSL listener and is
+        answered ILLEGAL_SASL_STATE with no mechanisms (librdkafka and kafka-python stop at it)."""
         return {"error_code": int(ErrorCode.ILLEGAL_SASL_STATE), "mechanisms": []}
 
     async def sasl_authenticate(self, req: Any, version: int, access: Access) -> dict[str, Any]:
@@ -627,6 +635,54 @@ class KafkaApis:
                  "resource_name": a.resource_name, "pattern_type": a.pattern_type, "principal": a.principal,
                  "host": a.host, "operation": a.operation, "permission_type": a.permission_type}
                 for a in x.matching_acls]} for x in r.filter_results]}
+
+    # -- SCRAM credentials, forwarded to the active controller (kafka-configs.sh --entity-type users) --
+
+    async def alter_user_scram_credentials(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        ours = cpb.AlterUserScramCredentialsRequest(
+            deletions=[cpb.ScramDeletion(name=d.name, mechanism=d.mechanism) for d in req.deletions],
+            upsertions=[cpb.ScramUpsertion(name=u.name, mechanism=u.mechanism, iterations=u.iterations, salt=u.salt,
+                                           salted_password=u.salted_password) for u in req.upsertions])
+        r, code, message = await self._forward("AlterUserScramCredentials", ours, access)
+        if r is None:
+            users = dict.fromkeys([d.name for d in req.deletions] + [u.name for u in req.upsertions])
+            return {"results": [{"user": u, "error_code": int(code), "error_message": message} for u in users]}
+        return {"results": [{"user": x.user, "error_code": x.error_code,
+                             "error_message": _message(x.error_code, x.error_message)} for x in r.results]}
+
+    async def describe_user_scram_credentials(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        ours = cpb.DescribeUserScramCredentialsRequest(users=[u.name for u in req.users or ()])
+        r, code, message = await self._forward("DescribeUserScramCredentials", ours, access)
+        if r is None:  # as Kafka's getErrorResponse: the error at the top and for each user asked about
+            return {"error_code": int(code), "error_message": message, "results": [
+                {"user": u, "error_code": int(code), "error_message": message, "credential_infos": []}
+                for u in ours.users]}
+        return {"error_code": 0, "error_message": None, "results": [
+            {"user": x.user, "error_code": x.error_code, "error_message": _message(x.error_code, x.error_message),
+             "credential_infos": [{"mechanism": c.mechanism, "iterations": c.iterations} for c in x.credentials]}
+            for x in r.results]}
+
+
+def sasl_answer(header: RequestHeader, request: Any, sasl: SaslAuthenticator) -> tuple[Any, str | None]:
+    """A SASL listener's SaslHandshake or SaslAuthenticate, answered by the connection's
+    authenticator; the second value is why the connection closes after this answer (a failed
+    login, a mechanism not served), None when it goes on."""
+    version = header.api_version
+    schema = response_schema(header.api_key, version)
+    if header.api_key == SASL_HANDSHAKE:
+        if version == 0:  # v0 sends the tokens unframed (clients before Kafka 1.0): not served
+            return build(schema, {"error_code": int(ErrorCode.UNSUPPORTED_VERSION), "mechanisms": []}), \
+                "SaslHandshake v0 (unframed SASL tokens) is not served: use a client from Kafka 1.0 on"
+        code, mechanisms = sasl.handshake(request.mechanism)
+        failed = None if code == ErrorCode.NONE else f"the client asked for SASL mechanism {request.mechanism}, not " \
+                                                     f"enabled here ({', '.join(mechanisms)})"
+        return build(schema, {"error_code": int(code), "mechanisms": mechanisms}), failed
+    try:
+        step = sasl.authenticate(request.auth_bytes)
+    except AuthenticationFailed as e:
+        return build(schema, {"error_code": int(e.code), "error_message": e.message, "auth_bytes": b""}), e.message
+    return build(schema, {"error_code": 0, "error_message": None, "auth_bytes": step.token,
+                          "session_lifetime": step.session_lifetime_ms}), None
 
 
 def _acl_filter(resource_type: int, name: str | None, pattern_type: int, principal: str | None, host: str | None,

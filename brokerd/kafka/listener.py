@@ -20,9 +20,11 @@ from typing import Any
 from clients.security import ListenerSecurity
 from common.metrics import RequestMetrics
 from common.tls import ssl_context
-from metadata.principal import PrincipalError
+from metadata.principal import PrincipalError, Session
 
-from .apis import API_VERSIONS, VERSIONS, CloseConnection, KafkaApis, newer_api_versions_answer
+from .apis import (API_VERSIONS, BEFORE_AUTHENTICATION, SASL_AUTHENTICATE, SASL_HANDSHAKE, VERSIONS, CloseConnection,
+                   KafkaApis, newer_api_versions_answer, sasl_answer)
+from .sasl import SaslAuthenticator
 from .codec import MalformedRequest, RequestHeader, correlation_id, frame_response, peek_api, read_request
 
 log = logging.getLogger("brokerd.kafka")
@@ -53,8 +55,10 @@ class KafkaListener:
                  requests: RequestMetrics | None = None, security: ListenerSecurity | None = None) -> None:
         """``requests``: where each request's time, from its arrival to its answer written, is
         recorded per API (Kafka's RequestMetrics TotalTimeMs). ``security``: SSL listeners
-        do a TLS handshake before the first request."""
+        do a TLS handshake before the first request; SASL listeners serve nothing but
+        ApiVersions and the SASL exchange until the client has authenticated."""
         self.name = name
+        self.sasl = security.sasl if security is not None else None
         self.ssl = (ssl_context(security.tls, server=True, client_auth=security.client_auth)
                     if security is not None and security.tls is not None else None)
         self.host = host
@@ -105,8 +109,9 @@ class KafkaListener:
             task.add_done_callback(handling.discard)
             return task
         sender = asyncio.create_task(self._send(writer, pending, slots, where))
+        sasl = SaslAuthenticator(self.sasl, lambda: self.apis.image.scram) if self.sasl is not None else None
         try:
-            session = self.apis.session(writer)  # the principal, once per connection
+            session = self.apis.session(writer)  # the principal, once per connection (SASL: once authenticated)
             while True:
                 size = int.from_bytes(await reader.readexactly(4), "big", signed=True)
                 if not 8 <= size <= self.max_request_bytes:
@@ -124,6 +129,22 @@ class KafkaListener:
                 if served is None or not served[0] <= version <= served[1]:
                     raise MalformedRequest(f"api key {api_key} version {version} is not served here "
                                            f"(ApiVersions lists what is)")
+                if sasl is not None and api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
+                    header, request = read_request(body, api_key, version)
+                    answer, closing = sasl_answer(header, request, sasl)
+                    pending.put_nowait((header, handle(_ready(answer)), arrived))
+                    if closing is not None:
+                        log.info("closing the Kafka connection from %s on listener %s: %s", where, self.name, closing)
+                        await asyncio.sleep(self.sasl.failed_authentication_delay_ms / 1000)  # type: ignore[union-attr]
+                        break
+                    if sasl.principal is not None:
+                        session = Session(sasl.principal, session.host)
+                    continue
+                if sasl is not None and api_key not in BEFORE_AUTHENTICATION and (
+                        not sasl.authenticated or sasl.expired):
+                    raise MalformedRequest(f"api key {api_key} before SASL authentication completed" if not
+                                           sasl.authenticated else "the SASL session expired "
+                                           "(connections.max.reauth.ms) and the client did not re-authenticate")
                 header, request = read_request(body, api_key, version)
                 pending.put_nowait((header, handle(self.apis.handle(header, request, session)), arrived))
         except (asyncio.IncompleteReadError, ConnectionError):

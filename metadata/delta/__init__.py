@@ -32,6 +32,7 @@ from .changes import MetadataChanges, TopicIdPartition, changes_between, compare
 from .cluster import ClusterDelta
 from .configs import ConfigurationsDelta
 from .features import FeaturesDelta, ProducerIdsDelta
+from .scram import ScramDelta
 from .topics import TopicsDelta
 
 __all__ = ["MetadataChanges", "MetadataDelta", "TopicIdPartition", "changes_between"]
@@ -60,6 +61,7 @@ class MetadataDelta:
         self.features = FeaturesDelta(base.features)
         self.producer_ids = ProducerIdsDelta(base.next_producer_id)
         self.acls = AclsDelta(base.acls)
+        self.scram = ScramDelta(base.scram)
         t, c = self.topics, self.cluster
         # Record type (the MetadataRecord oneof's name) -> the domain's handler.
         self._handlers: dict[str, Callable[[Any], None]] = {
@@ -77,6 +79,8 @@ class MetadataDelta:
             "producer_ids": self.producer_ids.producer_ids,
             "access_control_entry": self.acls.access_control_entry,
             "remove_access_control_entry": self.acls.remove_access_control_entry,
+            "user_scram_credential": self.scram.user_scram_credential,
+            "remove_user_scram_credential": self.scram.remove_user_scram_credential,
             "no_op": lambda r: None,
         }
 
@@ -168,7 +172,7 @@ class MetadataDelta:
             img.configurations if configs is img.configs else ConfigurationsImage(configs),
             img.finalized_features if features is img.features else FeaturesImage(features),
             img.producer_ids if next_id == img.next_producer_id else ProducerIdsImage(next_id),
-            self.acls.image(img.acls))
+            self.acls.image(img.acls), self.scram.image(img.scram))
         self._dirty = False
         return self._image
 

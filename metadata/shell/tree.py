@@ -14,6 +14,7 @@ costs nothing until someone lists them. Files hold JSON values. The layout is do
     /quorum/replication/{voters,observers}/<id>/...   (a live source: the leader's view)
     /producerIds/nextProducerId
     /acls/byId/<uuid>              one ACL each
+    /scram/<user>/<mechanism>      {"mechanism", "iterations"} of a SCRAM credential (never its keys)
 """
 from __future__ import annotations
 
@@ -91,6 +92,9 @@ def metadata_tree(image: MetadataImage, quorum: Callable[[], QuorumState]) -> Di
                                         for name, level in sorted(image.features.items())])),
         ("producerIds", Directory(lambda: [("nextProducerId", File(image.next_producer_id))])),
         ("quorum", Directory(lambda: _quorum(quorum()))),
+        ("scram", Directory(lambda: [(user, Directory(lambda creds=creds: [
+            (m.mechanism_name, File({"mechanism": m.mechanism_name, "iterations": c.iterations}))
+            for m, c in sorted(creds.items())])) for user, creds in sorted(image.scram.users.items())])),
         ("topicIds", Directory(lambda: sorted(
             (str(t.id), _topic(image, t)) for t in image.topics_by_id.values()))),
         ("topics", Directory(lambda: _sorted(
