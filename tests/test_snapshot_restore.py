@@ -212,11 +212,10 @@ class SnapshotServingClient:
     def __init__(self, snapshot: bytes) -> None:
         self.snapshot = snapshot
 
-    async def call(self, method: str, request: Any, **_: Any) -> Any:
-        if method == "FetchMetadata":
-            return cpb.FetchMetadataResponse(error_code=cpb.OFFSET_OUT_OF_RANGE, snapshot_offset=1,
-                                             high_watermark=2)
-        assert method == "FetchSnapshot"
+    async def fetch_metadata(self, request: cpb.FetchMetadataRequest, **_: Any) -> cpb.FetchMetadataResponse:
+        return cpb.FetchMetadataResponse(error_code=cpb.OFFSET_OUT_OF_RANGE, snapshot_offset=1, high_watermark=2)
+
+    async def fetch_snapshot(self, request: cpb.FetchSnapshotRequest, **_: Any) -> cpb.FetchSnapshotResponse:
         data = self.snapshot[request.position:request.position + request.max_bytes]
         return cpb.FetchSnapshotResponse(size=len(self.snapshot), data=data)
 
