@@ -35,6 +35,7 @@ SERVERS = "broker-4:9092,broker-5:9092,broker-6:9092"
 KAFKA_SERVERS = "127.0.0.1:29094,127.0.0.1:29095,127.0.0.1:29096"  # the brokers' published Kafka listeners
 METRICS_PORT = 29400  # node N's /metrics is published at 127.0.0.1:29400+N
 PROMETHEUS = "http://127.0.0.1:29090"
+CONSOLE = "http://127.0.0.1:28080"  # the console service (kraft web)
 LOCAL_BASE = "pykraft-base:bookworm"
 MESSAGES = 300
 T0 = time.monotonic()
@@ -166,6 +167,24 @@ def check_metrics(controllers: list[str], brokers: list[str]) -> None:
             raise SystemExit(f"compose-test: Prometheus does not scrape every node within 60s (up: {sorted(targets)})")
         time.sleep(1)
     log(f"Prometheus at {PROMETHEUS} scrapes all {len(targets)} nodes")
+
+
+def check_console(brokers: list[str]) -> None:
+    """The console answers on its published port with the cluster it reads: the topic
+    created above, and every broker on the overview."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            topics, overview = http_get(f"{CONSOLE}/topics"), http_get(f"{CONSOLE}/")
+            if "orders" in topics and all(f">{b.rsplit('-', 1)[1]}<" in overview for b in brokers):
+                break
+            problem = "the topic or a broker is not shown yet"
+        except OSError as e:
+            problem = str(e)
+        if time.monotonic() > deadline:
+            raise SystemExit(f"compose-test: the console at {CONSOLE} did not show the cluster within 60s: {problem}")
+        time.sleep(1)
+    log(f"console: {CONSOLE} lists orders and brokers {', '.join(brokers)}")
 
 
 def wait_healthy(services: list[str], timeout: float = 180) -> None:
@@ -334,6 +353,9 @@ def main() -> int:
 
         with step("every node's metrics, and Prometheus scraping them"):
             check_metrics(controllers, brokers)
+
+        with step("the web console (the console service) lists the topic and its brokers"):
+            check_console(brokers)
 
         with step(f"stop the active controller (controller-{leader}); a new one answers"):
             compose("stop", f"controller-{leader}")
