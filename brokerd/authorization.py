@@ -35,7 +35,7 @@ from .produce import produce as produce_records
 from .producer_ids import ProducerIdManager
 from .replica_manager import ReplicaManager
 
-O = AclOperation
+O = AclOperation  # noqa: E741 -- read as O.READ, O.WRITE: never a bare value to mistake for 0
 R = TypeVar("R")
 D = TypeVar("D")
 TOPIC_DENIED = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)

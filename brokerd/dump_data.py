@@ -287,7 +287,8 @@ def _record_fields(d: BatchDump, r: Record, data: bool) -> dict[str, JsonValue]:
     if data:
         out["key"], out["keyEncoding"] = shown(r.key)
         out["value"], out["valueEncoding"] = shown(r.value)
-        out["headers"] = [dict(zip(("key", "value", "valueEncoding"), (k, *shown(v)))) for k, v in r.headers]
+        out["headers"] = [dict(zip(("key", "value", "valueEncoding"), (k, *shown(v)), strict=True))
+                          for k, v in r.headers]
     return out
 
 

@@ -72,7 +72,7 @@ class Admin:
                 raise BrokerResponseError(ErrorCode.of(r.error_code), r.error_message)
             return r
         answers = await asyncio.gather(*(one(a) for a in addresses.values()))
-        return {b: r for b, r in zip(addresses, answers) if r is not None}
+        return {b: r for b, r in zip(addresses, answers, strict=True) if r is not None}
 
     async def offsets(self, which: dict[TopicPartition, int]) -> dict[TopicPartition, tuple[int, int]]:
         """ListOffsets for each partition: -2 its log start, -1 its high watermark, else the

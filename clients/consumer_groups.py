@@ -47,7 +47,7 @@ class GroupAdmin(Admin):
 
 def _table(rows: list[list[Any]]) -> str:
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join(" ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)
+    return "\n".join(" ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
 
 class PartitionLag(NamedTuple):

@@ -87,7 +87,7 @@ class AclPermissionType(IntEnum):
     ALLOW = 3
 
 
-O = AclOperation
+O = AclOperation  # noqa: E741 -- read as O.READ, O.WRITE: never a bare value to mistake for 0
 #: The operations of each resource type this cluster has (Kafka's AclEntry.supportedOperations;
 #: transactional ids, delegation tokens and users do not exist here).
 OPERATIONS: dict[AclResourceType, frozenset[AclOperation]] = {

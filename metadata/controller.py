@@ -19,6 +19,7 @@ import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable, TypeVar
 
 from raft.errors import NotLeader, ProposalDropped, RaftError
@@ -285,7 +286,7 @@ class QuorumController:
             if not wanted:
                 continue
             try:
-                results = await self.write(lambda view: elect_leaders(view, PREFERRED, wanted), in_thread=True)
+                results = await self.write(partial(elect_leaders, kind=PREFERRED, wanted=wanted), in_thread=True)
             except (ApiError, NotController) as e:
                 log.warning("could not rebalance leaders: %s", e)
                 continue

@@ -44,7 +44,7 @@ from .topics import (MAX_RECORDS_PER_USER_OP, ConfigOp, ItemResult, NewTopic, al
 
 PRODUCER_ID_BLOCK = 1000
 MAX_FETCH_BYTES = 8 << 20
-O = AclOperation
+O = AclOperation  # noqa: E741 -- read as O.READ, O.WRITE: never a bare value to mistake for 0
 T = TypeVar("T")
 
 

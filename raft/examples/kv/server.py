@@ -165,7 +165,7 @@ def _settle(replies: list[Reply], timer: asyncio.TimerHandle, proposal: Proposal
     elif proposal.exception() is not None:
         _fail(replies, proposal.exception())
     else:
-        for reply, result in zip(replies, proposal.result()):
+        for reply, result in zip(replies, proposal.result(), strict=True):
             reply(result)
         replies.clear()
 
