@@ -163,6 +163,7 @@ async def offsets_load(q: DevQuorum, offsets: int) -> None:
     async with Consumer(q.bootstrap_servers, group_id="many-offsets", enable_auto_commit=False) as c:
         for start in range(0, offsets, 5000):
             await c.commit({("t", p): p for p in range(start, min(offsets, start + 5000))})
+        assert c.group is not None and c.group.coordinator, "a consumer that committed knows its coordinator"
         coordinator = c.group.coordinator
     victim = next(b for b, port in q.broker_ports.items() if coordinator.endswith(f":{port}"))
     q.kill(victim)

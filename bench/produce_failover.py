@@ -91,7 +91,7 @@ async def run(kills: int) -> None:
             got: set[bytes] = set()
             deadline = time.monotonic() + 60
             while not set(acked) <= got and time.monotonic() < deadline:
-                got.update(r.value for r in await c.poll(1000))
+                got.update(r.value for r in await c.poll(1000) if r.value is not None)
         emit({"bench": "produce-failover", "acknowledged": len(acked), "lost": len(set(acked) - got)})
     finally:
         q.stop()

@@ -21,12 +21,13 @@ from raft.proto import raft_pb2_grpc
 from raft.config import NodeOptions
 from raft.node import RaftNode
 from raft import Role
+from raft.state_machine import StateMachine
 from raft.storage import format_storage
 
 from .common import emit, free_ports, load_parser, summary
 
 
-class Register:
+class Register(StateMachine):
     """A minimal state machine: a dict of the last value per key."""
 
     def __init__(self) -> None:
@@ -36,7 +37,11 @@ class Register:
         self.d[entry.data[:16]] = entry.data
 
     def snapshot(self) -> Callable[[BinaryIO], None]:
-        return lambda f: f.write(b"%d" % len(self.d))
+        count = b"%d" % len(self.d)
+
+        def write(f: BinaryIO) -> None:
+            f.write(count)
+        return write
 
     def restore(self, source: BinaryIO) -> None:
         self.d = {}

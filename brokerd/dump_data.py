@@ -301,7 +301,7 @@ def text_lines(d: BatchDump, data: bool) -> Iterator[str]:
     ts_type, max_ts = f.pop("timestampType"), f.pop("maxTimestamp")
     del f["baseTimestamp"]
     fields = " ".join(f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in f.items())
-    yield f"{fields} {ts_type}: {max_ts} ({format_time(int(max_ts))})"  # type: ignore[arg-type]
+    yield f"{fields} {ts_type}: {max_ts} ({format_time(int(max_ts))})"
     for r in d.records or ():
         rf = _record_fields(d, r, False)
         line = (f"| offset: {rf['offset']} {ts_type}: {rf['timestamp']} keySize: {rf['keySize']} "

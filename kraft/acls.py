@@ -141,7 +141,8 @@ async def remove(client: ControllerClient, where: list[Resource], who: list[tupl
 
 async def list_acls(client: ControllerClient, where: list[Resource], principal: str | None) -> list[str]:
     found: set[StandardAcl] = set()
-    for r in where or [None]:
+    targets: list[Resource | None] = [*where] if where else [None]
+    for r in targets:
         resp = await client.describe_acls(pb.DescribeAclsRequest(filter=resource_filter(r, principal)))
         found.update(acl_of(b) for b in resp.acls)
     return listing("Current ACLs for resource", found)

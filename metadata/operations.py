@@ -136,7 +136,7 @@ class ResourceResult:
     resource_type: int
     name: str
     error: ApiError | None = None
-    configs: tuple[tuple[str, str, bool], ...] = ()  # described: (key, value, is default)
+    configs: tuple[tuple[str, str | None, bool], ...] = ()  # described: (key, value or None, is default)
 
 
 @dataclass(frozen=True, slots=True)
