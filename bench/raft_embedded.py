@@ -16,11 +16,11 @@ from typing import BinaryIO, Callable
 
 import grpc
 
+from raft import Role
 from raft.proto import raft_pb2 as rpb
 from raft.proto import raft_pb2_grpc
 from raft.config import NodeOptions
 from raft.node import RaftNode
-from raft import Role
 from raft.state_machine import StateMachine
 from raft.storage import format_storage
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import io
 import struct
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from collections.abc import Sequence
 from typing import BinaryIO, NamedTuple, Protocol
 
 

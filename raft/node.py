@@ -20,9 +20,9 @@ import json
 import logging
 import os
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from collections.abc import Sequence
 from typing import Any, Callable, Coroutine, Iterator
 
 import grpc

@@ -138,6 +138,7 @@ class Batcher:
         def expire() -> None:
             if not proposal.done():
                 _fail(replies, asyncio.TimeoutError())
+
         timer = asyncio.get_running_loop().call_later(self.timeout, expire)
         proposal.add_done_callback(functools.partial(_settle, replies, timer))
 
