@@ -8,7 +8,7 @@ GEN    := $(PROTOS:.proto=_pb2.py)
 SEEDS  ?= 20000
 STEPS  ?= 3000
 
-.PHONY: venv protos test compose-test demo report topics-example sim bench-core bench-raft anchors clean
+.PHONY: venv protos lint test compose-test demo report topics-example sim bench-core bench-raft anchors clean
 
 venv: $(STAMP) $(GEN)
 
@@ -27,11 +27,17 @@ $(STAMP): pyproject.toml setup.py
 
 protos: $(GEN)
 
-# The unit, simulation and process tests, then the docker compose test.
+# The static checks (README, "Development"), as pyproject.toml configures them: ruff over the
+# tree, mypy over the packages. The generated protobuf modules and their .pyi stubs come first.
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+# The static checks, the unit, simulation and process tests, then the docker compose test.
 # deploy/ensure-docker.sh installs and starts a Docker engine when it can (root or passwordless
 # sudo); when it cannot, the compose test fails saying why, unless KRAFT_SKIP_COMPOSE=1 says to
 # skip it on purpose.
-test: venv
+test: venv lint
 	$(PY) -m pytest -q
 	$(MAKE) compose-test
 

@@ -58,7 +58,7 @@ def build_image(partitions: int, brokers: int, racks: int) -> MetadataImage:
         for p, replicas in enumerate(place_replicas(usable, count, 3, start=t)):
             i = n + p
             if i % 50_000 == 7:  # a rack violation: a second replica on the leader's rack
-                replicas = [replicas[0], (replicas[0] + racks) % brokers, replicas[2]]
+                replicas = (replicas[0], (replicas[0] + racks) % brokers, replicas[2])
             if i % 10_000 == 3:
                 batch.append(R.partition(tid, p, replicas, isr=[], leader=R.NO_LEADER))
             elif i % 1_000 == 5:

@@ -158,7 +158,7 @@ def _tail(args: argparse.Namespace) -> None:
             stop = time.time() + args.seconds
             while time.time() < stop:
                 for r in await c.poll(100):
-                    latencies.append(time.time() - _TS.unpack_from(r.value)[0])
+                    latencies.append(time.time() - _TS.unpack_from(r.value or b"")[0])
         return {"latencies": latencies}
     print(json.dumps(asyncio.run(go())), flush=True)
 
@@ -178,7 +178,7 @@ def _catch_up(args: argparse.Namespace) -> None:
                 got = await c.poll(300)
                 if got:
                     n += len(got)
-                    size += sum(len(r.value) for r in got)
+                    size += sum(len(r.value or b"") for r in got)
                     idle = time.perf_counter()
             return {"consumed": n, "bytes": size, "elapsed": idle - start, "cpu_s": time.process_time() - cpu}
     print(json.dumps(asyncio.run(go())), flush=True)
@@ -263,12 +263,12 @@ async def _run_cluster(args: argparse.Namespace, disk: float) -> None:
                   "brokers_cpu_us_per_msg": round(sum(brokers_cpu.values()) / max(acked, 1) * 1e6, 1),
                   "load_average": round(os.getloadavg()[0], 1)})
             # 2. a consumer reads it all back
-            c = result(run("catch-up", 0, idempotence=idempotence, compression=compression), 300)
+            consumed = result(run("catch-up", 0, idempotence=idempotence, compression=compression), 300)
             emit({"system": "brokerd", "phase": "consume", "idempotence": idempotence, "compression": compression,
-                  "messages": c["consumed"],
-                  "msgs_per_s": round(c["consumed"] / c["elapsed"]) if c["elapsed"] else 0,
-                  "MBps": round(c["bytes"] / c["elapsed"] / 1e6, 2) if c["elapsed"] else 0,
-                  "consumer_cpu_us_per_msg": round(c["cpu_s"] / max(c["consumed"], 1) * 1e6, 1),
+                  "messages": consumed["consumed"],
+                  "msgs_per_s": round(consumed["consumed"] / consumed["elapsed"]) if consumed["elapsed"] else 0,
+                  "MBps": round(consumed["bytes"] / consumed["elapsed"] / 1e6, 2) if consumed["elapsed"] else 0,
+                  "consumer_cpu_us_per_msg": round(consumed["cpu_s"] / max(consumed["consumed"], 1) * 1e6, 1),
                   "load_average": round(os.getloadavg()[0], 1)})
         # 3. end-to-end latency at a steady rate (the first combination) a tailing consumer keeps up with
         seconds = min(args.seconds, 5.0)

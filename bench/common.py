@@ -80,7 +80,7 @@ class KVProcesses:
         self.base = Path(tempfile.mkdtemp(prefix="raftbench"))
         self.ports = free_ports(n)
         self.ids = list(range(1, n + 1))
-        self.voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in zip(self.ids, self.ports))
+        self.voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in zip(self.ids, self.ports, strict=True))
         self.args = list(args)
         self.procs: dict[int, subprocess.Popen] = {}
         for nid in self.ids:

@@ -99,15 +99,15 @@ async def throughput(q: DevQuorum, messages: int) -> None:
             cpb.CreatableTopic(name="groupbench", num_partitions=6, replication_factor=3)]))
     value = b"x" * 256
     async with Producer(q.bootstrap_servers, linger_ms=5, batch_size=262144) as p:
-        for i in range(messages):
+        for _ in range(messages):
             await p.send("groupbench", value)
         await p.flush()
     for size in (1, 3):
         members = [Member(q, f"readers-{size}", "groupbench") for _ in range(size)]
         try:
-            await _until(lambda: sum(len(m.owned) for m in members) == 6, 60)
+            await _until(lambda members=members: sum(len(m.owned) for m in members) == 6, 60)
             start = time.monotonic()
-            await _until(lambda: sum(m.count for m in members) >= messages, 600)
+            await _until(lambda members=members: sum(m.count for m in members) >= messages, 600)
             elapsed = time.monotonic() - start
             emit({"system": "brokerd", "phase": "throughput", "members": size, "messages": messages,
                   "msgs_per_s": round(messages / elapsed)})
@@ -136,14 +136,15 @@ async def failover(q: DevQuorum, kills: int) -> None:
     try:
         members = [Member(q, "steady-readers", "steady") for _ in range(3)]
         for k in range(kills):
-            await _until(lambda: sorted(p for m in members for p in m.owned) == list(range(6)), 60)
+            await _until(lambda members=members: sorted(p for m in members for p in m.owned) == list(range(6)), 60)
             await asyncio.sleep(2)  # steady consumption before the kill (the workload, not a wait)
             victim = members[0]
             lost = set(victim.owned)
             victim.stop(kill=True)
             killed = time.time()
             survivors = members[1:]
-            await _until(lambda: lost <= {p for m in survivors for t, p in m.seen if t > killed}, 60)
+            await _until(lambda lost=lost, survivors=survivors, killed=killed:
+                         lost <= {p for m in survivors for t, p in m.seen if t > killed}, 60)
             took = max(min(t for m in survivors for t, p in m.seen if t > killed and p == lp) for lp in lost) - killed
             results.append(took)
             emit({"system": "brokerd", "phase": "failover", "kill": k + 1, "partitions_moved": len(lost),
@@ -162,6 +163,7 @@ async def offsets_load(q: DevQuorum, offsets: int) -> None:
     async with Consumer(q.bootstrap_servers, group_id="many-offsets", enable_auto_commit=False) as c:
         for start in range(0, offsets, 5000):
             await c.commit({("t", p): p for p in range(start, min(offsets, start + 5000))})
+        assert c.group is not None and c.group.coordinator, "a consumer that committed knows its coordinator"
         coordinator = c.group.coordinator
     victim = next(b for b, port in q.broker_ports.items() if coordinator.endswith(f":{port}"))
     q.kill(victim)

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import time
+from itertools import pairwise
 
 from clients import Consumer, Producer
 from metadata.client import ControllerClient
@@ -36,6 +38,8 @@ async def leader_of(q: DevQuorum) -> int:
 async def round_(q: DevQuorum, k: int, acked: list[bytes]) -> dict:
     times: list[float] = []
     stop = asyncio.Event()
+    killed = math.inf
+    flowing_again = asyncio.Event()  # acks have flowed again for a while after the kill
 
     async def produce(p: Producer) -> None:
         i = 0
@@ -45,6 +49,8 @@ async def round_(q: DevQuorum, k: int, acked: list[bytes]) -> dict:
                 await p.send_and_wait(TOPIC, value)
                 acked.append(value)
                 times.append(time.monotonic())
+                if times[-1] >= killed + 3:
+                    flowing_again.set()
             except Exception:
                 pass  # delivery.timeout.ms: counted in the gap
             i += 1
@@ -56,11 +62,10 @@ async def round_(q: DevQuorum, k: int, acked: list[bytes]) -> dict:
         victim = await leader_of(q)
         killed = time.monotonic()
         q.kill(victim)
-        while not times or times[-1] < killed + 3:  # until acks have flowed again for a while
-            await asyncio.sleep(0.1)
+        await flowing_again.wait()
         stop.set()
         await task
-    gaps = [b - a for a, b in zip(times, times[1:])]
+    gaps = [b - a for a, b in pairwise(times)]
     restarted = time.monotonic()
     q.start_node(victim)
     await q.wait_for_brokers(timeout=60)
@@ -86,7 +91,7 @@ async def run(kills: int) -> None:
             got: set[bytes] = set()
             deadline = time.monotonic() + 60
             while not set(acked) <= got and time.monotonic() < deadline:
-                got.update(r.value for r in await c.poll(1000))
+                got.update(r.value for r in await c.poll(1000) if r.value is not None)
         emit({"bench": "produce-failover", "acknowledged": len(acked), "lost": len(set(acked) - got)})
     finally:
         q.stop()

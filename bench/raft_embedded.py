@@ -16,16 +16,18 @@ from typing import BinaryIO, Callable
 
 import grpc
 
+from raft import Role
 from raft.proto import raft_pb2 as rpb
 from raft.proto import raft_pb2_grpc
 from raft.config import NodeOptions
 from raft.node import RaftNode
+from raft.state_machine import StateMachine
 from raft.storage import format_storage
 
 from .common import emit, free_ports, load_parser, summary
 
 
-class Register:
+class Register(StateMachine):
     """A minimal state machine: a dict of the last value per key."""
 
     def __init__(self) -> None:
@@ -35,7 +37,11 @@ class Register:
         self.d[entry.data[:16]] = entry.data
 
     def snapshot(self) -> Callable[[BinaryIO], None]:
-        return lambda f: f.write(b"%d" % len(self.d))
+        count = b"%d" % len(self.d)
+
+        def write(f: BinaryIO) -> None:
+            f.write(count)
+        return write
 
     def restore(self, source: BinaryIO) -> None:
         self.d = {}
@@ -50,21 +56,22 @@ def follower(nid: int, voters: str, base: str, fsync: bool, stop) -> None:
         node = RaftNode(nid, voters, Register(), data_dir=os.path.join(base, f"n{nid}"),
                         options=_options(fsync))
         await node.start()
-        while not stop.is_set():
-            await asyncio.sleep(0.1)
+        await asyncio.to_thread(stop.wait)  # a multiprocessing event: waited on in a thread
         await node.stop(transfer=False)
     asyncio.run(go())
 
 
 async def lead(voters: str, base: str, fsync: bool, clients: int, seconds: float, value: int) -> dict:
     node = RaftNode(1, voters, Register(), data_dir=os.path.join(base, "n1"), options=_options(fsync))
+    leading = asyncio.Event()
+    node.on_role_change(lambda role, _leader, _term: leading.set() if role == Role.LEADER else None)
     await node.start()
     leader = await node.wait_for_leader(30)
     if leader != 1:  # have the leader hand over, through its admin service
         async with grpc.aio.insecure_channel(node.addresses[leader]) as ch:
             await raft_pb2_grpc.RaftAdminStub(ch).TransferLeadership(rpb.TransferRequest(target=1), timeout=10)
-    while not node.is_leader:
-        await asyncio.sleep(0.01)
+    if not node.is_leader:
+        await asyncio.wait_for(leading.wait(), 30)
     payload = b"v" * value
     lat: list[float] = []
     stop = time.perf_counter() + seconds

@@ -35,6 +35,7 @@ async def run(clients: int, seconds: float, value: int, args: tuple[str, ...], u
     cluster = KVProcesses(3, args)
     try:
         leader = await cluster.leader()
+        stub: kv_pb2_grpc.KVStub | _OverStream
         if unary:
             ch = grpc.aio.insecure_channel(cluster.endpoint(leader))
             stub, close = kv_pb2_grpc.KVStub(ch), ch.close

@@ -35,7 +35,7 @@ from .produce import produce as produce_records
 from .producer_ids import ProducerIdManager
 from .replica_manager import ReplicaManager
 
-O = AclOperation
+O = AclOperation  # noqa: E741 -- read as O.READ, O.WRITE: never a bare value to mistake for 0
 R = TypeVar("R")
 D = TypeVar("D")
 TOPIC_DENIED = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
@@ -58,7 +58,8 @@ def _refuse(answers: list[Any], refused: list[Any], topic: type, partition: type
     message where the answer has a place for one)."""
     for t in refused:
         out = topic(name=t.name)
-        if "topic_id" in _names(topic) and "topic_id" in _names(type(t)):
+        # a class is Hashable, but mypy does not see it for type[Any] (functools.cache's argument)
+        if "topic_id" in _names(topic) and "topic_id" in _names(type(t)):  # type: ignore[arg-type]
             out.topic_id = t.topic_id
         said = {"error_message": message(t.name)} if "error_message" in _names(partition) else {}
         out.partitions = [partition(partition=p if isinstance(p, int) else p.partition, error_code=TOPIC_DENIED,

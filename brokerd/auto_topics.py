@@ -74,7 +74,7 @@ class TopicAutoCreator:
         if not unknown:
             return
         outcomes = await asyncio.gather(*(self._create(t.name, access) for t in unknown))
-        for t, (code, message) in zip(unknown, outcomes):
+        for t, (code, message) in zip(unknown, outcomes, strict=True):
             t.error_code, t.error_message = int(code), capped(message)
 
     async def _create(self, name: str, access: Access) -> tuple[ErrorCode, str]:

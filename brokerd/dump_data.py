@@ -287,7 +287,8 @@ def _record_fields(d: BatchDump, r: Record, data: bool) -> dict[str, JsonValue]:
     if data:
         out["key"], out["keyEncoding"] = shown(r.key)
         out["value"], out["valueEncoding"] = shown(r.value)
-        out["headers"] = [dict(zip(("key", "value", "valueEncoding"), (k, *shown(v)))) for k, v in r.headers]
+        out["headers"] = [dict(zip(("key", "value", "valueEncoding"), (k, *shown(v)), strict=True))
+                          for k, v in r.headers]
     return out
 
 
@@ -300,7 +301,7 @@ def text_lines(d: BatchDump, data: bool) -> Iterator[str]:
     ts_type, max_ts = f.pop("timestampType"), f.pop("maxTimestamp")
     del f["baseTimestamp"]
     fields = " ".join(f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in f.items())
-    yield f"{fields} {ts_type}: {max_ts} ({format_time(int(max_ts))})"  # type: ignore[arg-type]
+    yield f"{fields} {ts_type}: {max_ts} ({format_time(int(max_ts))})"
     for r in d.records or ():
         rf = _record_fields(d, r, False)
         line = (f"| offset: {rf['offset']} {ts_type}: {rf['timestamp']} keySize: {rf['keySize']} "

@@ -25,9 +25,10 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 from clients.errors import BrokerError, ErrorCode, capped
 from clients.records import batches, build_batch, records_of
@@ -118,7 +119,7 @@ def _fail(fut: asyncio.Future | None, code: ErrorCode, message: str = "") -> Non
 
 class GroupCoordinator:
     def __init__(self, rm: ReplicaManager, config: BrokerConfig,
-                 create_offsets_topic: Callable[[int, int], Awaitable[None]]) -> None:
+                 create_offsets_topic: Callable[[int, int], Coroutine[Any, Any, None]]) -> None:
         self.rm = rm
         self.config = config
         self.create_offsets_topic = create_offsets_topic
@@ -304,11 +305,11 @@ class GroupCoordinator:
                 known.last_heartbeat = time.monotonic()
                 return known
         if not req.member_id:
-            m = Member(f"{req.client_id or 'consumer'}-{uuid.uuid4()}", instance, req.client_id,
-                       req.session_timeout_ms, req.rebalance_timeout_ms or req.session_timeout_ms, protocols,
-                       client_host=req.client_host)
-            g.members[m.member_id] = m
-            return m
+            new = Member(f"{req.client_id or 'consumer'}-{uuid.uuid4()}", instance, req.client_id,
+                         req.session_timeout_ms, req.rebalance_timeout_ms or req.session_timeout_ms, protocols,
+                         client_host=req.client_host)
+            g.members[new.member_id] = new
+            return new
         m = g.members.get(req.member_id)
         if m is None:
             raise BrokerError(ErrorCode.UNKNOWN_MEMBER_ID,
@@ -639,8 +640,8 @@ class GroupCoordinator:
                 if g.members:
                     raise BrokerError(ErrorCode.NON_EMPTY_GROUP, f"Group {gid} is not empty: it has "
                                                                  f"{len(g.members)} members.")
-                await self._write(p, [(_group_key(gid), None)] +
-                                  [(_offset_key(gid, *tp), None) for tp in g.offsets])
+                tombstones: list[tuple[bytes, bytes | None]] = [(_group_key(gid), None)]
+                await self._write(p, tombstones + [(_offset_key(gid, *tp), None) for tp in g.offsets])
                 self.groups.pop(gid, None)
                 resp.results.append(DeletedGroup(group_id=gid))
             except BrokerError as e:

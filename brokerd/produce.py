@@ -89,7 +89,7 @@ async def produce(rm: ReplicaManager, req: ProduceRequest) -> ProduceResponse:
             appends.append((a, p, p.append_as_leader(batch, req.acks)))
     results = await asyncio.gather(*(c for _, _, c in appends), return_exceptions=True)
     waits: list[tuple[ProducePartitionResponse, Partition, int]] = []
-    for (a, p, _), info in zip(appends, results):
+    for (a, p, _), info in zip(appends, results, strict=True):
         if isinstance(info, BrokerError):
             _error(a, info)
             continue

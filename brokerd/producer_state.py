@@ -74,14 +74,21 @@ class ProducerEntry:
 
 
 class BatchHead(Protocol):
-    """What the log keeps beside each stored batch (``partition_log.StoredBatch``)."""
+    """What the log keeps beside each stored batch (``partition_log.StoredBatch``), read-only
+    (properties here, so that a frozen dataclass has them)."""
 
-    base_offset: int
-    last_offset: int
-    max_timestamp: int
-    producer_id: int  # -1: none
-    producer_epoch: int
-    base_sequence: int
+    @property
+    def base_offset(self) -> int: ...
+    @property
+    def last_offset(self) -> int: ...
+    @property
+    def max_timestamp(self) -> int: ...
+    @property
+    def producer_id(self) -> int: ...  # -1: none
+    @property
+    def producer_epoch(self) -> int: ...
+    @property
+    def base_sequence(self) -> int: ...
 
 
 class ProducerStateManager:

@@ -42,7 +42,8 @@ def _plan(cls: type) -> tuple[tuple[str, int, Any, bool], ...]:
 def to_domain(cls: type[D], msg: Message) -> D:
     """The dataclass ``cls`` with ``msg``'s values (a nested record batch is shared, not copied)."""
     kwargs: dict[str, Any] = {}
-    for name, kind, target, optional in _plan(cls):
+    # a class is Hashable, but mypy does not see it for type[D] (functools.cache's argument)
+    for name, kind, target, optional in _plan(cls):  # type: ignore[arg-type]
         if optional and not msg.HasField(name):
             kwargs[name] = None
         elif kind == _ENTITIES:
@@ -64,7 +65,7 @@ def to_wire(cls: type[M], obj: Any) -> M:
 
 
 def _fill(msg: Message, obj: Any) -> None:
-    for name, kind, _, _ in _plan(type(obj)):
+    for name, kind, _, _ in _plan(type(obj)):  # type: ignore[arg-type]  # as in to_domain
         v = getattr(obj, name)
         if v is None:
             continue

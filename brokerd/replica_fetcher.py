@@ -145,15 +145,15 @@ class ReplicaFetcher:
         for t in resp.topics:
             tid = uuid.UUID(bytes=t.topic_id)
             for r in t.partitions:
-                s = by_key.get((tid, r.partition))
-                if s is None or not self._current(s):
+                state = by_key.get((tid, r.partition))
+                if state is None or not self._current(state):
                     continue
                 if r.error_code != ErrorCode.NONE:
-                    log.info("%s: OffsetsForLeaderEpoch from broker %d: %s", s.partition.name, self.leader_id,
+                    log.info("%s: OffsetsForLeaderEpoch from broker %d: %s", state.partition.name, self.leader_id,
                              ErrorCode.of(r.error_code).name)
-                    self._delay(s)
+                    self._delay(state)
                     continue
-                await self._truncate_one(s, r.leader_epoch, r.end_offset)
+                await self._truncate_one(state, r.leader_epoch, r.end_offset)
 
     async def _truncate_one(self, s: FetchState, leader_epoch: int, leader_end: int) -> None:
         p = s.partition

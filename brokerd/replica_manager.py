@@ -55,9 +55,9 @@ class ReplicaManager:
         if changes is None:
             changes = changes_between(old, image)
         for tid in changes.topics_removed:
-            for key, p in list(self.partitions.items()):
+            for key, gone in list(self.partitions.items()):
                 if key[0] == tid:
-                    self._remove(p, "its topic was deleted")
+                    self._remove(gone, "its topic was deleted")
         if any(r.type == ResourceType.BROKER for r in changes.configs_changed):
             self._reconfigure(p for p in self.partitions.values())
             self.leader_quota.set_rate(throttled_rate(image, self.broker_id, LEADER_RATE))

@@ -198,7 +198,7 @@ class BrokerServer:
                 try:
                     await listener.bind()
                 except OSError as e:
-                    raise cannot_listen(address, name, e.strerror) from None
+                    raise cannot_listen(address, name, e.strerror or str(e)) from None
                 self.kafka_listeners.append(listener)
                 self._on_close(listener, listener.stop)
                 continue
@@ -260,7 +260,8 @@ class BrokerServer:
             try:
                 await listener.start()
             except OSError as e:
-                raise cannot_listen(f"{listener.host or '0.0.0.0'}:{listener.port}", listener.name, e.strerror) from None
+                raise cannot_listen(f"{listener.host or '0.0.0.0'}:{listener.port}", listener.name,
+                                    e.strerror or str(e)) from None
         self.lifecycle.ready_to_unfence = True
 
     async def _create_offsets_topic(self, partitions: int, replication_factor: int) -> None:

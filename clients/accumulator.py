@@ -194,8 +194,8 @@ class RecordAccumulator:
         when first sent), so ``append`` starts a new batch behind it."""
         dq = self.batches.setdefault((batch.topic, batch.partition), deque())
         i = 0
-        if batch.base_sequence is not None:
-            while i < len(dq) and dq[i].base_sequence is not None and dq[i].base_sequence < batch.base_sequence:
+        if (sequence := batch.base_sequence) is not None:
+            while i < len(dq) and (ahead := dq[i].base_sequence) is not None and ahead < sequence:
                 i += 1
         dq.insert(i, batch)
 

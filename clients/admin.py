@@ -5,7 +5,7 @@ topic source plan from it."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Self
 
 import grpc
 
@@ -27,7 +27,7 @@ class Admin:
         self.cluster = ClusterView(parse_bootstrap(bootstrap), self.connections)
         self.timeout_ms = timeout_ms
 
-    async def __aenter__(self) -> "Admin":
+    async def __aenter__(self) -> Self:
         self.cluster.start()
         await self.cluster.refresh()
         return self
@@ -72,7 +72,7 @@ class Admin:
                 raise BrokerResponseError(ErrorCode.of(r.error_code), r.error_message)
             return r
         answers = await asyncio.gather(*(one(a) for a in addresses.values()))
-        return {b: r for b, r in zip(addresses, answers) if r is not None}
+        return {b: r for b, r in zip(addresses, answers, strict=True) if r is not None}
 
     async def offsets(self, which: dict[TopicPartition, int]) -> dict[TopicPartition, tuple[int, int]]:
         """ListOffsets for each partition: -2 its log start, -1 its high watermark, else the
@@ -81,7 +81,8 @@ class Admin:
         then again) until ``timeout_ms``; any other error raises BrokerResponseError."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout_ms / 1000
-        pending, out = dict(which), {}
+        pending = dict(which)
+        out: dict[TopicPartition, tuple[int, int]] = {}
         while True:
             last = await self._list_offsets(pending, out)
             if not pending:

@@ -132,7 +132,7 @@ def _too_big(limit: int) -> str:
 def _snappy_length(data: bytes) -> int:
     """Raw snappy starts with the uncompressed length as a varint."""
     value = shift = 0
-    for i, b in enumerate(data[:5]):
+    for b in data[:5]:
         value |= (b & 0x7F) << shift
         if b < 0x80:
             return value

@@ -19,6 +19,7 @@ from typing import TypeVar
 import click
 
 from . import ACKS, ClientError, Consumer, ConsumerRecord, Producer, producer_config
+from .accumulator import RecordFuture
 from .config import from_properties, read_config_file
 from .consumer_groups import consumer_groups
 
@@ -120,8 +121,10 @@ def console_producer(bootstrap_server: str, topic: str, acks: str, key_separator
                     except ClientError as e:
                         report(key, value, e)
                 else:
-                    fut.add_done_callback(
-                        lambda f, k=key, v=value: report(k, v, f.exception()) if f.exception() else None)
+                    def failed(f: RecordFuture, k: bytes | None = key, v: bytes = value) -> None:
+                        if (error := f.exception()) is not None:
+                            report(k, v, error)
+                    fut.add_done_callback(failed)
         finally:
             await producer.close()
         return 1 if failures else 0
@@ -240,8 +243,9 @@ def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, pa
             idle_since = loop.time()
             while not stop.is_set():
                 idle_left = None if timeout_ms is None else max(0.0, timeout_ms / 1000 - (loop.time() - idle_since))
-                records = await _unless_stopped(consumer.poll(200), stop, idle_left)  # a poll may wait for a rebalance
-                for i, r in enumerate(records or ()):
+                # a poll may wait for a rebalance
+                records = await _unless_stopped(consumer.poll(200), stop, idle_left) or []
+                for i, r in enumerate(records):
                     out.write(fmt(r))
                     count += 1
                     if max_messages is not None and count >= max_messages:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 import click
 import grpc
@@ -47,7 +47,7 @@ class GroupAdmin(Admin):
 
 def _table(rows: list[list[Any]]) -> str:
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join(" ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)
+    return "\n".join(" ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
 
 class PartitionLag(NamedTuple):
@@ -118,7 +118,7 @@ async def _reset(admin: GroupAdmin, group_id: str, topic: str, how: tuple[str, i
     kind, n = how
     new = {}
     for tp in tps:
-        target = {"earliest": earliest[tp], "latest": latest[tp], "offset": n,
+        target = {"earliest": earliest[tp], "latest": latest[tp], "offset": latest[tp] if n is None else n,
                   "shift": current.get(tp, latest[tp]) + (n or 0)}[kind]
         if target > latest[tp]:
             warn(f"New offset ({target}) is higher than latest offset for topic partition {tp[0]}-{tp[1]}. Value "
@@ -207,6 +207,6 @@ def consumer_groups(bootstrap_server: str, list_: bool, describe: bool, delete: 
         _fail(str(e))
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     click.echo(f"Error: {message}", err=True)
     sys.exit(1)

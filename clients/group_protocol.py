@@ -85,7 +85,7 @@ def decode_assignment(data: bytes) -> list[TopicPartition]:
     try:
         r = _Reader(data)
         r.take(">h")
-        out = []
+        out: list[TopicPartition] = []
         for _ in range(r.take(">i")):
             t = r.string()
             out.extend((t, r.take(">i")) for _ in range(r.take(">i")))

@@ -90,8 +90,8 @@ class StickyPartitioner:
         elif len(available) == 1:
             new = available[0]
         else:
-            new = old
-            while new is None or new == old:
+            new = available[self.rng.randrange(len(available))]
+            while new == old:
                 new = available[self.rng.randrange(len(available))]
         self.sticky[topic] = new
         return new

@@ -296,8 +296,9 @@ class Producer:
         await self.cluster.close()
         await self.connections.close()
         interceptors.close(self.interceptors)
-        if self.partitioner is not None and callable(getattr(self.partitioner, "close", None)):
-            self.partitioner.close()
+        close = getattr(self.partitioner, "close", None)  # Kafka's Partitioner.close(), if it has one
+        if callable(close):
+            close()
 
     # -- the sender -------------------------------------------------------------------------------
 

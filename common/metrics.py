@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -137,3 +137,7 @@ class StateCollector:
 
     def describe(self) -> list[Metric]:
         return []
+
+    def collect(self) -> Iterable[Metric]:
+        """The samples, read from the live state each subclass knows."""
+        raise NotImplementedError

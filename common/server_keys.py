@@ -29,7 +29,7 @@ def compression_type(value: str) -> str:
     return "none" if value == "uncompressed" else value
 
 
-def _int(name: str, default: int | None, doc: str, least: int, most: int = LONG_MAX, **kw) -> ConfigKey:  # type: ignore[no-untyped-def]
+def _int(name: str, default: int | None, doc: str, least: int, most: int = LONG_MAX, **kw) -> ConfigKey:
     return ConfigKey(name, "int", None if default is None else str(default), doc, in_range(least, most), **kw)
 
 

@@ -118,7 +118,7 @@ async def add(client: ControllerClient, where: list[Resource], who: list[tuple[A
     errors = [f"{ErrorCode.of(x.error_code).name}: {x.error_message}" for x in resp.results if x.error_code]
     lines: list[str] = []
     for r in where:
-        lines += listing("Adding ACLs for resource", [acl_of(b) for (of, b), x in zip(wanted, resp.results)
+        lines += listing("Adding ACLs for resource", [acl_of(b) for (of, b), x in zip(wanted, resp.results, strict=True)
                                                        if of == r and not x.error_code])
         lines += await current(client, r)
     return lines, errors
@@ -141,7 +141,8 @@ async def remove(client: ControllerClient, where: list[Resource], who: list[tupl
 
 async def list_acls(client: ControllerClient, where: list[Resource], principal: str | None) -> list[str]:
     found: set[StandardAcl] = set()
-    for r in where or [None]:
+    targets: list[Resource | None] = [*where] if where else [None]
+    for r in targets:
         resp = await client.describe_acls(pb.DescribeAclsRequest(filter=resource_filter(r, principal)))
         found.update(acl_of(b) for b in resp.acls)
     return listing("Current ACLs for resource", found)

@@ -82,8 +82,10 @@ def run(base: Path, base_port: int) -> None:
          .createOrReplaceTempView("counts"))
         spark.sql("SELECT status, max_by(requests, offset) AS requests FROM counts GROUP BY status "
                   "ORDER BY status").show()
-        total = spark.sql("SELECT sum(r) FROM (SELECT max_by(requests, offset) AS r FROM counts "
-                          "GROUP BY status)").first()[0]
+        row = spark.sql("SELECT sum(r) FROM (SELECT max_by(requests, offset) AS r FROM counts "
+                        "GROUP BY status)").first()
+        assert row is not None, "an aggregate always has a row"
+        total = row[0]
         print(f"{total} requests counted (4000 produced)")
         if total != 4000:
             raise SystemExit(f"the streaming counts add up to {total}, not 4000")

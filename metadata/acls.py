@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from .errors import ApiError, ErrorCode
 from .records import MetadataRecord, access_control_entry, remove_access_control_entry
@@ -87,7 +87,7 @@ class AclPermissionType(IntEnum):
     ALLOW = 3
 
 
-O = AclOperation
+O = AclOperation  # noqa: E741 -- read as O.READ, O.WRITE: never a bare value to mistake for 0
 #: The operations of each resource type this cluster has (Kafka's AclEntry.supportedOperations;
 #: transactional ids, delegation tokens and users do not exist here).
 OPERATIONS: dict[AclResourceType, frozenset[AclOperation]] = {
@@ -198,7 +198,10 @@ class AclBindingFilter:
 
 # -- from the wire ------------------------------------------------------------------------------
 
-def _enum(enum: type[IntEnum], value: int, what: str) -> IntEnum:
+E = TypeVar("E", bound=IntEnum)
+
+
+def _enum(enum: type[E], value: int, what: str) -> E:
     try:
         return enum(value)
     except ValueError:
@@ -268,7 +271,7 @@ def acl_filter(resource_type: int, resource_name: str | None, pattern_type: int,
     if unknown:
         raise ApiError(ErrorCode.INVALID_REQUEST, f"the filter's {unknown[0]} is UNKNOWN; use ANY to match every value")
     rtype, pattern, op, permission = values
-    return AclBindingFilter(rtype, resource_name, pattern, principal,  # type: ignore[arg-type]
+    return AclBindingFilter(rtype, resource_name, pattern, principal,
                             check_host(host) if host not in (None, WILDCARD) else host, op, permission)
 
 

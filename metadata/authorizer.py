@@ -48,7 +48,7 @@ ALLOW_IF_NO_ACL = "allow.everyone.if.no.acl.found"
 #: How many denials are remembered as logged before the oldest is forgotten.
 DENIALS_REMEMBERED = 10_000
 
-O = AclOperation
+O = AclOperation  # noqa: E741 -- read as O.READ, O.WRITE: never a bare value to mistake for 0
 #: What an ALLOW of an operation also allows (Kafka's IMPLIES_DESCRIBE, IMPLIES_DESCRIBE_CONFIGS).
 _IMPLIED_BY: dict[AclOperation, frozenset[AclOperation]] = {
     O.DESCRIBE: frozenset({O.DESCRIBE, O.READ, O.WRITE, O.DELETE, O.ALTER}),

@@ -169,7 +169,9 @@ class ControllerClient(LeaderClient):
     add_raft_voter = Rpc[pb.AddRaftVoterRequest, pb.AddRaftVoterResponse]("AddRaftVoter", idempotent=False)
     remove_raft_voter = Rpc[pb.RemoveRaftVoterRequest, pb.RemoveRaftVoterResponse]("RemoveRaftVoter", idempotent=False)
 
-    async def call(self, method: str, request: Any, *, timeout: float | None = None,
+    # Not LeaderClient.call's signature (mypy's override): this one is reached by name from the
+    # Kafka listener, the other through send().
+    async def call(self, method: str, request: Any, *, timeout: float | None = None,  # type: ignore[override]
                    attempt_timeout: float | None = None, on_behalf_of: Session | None = None) -> Any:
         """The RPC named ``method``, for a caller that forwards requests by name (a broker's
         Kafka listener); everyone else calls the typed methods above."""

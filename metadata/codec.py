@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, Callable, TypeVar, overload
+from typing import Any, Callable, TypeVar, cast, overload
 
 from protos import controller_pb2 as pb
 from raft.messages import EntryType
@@ -27,9 +27,18 @@ from .topics import ConfigOp, ItemResult, NewTopic
 T = TypeVar("T")
 
 
+def _error(code: int) -> pb.ErrorCode:
+    """Kafka's error code as the wire's enum: the same int, typed as protoc's stubs type enum fields."""
+    return cast(pb.ErrorCode, int(code))
+
+
+def _resource(resource_type: int) -> pb.ResourceType:
+    return cast(pb.ResourceType, int(resource_type))
+
+
 def status(code: ErrorCode = ErrorCode.NONE, message: str = "", controller_id: int = -1,
            endpoint: str = "") -> pb.Status:
-    return pb.Status(error_code=int(code), error_message=capped(message), controller_id=controller_id,
+    return pb.Status(error_code=_error(code), error_message=capped(message), controller_id=controller_id,
                      controller_endpoint=endpoint)
 
 
@@ -72,8 +81,8 @@ def _uuid(raw: bytes) -> uuid.UUID | None:
     return uuid.UUID(bytes=raw) if len(raw) == 16 else None
 
 
-def _code(error: ApiError | None) -> tuple[int, str]:
-    return (int(error.code), error.message) if error else (0, "")
+def _code(error: ApiError | None) -> tuple[pb.ErrorCode, str]:
+    return (_error(error.code), error.message) if error else (_error(ErrorCode.NONE), "")
 
 
 # ------------------------------------------------------------------------------ topics
@@ -144,7 +153,7 @@ def election(r: pb.ElectLeadersRequest) -> tuple[str, list[tuple[str, int]] | No
 
 def elected(results: list[PartitionOutcome]) -> pb.ElectLeadersResponse:
     return pb.ElectLeadersResponse(status=OK, results=[
-        pb.ElectionResult(topic=o.topic, partition=o.partition, error_code=int(o.code), error_message=o.message)
+        pb.ElectionResult(topic=o.topic, partition=o.partition, error_code=_error(o.code), error_message=o.message)
         for o in results])
 
 
@@ -155,7 +164,7 @@ def reassignment_plan(r: pb.AlterPartitionReassignmentsRequest) -> Sequence[Reas
 
 def reassigned(results: list[PartitionOutcome]) -> pb.AlterPartitionReassignmentsResponse:
     return pb.AlterPartitionReassignmentsResponse(status=OK, results=[
-        pb.ReassignmentResult(topic=o.topic, partition=o.partition, error_code=int(o.code), error_message=o.message)
+        pb.ReassignmentResult(topic=o.topic, partition=o.partition, error_code=_error(o.code), error_message=o.message)
         for o in results])
 
 
@@ -205,7 +214,7 @@ def config_changes(r: pb.IncrementalAlterConfigsRequest) -> Sequence[ConfigChang
 
 def altered_configs(results: list[ResourceResult]) -> pb.IncrementalAlterConfigsResponse:
     return pb.IncrementalAlterConfigsResponse(status=OK, resources=[
-        pb.ResourceResult(resource_type=r.resource_type, resource_name=r.name, error_code=_code(r.error)[0],
+        pb.ResourceResult(resource_type=_resource(r.resource_type), resource_name=r.name, error_code=_code(r.error)[0],
                           error_message=_code(r.error)[1]) for r in results])
 
 
@@ -215,7 +224,8 @@ def config_resources(r: pb.DescribeConfigsRequest) -> list[tuple[int, str]]:
 
 def described_configs(results: list[ResourceResult]) -> pb.DescribeConfigsResponse:
     return pb.DescribeConfigsResponse(status=OK, resources=[
-        pb.DescribedResource(resource_type=r.resource_type, resource_name=r.name, error_code=_code(r.error)[0],
+        pb.DescribedResource(resource_type=_resource(r.resource_type), resource_name=r.name,
+                             error_code=_code(r.error)[0],
                              error_message=_code(r.error)[1],
                              configs=[pb.ConfigEntry(name=k, value=v, is_default=d) for k, v, d in r.configs])
         for r in results])
@@ -252,7 +262,7 @@ def heartbeat_answer(a: BrokerAnswer[HeartbeatAnswer]) -> pb.BrokerHeartbeatResp
 
 def producer_id_block(b: ProducerIdBlock) -> pb.AllocateProducerIdsResponse:
     if b.error is not None:
-        return pb.AllocateProducerIdsResponse(status=OK, error_code=int(b.error.code))
+        return pb.AllocateProducerIdsResponse(status=OK, error_code=_error(b.error.code))
     return pb.AllocateProducerIdsResponse(status=OK, producer_id_start=b.start, producer_id_len=b.length)
 
 
@@ -261,14 +271,14 @@ def producer_id_block(b: ProducerIdBlock) -> pb.AllocateProducerIdsResponse:
 def metadata_fetched(f: MetadataFetch) -> pb.FetchMetadataResponse:
     return pb.FetchMetadataResponse(
         status=OK, high_watermark=f.high_watermark, log_start_offset=f.log_start_offset,
-        snapshot_offset=f.snapshot_offset, snapshot_term=f.snapshot_term, error_code=int(f.error),
+        snapshot_offset=f.snapshot_offset, snapshot_term=f.snapshot_term, error_code=_error(f.error),
         batches=[pb.MetadataBatch(offset=e.index, term=e.term, data=e.data if e.type == EntryType.NORMAL else b"")
                  for e in f.entries])
 
 
 def snapshot_chunk(c: SnapshotChunk) -> pb.FetchSnapshotResponse:
     if c.error != ErrorCode.NONE:
-        return pb.FetchSnapshotResponse(status=OK, error_code=int(c.error), snapshot_offset=c.snapshot_offset)
+        return pb.FetchSnapshotResponse(status=OK, error_code=_error(c.error), snapshot_offset=c.snapshot_offset)
     return pb.FetchSnapshotResponse(status=OK, snapshot_offset=c.snapshot_offset, snapshot_term=c.snapshot_term,
                                     size=c.size, position=c.position, data=c.data)
 
@@ -325,7 +335,7 @@ def new_acls(r: pb.CreateAclsRequest) -> Sequence[StandardAcl | ApiError]:
 
 def acls_created(results: list[ApiError | None]) -> pb.CreateAclsResponse:
     return pb.CreateAclsResponse(status=OK, results=[
-        pb.AclResult(error_code=int(e.code), error_message=e.message) if e else pb.AclResult() for e in results])
+        pb.AclResult(error_code=_error(e.code), error_message=e.message) if e else pb.AclResult() for e in results])
 
 
 def acl_describe_filter(r: pb.DescribeAclsRequest) -> AclBindingFilter | ApiError:
@@ -348,7 +358,7 @@ def acl_delete_filters(r: pb.DeleteAclsRequest) -> Sequence[AclBindingFilter | A
 
 def acls_deleted(results: list[list[StandardAcl] | ApiError]) -> pb.DeleteAclsResponse:
     return pb.DeleteAclsResponse(status=OK, filter_results=[
-        pb.DeleteAclsFilterResult(error_code=int(r.code), error_message=r.message) if isinstance(r, ApiError)
+        pb.DeleteAclsFilterResult(error_code=_error(r.code), error_message=r.message) if isinstance(r, ApiError)
         else pb.DeleteAclsFilterResult(matching_acls=[binding(a) for a in r]) for r in results])
 
 

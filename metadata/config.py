@@ -62,28 +62,6 @@ class ServerConfig:
         not in the table, so that every key a server reads is declared and documented."""
         return SERVER_KEYS.value(self.props, key)
 
-    def int(self, key: str) -> int:
-        return self._typed(key, "int")
-
-    def bool(self, key: str) -> bool:
-        return self._typed(key, "boolean")
-
-    def str(self, key: str) -> str:
-        return self._typed(key, "string")
-
-    def float(self, key: str) -> float:
-        return self._typed(key, "double")
-
-    def list(self, key: str) -> tuple[str, ...]:
-        return self._typed(key, "list")
-
-    def _typed(self, key: str, kind: str) -> Any:
-        """The typed reads are for keys with a default, so they never answer None."""
-        spec = SERVER_KEYS[key]
-        if spec.type != kind or spec.default is None:
-            raise TypeError(f"{key} is a {spec.type} with default {spec.default!r}: read it with value()")
-        return self.value(key)
-
     @property
     def is_controller(self) -> bool:
         return "controller" in self.roles
@@ -116,6 +94,31 @@ class ServerConfig:
         """(host, port) of ``prometheus.listener``, None when unset (no metrics are served)."""
         raw = self.value(PROMETHEUS_LISTENER)
         return parse_host_port(raw, PROMETHEUS_LISTENER) if raw else None
+
+    def _typed(self, key: str, kind: str) -> Any:
+        """The typed reads are for keys with a default, so they never answer None."""
+        spec = SERVER_KEYS[key]
+        if spec.type != kind or spec.default is None:
+            raise TypeError(f"{key} is a {spec.type} with default {spec.default!r}: read it with value()")
+        return self.value(key)
+
+    # The typed reads come last, str the very last: each name (int, list, str, ...) shadows
+    # the builtin in the annotations that follow it in the class.
+
+    def int(self, key: str) -> int:
+        return self._typed(key, "int")
+
+    def bool(self, key: str) -> bool:
+        return self._typed(key, "boolean")
+
+    def float(self, key: str) -> float:
+        return self._typed(key, "double")
+
+    def list(self, key: str) -> tuple[str, ...]:
+        return self._typed(key, "list")
+
+    def str(self, key: str) -> str:
+        return self._typed(key, "string")
 
 
 def _check_protocol_map(props: dict[str, str], listeners: dict[str, tuple[str, int]], controller: str) -> None:

@@ -30,13 +30,14 @@ TOPIC_CONFIGS = {k.name: k for k in [
 BROKER_CONFIGS = SERVER_KEYS.dynamic()
 
 
-def validate(kind: str, key: str, value: str) -> None:
-    """Raise INVALID_CONFIG for an unknown key or a bad value."""
+def validate(kind: str, key: str, value: str | None) -> None:
+    """Raise INVALID_CONFIG for an unknown key or a bad value (None: a deleted key, which
+    reads its default again, so only the key is checked)."""
     known = TOPIC_CONFIGS if kind == "topic" else BROKER_CONFIGS
     spec = known.get(key)
     if spec is None:
         raise ApiError(ErrorCode.INVALID_CONFIG, f"Unknown {kind} config name: {key}")
-    problem = spec.problem(value)
+    problem = spec.problem(value) if value is not None else None
     if problem:
         raise ApiError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration {key}: {problem}")
 
@@ -49,4 +50,6 @@ def topic_config(configs: dict[str, str] | None, key: str, broker_defaults: dict
                 "max.message.bytes": "message.max.bytes"}.get(key, key)
     if broker_defaults and fallback in broker_defaults:
         return broker_defaults[fallback]
-    return TOPIC_CONFIGS[key].default
+    default = TOPIC_CONFIGS[key].default
+    assert default is not None, f"every topic config has a default; {key} has none"
+    return default

@@ -19,6 +19,7 @@ import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable, TypeVar
 
 from raft.errors import NotLeader, ProposalDropped, RaftError
@@ -191,6 +192,7 @@ class QuorumController:
                 except ProposalDropped as e:  # not appended (a transfer, backpressure): nothing was written
                     raise ApiError(ErrorCode.THROTTLING_QUOTA_EXCEEDED, f"the controller is busy and wrote "
                                    f"nothing: {e}") from None
+                assert after is not None, "records were written, so there is a view after them"
                 entry = (index, fut, after)
                 self._pending.append(entry)
         if not data:
@@ -266,10 +268,12 @@ class QuorumController:
             for b in self.brokers.expired(self.view):
                 log.info("fencing broker %d: no heartbeat for %.1fs", b.id,
                          self.config.session_timeout_ms / 1000)
+                def fence(view: MetadataImage, broker_id: int = b.id) -> tuple[list[MetadataRecord], None]:
+                    if broker_id not in view.brokers or view.brokers[broker_id].fenced:
+                        return [], None
+                    return self.brokers.fence(view, view.brokers[broker_id]), None
                 try:
-                    await self.write(lambda view, b=b: (self.brokers.fence(view, view.brokers[b.id])
-                                                        if b.id in view.brokers and not view.brokers[b.id].fenced
-                                                        else [], None))
+                    await self.write(fence)
                 except (ApiError, NotController) as e:
                     log.warning("could not fence broker %d: %s", b.id, e)
                     return
@@ -286,7 +290,7 @@ class QuorumController:
             if not wanted:
                 continue
             try:
-                results = await self.write(lambda view: elect_leaders(view, PREFERRED, wanted), in_thread=True)
+                results = await self.write(partial(elect_leaders, kind=PREFERRED, wanted=wanted), in_thread=True)
             except (ApiError, NotController) as e:
                 log.warning("could not rebalance leaders: %s", e)
                 continue

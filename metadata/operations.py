@@ -45,7 +45,7 @@ from .topics import (MAX_RECORDS_PER_USER_OP, ConfigOp, ItemResult, NewTopic, al
 
 PRODUCER_ID_BLOCK = 1000
 MAX_FETCH_BYTES = 8 << 20
-O = AclOperation
+O = AclOperation  # noqa: E741 -- read as O.READ, O.WRITE: never a bare value to mistake for 0
 T = TypeVar("T")
 
 
@@ -137,7 +137,7 @@ class ResourceResult:
     resource_type: int
     name: str
     error: ApiError | None = None
-    configs: tuple[tuple[str, str, bool], ...] = ()  # described: (key, value, is default)
+    configs: tuple[tuple[str, str | None, bool], ...] = ()  # described: (key, value or None, is default)
 
 
 @dataclass(frozen=True, slots=True)

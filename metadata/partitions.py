@@ -7,6 +7,7 @@ import logging
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from .configs import topic_config
 from .errors import ApiError, ErrorCode
@@ -45,7 +46,7 @@ def change(topic: TopicImage, pid: int, p: PartitionRegistration, leader: int, i
            replicas: tuple[int, ...] | None = None, adding: tuple[int, ...] | None = None,
            removing: tuple[int, ...] | None = None) -> MetadataRecord | None:
     """The PartitionChange record naming only the fields that differ from ``p``, or None."""
-    fields = {"leader": leader if leader != p.leader else None, "isr": isr if isr != p.isr else None,
+    fields: dict[str, Any] = {"leader": leader if leader != p.leader else None, "isr": isr if isr != p.isr else None,
               "replicas": replicas if replicas is not None and replicas != p.replicas else None,
               "adding": adding if adding is not None and adding != p.adding else None,
               "removing": removing if removing is not None and removing != p.removing else None}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from google.protobuf.message import DecodeError
 
@@ -218,9 +218,11 @@ def no_op() -> MetadataRecord:
 
 def access_control_entry(acl_id: uuid.UUID, acl: StandardAcl) -> MetadataRecord:
     return _wrap(access_control_entry=pb.AccessControlEntryRecord(
-        id=acl_id.bytes, resource_type=int(acl.resource_type), resource_name=acl.resource_name,
-        pattern_type=int(acl.pattern_type), principal=acl.principal, host=acl.host,
-        operation=int(acl.operation), permission_type=int(acl.permission_type)))
+        # the same ids as the wire's enums, typed as protoc's stubs type enum fields
+        id=acl_id.bytes, resource_type=cast(pb.AclResourceType.Value, int(acl.resource_type)),
+        resource_name=acl.resource_name, pattern_type=cast(pb.PatternType.Value, int(acl.pattern_type)),
+        principal=acl.principal, host=acl.host, operation=cast(pb.AclOperation.Value, int(acl.operation)),
+        permission_type=cast(pb.AclPermissionType.Value, int(acl.permission_type))))
 
 
 def remove_access_control_entry(acl_id: uuid.UUID) -> MetadataRecord:

@@ -28,7 +28,7 @@ from .errors import ApiError, ErrorCode
 from .operations import ControllerOperations
 from .principal import FORWARDED_HOST, FORWARDED_PRINCIPAL, PrincipalMapper, Session, caller
 
-O = AclOperation
+O = AclOperation  # noqa: E741 -- read as O.READ, O.WRITE: never a bare value to mistake for 0
 R = TypeVar("R")
 D = TypeVar("D")
 

@@ -400,7 +400,7 @@ def read_snapshot(source: Source) -> MetadataImage:
                 gc.enable()
         footer_start = r.pos
         index, footer_length = _read_footer(r, count, interval)
-        for k, (stored, actual) in enumerate(zip(index, seen)):
+        for k, (stored, actual) in enumerate(zip(index, seen, strict=True)):
             if stored != actual:
                 raise r.error(f"index entry {k} says record {k * interval} is at byte {stored}, "
                               f"it is at byte {actual}", footer_start)

@@ -137,7 +137,9 @@ class MetadataStateMachine(StateMachine):
 
     def snapshot(self) -> Callable[[BinaryIO], None]:
         image, created = self.image, self.last_append_ms
-        return lambda f: write_snapshot(image, f, created_ms=created)
+        def write(f: BinaryIO) -> None:
+            write_snapshot(image, f, created_ms=created)
+        return write
 
     def prepare_restore(self, source: BinaryIO) -> Callable[[], None]:
         """Decode the snapshot and count its brokers' load, which reads nothing of the current

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections import Counter
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from .configs import BROKER_CONFIGS, TOPIC_CONFIGS, validate
@@ -75,7 +76,7 @@ def usable_brokers(image: MetadataImage) -> list[UsableBroker]:
 
 def create_topics(image: MetadataImage, topics: list[NewTopic], *, default_partitions: int,
                   default_replication: int, load: BrokerLoad, start: int,
-                  collisions: set[str] | None = None) -> tuple[list[MetadataRecord], list[ItemResult]]:
+                  collisions: AbstractSet[str] | None = None) -> tuple[list[MetadataRecord], list[ItemResult]]:
     """Records for every topic that can be created; a topic and all its partitions go in the
     same batch. ``collisions`` holds the dot/underscore-folded names of existing topics."""
     brokers = usable_brokers(image)
@@ -207,7 +208,7 @@ def alter_configs(image: MetadataImage, kind: ResourceType, name: str, ops: list
     records = []
     for op in ops:
         if op.delete:
-            validate(label, op.key, image_default(label, op.key))
+            validate(label, op.key, None)
             records.append(config(kind, name, op.key, None))
         else:
             validate(label, op.key, op.value)
@@ -215,13 +216,8 @@ def alter_configs(image: MetadataImage, kind: ResourceType, name: str, ops: list
     return records
 
 
-def image_default(kind: str, key: str) -> str:
-    spec = (TOPIC_CONFIGS if kind == "topic" else BROKER_CONFIGS).get(key)
-    return spec.default if spec else ""
-
-
-def describe_configs(image: MetadataImage, kind: ResourceType, name: str) -> list[tuple[str, str, bool]]:
-    """(key, value, is_default) for every known key of the resource."""
+def describe_configs(image: MetadataImage, kind: ResourceType, name: str) -> list[tuple[str, str | None, bool]]:
+    """(key, value, is_default) for every known key of the resource; None: a key without a default."""
     if kind == ResourceType.TOPIC:
         find_topic(image, name, None)
     set_keys = dict(image.config(ConfigResource(kind, name)))

@@ -6,6 +6,7 @@ A NotLeader answer is FAILED_PRECONDITION with the leader in trailing metadata
 from __future__ import annotations
 
 import asyncio
+from typing import NoReturn
 
 import grpc
 
@@ -20,7 +21,7 @@ LEADER_ADDRESS = "leader-address"
 NOT_APPLIED = "not-applied"
 
 
-async def abort_with(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
+async def abort_with(context: grpc.aio.ServicerContext, exc: BaseException) -> NoReturn:
     """Answer a failed request with a status that tells the client what to do. Trailing
     metadata ``not-applied: 1`` marks failures that prove a write was not applied (NotLeader,
     ProposalDropped, NodeStopped before anything was appended), so a client may retry it

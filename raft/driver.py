@@ -9,6 +9,7 @@ suspends it exactly where a real fsync would.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from .core import RaftCore
@@ -31,7 +32,7 @@ class Runtime(Protocol):
         decodes it in a thread (``StateMachine.prepare_restore``); the entries of this and
         later Readies are applied only after it."""
 
-    async def apply(self, entries: list[Entry]) -> None: ...
+    async def apply(self, entries: Sequence[Entry]) -> None: ...
 
     def read_ready(self, context: bytes, index: int) -> None:
         """A linearizable read may be served once ``index`` is applied."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import struct
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import BinaryIO, NamedTuple, Protocol
@@ -300,8 +301,10 @@ class Snapshot:
     source: SnapshotSource
 
 
-class ReadState(NamedTuple):
-    """A linearizable read may be served once the state machine has applied ``index``."""
+@dataclass(frozen=True, slots=True)
+class ReadState:
+    """A linearizable read may be served once the state machine has applied ``index``. (Not a
+    NamedTuple: its ``index`` field would shadow the tuple's ``index`` method.)"""
 
     context: bytes
     index: int
@@ -327,8 +330,8 @@ class Ready:
         self.hard_state: HardState | None = None
         self.soft_state: SoftState | None = None
         self.snapshot: Snapshot | None = None
-        self.entries: list[Entry] | tuple = ()
-        self.committed: list[Entry] | tuple = ()
+        self.entries: Sequence[Entry] = ()
+        self.committed: Sequence[Entry] = ()
         self.messages: list[Message] = messages if messages is not None else []
         self.read_states: list[ReadState] | tuple = ()
         self.dropped_reads: list[bytes] | tuple = ()

@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Coroutine, Iterator
@@ -121,8 +122,8 @@ class RaftNode:
             storage = DiskStorage(data_dir, node_id, cluster_id, fsync=self.options.fsync)
         self.storage = storage
         self.cluster_id = storage.cluster_id or cluster_id or "default"
-        self.address = address or self.voters.get(node_id)
-        if self.address is None:
+        self.address: str = address or self.voters.get(node_id) or ""
+        if not self.address:
             raise RaftError(f"node {node_id} is not among the voters; give its own address")
         self.seed = seed if seed is not None else int.from_bytes(os.urandom(4), "big")
         self.addresses: dict[int, str] = dict(self.voters)
@@ -154,7 +155,7 @@ class RaftNode:
         self.commit_latency_observer: Callable[[float], None] | None = None
         self._bytes_since_snapshot = 0
         self._snapshotting = False
-        self._proposals: dict[int, tuple[int, asyncio.Future]] = {}
+        self._proposals: dict[int, tuple[int, Proposal]] = {}
         self._read_waiting: list[asyncio.Future] = []
         self._reads: dict[bytes, list[asyncio.Future]] = {}
         self._applied_waiters: list[tuple[int, asyncio.Future]] = []
@@ -601,7 +602,7 @@ class RaftNode:
             if not fut.done():
                 fut.set_exception(self._not_leader(NotLeader(self.core.leader)))
 
-    async def _apply(self, entries: list[Entry]) -> None:
+    async def _apply(self, entries: Sequence[Entry]) -> None:
         apply, prepare = self._sm.apply, self._sm.prepare
         large = self.options.prepare_in_thread_bytes
         proposals = self._proposals
@@ -812,9 +813,9 @@ class RaftNode:
                                                  f"its outcome is unknown"))
         self._proposals.clear()
         for futs in [self._read_waiting, *self._reads.values(), [f for _, f in self._applied_waiters]]:
-            for fut in futs:
-                if not fut.done():
-                    fut.set_exception(reason)
+            for waiter in futs:
+                if not waiter.done():
+                    waiter.set_exception(reason)
         self._read_waiting, self._reads, self._applied_waiters = [], {}, []
 
 

@@ -2,6 +2,8 @@
 a peer's bytes become core messages only if every enum and field is in range."""
 from __future__ import annotations
 
+from typing import cast
+
 from .proto import raft_pb2 as pb
 
 from .messages import Entry, EntryType, Membership, Message, MessageType, SnapshotMeta
@@ -25,13 +27,13 @@ def meta_to_pb(s: SnapshotMeta) -> pb.SnapshotMeta:
 
 
 def to_pb(m: Message) -> pb.Message:
-    out = pb.Message(type=int(m.type), to=m.to, term=m.term, log_term=m.log_term, index=m.index,
+    out = pb.Message(type=cast(pb.MessageType, int(m.type)), to=m.to, term=m.term, log_term=m.log_term, index=m.index,
                      commit=m.commit, reject=m.reject, hint_index=m.hint_index,
                      hint_term=m.hint_term, context=m.context, offset=m.offset, data=m.data,
                      done=m.done, force=m.force)
     setattr(out, "from", m.frm)
     if m.entries:
-        out.entries.extend([pb.Entry(index=e.index, term=e.term, type=int(e.type), data=e.data)
+        out.entries.extend([pb.Entry(index=e.index, term=e.term, type=cast(pb.EntryType, int(e.type)), data=e.data)
                             for e in m.entries])
     if m.snapshot is not None:
         out.snapshot.CopyFrom(meta_to_pb(m.snapshot))

@@ -24,7 +24,7 @@ class InProcessQuorum:
         self.base = base
         self.ports = free_ports(n)
         self.ids = list(range(1, n + 1))
-        self.voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in zip(self.ids, self.ports))
+        self.voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in zip(self.ids, self.ports, strict=True))
         self.bootstrap = ",".join(f"127.0.0.1:{p}" for p in self.ports)
         self.cluster_id = random_id()
         self.props = {"controller.quorum.election.timeout.ms": "300", "broker.session.timeout.ms": "2000", **props}

@@ -139,7 +139,7 @@ class KVCluster:
                  if a != b and (a, b) not in self.proxies]
         node_port, *link_ports = free_ports(1 + len(links), avoid=set(self.ports.values()))
         self.ports[nid] = node_port
-        for (a, b), port in zip(links, link_ports):
+        for (a, b), port in zip(links, link_ports, strict=True):
             self.proxy_ports[(a, b)] = port
             self.proxies[(a, b)] = FaultProxy(self._loop, port, self.ports[b])
 
@@ -206,7 +206,7 @@ class KVCluster:
         return nid in self.procs and self.procs[nid].poll() is None
 
     def close(self) -> None:
-        for nid, p in self.procs.items():
+        for p in self.procs.values():
             if p.poll() is None:
                 p.send_signal(signal.SIGCONT)
                 p.kill()

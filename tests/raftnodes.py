@@ -37,7 +37,7 @@ class NodeCluster:
     def __init__(self, base: Path, n: int = 3, **options) -> None:
         self.ids = list(range(1, n + 1))
         ports = free_ports(n)
-        voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in zip(self.ids, ports))
+        voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in zip(self.ids, ports, strict=True))
         opts = NodeOptions(**{"tick_ms": 10, "heartbeat_interval_ms": 30, "election_timeout_ms": 200,
                               "fsync": False, **options})
         self.cuts: set[tuple[int, int]] = set()

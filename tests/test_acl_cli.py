@@ -20,7 +20,7 @@ from protos import controller_pb2 as pb
 from tests.acl_node import CombinedNode
 from tests.brokercluster import REPO
 
-O = AclOperation
+O = AclOperation  # noqa: E741 -- read as O.READ, O.WRITE: never a bare value to mistake for 0
 TOPIC = "Not authorized to access topics: [secret] (User:ANONYMOUS may not {} it)"
 CLUSTER = "Cluster authorization failed: User:ANONYMOUS may not {} the cluster"
 

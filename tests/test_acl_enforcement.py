@@ -32,7 +32,7 @@ from protos import controller_pb2 as pb
 from tests.acl_node import CombinedNode
 from tests.pki import CertificateAuthority, name
 
-O = AclOperation
+O = AclOperation  # noqa: E741 -- read as O.READ, O.WRITE: never a bare value to mistake for 0
 TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED = (ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                                               ErrorCode.GROUP_AUTHORIZATION_FAILED,
                                               ErrorCode.CLUSTER_AUTHORIZATION_FAILED)

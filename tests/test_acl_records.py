@@ -27,8 +27,8 @@ from tests import metadata_logs as L
 T, G, C = AclResourceType.TOPIC, AclResourceType.GROUP, AclResourceType.CLUSTER
 LIT, PRE = PatternType.LITERAL, PatternType.PREFIXED
 ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
-O = AclOperation
-IDS = [uuid.UUID(int=0xAC10 + i) for i in range(6)]
+O = AclOperation  # noqa: E741 -- read as O.READ, O.WRITE: never a bare value to mistake for 0
+IDS = [uuid.UUID(int=0xAC10 + i) for i in range(6)]  # a pool: an image of n ACLs takes the first n (strict=False)
 
 
 def acl(name: str = "orders", op: AclOperation = O.READ, principal: str = "User:alice", *,
@@ -44,7 +44,7 @@ SOME = [acl(), acl("orders", O.WRITE, "User:bob", permission=DENY), acl("ord", O
 
 def image_with(acls: list[StandardAcl], base: MetadataImage | None = None, offset: int = 1) -> MetadataImage:
     delta = MetadataDelta(base or MetadataImage.empty("acl-test"))
-    delta.replay_batch([R.access_control_entry(i, a) for i, a in zip(IDS, acls)], offset, 1)
+    delta.replay_batch([R.access_control_entry(i, a) for i, a in zip(IDS, acls, strict=False)], offset, 1)
     return delta.apply()
 
 
@@ -52,7 +52,7 @@ def image_with(acls: list[StandardAcl], base: MetadataImage | None = None, offse
 
 def test_records_build_the_image_and_its_index() -> None:
     image = image_with(SOME)
-    assert dict(image.acls.by_id) == dict(zip(IDS, SOME))
+    assert dict(image.acls.by_id) == dict(zip(IDS, SOME, strict=True))
     assert dict(image.acls.of(ResourcePattern(T, LIT, "orders"))) == {IDS[0]: SOME[0], IDS[1]: SOME[1]}
     assert dict(image.acls.of(ResourcePattern(T, PRE, "ord"))) == {IDS[2]: SOME[2]}
     assert len(image.acls.of(ResourcePattern(T, PRE, "orders"))) == 0
@@ -64,7 +64,7 @@ def test_records_build_the_image_and_its_index() -> None:
     assert set(after.acls.by_id) == set(IDS[:6]) - {IDS[0], IDS[2]}
     assert dict(after.acls.of(ResourcePattern(T, LIT, "orders"))) == {IDS[1]: SOME[1]}
     assert ResourcePattern(T, PRE, "ord") not in after.acls.by_pattern  # emptied patterns go
-    assert dict(image.acls.by_id) == dict(zip(IDS, SOME))  # the base is untouched
+    assert dict(image.acls.by_id) == dict(zip(IDS, SOME, strict=True))  # the base is untouched
     unchanged = MetadataDelta(after)
     unchanged.replay_batch([R.no_op()], 3, 1)
     assert unchanged.apply().acls is after.acls and not unchanged.changes().acls_changed
@@ -177,8 +177,8 @@ def test_acls_are_normalized_and_filters_checked() -> None:
 def acl_log(path: Path) -> Path:
     """A log directory: the shell tests' history, then ACLs added (offset 10) and one removed (11)."""
     entries = L.entries()[:-1]
-    entries.append(Entry(10, 3, R.encode_batch([R.access_control_entry(i, a) for i, a in zip(IDS, SOME[:2])],
-                                               append_time_ms=L.T0)))
+    added = [R.access_control_entry(i, a) for i, a in zip(IDS[:2], SOME[:2], strict=True)]
+    entries.append(Entry(10, 3, R.encode_batch(added, append_time_ms=L.T0)))
     entries.append(Entry(11, 3, R.encode_batch([R.remove_access_control_entry(IDS[1])], append_time_ms=L.T0)))
     entries.append(Entry(12, 3, b"", EntryType.NOOP))
     return L.build_log_dir(path, log=entries)

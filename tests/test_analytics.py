@@ -84,7 +84,7 @@ def crafted_batches() -> dict[int, list[pb.MetadataRecord]]:
         3: [R.config(ResourceType.TOPIC, "skewed", "min.insync.replicas", "2"),
             R.config(ResourceType.TOPIC, "alpha", "retention.ms", "3600000"),
             R.config(ResourceType.BROKER, "", "min.insync.replicas", "1")]
-           + [R.access_control_entry(i, a) for i, a in zip(ACL_IDS, ACLS)],
+           + [R.access_control_entry(i, a) for i, a in zip(ACL_IDS, ACLS, strict=True)],
     }
 
 
@@ -106,7 +106,7 @@ def history_batches() -> dict[int, list[pb.MetadataRecord]]:
            + [R.topic("t2", T2)] + [R.partition(T2, p, [2, 3]) for p in range(2)],
         4: [R.config(ResourceType.TOPIC, "t1", "retention.ms", "1000"),
             R.topic("t3", T3), R.partition(T3, 0, [3, 1])]
-           + [R.access_control_entry(i, a) for i, a in zip(ACL_IDS[:2], ACLS[:2])],
+           + [R.access_control_entry(i, a) for i, a in zip(ACL_IDS[:2], ACLS[:2], strict=True)],
         5: [R.partition_change(T1, 0, isr=[1])],
         6: [R.remove_topic(T2)],
         8: [R.topic("t4", T4)] + [R.partition(T4, p, [p % 3 + 1]) for p in range(4)]

@@ -22,7 +22,7 @@ from common.config_def import ConfigError
 T, G, C = AclResourceType.TOPIC, AclResourceType.GROUP, AclResourceType.CLUSTER
 LIT, PRE = PatternType.LITERAL, PatternType.PREFIXED
 ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
-O = AclOperation
+O = AclOperation  # noqa: E741 -- read as O.READ, O.WRITE: never a bare value to mistake for 0
 ALICE, BOB = Session("User:alice", "10.0.0.1"), Session("User:bob", "10.0.0.2")
 
 

@@ -496,12 +496,13 @@ async def _produce_through_faults(c: BrokerCluster, topic: str, idempotent: bool
             except Exception as e:  # a producer error is a finding for the assertions below
                 print(f"{name}-{seq}: {e}")
 
-    writers = [asyncio.create_task(write(name, p)) for name, p in zip(acked, producers)]
+    writers = [asyncio.create_task(write(name, p)) for name, p in zip(acked, producers, strict=True)]
 
     async def progress(n: int = 300) -> None:
         """Until every producer has had ``n`` more records acknowledged."""
         target = [p.metrics["record-send-total"] + n for p in producers]
-        await eventually(lambda: all(p.metrics["record-send-total"] >= t for p, t in zip(producers, target)),
+        await eventually(lambda: all(p.metrics["record-send-total"] >= t
+                                      for p, t in zip(producers, target, strict=True)),
                          60, what=f"{n} more records acknowledged per producer")
 
     try:

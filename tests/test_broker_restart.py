@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from itertools import pairwise
 from typing import Any
 
 import grpc
@@ -241,7 +242,7 @@ class _MetadataProbe:
 def _longest_stall(acks: list[tuple[int, float]], partition: int, since: float) -> float:
     """The longest time ``partition`` acknowledged nothing, from ``since`` to its last ack."""
     times = [since] + sorted(t for p, t in acks if p == partition and t > since)
-    return max(b - a for a, b in zip(times, times[1:]))
+    return max(b - a for a, b in pairwise(times))
 
 
 def test_a_broker_killed_and_restarted_at_once_serves_only_once_caught_up_and_leadership_moves(cluster):

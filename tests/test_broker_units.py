@@ -427,7 +427,7 @@ def test_a_retried_batch_takes_no_more_records_so_every_acknowledged_record_is_w
         futures += [await p.send("t", f"later-{i}".encode(), key=b"k") for i in range(3)]
         mds = [await f for f in futures]
         await p.close()
-        for md, value in zip(mds, [b"first", b"later-0", b"later-1", b"later-2"]):
+        for md, value in zip(mds, [b"first", b"later-0", b"later-1", b"later-2"], strict=True):
             assert written[md.offset] == value  # acknowledged at an offset that holds it
         assert written == [b"first", b"later-0", b"later-1", b"later-2"]
     run(go())

@@ -11,12 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from common.config_def import ConfigError
+from common.config_def import ConfigError, ConfigKey, in_range
 from common.config_docs import START, table, with_table
 from common.server_keys import SERVER_KEYS
 from metadata.config import from_properties
 from metadata.configs import BROKER_CONFIGS, validate
 from metadata.errors import ApiError, ErrorCode
+from metadata.image import MetadataImage, ResourceType
+from metadata.records import config
+from metadata.topics import ConfigOp, alter_configs, describe_configs
 
 REPO = Path(__file__).resolve().parent.parent
 #: The modules that turn a properties file into the servers' settings.
@@ -116,6 +119,20 @@ def test_kraft_configs_checks_the_dynamic_keys_by_the_same_rules():
     with pytest.raises(ApiError, match="Unknown broker config name: node.id"):
         validate("broker", "node.id", "3")  # a static key: not settable while the cluster runs
     validate("broker", "log.retention.ms", "-1")
+
+
+def test_a_dynamic_key_without_a_default_is_deleted_and_described(monkeypatch: pytest.MonkeyPatch):
+    """A dynamic key may have no default (Kafka's ssl.keystore.location has none): deleting it
+    checks only its name, and describing it answers no value (Kafka's null). Found by mypy: the
+    delete validated the default as a value, and the rule then failed on None."""
+    key = ConfigKey("test.quota.bytes", "int", None, "a dynamic key without a default", in_range(0), dynamic=True)
+    monkeypatch.setitem(BROKER_CONFIGS, key.name, key)
+    image = MetadataImage.empty("cluster")
+    assert alter_configs(image, ResourceType.BROKER, "", [ConfigOp(key.name, delete=True)]) == [
+        config(ResourceType.BROKER, "", key.name, None)]
+    assert (key.name, None, True) in describe_configs(image, ResourceType.BROKER, "")
+    with pytest.raises(ApiError, match="Invalid value -1 for configuration test.quota.bytes"):
+        alter_configs(image, ResourceType.BROKER, "", [ConfigOp(key.name, delete=False, value="-1")])
 
 
 def test_a_server_with_a_bad_value_says_so_in_one_line(tmp_path: Path):

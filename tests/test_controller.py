@@ -132,12 +132,14 @@ def test_broker_lifecycle_fencing_and_alter_partition(tmp_path):
         c = q.client()
         assert (await create(c, topic("t", 3, 3)))[0][1] == E.NONE
         # registration errors
-        reg = lambda **kw: c.broker_registration(pb.BrokerRegistrationRequest(**{
-            "broker_id": 1, "cluster_id": q.cluster_id, "incarnation_id": uuid.uuid4().bytes, **kw}))
+        def reg(**kw):
+            return c.broker_registration(pb.BrokerRegistrationRequest(**{
+                "broker_id": 1, "cluster_id": q.cluster_id, "incarnation_id": uuid.uuid4().bytes, **kw}))
         assert E((await reg(cluster_id="someone-else")).error_code) == E.INCONSISTENT_CLUSTER_ID
         assert E((await reg()).error_code) == E.DUPLICATE_BROKER_REGISTRATION  # broker 1 is alive
-        hb = lambda bid, epoch: c.broker_heartbeat(pb.BrokerHeartbeatRequest(
-            broker_id=bid, broker_epoch=epoch, current_metadata_offset=10**6))
+        def hb(bid, epoch):
+            return c.broker_heartbeat(pb.BrokerHeartbeatRequest(
+                broker_id=bid, broker_epoch=epoch, current_metadata_offset=10**6))
         assert E((await hb(1, brokers[0].lifecycle.epoch - 1)).error_code) == E.STALE_BROKER_EPOCH
         future = await hb(1, brokers[0].lifecycle.epoch + 1000)
         assert E(future.error_code) == E.STALE_BROKER_EPOCH and "was never issued" in future.error_message
@@ -150,10 +152,11 @@ def test_broker_lifecycle_fencing_and_alter_partition(tmp_path):
         leader = p0.leader
         epoch = next(b.lifecycle.epoch for b in brokers if b.lifecycle.broker_id == leader)
         follower = [r for r in p0.replicas if r != leader][0]
-        alter = lambda **kw: c.alter_partition(pb.AlterPartitionRequest(**{
-            "broker_id": leader, "broker_epoch": epoch, "topic_id": t.topic_id, "partition": 0,
-            "leader_epoch": p0.leader_epoch, "partition_epoch": p0.partition_epoch,
-            "new_isr": [r for r in p0.isr if r != follower], **kw}))
+        def alter(**kw):
+            return c.alter_partition(pb.AlterPartitionRequest(**{
+                "broker_id": leader, "broker_epoch": epoch, "topic_id": t.topic_id, "partition": 0,
+                "leader_epoch": p0.leader_epoch, "partition_epoch": p0.partition_epoch,
+                "new_isr": [r for r in p0.isr if r != follower], **kw}))
         r = await alter()
         assert E(r.error_code) == E.NONE and follower not in r.isr and r.partition_epoch == p0.partition_epoch + 1
         assert E((await alter()).error_code) == E.INVALID_UPDATE_VERSION  # the old partition epoch
@@ -266,7 +269,7 @@ def test_restart_from_snapshot_and_log_reproduces_the_image_byte_for_byte(tmp_pa
         await q.start()  # from each directory's snapshot plus the log after it
         for nid, s in q.servers.items():
             assert s.node.snapshot_index > 0
-            await eventually(lambda: s.sm.image.offset >= before[nid][0], 10)
+            await eventually(lambda s=s, nid=nid: s.sm.image.offset >= before[nid][0], 10)
             buf = io.BytesIO()
             s.sm.snapshot()(buf)
             assert buf.getvalue() == before[nid][1], f"controller {nid} rebuilt a different image"

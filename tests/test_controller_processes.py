@@ -52,7 +52,7 @@ def test_cli_create_describe_alter_delete_and_errors(quorum):
         lines = out.strip().splitlines()
         assert lines[0].startswith("Topic: payments\tTopicId: ") and "PartitionCount: 3" in lines[0]
         assert "ReplicationFactor: 2" in lines[0] and "retention.ms=60000" in lines[0]
-        assert len(lines) == 4 and all("Leader: 10" in l and "Isr: " in l for l in lines[1:])
+        assert len(lines) == 4 and all("Leader: 10" in line and "Isr: " in line for line in lines[1:])
         assert kraft("topics", "--bootstrap-controller", b, "list").stdout.split() == ["payments"]
         kraft("topics", "--bootstrap-controller", b, "alter", "--topic", "payments", "--partitions", "5")
         assert "PartitionCount: 5" in kraft("topics", "--bootstrap-controller", b, "describe", "--topic", "payments").stdout
@@ -81,7 +81,7 @@ def test_cli_create_describe_alter_delete_and_errors(quorum):
         assert json.loads(fields["CurrentObservers"]) == [{"id": i, "directoryId": None} for i in (100, 101, 102)]
         rep = kraft("quorum", "--bootstrap-controller", b, "describe", "--replication").stdout.splitlines()
         assert rep[0].startswith("NodeId\tDirectoryId\tLogEndOffset") and rep[1].endswith("\tLeader")
-        assert sum("Leader" in l for l in rep) == 1
+        assert sum("Leader" in row for row in rep) == 1
         cl = kraft("cluster", "--bootstrap-controller", b, "describe").stdout
         assert "Brokers (3):" in cl and "PLAINTEXT://127.0.0.1:9100" in cl
         # an unreachable quorum: one line, non-zero, at once when nothing accepts a connection

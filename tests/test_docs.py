@@ -58,6 +58,7 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("README.md", "metadata-shell --directory /var/lib/kraft/metadata"): SYNOPSIS,
     ("README.md", "$ metadata-shell --directory .demo/"): DEMO,
     ("README.md", "make report"): DEMO,
+    ("README.md", "ruff check ."): "the static checks, a minute of CPU: make test runs them first (make lint)",
     ("README.md", "$ kraft analytics report --directory .demo/"): DEMO,
     ("docs/analytics.md", ".venv/bin/pip install"): "installs packages (make test has)",
     ("docs/analytics.md", "error: Java was not found"): OUTPUT,

@@ -52,7 +52,7 @@ def test_a_port_in_use_stops_the_server_with_one_line(tmp_path: Path, taken: str
         except subprocess.TimeoutExpired:
             server.kill()
             server.communicate()
-            raise AssertionError(f"the server started on 127.0.0.1:{port}, which another server listens on")
+            raise AssertionError(f"the server started on 127.0.0.1:{port}, which another server listens on") from None
         lines = err.strip().splitlines()
         assert server.returncode == 1 and len(lines) == 1, err
         assert lines[0].startswith("Error: cannot listen on 127.0.0.1:%d" % port), err

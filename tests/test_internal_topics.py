@@ -102,5 +102,5 @@ def test_a_broker_echoes_an_8_mib_topic_name_once(cluster):
     # created; Produce: the topic is unknown, as Kafka answers both
     answers = asyncio.run(echoes())
     assert [code for _, code, _ in answers] == [ErrorCode.INVALID_TOPIC_EXCEPTION, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
-    for size, code, message in answers:
+    for size, _, message in answers:
         assert len(message) <= MAX_MESSAGE_CHARS and size < (8 << 20) + 4096

@@ -205,7 +205,7 @@ def test_pipelined_requests_are_answered_in_order(cluster):
              + struct.pack(">h", 7) + b"cf-pipe" + struct.pack(">iiqi", 1, 0, 0, 1 << 20))
     frames = [_request(1, 4, fetch)] + [_request(18, 0) for _ in range(3)]
     ids = [100, 101, 102, 103]
-    data = b"".join(f[:8] + struct.pack(">i", i) + f[12:] for f, i in zip(frames, ids))
+    data = b"".join(f[:8] + struct.pack(">i", i) + f[12:] for f, i in zip(frames, ids, strict=True))
     port = cluster.kafka_ports[asyncio.run(cluster.describe_topic("cf-pipe")).partitions[0].leader]
     with socket.create_connection(("127.0.0.1", port), 5) as s:
         start = time.monotonic()

@@ -235,7 +235,7 @@ def brute_force(history, initial=None) -> bool:
         return True, o.args[1] if hit else value
 
     def search(done, value):
-        if all(d or not k for d, k in zip(done, known)):
+        if all(d or not k for d, k in zip(done, known, strict=True)):
             return True
         for j, o in enumerate(ops):
             if done[j] or any(not done[i] and known[i] and ops[i].ret < o.call

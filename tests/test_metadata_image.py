@@ -3,6 +3,7 @@ changed, immutability of the images it leaves behind, and refusing a corrupt log
 from __future__ import annotations
 
 import uuid
+from dataclasses import FrozenInstanceError
 
 import pytest
 from immutables import Map
@@ -268,7 +269,7 @@ def test_apply_leaves_the_old_image_untouched_and_shares_the_rest(cluster: Metad
     assert img.topics_by_name["orders"] is img.topics_by_id[T1]
     assert img.brokers[1] is cluster.brokers[1]
     assert img.features is cluster.features
-    with pytest.raises(Exception):
+    with pytest.raises(FrozenInstanceError):
         img.topic("orders").name = "x"  # frozen
 
 

@@ -7,6 +7,7 @@ import re
 import struct
 import uuid
 import zlib
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -229,7 +230,7 @@ def test_record_ranges_split_on_index_entries(snap: Path, image: MetadataImage) 
         ranges = record_ranges(info, parts)
         assert len(ranges) <= parts
         assert ranges[0][0] == 0 and ranges[-1][1] == info.record_count
-        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+        assert all(a[1] == b[0] for a, b in pairwise(ranges))
         assert all(s % info.index_interval == 0 for s, _ in ranges)
         assert [r for s, e in ranges for r in iter_records(snap, s, e)] == everything
 

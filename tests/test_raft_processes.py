@@ -1,8 +1,10 @@
 """Fault tests on real processes: `raft-kv serve` nodes on loopback, killed, paused, cut off
 and corrupted, with every outcome asserted."""
 import asyncio
+import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -191,6 +193,21 @@ def _last_segment(c, nid):
     return wal.list_segments(str(c.data_dir(nid) / "wal"))[-1]
 
 
+def _cut_last_record(seg: str) -> None:
+    """The last record cut short, as by a crash mid-write."""
+    os.truncate(seg, os.path.getsize(seg) - 5)
+
+
+def _corrupt_middle_record(seg: str) -> int:
+    """Flip a byte inside the middle record of ``seg``; returns where that record starts."""
+    data = bytearray(Path(seg).read_bytes())
+    recs = list(wal.decode_frames(bytes(data)))
+    mid = recs[len(recs) // 2]
+    data[mid.offset + 10] ^= 0x55
+    Path(seg).write_bytes(bytes(data))
+    return mid.offset
+
+
 def test_a_torn_last_record_restarts_cleanly_and_mid_log_corruption_refuses(kv_cluster):
     c = kv_cluster(3)
     c.start_all()
@@ -203,24 +220,18 @@ def test_a_torn_last_record_restarts_cleanly_and_mid_log_corruption_refuses(kv_c
         victim = next(n for n in c.ids if n != lid)
         c.kill(victim)
         seg = _last_segment(c, victim)
-        size = seg and __import__("os").path.getsize(seg)
-        with open(seg, "r+b") as f:
-            f.truncate(size - 5)  # the last record cut short, as by a crash mid-write
+        _cut_last_record(seg)
         c.start(victim)
         st = (await c.statuses([lid]))[lid]
         await c.wait_applied(victim, st.commit_index)
         assert "cut a torn write off the log" in c.log_text(victim)
         # now corrupt a record in the middle of the log
         c.kill(victim)
-        data = bytearray(open(seg, "rb").read())
-        recs = list(wal.decode_frames(bytes(data)))
-        mid = recs[len(recs) // 2]
-        data[mid.offset + 10] ^= 0x55
-        open(seg, "wb").write(bytes(data))
+        corrupt_at = _corrupt_middle_record(seg)
         p = c.start(victim)
         assert p.wait(20) == 1
-        lines = [l for l in c.log_text(victim).splitlines() if "raft-kv: error" in l]
-        assert lines and seg in lines[-1] and f"byte {mid.offset}" in lines[-1]
+        lines = [line for line in c.log_text(victim).splitlines() if "raft-kv: error" in line]
+        assert lines and seg in lines[-1] and f"byte {corrupt_at}" in lines[-1]
         assert "Traceback" not in c.log_text(victim).split("cut a torn write")[-1]
         await kv.close()
     run(go())

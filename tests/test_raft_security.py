@@ -3,6 +3,7 @@ and changes nothing; TLS and mutual TLS between peers and for clients."""
 import asyncio
 import datetime
 import ipaddress
+from pathlib import Path
 
 import grpc
 import pytest
@@ -157,6 +158,7 @@ def _pki(d, tag="ca"):
 def test_a_cluster_over_mutual_tls_replicates_and_refuses_strangers(tmp_path):
     tls = _pki(tmp_path)
     other = _pki(tmp_path, "rogue")
+    ca = Path(tls.ca).read_bytes()
 
     async def go():
         nodes, ports, lid = await _cluster(tmp_path, tls=tls)
@@ -174,7 +176,7 @@ def test_a_cluster_over_mutual_tls_replicates_and_refuses_strangers(tmp_path):
                 await c.get(b"secret")
             await c.close()
         # so is a TLS client that verifies the server but shows no certificate of its own
-        creds = grpc.ssl_channel_credentials(root_certificates=open(tls.ca, "rb").read())
+        creds = grpc.ssl_channel_credentials(root_certificates=ca)
         async with grpc.aio.secure_channel(eps[0], creds) as ch:
             with pytest.raises(grpc.aio.AioRpcError):
                 await ch.unary_unary("/kraft.raft.RaftAdmin/Status",

@@ -68,7 +68,7 @@ def test_the_probe_reports_a_stall(caplog):
     async def go():
         async with LoopStallProbe(warn_ms=100) as probe:
             await asyncio.sleep(0.03)
-            time.sleep(0.15)
+            time.sleep(0.15)  # noqa: ASYNC251 -- blocking the loop on purpose: the stall the probe must see
             await asyncio.sleep(0.03)
         return probe.max_stall_ms
     assert asyncio.run(go()) >= 140

@@ -151,7 +151,7 @@ def offline(files) -> dict[tuple[str, ...], tuple[subprocess.CompletedProcess, f
     argvs = [tuple(KRAFT + args) for args in OFFLINE] + [tuple(argv) for argv in OTHERS]
     with ThreadPoolExecutor(3) as pool:
         ran = pool.map(lambda argv: timed([a.replace("{d}", str(files)) for a in argv]), argvs)
-        return dict(zip(argvs, ran))
+        return dict(zip(argvs, ran, strict=True))
 
 
 @pytest.mark.parametrize("args", OFFLINE, ids=lambda a: " ".join(a)[:70])
@@ -219,5 +219,5 @@ def test_kraft_against_a_cluster_asked_the_impossible(cluster, files):
         SHELL + ["--bootstrap-controller", b.split(",")[0], "-c", "ls"]]
     with ThreadPoolExecutor(3) as pool:
         ran = list(pool.map(timed, argvs))
-    lines = [one_line_failure(argv, ran=r) for argv, r in zip(argvs, ran)]
+    lines = [one_line_failure(argv, ran=r) for argv, r in zip(argvs, ran, strict=True)]
     assert lines[0].startswith("Error: INVALID_REPLICATION_FACTOR:"), lines[0]  # it was a traceback

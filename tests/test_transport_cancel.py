@@ -11,11 +11,11 @@ from raft.transport import _Link
 def test_a_link_cancelled_as_its_write_completes_stops():
     async def go():
         written = asyncio.get_running_loop().create_future()
-        calls = []
+        writing = asyncio.Event()
 
         class Call:
             def write(self, data):
-                calls.append(data)
+                writing.set()
                 return written
 
             def cancel(self):
@@ -26,8 +26,7 @@ def test_a_link_cancelled_as_its_write_completes_stops():
                                     write_timeout=5.0, send_failures=0, channel=lambda peer: channel)
         link = _Link(transport, 2, "Send")
         link.push([Message(MessageType.HEARTBEAT, 2, 1, 1)])
-        while not calls:  # the link is now waiting for its write
-            await asyncio.sleep(0)
+        await writing.wait()  # the link is now waiting for its write
         written.set_result(None)  # the write completes ...
         link.task.cancel()  # ... in the same step as the cancel
         done, _ = await asyncio.wait({link.task}, timeout=2)

@@ -832,7 +832,7 @@ def test_a_console_whose_cluster_is_unreachable_answers_503_at_once_in_one_line(
                              f"127.0.0.1:{nothing[0]}", "--bootstrap-server", f"127.0.0.1:{nothing[1]}",
                              "--listen", listen], cwd=REPO, stdout=open(log, "w"), stderr=subprocess.STDOUT)
     try:
-        async def answer() -> tuple[int, str, float] | None:
+        def answer() -> tuple[int, str, float] | None:
             began = time.monotonic()
             try:
                 urllib.request.urlopen(f"http://{listen}/", timeout=30)

@@ -564,7 +564,7 @@ class KafkaApis:
             return {"results": [{"error_code": int(code), "error_message": message, "resource_type": x.resource_type,
                                  "resource_name": x.resource_name} for x in req.resources]}
         results = []
-        for asked, got in zip(req.resources, r.resources):
+        for asked, got in zip(req.resources, r.resources, strict=True):
             keys = set(asked.configuration_keys) if asked.configuration_keys is not None else None
             source = TOPIC_CONFIG_SOURCE if got.resource_type == cpb.TOPIC else BROKER_CONFIG_SOURCE
             results.append({

@@ -37,7 +37,7 @@ def stored_to_wire(stored: bytes) -> bytes:
     """A fetch answer's stored frames (a RecordBatchSet) as Kafka's concatenated batches."""
     if not stored:
         return b""
-    parts = []
+    parts: list[bytes] = []
     for b in pb.RecordBatchSet.FromString(stored).batches:
         records = b.records
         parts += (_header(b, records), records)

@@ -29,6 +29,7 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i16, i32
 
 API_VERSIONS_KEY = 18
 _KEY_VERSION = struct.Struct(">hh")
@@ -97,7 +98,8 @@ def _framed(head: bytes, entity: Any) -> bytes:
     out = io.BytesIO()
     out.write(b"\0\0\0\0")
     out.write(head)
-    _writer(type(entity))(out, entity)
+    # a class is Hashable, but mypy does not see it for type[Any] (functools.cache's argument)
+    _writer(type(entity))(out, entity)  # type: ignore[arg-type]
     data = out.getbuffer()
     struct.pack_into(">i", data, 0, len(data) - 4)
     return bytes(data)
@@ -114,8 +116,8 @@ def frame_response(header: RequestHeader, response: Any) -> bytes:
 def frame_request(api_key: int, version: int, correlation: int, client_id: str, request: Any) -> bytes:
     header_cls = RequestHeaderV2 if request_schema(api_key, version).__flexible__ else RequestHeaderV1
     head = io.BytesIO()
-    _writer(header_cls)(head, header_cls(request_api_key=api_key, request_api_version=version,
-                                         correlation_id=correlation, client_id=client_id))
+    _writer(header_cls)(head, header_cls(request_api_key=i16(api_key), request_api_version=i16(version),
+                                         correlation_id=i32(correlation), client_id=client_id))
     return _framed(head.getvalue(), request)
 
 
@@ -154,6 +156,7 @@ def _fields(cls: type) -> tuple[_Field, ...]:
             t, nullable = args[0], True
         many = get_origin(t) is tuple
         inner = get_args(t)[0] if many else t
+        target: Any
         if is_dataclass(inner):
             kind, target = ("entities" if many else "entity"), inner
         else:

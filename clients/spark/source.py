@@ -10,7 +10,7 @@ once. Options and schema follow Spark's Kafka source (docs/analytics.md, "Topics
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,7 +179,7 @@ class Written(WriterCommitMessage):
     records: int
 
 
-def _write_options(options: dict[str, str], schema: StructType) -> tuple[str, str | None, dict[str, Any]]:
+def _write_options(options: Mapping[str, str], schema: StructType) -> tuple[str, str | None, dict[str, Any]]:
     o = lowered(options)
     bootstrap = bootstrap_of(o)
     names = {f.name for f in schema.fields}

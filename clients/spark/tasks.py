@@ -53,7 +53,7 @@ _TYPES = [f.type for f in ARROW_SCHEMA]
 
 def _batch(records: list[ConsumerRecord]) -> pa.RecordBatch:
     """Rows as Spark's Kafka source has them: ``headers`` null for a record without any."""
-    topic, partition, offset, ts, key, value, headers, _ = zip(*records)
+    topic, partition, offset, ts, key, value, headers, _ = zip(*records, strict=True)
     when = pa.array(ts, pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(_TYPES[5])
     listed = [[{"key": k, "value": v} for k, v in h] if h else None for h in headers]
     columns = [pa.array(key, _TYPES[0]), pa.array(value, _TYPES[1]), pa.array(topic, _TYPES[2]),

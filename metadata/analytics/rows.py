@@ -137,7 +137,7 @@ class Rows:
 
     def take(self) -> pa.RecordBatch:
         batch = pa.RecordBatch.from_arrays(
-            [pa.array(c, type=f.type) for c, f in zip(self.cols, self.schema)],
+            [pa.array(c, type=f.type) for c, f in zip(self.cols, self.schema, strict=True)],
             schema=self.schema)
         self.cols = [[] for _ in self.schema]
         return batch
@@ -151,19 +151,19 @@ def add_topic(rows: Rows, name: str, topic_id: str) -> None:
 def add_broker(rows: Rows, broker: int, incarnation_id: str, epoch: int, rack: str | None,
                fenced: bool, in_controlled_shutdown: bool, endpoints: list[dict]) -> None:
     for col, value in zip(rows.cols, (broker, incarnation_id, epoch, rack, fenced,
-                                      in_controlled_shutdown, endpoints)):
+                                      in_controlled_shutdown, endpoints), strict=True):
         col.append(value)
 
 
 def add_config(rows: Rows, resource_type: str, resource_name: str, key: str, value: str) -> None:
-    for col, value in zip(rows.cols, (resource_type, resource_name, key, value)):
-        col.append(value)
+    for col, cell in zip(rows.cols, (resource_type, resource_name, key, value), strict=True):
+        col.append(cell)
 
 
 def add_acl(rows: Rows, acl_id: uuid.UUID, acl: StandardAcl) -> None:
     for col, value in zip(rows.cols, (acl.resource_type.name, acl.resource_name, acl.pattern_type.name,
                                       acl.principal, acl.host, acl.operation.name,
-                                      acl.permission_type.name, str(acl_id))):
+                                      acl.permission_type.name, str(acl_id)), strict=True):
         col.append(value)
 
 
@@ -225,7 +225,7 @@ def add_record(rows: Rows, source: str, offset: int, term: int, time_ms: int, in
               getattr(inner, partition_field) if partition_field else None,
               getattr(inner, broker_field) if broker_field else None,
               json.dumps(message_to_dict(inner), separators=(",", ":")))
-    for col, value in zip(rows.cols, values):
+    for col, value in zip(rows.cols, values, strict=True):
         col.append(value)
 
 

@@ -38,11 +38,11 @@ def find_java() -> str:
             return java
         raise AnalyticsError(f"JAVA_HOME is {home}, but {java} is not there; Spark needs Java "
                              "17 or newer")
-    java = shutil.which("java")
-    if java is None:
+    on_path = shutil.which("java")
+    if on_path is None:
         raise AnalyticsError("Java was not found (Spark needs Java 17 or newer): install it or "
                              "set JAVA_HOME")
-    return java
+    return on_path
 
 
 def under_spark_submit() -> bool:

@@ -18,7 +18,7 @@ it by ranges would silently give wrong tables.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -166,6 +166,7 @@ def _partition_rows(f: BinaryIO, info: SnapshotInfo, req: RangeRequest
     order = _Order(info.name)
     decoder = PartitionDecoder()
     check = order.check
+    key: Hashable  # a partition's record bytes, or its shape (rows.PartitionRows.add)
     for i, pos, data in frames(f, info, req.start, req.end):
         fast = decoder.decode(data)
         if fast is not None:

@@ -128,7 +128,7 @@ class MetadataSource(ABC):
         do not move, so by default nothing happens."""
         return ()
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 -- a hook, not abstract: most sources hold nothing open
         """Release what the source holds open (a live source's connections)."""
 
     def no_records_message(self, history: RecordHistory) -> str:

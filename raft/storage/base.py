@@ -28,8 +28,14 @@ class Storage(Protocol):
     thread at a time; ``write_snapshot`` from another thread; ``receive_snapshot`` on the
     event loop (the returned receiver's ``write`` must be quick: a buffered file write)."""
 
-    cluster_id: str | None  # the formatted cluster's id, if the storage knows it
-    directory_id: str  # changes when the storage is formatted again ("" if it never is)
+    @property
+    def cluster_id(self) -> str | None:
+        """The formatted cluster's id, if the storage knows it (read-only here, so a storage
+        that always knows it may declare ``str``)."""
+
+    @property
+    def directory_id(self) -> str:
+        """Changes when the storage is formatted again ("" if it never is)."""
 
     def recover(self) -> RecoveredState:
         """The newest snapshot, the entries after it and the last hard state."""

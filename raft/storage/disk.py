@@ -264,7 +264,7 @@ class DiskStorage:
             self._open_segment()
         return RecoveredState(
             log.hard_state, log.snapshot,
-            FileSnapshotSource(log.snapshot_path, log.snapshot) if log.snapshot_path else None,
+            FileSnapshotSource(log.snapshot_path, log.snapshot) if log.snapshot_path and log.snapshot else None,
             log.entries, f"{log.torn_path} from byte {log.torn_at} ({log.torn_reason})" if log.torn_path else "",
             tuple(self.bootstrap or ()))
 

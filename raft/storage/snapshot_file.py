@@ -196,7 +196,7 @@ class FileSnapshotSource(SnapshotSource):
 
     def open_payload(self) -> BinaryIO:
         """The payload as a file object, for restoring a state machine."""
-        return io.BufferedReader(PayloadFile(self.path, self.meta.size))  # type: ignore[return-value]
+        return io.BufferedReader(PayloadFile(self.path, self.meta.size))
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -232,7 +232,7 @@ class PayloadFile(io.RawIOBase):
         self._pos = min(max(0, base + offset), self._size)
         return self._pos
 
-    def readinto(self, b) -> int:  # type: ignore[override]
+    def readinto(self, b) -> int:
         n = min(len(b), self._size - self._pos)
         if n <= 0:
             return 0

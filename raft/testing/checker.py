@@ -6,6 +6,8 @@ enough to catch a violation the moment it happens.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..log import RaftLog
 from ..messages import Entry
 
@@ -30,7 +32,7 @@ class SafetyChecker:
             raise SafetyViolation(f"two leaders in term {term}: nodes {other} and {node}")
 
     # log matching: an (index, term) pair names one entry, and one predecessor
-    def persisted(self, node: int, entries: list[Entry], prev_term: int) -> None:
+    def persisted(self, node: int, entries: Sequence[Entry], prev_term: int) -> None:
         for e in entries:
             key = (e.index, e.term)
             seen = self.entry_at.setdefault(key, (e.type, e.data, prev_term))
@@ -51,6 +53,8 @@ class SafetyChecker:
     def commit(self, node: int, log: RaftLog, old: int, new: int) -> None:
         for i in range(max(old, log.snap_index) + 1, new + 1):
             t = log.term(i)
+            if t is None:
+                raise SafetyViolation(f"node {node} committed index {i}, which its log does not hold")
             known = self.committed.setdefault(i, t)
             if known != t:
                 raise SafetyViolation(f"node {node} committed index {i} with term {t}, "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import zlib
 from collections import Counter
+from collections.abc import Sequence
 from typing import Callable
 
 from ..core import CoreConfig, RaftCore
@@ -17,8 +18,8 @@ from .sim import Durable
 class Network:
     def __init__(self, ids: list[int], config: CoreConfig | None = None, *,
                  logs: dict[int, list[Entry]] | None = None,
-                 terms: dict[int, int] | None = None, learners: list[int] = (),
-                 joining: list[int] = (), directories: dict[int, str] | None = None) -> None:
+                 terms: dict[int, int] | None = None, learners: Sequence[int] = (),
+                 joining: Sequence[int] = (), directories: dict[int, str] | None = None) -> None:
         """``logs``/``terms`` preload nodes (e.g. the Raft paper's Figure 7); ``joining``
         nodes start with no configuration, as a node added later does. ``directories``
         gives nodes data directory ids, recorded in the initial membership (KIP-853)."""
@@ -176,7 +177,7 @@ class _NetRuntime:
     async def restore(self, snapshot: Snapshot) -> None:
         self.net.applied[self.nid] = [Entry(snapshot.meta.index, snapshot.meta.term, b"<snapshot>")]
 
-    async def apply(self, entries: list[Entry]) -> None:
+    async def apply(self, entries: Sequence[Entry]) -> None:
         self.net.applied[self.nid] += [e for e in entries if e.type == EntryType.NORMAL]
 
     def read_ready(self, context: bytes, index: int) -> None:

@@ -17,6 +17,7 @@ import random
 import struct
 import zlib
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any, BinaryIO, Callable, Coroutine, Generator
 
 from ..core import CoreConfig, RaftCore
@@ -48,7 +49,9 @@ class SimStateMachine(StateMachine):
 
     def snapshot(self) -> Callable[[BinaryIO], None]:
         data = struct.pack(">QI", self.index, self.digest) + bytes(self.pad)
-        return lambda f: f.write(data)  # type: ignore[func-returns-value]
+        def write(f: BinaryIO) -> None:
+            f.write(data)
+        return write
 
     def prepare_restore(self, source: BinaryIO) -> Callable[[], None]:
         index, digest = struct.unpack(">QI", source.read(12))
@@ -311,7 +314,7 @@ class _SimRuntime:
         if self.incarnation == self.node.incarnation and self.node.alive:
             self.node._step(self.work)
 
-    async def apply(self, entries: list[Entry]) -> None:
+    async def apply(self, entries: Sequence[Entry]) -> None:
         sm, nid = self.node.sm, self.node.id
         for e in entries:
             if e.type == EntryType.NORMAL:
@@ -346,7 +349,7 @@ class Simulation:
         # Each node's data directory id, recorded in the membership (KIP-853); a wipe gives a new one.
         self.directories = {i: f"dir-{i}" for i in ids}
         initial = Membership(frozenset(ids[:self.cfg.nodes]),
-                             directories={i: self.directories[i] for i in ids[:self.cfg.nodes]})
+                             directories=tuple((i, self.directories[i]) for i in ids[:self.cfg.nodes]))
         self.nodes = {i: SimNode(self, i, initial if i <= self.cfg.nodes else Membership())
                       for i in ids}
         self.blocked: set[tuple[int, int]] = set()

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import signal
 import sys
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, NoReturn
 
 import grpc
 
@@ -33,7 +33,7 @@ from .client import KVClient, KVError
 _DEFAULTS = NodeOptions()
 
 
-def _fail(msg: str) -> None:
+def _fail(msg: str) -> NoReturn:
     click.echo(f"raft-kv: error: {msg}", err=True)
     sys.exit(1)
 
@@ -213,7 +213,7 @@ def cas(obj: dict, key: str, old: str | None, new: str, absent: bool) -> None:
         _fail("give OLD, or --absent without OLD")
 
     async def go(c: KVClient) -> None:
-        ok, before = await c.cas(key.encode(), None if absent else old.encode(), new.encode())
+        ok, before = await c.cas(key.encode(), None if old is None else old.encode(), new.encode())
         if not ok:
             _fail(f"compare failed: {key!r} is " + ("absent" if before is None else repr(before.decode(errors='replace'))))
         click.echo("OK")

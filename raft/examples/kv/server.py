@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from typing import Callable
+from typing import Any, Callable
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -92,7 +92,8 @@ class Batcher:
 
     def __init__(self, node: RaftNode, sm: KVStateMachine, timeout: float) -> None:
         self.node, self.sm, self.timeout = node, sm, timeout
-        self._batch, self._writers, self._bytes = pb.Batch(), [], 0
+        self._batch, self._bytes = pb.Batch(), 0
+        self._writers: list[Reply] = []
         self._reads: list[tuple[bytes, Reply]] = []
         self._scheduled = False
         # The reads' barriers under way, kept until they end (the loop holds only weak
@@ -134,8 +135,11 @@ class Batcher:
         except RaftError as e:  # NotLeader, ProposalDropped, NodeStopped: nothing was appended
             _fail(replies, e)
             return
-        timer = asyncio.get_running_loop().call_later(
-            self.timeout, lambda: proposal.done() or _fail(replies, asyncio.TimeoutError()))
+        def expire() -> None:
+            if not proposal.done():
+                _fail(replies, asyncio.TimeoutError())
+
+        timer = asyncio.get_running_loop().call_later(self.timeout, expire)
         proposal.add_done_callback(functools.partial(_settle, replies, timer))
 
     async def _read(self, reads: list[tuple[bytes, Reply]]) -> None:
@@ -162,10 +166,10 @@ def _settle(replies: list[Reply], timer: asyncio.TimerHandle, proposal: Proposal
         return  # timed out before
     if proposal.cancelled():
         _fail(replies, asyncio.TimeoutError())
-    elif proposal.exception() is not None:
-        _fail(replies, proposal.exception())
+    elif (exc := proposal.exception()) is not None:
+        _fail(replies, exc)
     else:
-        for reply, result in zip(replies, proposal.result()):
+        for reply, result in zip(replies, proposal.result(), strict=True):
             reply(result)
         replies.clear()
 
@@ -188,7 +192,8 @@ class _Session:
     def reply(self, request_id: int, result: object) -> None:
         if isinstance(result, BaseException):
             result = error_of(result)
-        self.outbox.push(pb.Response(id=request_id, **{_RESULT_FIELD[type(result)]: result}))
+        answer: dict[str, Any] = {_RESULT_FIELD[type(result)]: result}
+        self.outbox.push(pb.Response(id=request_id, **answer))
         self.ready.set()
 
     def sent(self, n: int) -> None:
@@ -293,6 +298,7 @@ class KVStreamService(kv_pb2_grpc.KVStreamServicer):
 
     def _dispatch(self, request: pb.Request, reply: Reply) -> None:
         op = request.WhichOneof("op")
+        why: str | None
         if op is None:
             why = "a request names no operation"
         else:
