@@ -52,7 +52,7 @@ def login(port: int, password: str) -> KafkaError | None:
 
 async def every_broker(c: BrokerCluster, password: str, refused: bool) -> None:
     for bid, port in c.kafka_ports.items():
-        async def settled() -> bool:
+        async def settled(port: int = port) -> bool:
             error = await asyncio.to_thread(login, port, password)
             if refused:
                 return error is not None and error.code() == KafkaError._AUTHENTICATION

@@ -32,7 +32,6 @@ from metadata.server import ControllerServer
 from metadata.shell.tree import File, metadata_tree
 from metadata.snapshot import image_records
 from tests.controllers import InProcessQuorum
-from tests.eventually import eventually
 from tests.kvcluster import free_ports
 
 SHA512 = ScramMechanism.SCRAM_SHA_512

@@ -81,7 +81,7 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     # The authorizer on, letting through whatever no ACL names: the ACLs page has ACLs to manage,
     # and an ACL that denies the console's principal is refused in Kafka's words.
     authorizing = {"authorizer.class.name": STANDARD_AUTHORIZER, "allow.everyone.if.no.acl.found": "true"}
-    metrics = dict(zip([1, 2, 3, 101, 102, 103], free_ports(6)))  # every node's prometheus.listener
+    metrics = dict(zip([1, 2, 3, 101, 102, 103], free_ports(6), strict=True))  # every node's prometheus.listener
     nodes = {n: {"prometheus.listener": f"127.0.0.1:{p}"} for n, p in metrics.items()}
     with running_cluster(base, GROUP_PROPS, nodes, controller_props=authorizing) as cluster:
         c = Console(cluster, base, "--metrics", ",".join(f"127.0.0.1:{p}" for p in metrics.values()))
@@ -640,7 +640,7 @@ def test_live_charts_show_messages_and_bytes_in_request_and_raft_commit_latency(
     async def burst() -> None:
         await console.cluster.create_topic("web-charts", partitions=1, rf=3)
         async with Producer(console.cluster.bootstrap_servers) as p:
-            for i in range(50):
+            for _ in range(50):
                 await p.send_and_wait("web-charts", b"x" * 100)
 
     def lines(chart: str) -> dict[str, float]:

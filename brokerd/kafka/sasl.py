@@ -186,7 +186,7 @@ def _client_final(mechanism: ScramMechanism, text: str, gs2_header: str, nonce: 
     client_proof = base64.b64decode(proof, validate=True)
     if len(client_proof) != len(signature):
         raise ValueError("a proof of the wrong length")
-    client_key = bytes(a ^ b for a, b in zip(signature, client_proof))
+    client_key = bytes(a ^ b for a, b in zip(signature, client_proof, strict=True))
     if not hmac.compare_digest(h(client_key).digest(), stored_key):
         raise ValueError("the proof does not match the stored key")
     return b"v=" + base64.b64encode(hmac.new(server_key, auth_message, h).digest())

@@ -86,7 +86,7 @@ class Scraper:
 
     async def scrape(self) -> None:
         got = await asyncio.gather(*(self._one(e) for e in self.endpoints))
-        self.rounds.append(Round(time.time(), dict(zip(self.endpoints, got))))
+        self.rounds.append(Round(time.time(), dict(zip(self.endpoints, got, strict=True))))
 
     async def _one(self, endpoint: str) -> Samples | None:
         try:

@@ -86,7 +86,7 @@ def _changes(source: MetadataSource, path: str, start: int | None, end: int | No
 async def changes(request: Request) -> Response:
     path = _path(request, "/topics")
     bounds = [request.query_params.get(k, "").strip() for k in ("from", "to")]
-    start, end = (int_param(b, name, 0, minimum=0) if b else None for b, name in zip(bounds, ("from", "to")))
+    start, end = (int_param(b, name, 0, minimum=0) if b else None for b, name in zip(bounds, ("from", "to"), strict=True))
     answer = await cluster_of(request).metadata_log(lambda source: _changes(source, path, start, end))
     for c in answer["changes"]:
         c["cause"] = _cause(c)

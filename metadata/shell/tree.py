@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from ..acls import StandardAcl
+from ..scram import ScramCredential, ScramMechanism
 from ..image import (BrokerRegistration, ConfigResource, MetadataImage, PartitionRegistration,
                      ResourceType, TopicImage)
 from .source import QuorumState, ReplicaState
@@ -92,9 +93,8 @@ def metadata_tree(image: MetadataImage, quorum: Callable[[], QuorumState]) -> Di
                                         for name, level in sorted(image.features.items())])),
         ("producerIds", Directory(lambda: [("nextProducerId", File(image.next_producer_id))])),
         ("quorum", Directory(lambda: _quorum(quorum()))),
-        ("scram", Directory(lambda: [(user, Directory(lambda creds=creds: [
-            (m.mechanism_name, File({"mechanism": m.mechanism_name, "iterations": c.iterations}))
-            for m, c in sorted(creds.items())])) for user, creds in sorted(image.scram.users.items())])),
+        ("scram", Directory(lambda: [(user, _scram_user(creds))
+                                     for user, creds in sorted(image.scram.users.items())])),
         ("topicIds", Directory(lambda: sorted(
             (str(t.id), _topic(image, t)) for t in image.topics_by_id.values()))),
         ("topics", Directory(lambda: _sorted(
@@ -159,6 +159,12 @@ def _configs(image: MetadataImage, rtype: ResourceType) -> Directory:
 
 def _config_values(values: Mapping[str, str]) -> Directory:
     return Directory(lambda: [(k, File(v)) for k, v in sorted(values.items())])
+
+
+def _scram_user(creds: Mapping[ScramMechanism, ScramCredential]) -> Directory:
+    """A user's credentials: each mechanism with its iterations, never the salt or keys."""
+    return Directory(lambda: [(m.mechanism_name, File({"mechanism": m.mechanism_name, "iterations": c.iterations}))
+                              for m, c in sorted(creds.items())])
 
 
 def _quorum(q: QuorumState) -> list[tuple[str, Node]]:
