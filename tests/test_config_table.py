@@ -16,7 +16,7 @@ from common.config_docs import START, table, with_table
 from common.server_keys import SERVER_KEYS
 from metadata.config import from_properties
 from metadata.configs import BROKER_CONFIGS, validate
-from metadata.errors import ApiError, ErrorCode
+from common.errors import ErrorCode, KafkaError
 
 REPO = Path(__file__).resolve().parent.parent
 #: The modules that turn a properties file into the servers' settings.
@@ -109,11 +109,11 @@ def test_a_bad_value_is_one_line_naming_the_key(key: str, value: str, problem: s
 def test_kraft_configs_checks_the_dynamic_keys_by_the_same_rules():
     assert BROKER_CONFIGS == SERVER_KEYS.dynamic()
     assert {"log.retention.ms", "min.insync.replicas", "replica.lag.time.max.ms"} <= set(BROKER_CONFIGS)
-    with pytest.raises(ApiError) as e:
+    with pytest.raises(KafkaError) as e:
         validate("broker", "log.cleanup.policy", "shred")
     assert e.value.code == ErrorCode.INVALID_CONFIG
     assert "Invalid value shred for configuration log.cleanup.policy" in e.value.message
-    with pytest.raises(ApiError, match="Unknown broker config name: node.id"):
+    with pytest.raises(KafkaError, match="Unknown broker config name: node.id"):
         validate("broker", "node.id", "3")  # a static key: not settable while the cluster runs
     validate("broker", "log.retention.ms", "-1")
 

@@ -37,7 +37,7 @@ def acls_command(bootstrap: str, timeout: float, action: str | None, allow_princ
                  operation_names: tuple[str, ...], topics: tuple[str, ...], groups: tuple[str, ...], cluster: bool,
                  pattern_name: str | None, principal: str | None, force: bool) -> None:
     """Add, remove and list ACLs (kafka-acls.sh); the controllers need authorizer.class.name."""
-    from metadata.errors import ApiError, ErrorCode
+    from common.errors import ErrorCode, KafkaError
 
     from kraft import acls as A
     if action is None:
@@ -45,13 +45,13 @@ def acls_command(bootstrap: str, timeout: float, action: str | None, allow_princ
     try:
         where = A.resources(topics, groups, cluster, A.pattern_type(pattern_name, action))
         if action != "list" and not where:
-            raise ApiError(ErrorCode.INVALID_REQUEST, f"--{action} needs a resource: --topic, --group or --cluster")
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"--{action} needs a resource: --topic, --group or --cluster")
         who = A.entries(allow_principals, allow_hosts, deny_principals, deny_hosts)
         if action == "add" and not who:
-            raise ApiError(ErrorCode.INVALID_REQUEST, "--add needs --allow-principal or --deny-principal")
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "--add needs --allow-principal or --deny-principal")
         ops = A.operations(operation_names, where)
         wanted_principal = A.check_principal(principal) if principal else None
-    except ApiError as e:
+    except KafkaError as e:
         fail(e.message)
         return
 

@@ -21,7 +21,7 @@ def get_offsets(bootstrap_server: str, topic: str, partitions: str | None, when:
     """Each partition's offset at a time, as TOPIC:PARTITION:OFFSET (kafka-get-offsets.sh); an
     offset is left empty when no record is that recent."""
     from clients.admin import Admin
-    from clients.cluster_view import ClientError
+    from clients.cluster_view import CLIENT_ERRORS, ClientError
     try:
         at = int(when)
         wanted = [int(p) for p in partitions.split(",")] if partitions else None
@@ -45,7 +45,7 @@ def get_offsets(bootstrap_server: str, topic: str, partitions: str | None, when:
             return await admin.offsets({tp: at for tp in tps})
     try:
         found = run(ask())
-    except ClientError as e:
+    except CLIENT_ERRORS as e:
         fail(str(e))
         return
     for (t, p), (offset, _) in sorted(found.items()):
@@ -62,7 +62,7 @@ def log_dirs(bootstrap_server: str, describe: bool, broker_list: str | None, top
     """Bytes per partition per broker, as JSON (kafka-log-dirs.sh --describe). offsetLag is how
     far a replica's log end is behind its leader's."""
     from clients.admin import Admin
-    from clients.cluster_view import ClientError
+    from clients.cluster_view import CLIENT_ERRORS
     try:
         ids = [int(b) for b in broker_list.split(",")] if broker_list else None
     except ValueError:
@@ -75,7 +75,7 @@ def log_dirs(bootstrap_server: str, describe: bool, broker_list: str | None, top
             return await admin.describe_brokers(ids)
     try:
         found = run(ask())
-    except ClientError as e:
+    except CLIENT_ERRORS as e:
         fail(str(e))
         return
     leader_end = {(s.topic, s.partition): s.log_end_offset for d in found.values() for s in d.replicas
@@ -105,18 +105,17 @@ def log_dirs(bootstrap_server: str, describe: bool, broker_list: str | None, top
               help="properties file with the client's security.protocol and ssl.* keys")
 def broker_api_versions(bootstrap_server: str, timeout: float, command_config: str | None) -> None:
     """The APIs and versions each broker serves to Kafka clients (kafka-broker-api-versions.sh)."""
-    from clients.cluster_view import ClientError
+    from clients.cluster_view import CLIENT_ERRORS
     from clients.config import read_config_file
     from clients.security import check_hostname, client_tls
     from common.tls import ssl_context
-    from common.config_def import ConfigError
     from kraft.broker_api_versions import KafkaToolError, broker_api_versions as ask
     try:
         props = read_config_file(command_config) if command_config else {}
         tls = client_tls(props)
         context = ssl_context(tls, server=False, check_hostname=check_hostname(props)) if tls else None
         lines = run(ask(bootstrap_server, timeout, context))
-    except (ClientError, ConfigError, KafkaToolError) as e:
+    except (*CLIENT_ERRORS, KafkaToolError) as e:
         fail(str(e))
         return
     click.echo("\n".join(lines))

@@ -21,15 +21,12 @@ def fail(message: str) -> None:
 
 def run(coro: Awaitable[Any]) -> Any:
     import asyncio
-    from metadata.client import ControllerError
-    from metadata.errors import ApiError
+    from common.errors import KafkaError
     from common.config_def import ConfigError
     from raft.errors import RaftError
     try:
         return asyncio.run(coro)  # type: ignore[arg-type]
-    except (ControllerError, ApiError) as e:  # ApiError: a rule checked on this side (placement)
-        fail(str(e))
-    except (ConfigError, RaftError) as e:
+    except (KafkaError, ConfigError, RaftError) as e:  # KafkaError: the controller's, or a rule checked here
         fail(str(e))
     except KeyboardInterrupt:
         sys.exit(130)
@@ -43,11 +40,11 @@ def _load_command_config(ctx: click.Context, _param: click.Parameter, path: str 
     and ``ssl.*`` keys (clients/security.py), kept in the invocation's ``ctx.meta`` so every
     command under it connects with them."""
     if path:
-        from clients.cluster_view import ClientError
+        from clients.cluster_view import CLIENT_ERRORS
         from clients.config import tools_tls
         try:
             ctx.meta[TLS_KEY] = tools_tls(path)
-        except ClientError as e:
+        except CLIENT_ERRORS as e:
             fail(str(e))
 
 
@@ -65,8 +62,9 @@ def command_tls() -> TLSConfig | None:
 def with_client(bootstrap: str, timeout: float, work: Callable[[ControllerClient], Awaitable[Any]]) -> Any:
     """``work`` with a client of the quorum at ``bootstrap``, which gives up at once when no
     address accepts a connection; one that turns out to be a broker's Kafka listener is named."""
-    from metadata.client import ControllerClient, ControllerError
-    from metadata.errors import ErrorCode
+    from metadata.client import ControllerClient
+    from common.errors import KafkaError
+    from common.errors import ErrorCode
     from raft.client import CLOSED_DURING_SETUP
 
     async def go() -> Any:
@@ -74,13 +72,13 @@ def with_client(bootstrap: str, timeout: float, work: Callable[[ControllerClient
                                     give_up_unconnectable=True) as client:
             try:
                 return await work(client)
-            except ControllerError as e:
+            except KafkaError as e:
                 if e.code != ErrorCode.NETWORK_EXCEPTION or CLOSED_DURING_SETUP not in e.message:
                     raise  # only a listener that closed the connection may speak another protocol
                 from clients.listener_probe import speaks_kafka
                 kafka = [a for a in client.endpoints if await speaks_kafka(a, timeout_s=1.0)]
                 if kafka:
-                    raise ControllerError(ErrorCode.INVALID_REQUEST, f"{','.join(kafka)} is a broker's Kafka listener, "
+                    raise KafkaError(ErrorCode.INVALID_REQUEST, f"{','.join(kafka)} is a broker's Kafka listener, "
                                           f"not a controller's: give --bootstrap-controller the controllers' "
                                           f"listener, as in controller.quorum.voters") from None
                 raise
@@ -109,7 +107,7 @@ def controller_group(fn: Callable[[], None]) -> click.Group:
 def check_error(code: int, message: str, what: str) -> None:
     """One line with the Kafka error name of a per-item error code (``what`` when no message)."""
     from metadata.client import error_code
-    from metadata.errors import ErrorCode
+    from common.errors import ErrorCode
     c = error_code(code)
     if c != ErrorCode.NONE:
         fail(f"{c.name}: {message or what}")

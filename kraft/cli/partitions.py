@@ -97,7 +97,7 @@ def leader_election(bootstrap: str, election_type: str, all_topic_partitions: bo
                     partition: int | None, timeout: float) -> None:
     """Elect leaders (kafka-leader-election.sh); exits 1 when a partition could not be elected."""
     from metadata.client import error_code
-    from metadata.errors import ErrorCode
+    from common.errors import ErrorCode
     if all_topic_partitions == bool(topic) or (partition is not None and not topic):
         fail("give either --all-topic-partitions, or --topic (and optionally --partition)")
         return

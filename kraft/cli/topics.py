@@ -41,7 +41,7 @@ def topics_create(obj: tuple, topic: str, partitions: int, replication_factor: i
     if replica_assignment:
         t.assignments.extend(pb.ReplicaAssignment(partition=p, replicas=r)
                              for p, r in enumerate(_parse_assignment(replica_assignment)))
-    from metadata.errors import ErrorCode
+    from common.errors import ErrorCode
     resp = with_client(*obj, lambda c: c.create_topics(pb.CreateTopicsRequest(topics=[t], validate_only=validate_only)))
     r = resp.topics[0]
     if r.error_code == ErrorCode.TOPIC_ALREADY_EXISTS and if_not_exists:

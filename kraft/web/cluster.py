@@ -8,9 +8,9 @@ from typing import Any
 
 from clients import Producer
 from clients.consumer_groups import GroupAdmin
-from clients.cluster_view import ClientError
-from metadata.client import ControllerClient, ControllerError, error_code
-from metadata.errors import ErrorCode
+from clients.cluster_view import CLIENT_ERRORS
+from metadata.client import ControllerClient, error_code
+from common.errors import ErrorCode, KafkaError
 from protos import controller_pb2 as pb
 from common.tls import TLSConfig
 
@@ -97,11 +97,11 @@ def check(code: int, message: str) -> None:
     """Raise Kafka's error for a non-zero ``code``, as the ``kraft`` tools report it."""
     c = error_code(code)
     if c != ErrorCode.NONE:
-        raise ControllerError(c, message)
+        raise KafkaError(c, message)
 
 
 #: What the pages catch and show as one line: every failure the clients report in Kafka's words.
-CLUSTER_ERRORS: tuple[type[Exception], ...] = (ControllerError, ClientError)
+CLUSTER_ERRORS: tuple[type[Exception], ...] = CLIENT_ERRORS
 
 
 def error_status(e: Exception) -> int:
