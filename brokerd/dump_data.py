@@ -40,8 +40,8 @@ import click
 from google.protobuf.message import DecodeError
 
 from clients.compression import Codec
-from common.errors import KafkaError
 from clients.records import Record, batch_crc, codec_of, decode_records, records_bytes
+from common.errors import KafkaError
 from metadata.ids import format_uuid, parse_uuid
 from metadata.record_json import JsonValue, format_time
 from protos import broker_pb2 as pb
@@ -135,9 +135,8 @@ def topic_id_of(log_dir: str, topic: str, bootstrap: str | None, timeout: float)
 
 
 async def _topic_id_from_controllers(bootstrap: str, topic: str, timeout: float) -> uuid.UUID:
+    from common.errors import ErrorCode, KafkaError
     from metadata.client import ControllerClient, error_code
-    from common.errors import KafkaError
-    from common.errors import ErrorCode
     from protos import controller_pb2 as cpb
     try:
         async with ControllerClient(bootstrap, timeout=timeout, give_up_unconnectable=True) as client:

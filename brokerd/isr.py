@@ -22,8 +22,9 @@ import random
 import time
 from collections.abc import Callable, Iterable
 
+from common.errors import ErrorCode as ControllerCode
+from common.errors import KafkaError
 from metadata.client import ControllerClient
-from common.errors import ErrorCode as ControllerCode, KafkaError
 from protos import controller_pb2 as cpb
 
 from .partition import Partition

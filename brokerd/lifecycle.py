@@ -9,8 +9,8 @@ import logging
 import uuid
 from typing import Callable
 
-from metadata.client import ControllerClient
 from common.errors import ErrorCode, KafkaError
+from metadata.client import ControllerClient
 from protos import controller_pb2 as pb
 
 log = logging.getLogger("brokerd.lifecycle")

@@ -13,8 +13,8 @@ import io
 import logging
 from typing import Callable
 
-from metadata.client import ControllerClient
 from common.errors import ErrorCode, KafkaError
+from metadata.client import ControllerClient
 from metadata.delta import MetadataChanges, MetadataDelta, changes_between
 from metadata.image import MetadataImage
 from metadata.records import RecordError, decode_batch

@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .cluster_view import ClientError
 from common.config_def import ConfigError
+
+from .cluster_view import ClientError
 
 Serializer = Callable[[str, Any], bytes | None]
 Deserializer = Callable[[str, bytes | None], Any]

@@ -19,6 +19,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING
 
 from common.errors import ErrorCode, KafkaError
+
 from .records import MetadataRecord, access_control_entry, remove_access_control_entry
 
 if TYPE_CHECKING:

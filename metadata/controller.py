@@ -21,13 +21,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
+from common.errors import ErrorCode, KafkaError
 from raft.errors import NotLeader, ProposalDropped, RaftError
 from raft.messages import Role
 from raft.node import RaftNode
 
 from .brokers import BrokerLifecycle
 from .delta import MetadataDelta
-from common.errors import ErrorCode, KafkaError
 from .image import METADATA_VERSION, MetadataImage
 from .partitions import PREFERRED, elect_leaders, imbalanced
 from .records import MetadataRecord, RecordError, encode_batch, feature_level

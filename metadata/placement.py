@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from common.errors import ErrorCode, KafkaError
+
 from .image import MetadataImage
 from .records import NO_LEADER
 

@@ -8,8 +8,9 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .configs import BROKER_CONFIGS, TOPIC_CONFIGS, validate
 from common.errors import ErrorCode, KafkaError
+
+from .configs import BROKER_CONFIGS, TOPIC_CONFIGS, validate
 from .image import ConfigResource, MetadataImage, ResourceType, TopicImage
 from .placement import BrokerLoad, UsableBroker, place_replicas, validate_assignment
 from .records import MetadataRecord, config, partition, remove_topic, topic

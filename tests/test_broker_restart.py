@@ -25,8 +25,8 @@ from brokerd.partition import Partition
 from brokerd.partition_log import PartitionLog
 from clients import Consumer
 from clients import Producer as ClientProducer
-from common.errors import ErrorCode, KafkaError
 from clients.records import build_batch
+from common.errors import ErrorCode, KafkaError
 from metadata import records as R
 from metadata.brokers import BrokerLifecycle, Heartbeat
 from metadata.delta import MetadataDelta

@@ -24,4 +24,3 @@ def test_kraft_help_loads_no_package_below_the_tools():
     mounted = {module for module, _, _ in MOUNTED.values()}
     assert not loaded & mounted, loaded & mounted
     assert "Commands:" in p.stdout and "server-start" in p.stdout
-

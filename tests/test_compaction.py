@@ -14,8 +14,8 @@ from brokerd.log_cleaner import clean
 from brokerd.log_store import LogStore
 from brokerd.partition_log import PartitionLog
 from clients.compression import Codec
-from common.errors import ErrorCode, KafkaError
 from clients.records import batches, build_batch, records_of, validate_batch
+from common.errors import ErrorCode, KafkaError
 
 COMPACT = LogConfig(cleanup_policy="compact", delete_retention_ms=60_000, min_cleanable_dirty_ratio=0.5)
 

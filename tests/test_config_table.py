@@ -13,10 +13,10 @@ import pytest
 
 from common.config_def import ConfigError
 from common.config_docs import START, table, with_table
+from common.errors import ErrorCode, KafkaError
 from common.server_keys import SERVER_KEYS
 from metadata.config import from_properties
 from metadata.configs import BROKER_CONFIGS, validate
-from common.errors import ErrorCode, KafkaError
 
 REPO = Path(__file__).resolve().parent.parent
 #: The modules that turn a properties file into the servers' settings.

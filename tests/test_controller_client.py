@@ -11,8 +11,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from metadata.client import RPCS, SAFE_TO_REPEAT, ControllerClient, Rpc
 from common.errors import ErrorCode, KafkaError
+from metadata.client import RPCS, SAFE_TO_REPEAT, ControllerClient, Rpc
 from protos import controller_pb2 as pb
 from protos import controller_pb2_grpc
 from tests.kvcluster import free_ports

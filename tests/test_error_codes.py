@@ -3,7 +3,7 @@ names (issue 25 item 8): the controller's gRPC enum is common.errors.ErrorCode, 
 topic name is echoed once (in the result's name), never again in its message."""
 import asyncio
 
-from common.errors import ErrorCode, KafkaError, MAX_MESSAGE_CHARS, capped
+from common.errors import MAX_MESSAGE_CHARS, ErrorCode, KafkaError, capped
 from metadata.client import ControllerClient
 from protos import controller_pb2 as pb
 from tests.controllers import InProcessQuorum

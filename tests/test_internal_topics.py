@@ -9,12 +9,12 @@ import asyncio
 import time
 from collections.abc import Iterator
 
-import pytest
 import confluent_kafka
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from clients import Producer as OurProducer
-from common.errors import ErrorCode, KafkaError, MAX_MESSAGE_CHARS
+from common.errors import MAX_MESSAGE_CHARS, ErrorCode, KafkaError
 from protos import broker_pb2 as bpb
 from tests.brokercluster import BrokerCluster, _stub, running_cluster
 

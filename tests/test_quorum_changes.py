@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from common.errors import ErrorCode, KafkaError
 from kraft.dev_quorum import DevQuorum
 from metadata.client import ControllerClient
-from common.errors import ErrorCode, KafkaError
 from metadata.image import Endpoint
 from protos import controller_pb2 as pb
 from raft.proto import raft_pb2 as rpb
@@ -208,8 +208,8 @@ def test_a_learner_left_behind_by_add_controller_is_said_so_and_remove_controlle
     node id and directory id; nothing else would."""
     from types import SimpleNamespace
 
-    from metadata import quorum
     from common.errors import KafkaError
+    from metadata import quorum
     from raft.config import Voter, new_directory_id
     from raft.messages import ConfChangeType
     from raft.node import RaftNode

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import struct
 
-from common.errors import ErrorCode, KafkaError
 from clients.records import NO_PRODUCER_ID
+from common.errors import ErrorCode, KafkaError
 from protos import broker_pb2 as pb
 
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,

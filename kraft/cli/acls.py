@@ -6,10 +6,17 @@ from typing import TYPE_CHECKING
 
 import click
 
-from kraft.cli.invocation import bootstrap_option, command_config_option, fail, timeout_option, with_client
+from kraft.cli.invocation import (
+    bootstrap_option,
+    command_config_option,
+    fail,
+    timeout_option,
+    with_client,
+)
 
 if TYPE_CHECKING:
     from metadata.client import ControllerClient
+
 
 @click.command("acls")
 @bootstrap_option
@@ -38,7 +45,6 @@ def acls_command(bootstrap: str, timeout: float, action: str | None, allow_princ
                  pattern_name: str | None, principal: str | None, force: bool) -> None:
     """Add, remove and list ACLs (kafka-acls.sh); the controllers need authorizer.class.name."""
     from common.errors import ErrorCode, KafkaError
-
     from kraft import acls as A
     if action is None:
         fail("give one of --add, --remove, --list")
@@ -69,5 +75,3 @@ def acls_command(bootstrap: str, timeout: float, action: str | None, allow_princ
         click.echo(f"Error: {error}", err=True)
     if errors:
         sys.exit(1)
-
-

@@ -10,6 +10,7 @@ import click
 
 from kraft.cli.invocation import command_config_option, command_tls, fail, run
 
+
 @click.command("get-offsets")
 @command_config_option
 @click.option("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT] of brokers (gRPC listeners)")
@@ -109,7 +110,8 @@ def broker_api_versions(bootstrap_server: str, timeout: float, command_config: s
     from clients.config import read_config_file
     from clients.security import check_hostname, client_tls
     from common.tls import ssl_context
-    from kraft.broker_api_versions import KafkaToolError, broker_api_versions as ask
+    from kraft.broker_api_versions import KafkaToolError
+    from kraft.broker_api_versions import broker_api_versions as ask
     try:
         props = read_config_file(command_config) if command_config else {}
         tls = client_tls(props)
@@ -119,5 +121,3 @@ def broker_api_versions(bootstrap_server: str, timeout: float, command_config: s
         fail(str(e))
         return
     click.echo("\n".join(lines))
-
-

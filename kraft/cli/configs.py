@@ -3,9 +3,17 @@ from __future__ import annotations
 
 import click
 
-from kraft.cli.invocation import (bootstrap_option, check_error, command_config_option, fail, parse_configs,
-                                  timeout_option, with_client)
+from kraft.cli.invocation import (
+    bootstrap_option,
+    check_error,
+    command_config_option,
+    fail,
+    parse_configs,
+    timeout_option,
+    with_client,
+)
 from protos import controller_pb2 as pb
+
 
 @click.command()
 @bootstrap_option
@@ -56,5 +64,3 @@ def configs(bootstrap: str, timeout: float, entity_type: str, entity_name: str |
     click.echo(f"Configs for {label} are:")
     for e in r.configs:
         click.echo(f"  {e.name}={e.value}{'  (default)' if e.is_default else ''}")
-
-

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from common.tls import TLSConfig
     from metadata.client import ControllerClient
 
+
 def fail(message: str) -> None:
     click.echo(f"Error: {message}", err=True)
     sys.exit(1)
@@ -21,8 +22,9 @@ def fail(message: str) -> None:
 
 def run(coro: Awaitable[Any]) -> Any:
     import asyncio
-    from common.errors import KafkaError
+
     from common.config_def import ConfigError
+    from common.errors import KafkaError
     from raft.errors import RaftError
     try:
         return asyncio.run(coro)  # type: ignore[arg-type]
@@ -62,9 +64,8 @@ def command_tls() -> TLSConfig | None:
 def with_client(bootstrap: str, timeout: float, work: Callable[[ControllerClient], Awaitable[Any]]) -> Any:
     """``work`` with a client of the quorum at ``bootstrap``, which gives up at once when no
     address accepts a connection; one that turns out to be a broker's Kafka listener is named."""
+    from common.errors import ErrorCode, KafkaError
     from metadata.client import ControllerClient
-    from common.errors import KafkaError
-    from common.errors import ErrorCode
     from raft.client import CLOSED_DURING_SETUP
 
     async def go() -> Any:
@@ -106,8 +107,8 @@ def controller_group(fn: Callable[[], None]) -> click.Group:
 
 def check_error(code: int, message: str, what: str) -> None:
     """One line with the Kafka error name of a per-item error code (``what`` when no message)."""
-    from metadata.client import error_code
     from common.errors import ErrorCode
+    from metadata.client import error_code
     c = error_code(code)
     if c != ErrorCode.NONE:
         fail(f"{c.name}: {message or what}")
@@ -123,4 +124,3 @@ def parse_configs(pairs: tuple[str, ...]) -> dict[str, str]:
             k, v = item.split("=", 1)
             out[k.strip()] = v.strip()
     return out
-

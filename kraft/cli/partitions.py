@@ -8,11 +8,18 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from kraft.cli.invocation import check_error, command_config_option, command_tls, fail, with_client
+from kraft.cli.invocation import (
+    check_error,
+    command_config_option,
+    command_tls,
+    fail,
+    with_client,
+)
 from protos import controller_pb2 as pb
 
 if TYPE_CHECKING:
     from metadata.client import ControllerClient
+
 
 @click.command("reassign-partitions")
 @command_config_option
@@ -37,9 +44,8 @@ def reassign_partitions(bootstrap: str, bootstrap_server: str | None, action: st
                         disable_rack_aware: bool, reassignment_json_file: str | None, throttle: int | None,
                         preserve_throttles: bool, timeout: float) -> None:
     """Move partitions between brokers (kafka-reassign-partitions.sh); docs/operations.md."""
-    from metadata.reassignments import PlanError, plan_json, read_plan
-
     from kraft import reassign as r
+    from metadata.reassignments import PlanError, plan_json, read_plan
     if action is None:
         fail("give one of --generate, --execute, --verify, --cancel, --list")
     try:
@@ -96,8 +102,8 @@ def reassign_partitions(bootstrap: str, bootstrap_server: str | None, action: st
 def leader_election(bootstrap: str, election_type: str, all_topic_partitions: bool, topic: str | None,
                     partition: int | None, timeout: float) -> None:
     """Elect leaders (kafka-leader-election.sh); exits 1 when a partition could not be elected."""
-    from metadata.client import error_code
     from common.errors import ErrorCode
+    from metadata.client import error_code
     if all_topic_partitions == bool(topic) or (partition is not None and not topic):
         fail("give either --all-topic-partitions, or --topic (and optionally --partition)")
         return
@@ -131,5 +137,3 @@ def leader_election(bootstrap: str, election_type: str, all_topic_partitions: bo
                    f"{error_code(r.error_code).name}: {r.error_message}", err=True)
     if failed:
         sys.exit(1)
-
-

@@ -8,8 +8,15 @@ from typing import Any
 
 import click
 
-from kraft.cli.invocation import command_config_option, controller_group, fail, timeout_option, with_client
+from kraft.cli.invocation import (
+    command_config_option,
+    controller_group,
+    fail,
+    timeout_option,
+    with_client,
+)
 from protos import controller_pb2 as pb
+
 
 @click.group()
 @click.option("--bootstrap-controller", "bootstrap", envvar="KRAFT_BOOTSTRAP_CONTROLLER",
@@ -78,8 +85,9 @@ def quorum_add_controller(obj: tuple, config_path: str, dry_run: bool) -> None:
     with controller.quorum.bootstrap.servers): it follows the log as an observer; the active
     controller adds it once it has caught up, as a learner first, then as a voter."""
     import os
-    from metadata import config as server_config
+
     from common.config_def import ConfigError
+    from metadata import config as server_config
     from raft.errors import RaftError
     from raft.storage import check_formatted
     from raft.storage.disk import META_FILE
@@ -167,5 +175,3 @@ def cluster_describe(obj: tuple) -> None:
         eps = ",".join(f"{e.name}://{e.host}:{e.port}" for e in b.endpoints)
         state = "fenced" if b.fenced else "shutting down" if b.in_controlled_shutdown else "active"
         click.echo(f"  {b.id}\t{eps}\track={b.rack or '-'}\t{state}\tepoch={b.epoch}")
-
-

@@ -9,13 +9,14 @@ import click
 
 from kraft.cli.invocation import fail, run
 
+
 @click.command("server-start")
 @click.argument("config_path", metavar="FILE", type=click.Path(dir_okay=False))
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING"]), default="INFO", show_default=True)
 def server_start(config_path: str, log_level: str) -> None:
     """Run the roles FILE's process.roles names until SIGTERM or Ctrl-C."""
-    from metadata import config as server_config
     from common.config_def import ConfigError
+    from metadata import config as server_config
     try:
         cfg = server_config.load(config_path)
     except ConfigError as e:
@@ -32,6 +33,7 @@ async def _serve_roles(cfg) -> int:
     """Run the controller, the broker, or both (a combined node: the controller starts first
     and stops last, since a broker's controlled shutdown needs it)."""
     import asyncio
+
     from brokerd.main import STARTUP_ERRORS
     from brokerd.server import BrokerServer
     from common.metrics import MetricsEndpoint
@@ -80,16 +82,14 @@ async def _serve_roles(cfg) -> int:
             shared.stop()
 
 
-
-
 @click.command()
 @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
               help="this server's properties file")
 def health(config_path: str) -> None:
     """Exit 0 when this server is healthy: a controller has joined the quorum and knows the
     leader; a broker is registered and unfenced. For container health checks."""
-    from metadata import config as server_config
     from common.config_def import ConfigError
+    from metadata import config as server_config
     try:
         cfg = server_config.load(config_path)
     except ConfigError as e:
@@ -103,10 +103,11 @@ def health(config_path: str) -> None:
 
 async def _health_problems(cfg) -> list[str]:
     import grpc
+
+    from common.channels import dial
     from raft.client import describe
     from raft.proto import raft_pb2 as rpb
     from raft.proto import raft_pb2_grpc
-    from common.channels import dial
     problems = []
     if cfg.is_controller:
         try:
@@ -128,7 +129,6 @@ async def _health_problems(cfg) -> list[str]:
     return problems
 
 
-
 @click.command("dev-quorum")
 @click.option("--dir", "base_dir", default=None, help="where configs and data go (default: a new temp dir)")
 @click.option("--base-port", type=int, default=19093, show_default=True,
@@ -138,9 +138,8 @@ def dev_quorum(base_dir: str | None, base_port: int, brokers: int) -> None:
     """Three controllers (and brokers) on loopback as processes; prints the bootstrap strings;
     Ctrl-C stops them."""
     from common.config_def import ConfigError
-    from raft.errors import RaftError
-
     from kraft.dev_quorum import DevQuorum
+    from raft.errors import RaftError
     q = DevQuorum(base_dir, base_port, brokers=brokers)
     try:
         q.start()
@@ -175,4 +174,3 @@ def dev_quorum(base_dir: str | None, base_port: int, brokers: int) -> None:
     finally:
         q.stop()
         click.echo("stopped.")
-

@@ -7,6 +7,7 @@ import click
 
 from kraft.cli.invocation import fail
 
+
 @click.group()
 def storage() -> None:
     """Format storage before a server's first start (kafka-storage.sh)."""
@@ -34,10 +35,10 @@ def storage_format(cluster_id: str, config_path: str, ignore_formatted: bool, st
     """Format metadata.log.dir (and log.dirs for brokers) with the cluster id and node id, and a
     controller's with its quorum's first voters (KIP-853) unless controller.quorum.voters names them."""
     from common.config_def import ConfigError
-    from raft.errors import RaftError
-    from raft.storage import check_formatted, format_storage
     from metadata import config as server_config
     from metadata.quorum import initial_voters
+    from raft.errors import RaftError
+    from raft.storage import check_formatted, format_storage
     try:
         cfg = server_config.load(config_path)
         voters, directory_id = initial_voters(cfg, standalone=standalone, initial_controllers=initial_controllers,
@@ -62,8 +63,9 @@ def storage_info(config_path: str) -> None:
     """What each of the server's directories holds (kafka-storage.sh info); exits 1 when one is
     missing, unformatted, another node's or another cluster's."""
     import os
-    from metadata import config as server_config
+
     from common.config_def import ConfigError
+    from metadata import config as server_config
     from raft.errors import RaftError
     from raft.storage.disk import META_FILE, read_properties
     try:
@@ -96,5 +98,3 @@ def storage_info(config_path: str) -> None:
     if problems:
         click.echo(f"\nFound problem{'s' if len(problems) > 1 else ''}:\n" + "".join(f"  {p}\n" for p in problems))
         sys.exit(1)
-
-

@@ -5,16 +5,22 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from kraft.cli.invocation import check_error, controller_group, fail, parse_configs, with_client
+from kraft.cli.invocation import (
+    check_error,
+    controller_group,
+    fail,
+    parse_configs,
+    with_client,
+)
 from protos import controller_pb2 as pb
 
 if TYPE_CHECKING:
     from metadata.client import ControllerClient
 
+
 @controller_group
 def topics() -> None:
     """Create, list, describe, alter and delete topics (kafka-topics.sh)."""
-
 
 
 def _parse_assignment(text: str) -> list[list[int]]:
@@ -141,5 +147,3 @@ def topics_alter(obj: tuple, topic: str, partitions: int, replica_assignment: st
     r = resp.topics[0]
     check_error(r.error_code, r.error_message, "")
     click.echo(f"Topic {topic} now has {partitions} partitions.")
-
-
