@@ -28,7 +28,7 @@ from pathlib import Path
 import grpc
 
 from clients import Consumer, Producer
-from clients.errors import ErrorCode
+from common.errors import ErrorCode
 from kraft.dev_quorum import DevQuorum
 from metadata.client import ControllerClient
 from protos import broker_pb2 as pb

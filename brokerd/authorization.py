@@ -21,7 +21,7 @@ from dataclasses import fields, replace
 from functools import cache
 from typing import Any, TypeVar
 
-from clients.errors import ErrorCode
+from common.errors import ErrorCode
 from metadata.acls import AclOperation
 from metadata.authorizer import Access
 

@@ -24,11 +24,10 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from clients.errors import ErrorCode, capped
+from common.errors import ErrorCode, KafkaError, capped
 from metadata.acls import AclOperation
 from metadata.authorizer import Access
-from metadata.client import ControllerClient, ControllerError
-from metadata.errors import ApiError
+from metadata.client import ControllerClient
 from clients.topics import INTERNAL_TOPICS
 from metadata.topics import validate_name
 from protos import controller_pb2 as cpb
@@ -80,7 +79,7 @@ class TopicAutoCreator:
     async def _create(self, name: str, access: Access) -> tuple[ErrorCode, str]:
         try:
             validate_name(name)
-        except ApiError as e:
+        except KafkaError as e:
             return ErrorCode.INVALID_TOPIC_EXCEPTION, e.message
         if not access.cluster(AclOperation.CREATE, log_denial=False) and not access.topic(AclOperation.CREATE, name):
             return ErrorCode.TOPIC_AUTHORIZATION_FAILED, access.topic_denied(AclOperation.CREATE, name)
@@ -100,7 +99,7 @@ class TopicAutoCreator:
             code, message = await create_topic(self.controller, cpb.CreatableTopic(
                 name=name, num_partitions=cfg.num_partitions, replication_factor=cfg.replication_factor),
                 access.session)
-        except ControllerError as e:  # refused whole (authorization), or no controller answered: retriable
+        except KafkaError as e:  # refused whole (authorization), or no controller answered: retriable
             code = ErrorCode.of(int(e.code))
             log.warning("could not create topic %s automatically: %s", name, e)
             if code in (ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.CLUSTER_AUTHORIZATION_FAILED):
@@ -116,7 +115,7 @@ async def create_topic(controller: ControllerClient, topic: cpb.CreatableTopic,
                        on_behalf_of: Session | None = None) -> tuple[ErrorCode, str]:
     """Have the active controller create ``topic``, for the broker itself (``__consumer_offsets``)
     or for a client (``on_behalf_of``): the controller's code and message for it (a creation is
-    logged here, a refusal by the caller). ControllerError when the request was refused whole or
+    logged here, a refusal by the caller). KafkaError when the request was refused whole or
     not answered."""
     r = await controller.create_topics(cpb.CreateTopicsRequest(topics=[topic]), on_behalf_of=on_behalf_of)
     t = r.topics[0]

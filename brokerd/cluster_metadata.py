@@ -3,12 +3,11 @@
 replicas and ISR, and the unfenced brokers' endpoints on the listener the client uses."""
 from __future__ import annotations
 
-from metadata.errors import ApiError
+from common.errors import ErrorCode, KafkaError, capped
 from metadata.image import MetadataImage
 from metadata.topics import validate_name
 from protos import broker_pb2 as pb
 
-from clients.errors import ErrorCode, capped
 from .partition import Partition, now_ms
 from .requests import BrokerEndpoint, MetadataRequest, MetadataResponse, PartitionMetadata, TopicMetadata
 
@@ -25,7 +24,7 @@ def metadata_answer(image: MetadataImage, req: MetadataRequest, listener: str, c
         if t is None:
             try:  # Kafka's getTopicMetadata: an illegal name is INVALID_TOPIC_EXCEPTION, not unknown
                 validate_name(name)
-            except ApiError as e:
+            except KafkaError as e:
                 resp.topics.append(TopicMetadata(name=name, error_code=int(ErrorCode.INVALID_TOPIC_EXCEPTION),
                                                  error_message=e.message))
                 continue

@@ -40,8 +40,8 @@ import click
 from google.protobuf.message import DecodeError
 
 from clients.compression import Codec
-from clients.errors import BrokerError
 from clients.records import Record, batch_crc, codec_of, decode_records, records_bytes
+from common.errors import KafkaError
 from metadata.ids import format_uuid, parse_uuid
 from metadata.record_json import JsonValue, format_time
 from protos import broker_pb2 as pb
@@ -135,13 +135,13 @@ def topic_id_of(log_dir: str, topic: str, bootstrap: str | None, timeout: float)
 
 
 async def _topic_id_from_controllers(bootstrap: str, topic: str, timeout: float) -> uuid.UUID:
-    from metadata.client import ControllerClient, ControllerError, error_code
-    from metadata.errors import ErrorCode
+    from common.errors import ErrorCode, KafkaError
+    from metadata.client import ControllerClient, error_code
     from protos import controller_pb2 as cpb
     try:
         async with ControllerClient(bootstrap, timeout=timeout, give_up_unconnectable=True) as client:
             resp = await client.call("DescribeTopics", cpb.DescribeTopicsRequest(names=[topic]))
-    except ControllerError as e:
+    except KafkaError as e:
         raise DumpError(f"cannot look topic '{topic}' up at {bootstrap}: {e}") from None
     for t in resp.topics:
         code = error_code(t.error_code)
@@ -204,7 +204,7 @@ def read_batches(db: object, topic_id: uuid.UUID, partition: int, where: str, st
             if deep:
                 try:
                     d.records = decode_records(records_bytes(batch), batch.record_count, at)
-                except BrokerError as e:
+                except KafkaError as e:
                     d.problems.append(f"{at}: corrupt records: {e.message}")
         yield d
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from clients.errors import BrokerError, ErrorCode
+from common.errors import ErrorCode, KafkaError
 from .partition import Partition
 from .replica_manager import ReplicaManager
 from .replication_quota import ReplicationQuota
@@ -30,7 +30,7 @@ class _Read:
     max_bytes: int
 
 
-def _fail(answer: FetchPartitionResponse, e: BrokerError, p: Partition | None = None) -> None:
+def _fail(answer: FetchPartitionResponse, e: KafkaError, p: Partition | None = None) -> None:
     answer.error_code = int(e.code)
     answer.error_message = e.message
     answer.high_watermark = answer.log_start_offset = -1
@@ -58,16 +58,16 @@ async def fetch(rm: ReplicaManager, req: FetchRequest) -> FetchResponse:
                 p.check_leader(epoch)
                 if follower:
                     if replica not in p.followers:
-                        raise BrokerError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                        raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                           f"Broker {replica} is not a follower of {p.name}")
                     rm.follower_fetched(p, replica, fp.fetch_offset)
                 plog = p.log
                 if fp.fetch_offset < plog.log_start_offset or fp.fetch_offset > plog.log_end_offset:
-                    raise BrokerError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                    raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
                                       f"Received request for offset {fp.fetch_offset} for partition {p.name}, but "
                                       f"we only have log segments in the range {plog.log_start_offset} to "
                                       f"{plog.log_end_offset}.")
-            except BrokerError as e:
+            except KafkaError as e:
                 _fail(answer, e, p)
                 if e.code == ErrorCode.OFFSET_OUT_OF_RANGE and p is not None:
                     answer.log_start_offset = p.log.log_start_offset
@@ -126,7 +126,7 @@ def _read_all(reads: list[_Read], max_bytes: int, replica: int, quota: Replicati
     for r in reads:
         p, a = r.partition, r.answer
         if p.stopped or not p.is_leader:
-            _fail(a, BrokerError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+            _fail(a, KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                  f"Leader not local for partition {p.name} on broker {p.broker_id}"), p)
             continue
         plog = p.log

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from clients.errors import BrokerError, ErrorCode, capped
+from common.errors import ErrorCode, KafkaError, capped
 from clients.records import batches, build_batch, records_of
 from clients.topics import OFFSETS_TOPIC
 from protos import broker_pb2 as pb
@@ -114,7 +114,7 @@ class Group:
 
 def _fail(fut: asyncio.Future | None, code: ErrorCode, message: str = "") -> None:
     if fut is not None and not fut.done():
-        fut.set_exception(BrokerError(code, message))
+        fut.set_exception(KafkaError(code, message or None))
 
 
 class GroupCoordinator:
@@ -171,21 +171,21 @@ class GroupCoordinator:
 
     def _coordinator(self, group_id: str) -> Partition:
         """The partition of ``__consumer_offsets`` holding the group, which this broker must
-        lead and have loaded; BrokerError otherwise."""
+        lead and have loaded; KafkaError otherwise."""
         if not group_id:
-            raise BrokerError(ErrorCode.INVALID_GROUP_ID)
+            raise KafkaError(ErrorCode.INVALID_GROUP_ID)
         n = self._offsets_partitions()
         if not n:
-            raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         index = partition_for(group_id, n)
         p = self.rm.by_name.get((OFFSETS_TOPIC, index))
         if p is None or not p.is_leader:
-            raise BrokerError(ErrorCode.NOT_COORDINATOR,
+            raise KafkaError(ErrorCode.NOT_COORDINATOR,
                               f"broker {self.rm.broker_id} is not the coordinator of group {group_id}")
         if self._loaded.get(index) != p.leader_epoch:
             if index not in self._loading:
                 self._loading[index] = asyncio.get_running_loop().create_task(self._load(p, p.leader_epoch))
-            raise BrokerError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+            raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
         return p
 
     # -- loading and writing the partition ---------------------------------------------------------
@@ -236,12 +236,12 @@ class GroupCoordinator:
         try:
             info = await p.append_as_leader(batch, -1)
             await p.wait_for_replication(info.last_offset + 1, WRITE_TIMEOUT_S)
-        except BrokerError as e:
+        except KafkaError as e:
             if e.code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
-                raise BrokerError(ErrorCode.NOT_COORDINATOR, e.message) from None
+                raise KafkaError(ErrorCode.NOT_COORDINATOR, e.message or None) from None
             if e.code == ErrorCode.RECORD_TOO_LARGE:
-                raise BrokerError(ErrorCode.INVALID_COMMIT_OFFSET_SIZE, e.message) from None
-            raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, e.message) from None
+                raise KafkaError(ErrorCode.INVALID_COMMIT_OFFSET_SIZE, e.message or None) from None
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, e.message or None) from None
 
     async def _persist_group(self, p: Partition, g: Group) -> None:
         value = pb.GroupValue(protocol_type=g.protocol_type, generation_id=g.generation, protocol=g.protocol,
@@ -259,17 +259,17 @@ class GroupCoordinator:
             p = self._coordinator(req.group_id)
             cfg = self.config
             if not cfg.group_min_session_timeout_ms <= req.session_timeout_ms <= cfg.group_max_session_timeout_ms:
-                raise BrokerError(ErrorCode.INVALID_SESSION_TIMEOUT)
+                raise KafkaError(ErrorCode.INVALID_SESSION_TIMEOUT)
             if not req.protocol_type or not req.protocols:
-                raise BrokerError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+                raise KafkaError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
             g = self.groups.get(req.group_id)
             if g is None:
                 g = self.groups[req.group_id] = Group(req.group_id, p.index)
             protocols = [(x.name, x.metadata) for x in req.protocols]
             if g.members and (req.protocol_type != g.protocol_type or not self._common(g, protocols, req.member_id)):
-                raise BrokerError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+                raise KafkaError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
             member = self._admit(g, req, protocols, req.group_instance_id)
-        except BrokerError as e:
+        except KafkaError as e:
             return JoinGroupResponse(error_code=int(e.code), error_message=e.message, generation_id=-1,
                                      member_id=req.member_id)
         g.protocol_type = req.protocol_type
@@ -279,7 +279,7 @@ class GroupCoordinator:
         self._maybe_complete_join(g)  # may answer at once: keep our own reference to the future
         try:
             return await joined
-        except BrokerError as e:
+        except KafkaError as e:
             return JoinGroupResponse(error_code=int(e.code), error_message=e.message, generation_id=-1,
                                      member_id=member.member_id)
 
@@ -290,7 +290,7 @@ class GroupCoordinator:
             known = g.by_instance(instance)
             if known is not None:
                 if req.member_id and req.member_id != known.member_id:
-                    raise BrokerError(ErrorCode.FENCED_INSTANCE_ID)
+                    raise KafkaError(ErrorCode.FENCED_INSTANCE_ID)
                 if not req.member_id:  # a restarted static member: takes its old place
                     del g.members[known.member_id]
                     _fail(known.join, ErrorCode.FENCED_INSTANCE_ID)
@@ -312,7 +312,7 @@ class GroupCoordinator:
             return new
         m = g.members.get(req.member_id)
         if m is None:
-            raise BrokerError(ErrorCode.UNKNOWN_MEMBER_ID,
+            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID,
                               f"member {req.member_id} is not in group {g.group_id}")
         m.protocols, m.session_timeout_ms = protocols, req.session_timeout_ms
         m.rebalance_timeout_ms = req.rebalance_timeout_ms or req.session_timeout_ms
@@ -381,7 +381,7 @@ class GroupCoordinator:
     async def _persist_quietly(self, p: Partition, g: Group) -> None:
         try:
             await self._persist_group(p, g)
-        except BrokerError as e:
+        except KafkaError as e:
             log.info("group %s: could not persist its metadata: %s", g.group_id, e)
 
     def _member(self, group_id: str, member_id: str, instance: str | None, generation: int | None
@@ -392,12 +392,12 @@ class GroupCoordinator:
         if instance is not None and g is not None:
             known = g.by_instance(instance)
             if known is not None and known.member_id != member_id:
-                raise BrokerError(ErrorCode.FENCED_INSTANCE_ID)
+                raise KafkaError(ErrorCode.FENCED_INSTANCE_ID)
         if g is None or m is None:
-            raise BrokerError(ErrorCode.UNKNOWN_MEMBER_ID,
+            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID,
                               f"member {member_id} is not in group {group_id}")
         if generation is not None and generation != g.generation:
-            raise BrokerError(ErrorCode.ILLEGAL_GENERATION,
+            raise KafkaError(ErrorCode.ILLEGAL_GENERATION,
                               f"generation {generation} of group {group_id} is not its current one, {g.generation}")
         return p, g, m
 
@@ -405,7 +405,7 @@ class GroupCoordinator:
         try:
             p, g, m = self._member(req.group_id, req.member_id, req.group_instance_id, req.generation_id)
             if g.state == GroupState.PREPARING_REBALANCE:
-                raise BrokerError(ErrorCode.REBALANCE_IN_PROGRESS)
+                raise KafkaError(ErrorCode.REBALANCE_IN_PROGRESS)
             if g.state == GroupState.STABLE:
                 return SyncGroupResponse(assignment=m.assignment)
             m.last_heartbeat = time.monotonic()
@@ -417,7 +417,7 @@ class GroupCoordinator:
                 generation = g.generation
                 try:
                     await self._persist_group(p, g)
-                except BrokerError as e:
+                except KafkaError as e:
                     for member in g.members.values():
                         _fail(member.sync, e.code, e.message)
                     if g.generation == generation and g.state == GroupState.COMPLETING_REBALANCE:
@@ -431,7 +431,7 @@ class GroupCoordinator:
                         member.sync = None
                     log.info("group %s: stable in generation %d", g.group_id, g.generation)
             return SyncGroupResponse(assignment=await synced)
-        except BrokerError as e:
+        except KafkaError as e:
             return SyncGroupResponse(error_code=int(e.code), error_message=e.message)
 
     async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResponse:
@@ -439,15 +439,15 @@ class GroupCoordinator:
             _, g, m = self._member(req.group_id, req.member_id, req.group_instance_id, req.generation_id)
             m.last_heartbeat = time.monotonic()
             if g.state == GroupState.PREPARING_REBALANCE:
-                raise BrokerError(ErrorCode.REBALANCE_IN_PROGRESS)
+                raise KafkaError(ErrorCode.REBALANCE_IN_PROGRESS)
             return HeartbeatResponse()
-        except BrokerError as e:
+        except KafkaError as e:
             return HeartbeatResponse(error_code=int(e.code), error_message=e.message)
 
     async def leave_group(self, req: LeaveGroupRequest) -> LeaveGroupResponse:
         try:
             self._coordinator(req.group_id)
-        except BrokerError as e:
+        except KafkaError as e:
             return LeaveGroupResponse(error_code=int(e.code), error_message=e.message)
         g = self.groups.get(req.group_id)
         resp = LeaveGroupResponse()
@@ -534,7 +534,7 @@ class GroupCoordinator:
                 # giving their partitions up (as Kafka allows); between the join and the leader's
                 # assignment they may not.
                 if g.state == GroupState.COMPLETING_REBALANCE:
-                    raise BrokerError(ErrorCode.REBALANCE_IN_PROGRESS)
+                    raise KafkaError(ErrorCode.REBALANCE_IN_PROGRESS)
             too_big = {(t.name, x.partition) for t in req.topics for x in t.partitions
                        if len(x.metadata.encode()) > self.config.offset_metadata_max_bytes}
             now = int(time.time() * 1000)
@@ -556,7 +556,7 @@ class GroupCoordinator:
                     code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if (t.name, x.partition) in unknown else \
                         ErrorCode.OFFSET_METADATA_TOO_LARGE if (t.name, x.partition) in too_big else ErrorCode.NONE
                     tr.partitions.append(OffsetCommitPartitionResponse(partition=x.partition, error_code=int(code)))
-        except BrokerError as e:
+        except KafkaError as e:
             resp.topics.clear()
             for t in req.topics:
                 tr = OffsetCommitTopicResponse(name=t.name)
@@ -573,7 +573,7 @@ class GroupCoordinator:
     async def offset_fetch(self, req: OffsetFetchRequest) -> OffsetFetchResponse:
         try:
             self._coordinator(req.group_id)
-        except BrokerError as e:
+        except KafkaError as e:
             return OffsetFetchResponse(error_code=int(e.code), error_message=e.message)
         g = self.groups.get(req.group_id)
         offsets = g.offsets if g is not None else {}
@@ -612,7 +612,7 @@ class GroupCoordinator:
         for gid in req.groups:
             try:
                 self._coordinator(gid)
-            except BrokerError as e:
+            except KafkaError as e:
                 resp.groups.append(DescribedGroup(group_id=gid, error_code=int(e.code), error_message=e.message,
                                                   state="Dead"))
                 continue
@@ -636,15 +636,15 @@ class GroupCoordinator:
                 p = self._coordinator(gid)
                 g = self.groups.get(gid)
                 if g is None:
-                    raise BrokerError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} not found.")
+                    raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} not found.")
                 if g.members:
-                    raise BrokerError(ErrorCode.NON_EMPTY_GROUP, f"Group {gid} is not empty: it has "
+                    raise KafkaError(ErrorCode.NON_EMPTY_GROUP, f"Group {gid} is not empty: it has "
                                                                  f"{len(g.members)} members.")
                 tombstones: list[tuple[bytes, bytes | None]] = [(_group_key(gid), None)]
                 await self._write(p, tombstones + [(_offset_key(gid, *tp), None) for tp in g.offsets])
                 self.groups.pop(gid, None)
                 resp.results.append(DeletedGroup(group_id=gid))
-            except BrokerError as e:
+            except KafkaError as e:
                 resp.results.append(DeletedGroup(group_id=gid, error_code=int(e.code), error_message=e.message))
         return resp
 
@@ -692,5 +692,5 @@ def _replay(groups: dict[str, Group], index: int, key: bytes | None, value: byte
 
 
 def _find_error(code: ErrorCode, message: str = "") -> FindCoordinatorResponse:
-    e = BrokerError(code, message)
+    e = KafkaError(code, message or None)
     return FindCoordinatorResponse(error_code=int(code), error_message=e.message, node_id=-1, port=-1)

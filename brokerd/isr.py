@@ -22,8 +22,9 @@ import random
 import time
 from collections.abc import Callable, Iterable
 
-from metadata.client import ControllerClient, ControllerError
-from metadata.errors import ErrorCode as ControllerCode
+from common.errors import ErrorCode as ControllerCode
+from common.errors import KafkaError
+from metadata.client import ControllerClient
 from protos import controller_pb2 as cpb
 
 from .partition import Partition
@@ -126,7 +127,7 @@ class IsrManager:
                 return
             self._retry.pop(p, None)
             p.apply_isr(r.leader_epoch, r.partition_epoch, tuple(r.isr))
-        except ControllerError as e:
+        except KafkaError as e:
             log.warning("AlterPartition for %s failed: %s", p.name, e)
             if p.leader_epoch == epoch:
                 p.pending_isr = None

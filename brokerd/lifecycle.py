@@ -9,8 +9,8 @@ import logging
 import uuid
 from typing import Callable
 
-from metadata.client import ControllerClient, ControllerError
-from metadata.errors import ErrorCode
+from common.errors import ErrorCode, KafkaError
+from metadata.client import ControllerClient
 from protos import controller_pb2 as pb
 
 log = logging.getLogger("brokerd.lifecycle")
@@ -51,7 +51,7 @@ class BrokerLifecycle:
                 log.info("broker %d registered with epoch %d", self.broker_id, self.epoch)
                 return self.epoch
             if r.error_code != ErrorCode.DUPLICATE_BROKER_REGISTRATION or loop.time() > deadline:
-                raise ControllerError(ErrorCode(r.error_code), r.error_message)
+                raise KafkaError(ErrorCode(r.error_code), r.error_message)
             await asyncio.sleep(1.0)
 
     async def heartbeat(self, *, want_shut_down: bool = False, timeout: float | None = None) -> pb.BrokerHeartbeatResponse:
@@ -65,7 +65,7 @@ class BrokerLifecycle:
             want_shut_down=want_shut_down),
             timeout=budget, attempt_timeout=min(budget, max(0.5, self.heartbeat_interval_s)))
         if r.error_code != ErrorCode.NONE:
-            raise ControllerError(ErrorCode(r.error_code), r.error_message)
+            raise KafkaError(ErrorCode(r.error_code), r.error_message)
         if self.fenced != r.is_fenced:
             log.info("broker %d is now %s", self.broker_id, "fenced" if r.is_fenced else "unfenced")
         self.fenced, self.caught_up = r.is_fenced, r.is_caught_up
@@ -81,7 +81,7 @@ class BrokerLifecycle:
                 await self.heartbeat()
             except asyncio.CancelledError:
                 raise
-            except ControllerError as e:
+            except KafkaError as e:
                 if e.code == ErrorCode.STALE_BROKER_EPOCH:
                     log.warning("broker %d: our registration was replaced (%s); registering again", self.broker_id, e)
                     self.incarnation = uuid.uuid4()
@@ -113,7 +113,7 @@ class BrokerLifecycle:
                 if r.should_shut_down:
                     log.info("broker %d: controlled shutdown complete", self.broker_id)
                     return True
-            except ControllerError as e:
+            except KafkaError as e:
                 log.warning("broker %d controlled shutdown: %s", self.broker_id, e)
             await asyncio.sleep(min(0.5, self.heartbeat_interval_s, max(0.0, deadline - loop.time())))
         return False

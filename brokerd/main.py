@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from metadata.client import ControllerError
+from common.errors import KafkaError
 from metadata.config import load
 from common.config_def import ConfigError
 from raft.errors import StorageError
@@ -20,7 +20,7 @@ from raft.transport import grpc_errors_in_one_line
 from .log_store import StorageFailure
 from .server import BrokerServer
 
-STARTUP_ERRORS = (ConfigError, StorageError, StorageFailure, ControllerError)
+STARTUP_ERRORS = (ConfigError, StorageError, StorageFailure, KafkaError)
 
 
 def _fail(message: str) -> None:

@@ -13,9 +13,9 @@ import io
 import logging
 from typing import Callable
 
-from metadata.client import ControllerClient, ControllerError
+from common.errors import ErrorCode, KafkaError
+from metadata.client import ControllerClient
 from metadata.delta import MetadataChanges, MetadataDelta, changes_between
-from metadata.errors import ErrorCode
 from metadata.image import MetadataImage
 from metadata.records import RecordError, decode_batch
 from metadata.snapshot import read_snapshot
@@ -69,7 +69,7 @@ class MetadataFetcher:
                 for b in resp.batches:
                     delta.replay_batch(decode_batch(b.data), b.offset, b.term)
             except RecordError as e:
-                raise ControllerError(ErrorCode.UNKNOWN_SERVER_ERROR, f"cannot replay the metadata log: {e}") from None
+                raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"cannot replay the metadata log: {e}") from None
             return delta.apply(), delta.changes()
         # Only this task changes the image, so a large answer (a 10,000-partition create) may be
         # replayed in a thread while the broker goes on serving.
@@ -98,7 +98,7 @@ class MetadataFetcher:
             buf.write(r.data)
             pos += len(r.data)
             if not r.data and pos < size:
-                raise ControllerError(ErrorCode.UNKNOWN_SERVER_ERROR, "snapshot download stalled")
+                raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "snapshot download stalled")
         buf.seek(0)
         before = self.image
 
@@ -121,7 +121,7 @@ class MetadataFetcher:
                 await self.fetch_once()
             except asyncio.CancelledError:
                 raise
-            except ControllerError as e:
+            except KafkaError as e:
                 log.warning("metadata fetch failed: %s", e)
                 await asyncio.sleep(0.5)
 

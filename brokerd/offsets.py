@@ -5,7 +5,7 @@ consumer can read to, or the first offset at or after a time) and OffsetsForLead
 validating its position after a leader change, KIP-320)."""
 from __future__ import annotations
 
-from clients.errors import BrokerError, ErrorCode
+from common.errors import ErrorCode, KafkaError
 
 from .replica_manager import ReplicaManager
 from .requests import (EpochEndOffset, ListOffsetsPartitionResponse, ListOffsetsRequest, ListOffsetsResponse,
@@ -29,7 +29,7 @@ def list_offsets(rm: ReplicaManager, request: ListOffsetsRequest) -> ListOffsets
                 if p.log.high_watermark < p.epoch_start_offset:
                     # A new leader learns the high watermark from its followers' fetches; until
                     # it has, "latest" would be too low (Kafka's KIP-207, OFFSET_NOT_AVAILABLE).
-                    raise BrokerError(ErrorCode.OFFSET_NOT_AVAILABLE,
+                    raise KafkaError(ErrorCode.OFFSET_NOT_AVAILABLE,
                                       f"Failed to fetch offsets for partition {p.name} with leader epoch "
                                       f"{p.leader_epoch} as this partition's high watermark "
                                       f"({p.log.high_watermark}) is lagging behind the start offset from the "
@@ -39,13 +39,13 @@ def list_offsets(rm: ReplicaManager, request: ListOffsetsRequest) -> ListOffsets
                 elif lp.timestamp == LATEST:
                     a.offset = p.log.high_watermark
                 elif lp.timestamp < 0:
-                    raise BrokerError(ErrorCode.INVALID_REQUEST, f"unsupported timestamp {lp.timestamp}: use -2 "
+                    raise KafkaError(ErrorCode.INVALID_REQUEST, f"unsupported timestamp {lp.timestamp}: use -2 "
                                                                  f"(earliest), -1 (latest) or a time in ms")
                 else:
                     found = p.log.offset_for_timestamp(lp.timestamp)
                     if found is not None:
                         a.offset, a.timestamp = found
-            except BrokerError as e:
+            except KafkaError as e:
                 a.error_code, a.error_message = int(e.code), e.message
     return resp
 
@@ -63,6 +63,6 @@ def offsets_for_leader_epoch(rm: ReplicaManager, request: OffsetsForLeaderEpochR
                 p = rm.partition(t.name, op.partition, t.topic_id)
                 p.check_leader(op.current_leader_epoch)
                 a.leader_epoch, a.end_offset = p.log.end_offset_for_epoch(op.leader_epoch)
-            except BrokerError as e:
+            except KafkaError as e:
                 a.error_code, a.error_message = int(e.code), e.message
     return resp

@@ -25,7 +25,7 @@ from metadata.image import PartitionRegistration
 from protos import broker_pb2 as pb
 
 from .config import LogConfig
-from clients.errors import BrokerError, ErrorCode
+from common.errors import ErrorCode, KafkaError
 from .partition_log import AppendInfo, PartitionLog
 
 NO_LEADER = -1
@@ -133,7 +133,7 @@ class Partition:
         self.role, self.leader, self.leader_epoch = Role.FOLLOWER, reg.leader, reg.leader_epoch
         if was[0] == Role.LEADER:
             self.followers.clear()
-            self._fail_waiters(BrokerError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+            self._fail_waiters(KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                            f"Leader not local for partition {self.name} on broker {self.broker_id}"))
             self._notify()
         return Change.BECAME_FOLLOWER if new_epoch or was[1] != reg.leader else Change.UPDATED
@@ -153,7 +153,7 @@ class Partition:
         self.followers = {r: FollowerState(last_caught_up_ms=now if r in self.isr else 0.0)
                           for r in self.replicas if r != self.broker_id}
         self.pending_isr = None
-        self._fail_waiters(BrokerError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        self._fail_waiters(KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                        f"the leader epoch of {self.name} changed to {epoch}"))
         self.maybe_increment_hw()
         self._notify()
@@ -161,7 +161,7 @@ class Partition:
     def stop(self) -> None:
         """This broker no longer hosts the replica."""
         self.stopped = True
-        self._fail_waiters(BrokerError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        self._fail_waiters(KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                        f"broker {self.broker_id} no longer hosts {self.name}"))
         self._notify()
 
@@ -179,17 +179,17 @@ class Partition:
         if current_leader_epoch is None or current_leader_epoch == self.leader_epoch:
             return
         if current_leader_epoch < self.leader_epoch:
-            raise BrokerError(ErrorCode.FENCED_LEADER_EPOCH,
+            raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH,
                               f"The leader epoch in the request ({current_leader_epoch}) is older than the "
                               f"epoch of {self.name} on broker {self.broker_id} ({self.leader_epoch}).")
-        raise BrokerError(ErrorCode.UNKNOWN_LEADER_EPOCH,
+        raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH,
                           f"The leader epoch in the request ({current_leader_epoch}) is newer than the "
                           f"epoch of {self.name} on broker {self.broker_id} ({self.leader_epoch}).")
 
     def check_leader(self, current_leader_epoch: int | None = None) -> None:
         self.check_epoch(current_leader_epoch)
         if not self.is_leader:
-            raise BrokerError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                               f"Leader not local for partition {self.name} on broker {self.broker_id}")
 
     # -- leader: appends and acks ---------------------------------------------------------------
@@ -198,7 +198,7 @@ class Partition:
         self.check_leader()
         min_isr = self.config.min_insync_replicas
         if acks == -1 and len(self.isr) < min_isr:
-            raise BrokerError(ErrorCode.NOT_ENOUGH_REPLICAS,
+            raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS,
                               f"The size of the current ISR Set({', '.join(map(str, self.isr))}) is "
                               f"insufficient to satisfy the min.isr requirement of {min_isr} for partition "
                               f"{self.name}")
@@ -219,17 +219,17 @@ class Partition:
             try:
                 await asyncio.wait_for(fut, timeout_s)
             except asyncio.TimeoutError:
-                raise BrokerError(ErrorCode.REQUEST_TIMED_OUT,
+                raise KafkaError(ErrorCode.REQUEST_TIMED_OUT,
                                   f"The request timed out: {self.name} did not replicate offset {required - 1} to "
                                   f"the ISR Set({', '.join(map(str, self.maximal_isr))}) within "
                                   f"{timeout_s * 1000:.0f} ms") from None
         if len(self.isr) < self.config.min_insync_replicas:
-            raise BrokerError(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+            raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
                               f"The size of the current ISR Set({', '.join(map(str, self.isr))}) is "
                               f"insufficient to satisfy the min.isr requirement of "
                               f"{self.config.min_insync_replicas} for partition {self.name}")
 
-    def _fail_waiters(self, error: BrokerError) -> None:
+    def _fail_waiters(self, error: KafkaError) -> None:
         waiters, self._hw_waiters = self._hw_waiters, []
         for _, _, fut in waiters:
             if not fut.done():

@@ -26,7 +26,7 @@ import logging
 from collections.abc import Coroutine
 from typing import Any
 
-from clients.errors import BrokerError, ErrorCode
+from common.errors import ErrorCode, KafkaError
 from .partition import Partition
 from .partition_log import AppendInfo
 from clients.compression import Codec
@@ -42,7 +42,7 @@ DEFAULT_TIMEOUT_MS = 30_000
 VALID_ACKS = (-1, 0, 1)
 
 
-def _error(answer: ProducePartitionResponse, e: BrokerError) -> None:
+def _error(answer: ProducePartitionResponse, e: KafkaError) -> None:
     answer.error_code = int(e.code)
     answer.error_message = e.message
     answer.record_errors.extend(RecordError(batch_index=i, message=m) for i, m in e.record_errors)
@@ -53,7 +53,7 @@ def _error(answer: ProducePartitionResponse, e: BrokerError) -> None:
 async def produce(rm: ReplicaManager, req: ProduceRequest) -> ProduceResponse:
     resp = ProduceResponse()
     if req.acks not in VALID_ACKS:
-        e = BrokerError(ErrorCode.INVALID_REQUIRED_ACKS,
+        e = KafkaError(ErrorCode.INVALID_REQUIRED_ACKS,
                         f"Produce request specified an invalid value for required acks: {req.acks}.")
         for t in req.topics:
             tr = ProduceTopicResponse(name=t.name)
@@ -75,22 +75,22 @@ async def produce(rm: ReplicaManager, req: ProduceRequest) -> ProduceResponse:
             tr.partitions.append(a)
             try:
                 if t.name in INTERNAL_TOPICS:
-                    raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot append to internal topic {t.name}")
+                    raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot append to internal topic {t.name}")
                 p = rm.leader(t.name, pd.partition)
                 batch = pd.batch
                 if batch is None:
-                    raise BrokerError(ErrorCode.INVALID_REQUEST, f"no record batch for {p.name}")
+                    raise KafkaError(ErrorCode.INVALID_REQUEST, f"no record batch for {p.name}")
                 validate_batch(batch, p.name, p.config.max_message_bytes, require_keys=p.config.compact)
                 if p.config.compression_type != "producer":
                     batch = recompress(batch, Codec.named(p.config.compression_type))
-            except BrokerError as e:
+            except KafkaError as e:
                 _error(a, e)
                 continue
             appends.append((a, p, p.append_as_leader(batch, req.acks)))
     results = await asyncio.gather(*(c for _, _, c in appends), return_exceptions=True)
     waits: list[tuple[ProducePartitionResponse, Partition, int]] = []
     for (a, p, _), info in zip(appends, results, strict=True):
-        if isinstance(info, BrokerError):
+        if isinstance(info, KafkaError):
             _error(a, info)
             continue
         if isinstance(info, BaseException):
@@ -113,14 +113,14 @@ async def produce(rm: ReplicaManager, req: ProduceRequest) -> ProduceResponse:
 async def _replicated(a: ProducePartitionResponse, p: Partition, required: int, timeout: float) -> None:
     try:
         await p.wait_for_replication(required, timeout)
-    except BrokerError as e:
+    except KafkaError as e:
         _error(a, e)
 
 
-def first_error(resp: ProduceResponse) -> BrokerError | None:
+def first_error(resp: ProduceResponse) -> KafkaError | None:
     """For acks=0 streams: the first partition that failed."""
     for t in resp.topics:
         for a in t.partitions:
             if a.error_code:
-                return BrokerError(ErrorCode.of(a.error_code), f"{t.name}-{a.partition}: {a.error_message}")
+                return KafkaError(ErrorCode.of(a.error_code), f"{t.name}-{a.partition}: {a.error_message}")
     return None

@@ -8,8 +8,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from clients.errors import BrokerError, ErrorCode
-from metadata.client import ControllerClient, ControllerError
+from common.errors import ErrorCode, KafkaError
+from metadata.client import ControllerClient
 from protos import controller_pb2 as cpb
 
 from .requests import InitProducerIdRequest, InitProducerIdResponse
@@ -34,11 +34,11 @@ class ProducerIdManager:
                 try:
                     r = await self.client.allocate_producer_ids(cpb.AllocateProducerIdsRequest(
                         broker_id=self.broker_id, broker_epoch=self.broker_epoch()))
-                except ControllerError as e:
-                    raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                except KafkaError as e:
+                    raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                       f"no producer id: the controller did not allocate a block ({e})") from None
                 if r.error_code:
-                    raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                       f"no producer id: the controller answered {ErrorCode.of(r.error_code).name}")
                 self._next, self._end = r.producer_id_start, r.producer_id_start + r.producer_id_len
                 log.info("producer ids %d..%d allocated to this broker", self._next, self._end - 1)
@@ -52,12 +52,12 @@ class ProducerIdManager:
         try:
             if req.producer_id is not None:
                 if req.producer_id < 0 or not 0 <= req.producer_epoch <= MAX_EPOCH:
-                    raise BrokerError(ErrorCode.INVALID_REQUEST,
+                    raise KafkaError(ErrorCode.INVALID_REQUEST,
                                       f"producer id {req.producer_id} with epoch {req.producer_epoch}")
                 if req.producer_epoch < MAX_EPOCH:
                     return InitProducerIdResponse(producer_id=req.producer_id,
                                                   producer_epoch=req.producer_epoch + 1)
             return InitProducerIdResponse(producer_id=await self.next_id(), producer_epoch=0)
-        except BrokerError as e:
+        except KafkaError as e:
             return InitProducerIdResponse(error_code=int(e.code), error_message=e.message,
                                           producer_id=-1, producer_epoch=-1)

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from clients.errors import BrokerError, ErrorCode
+from common.errors import ErrorCode, KafkaError
 
 #: Batches remembered per producer (Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN): the
 #: producer has at most five requests in flight per partition, so a retry is one of them.
@@ -99,23 +99,23 @@ class ProducerStateManager:
     def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, offset: int
               ) -> BatchMetadata | None:
         """Judge a batch before the leader appends it: None to append it, the original's
-        metadata for a duplicate of one of the last five, or BrokerError with Kafka's code."""
+        metadata for a duplicate of one of the last five, or KafkaError with Kafka's code."""
         e = self.producers.get(producer_id)
         if e is None:
             if first_seq != 0:
-                raise BrokerError(ErrorCode.UNKNOWN_PRODUCER_ID,
+                raise KafkaError(ErrorCode.UNKNOWN_PRODUCER_ID,
                                   f"Found no record of producerId={producer_id} on the broker at offset "
                                   f"{offset} in partition {self.name}. It is possible that the last message "
                                   f"with the producerId={producer_id} has been removed due to hitting the "
                                   f"retention limit.")
             return None
         if epoch < e.epoch:
-            raise BrokerError(ErrorCode.INVALID_PRODUCER_EPOCH,
+            raise KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH,
                               f"Epoch of producer {producer_id} at offset {offset} in {self.name} is {epoch}, "
                               f"which is smaller than the last seen epoch {e.epoch}")
         if epoch > e.epoch:
             if first_seq != 0:
-                raise BrokerError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                raise KafkaError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                                   f"Invalid sequence number for new epoch of producer {producer_id} at offset "
                                   f"{offset} in partition {self.name}: {epoch} (request epoch), {first_seq} "
                                   f"(seq. number), {e.epoch} (current producer epoch)")
@@ -124,7 +124,7 @@ class ProducerStateManager:
             if b.first_seq == first_seq and b.last_seq == last_seq:
                 return b
         if first_seq != next_sequence(e.last_seq):
-            raise BrokerError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+            raise KafkaError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                               f"Out of order sequence number for producer {producer_id} at offset {offset} in "
                               f"partition {self.name}: {first_seq} (incoming seq. number), {e.last_seq} "
                               f"(current end sequence number)")

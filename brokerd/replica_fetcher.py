@@ -24,7 +24,7 @@ from protos import broker_pb2_grpc
 from common.channels import dial
 
 from .config import BrokerConfig
-from clients.errors import BrokerError, ErrorCode
+from common.errors import ErrorCode, KafkaError
 from .leader_epochs import UNDEFINED_EPOCH, UNDEFINED_OFFSET
 from .log_store import StorageFailure
 from .partition import Partition
@@ -114,7 +114,7 @@ class ReplicaFetcher:
             except StorageFailure as e:
                 self.on_fatal(e)
                 return
-            except BrokerError as e:  # a corrupt batch from the leader: say so, try again later
+            except KafkaError as e:  # a corrupt batch from the leader: say so, try again later
                 log.error("replica fetcher for broker %d: %s", self.leader_id, e)
                 await asyncio.sleep(backoff)
             except Exception as e:  # a bug: keep the broker up and say so
@@ -236,7 +236,7 @@ class ReplicaFetcher:
             else:
                 s.truncating = True
         elif code == ErrorCode.CORRUPT_MESSAGE:
-            raise BrokerError(code, r.error_message)
+            raise KafkaError(code, r.error_message or None)
         else:
             log.debug("%s: fetch from broker %d: %s: %s", p.name, self.leader_id, code.name, r.error_message)
             self._delay(s)

@@ -18,7 +18,7 @@ from metadata.delta import MetadataChanges, changes_between
 from metadata.image import MetadataImage, ResourceType, TopicImage
 
 from .config import BrokerConfig, LogConfig
-from clients.errors import BrokerError, ErrorCode
+from common.errors import ErrorCode, KafkaError
 from .isr import IsrManager
 from .log_manager import LogManager
 from .log_cleaner import clean
@@ -159,29 +159,29 @@ class ReplicaManager:
             try:
                 tid = uuid.UUID(bytes=topic_id)
             except ValueError:
-                raise BrokerError(ErrorCode.UNKNOWN_TOPIC_ID, "the topic id is a 16-byte UUID") from None
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, "the topic id is a 16-byte UUID") from None
             p = self.partitions.get((tid, index))
             if p is not None:
                 return p
             t = self.image.topics_by_id.get(tid)
             if t is None:
-                raise BrokerError(ErrorCode.UNKNOWN_TOPIC_ID, f"This server does not host topic id {tid}.")
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, f"This server does not host topic id {tid}.")
         else:
             p = self.by_name.get((topic, index))
             if p is not None:
                 return p
             t = self.image.topics_by_name.get(topic)
         if t is None or index not in t.partitions:
-            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                               f"This server does not host this topic-partition: {topic}-{index}.")
-        raise BrokerError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                           f"Broker {self.broker_id} is not a replica of {t.name}-{index}")
 
     def leader(self, topic: str, index: int, current_leader_epoch: int | None = None) -> Partition:
         p = self.partition(topic, index)
         p.check_leader(current_leader_epoch)
         if self.fenced():
-            raise BrokerError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                               f"Broker {self.broker_id} is fenced and does not lead {p.name}")
         return p
 

@@ -28,10 +28,10 @@ from typing import Any
 import grpc
 
 from metadata.authorizer import StandardAuthorizer
-from metadata.client import ControllerClient, ControllerError
+from metadata.client import ControllerClient
+from common.errors import ErrorCode as ControllerCode, KafkaError
 from metadata.config import ServerConfig
 from metadata.delta import MetadataChanges
-from metadata.errors import ErrorCode as ControllerCode
 from metadata.image import MetadataImage
 from common.metrics import MetricsEndpoint
 from metadata.principal import mapper_from_config
@@ -138,7 +138,7 @@ class BrokerServer:
     # -- start --------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Raises StorageError (log directories), ControllerError (registration refused, e.g.
+        """Raises StorageError (log directories), KafkaError (registration refused, e.g.
         INCONSISTENT_CLUSTER_ID, or no catching up), StorageFailure (RocksDB) or ConfigError (a
         listener that cannot bind); what was opened is closed."""
         self._done = asyncio.get_running_loop().create_future()
@@ -222,7 +222,7 @@ class BrokerServer:
             await server.start()
         try:
             await self.lifecycle.start()
-        except ControllerError as e:
+        except KafkaError as e:
             if e.code == ControllerCode.INCONSISTENT_CLUSTER_ID:
                 raise StorageError(f"log directory {cfg.log_dirs[0]} is formatted for cluster {self.cluster_id}, "
                                    f"but the controller quorum is another cluster ({e.message})") from None
@@ -233,7 +233,7 @@ class BrokerServer:
         try:
             await self.fetcher.wait_caught_up(CATCH_UP_TIMEOUT_S)
         except asyncio.TimeoutError:
-            raise ControllerError(ControllerCode.REQUEST_TIMED_OUT,
+            raise KafkaError(ControllerCode.REQUEST_TIMED_OUT,
                                   f"broker {cfg.node_id} did not catch up with the metadata log within "
                                   f"{CATCH_UP_TIMEOUT_S:.0f}s (at offset {self.fetcher.offset}, the controller's "
                                   f"high watermark is {self.fetcher.high_watermark})") from None
@@ -270,7 +270,7 @@ class BrokerServer:
             code, message = await create_topic(self.client, cpb.CreatableTopic(
                 name=OFFSETS_TOPIC, num_partitions=partitions, replication_factor=replication_factor,
                 configs={"cleanup.policy": "compact"}))
-        except ControllerError as e:
+        except KafkaError as e:
             log.warning("could not create %s: %s", OFFSETS_TOPIC, e)
             return
         if code not in (ControllerCode.NONE, ControllerCode.TOPIC_ALREADY_EXISTS):

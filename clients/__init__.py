@@ -1,6 +1,7 @@
 """The client library for the brokers, apart from the brokers as Kafka keeps ``clients/``:
 the producer, the consumer, the console tools, and what the brokers share with them (the
-record batch format, ``records``; the error codes, ``errors``). It depends on nothing in
+record batch format, ``records``; Kafka's error codes and ``KafkaError`` are the floor's,
+``common.errors``). It depends on nothing in
 ``brokerd``, ``metadata`` or ``raft`` (tests/test_layering.py).
 
 The names below are imported when first used (PEP 562), not with the package: every
@@ -12,20 +13,20 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .cluster_view import BrokerResponseError, ClientError, KafkaTimeoutError
+    from .cluster_view import ClientError, KafkaTimeoutError
     from .consumer import Consumer
-    from .producer import ACKS, ConfigException, Producer, RecordMetadata, RecordTooLargeError, producer_config
+    from .producer import ACKS, Producer, RecordMetadata, RecordTooLargeError, producer_config
     from .records import ConsumerRecord, ProducerRecord
     from .serialization import RecordDeserializationError, SerializationError
 
-_HOME = {"BrokerResponseError": "cluster_view", "ClientError": "cluster_view", "KafkaTimeoutError": "cluster_view",
-         "Consumer": "consumer", "ACKS": "producer", "ConfigException": "producer", "Producer": "producer",
+_HOME = {"ClientError": "cluster_view", "KafkaTimeoutError": "cluster_view",
+         "Consumer": "consumer", "ACKS": "producer", "Producer": "producer",
          "RecordMetadata": "producer", "RecordTooLargeError": "producer", "producer_config": "producer",
          "ConsumerRecord": "records", "ProducerRecord": "records",
          "SerializationError": "serialization", "RecordDeserializationError": "serialization"}
 
 __all__ = ["Producer", "Consumer", "RecordMetadata", "ConsumerRecord", "ProducerRecord", "ClientError",
-           "KafkaTimeoutError", "BrokerResponseError", "RecordTooLargeError", "ConfigException",
+           "KafkaTimeoutError", "RecordTooLargeError",
            "SerializationError", "RecordDeserializationError", "ACKS", "producer_config"]
 
 

@@ -13,8 +13,8 @@ from protos import broker_pb2 as pb
 
 from common.tls import TLSConfig
 
-from .cluster_view import ClientError, BrokerResponseError, ClusterView, Connections, TopicInfo, parse_bootstrap
-from .errors import RETRIABLE, ErrorCode
+from .cluster_view import ClientError, ClusterView, Connections, TopicInfo, parse_bootstrap
+from common.errors import ErrorCode, KafkaError, RETRIABLE
 
 TopicPartition = tuple[str, int]
 EARLIEST, LATEST = -2, -1
@@ -69,7 +69,7 @@ class Admin:
             except grpc.aio.AioRpcError:
                 return None
             if r.error_code:  # CLUSTER_AUTHORIZATION_FAILED: asking another broker changes nothing
-                raise BrokerResponseError(ErrorCode.of(r.error_code), r.error_message)
+                raise KafkaError(ErrorCode.of(r.error_code), r.error_message)
             return r
         answers = await asyncio.gather(*(one(a) for a in addresses.values()))
         return {b: r for b, r in zip(addresses, answers, strict=True) if r is not None}
@@ -78,7 +78,7 @@ class Admin:
         """ListOffsets for each partition: -2 its log start, -1 its high watermark, else the
         first offset whose record is at or after that time in ms (-1 when none is). Answers
         ``(offset, timestamp)``. A leader that is gone or moving is waited for (new metadata,
-        then again) until ``timeout_ms``; any other error raises BrokerResponseError."""
+        then again) until ``timeout_ms``; any other error raises KafkaError."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout_ms / 1000
         pending = dict(which)
@@ -125,7 +125,7 @@ class Admin:
                     if code in RETRIABLE:
                         last = f"{t.name}-{a.partition}: {code.name}"
                     elif code != ErrorCode.NONE:
-                        raise BrokerResponseError(code, a.error_message)
+                        raise KafkaError(code, a.error_message)
                     else:
                         out[(t.name, a.partition)] = (a.offset, a.timestamp)
                         pending.pop((t.name, a.partition), None)

@@ -23,9 +23,10 @@ from protos import broker_pb2_grpc
 from raft.client import describe
 from common.tls import TLSConfig, tls_failure
 from common.channels import dial
+from common.config_def import ConfigError
+from common.errors import ErrorCode, KafkaError
 from common.host_ports import host_ports
 
-from .errors import ErrorCode
 from .listener_probe import kafka_listener, not_a_broker, speaks_kafka
 
 log = logging.getLogger("clients")
@@ -37,17 +38,13 @@ class ClientError(Exception):
     """Base of what the client raises; the message is one line."""
 
 
+#: What a client's calls fail with, each in one line: the client's own ClientError, an error code
+#: a broker answered (KafkaError), a setting (ConfigError).
+CLIENT_ERRORS = (ClientError, KafkaError, ConfigError)
+
+
 class KafkaTimeoutError(ClientError):
     """Kafka's TimeoutException."""
-
-
-class BrokerResponseError(ClientError):
-    """A broker answered with an error code."""
-
-    def __init__(self, code: ErrorCode, message: str = "") -> None:
-        self.code = code
-        self.message = message
-        super().__init__(f"{code.name}: {message}" if message else code.name)
 
 
 def parse_bootstrap(servers: str | list[str]) -> list[str]:
@@ -218,7 +215,7 @@ class ClusterView:
                                         f"not present in metadata after {max_wait_ms} ms.")
             t = self.topics.get(topic)
             if t is not None and t.error in (ErrorCode.INVALID_REQUEST, ErrorCode.INVALID_TOPIC_EXCEPTION):
-                raise BrokerResponseError(t.error, f"Invalid topic: {topic}")
+                raise KafkaError(t.error, f"Invalid topic: {topic}")
             self.check_authorized(topic)
             remaining_ms = max_wait_ms - elapsed_ms
             count = self.partition_count(topic)
@@ -230,7 +227,7 @@ class ClusterView:
         waiting does not change."""
         t = self.topics.get(topic)
         if t is not None and t.error == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
-            raise BrokerResponseError(t.error, f"Not authorized to access topics: [{topic}]")
+            raise KafkaError(t.error, f"Not authorized to access topics: [{topic}]")
 
     async def _run(self) -> None:
         while not self._closed:

@@ -10,13 +10,7 @@ from common.config_def import ConfigError
 from common.properties import read_properties
 from common.tls import TLSConfig
 
-from .cluster_view import ClientError
 from .security import client_tls, is_security_key
-
-
-class ConfigException(ClientError):
-    """Kafka's ConfigException: a setting that is unknown, malformed, or cannot work with the
-    others; raised before anything is sent."""
 
 
 def from_properties(constructor: Callable[..., Any], properties: dict[str, str], what: str) -> dict[str, Any]:
@@ -30,25 +24,25 @@ def from_properties(constructor: Callable[..., Any], properties: dict[str, str],
         try:
             out["tls"] = client_tls(security)
         except ConfigError as e:
-            raise ConfigException(str(e)) from None
+            raise ConfigError(str(e)) from None
     for key, raw in properties.items():
         if key.strip() in security and "tls" in params:
             continue
         name = key.strip().replace(".", "_")
         param = params.get(name)
         if param is None or param.kind != param.KEYWORD_ONLY:
-            raise ConfigException(f"Unknown {what} config {key}")
+            raise ConfigError(f"Unknown {what} config {key}")
         value, kind = raw.strip(), str(param.annotation)
         if "bool" in kind:
             if value.lower() not in ("true", "false"):
-                raise ConfigException(f"Invalid value {value} for configuration {key}: Expected value to be "
+                raise ConfigError(f"Invalid value {value} for configuration {key}: Expected value to be "
                                       f"either true or false")
             out[name] = value.lower() == "true"
         elif kind.startswith("int"):
             try:
                 out[name] = int(value)
             except ValueError:
-                raise ConfigException(f"Invalid value {value} for configuration {key}: Not a number of "
+                raise ConfigError(f"Invalid value {value} for configuration {key}: Not a number of "
                                       f"type INT") from None
         elif "list" in kind and "," in value:
             out[name] = [v.strip() for v in value.split(",") if v.strip()]
@@ -62,7 +56,7 @@ def read_config_file(path: str) -> dict[str, str]:
     try:
         return read_properties(path)
     except ConfigError as e:
-        raise ConfigException(str(e)) from None
+        raise ConfigError(str(e)) from None
 
 
 def tools_tls(path: str | None) -> TLSConfig | None:
@@ -72,4 +66,4 @@ def tools_tls(path: str | None) -> TLSConfig | None:
     try:
         return client_tls(read_config_file(path))
     except ConfigError as e:
-        raise ConfigException(f"{path}: {e}") from None
+        raise ConfigError(f"{path}: {e}") from None

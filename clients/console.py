@@ -18,8 +18,9 @@ from typing import TypeVar
 
 import click
 
-from . import ACKS, ClientError, Consumer, ConsumerRecord, Producer, producer_config
+from . import ACKS, Consumer, ConsumerRecord, Producer, producer_config
 from .accumulator import RecordFuture
+from .cluster_view import CLIENT_ERRORS
 from .config import from_properties, read_config_file
 from .consumer_groups import consumer_groups
 
@@ -77,7 +78,7 @@ def console_producer(bootstrap_server: str, topic: str, acks: str, key_separator
     try:
         settings.update(producer_config({**(read_config_file(config_file) if config_file else {}),
                                          **_pairs(properties, "--producer-property")}))
-    except ClientError as e:
+    except CLIENT_ERRORS as e:
         _fail(str(e))
 
     async def run() -> int:
@@ -91,7 +92,7 @@ def console_producer(bootstrap_server: str, topic: str, acks: str, key_separator
 
         try:
             producer = await Producer(bootstrap_server, **settings).start()  # type: ignore[arg-type]
-        except ClientError as e:
+        except CLIENT_ERRORS as e:
             _fail(str(e))
         loop = asyncio.get_running_loop()
         number = 0
@@ -112,13 +113,13 @@ def console_producer(bootstrap_server: str, topic: str, acks: str, key_separator
                     value = rest
                 try:
                     fut = await producer.send(topic, value, key)
-                except ClientError as e:
+                except CLIENT_ERRORS as e:
                     report(key, value, e)
                     continue
                 if sync:
                     try:
                         await fut
-                    except ClientError as e:
+                    except CLIENT_ERRORS as e:
                         report(key, value, e)
                 else:
                     def failed(f: RecordFuture, k: bytes | None = key, v: bytes = value) -> None:
@@ -202,7 +203,7 @@ def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, pa
         settings.update(from_properties(Consumer.__init__, {**(read_config_file(config_file) if config_file else {}),
                                                             **_pairs(consumer_properties, "--consumer-property")},
                                         "consumer"))
-    except ClientError as e:
+    except CLIENT_ERRORS as e:
         _fail(str(e))
 
     async def run() -> int:
@@ -258,7 +259,7 @@ def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, pa
                 elif not stop.is_set() and timeout_ms is not None and (loop.time() - idle_since) * 1000 >= timeout_ms:
                     click.echo("Error processing message, terminating consumer process: TimeoutException", err=True)
                     break
-        except ClientError as e:
+        except CLIENT_ERRORS as e:
             click.echo(f"Error processing message, terminating consumer process: {e}", err=True)
             return 1
         finally:

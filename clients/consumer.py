@@ -31,9 +31,9 @@ from protos import broker_pb2 as pb
 
 from common.tls import TLSConfig
 
-from .cluster_view import BrokerResponseError, ClientError, ClusterView, Connections, parse_bootstrap
+from .cluster_view import CLIENT_ERRORS, ClientError, ClusterView, Connections, parse_bootstrap
+from common.errors import ErrorCode, KafkaError, RETRIABLE, STALE_METADATA
 from .consumer_coordinator import ConsumerCoordinator
-from .errors import RETRIABLE, STALE_METADATA, ErrorCode
 from . import interceptors
 from .interceptors import ConsumerInterceptor
 from .records import ConsumerRecord, batches, check_crc, records_of
@@ -87,7 +87,7 @@ class Consumer:
         self._buffer: dict[TopicPartition, deque[ConsumerRecord]] = {}
         self._inflight: dict[int, asyncio.Task] = {}
         self._fetched = asyncio.Event()
-        self._error: ClientError | None = None
+        self._error: Exception | None = None
         self._rotation = -1
         self.group_id = group_id
         self.client_id = client_id
@@ -143,7 +143,7 @@ class Consumer:
                     try:
                         if self.enable_auto_commit:
                             await self.commit()
-                    except ClientError as e:
+                    except CLIENT_ERRORS as e:
                         log.info("group %s: the final commit failed: %s", self.group_id, e)
                     if self._managed:
                         await self.group.leave()
@@ -269,11 +269,11 @@ class Consumer:
             self._joined_counts[topic] = 0
             try:
                 await self.cluster.wait_on_metadata(topic, None, 10000)
-            except BrokerResponseError as e:
+            except KafkaError as e:
                 if e.code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
                     raise  # Kafka's consumer throws TopicAuthorizationException from poll
                 continue
-            except ClientError:
+            except CLIENT_ERRORS:
                 continue  # a topic that does not exist yet: no partitions for now
             counts[topic] = self._joined_counts[topic] = self.cluster.partition_count(topic) or 0
         return counts
@@ -286,7 +286,7 @@ class Consumer:
             if self.enable_auto_commit:
                 try:
                     await self.commit()
-                except ClientError as e:
+                except CLIENT_ERRORS as e:
                     log.info("group %s: commit before %s failed: %s", self.group_id, why, e)
             await _call_back(self._on_revoked, revoked)
         return revoked
@@ -562,7 +562,7 @@ class Consumer:
             log.debug("fetch from broker %d failed: %s", node, e)
             self.cluster.request_update()
             await asyncio.sleep(self.retry_backoff_s)
-        except ClientError as e:
+        except CLIENT_ERRORS as e:
             self._error = e
         finally:
             del self._inflight[node]

@@ -15,8 +15,8 @@ import grpc
 
 from protos import broker_pb2 as pb
 
-from .cluster_view import BrokerResponseError, ClientError, ClusterView, Connections
-from .errors import ErrorCode
+from .cluster_view import CLIENT_ERRORS, ClientError, ClusterView, Connections
+from common.errors import ErrorCode, KafkaError
 from .group_protocol import (ASSIGNORS, Subscription, TopicPartition, decode_assignment, decode_subscription,
                              encode_assignment, encode_subscription)
 
@@ -87,7 +87,7 @@ class ConsumerCoordinator:
                     break
                 code = ErrorCode.of(r.error_code)
                 if code not in COORDINATOR_ERRORS:
-                    raise BrokerResponseError(code, r.error_message)
+                    raise KafkaError(code, r.error_message)
                 break  # not available yet (the offsets topic may be being created): back off
             if self.coordinator is None:
                 if self.cluster.fatal_error is not None:
@@ -112,7 +112,7 @@ class ConsumerCoordinator:
                     return resp
             self.coordinator = None
             if time.monotonic() > deadline:
-                raise BrokerResponseError(code, f"{method} to the coordinator of group {self.group_id} failed")
+                raise KafkaError(code, f"{method} to the coordinator of group {self.group_id} failed")
             await asyncio.sleep(self.backoff_s)
 
     # -- membership -------------------------------------------------------------------------------
@@ -140,7 +140,7 @@ class ConsumerCoordinator:
             if code == ErrorCode.REBALANCE_IN_PROGRESS:
                 continue
             if code != ErrorCode.NONE:
-                raise BrokerResponseError(code, r.error_message)
+                raise KafkaError(code, r.error_message)
             self.member_id, self.generation = r.member_id, r.generation_id
             assignments = []
             if r.leader == r.member_id:
@@ -156,7 +156,7 @@ class ConsumerCoordinator:
                     self.member_id, self.generation = "", -1
                 continue
             if code != ErrorCode.NONE:
-                raise BrokerResponseError(code, sr.error_message)
+                raise KafkaError(code, sr.error_message)
             self.assigned = decode_assignment(sr.assignment)
             self.rejoin_needed = False
             self._heartbeats = asyncio.get_running_loop().create_task(self._heartbeat_loop())
@@ -197,7 +197,7 @@ class ConsumerCoordinator:
                 req.group_instance_id = self.instance_id
             try:
                 r = await self.call("Heartbeat", req, time.monotonic() + self.session_timeout_ms / 1000)
-            except ClientError as e:
+            except CLIENT_ERRORS as e:
                 log.info("group %s: heartbeat failed: %s", self.group_id, e)
                 continue
             code = ErrorCode.of(r.error_code)
@@ -235,7 +235,7 @@ class ConsumerCoordinator:
         try:
             await self.call("LeaveGroup", pb.LeaveGroupRequest(group_id=self.group_id, members=[
                 pb.MemberIdentity(member_id=self.member_id)]), time.monotonic() + self.timeout_s)
-        except ClientError as e:
+        except CLIENT_ERRORS as e:
             log.info("group %s: leaving failed: %s", self.group_id, e)
         self.member_id, self.generation = "", -1
 
@@ -262,7 +262,7 @@ class ConsumerCoordinator:
                     self.rejoin_needed = True
                     raise CommitFailedError()
                 if code != ErrorCode.NONE:
-                    raise BrokerResponseError(code, x.error_message or f"commit of {t.name}-{x.partition} failed")
+                    raise KafkaError(code, x.error_message or f"commit of {t.name}-{x.partition} failed")
 
     async def committed(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """Committed offsets (the next offset to read); absent where none was committed."""
@@ -273,7 +273,7 @@ class ConsumerCoordinator:
             t.partitions.append(p)
         r = await self.call("OffsetFetch", req, time.monotonic() + self.timeout_s * 2)
         if r.error_code:
-            raise BrokerResponseError(ErrorCode.of(r.error_code), r.error_message)
+            raise KafkaError(ErrorCode.of(r.error_code), r.error_message)
         return {(t.name, x.partition): x.offset for t in r.topics for x in t.partitions if x.offset >= 0}
 
 

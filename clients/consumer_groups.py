@@ -14,10 +14,10 @@ import grpc
 from protos import broker_pb2 as pb
 
 from .admin import EARLIEST, LATEST, Admin, TopicPartition
-from .cluster_view import BrokerResponseError, ClientError
+from .cluster_view import CLIENT_ERRORS, ClientError
+from common.errors import ErrorCode, KafkaError
 from .config import tools_tls
 from .consumer_coordinator import ConsumerCoordinator
-from .errors import ErrorCode
 from .group_protocol import decode_assignment
 
 class GroupAdmin(Admin):
@@ -68,7 +68,7 @@ async def describe_group(admin: GroupAdmin, group_id: str) -> tuple[pb.Described
     r = await g.call("DescribeGroups", pb.DescribeGroupsRequest(groups=[group_id]), asyncio.get_running_loop().time() + 15)
     d = r.groups[0]
     if d.error_code:
-        raise BrokerResponseError(ErrorCode.of(d.error_code), d.error_message)
+        raise KafkaError(ErrorCode.of(d.error_code), d.error_message)
     committed = await g.committed([])
     owner: dict[TopicPartition, pb.DescribedGroupMember] = {}
     for m in d.members:
@@ -106,13 +106,13 @@ async def _reset(admin: GroupAdmin, group_id: str, topic: str, how: tuple[str, i
     r = await g.call("DescribeGroups", pb.DescribeGroupsRequest(groups=[group_id]), asyncio.get_running_loop().time() + 15)
     d = r.groups[0]
     if d.error_code not in (ErrorCode.NONE, ErrorCode.GROUP_ID_NOT_FOUND):
-        raise BrokerResponseError(ErrorCode.of(d.error_code), d.error_message)
+        raise KafkaError(ErrorCode.of(d.error_code), d.error_message)
     if d.members:
         raise ClientError(f"Assignments can only be reset if the group '{group_id}' is inactive, but the current "
                           f"state is {d.state}.")
     tps = await admin.partitions_of(topic)
     if not tps:
-        raise BrokerResponseError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {topic} does not exist.")
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {topic} does not exist.")
     earliest, latest = await admin.offsets_at(tps, EARLIEST), await admin.offsets_at(tps, LATEST)
     current = await g.committed(tps)
     kind, n = how
@@ -180,7 +180,7 @@ def consumer_groups(bootstrap_server: str, list_: bool, describe: bool, delete: 
 
     try:
         tls = tools_tls(command_config)
-    except ClientError as e:
+    except CLIENT_ERRORS as e:
         _fail(str(e))
 
     async def run() -> str:
@@ -196,14 +196,14 @@ def consumer_groups(bootstrap_server: str, list_: bool, describe: bool, delete: 
                                   asyncio.get_running_loop().time() + 15)
                 res = r.results[0]
                 if res.error_code:
-                    raise BrokerResponseError(ErrorCode.of(res.error_code), res.error_message)
+                    raise KafkaError(ErrorCode.of(res.error_code), res.error_message)
                 return f"Deletion of requested consumer groups ('{group}') was successful."
             assert topic is not None
             return await _reset(admin, group, topic, how, execute, lambda w: click.echo(f"Warning: {w}", err=True))
 
     try:
         click.echo(asyncio.run(run()))
-    except ClientError as e:
+    except CLIENT_ERRORS as e:
         _fail(str(e))
 
 

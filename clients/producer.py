@@ -38,10 +38,10 @@ from common.tls import TLSConfig
 
 from .accumulator import RECORD_OVERHEAD, RecordAccumulator, RecordFuture, RecordMetadata, ProducerBatch
 from .compression import Codec
-from .config import ConfigException, from_properties
-from .cluster_view import (BrokerResponseError, ClientError, ClusterView, Connections, KafkaTimeoutError,
-                           parse_bootstrap)
-from .errors import RETRIABLE, STALE_METADATA, ErrorCode
+from .config import from_properties
+from common.config_def import ConfigError
+from .cluster_view import CLIENT_ERRORS, ClientError, ClusterView, Connections, KafkaTimeoutError, parse_bootstrap
+from common.errors import ErrorCode, KafkaError, RETRIABLE, STALE_METADATA
 from . import interceptors
 from .interceptors import ProducerInterceptor
 from .partitioner import Partitioner, StickyPartitioner, partition_for_key
@@ -86,7 +86,7 @@ class Producer:
                  partitioner: Partitioner | None = None, interceptors: Sequence[ProducerInterceptor] = ()) -> None:
         """``enable_idempotence`` None means Kafka's default: on, unless ``acks``, ``retries``
         or ``max_in_flight_requests_per_connection`` rule it out (then off); True with such a
-        setting raises ConfigException with Kafka's message. ``tls``: TLS to the brokers
+        setting raises ConfigError with Kafka's message. ``tls``: TLS to the brokers
         (``clients.security.client_tls`` reads Kafka's ``security.protocol`` and ``ssl.*``).
         ``key_serializer``/``value_serializer`` (``clients.serialization``), ``partitioner``
         (``clients.partitioner.Partitioner``) and ``interceptors`` (``clients.interceptors``)
@@ -95,17 +95,17 @@ class Producer:
         self.key_serializer = checked(key_serializer, "key.serializer")
         self.value_serializer = checked(value_serializer, "value.serializer")
         if partitioner is not None and not callable(getattr(partitioner, "partition", None)):
-            raise ConfigException(f"Invalid value {partitioner} for configuration partitioner.class: expected an "
+            raise ConfigError(f"Invalid value {partitioner} for configuration partitioner.class: expected an "
                                   f"object with partition(topic, key, key_bytes, value, value_bytes, cluster)")
         self.partitioner = partitioner
         self.interceptors = list(interceptors)
         if acks not in ACKS:
-            raise ConfigException(f"Invalid value {acks} for configuration acks: String must be one of: all, -1, 0, 1")
+            raise ConfigError(f"Invalid value {acks} for configuration acks: String must be one of: all, -1, 0, 1")
         self.acks = ACKS[acks]
         try:
             self.codec = Codec.named(compression_type)
         except ValueError as e:
-            raise ConfigException(str(e)) from None
+            raise ConfigError(str(e)) from None
         conflicts = [m for bad, m in (
             (self.acks != -1, "Must set acks to all in order to use the idempotent producer. Otherwise we "
                               "cannot guarantee idempotence."),
@@ -113,7 +113,7 @@ class Producer:
              "Must set max.in.flight.requests.per.connection to at most 5 to use the idempotent producer."),
             (retries == 0, "Must set retries to non-zero when using the idempotent producer.")) if bad]
         if enable_idempotence and conflicts:
-            raise ConfigException(conflicts[0])
+            raise ConfigError(conflicts[0])
         self.idempotent = enable_idempotence is not False and not conflicts
         self.producer_id = -1
         self.producer_epoch = -1
@@ -184,7 +184,7 @@ class Producer:
             record = interceptors.on_send(self.interceptors, record)
         try:
             fut = await self._append(record)
-        except ClientError as e:
+        except CLIENT_ERRORS as e:
             if self.interceptors:
                 p = record.partition if record.partition is not None else -1
                 interceptors.on_acknowledgement(self.interceptors, RecordMetadata(record.topic, p, -1, -1), e)
@@ -386,7 +386,7 @@ class Producer:
             for b in drained:
                 self._retry_or_fail(b, code, message)
             self.cluster.request_update()
-        except BrokerResponseError as e:
+        except KafkaError as e:
             for b in drained:
                 self._fail(b, e)
             self.cluster.request_update()
@@ -413,7 +413,7 @@ class Producer:
                     details = err.details()
             code_name, _, message = (details or "NETWORK_EXCEPTION").partition(": ")
             code = ErrorCode.__members__.get(code_name, ErrorCode.NETWORK_EXCEPTION)
-            raise BrokerResponseError(code, message or (details or "")) from None
+            raise KafkaError(code, message or (details or "")) from None
 
     # -- idempotence ------------------------------------------------------------------------------
 
@@ -429,7 +429,7 @@ class Producer:
         try:
             await self._init_producer_id()
             return True
-        except (ClientError, grpc.aio.AioRpcError) as e:
+        except (*CLIENT_ERRORS, grpc.aio.AioRpcError) as e:
             log.info("no producer id yet: %s", e)
             self._wake.clear()
             try:
@@ -448,7 +448,7 @@ class Producer:
         address = addresses[self._init_attempts % len(addresses)]
         r = await self.connections.stub(address).InitProducerId(req, timeout=self.request_timeout_ms / 1000)
         if r.error_code:
-            raise BrokerResponseError(ErrorCode.of(r.error_code), r.error_message)
+            raise KafkaError(ErrorCode.of(r.error_code), r.error_message)
         bumped = self.producer_id == r.producer_id
         self.producer_id, self.producer_epoch = r.producer_id, r.producer_epoch
         self._epoch_bump = False
@@ -522,7 +522,7 @@ class Producer:
             log.debug("retrying a batch for %s-%d (attempt %d): %s", b.topic, b.partition, b.attempts, code.name)
             self.acc.reenqueue(b)
         else:
-            self._fail(b, BrokerResponseError(code, message))
+            self._fail(b, KafkaError(code, message))
 
     def _complete(self, b: ProducerBatch, base_offset: int) -> None:
         if b.future.done():

@@ -25,7 +25,7 @@ from google.protobuf.message import DecodeError
 from protos import broker_pb2 as pb
 
 from .compression import CODEC_MASK, MAX_UNCOMPRESSED_BYTES, Codec, CompressionError, compress, decompress
-from .errors import BrokerError, ErrorCode
+from common.errors import ErrorCode, KafkaError
 
 NO_PRODUCER_ID = -1
 _CRC_HEADER = struct.Struct(">hiqqqhii")
@@ -103,7 +103,7 @@ def records_bytes(batch: pb.RecordBatch, limit: int = MAX_UNCOMPRESSED_BYTES) ->
     try:
         return decompress(codec, batch.records, limit)
     except CompressionError as e:
-        raise BrokerError(ErrorCode.CORRUPT_MESSAGE, f"Record batch at offset {batch.base_offset}: {e}") from None
+        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"Record batch at offset {batch.base_offset}: {e}") from None
 
 
 def recompress(batch: pb.RecordBatch, codec: Codec) -> pb.RecordBatch:
@@ -213,7 +213,7 @@ def decode_records(data: bytes, count: int, where: str) -> list[Record]:
             raise ValueError(f"{n - pos} bytes after the last of {count} records")
     except (ValueError, IndexError) as e:
         detail = "the bytes end inside a record" if isinstance(e, IndexError) else e
-        raise BrokerError(ErrorCode.CORRUPT_MESSAGE, f"Record batch for {where} holds records that cannot "
+        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"Record batch for {where} holds records that cannot "
                                                      f"be decoded: {detail}") from None
     return out
 
@@ -250,52 +250,52 @@ def _read_blob(data: bytes, pos: int) -> tuple[bytes | None, int]:
 def check_crc(batch: pb.RecordBatch) -> None:
     computed = batch_crc(batch)
     if computed != batch.crc:
-        raise BrokerError(ErrorCode.CORRUPT_MESSAGE,
+        raise KafkaError(ErrorCode.CORRUPT_MESSAGE,
                           f"Record is corrupt (stored crc = {batch.crc}, computed crc = {computed})")
 
 
-def rejected_records(errors: Sequence[tuple[int, str]]) -> BrokerError:
+def rejected_records(errors: Sequence[tuple[int, str]]) -> KafkaError:
     """Kafka's LogValidator.processRecordErrors: the batch fails INVALID_RECORD with each bad
     record's index and reason, and a message showing the first three."""
     shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
-    return BrokerError(ErrorCode.INVALID_RECORD, f"One or more records have been rejected due to {len(errors)} record "
+    return KafkaError(ErrorCode.INVALID_RECORD, f"One or more records have been rejected due to {len(errors)} record "
                        f"errors in total, and only showing the first three errors at most: [{shown}]",
                        tuple(errors))
 
 
 def validate_batch(batch: pb.RecordBatch, where: str, max_message_bytes: int, *, require_keys: bool = False) -> int:
     """Check a batch a producer sent (size, CRC, record count and offsets, and keys for a
-    compacted topic); returns its size. Raises BrokerError with RECORD_TOO_LARGE,
+    compacted topic); returns its size. Raises KafkaError with RECORD_TOO_LARGE,
     CORRUPT_MESSAGE or INVALID_RECORD."""
     size = batch.ByteSize()
     if size > max_message_bytes:
-        raise BrokerError(ErrorCode.RECORD_TOO_LARGE,
+        raise KafkaError(ErrorCode.RECORD_TOO_LARGE,
                           f"The record batch size in the append to {where} is {size} bytes which exceeds "
                           f"the maximum configured value of {max_message_bytes}.")
     count = batch.record_count
     if count < 1 or batch.last_offset_delta != count - 1:
-        raise BrokerError(ErrorCode.INVALID_RECORD,
+        raise KafkaError(ErrorCode.INVALID_RECORD,
                           f"Record batch for {where} has record_count {count} and last_offset_delta "
                           f"{batch.last_offset_delta}; expected a positive count and count - 1")
     if batch.max_timestamp < batch.base_timestamp:
-        raise BrokerError(ErrorCode.INVALID_RECORD,
+        raise KafkaError(ErrorCode.INVALID_RECORD,
                           f"Record batch for {where} has max_timestamp {batch.max_timestamp} below its "
                           f"base_timestamp {batch.base_timestamp}")
     check_crc(batch)
     if codec_of(batch) not in Codec.__members__.values():
-        raise BrokerError(ErrorCode.CORRUPT_MESSAGE, f"Record batch for {where} names an unknown "
+        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"Record batch for {where} names an unknown "
                                                      f"compression codec {codec_of(batch)}")
     if batch.attributes & ~CODEC_MASK:
-        raise BrokerError(ErrorCode.INVALID_RECORD, f"Record batch for {where} has attributes "
+        raise KafkaError(ErrorCode.INVALID_RECORD, f"Record batch for {where} has attributes "
                                                     f"{batch.attributes:#x}; only the codec bits are supported")
     if batch.HasField("producer_id") and (batch.producer_id < 0 or not 0 <= batch.producer_epoch <= 32767
                                           or batch.base_sequence < 0):
-        raise BrokerError(ErrorCode.INVALID_RECORD, f"Record batch for {where} has producer id "
+        raise KafkaError(ErrorCode.INVALID_RECORD, f"Record batch for {where} has producer id "
                                                     f"{batch.producer_id}, epoch {batch.producer_epoch}, "
                                                     f"sequence {batch.base_sequence}")
     records = decode_records(records_bytes(batch), count, where)
     if records[0].offset_delta != 0 or records[-1].offset_delta != count - 1:
-        raise BrokerError(ErrorCode.INVALID_RECORD,
+        raise KafkaError(ErrorCode.INVALID_RECORD,
                           f"Record batch for {where} declares {count} records with offset deltas "
                           f"{records[0].offset_delta}..{records[-1].offset_delta}")
     keyless = [i for i, r in enumerate(records) if r.key is None] if require_keys else []
@@ -331,7 +331,7 @@ def batches(data: bytes) -> Sequence[pb.RecordBatch]:
     try:
         return pb.RecordBatchSet.FromString(data).batches
     except DecodeError:
-        raise BrokerError(ErrorCode.CORRUPT_MESSAGE, "fetched record batches cannot be decoded") from None
+        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "fetched record batches cannot be decoded") from None
 
 
 def records_of(batch: pb.RecordBatch, topic: str, partition: int, from_offset: int = 0) -> Iterator[ConsumerRecord]:

@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from common.config_def import ConfigError
+
 from .cluster_view import ClientError
-from .config import ConfigException
 
 Serializer = Callable[[str, Any], bytes | None]
 Deserializer = Callable[[str, bytes | None], Any]
@@ -33,7 +34,7 @@ def checked(fn: object, name: str) -> Any:
     """A serializer setting: None or a callable (a string, e.g. from a properties file, names
     a Java class, which this client cannot load)."""
     if fn is not None and not callable(fn):
-        raise ConfigException(f"Invalid value {fn} for configuration {name}: expected a callable (topic, data)")
+        raise ConfigError(f"Invalid value {fn} for configuration {name}: expected a callable (topic, data)")
     return fn
 
 

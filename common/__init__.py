@@ -1,8 +1,12 @@
 """The ground floor: what every other package builds on, and which imports none of them.
 
-- ``config_def``: ``ConfigError`` and Kafka's ConfigDef (one typed, validated, documented entry
-  per key); ``server_keys`` is the table of the servers' keys, ``config_docs`` prints it as the
-  settings table of docs/operations.md.
+- ``errors``: Kafka's error codes (``ErrorCode``) and ``KafkaError``, the one exception that
+  carries one (a code, a one-line message, Kafka's retriable flag), raised by the controller's
+  rules, the brokers and the clients alike.
+- ``config_def``: ``ConfigError`` (any wrong setting: a server's, a tool's, a client's) and
+  Kafka's ConfigDef (one typed, validated, documented entry per key); ``server_keys`` is the
+  table of the servers' keys, ``config_docs`` prints it as the settings table of
+  docs/operations.md.
 - ``properties``: reading Java properties files.
 - ``tls``: TLS settings (``TLSConfig``) and the gRPC credentials built from them; ``channels``:
   dialling a gRPC channel with them.

@@ -15,7 +15,9 @@ Validator = Callable[[str], "str | None"]
 
 
 class ConfigError(ValueError):
-    """A configuration value is wrong; the message says which and what is expected."""
+    """A configuration value is wrong; the message says which and what is expected. The one
+    config exception: a server's settings, a tool's --command-config and a client's
+    properties (Kafka's ConfigException, raised before anything is sent) alike."""
 
 
 def bounded_int(text: str, least: int, most: int | None = None) -> int:

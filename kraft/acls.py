@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from metadata.acls import (CLUSTER_NAME, OPERATIONS, WILDCARD, AclOperation, AclPermissionType, AclResourceType,
                            PatternType, StandardAcl, camel, check_host, check_principal, parse_named)
 from metadata.client import ControllerClient
-from metadata.errors import ApiError, ErrorCode
+from common.errors import ErrorCode, KafkaError
 from protos import controller_pb2 as pb
 
 ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
@@ -55,7 +55,7 @@ def operations(names: Iterable[str], where: list[Resource]) -> list[AclOperation
     for r in where:
         for op in ops:
             if op not in OPERATIONS[r.type]:
-                raise ApiError(ErrorCode.INVALID_REQUEST, f"ResourceType {r.type.name} only supports operations "
+                raise KafkaError(ErrorCode.INVALID_REQUEST, f"ResourceType {r.type.name} only supports operations "
                                f"{', '.join(camel(o) for o in sorted(OPERATIONS[r.type]))}; not {camel(op)}")
     return ops  # type: ignore[return-value]
 

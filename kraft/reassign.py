@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from protos import broker_pb2 as bpb
 from protos import controller_pb2 as pb
 
-from metadata.client import ControllerClient, ControllerError, error_code
-from metadata.errors import ErrorCode
+from metadata.client import ControllerClient, error_code
+from common.errors import ErrorCode, KafkaError
 from metadata.placement import UsableBroker, balanced_moves
 from metadata.reassignments import Plan, PlanError, load_json, plan_json
 
@@ -42,7 +42,7 @@ def parse_broker_list(text: str) -> list[int]:
 def _check(code: int, message: str, what: str) -> None:
     c = error_code(code)
     if c != ErrorCode.NONE:
-        raise ControllerError(c, message or what)
+        raise KafkaError(c, message or what)
 
 
 async def current_assignment(client: ControllerClient, topics: Iterable[str]) -> Plan:
@@ -62,7 +62,7 @@ async def generate(client: ControllerClient, topics: list[str], broker_ids: list
     racks = {b.id: b.rack or None for b in cluster.brokers}
     unknown = [b for b in broker_ids if b not in racks]
     if unknown:
-        raise ControllerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+        raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                               f"--broker-list names brokers {unknown}, which are not registered")
     current = await current_assignment(client, topics)
     brokers = [UsableBroker(b, racks[b] if rack_aware else None) for b in broker_ids]
@@ -82,12 +82,12 @@ async def set_throttle(client: ControllerClient, brokers: Iterable[int], rate: i
 
 
 async def execute(client: ControllerClient, plan: Plan, throttle: int | None) -> list[str]:
-    """Start the plan; raise ControllerError (nothing started) when the controller refuses any
+    """Start the plan; raise KafkaError (nothing started) when the controller refuses any
     entry, with one line per refused partition."""
     current = await current_assignment(client, {t for t, _ in plan})
     missing = sorted(k for k in plan if k not in current)
     if missing:
-        raise ControllerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                               f"the plan names partitions that do not exist: "
                               f"{', '.join(f'{t}-{p}' for t, p in missing)}; nothing was moved")
     involved = {b for k in plan for b in plan[k] + current[k]}
@@ -103,7 +103,7 @@ async def execute(client: ControllerClient, plan: Plan, throttle: int | None) ->
             await set_throttle(client, involved, None)
         refused = [x for x in failed if x.error_code != ErrorCode.INVALID_REQUEST or "all or nothing" not in
                    x.error_message]
-        raise ControllerError(error_code((refused or failed)[0].error_code), "; ".join(
+        raise KafkaError(error_code((refused or failed)[0].error_code), "; ".join(
             f"{x.topic}-{x.partition}: {error_code(x.error_code).name}: {x.error_message}"
             for x in refused or failed) + "; nothing was moved")
     lines = ["Current partition replica assignment", "", plan_json({k: current[k] for k in plan}), "",

@@ -26,7 +26,7 @@ def _entries(text: str) -> list[str]:
 
 def alter_request(user: str, add: str | None, delete: str | None) -> pb.AlterUserScramCredentialsRequest:
     """``--add-config 'SCRAM-SHA-512=[iterations=8192,password=...]'`` and ``--delete-config
-    SCRAM-SHA-512``; ValueError (or ApiError for a mechanism) naming what is wrong."""
+    SCRAM-SHA-512``; ValueError (or KafkaError for a mechanism) naming what is wrong."""
     req = pb.AlterUserScramCredentialsRequest()
     for entry in _entries(add or ""):
         mechanism, fields = parse_scram_config(entry)

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING, TypeVar
 
-from .errors import ApiError, ErrorCode
+from common.errors import ErrorCode, KafkaError
+
 from .records import MetadataRecord, access_control_entry, remove_access_control_entry
 
 if TYPE_CHECKING:
@@ -106,13 +107,13 @@ def camel(value: IntEnum) -> str:
 
 def parse_named(text: str, what: str, allowed: Iterable[IntEnum]) -> IntEnum:
     """One of ``allowed`` by its name in any case, with or without underscores
-    (``ClusterAction``, ``cluster_action``); ApiError INVALID_REQUEST listing them otherwise."""
+    (``ClusterAction``, ``cluster_action``); KafkaError INVALID_REQUEST listing them otherwise."""
     wanted = text.replace("_", "").replace("-", "").lower()
     allowed = list(allowed)
     for value in allowed:
         if value.name.replace("_", "").lower() == wanted:
             return value
-    raise ApiError(ErrorCode.INVALID_REQUEST, f"unknown {what} {text!r}: use "
+    raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown {what} {text!r}: use "
                    f"{', '.join(camel(v) for v in allowed)}")
 
 
@@ -205,12 +206,12 @@ def _enum(enum: type[E], value: int, what: str) -> E:
     try:
         return enum(value)
     except ValueError:
-        raise ApiError(ErrorCode.INVALID_REQUEST, f"unknown {what} {value}") from None
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown {what} {value}") from None
 
 
 def _checked_string(value: str, what: str) -> str:
     if len(value) > MAX_STRING_CHARS:
-        raise ApiError(ErrorCode.INVALID_REQUEST, f"the {what} is {len(value)} characters long, at most "
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"the {what} is {len(value)} characters long, at most "
                        f"{MAX_STRING_CHARS}")
     return value
 
@@ -219,7 +220,7 @@ def check_principal(principal: str) -> str:
     """``Type:name`` with both parts (Kafka's SecurityUtils.parseKafkaPrincipal)."""
     kind, colon, name = principal.partition(":")
     if not colon or not kind or not name:
-        raise ApiError(ErrorCode.INVALID_REQUEST, f"principal {principal!r}: expected a string in format "
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"principal {principal!r}: expected a string in format "
                        "principalType:principalName, e.g. User:alice")
     return _checked_string(principal, "principal")
 
@@ -231,31 +232,31 @@ def check_host(host: str) -> str:
     try:
         return str(ipaddress.ip_address(host))
     except ValueError:
-        raise ApiError(ErrorCode.INVALID_REQUEST, f"host {host!r}: expected an IP address or * "
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"host {host!r}: expected an IP address or * "
                        "(ACLs match the client's address, not its name)") from None
 
 
 def new_acl(resource_type: int, resource_name: str, pattern_type: int, principal: str, host: str,
             operation: int, permission_type: int) -> StandardAcl:
-    """An ACL to create from Kafka's ids; ApiError INVALID_REQUEST (one line) when it is not one
+    """An ACL to create from Kafka's ids; KafkaError INVALID_REQUEST (one line) when it is not one
     (Kafka's AclControlManager.validateNewAcl, with the supported operations of kafka-acls.sh)."""
     rtype = _enum(AclResourceType, resource_type, "resource type")
     if rtype not in OPERATIONS:
-        raise ApiError(ErrorCode.INVALID_REQUEST, f"invalid resource type {rtype.name}: use TOPIC, GROUP or CLUSTER")
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"invalid resource type {rtype.name}: use TOPIC, GROUP or CLUSTER")
     pattern = _enum(PatternType, pattern_type, "pattern type")
     if pattern not in (PatternType.LITERAL, PatternType.PREFIXED):
-        raise ApiError(ErrorCode.INVALID_REQUEST, f"invalid pattern type {pattern.name}: an ACL is LITERAL or PREFIXED")
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"invalid pattern type {pattern.name}: an ACL is LITERAL or PREFIXED")
     op = _enum(AclOperation, operation, "operation")
     if op not in OPERATIONS[rtype]:
-        raise ApiError(ErrorCode.INVALID_REQUEST, f"invalid operation {op.name} for resource type {rtype.name}, "
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"invalid operation {op.name} for resource type {rtype.name}, "
                        f"which supports {', '.join(o.name for o in sorted(OPERATIONS[rtype]))}")
     permission = _enum(AclPermissionType, permission_type, "permission type")
     if permission not in (AclPermissionType.ALLOW, AclPermissionType.DENY):
-        raise ApiError(ErrorCode.INVALID_REQUEST, f"invalid permission type {permission.name}: use ALLOW or DENY")
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"invalid permission type {permission.name}: use ALLOW or DENY")
     if not resource_name:
-        raise ApiError(ErrorCode.INVALID_REQUEST, "Resource name should not be empty")
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Resource name should not be empty")
     if rtype == AclResourceType.CLUSTER and (resource_name != CLUSTER_NAME or pattern != PatternType.LITERAL):
-        raise ApiError(ErrorCode.INVALID_REQUEST, f"the cluster resource is LITERAL {CLUSTER_NAME!r}, "
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"the cluster resource is LITERAL {CLUSTER_NAME!r}, "
                        f"not {pattern.name} {resource_name!r}")
     return StandardAcl(rtype, _checked_string(resource_name, "resource name"), pattern, check_principal(principal),
                        check_host(host), op, permission)
@@ -269,7 +270,7 @@ def acl_filter(resource_type: int, resource_name: str | None, pattern_type: int,
               _enum(AclOperation, operation, "operation"), _enum(AclPermissionType, permission_type, "permission type"))
     unknown = [type(v).__name__ for v in values if v.name == "UNKNOWN"]
     if unknown:
-        raise ApiError(ErrorCode.INVALID_REQUEST, f"the filter's {unknown[0]} is UNKNOWN; use ANY to match every value")
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"the filter's {unknown[0]} is UNKNOWN; use ANY to match every value")
     rtype, pattern, op, permission = values
     return AclBindingFilter(rtype, resource_name, pattern, principal,
                             check_host(host) if host not in (None, WILDCARD) else host, op, permission)
@@ -284,17 +285,17 @@ def _new_id(taken: AclsImage, chosen: set[uuid.UUID]) -> uuid.UUID:
             return candidate
 
 
-def create_acls(acls: AclsImage, wanted: list[StandardAcl | ApiError]
-                ) -> tuple[list[MetadataRecord], list[ApiError | None]]:
+def create_acls(acls: AclsImage, wanted: list[StandardAcl | KafkaError]
+                ) -> tuple[list[MetadataRecord], list[KafkaError | None]]:
     """Records for the ACLs that do not exist yet, and a result per entry: an ACL that exists
     already (or twice in the request) succeeds without a record, as in Kafka, which makes a
     repeated CreateAcls harmless. ``wanted`` holds the refusals of ``new_acl`` in place."""
     records: list[MetadataRecord] = []
-    results: list[ApiError | None] = []
+    results: list[KafkaError | None] = []
     chosen: set[uuid.UUID] = set()
     added: set[StandardAcl] = set()
     for acl in wanted:
-        if isinstance(acl, ApiError):
+        if isinstance(acl, KafkaError):
             results.append(acl)
             continue
         if acl not in added and acl not in acls.of(acl.pattern).values():
@@ -314,21 +315,21 @@ def matching(acls: AclsImage, f: AclBindingFilter) -> Iterator[tuple[uuid.UUID, 
     return ((i, a) for i, a in found if f.matches(a))
 
 
-def delete_acls(acls: AclsImage, filters: list[AclBindingFilter | ApiError], limit: int
-                ) -> tuple[list[MetadataRecord], list[ApiError | list[StandardAcl]]]:
+def delete_acls(acls: AclsImage, filters: list[AclBindingFilter | KafkaError], limit: int
+                ) -> tuple[list[MetadataRecord], list[KafkaError | list[StandardAcl]]]:
     """RemoveAccessControlEntryRecords for every ACL a filter matches, and per filter the ACLs
     it removes (or why it was refused). More than ``limit`` removals refuse the whole request
     with POLICY_VIOLATION, nothing written (Kafka's MAX_RECORDS_PER_USER_OP)."""
     removed: dict[uuid.UUID, StandardAcl] = {}
-    results: list[ApiError | list[StandardAcl]] = []
+    results: list[KafkaError | list[StandardAcl]] = []
     for f in filters:
-        if isinstance(f, ApiError):
+        if isinstance(f, KafkaError):
             results.append(f)
             continue
         found = list(matching(acls, f))
         removed.update(found)
         if len(removed) > limit:
-            raise ApiError(ErrorCode.POLICY_VIOLATION, f"the filters match more than {limit} ACLs; delete them "
+            raise KafkaError(ErrorCode.POLICY_VIOLATION, f"the filters match more than {limit} ACLs; delete them "
                            "with narrower filters, in several requests")
         results.append([a for _, a in found])
     return [remove_access_control_entry(i) for i in removed], results

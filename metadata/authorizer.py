@@ -33,7 +33,7 @@ from .acls import (CLUSTER_NAME, WILDCARD, WILDCARD_PRINCIPAL, AclOperation, Acl
                    AclResourceType, PatternType, ResourcePattern, StandardAcl)
 from common.config_def import ConfigError
 
-from .errors import ApiError, ErrorCode, capped
+from common.errors import ErrorCode, KafkaError, capped
 from .image import AclsImage
 from .principal import Session
 
@@ -220,9 +220,9 @@ class Access:
     def cluster_denied(self, op: AclOperation) -> str:
         return f"Cluster authorization failed: {self.session.principal} may not {op.name} the cluster"
 
-    def topic_refusal(self, op: AclOperation, name: str) -> ApiError:
-        return ApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, self.topic_denied(op, name))
+    def topic_refusal(self, op: AclOperation, name: str) -> KafkaError:
+        return KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, self.topic_denied(op, name))
 
-    def cluster_refusal(self, op: AclOperation) -> ApiError:
-        return ApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, self.cluster_denied(op))
+    def cluster_refusal(self, op: AclOperation) -> KafkaError:
+        return KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, self.cluster_denied(op))
 

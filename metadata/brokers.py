@@ -13,7 +13,7 @@ from typing import Callable
 
 from protos import metadata_pb2 as mpb
 
-from .errors import ApiError, ErrorCode
+from common.errors import ErrorCode, KafkaError
 from .image import BrokerRegistration, MetadataImage
 from .partitions import partitions_with, remove_broker, restore_broker
 from .records import (MetadataRecord, broker_registration_change, fence_broker, register_broker,
@@ -65,17 +65,17 @@ class BrokerLifecycle:
         """Records for a registration and the broker epoch it gets (the offset of its record:
         every new incarnation gets a higher one)."""
         if cluster_id != image.cluster_id:
-            raise ApiError(ErrorCode.INCONSISTENT_CLUSTER_ID,
+            raise KafkaError(ErrorCode.INCONSISTENT_CLUSTER_ID,
                            f"broker {broker_id} belongs to cluster {cluster_id!r}, this is {image.cluster_id!r}")
         if broker_id < 0:
-            raise ApiError(ErrorCode.INVALID_REQUEST, f"invalid broker id {broker_id}")
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"invalid broker id {broker_id}")
         existing = image.brokers.get(broker_id)
         if existing is not None:
             if existing.incarnation_id == incarnation:
                 self.sessions[broker_id] = Session(self.clock())
                 return [], existing.epoch  # a retried registration: same answer
             if not existing.fenced and self.alive(broker_id):
-                raise ApiError(ErrorCode.DUPLICATE_BROKER_REGISTRATION,
+                raise KafkaError(ErrorCode.DUPLICATE_BROKER_REGISTRATION,
                                f"Another broker is registered with id {broker_id} (incarnation "
                                f"{existing.incarnation_id}) and its session has not expired; retry "
                                f"after {self.session_timeout_s:.0f}s")
@@ -93,12 +93,12 @@ class BrokerLifecycle:
     def registration(self, image: MetadataImage, broker_id: int, epoch: int) -> BrokerRegistration:
         b = image.brokers.get(broker_id)
         if b is None:
-            raise ApiError(ErrorCode.BROKER_ID_NOT_REGISTERED, f"broker {broker_id} is not registered")
+            raise KafkaError(ErrorCode.BROKER_ID_NOT_REGISTERED, f"broker {broker_id} is not registered")
         if epoch < b.epoch:
-            raise ApiError(ErrorCode.STALE_BROKER_EPOCH,
+            raise KafkaError(ErrorCode.STALE_BROKER_EPOCH,
                            f"broker {broker_id} epoch {epoch} is stale; the current registration has epoch {b.epoch}")
         if epoch != b.epoch:  # Kafka answers STALE_BROKER_EPOCH for any mismatch; the words differ
-            raise ApiError(ErrorCode.STALE_BROKER_EPOCH,
+            raise KafkaError(ErrorCode.STALE_BROKER_EPOCH,
                            f"broker {broker_id} epoch {epoch} was never issued: the current registration "
                            f"has epoch {b.epoch}, and no later one exists")
         return b
@@ -135,13 +135,13 @@ class BrokerLifecycle:
         runs, or while a partition still lists it as a replica: move those first."""
         b = image.brokers.get(broker_id)
         if b is None:
-            raise ApiError(ErrorCode.BROKER_ID_NOT_REGISTERED, f"broker {broker_id} is not registered")
+            raise KafkaError(ErrorCode.BROKER_ID_NOT_REGISTERED, f"broker {broker_id} is not registered")
         if not b.fenced:
-            raise ApiError(ErrorCode.INVALID_REQUEST, f"broker {broker_id} is running (unfenced): stop it before "
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"broker {broker_id} is running (unfenced): stop it before "
                                                       f"unregistering it")
         hosted = [f"{t.name}-{pid}" for t, pid, _ in partitions_with(image, broker_id)]
         if hosted:
-            raise ApiError(ErrorCode.INVALID_REQUEST, f"broker {broker_id} still hosts {len(hosted)} replicas "
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"broker {broker_id} still hosts {len(hosted)} replicas "
                                                       f"({', '.join(hosted[:5])}{', ...' if len(hosted) > 5 else ''}): "
                                                       f"move them to other brokers first")
         self.sessions.pop(broker_id, None)

@@ -23,7 +23,7 @@ from protos import controller_pb2_grpc
 from raft.client import LeaderClient, Retry, describe
 from common.tls import TLSConfig, tls_failure
 
-from .errors import ErrorCode
+from common.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:  # metadata.principal reads certificates (cryptography): a tool's call needs none of it
     from .principal import Session
@@ -65,15 +65,6 @@ class BoundRpc(Generic[Req, Resp]):
                                       on_behalf_of=on_behalf_of)
 
 
-class ControllerError(Exception):
-    """A request failed: ``code`` is Kafka's error code, the message one line."""
-
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        self.code = code
-        self.message = message
-        super().__init__(f"{code.name}: {message}" if message else code.name)
-
-
 def error_code(value: int) -> ErrorCode:
     try:
         return ErrorCode(value)
@@ -81,7 +72,7 @@ def error_code(value: int) -> ErrorCode:
         return ErrorCode.UNKNOWN_SERVER_ERROR
 
 
-class QuorumUnreachable(ControllerError):
+class QuorumUnreachable(KafkaError):
     def __init__(self, message: str) -> None:
         super().__init__(ErrorCode.REQUEST_TIMED_OUT, message)
 
@@ -90,9 +81,9 @@ def parse_bootstrap(text: str) -> list[str]:
     try:
         out = host_ports(text)
     except ValueError as e:
-        raise ControllerError(ErrorCode.INVALID_REQUEST, f"bad bootstrap address {str(e)!r}: expected HOST:PORT") from None
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"bad bootstrap address {str(e)!r}: expected HOST:PORT") from None
     if not out:
-        raise ControllerError(ErrorCode.INVALID_REQUEST, "no bootstrap controller given: expected HOST:PORT[,HOST:PORT]")
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "no bootstrap controller given: expected HOST:PORT[,HOST:PORT]")
     return out
 
 
@@ -112,18 +103,18 @@ class ControllerClient(LeaderClient):
         return QuorumUnreachable(f"the controller quorum at {','.join(self.bootstrap)} did not answer {message}")
 
     def outcome_unknown(self, message: str) -> Exception:
-        return ControllerError(ErrorCode.REQUEST_TIMED_OUT, message)
+        return KafkaError(ErrorCode.REQUEST_TIMED_OUT, message)
 
     def unconnectable(self, message: str) -> Exception:
-        return ControllerError(ErrorCode.NETWORK_EXCEPTION, f"no controller accepted a connection: {message}")
+        return KafkaError(ErrorCode.NETWORK_EXCEPTION, f"no controller accepted a connection: {message}")
 
     def failed(self, address: str, error: grpc.aio.AioRpcError) -> Exception:
         if error.code() == grpc.StatusCode.UNIMPLEMENTED:  # a gRPC server without the Controller service
-            return ControllerError(ErrorCode.INVALID_REQUEST, f"{address} is not a controller listener (it does not "
+            return KafkaError(ErrorCode.INVALID_REQUEST, f"{address} is not a controller listener (it does not "
                                    f"serve the controller API; a broker's?): give --bootstrap-controller the "
                                    f"controllers' listener, as in controller.quorum.voters")
         code = ErrorCode.NETWORK_EXCEPTION if tls_failure(error.details() or "") else ErrorCode.INVALID_REQUEST
-        return ControllerError(code, f"{address}: {describe(error)}")
+        return KafkaError(code, f"{address}: {describe(error)}")
 
     # The RPCs, and whether each is safe to repeat (docs/operations.md, "Write outcomes").
     # Reads: safe.
@@ -181,7 +172,7 @@ class ControllerClient(LeaderClient):
     async def send(self, rpc: Rpc[Req, Resp], request: Req, *, timeout: float | None = None,
                    attempt_timeout: float | None = None, on_behalf_of: Session | None = None) -> Resp:
         """Send ``request`` to the active controller; returns the response once its status is
-        NONE. Raises ControllerError for a final status (REQUEST_TIMED_OUT when the outcome
+        NONE. Raises KafkaError for a final status (REQUEST_TIMED_OUT when the outcome
         of a write is unknown), QuorumUnreachable when no controller answered in time.
         ``on_behalf_of``: the client a broker forwards the request for, whose principal the
         controller authorizes (Kafka's EnvelopeRequest)."""
@@ -199,7 +190,7 @@ class ControllerClient(LeaderClient):
                 return resp
             if code in NOT_APPLIED or (idempotent and code == ErrorCode.REQUEST_TIMED_OUT):
                 raise Retry(f"{code.name}: {resp.status.error_message}", resp.status.controller_endpoint or None)
-            raise ControllerError(code, resp.status.error_message)
+            raise KafkaError(code, resp.status.error_message)
 
         return await super().call(
             lambda ch, t: getattr(controller_pb2_grpc.ControllerStub(ch), rpc.name)(request, timeout=t, metadata=metadata),

@@ -13,7 +13,7 @@ from raft.messages import EntryType
 
 from .acls import AclBindingFilter, StandardAcl, acl_filter, new_acl
 from .brokers import Heartbeat, HeartbeatAnswer
-from .errors import ApiError, ErrorCode, capped
+from common.errors import ErrorCode, KafkaError, capped
 from .image import Endpoint, PartitionRegistration
 from .operations import (AlterPartitionRequest, BrokerAnswer, BrokerRegistrationRequest, ClusterDescription,
                          ConfigChange, Listener, MetadataFetch, NewPartitions, OngoingReassignment, ProducerIdBlock,
@@ -81,7 +81,7 @@ def _uuid(raw: bytes) -> uuid.UUID | None:
     return uuid.UUID(bytes=raw) if len(raw) == 16 else None
 
 
-def _code(error: ApiError | None) -> tuple[pb.ErrorCode, str]:
+def _code(error: KafkaError | None) -> tuple[pb.ErrorCode, str]:
     return (_error(error.code), error.message) if error else (_error(ErrorCode.NONE), "")
 
 
@@ -308,12 +308,12 @@ def remove_voter(r: pb.RemoveRaftVoterRequest) -> RemoveVoter:
 
 # ------------------------------------------------------------------------------ ACLs
 
-def _each(convert: Callable[[Any], T]) -> Callable[[Any], T | ApiError]:
+def _each(convert: Callable[[Any], T]) -> Callable[[Any], T | KafkaError]:
     """``convert``, answering the refusal of an item in its place (Kafka answers ACLs one by one)."""
-    def one(item: Any) -> T | ApiError:
+    def one(item: Any) -> T | KafkaError:
         try:
             return convert(item)
-        except ApiError as e:
+        except KafkaError as e:
             return e
     return one
 
@@ -329,16 +329,16 @@ def _acl_filter(f: pb.AclFilter) -> AclBindingFilter:
                       f.operation, f.permission_type)
 
 
-def new_acls(r: pb.CreateAclsRequest) -> Sequence[StandardAcl | ApiError]:
+def new_acls(r: pb.CreateAclsRequest) -> Sequence[StandardAcl | KafkaError]:
     return Decoded(r.creations, _each(_new_acl))
 
 
-def acls_created(results: list[ApiError | None]) -> pb.CreateAclsResponse:
+def acls_created(results: list[KafkaError | None]) -> pb.CreateAclsResponse:
     return pb.CreateAclsResponse(status=OK, results=[
         pb.AclResult(error_code=_error(e.code), error_message=e.message) if e else pb.AclResult() for e in results])
 
 
-def acl_describe_filter(r: pb.DescribeAclsRequest) -> AclBindingFilter | ApiError:
+def acl_describe_filter(r: pb.DescribeAclsRequest) -> AclBindingFilter | KafkaError:
     return _each(_acl_filter)(r.filter)
 
 
@@ -352,13 +352,13 @@ def acls_described(found: list[StandardAcl]) -> pb.DescribeAclsResponse:
     return pb.DescribeAclsResponse(status=OK, acls=[binding(a) for a in found])
 
 
-def acl_delete_filters(r: pb.DeleteAclsRequest) -> Sequence[AclBindingFilter | ApiError]:
+def acl_delete_filters(r: pb.DeleteAclsRequest) -> Sequence[AclBindingFilter | KafkaError]:
     return Decoded(r.filters, _each(_acl_filter))
 
 
-def acls_deleted(results: list[list[StandardAcl] | ApiError]) -> pb.DeleteAclsResponse:
+def acls_deleted(results: list[list[StandardAcl] | KafkaError]) -> pb.DeleteAclsResponse:
     return pb.DeleteAclsResponse(status=OK, filter_results=[
-        pb.DeleteAclsFilterResult(error_code=_error(r.code), error_message=r.message) if isinstance(r, ApiError)
+        pb.DeleteAclsFilterResult(error_code=_error(r.code), error_message=r.message) if isinstance(r, KafkaError)
         else pb.DeleteAclsFilterResult(matching_acls=[binding(a) for a in r]) for r in results])
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from common.config_def import INT_MAX, LONG_MAX, ConfigKey, boolean, in_range, one_of, ratio
 from common.server_keys import CLEANUP_POLICIES, COMPRESSION_TYPES, SERVER_KEYS
 
-from .errors import ApiError, ErrorCode
+from common.errors import ErrorCode, KafkaError
 
 TOPIC_CONFIGS = {k.name: k for k in [
     ConfigKey("cleanup.policy", "string", "delete", "delete old segments, compact by key, or both",
@@ -36,10 +36,10 @@ def validate(kind: str, key: str, value: str | None) -> None:
     known = TOPIC_CONFIGS if kind == "topic" else BROKER_CONFIGS
     spec = known.get(key)
     if spec is None:
-        raise ApiError(ErrorCode.INVALID_CONFIG, f"Unknown {kind} config name: {key}")
+        raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown {kind} config name: {key}")
     problem = spec.problem(value) if value is not None else None
     if problem:
-        raise ApiError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration {key}: {problem}")
+        raise KafkaError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration {key}: {problem}")
 
 
 def topic_config(configs: dict[str, str] | None, key: str, broker_defaults: dict[str, str] | None = None) -> str:

@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Callable, TypeVar
 
+from common.errors import ErrorCode, KafkaError
 from raft.errors import NotLeader, ProposalDropped, RaftError
 from raft.messages import Role
 from raft.node import RaftNode
 
 from .brokers import BrokerLifecycle
 from .delta import MetadataDelta
-from .errors import ApiError, ErrorCode
 from .image import METADATA_VERSION, MetadataImage
 from .partitions import PREFERRED, elect_leaders, imbalanced
 from .records import MetadataRecord, RecordError, encode_batch, feature_level
@@ -112,7 +112,7 @@ class QuorumController:
             try:
                 first = [feature_level(METADATA_VERSION, METADATA_VERSION_LEVEL), *self.config.bootstrap_records]
                 await self.write(lambda view: (first if view.metadata_version == 0 else [], None))
-            except (ApiError, NotController) as e:
+            except (KafkaError, NotController) as e:
                 log.warning("could not record metadata.version: %s", e)
 
     def _deactivate(self) -> None:
@@ -157,7 +157,7 @@ class QuorumController:
     async def write(self, build: Callable[[MetadataImage], tuple[list[MetadataRecord], T]],
                     *, validate_only: bool = False, in_thread: bool = False) -> T:
         """Build records from the current view, commit them as one batch, return ``build``'s
-        result once they are applied. Raises ApiError, NotController, or ApiError
+        result once they are applied. Raises KafkaError, NotController, or KafkaError
         REQUEST_TIMED_OUT when the outcome is unknown.
 
         Writes are built one at a time, in order, each on the view left by the one before.
@@ -171,7 +171,7 @@ class QuorumController:
                 result, data, after = await self.in_worker(self._prepare, build, view, index, term, validate_only)
                 if not self.active or self.node.next_index != index:
                     # leadership or the log moved while we worked; nothing was written
-                    raise (self.not_controller() if not self.active else ApiError(
+                    raise (self.not_controller() if not self.active else KafkaError(
                         ErrorCode.THROTTLING_QUOTA_EXCEEDED, "the controller's log moved meanwhile; "
                                                              "nothing was written"))
             else:
@@ -190,7 +190,7 @@ class QuorumController:
                 except NotLeader:
                     raise self.not_controller() from None
                 except ProposalDropped as e:  # not appended (a transfer, backpressure): nothing was written
-                    raise ApiError(ErrorCode.THROTTLING_QUOTA_EXCEEDED, f"the controller is busy and wrote "
+                    raise KafkaError(ErrorCode.THROTTLING_QUOTA_EXCEEDED, f"the controller is busy and wrote "
                                    f"nothing: {e}") from None
                 assert after is not None, "records were written, so there is a view after them"
                 entry = (index, fut, after)
@@ -200,7 +200,7 @@ class QuorumController:
                 try:  # it fails as the write that made it does
                     await asyncio.wait_for(asyncio.shield(rests_on), self.config.write_timeout_s)
                 except (RaftError, asyncio.TimeoutError):
-                    raise self.not_controller() if not self.active else ApiError(
+                    raise self.not_controller() if not self.active else KafkaError(
                         ErrorCode.REQUEST_TIMED_OUT, "the metadata this answer rests on did not commit in time") from None
             return result
         try:
@@ -210,10 +210,10 @@ class QuorumController:
             raise self.not_controller() from None
         except RaftError as e:  # OutcomeUnknown: a snapshot superseded it, or we are stopping
             self._drop_from(index)
-            raise ApiError(ErrorCode.REQUEST_TIMED_OUT, f"the controller lost track of the write: {e}") from None
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"the controller lost track of the write: {e}") from None
         except asyncio.TimeoutError:
             self._drop_from(index)
-            raise ApiError(ErrorCode.REQUEST_TIMED_OUT,
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT,
                            "the write did not commit in time; it may or may not have been applied") from None
         finally:
             if entry in self._pending:
@@ -238,7 +238,7 @@ class QuorumController:
             delta.replay_batch(records, index, term)
         except RecordError as e:  # our own bug: never write it
             log.error("refusing to write an invalid batch: %s", e)
-            raise ApiError(ErrorCode.UNKNOWN_SERVER_ERROR, f"internal error: {e}") from None
+            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"internal error: {e}") from None
         return result, encode_batch(records, append_time_ms=int(time.time() * 1000)), delta.apply()
 
     def _drop_from(self, index: int) -> None:
@@ -274,7 +274,7 @@ class QuorumController:
                     return self.brokers.fence(view, view.brokers[broker_id]), None
                 try:
                     await self.write(fence)
-                except (ApiError, NotController) as e:
+                except (KafkaError, NotController) as e:
                     log.warning("could not fence broker %d: %s", b.id, e)
                     return
 
@@ -291,7 +291,7 @@ class QuorumController:
                 continue
             try:
                 results = await self.write(partial(elect_leaders, kind=PREFERRED, wanted=wanted), in_thread=True)
-            except (ApiError, NotController) as e:
+            except (KafkaError, NotController) as e:
                 log.warning("could not rebalance leaders: %s", e)
                 continue
             moved = [f"{r.topic}-{r.partition}" for r in results if r.code == ErrorCode.NONE]
@@ -309,5 +309,5 @@ class QuorumController:
         except NotLeader:
             raise self.not_controller() from None
         except (RaftError, asyncio.TimeoutError) as e:
-            raise ApiError(ErrorCode.REQUEST_TIMED_OUT, f"could not confirm leadership: {e}") from None
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"could not confirm leadership: {e}") from None
         return self.sm.image

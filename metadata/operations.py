@@ -4,8 +4,8 @@ answers, with no wire in sight (``metadata.service`` is the gRPC codec over them
 Each write follows Kafka's ControllerResult: a build function turns the request into records
 plus a response on the controller's view, ``QuorumController.write`` commits the records as
 one batch, and the method returns the response once they are applied. Per-item refusals are
-typed errors in the response (an ``ApiError`` in the item); a refusal of the whole request, or
-a write whose outcome is unknown, is raised (``ApiError``, ``NotController``, ``RaftError``).
+typed errors in the response (an ``KafkaError`` in the item); a refusal of the whole request, or
+a write whose outcome is unknown, is raised (``KafkaError``, ``NotController``, ``RaftError``).
 Authorization is policy, so it is decided here: every method takes the caller's ``Access``,
 checks what Kafka's ControllerApis checks and filters what the caller may see.
 
@@ -32,7 +32,7 @@ from .acls import AclBindingFilter, AclOperation, StandardAcl, create_acls, dele
 from .authorizer import Access, StandardAuthorizer
 from .brokers import Heartbeat, HeartbeatAnswer
 from .controller import QuorumController
-from .errors import ApiError, ErrorCode
+from common.errors import ErrorCode, KafkaError
 from .image import (BrokerRegistration, ConfigResource, MetadataImage, PartitionRegistration, ResourceType,
                     SecurityProtocol, TopicImage)
 from .partitions import PartitionOutcome, alter_partition, elect_leaders
@@ -109,7 +109,7 @@ class TopicDescription:
     name: str
     topic: TopicImage | None
     configs: dict[str, str]
-    error: ApiError | None = None
+    error: KafkaError | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +136,7 @@ class ResourceResult:
 
     resource_type: int
     name: str
-    error: ApiError | None = None
+    error: KafkaError | None = None
     configs: tuple[tuple[str, str | None, bool], ...] = ()  # described: (key, value or None, is default)
 
 
@@ -153,7 +153,7 @@ class ProducerIdBlock:
 
     start: int = 0
     length: int = 0
-    error: ApiError | None = None
+    error: KafkaError | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +162,7 @@ class BrokerAnswer(Generic[T]):
     (``error``), else ``value`` (a broker epoch, a HeartbeatAnswer, a PartitionRegistration)."""
 
     value: T | None = None
-    error: ApiError | None = None
+    error: KafkaError | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,7 +261,7 @@ class ControllerOperations:
         """By name and by id (None: an id that is not a 16-byte UUID refuses the request)."""
         checked = [i for i in ids if i is not None]
         if len(checked) != len(ids):
-            raise ApiError(ErrorCode.INVALID_REQUEST, "topic ids are 16-byte UUIDs")
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "topic ids are 16-byte UUIDs")
         check_request_size(len(names) + len(checked), "topics")
         known = self.c.sm.image.topics_by_id
         refused = [ItemResult(name, error=access.topic_refusal(O.DELETE, name))
@@ -332,19 +332,19 @@ class ControllerOperations:
         def build(view: MetadataImage) -> tuple[list[MetadataRecord], None]:
             self.c.brokers.registration(view, request.broker_id, request.broker_epoch)
             if tid is None:
-                raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "the topic id is a 16-byte UUID")
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "the topic id is a 16-byte UUID")
             rec, _ = alter_partition(view, request.broker_id, tid, request.partition, request.leader_epoch,
                                      request.partition_epoch, list(request.new_isr))
             return ([rec] if rec is not None else []), None
         try:
             await self.c.write(build)
-        except ApiError as e:
+        except KafkaError as e:
             if e.code == ErrorCode.REQUEST_TIMED_OUT:
                 raise
             return BrokerAnswer(error=e)
         p = self.c.sm.image.partition(tid, request.partition) if tid is not None else None
         if p is None:  # deleted meanwhile
-            return BrokerAnswer(error=ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ""))
+            return BrokerAnswer(error=KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ""))
         return BrokerAnswer(p)
 
     # -------------------------------------------------------------------------- cluster and configs
@@ -370,7 +370,7 @@ class ControllerOperations:
                         raise refused[k]
                     records += alter_configs(view, _resource_type(r.resource_type), r.name, list(r.ops))
                     results.append(ResourceResult(r.resource_type, r.name))
-                except ApiError as e:
+                except KafkaError as e:
                     results.append(ResourceResult(r.resource_type, r.name, e))
             return records, results
         return await self.c.write(build, validate_only=validate_only, in_thread=True)
@@ -386,7 +386,7 @@ class ControllerOperations:
                     raise error
                 out.append(ResourceResult(rtype, name, configs=tuple(describe_configs(image, _resource_type(rtype),
                                                                                       name))))
-            except ApiError as e:
+            except KafkaError as e:
                 out.append(ResourceResult(rtype, name, e))
         return out
 
@@ -398,13 +398,13 @@ class ControllerOperations:
 
         def build(view: MetadataImage) -> tuple[list[MetadataRecord], int]:
             if request.incarnation_id is None:
-                raise ApiError(ErrorCode.INVALID_REQUEST, "the incarnation id is a 16-byte UUID")
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "the incarnation id is a 16-byte UUID")
             eps = [endpoint(e.name, e.host, e.port, _protocol(e.security_protocol)) for e in request.listeners]
             return self.c.brokers.register(view, request.broker_id, request.incarnation_id, request.cluster_id, eps,
                                            request.rack or None, self.c.node.next_index)
         try:
             return BrokerAnswer(await self.c.write(build))
-        except ApiError as e:
+        except KafkaError as e:
             if e.code == ErrorCode.REQUEST_TIMED_OUT:
                 raise
             return BrokerAnswer(error=e)
@@ -414,7 +414,7 @@ class ControllerOperations:
         self._require(access, O.CLUSTER_ACTION)
         try:
             answer: HeartbeatAnswer = await self.c.write(lambda view: self.c.brokers.heartbeat(view, hb))
-        except ApiError as e:
+        except KafkaError as e:
             if e.code == ErrorCode.REQUEST_TIMED_OUT:
                 raise
             return BrokerAnswer(error=e)
@@ -433,7 +433,7 @@ class ControllerOperations:
             return [producer_ids(broker_id, broker_epoch, start + PRODUCER_ID_BLOCK)], start
         try:
             start = await self.c.write(build)
-        except ApiError as e:
+        except KafkaError as e:
             if e.code in (ErrorCode.STALE_BROKER_EPOCH, ErrorCode.BROKER_ID_NOT_REGISTERED):
                 return ProducerIdBlock(error=e)
             raise
@@ -527,34 +527,34 @@ class ControllerOperations:
     def _acls_enabled(self) -> None:
         """Kafka answers the ACL requests SECURITY_DISABLED without an authorizer."""
         if self.authorizer is None:
-            raise ApiError(ErrorCode.SECURITY_DISABLED, "No Authorizer is configured on the controllers: set "
+            raise KafkaError(ErrorCode.SECURITY_DISABLED, "No Authorizer is configured on the controllers: set "
                                                         "authorizer.class.name to manage ACLs")
 
-    async def create_acls(self, access: Access, acls: Sequence[StandardAcl | ApiError]) -> list[ApiError | None]:
+    async def create_acls(self, access: Access, acls: Sequence[StandardAcl | KafkaError]) -> list[KafkaError | None]:
         """``acls``: each wanted ACL, or why it is not one (answered in its place)."""
         self._require(access, O.ALTER)
         self._acls_enabled()
         check_request_size(len(acls), "ACLs")
         return await self.c.write(lambda view: create_acls(view.acls, list(acls)), in_thread=True)
 
-    async def describe_acls(self, access: Access, wanted: AclBindingFilter | ApiError) -> list[StandardAcl]:
+    async def describe_acls(self, access: Access, wanted: AclBindingFilter | KafkaError) -> list[StandardAcl]:
         """``wanted``: the filter, or why it is not one (which refuses the request)."""
         self._require(access, O.DESCRIBE)
         self._acls_enabled()
-        if isinstance(wanted, ApiError):
+        if isinstance(wanted, KafkaError):
             raise wanted
         image = await self.c.read_image()
         return await self.in_worker(lambda: sorted(acl for _, acl in matching(image.acls, wanted)))
 
-    async def delete_acls(self, access: Access, filters: Sequence[AclBindingFilter | ApiError]
-                          ) -> list[list[StandardAcl] | ApiError]:
+    async def delete_acls(self, access: Access, filters: Sequence[AclBindingFilter | KafkaError]
+                          ) -> list[list[StandardAcl] | KafkaError]:
         """Per filter: the ACLs it deleted (sorted), or why it was refused."""
         self._require(access, O.ALTER)
         self._acls_enabled()
         check_request_size(len(filters), "ACL filters")
         results = await self.c.write(lambda view: delete_acls(view.acls, list(filters), MAX_RECORDS_PER_USER_OP),
                                      in_thread=True)
-        return [r if isinstance(r, ApiError) else sorted(r) for r in results]
+        return [r if isinstance(r, KafkaError) else sorted(r) for r in results]
 
     # -------------------------------------------------------------------------- SCRAM credentials (KIP-554)
 
@@ -581,12 +581,12 @@ def _describe_topics(image: MetadataImage, names: list[str], access: Access) -> 
     out = []
     for name in names:
         if named and not access.topic(O.DESCRIBE, name):
-            out.append(TopicDescription(name, None, {}, ApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+            out.append(TopicDescription(name, None, {}, KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                                                                  access.topic_denied(O.DESCRIBE, name))))
             continue
         t = image.topics_by_name.get(name)
         if t is None:
-            out.append(TopicDescription(name, None, {}, ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            out.append(TopicDescription(name, None, {}, KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                                                  f"This server does not host this topic: {name}")))
             continue
         out.append(TopicDescription(name, t, dict(image.config(ConfigResource(ResourceType.TOPIC, name)))))
@@ -597,11 +597,11 @@ def _protocol(name: str) -> SecurityProtocol:
     try:
         return SecurityProtocol[name or "PLAINTEXT"]
     except KeyError:
-        raise ApiError(ErrorCode.INVALID_REQUEST, f"unknown security protocol {name!r}: use "
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown security protocol {name!r}: use "
                        f"{', '.join(p.name for p in SecurityProtocol)}") from None
 
 
-def _config_refusal(access: Access, op: AclOperation, resource_type: int, name: str) -> ApiError | None:
+def _config_refusal(access: Access, op: AclOperation, resource_type: int, name: str) -> KafkaError | None:
     """Why ``op`` on a config resource is refused: a topic's configs need it on the topic, a
     broker's (or the cluster default's) on the cluster, as in Kafka; None when allowed."""
     if resource_type == ResourceType.TOPIC and not access.topic(op, name):
@@ -614,5 +614,5 @@ def _config_refusal(access: Access, op: AclOperation, resource_type: int, name: 
 def _resource_type(value: int) -> ResourceType:
     if value in (ResourceType.TOPIC, ResourceType.BROKER):
         return ResourceType(value)
-    raise ApiError(ErrorCode.INVALID_REQUEST, f"unsupported resource type {value}: use TOPIC (2) or BROKER (4)")
+    raise KafkaError(ErrorCode.INVALID_REQUEST, f"unsupported resource type {value}: use TOPIC (2) or BROKER (4)")
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .configs import topic_config
-from .errors import ApiError, ErrorCode
+from common.errors import ErrorCode, KafkaError
 from .image import ConfigResource, MetadataImage, PartitionRegistration, ResourceType, TopicImage
 from .records import NO_LEADER, MetadataRecord, partition_change
 
@@ -124,27 +124,27 @@ def alter_partition(image: MetadataImage, broker: int, topic_id: uuid.UUID, pid:
     t = image.topics_by_id.get(topic_id)
     p = t.partitions.get(pid) if t is not None else None
     if t is None or p is None:
-        raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"partition {pid} of topic {topic_id} does not exist")
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"partition {pid} of topic {topic_id} does not exist")
     if p.leader != broker:
-        raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {broker} does not lead {t.name}-{pid} "
+        raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {broker} does not lead {t.name}-{pid} "
                                                          f"(the leader is {p.leader})")
     if leader_epoch < p.leader_epoch:
-        raise ApiError(ErrorCode.FENCED_LEADER_EPOCH, f"leader epoch {leader_epoch} of {t.name}-{pid} is "
+        raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH, f"leader epoch {leader_epoch} of {t.name}-{pid} is "
                                                       f"older than the current {p.leader_epoch}")
     if leader_epoch > p.leader_epoch:
-        raise ApiError(ErrorCode.UNKNOWN_LEADER_EPOCH, f"leader epoch {leader_epoch} of {t.name}-{pid} is "
+        raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH, f"leader epoch {leader_epoch} of {t.name}-{pid} is "
                                                        f"newer than the current {p.leader_epoch}")
     if partition_epoch != p.partition_epoch:
-        raise ApiError(ErrorCode.INVALID_UPDATE_VERSION, f"partition epoch {partition_epoch} of {t.name}-{pid} "
+        raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION, f"partition epoch {partition_epoch} of {t.name}-{pid} "
                                                          f"is stale (current {p.partition_epoch})")
     isr = tuple(dict.fromkeys(new_isr))
     if broker not in isr or not set(isr) <= set(p.replicas):
-        raise ApiError(ErrorCode.INVALID_REQUEST, f"ISR {list(isr)} must contain the leader and only replicas "
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"ISR {list(isr)} must contain the leader and only replicas "
                                                   f"of {t.name}-{pid} ({list(p.replicas)})")
     live = live_brokers(image) | {broker}
     added = [r for r in isr if r not in p.isr and r not in live]
     if added:
-        raise ApiError(ErrorCode.INELIGIBLE_REPLICA, f"replicas {added} are fenced or shutting down and cannot "
+        raise KafkaError(ErrorCode.INELIGIBLE_REPLICA, f"replicas {added} are fenced or shutting down and cannot "
                                                      f"join the ISR of {t.name}-{pid}")
     ordered = tuple(r for r in p.replicas if r in isr)
     done = completed(p, ordered, live)

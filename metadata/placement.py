@@ -20,7 +20,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from .errors import ApiError, ErrorCode
+from common.errors import ErrorCode, KafkaError
+
 from .image import MetadataImage
 from .records import NO_LEADER
 
@@ -76,18 +77,18 @@ def place_replicas(brokers: Sequence[UsableBroker], partitions: int, replication
     """Replicas for partitions 0..partitions-1, the preferred leader first.
 
     Every partition gets ``replication_factor`` distinct brokers, on as many racks as
-    possible. Raises ``ApiError`` with INVALID_PARTITIONS or INVALID_REPLICATION_FACTOR.
+    possible. Raises ``KafkaError`` with INVALID_PARTITIONS or INVALID_REPLICATION_FACTOR.
     """
     if partitions < 1:
-        raise ApiError(ErrorCode.INVALID_PARTITIONS,
+        raise KafkaError(ErrorCode.INVALID_PARTITIONS,
                        f"Number of partitions was set to an invalid non-positive value "
                        f"({partitions}).")
     if replication_factor < 1:
-        raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
+        raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
                        f"Replication factor must be larger than 0, got {replication_factor}.")
     n = len(brokers)
     if replication_factor > n:
-        raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
+        raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
                        f"Unable to replicate the partition {replication_factor} time(s): only "
                        f"{n} broker(s) are registered and unfenced.")
     ids = [b.id for b in brokers]
@@ -131,9 +132,9 @@ def validate_assignment(assignment: Mapping[int, Sequence[int]], brokers: Collec
     factor. Partition ids must run first_partition, first_partition+1, ... without gaps;
     every broker must be in ``brokers`` (registered), appear once per partition, and every
     partition have the same number of replicas (``replication_factor`` if given, as for
-    CreatePartitions on an existing topic). Raises ``ApiError`` INVALID_REPLICA_ASSIGNMENT."""
-    def invalid(message: str) -> ApiError:
-        return ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, message)
+    CreatePartitions on an existing topic). Raises ``KafkaError`` INVALID_REPLICA_ASSIGNMENT."""
+    def invalid(message: str) -> KafkaError:
+        return KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, message)
 
     if not assignment:
         raise invalid("The manual partition assignment is empty.")
@@ -175,12 +176,12 @@ def balanced_moves(current: Mapping[K, Sequence[int]], brokers: Sequence[UsableB
     counts differ by more than one, one replica moves from the fullest to the emptiest; last,
     preferred leaders (first replicas) are evened out the same way by swapping order, which
     moves no data. Draining a broker is leaving it out of ``brokers``; filling a new one is
-    listing it. Raises ApiError INVALID_REPLICATION_FACTOR when a partition has more replicas
+    listing it. Raises KafkaError INVALID_REPLICATION_FACTOR when a partition has more replicas
     than there are brokers listed."""
     rack_of = {b.id: b.rack for b in brokers}
     too_wide = [k for k, r in current.items() if len(r) > len(rack_of)]
     if too_wide:
-        raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
+        raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
                        f"{len(too_wide)} partition(s) have more replicas than the {len(rack_of)} broker(s) listed")
     plan = {k: list(r) for k, r in current.items()}
     load: Counter[int] = Counter({b: 0 for b in rack_of})

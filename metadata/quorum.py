@@ -29,7 +29,7 @@ from raft.messages import Membership
 
 from .config import ServerConfig
 from .controller import QuorumController
-from .errors import ApiError, ErrorCode
+from common.errors import ErrorCode, KafkaError
 from .image import Endpoint
 
 NOTHING_CHANGED = "nothing was changed"
@@ -110,11 +110,11 @@ async def add_voter(controller: QuorumController, request: AddVoter, listener_na
     directory = _directory(request.directory_id)
     endpoint = next((e for e in request.listeners if e.name.upper() == listener_name), None)
     if endpoint is None or not endpoint.host or not 0 < endpoint.port < 65536:
-        raise ApiError(ErrorCode.INVALID_REQUEST, f"controller {nid} gives no {listener_name} listener "
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"controller {nid} gives no {listener_name} listener "
                        f"(HOST:PORT) for the quorum to reach it; {NOTHING_CHANGED}")
     membership = node.membership
     if nid in membership.voters:
-        raise ApiError(ErrorCode.DUPLICATE_VOTER, f"controller {describe_voter(membership, nid)} is already a voter; "
+        raise KafkaError(ErrorCode.DUPLICATE_VOTER, f"controller {describe_voter(membership, nid)} is already a voter; "
                        f"to replace it, remove it first; {NOTHING_CHANGED}")
     timeout = max(1.0, request.timeout_ms / 1000) if request.timeout_ms > 0 else 30.0
     with _kafka_errors(controller, f"adding controller {nid}",
@@ -140,7 +140,7 @@ async def remove_voter(controller: QuorumController, request: RemoveVoter) -> No
     if nid not in membership.members or membership.directory(nid) != directory:
         voters = ", ".join(describe_voter(membership, v) for v in sorted(membership.voters))
         learners = ", ".join(describe_voter(membership, v) for v in sorted(membership.learners))
-        raise ApiError(ErrorCode.VOTER_NOT_FOUND, f"controller {nid} with directory id "
+        raise KafkaError(ErrorCode.VOTER_NOT_FOUND, f"controller {nid} with directory id "
                        f"{directory or UNKNOWN_DIRECTORY} is not a voter; the voters are {voters}"
                        + (f" (and the learners {learners})" if learners else "") + f"; {NOTHING_CHANGED}")
     with _kafka_errors(controller, f"removing controller {nid}"):
@@ -160,34 +160,34 @@ def _kafka_errors(controller: QuorumController, what: str, not_caught_up: str = 
         raise controller.not_controller() from None
     except LeftAsLearner as e:
         code = ErrorCode.INVALID_REQUEST if isinstance(e.cause, MembershipRefused) else ErrorCode.REQUEST_TIMED_OUT
-        raise ApiError(code, f"{what}: {e.cause}; controller {e.node_id} was added as a learner and is one still: "
+        raise KafkaError(code, f"{what}: {e.cause}; controller {e.node_id} was added as a learner and is one still: "
                              f"{left_as_learner}") from None
     except MembershipRefused as e:  # the last voter, no live majority left, another directory
-        raise ApiError(ErrorCode.INVALID_REQUEST, f"{what}: {e}; {NOTHING_CHANGED}") from None
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"{what}: {e}; {NOTHING_CHANGED}") from None
     except ProposalDropped as e:  # another change in flight; REQUEST_TIMED_OUT is Kafka's answer too
-        raise ApiError(ErrorCode.REQUEST_TIMED_OUT, f"{what}: {e}; {NOTHING_CHANGED}") from None
+        raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"{what}: {e}; {NOTHING_CHANGED}") from None
     except NotCaughtUp as e:
-        raise ApiError(ErrorCode.REQUEST_TIMED_OUT, f"{what}: {e}; {not_caught_up}") from None
+        raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"{what}: {e}; {not_caught_up}") from None
     except asyncio.TimeoutError:
-        raise ApiError(ErrorCode.REQUEST_TIMED_OUT, f"{what}: the change was appended but did not commit in "
+        raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"{what}: the change was appended but did not commit in "
                        f"time; it may or may not take effect (kraft quorum describe --status shows the "
                        f"voters)") from None
 
 
 def _check_request(cluster_id: str, asked: str, node_id: int, membership: Membership, verb: str) -> None:
     if asked and asked != cluster_id:
-        raise ApiError(ErrorCode.INCONSISTENT_CLUSTER_ID, f"controller {node_id} is formatted for cluster {asked}, "
+        raise KafkaError(ErrorCode.INCONSISTENT_CLUSTER_ID, f"controller {node_id} is formatted for cluster {asked}, "
                        f"but this quorum is cluster {cluster_id}; {NOTHING_CHANGED}")
     if node_id <= 0:
-        raise ApiError(ErrorCode.INVALID_REQUEST, f"bad controller id {node_id}: ids are positive; {NOTHING_CHANGED}")
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"bad controller id {node_id}: ids are positive; {NOTHING_CHANGED}")
     if is_static(membership):
         raise static_quorum_refusal(verb)
 
 
-def static_quorum_refusal(verb: str) -> ApiError:
+def static_quorum_refusal(verb: str) -> KafkaError:
     """Why a static quorum refuses to add or remove a controller (``kraft quorum``'s --dry-run
     says it too, instead of a success the real call would not have)."""
-    return ApiError(ErrorCode.UNSUPPORTED_VERSION, f"cannot {verb} a controller: this quorum's voters are static "
+    return KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"cannot {verb} a controller: this quorum's voters are static "
                     f"({VOTERS}, Kafka's kraft.version 0); a quorum that changes while it runs is formatted "
                     f"with --standalone or --initial-controllers; {NOTHING_CHANGED}")
 
@@ -196,4 +196,4 @@ def _directory(text: str) -> str:
     try:
         return check_directory_id(text)
     except ConfigError as e:
-        raise ApiError(ErrorCode.INVALID_REQUEST, f"{e}; {NOTHING_CHANGED}") from None
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"{e}; {NOTHING_CHANGED}") from None

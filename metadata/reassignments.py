@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .configs import topic_config
-from .errors import ApiError, ErrorCode
+from common.errors import ErrorCode, KafkaError
 from .image import ConfigResource, MetadataImage, PartitionRegistration, ResourceType, TopicImage
 from .partitions import PartitionOutcome as Outcome, change, completed, live_brokers
 from .records import NO_LEADER, MetadataRecord
@@ -42,12 +42,12 @@ def alter(image: MetadataImage, plan: Sequence[Reassignment]) -> tuple[list[Meta
     for r in plan:
         try:
             if (r.topic, r.partition) in seen:
-                raise ApiError(ErrorCode.INVALID_REQUEST, f"{r.topic}-{r.partition} appears twice in the plan")
+                raise KafkaError(ErrorCode.INVALID_REQUEST, f"{r.topic}-{r.partition} appears twice in the plan")
             seen.add((r.topic, r.partition))
             t = image.topics_by_name.get(r.topic)
             p = t.partitions.get(r.partition) if t is not None else None
             if t is None or p is None:
-                raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"partition {r.topic}-{r.partition} does not exist")
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"partition {r.topic}-{r.partition} does not exist")
             if r.replicas is None:
                 rec = _cancel(t, r.partition, p, live)
             else:
@@ -55,7 +55,7 @@ def alter(image: MetadataImage, plan: Sequence[Reassignment]) -> tuple[list[Meta
             if rec is not None:
                 records.append(rec)
             outcomes.append(Outcome(r.topic, r.partition, ErrorCode.NONE))
-        except ApiError as e:
+        except KafkaError as e:
             outcomes.append(Outcome(r.topic, r.partition, e.code, e.message))
     if any(o.code != ErrorCode.NONE for o in outcomes):
         records = []
@@ -75,19 +75,19 @@ def _start(image: MetadataImage, t: TopicImage, pid: int, p: PartitionRegistrati
            live: set[int]) -> MetadataRecord | None:
     name = f"{t.name}-{pid}"
     if not target:
-        raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"the target replicas of {name} are empty")
+        raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"the target replicas of {name} are empty")
     if len(set(target)) != len(target):
-        raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"the target replicas {list(target)} of {name} "
+        raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"the target replicas {list(target)} of {name} "
                                                              f"repeat a broker")
     unknown = [b for b in target if b not in image.brokers]
     if unknown:
-        raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"the target replicas of {name} name brokers "
+        raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"the target replicas of {name} name brokers "
                                                              f"{unknown}, which are not registered")
     configs = dict(image.config(ConfigResource(ResourceType.TOPIC, t.name)))
     defaults = dict(image.config(ConfigResource(ResourceType.BROKER, "")))
     min_isr = int(topic_config(configs, "min.insync.replicas", defaults))
     if len(target) < min_isr:
-        raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
+        raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
                        f"{len(target)} target replicas for {name} are fewer than its min.insync.replicas "
                        f"({min_isr}): acks=all writes would fail")
     original = _original(p)
@@ -107,11 +107,11 @@ def _start(image: MetadataImage, t: TopicImage, pid: int, p: PartitionRegistrati
 def _cancel(t: TopicImage, pid: int, p: PartitionRegistration, live: set[int]) -> MetadataRecord | None:
     """Back to the original replicas; those being added leave."""
     if not p.reassigning:
-        raise ApiError(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, f"no reassignment of {t.name}-{pid} is in progress")
+        raise KafkaError(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, f"no reassignment of {t.name}-{pid} is in progress")
     original = _original(p)
     isr = tuple(r for r in original if r in p.isr)
     if not isr:
-        raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+        raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                        f"cannot cancel the reassignment of {t.name}-{pid}: none of its original replicas "
                        f"{list(original)} is in sync; let it complete, or reassign it again")
     leader = p.leader if p.leader in original else next((r for r in isr if r in live), NO_LEADER)

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from .errors import ApiError, ErrorCode
+from common.errors import ErrorCode, KafkaError
 from .records import MetadataRecord, remove_user_scram_credential, user_scram_credential
 
 #: Kafka's bounds on a credential's iteration count (ScramMechanism.minIterations/maxIterations).
@@ -47,11 +47,11 @@ class ScramMechanism(IntEnum):
 
     @classmethod
     def named(cls, name: str) -> ScramMechanism:
-        """The mechanism of ``SCRAM-SHA-512``; ApiError UNSUPPORTED_SASL_MECHANISM otherwise."""
+        """The mechanism of ``SCRAM-SHA-512``; KafkaError UNSUPPORTED_SASL_MECHANISM otherwise."""
         try:
             return cls[name.strip().upper().replace("-", "_")]
         except KeyError:
-            raise ApiError(ErrorCode.UNSUPPORTED_SASL_MECHANISM, f"Unknown SCRAM mechanism {name!r}: use "
+            raise KafkaError(ErrorCode.UNSUPPORTED_SASL_MECHANISM, f"Unknown SCRAM mechanism {name!r}: use "
                            f"{' or '.join(m.mechanism_name for m in cls)}") from None
 
 
@@ -87,7 +87,7 @@ class ScramUserResult:
     """The outcome for one user; ``credentials`` (mechanism, iterations) when described."""
 
     user: str
-    error: ApiError | None = None
+    error: KafkaError | None = None
     credentials: tuple[tuple[ScramMechanism, int], ...] = ()
 
 
@@ -151,19 +151,19 @@ def _check_mechanism(value: int) -> ScramMechanism:
     try:
         return ScramMechanism(value)
     except ValueError:
-        raise ApiError(ErrorCode.UNSUPPORTED_SASL_MECHANISM, f"Unknown SCRAM mechanism {value}") from None
+        raise KafkaError(ErrorCode.UNSUPPORTED_SASL_MECHANISM, f"Unknown SCRAM mechanism {value}") from None
 
 
 def _checked_upsertion(u: ScramUpsertion) -> tuple[ScramMechanism, ScramCredential]:
     mechanism = _check_mechanism(u.mechanism)
     if u.iterations < MIN_ITERATIONS:
-        raise ApiError(ErrorCode.UNACCEPTABLE_CREDENTIAL, f"Too few iterations ({u.iterations}): at least "
+        raise KafkaError(ErrorCode.UNACCEPTABLE_CREDENTIAL, f"Too few iterations ({u.iterations}): at least "
                        f"{MIN_ITERATIONS}")
     if u.iterations > MAX_ITERATIONS:
-        raise ApiError(ErrorCode.UNACCEPTABLE_CREDENTIAL, f"Too many iterations ({u.iterations}): at most "
+        raise KafkaError(ErrorCode.UNACCEPTABLE_CREDENTIAL, f"Too many iterations ({u.iterations}): at most "
                        f"{MAX_ITERATIONS}")
     if not u.salt or not u.salted_password:
-        raise ApiError(ErrorCode.UNACCEPTABLE_CREDENTIAL, "A credential needs a salt and a salted password")
+        raise KafkaError(ErrorCode.UNACCEPTABLE_CREDENTIAL, "A credential needs a salt and a salted password")
     return mechanism, credential(mechanism, u.salt, u.salted_password, u.iterations)
 
 
@@ -181,16 +181,16 @@ def alter_credentials(current: Credentials, deletions: Sequence[ScramDeletion],
     for user in users:
         try:
             if not user:
-                raise ApiError(ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
+                raise KafkaError(ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
             if user in twice:
-                raise ApiError(ErrorCode.DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the "
+                raise KafkaError(ErrorCode.DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the "
                                                              "same request")
             mine: list[MetadataRecord] = []
             for d in deletions:
                 if d.user == user:
                     mechanism = _check_mechanism(d.mechanism)
                     if mechanism not in current.get(user, {}):
-                        raise ApiError(ErrorCode.RESOURCE_NOT_FOUND, "Attempt to delete a user credential that "
+                        raise KafkaError(ErrorCode.RESOURCE_NOT_FOUND, "Attempt to delete a user credential that "
                                                                      "does not exist")
                     mine.append(remove_user_scram_credential(user, mechanism))
             for u in upsertions:
@@ -199,7 +199,7 @@ def alter_credentials(current: Credentials, deletions: Sequence[ScramDeletion],
                     mine.append(user_scram_credential(user, mechanism, cred))
             records += mine
             results.append(ScramUserResult(user))
-        except ApiError as e:
+        except KafkaError as e:
             results.append(ScramUserResult(user, e))
     return records, results
 
@@ -212,10 +212,10 @@ def describe_credentials(current: Credentials, users: Sequence[str] | None) -> l
     out = []
     for user in dict.fromkeys(users):
         if counts[user] > 1:
-            out.append(ScramUserResult(user, ApiError(ErrorCode.DUPLICATE_RESOURCE, "Cannot describe SCRAM "
+            out.append(ScramUserResult(user, KafkaError(ErrorCode.DUPLICATE_RESOURCE, "Cannot describe SCRAM "
                                                       "credentials for the same user twice in a single request")))
         elif user not in current:
-            out.append(ScramUserResult(user, ApiError(ErrorCode.RESOURCE_NOT_FOUND, "Attempt to describe a user "
+            out.append(ScramUserResult(user, KafkaError(ErrorCode.RESOURCE_NOT_FOUND, "Attempt to describe a user "
                                                       "credential that does not exist")))
         else:
             out.append(ScramUserResult(user, credentials=_infos(current[user])))

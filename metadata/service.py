@@ -24,7 +24,7 @@ from . import codec
 from .acls import AclOperation
 from .authorizer import Access, StandardAuthorizer
 from .controller import NotController, QuorumController
-from .errors import ApiError, ErrorCode
+from common.errors import ErrorCode, KafkaError
 from .operations import ControllerOperations
 from .principal import FORWARDED_HOST, FORWARDED_PRINCIPAL, PrincipalMapper, Session, caller
 
@@ -55,7 +55,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         # allow.everyone.if.no.acl.found and no cluster ACL, anyone would pass CLUSTER_ACTION and
         # could forward as a super user.
         if not direct.cluster(O.CLUSTER_ACTION, explicit=True):
-            raise ApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, f"Cluster authorization failed: "
+            raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, f"Cluster authorization failed: "
                            f"{session.principal} may not forward requests for other principals (that takes "
                            "CLUSTER_ACTION on the cluster, granted by an ACL or super.users)")
         host = sent.get(FORWARDED_HOST, b"")
@@ -75,7 +75,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         except NotController as e:
             return response_type(status=codec.status(ErrorCode.NOT_CONTROLLER, str(e), e.controller_id or -1,
                                                      e.endpoint or ""))
-        except ApiError as e:
+        except KafkaError as e:
             return response_type(status=codec.status(e.code, e.message))
         except RaftError as e:
             return response_type(status=codec.status(ErrorCode.REQUEST_TIMED_OUT, str(e)))

@@ -9,8 +9,9 @@ from collections import Counter
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
+from common.errors import ErrorCode, KafkaError
+
 from .configs import BROKER_CONFIGS, TOPIC_CONFIGS, validate
-from .errors import ApiError, ErrorCode
 from .image import ConfigResource, MetadataImage, ResourceType, TopicImage
 from .placement import BrokerLoad, UsableBroker, place_replicas, validate_assignment
 from .records import MetadataRecord, config, partition, remove_topic, topic
@@ -27,7 +28,7 @@ MAX_RECORDS_PER_USER_OP = 10_000
 def check_request_size(count: int, what: str) -> None:
     """POLICY_VIOLATION, as Kafka answers, when one request asks for too much at once."""
     if count > MAX_RECORDS_PER_USER_OP:
-        raise ApiError(ErrorCode.POLICY_VIOLATION,
+        raise KafkaError(ErrorCode.POLICY_VIOLATION,
                        f"Excessively large number of {what} per request: {count}, at most "
                        f"{MAX_RECORDS_PER_USER_OP}; split it into several requests.")
 
@@ -45,15 +46,15 @@ class NewTopic:
 class ItemResult:
     name: str
     topic_id: uuid.UUID | None = None
-    error: ApiError | None = None
+    error: KafkaError | None = None
     partitions: int = 0
     replication_factor: int = 0
 
 
 def validate_name(name: str) -> None:
     """Kafka's topic name rules (``org.apache.kafka.common.internals.Topic``)."""
-    def bad(msg: str) -> ApiError:
-        return ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, msg)
+    def bad(msg: str) -> KafkaError:
+        return KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, msg)
     if not name:
         raise bad("Topic name is illegal, it can't be empty")
     if name in (".", ".."):
@@ -92,18 +93,18 @@ def create_topics(image: MetadataImage, topics: list[NewTopic], *, default_parti
         try:
             validate_name(t.name)
             if seen[t.name] > 1:
-                raise ApiError(ErrorCode.INVALID_REQUEST, f"Topic '{t.name}' appears more than once in the request.")
+                raise KafkaError(ErrorCode.INVALID_REQUEST, f"Topic '{t.name}' appears more than once in the request.")
             if t.name in image.topics_by_name:
-                raise ApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{t.name}' already exists.")
+                raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{t.name}' already exists.")
             if _collision_key(t.name) in folded:
-                raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                                f"Topic '{t.name}' collides with an existing topic: '.' and '_' "
                                f"are interchangeable in metric names")
             for key, value in t.configs.items():
                 validate("topic", key, value)
             if t.assignment:
                 if t.partitions not in (-1, len(t.assignment)) or t.replication_factor != -1:
-                    raise ApiError(ErrorCode.INVALID_REQUEST, "Give either an assignment or partitions and "
+                    raise KafkaError(ErrorCode.INVALID_REQUEST, "Give either an assignment or partitions and "
                                                               "a replication factor, not both.")
                 rf = validate_assignment(t.assignment, registered)
                 placed = [tuple(t.assignment[p]) for p in sorted(t.assignment)]
@@ -112,7 +113,7 @@ def create_topics(image: MetadataImage, topics: list[NewTopic], *, default_parti
                 rf = default_replication if t.replication_factor == -1 else t.replication_factor
                 placed = place_replicas(brokers, n, rf, start=start + k,
                                         load=BrokerLoad(leaders, replicas))
-        except ApiError as e:
+        except KafkaError as e:
             res.error = e
             continue
         tid = uuid.uuid4()
@@ -132,7 +133,7 @@ def find_topic(image: MetadataImage, name: str | None, topic_id: uuid.UUID | Non
     t = image.topics_by_name.get(name) if name else image.topics_by_id.get(topic_id) if topic_id else None
     if t is None:
         what = name or topic_id or "no name or id was given"
-        raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"This server does not host this topic: {what}")
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"This server does not host this topic: {what}")
     return t
 
 
@@ -144,7 +145,7 @@ def delete_topics(image: MetadataImage, names: list[str], ids: list[uuid.UUID]
         results.append(res)
         try:
             t = find_topic(image, name, tid)
-        except ApiError as e:
+        except KafkaError as e:
             res.error = e
             continue
         res.name, res.topic_id = t.name, t.id
@@ -163,14 +164,14 @@ def create_partitions(image: MetadataImage, name: str, count: int, assignment: l
         res.topic_id = t.id
         current = len(t.partitions)
         if count < current:
-            raise ApiError(ErrorCode.INVALID_PARTITIONS,
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS,
                            f"Topic currently has {current} partitions, which is higher than the requested {count}.")
         if count == current:
-            raise ApiError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partitions.")
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partitions.")
         rf = len(t.partitions[0].replicas)
         if assignment:
             if len(assignment) != count - current:
-                raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                                f"Increasing the number of partitions by {count - current} but "
                                f"{len(assignment)} assignments provided.")
             validate_assignment({current + k: a for k, a in enumerate(assignment)}, set(image.brokers),
@@ -178,7 +179,7 @@ def create_partitions(image: MetadataImage, name: str, count: int, assignment: l
             placed = [tuple(a) for a in assignment]
         else:
             placed = place_replicas(usable_brokers(image), count - current, rf, start=start, load=load)
-    except ApiError as e:
+    except KafkaError as e:
         res.error = e
         return [], res
     res.partitions, res.replication_factor = count, rf
@@ -200,11 +201,11 @@ def alter_configs(image: MetadataImage, kind: ResourceType, name: str, ops: list
         label = "topic"
     elif kind == ResourceType.BROKER:
         if name and (not name.isdigit() or int(name) not in image.brokers):
-            raise ApiError(ErrorCode.INVALID_REQUEST, f"broker {name!r} is not registered (use '' for the "
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"broker {name!r} is not registered (use '' for the "
                                                       f"cluster-wide default)")
         label = "broker"
     else:
-        raise ApiError(ErrorCode.INVALID_REQUEST, f"unsupported resource type {kind}")
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"unsupported resource type {kind}")
     records = []
     for op in ops:
         if op.delete:

@@ -22,7 +22,7 @@ from kraft.cli import main as kraft
 from metadata.acls import AclOperation, AclPermissionType, AclResourceType, PatternType
 from metadata.authorizer import StandardAuthorizer
 from metadata.client import ControllerClient
-from metadata.errors import ErrorCode
+from common.errors import ErrorCode
 from metadata.image import AclsImage
 from metadata.principal import ANONYMOUS, FORWARDED_HOST, FORWARDED_PRINCIPAL, PrincipalMapper, Session
 from metadata.server import RaftAccess

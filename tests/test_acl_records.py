@@ -16,7 +16,7 @@ from metadata.acls import (AclBindingFilter, AclOperation, AclPermissionType, Ac
                            ResourcePattern, StandardAcl, acl_filter, create_acls, delete_acls, matching, new_acl)
 from metadata.delta import MetadataDelta
 from metadata.dump_log import dump_log
-from metadata.errors import ApiError, ErrorCode
+from common.errors import ErrorCode, KafkaError
 from metadata.image import MetadataImage
 from metadata.records import RecordError
 from metadata.shell.main import main as shell
@@ -105,7 +105,7 @@ def test_snapshots_hold_the_acls_last_by_id() -> None:
 
 def test_create_is_idempotent_and_refusals_are_per_entry() -> None:
     image = image_with(SOME[:1])
-    bad = ApiError(ErrorCode.INVALID_REQUEST, "unknown operation 99")
+    bad = KafkaError(ErrorCode.INVALID_REQUEST, "unknown operation 99")
     records, results = create_acls(image.acls, [SOME[0], SOME[1], SOME[1], bad])
     assert results == [None, None, None, bad]
     assert len(records) == 1 and records[0].access_control_entry.principal == "User:bob"
@@ -115,10 +115,10 @@ def test_create_is_idempotent_and_refusals_are_per_entry() -> None:
 def test_delete_matches_filters_and_is_bounded() -> None:
     image = image_with(SOME)
     everything = AclBindingFilter()
-    records, results = delete_acls(image.acls, [everything, ApiError(ErrorCode.INVALID_REQUEST, "x")], 100)
+    records, results = delete_acls(image.acls, [everything, KafkaError(ErrorCode.INVALID_REQUEST, "x")], 100)
     assert len(records) == len(SOME) and sorted(results[0]) == sorted(SOME)
-    assert isinstance(results[1], ApiError)
-    with pytest.raises(ApiError) as refused:
+    assert isinstance(results[1], KafkaError)
+    with pytest.raises(KafkaError) as refused:
         delete_acls(image.acls, [everything], 5)
     assert refused.value.code == ErrorCode.POLICY_VIOLATION
 
@@ -157,7 +157,7 @@ def test_filters_match_as_kafka_filters_do() -> None:
     ((2, "t" * 40_000, 3, "User:a", "*", 3, 3), "at most 32767"),
 ])
 def test_bad_acls_are_refused_in_one_line(args: tuple, message: str) -> None:
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(KafkaError) as refused:
         new_acl(*args)
     assert refused.value.code == ErrorCode.INVALID_REQUEST
     assert message in refused.value.message and "\n" not in refused.value.message
@@ -165,9 +165,9 @@ def test_bad_acls_are_refused_in_one_line(args: tuple, message: str) -> None:
 
 def test_acls_are_normalized_and_filters_checked() -> None:
     assert new_acl(2, "t", 3, "User:a", "::0001", 3, 3).host == "::1"
-    with pytest.raises(ApiError, match="UNKNOWN"):
+    with pytest.raises(KafkaError, match="UNKNOWN"):
         acl_filter(0, None, 1, None, None, 1, 1)
-    with pytest.raises(ApiError, match="unknown operation 42"):
+    with pytest.raises(KafkaError, match="unknown operation 42"):
         acl_filter(1, None, 1, None, None, 42, 1)
     assert acl_filter(1, None, 1, None, "*", 1, 1).host == "*"
 

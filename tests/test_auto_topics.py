@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from brokerd.auto_topics import AutoCreateConfig, TopicAutoCreator
-from clients.errors import ErrorCode
+from common.errors import ErrorCode
 from metadata.acls import CLUSTER_NAME, AclOperation, AclResourceType
 from metadata.authorizer import Access
 from metadata.client import QuorumUnreachable

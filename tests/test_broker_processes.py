@@ -12,8 +12,8 @@ import time
 import grpc
 import pytest
 
-from clients import BrokerResponseError, Consumer, KafkaTimeoutError, Producer
-from clients.errors import ErrorCode
+from clients import Consumer, KafkaTimeoutError, Producer
+from common.errors import ErrorCode, KafkaError
 from clients.compression import Codec
 from clients.records import batch_crc, batches, build_batch
 from protos import broker_pb2 as bpb
@@ -216,10 +216,10 @@ def test_bad_input_gets_clear_errors(cluster):
             assert str(e.value) in ("Partition 4 of topic small with partition count 1 is not present in metadata "
                                     "after 700 ms.", "Topic small not present in metadata after 700 ms.")
         async with Producer(cluster.bootstrap_servers, retries=0) as p:
-            with pytest.raises(BrokerResponseError) as e:
+            with pytest.raises(KafkaError) as e:
                 await (await p.send("small", b"z" * 2500))
             assert e.value.code == ErrorCode.RECORD_TOO_LARGE
-            with pytest.raises(BrokerResponseError) as e:
+            with pytest.raises(KafkaError) as e:
                 await (await p.send("needs2", b"x"))
             assert e.value.code == ErrorCode.NOT_ENOUGH_REPLICAS
         assert all(cluster.procs[b].poll() is None for b in cluster.ids)
@@ -640,7 +640,7 @@ def test_compaction_keeps_the_latest_value_of_every_key_on_every_replica(cluster
             return all(now[b] < before[b] / 10 for b in before)
         await eventually(compacted, 30, what="every replica of the compacted topic to shrink tenfold")
         async with Producer(cluster.bootstrap_servers) as p:
-            with pytest.raises(BrokerResponseError) as e:
+            with pytest.raises(KafkaError) as e:
                 await p.send_and_wait("compacted", b"no key")
             assert e.value.code == ErrorCode.INVALID_RECORD
 

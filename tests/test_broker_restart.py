@@ -26,13 +26,11 @@ from brokerd.partition import Partition
 from brokerd.partition_log import PartitionLog
 from clients import Consumer
 from clients import Producer as ClientProducer
-from clients.errors import BrokerError
-from clients.errors import ErrorCode as BrokerErrorCode
 from clients.records import build_batch
+from common.errors import ErrorCode, KafkaError
 from metadata import records as R
 from metadata.brokers import BrokerLifecycle, Heartbeat
 from metadata.delta import MetadataDelta
-from metadata.errors import ApiError, ErrorCode
 from metadata.image import MetadataImage, PartitionRegistration
 from metadata.records import NO_LEADER
 from protos import broker_pb2 as bpb
@@ -97,7 +95,7 @@ def test_a_registration_while_the_old_session_lives_is_refused_and_a_retry_is_an
     lifecycle = BrokerLifecycle(3.0, clock)
     image = _image()
     lifecycle.reset(image)
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(KafkaError) as refused:
         lifecycle.register(image, 1, uuid.uuid4(), "cluster", [], None, 20)
     assert refused.value.code == ErrorCode.DUPLICATE_BROKER_REGISTRATION
     # the same incarnation registering again (a retried request) writes nothing
@@ -454,8 +452,8 @@ def test_an_acks_all_write_whose_leadership_moved_during_the_append_is_answered_
         p.update(PartitionRegistration((1, 2), (1, 2), 1, 0, 0))
         info = await p.append_as_leader(build_batch([(None, b"v", 0, ())]), -1)
         p.update(PartitionRegistration((1, 2), (2,), 2, 1, 1))  # leadership moved meanwhile
-        with pytest.raises(BrokerError) as refused:
+        with pytest.raises(KafkaError) as refused:
             await asyncio.wait_for(p.wait_for_replication(info.last_offset + 1, 30), 2)
-        assert refused.value.code == BrokerErrorCode.NOT_LEADER_OR_FOLLOWER
+        assert refused.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
         await store.close()
     asyncio.run(go())

@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from brokerd.config import LogConfig
-from clients.errors import BrokerError, ErrorCode
+from common.errors import ErrorCode, KafkaError
 from brokerd.fetch import fetch
 from brokerd.requests import FetchPartition, FetchRequest, FetchTopic
 from brokerd.leader_epochs import UNDEFINED_EPOCH, LeaderEpochCache
@@ -74,7 +74,7 @@ def test_batch_round_trip_and_validation():
     r = next(records_of(null, "t", 0))
     assert r.key is None and r.value is None
 
-    with pytest.raises(BrokerError) as e:
+    with pytest.raises(KafkaError) as e:
         validate_batch(_batch(1, 5000), "t-0", 1000)
     assert e.value.code == ErrorCode.RECORD_TOO_LARGE
     assert e.value.message.startswith("The record batch size in the append to t-0 is ") and \
@@ -82,13 +82,13 @@ def test_batch_round_trip_and_validation():
 
     bad = _batch(2)
     bad.crc ^= 1
-    with pytest.raises(BrokerError) as e:
+    with pytest.raises(KafkaError) as e:
         validate_batch(bad, "t-0", 1048588)
     assert e.value.code == ErrorCode.CORRUPT_MESSAGE and "Record is corrupt (stored crc = " in e.value.message
 
     lying = _batch(2)
     lying.record_count, lying.last_offset_delta = 3, 2
-    with pytest.raises(BrokerError) as e:
+    with pytest.raises(KafkaError) as e:
         validate_batch(lying, "t-0", 1048588)
     assert e.value.code in (ErrorCode.INVALID_RECORD, ErrorCode.CORRUPT_MESSAGE)
 
@@ -96,7 +96,7 @@ def test_batch_round_trip_and_validation():
     garbage.records = b"\xff\xff\xff"
     from clients.records import batch_crc
     garbage.crc = batch_crc(garbage)
-    with pytest.raises(BrokerError) as e:
+    with pytest.raises(KafkaError) as e:
         validate_batch(garbage, "t-0", 1048588)
     assert e.value.code == ErrorCode.CORRUPT_MESSAGE
 
@@ -205,7 +205,7 @@ class _OneReplica:
 
     def partition(self, topic, index, topic_id=b""):
         if (topic or self.p.topic, index) != (self.p.topic, self.p.index):
-            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         return self.p
 
     def follower_fetched(self, p, replica, offset):
@@ -263,18 +263,18 @@ def test_acks_all_waits_for_the_isr_and_min_isr_is_checked_first(tmp_path):
         assert not waiter.done()
         p.update_follower(2, info.last_offset + 1)  # the follower fetched past the batch
         await asyncio.wait_for(waiter, 1)
-        with pytest.raises(BrokerError) as e:
+        with pytest.raises(KafkaError) as e:
             await p.wait_for_replication(p.log.log_end_offset + 5, 0.05)
         assert e.value.code == ErrorCode.REQUEST_TIMED_OUT
         p.update(PartitionRegistration((1, 2), (1,), 1, 0, 1))  # the controller shrank the ISR
-        with pytest.raises(BrokerError) as e:
+        with pytest.raises(KafkaError) as e:
             await p.append_as_leader(_batch(1), -1)
         assert e.value.code == ErrorCode.NOT_ENOUGH_REPLICAS
         assert e.value.message == ("The size of the current ISR Set(1) is insufficient to satisfy the min.isr "
                                    "requirement of 2 for partition t-0")
         await p.append_as_leader(_batch(1), 1)  # acks=1 does not care
         p.update(PartitionRegistration((1, 2), (2,), 2, 1, 2))  # leadership moved away
-        with pytest.raises(BrokerError) as e:
+        with pytest.raises(KafkaError) as e:
             await p.append_as_leader(_batch(1), 1)
         assert e.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
         assert e.value.message == "Leader not local for partition t-0 on broker 1"
@@ -314,10 +314,10 @@ def test_garbled_records_are_corrupt_not_a_crash():
     from clients.records import decode_records, encode_records
     good = encode_records([(b"k", b"v" * 100, 5, [("h", b"x")]), (None, None, 6, [])], 5)
     for bad in (good[:-1], good + b"\x00", good[:10], b"\xff" * 12, b"\x02\x00\x00\x00\x7f"):
-        with pytest.raises(BrokerError) as e:
+        with pytest.raises(KafkaError) as e:
             decode_records(bad, 2, "t-0")
         assert e.value.code == ErrorCode.CORRUPT_MESSAGE
-    with pytest.raises(BrokerError):
+    with pytest.raises(KafkaError):
         decode_records(good, 3, "t-0")
 
 

@@ -14,8 +14,8 @@ from brokerd.log_cleaner import clean
 from brokerd.log_store import LogStore
 from brokerd.partition_log import PartitionLog
 from clients.compression import Codec
-from clients.errors import BrokerError, ErrorCode
 from clients.records import batches, build_batch, records_of, validate_batch
+from common.errors import ErrorCode, KafkaError
 
 COMPACT = LogConfig(cleanup_policy="compact", delete_retention_ms=60_000, min_cleanable_dirty_ratio=0.5)
 
@@ -113,7 +113,7 @@ def test_a_follower_copies_a_compacted_log_with_its_gaps(tmp_path):
 
 def test_a_compacted_topic_refuses_records_without_a_key():
     validate_batch(_batch([(b"k", b"v")], 1), "t-0", 1 << 20, require_keys=True)
-    with pytest.raises(BrokerError) as e:
+    with pytest.raises(KafkaError) as e:
         validate_batch(_batch([(b"k", b"v"), (None, b"v")], 1), "t-0", 1 << 20, require_keys=True)
     assert e.value.code == ErrorCode.INVALID_RECORD
     # Kafka's per-record errors (KIP-467): the second record, with its reason, and a summary

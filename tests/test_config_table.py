@@ -13,10 +13,10 @@ import pytest
 
 from common.config_def import ConfigError, ConfigKey, in_range
 from common.config_docs import START, table, with_table
+from common.errors import ErrorCode, KafkaError
 from common.server_keys import SERVER_KEYS
 from metadata.config import from_properties
 from metadata.configs import BROKER_CONFIGS, validate
-from metadata.errors import ApiError, ErrorCode
 from metadata.image import MetadataImage, ResourceType
 from metadata.records import config
 from metadata.topics import ConfigOp, alter_configs, describe_configs
@@ -112,11 +112,11 @@ def test_a_bad_value_is_one_line_naming_the_key(key: str, value: str, problem: s
 def test_kraft_configs_checks_the_dynamic_keys_by_the_same_rules():
     assert BROKER_CONFIGS == SERVER_KEYS.dynamic()
     assert {"log.retention.ms", "min.insync.replicas", "replica.lag.time.max.ms"} <= set(BROKER_CONFIGS)
-    with pytest.raises(ApiError) as e:
+    with pytest.raises(KafkaError) as e:
         validate("broker", "log.cleanup.policy", "shred")
     assert e.value.code == ErrorCode.INVALID_CONFIG
     assert "Invalid value shred for configuration log.cleanup.policy" in e.value.message
-    with pytest.raises(ApiError, match="Unknown broker config name: node.id"):
+    with pytest.raises(KafkaError, match="Unknown broker config name: node.id"):
         validate("broker", "node.id", "3")  # a static key: not settable while the cluster runs
     validate("broker", "log.retention.ms", "-1")
 
@@ -131,7 +131,7 @@ def test_a_dynamic_key_without_a_default_is_deleted_and_described(monkeypatch: p
     assert alter_configs(image, ResourceType.BROKER, "", [ConfigOp(key.name, delete=True)]) == [
         config(ResourceType.BROKER, "", key.name, None)]
     assert (key.name, None, True) in describe_configs(image, ResourceType.BROKER, "")
-    with pytest.raises(ApiError, match="Invalid value -1 for configuration test.quota.bytes"):
+    with pytest.raises(KafkaError, match="Invalid value -1 for configuration test.quota.bytes"):
         alter_configs(image, ResourceType.BROKER, "", [ConfigOp(key.name, delete=False, value="-1")])
 
 

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from clients import Consumer, Producer
-from clients.errors import ErrorCode
+from common.errors import ErrorCode
 from protos import broker_pb2 as bpb
 from tests.brokercluster import REPO, BrokerCluster, _stub, running_cluster
 from tests.eventually import eventually

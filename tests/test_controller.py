@@ -6,7 +6,7 @@ import uuid
 
 import grpc
 
-from metadata.errors import ErrorCode as E
+from common.errors import ErrorCode as E
 from protos import controller_pb2 as pb
 from protos import controller_pb2_grpc
 from tests.controllers import InProcessQuorum, TestBroker, start_brokers

@@ -11,8 +11,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from metadata.client import RPCS, SAFE_TO_REPEAT, ControllerClient, ControllerError, Rpc
-from metadata.errors import ErrorCode
+from common.errors import ErrorCode, KafkaError
+from metadata.client import RPCS, SAFE_TO_REPEAT, ControllerClient, Rpc
 from protos import controller_pb2 as pb
 from protos import controller_pb2_grpc
 from tests.kvcluster import free_ports
@@ -77,11 +77,11 @@ def test_a_write_whose_outcome_is_unknown_is_sent_once_and_a_read_is_retried(han
         await server.start()
         try:
             async with ControllerClient(f"127.0.0.1:{port}", timeout=2.0, attempt_timeout=0.3) as c:
-                with pytest.raises(ControllerError) as e:
+                with pytest.raises(KafkaError) as e:
                     await c.create_topics(pb.CreateTopicsRequest(topics=[pb.CreatableTopic(name="mine")]))
                 assert e.value.code == ErrorCode.REQUEST_TIMED_OUT
                 assert fake.attempts["CreateTopics"] == 1  # not idempotent: never sent twice
-                with pytest.raises(ControllerError) as e:
+                with pytest.raises(KafkaError) as e:
                     await c.describe_topics(pb.DescribeTopicsRequest(names=["mine"]))
                 assert e.value.code == ErrorCode.REQUEST_TIMED_OUT
                 assert fake.attempts["DescribeTopics"] > 1  # idempotent: retried until the client's timeout

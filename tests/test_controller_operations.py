@@ -11,7 +11,7 @@ import pytest
 from metadata.acls import AclBindingFilter, AclOperation
 from metadata.authorizer import Access, StandardAuthorizer
 from metadata.brokers import Heartbeat
-from metadata.errors import ApiError, ErrorCode
+from common.errors import ErrorCode, KafkaError
 from metadata.operations import BrokerRegistrationRequest, ControllerOperations, Listener, NewPartitions
 from metadata.principal import Session
 from metadata.topics import NewTopic
@@ -64,10 +64,10 @@ def test_operations_without_grpc(tmp_path):
             assert block.error is None and block.length > 0
 
             # a refusal of the whole request is raised, before anything is written
-            with pytest.raises(ApiError) as e:
+            with pytest.raises(KafkaError) as e:
                 await ops.delete_topics(allowed, [], [None])
             assert e.value.code == ErrorCode.INVALID_REQUEST
-            with pytest.raises(ApiError) as e:
+            with pytest.raises(KafkaError) as e:
                 await ops.describe_acls(allowed, AclBindingFilter())
             assert e.value.code == ErrorCode.SECURITY_DISABLED
 
@@ -77,7 +77,7 @@ def test_operations_without_grpc(tmp_path):
             assert refused.error is not None and refused.error.code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
             assert "hers" not in server.sm.image.topics_by_name
             assert (await ops.describe_topics(deny, [])).topics == []  # a listing hides what she may not see
-            with pytest.raises(ApiError) as e:
+            with pytest.raises(KafkaError) as e:
                 await ops.describe_cluster(deny)
             assert e.value.code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
             assert not Access(StandardAuthorizer(lambda: server.sm.image.acls), ANYONE).cluster(AclOperation.ALTER)

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from metadata.client import ControllerClient, ControllerError, QuorumUnreachable
+from metadata.client import ControllerClient, QuorumUnreachable
+from common.errors import ErrorCode as E, KafkaError
 from kraft.dev_quorum import DevQuorum
-from metadata.errors import ErrorCode as E
 from protos import controller_pb2 as pb
 from tests.controllers import TestBroker
 from tests.kvcluster import REPO, consecutive_ports
@@ -111,7 +111,7 @@ def test_kill_9_of_the_active_controller_during_create_topics(quorum):
                 except QuorumUnreachable:
                     refused.add(name)  # every attempt was refused: nothing was written
                     continue
-                except ControllerError as e:
+                except KafkaError as e:
                     assert e.code == E.REQUEST_TIMED_OUT, e
                     unknown.add(name)  # the client says so, and does not retry a create
                     continue

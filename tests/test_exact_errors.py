@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from clients.errors import ErrorCode
+from common.errors import ErrorCode
 from protos import broker_pb2 as bpb
 from tests.brokercluster import BrokerCluster, _stub, running_cluster
 from tests.eventually import eventually

@@ -15,8 +15,9 @@ from brokerd.log_store import LogStore
 from brokerd.partition_log import PartitionLog
 from brokerd.producer_state import ProducerStateManager, last_sequence
 from clients.compression import Codec, CompressionError, compress, decompress
-from clients.errors import BrokerError, ErrorCode
-from clients.producer import ConfigException, Producer
+from common.errors import ErrorCode, KafkaError
+from clients.producer import Producer
+from common.config_def import ConfigError
 from clients.records import batch_crc, build_batch, records_of, recompress, set_producer, validate_batch
 
 PID = 4000
@@ -67,18 +68,18 @@ def test_a_sequence_gap_an_old_epoch_and_an_unknown_producer_are_refused(tmp_pat
     async def go():
         store, log = _log(tmp_path)
         await log.append_as_leader(_batch(PID, 0, 0), 0)
-        with pytest.raises(BrokerError) as e:
+        with pytest.raises(KafkaError) as e:
             await log.append_as_leader(_batch(PID, 0, 5), 0)  # 3 expected
         assert e.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
         assert "5 (incoming seq. number), 2 (current end sequence number)" in e.value.message
         await log.append_as_leader(_batch(PID, 1, 0), 0)  # a new epoch starts at 0
-        with pytest.raises(BrokerError) as e:
+        with pytest.raises(KafkaError) as e:
             await log.append_as_leader(_batch(PID, 0, 3), 0)
         assert e.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
-        with pytest.raises(BrokerError) as e:
+        with pytest.raises(KafkaError) as e:
             await log.append_as_leader(_batch(PID, 2, 7), 0)  # a new epoch must start at 0
         assert e.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
-        with pytest.raises(BrokerError) as e:
+        with pytest.raises(KafkaError) as e:
             await log.append_as_leader(_batch(PID + 1, 0, 9), 0)
         assert e.value.code == ErrorCode.UNKNOWN_PRODUCER_ID
         assert log.log_end_offset == 6  # nothing refused was written
@@ -92,7 +93,7 @@ def test_only_the_last_five_batches_are_remembered(tmp_path):
         for k in range(7):
             await log.append_as_leader(_batch(PID, 0, 3 * k), 0)
         assert (await log.append_as_leader(_batch(PID, 0, 6), 0)).duplicate  # the 3rd: still known
-        with pytest.raises(BrokerError) as e:
+        with pytest.raises(KafkaError) as e:
             await log.append_as_leader(_batch(PID, 0, 3), 0)  # the 2nd: forgotten, a gap now
         assert e.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
         await store.close()
@@ -146,7 +147,7 @@ def test_producers_expire_and_leave_with_retention(tmp_path):
         now = int(time.time() * 1000)
         assert log.expire_producers(now, 3_600_000) == []
         assert log.expire_producers(now + 3_600_000, 3_600_000) == [PID, PID + 1]
-        with pytest.raises(BrokerError) as e:
+        with pytest.raises(KafkaError) as e:
             await log.append_as_leader(_batch(PID, 0, 3), 0)
         assert e.value.code == ErrorCode.UNKNOWN_PRODUCER_ID
         await log.append_as_leader(_batch(PID + 2, 0, 0), 0)
@@ -189,12 +190,12 @@ def test_a_corrupt_compressed_batch_is_corrupt_message():
     b = build_batch([(None, v, 1, ()) for v in LINES], Codec.ZSTD)
     b.records = b.records[: len(b.records) // 2]
     b.crc = batch_crc(b)  # a well-meaning but broken producer: the CRC matches
-    with pytest.raises(BrokerError) as e:
+    with pytest.raises(KafkaError) as e:
         validate_batch(b, "t-0", 1 << 20)
     assert e.value.code == ErrorCode.CORRUPT_MESSAGE
     b.attributes = 6  # no such codec
     b.crc = batch_crc(b)
-    with pytest.raises(BrokerError) as e:
+    with pytest.raises(KafkaError) as e:
         validate_batch(b, "t-0", 1 << 20)
     assert e.value.code == ErrorCode.CORRUPT_MESSAGE and "unknown compression codec 6" in e.value.message
 
@@ -214,7 +215,7 @@ def test_the_message_size_limit_applies_to_the_compressed_batch():
     raw = sum(len(v) for v in LINES)
     b = build_batch(entries, Codec.GZIP)
     assert validate_batch(b, "t-0", raw // 2) > 0  # the plain batch would not fit
-    with pytest.raises(BrokerError) as e:
+    with pytest.raises(KafkaError) as e:
         validate_batch(build_batch(entries), "t-0", raw // 2)
     assert e.value.code == ErrorCode.RECORD_TOO_LARGE
 
@@ -229,9 +230,9 @@ def test_idempotence_is_on_by_default_and_conflicts_are_kafkas_config_errors():
                         ({"max_in_flight_requests_per_connection": 6},
                          "Must set max.in.flight.requests.per.connection to at most 5"),
                         ({"retries": 0}, "Must set retries to non-zero when using the idempotent producer")]:
-        with pytest.raises(ConfigException, match=message):
+        with pytest.raises(ConfigError, match=message):
             Producer("h:1", enable_idempotence=True, **kw)
-    with pytest.raises(ConfigException, match="compression.type"):
+    with pytest.raises(ConfigError, match="compression.type"):
         Producer("h:1", compression_type="brotli")
 
 
@@ -267,7 +268,7 @@ def _fake_leader(monkeypatch, tmp_path, answer):
                         continue
                     try:
                         info = await log.append_as_leader(p.batch, 0)
-                    except BrokerError as e:
+                    except KafkaError as e:
                         rt.partitions.add(partition=p.partition, error_code=int(e.code))
                         continue
                     if verdict == "lose":  # written, but the connection drops before the answer

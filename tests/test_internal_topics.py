@@ -9,12 +9,12 @@ import asyncio
 import time
 from collections.abc import Iterator
 
+import confluent_kafka
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from clients import Producer as OurProducer
-from clients.cluster_view import BrokerResponseError
-from clients.errors import MAX_MESSAGE_CHARS, ErrorCode
+from common.errors import MAX_MESSAGE_CHARS, ErrorCode, KafkaError
 from protos import broker_pb2 as bpb
 from tests.brokercluster import BrokerCluster, _stub, running_cluster
 
@@ -61,12 +61,12 @@ def test_clients_cannot_write_internal_topics_and_the_group_coordinator_still_do
     errors: list = []
     p.produce("__consumer_offsets", b"forged", b"billing", on_delivery=lambda err, _: errors.append(err))
     assert p.flush(30) == 0
-    assert [e.code() if e else "written" for e in errors] == [KafkaError.TOPIC_EXCEPTION]
+    assert [e.code() if e else "written" for e in errors] == [confluent_kafka.KafkaError.TOPIC_EXCEPTION]
 
     # ours, on gRPC; and a raw request to the internal topic that does not exist here
-    async def ours() -> tuple[BrokerResponseError, bpb.ProducePartitionResponse]:
+    async def ours() -> tuple[KafkaError, bpb.ProducePartitionResponse]:
         async with OurProducer(cluster.bootstrap_servers, retries=0) as op:
-            with pytest.raises(BrokerResponseError) as refused:
+            with pytest.raises(KafkaError) as refused:
                 await op.send_and_wait("__consumer_offsets", b"forged", key=b"billing")
         async with _stub(cluster.address(cluster.ids[0])) as stub:
             r = await stub.Produce(bpb.ProduceRequest(acks=-1, topics=[bpb.ProduceTopicData(

@@ -19,7 +19,7 @@ import pytest
 from brokerd.kafka import apis as A
 from brokerd.kafka.batches import to_wire
 from brokerd.kafka.codec import UnknownField, build, frame_request, read_response, request_schema, response_schema
-from clients.errors import ErrorCode as E
+from common.errors import ErrorCode as E
 from clients.records import build_batch
 from metadata.authorizer import STANDARD_AUTHORIZER
 from tests.brokercluster import BrokerCluster, running_cluster

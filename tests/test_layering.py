@@ -3,15 +3,15 @@ top-level packages points down, and no two modules import each other at load tim
 
     kraft      composes processes and tools          -> brokerd, clients, metadata, raft, protos, common
     brokerd    the brokers                           -> clients, metadata, raft, protos, common
-    metadata   the controller quorum and its tools   -> clients (error codes), raft, protos, common
+    metadata   the controller quorum and its tools   -> clients, raft, protos, common
     clients    producer, consumer, console tools     -> protos (and the record format it owns), raft
                                                         (the leader-finding client), common
     raft       the embeddable Raft library           -> common (its wire is raft/proto; its
                                                         example service raft/examples/kv)
-    common     the floor: properties, TLS settings   -> nothing of the project, and only the
-               and dialling, host:port lists, the       standard library and grpcio (prometheus-
-               configuration table, metrics             client in common.metrics alone), since
-                                                        the Raft library's base install uses it
+    common     the floor: error codes, properties,   -> nothing of the project, and only the
+               TLS settings and dialling, host:port     standard library and grpcio (prometheus-
+               lists, the configuration table,          client in common.metrics alone), since
+               metrics                                  the Raft library's base install uses it
     bench      benchmarks (not installed)            -> anything above, never tests
 
 Raft imports the floor rather than keeping TLS settings of its own: one home for TLSConfig

@@ -51,7 +51,7 @@ def test_every_server_entry_point_installs_it():
     import inspect
 
     import brokerd.main
-    import kraft.cli
+    import kraft.cli.servers
     import raft.examples.kv.cli
-    for module in (kraft.cli, brokerd.main, raft.examples.kv.cli):
+    for module in (kraft.cli.servers, brokerd.main, raft.examples.kv.cli):
         assert "grpc_errors_in_one_line()" in inspect.getsource(module), module.__name__

@@ -24,7 +24,7 @@ from tests.terminal import spawn_on_terminal
 
 from metadata.client import ControllerClient
 from kraft.dev_quorum import DevQuorum
-from metadata.errors import ErrorCode
+from common.errors import ErrorCode
 from metadata.shell.commands import Shell
 from metadata.shell.live import LiveSource
 from metadata.shell.main import main

@@ -9,7 +9,7 @@ import pytest
 
 from metadata import records as R
 from metadata.delta import MetadataDelta
-from metadata.errors import ApiError, ErrorCode
+from common.errors import ErrorCode, KafkaError
 from metadata.image import MetadataImage
 from metadata.placement import (BrokerLoad, UsableBroker, place_replicas, rack_alternated,
                                 validate_assignment)
@@ -117,7 +117,7 @@ def test_mixed_racks_count_no_rack_as_a_rack() -> None:
 ])
 def test_placement_errors_carry_kafka_codes(parts: int, rf: int, n: int, code: ErrorCode,
                                             message: str) -> None:
-    with pytest.raises(ApiError) as e:
+    with pytest.raises(KafkaError) as e:
         place_replicas(brokers({b: None for b in range(n)}), parts, rf)
     assert e.value.code == code and message in e.value.message
     assert (ErrorCode.INVALID_PARTITIONS, ErrorCode.INVALID_REPLICATION_FACTOR) == (37, 38)
@@ -140,7 +140,7 @@ def test_explicit_assignment_is_validated() -> None:
         ({0: []}, {}, "empty replica list for partition 0"),
     ]
     for assignment, kw, message in cases:
-        with pytest.raises(ApiError) as e:
+        with pytest.raises(KafkaError) as e:
             validate_assignment(assignment, known, **kw)
         assert e.value.code == ErrorCode.INVALID_REPLICA_ASSIGNMENT == 39
         assert message in e.value.message, e.value.message

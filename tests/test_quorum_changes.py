@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from common.errors import ErrorCode, KafkaError
 from kraft.dev_quorum import DevQuorum
-from metadata.client import ControllerClient, ControllerError
-from metadata.errors import ErrorCode
+from metadata.client import ControllerClient
 from metadata.image import Endpoint
 from protos import controller_pb2 as pb
 from raft.proto import raft_pb2 as rpb
@@ -161,7 +161,7 @@ def test_a_static_quorum_refuses_changes(tmp_path):
                                         listeners=[pb.Endpoint(name="CONTROLLER", host="127.0.0.1", port=1)])),
                                     (ControllerClient.remove_raft_voter, pb.RemoveRaftVoterRequest(
                                         voter_id=3, voter_directory_id="AAAAAAAAAAAAAAAAAAAAAA"))]:
-                    with pytest.raises(ControllerError) as e:
+                    with pytest.raises(KafkaError) as e:
                         await c.send(method, req)
                     assert e.value.code == ErrorCode.UNSUPPORTED_VERSION and "static" in e.value.message
                 after = await c.describe_quorum(pb.DescribeQuorumRequest())
@@ -208,8 +208,8 @@ def test_a_learner_left_behind_by_add_controller_is_said_so_and_remove_controlle
     node id and directory id; nothing else would."""
     from types import SimpleNamespace
 
+    from common.errors import KafkaError
     from metadata import quorum
-    from metadata.errors import ApiError
     from raft.config import Voter, new_directory_id
     from raft.messages import ConfChangeType
     from raft.node import RaftNode
@@ -241,7 +241,7 @@ def test_a_learner_left_behind_by_add_controller_is_said_so_and_remove_controlle
                 return index
             leader._change = then_it_dies  # type: ignore[method-assign]
             add = quorum.AddVoter(leader.cluster_id, 2, joining, (Endpoint("CONTROLLER", "mem", 2),), timeout_ms=1000)
-            with pytest.raises(ApiError) as e:
+            with pytest.raises(KafkaError) as e:
                 await quorum.add_voter(controller, add, "CONTROLLER")  # type: ignore[arg-type]
             assert e.value.code == ErrorCode.REQUEST_TIMED_OUT and "nothing was changed" not in e.value.message
             assert e.value.message.startswith("adding controller 2: node 2 did not catch up within "), e.value.message
@@ -249,7 +249,7 @@ def test_a_learner_left_behind_by_add_controller_is_said_so_and_remove_controlle
                 f"; controller 2 was added as a learner and is one still: run add-controller again once it is caught "
                 f"up, or remove it with remove-controller --controller-id 2 --controller-directory-id {joining}")
             assert leader.membership.learners == {2}
-            with pytest.raises(ApiError) as e:
+            with pytest.raises(KafkaError) as e:
                 await quorum.remove_voter(controller, quorum.RemoveVoter("", 2, first))  # type: ignore[arg-type]
             assert e.value.code == ErrorCode.VOTER_NOT_FOUND and e.value.message.endswith(
                 f"(and the learners 2 (directory id {joining})); nothing was changed")
@@ -450,7 +450,7 @@ def test_replace_a_killed_controller_while_producers_and_topic_creation_run(tmp_
                         try:
                             r = await client.create_topics(pb.CreateTopicsRequest(topics=[pb.CreatableTopic(
                                 name=name, num_partitions=1, replication_factor=3)]))
-                        except ControllerError as e:  # the outcome is unknown: not counted as created
+                        except KafkaError as e:  # the outcome is unknown: not counted as created
                             assert e.code == ErrorCode.REQUEST_TIMED_OUT, e
                             continue
                         assert r.topics[0].error_code == 0, r.topics[0].error_message

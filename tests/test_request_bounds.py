@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from metadata.client import ControllerClient, ControllerError, Rpc
+from metadata.client import ControllerClient, Rpc
+from common.errors import ErrorCode as E, KafkaError
 from kraft.dev_quorum import DevQuorum
-from metadata.errors import ErrorCode as E
 from metadata.loop_stall import LoopStallProbe
 from metadata.topics import MAX_RECORDS_PER_USER_OP
 from protos import controller_pb2 as pb
@@ -21,7 +21,7 @@ from tests.test_controller import create, describe, topic
 async def refused(c: ControllerClient, rpc: Rpc, request) -> str:
     """The one-line POLICY_VIOLATION a request gets, answered at once."""
     started = time.monotonic()
-    with pytest.raises(ControllerError) as e:
+    with pytest.raises(KafkaError) as e:
         await c.send(rpc, request, timeout=5)
     assert e.value.code == E.POLICY_VIOLATION, e.value
     assert time.monotonic() - started < 2

@@ -19,7 +19,7 @@ from metadata.acls import CLUSTER_NAME, AclOperation, AclPermissionType, AclReso
 from metadata.authorizer import Access, StandardAuthorizer
 from metadata.config import from_properties
 from metadata.delta import MetadataDelta
-from metadata.errors import ApiError, ErrorCode
+from common.errors import ErrorCode, KafkaError
 from metadata.ids import random_id
 from metadata.image import MetadataImage
 from metadata.operations import ControllerOperations
@@ -111,7 +111,7 @@ def test_the_operations_need_alter_and_describe_on_the_cluster(tmp_path):
                 try:
                     await call
                     raise AssertionError("allowed")
-                except ApiError as e:
+                except KafkaError as e:
                     assert e.code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
             [d] = await ops.describe_user_scram_credentials(admin, [])
             assert (d.user, d.credentials) == ("alice", ((SHA512, 8192),))

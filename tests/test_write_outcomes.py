@@ -12,7 +12,7 @@ import dataclasses
 import pytest
 
 from raft.examples.kv.client import OutcomeUnknown as KVOutcomeUnknown
-from metadata.errors import ErrorCode as E
+from common.errors import ErrorCode as E
 from protos import controller_pb2 as pb
 from raft.errors import NodeStopped, NotLeader, OutcomeUnknown, ProposalDropped
 from raft.node import _superseded

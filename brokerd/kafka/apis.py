@@ -18,10 +18,10 @@ from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any
 
-from clients.errors import BrokerError, ErrorCode
+from common.errors import ErrorCode, KafkaError
 from metadata.acls import AclOperation
 from metadata.authorizer import Access, StandardAuthorizer
-from metadata.client import ControllerClient, ControllerError
+from metadata.client import ControllerClient
 from metadata.image import MetadataImage
 from metadata.principal import PrincipalMapper, Session, stream_session
 from clients.topics import INTERNAL_TOPICS
@@ -233,9 +233,9 @@ class KafkaApis:
                 order.append((t.name, pd.index))
                 try:
                     if req.transactional_id is not None:
-                        raise BrokerError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_UNSUPPORTED)
+                        raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_UNSUPPORTED)
                     batch = from_wire(pd.records or b"", f"{t.name}-{pd.index}")
-                except BrokerError as e:
+                except KafkaError as e:
                     answers[(t.name, pd.index)] = _produce_error(pd.index, e)
                     continue
                 topic.partitions.append(rq.ProducePartitionData(partition=pd.index, batch=batch))
@@ -432,7 +432,7 @@ class KafkaApis:
         (carried as Kafka's EnvelopeRequest carries it)."""
         try:
             return await self.controller.call(method, request, on_behalf_of=access.session), ErrorCode.NONE, ""
-        except ControllerError as e:
+        except KafkaError as e:
             return None, ErrorCode.of(int(e.code)), e.message
 
     async def create_topics(self, req: Any, version: int, access: Access) -> dict[str, Any]:
@@ -717,7 +717,7 @@ def newer_api_versions_answer() -> Any:
                  {"error_code": int(ErrorCode.UNSUPPORTED_VERSION), "api_keys": api_version_list()})
 
 
-def _produce_error(index: int, e: BrokerError) -> dict[str, Any]:
+def _produce_error(index: int, e: KafkaError) -> dict[str, Any]:
     return {"index": index, "error_code": int(e.code), "base_offset": -1, "log_start_offset": -1,
             "error_message": e.message, "record_errors": [{"batch_index": i, "batch_index_error_message": m}
                                                           for i, m in e.record_errors]}

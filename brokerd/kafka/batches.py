@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import struct
 
-from clients.errors import BrokerError, ErrorCode
 from clients.records import NO_PRODUCER_ID
+from common.errors import ErrorCode, KafkaError
 from protos import broker_pb2 as pb
 
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
@@ -49,15 +49,15 @@ def from_wire(data: bytes, where: str) -> pb.RecordBatch:
     Produce v3); CORRUPT_MESSAGE or INVALID_RECORD for anything else. The CRC is checked by
     ``validate_batch`` afterwards, over the very fields Kafka's covers."""
     if len(data) < HEADER_BYTES:
-        raise BrokerError(ErrorCode.CORRUPT_MESSAGE, f"Record batch for {where} has {len(data)} bytes, "
+        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"Record batch for {where} has {len(data)} bytes, "
                                                      f"fewer than a batch header's {HEADER_BYTES}")
     (base_offset, length, epoch, magic, crc, attributes, last_delta, base_ts, max_ts, pid, producer_epoch,
      base_sequence, count) = _HEAD.unpack_from(data)
     if magic != MAGIC:
-        raise BrokerError(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+        raise KafkaError(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
                           f"Record batch for {where} has magic {magic}; only message format v2 is supported")
     if length + _LENGTH_FIELDS != len(data):
-        raise BrokerError(ErrorCode.INVALID_RECORD,
+        raise KafkaError(ErrorCode.INVALID_RECORD,
                           f"Produce requests with version 3 or above must contain exactly one record batch "
                           f"(the batch for {where} is {length + _LENGTH_FIELDS} bytes of {len(data)})")
     batch = pb.RecordBatch(base_offset=0, partition_leader_epoch=epoch, last_offset_delta=last_delta,

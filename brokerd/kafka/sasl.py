@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from clients.errors import ErrorCode
+from common.errors import ErrorCode
 from clients.security import SaslSettings
 from metadata.image import ScramImage
 from metadata.scram import ScramMechanism

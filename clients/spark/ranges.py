@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pyspark.sql.datasource import InputPartition
 
 from ..admin import Admin
-from ..cluster_view import ClientError
+from ..cluster_view import CLIENT_ERRORS
 from .options import EARLIEST, LATEST, OffsetSpec, TopicOptions, TopicPartition, TopicSourceError
 
 #: Offsets per partition as Spark keeps them in a streaming checkpoint: {topic: {"0": 42}}.
@@ -40,7 +40,7 @@ async def partitions(admin: Admin, opts: TopicOptions, *, missing_ok: bool = Fal
     for name in names:
         try:
             found = await admin.partitions_of(name)
-        except ClientError:
+        except CLIENT_ERRORS:
             found = []
         if not found and not missing_ok:
             raise TopicSourceError(f"topic {name} does not exist (UNKNOWN_TOPIC_OR_PARTITION)")

@@ -16,7 +16,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType,
                                TimestampType)
 
-from ..cluster_view import ClientError
+from ..cluster_view import CLIENT_ERRORS
 from ..consumer import Consumer
 from ..producer import Producer
 from ..records import ConsumerRecord
@@ -96,7 +96,7 @@ def read_range(bootstrap: str, r: OffsetRange, *, fail_on_data_loss: bool, poll_
             yield _batch(pending)
     except TopicSourceError:
         raise
-    except ClientError as e:
+    except CLIENT_ERRORS as e:
         if "out of range" in str(e):
             raise TopicSourceError(
                 f"offsets {r.start} to {r.end} of {r.topic}-{r.partition} are no longer in the log (retention "
@@ -139,5 +139,5 @@ def write_rows(bootstrap: str, rows: Iterator[Any], topic: str | None, producer_
 
     try:
         return run(send())
-    except ClientError as e:
+    except CLIENT_ERRORS as e:
         raise TopicSourceError(f"writing to the brokers failed: {e}") from None

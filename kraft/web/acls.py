@@ -13,8 +13,8 @@ from starlette.responses import RedirectResponse, Response
 from kraft import acls as tool
 from metadata.acls import (CLUSTER_NAME, OPERATIONS, WILDCARD, AclPermissionType, AclResourceType,
                            PatternType, StandardAcl, camel, parse_named)
-from metadata.client import ControllerError
-from metadata.errors import ErrorCode
+from common.errors import KafkaError
+from common.errors import ErrorCode
 from protos import controller_pb2 as pb
 
 from .pages import bad_request, cluster_of, not_found, render, require_writable
@@ -58,7 +58,7 @@ def _raise_first(errors: list[str]) -> None:
     """The first of the tool's error lines (``CODE: message``) as the controller's error."""
     if errors:
         code, _, message = errors[0].partition(": ")
-        raise ControllerError(ErrorCode[code], message)
+        raise KafkaError(ErrorCode[code], message)
 
 
 async def acl_list(request: Request) -> Response:

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from clients import Producer
 from clients.consumer_groups import GroupAdmin
 from clients.cluster_view import ClientError
-from metadata.client import ControllerClient, ControllerError, error_code
-from metadata.errors import ApiError, ErrorCode
+from metadata.client import ControllerClient, error_code
+from common.errors import KafkaError, ErrorCode
 from metadata.shell.source import MetadataSource, SourceError
 from protos import controller_pb2 as pb
 from common.tls import TLSConfig
@@ -133,12 +133,12 @@ def check(code: int, message: str) -> None:
     """Raise Kafka's error for a non-zero ``code``, as the ``kraft`` tools report it."""
     c = error_code(code)
     if c != ErrorCode.NONE:
-        raise ControllerError(c, message)
+        raise KafkaError(c, message)
 
 
 #: What the pages catch and show as one line: every failure the clients report in Kafka's words,
 #: and the metadata shell's (a history out of reach, a quorum that does not answer).
-CLUSTER_ERRORS: tuple[type[Exception], ...] = (ControllerError, ApiError, ClientError, SourceError)
+CLUSTER_ERRORS: tuple[type[Exception], ...] = (KafkaError, KafkaError, ClientError, SourceError)
 
 
 def error_status(e: Exception) -> int:

@@ -9,7 +9,7 @@ import socket
 import click
 
 from common.host_ports import host_ports
-from kraft.cli import command_config_option, command_tls, fail
+from kraft.cli.invocation import command_config_option, command_tls, fail
 
 
 def bind(listen: str) -> socket.socket:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as fn
 
-from metadata.errors import ApiError
+from common.errors import KafkaError
 from metadata.image import ResourceType
 from metadata.placement import UsableBroker, balanced_moves
 from metadata.reassignments import Plan
@@ -137,7 +137,7 @@ def rebalancing_plan(partitions: DataFrame, load: list[Any], live: list[UsableBr
                for r in partitions.select("topic", "partition", "replicas").toLocalIterator()}
     try:
         proposed = balanced_moves(current, live)
-    except ApiError:  # more replicas than live brokers: nothing to propose
+    except KafkaError:  # more replicas than live brokers: nothing to propose
         return {}
     return {k: v for k, v in proposed.items() if v != current[k]}
 

@@ -27,8 +27,8 @@ from typing import Any, TypeVar
 from protos import controller_pb2 as pb
 from common.tls import TLSConfig
 
-from ..client import ControllerClient, ControllerError, Req, Resp, Rpc, parse_bootstrap
-from ..errors import ErrorCode
+from ..client import ControllerClient, Req, Resp, Rpc, parse_bootstrap
+from common.errors import ErrorCode, KafkaError
 from ..image import MetadataImage
 from ..log_dir import LogBatch, MetadataLogError, replay_batches
 from ..records import RecordError, decode_batch
@@ -60,7 +60,7 @@ class LiveSource(MetadataSource):
     def __init__(self, bootstrap: str, *, timeout: float = DEFAULT_TIMEOUT, tls: TLSConfig | None = None) -> None:
         try:
             addresses = parse_bootstrap(bootstrap)
-        except ControllerError as e:
+        except KafkaError as e:
             raise SourceError(e.message) from None
         self.description = f"controller quorum at {','.join(addresses)}"
         self._client = ControllerClient(addresses, timeout=timeout, attempt_timeout=min(timeout, 5.0), tls=tls,
@@ -161,7 +161,7 @@ class LiveSource(MetadataSource):
         method = rpc.name
         try:
             return await self._client.send(rpc, request)
-        except ControllerError as e:
+        except KafkaError as e:
             message = " ".join(e.message.split()) or e.code.name  # one line
             if e.code in (ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NETWORK_EXCEPTION):  # these name the addresses
                 raise SourceError(message) from None

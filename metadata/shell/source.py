@@ -251,12 +251,12 @@ def open_source(snapshot: str | None, directory: str | None, bootstrap: str | No
     """The source named on the command line; SourceError (one line) if it cannot be read."""
     if bootstrap is not None:
         # Imported only here: gRPC costs a file source's start-up for nothing.
-        from clients.cluster_view import ClientError
+        from clients.cluster_view import CLIENT_ERRORS
         from clients.config import tools_tls
         from .live import LiveSource
         try:
             tls = tools_tls(command_config)
-        except ClientError as e:
+        except CLIENT_ERRORS as e:
             raise SourceError(str(e)) from None
         return LiveSource(bootstrap, timeout=timeout, tls=tls)
     try:

@@ -1,7 +1,8 @@
-"""Kafka's error codes (``org.apache.kafka.common.protocol.Errors``): the one enum every part
-answers with, controller and data plane alike, so a client that knows Kafka reads them the
-same way; and the exception the data plane carries one in. Messages are Kafka's where Kafka
-has one, and always one line. (Kafka keeps these in its clients' ``common`` package too.)
+"""Kafka's error codes (``org.apache.kafka.common.protocol.Errors``) and the one exception that
+carries one: every part answers with them, controller, brokers and clients alike, so a client
+that knows Kafka reads them the same way. Messages are Kafka's where Kafka has one, and always
+one line. (Kafka keeps these in its clients' ``common`` package too; here they are the floor's,
+so the configuration table's errors and the Raft library's callers share them.)
 """
 from __future__ import annotations
 
@@ -152,14 +153,17 @@ DEFAULT_MESSAGES: dict[ErrorCode, str] = {
                                    "metadata associated with the producerId in question.",
 }
 
-#: Errors after which a producer may send the same batch again (Kafka's RetriableException).
+#: Kafka's RetriableException codes: the same request may succeed if sent again (a producer
+#: sends the same batch again, a client asks again after refreshing what it knows).
 RETRIABLE = frozenset({
     ErrorCode.CORRUPT_MESSAGE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,
     ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_ENOUGH_REPLICAS,
     ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.KAFKA_STORAGE_ERROR,
     ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.UNKNOWN_TOPIC_ID,
     ErrorCode.NETWORK_EXCEPTION, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-    ErrorCode.NOT_COORDINATOR, ErrorCode.OFFSET_NOT_AVAILABLE,
+    ErrorCode.NOT_COORDINATOR, ErrorCode.OFFSET_NOT_AVAILABLE, ErrorCode.NOT_CONTROLLER,
+    ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+    ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, ErrorCode.THROTTLING_QUOTA_EXCEEDED, ErrorCode.INCONSISTENT_TOPIC_ID,
 })
 
 #: Errors that mean "your metadata is stale: refresh it before trying again".
@@ -184,13 +188,21 @@ def capped(message: str) -> str:
     return f"{message[:keep]}...({len(message) - 2 * keep} characters left out)...{message[-keep:]}"
 
 
-class BrokerError(Exception):
-    """A partition-level failure; ``code`` is what the response carries, ``message`` one line."""
+class KafkaError(Exception):
+    """Kafka's ApiException: a request failed with ``code``, the error a response carries, and
+    ``message``, one line of at most MAX_MESSAGE_CHARS whatever names it echoes (None: Kafka's
+    default message for the code). The controller's rules, the brokers and the clients raise
+    it; ``retriable`` is Kafka's RetriableException."""
 
-    def __init__(self, code: ErrorCode, message: str = "", record_errors: tuple[tuple[int, str], ...] = ()) -> None:
-        """``record_errors``: (index in the batch, message) of the records that failed it
+    def __init__(self, code: ErrorCode, message: str | None = None,
+                 record_errors: tuple[tuple[int, str], ...] = ()) -> None:
+        """``record_errors``: (index in the batch, message) of the records that failed a produce
         (Kafka's per-record errors, KIP-467)."""
         self.code = code
-        self.message = capped(message or DEFAULT_MESSAGES.get(code, code.name))
+        self.message = capped(DEFAULT_MESSAGES.get(code, code.name) if message is None else message)
         self.record_errors = tuple((i, capped(m)) for i, m in record_errors)
-        super().__init__(f"{code.name}: {self.message}")
+        super().__init__(f"{code.name}: {self.message}" if self.message else code.name)
+
+    @property
+    def retriable(self) -> bool:
+        return self.code in RETRIABLE
