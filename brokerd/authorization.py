@@ -9,7 +9,9 @@ refused); InitProducerId IDEMPOTENT_WRITE on the cluster or WRITE on some topic;
 APIs READ (joining, syncing, heartbeats, leaving, committing), DESCRIBE (finding the
 coordinator, describing, fetching offsets) or DELETE on the group, and for offsets READ or
 DESCRIBE on each topic; ListGroups DESCRIBE on the cluster, or else only the groups the
-session may DESCRIBE; DescribeBroker DESCRIBE on the cluster. Refused topics are answered
+session may DESCRIBE; DescribeBroker DESCRIBE on the cluster; the transaction APIs DESCRIBE
+(finding the coordinator) or WRITE on the transactional id, and AddPartitionsToTxn WRITE on
+each topic; WriteTxnMarkers CLUSTER_ACTION (brokers only). Refused topics are answered
 TOPIC_AUTHORIZATION_FAILED per partition while the rest of the request goes ahead; refused
 groups GROUP_AUTHORIZATION_FAILED; cluster refusals CLUSTER_AUTHORIZATION_FAILED.
 """
@@ -21,25 +23,29 @@ from dataclasses import fields, replace
 from functools import cache
 from typing import Any, TypeVar
 
-from clients.errors import ErrorCode
-from metadata.acls import AclOperation
+from clients.errors import ErrorCode, capped
+from metadata.acls import AclOperation, AclResourceType
 from metadata.authorizer import Access
 
 from . import group_requests as g
 from . import requests as r
 from .cluster_metadata import live_brokers, metadata_answer
 from .fetch import fetch as fetch_records
+from . import transaction_requests as t
 from .group_coordinator import GroupCoordinator
 from .offsets import list_offsets as list_offsets_of, offsets_for_leader_epoch as leader_epoch_offsets
 from .produce import produce as produce_records
 from .producer_ids import ProducerIdManager
 from .replica_manager import ReplicaManager
+from .transaction_coordinator import TransactionCoordinator
+from .transaction_markers import write_txn_markers as write_markers
 
 O = AclOperation
 R = TypeVar("R")
 D = TypeVar("D")
 TOPIC_DENIED = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
 GROUP_DENIED = int(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+TXN_DENIED = int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
 
 
 def _split(req: R, allowed: Callable[[Any], bool]) -> tuple[R, list[Any]]:
@@ -249,3 +255,60 @@ class GroupAccess:
         resp.results.extend(g.DeletedGroup(group_id=x, error_code=GROUP_DENIED,
                                            error_message=access.group_denied(O.DELETE, x)) for x in sorted(refused))
         return resp
+
+
+# -- transactions ------------------------------------------------------------------------------------
+
+def _transactional_id(access: Access, op: AclOperation, transactional_id: str) -> bool:
+    return access.authorizer is None or access.authorizer.authorize(
+        access.session, op, AclResourceType.TRANSACTIONAL_ID, transactional_id)
+
+
+def _txn_denied(access: Access, op: AclOperation, transactional_id: str) -> str:
+    return capped(f"Transactional Id authorization failed: {access.session.principal} may not {op.name} "
+                  f"transactional id {transactional_id}")
+
+
+class TransactionAccess:
+    """The transaction coordinator's requests, checked (Kafka's operations per API)."""
+
+    def __init__(self, coordinator: TransactionCoordinator) -> None:
+        self.coordinator = coordinator
+
+    async def find_coordinator(self, transactional_id: str, listener: str, access: Access
+                               ) -> g.FindCoordinatorResponse:
+        if not _transactional_id(access, O.DESCRIBE, transactional_id):
+            return g.FindCoordinatorResponse(error_code=TXN_DENIED, node_id=-1, port=-1,
+                                             error_message=_txn_denied(access, O.DESCRIBE, transactional_id))
+        return await self.coordinator.find_coordinator(transactional_id, listener)
+
+    async def init_producer_id(self, req: t.InitTransactionalProducerRequest, access: Access
+                               ) -> t.InitTransactionalProducerResponse:
+        if not _transactional_id(access, O.WRITE, req.transactional_id):
+            return t.InitTransactionalProducerResponse(
+                error_code=TXN_DENIED, error_message=_txn_denied(access, O.WRITE, req.transactional_id))
+        return await self.coordinator.init_producer_id(req)
+
+    async def add_partitions(self, req: t.AddPartitionsToTxnRequest, access: Access) -> t.AddPartitionsToTxnResponse:
+        if not _transactional_id(access, O.WRITE, req.transactional_id):
+            return t.AddPartitionsToTxnResponse(results=[t.TxnPartitionResult(topic=n, partition=i, error_code=TXN_DENIED)
+                                                         for n, i in req.partitions])
+        refused = {n for n, _ in req.partitions if not access.topic(O.WRITE, n)}
+        if refused:
+            return t.AddPartitionsToTxnResponse(results=[t.TxnPartitionResult(
+                topic=n, partition=i, error_code=TOPIC_DENIED if n in refused else int(ErrorCode.OPERATION_NOT_ATTEMPTED))
+                for n, i in req.partitions])
+        return await self.coordinator.add_partitions(req)
+
+    async def end_txn(self, req: t.EndTxnRequest, access: Access) -> t.EndTxnResponse:
+        if not _transactional_id(access, O.WRITE, req.transactional_id):
+            return t.EndTxnResponse(error_code=TXN_DENIED, error_message=_txn_denied(access, O.WRITE, req.transactional_id))
+        return await self.coordinator.end_txn(req)
+
+
+async def write_txn_markers(rm: ReplicaManager, req: t.WriteTxnMarkersRequest, access: Access
+                            ) -> t.WriteTxnMarkersResponse | None:
+    """None: refused (CLUSTER_ACTION on the cluster, which only brokers have)."""
+    if not access.cluster(O.CLUSTER_ACTION):
+        return None
+    return await write_markers(rm, req)

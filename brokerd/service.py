@@ -21,6 +21,7 @@ from metadata.principal import PrincipalMapper, caller
 from . import authorization as authorized
 from . import group_requests as g
 from . import requests as r
+from . import transaction_requests as t
 from .auto_topics import TopicAutoCreator
 from .group_coordinator import GroupCoordinator
 from .log_store import StorageFailure
@@ -125,6 +126,17 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         resp = await self._guard(context, authorized.init_producer_id(
             self.producer_ids, to_domain(r.InitProducerIdRequest, request), await self._access(context)))
         return to_wire(pb.InitProducerIdResponse, resp)
+
+    async def WriteTxnMarkers(self, request: pb.WriteTxnMarkersRequest,
+                              context: grpc.aio.ServicerContext) -> pb.WriteTxnMarkersResponse:
+        """A transaction coordinator's markers (from another broker)."""
+        access = await self._access(context)
+        resp = await self._guard(context, authorized.write_txn_markers(
+            self.rm, to_domain(t.WriteTxnMarkersRequest, request), access))
+        if resp is None:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"CLUSTER_AUTHORIZATION_FAILED: "
+                                                                   f"{access.cluster_denied(authorized.O.CLUSTER_ACTION)}")
+        return to_wire(pb.WriteTxnMarkersResponse, resp)
 
     # -- consumer groups (group_coordinator) --------------------------------------------------
 

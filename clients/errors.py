@@ -52,8 +52,14 @@ class ErrorCode(IntEnum):
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
-    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53  # what a transactional request is told: no transactions here
+    INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
+    INVALID_TRANSACTION_TIMEOUT = 50
+    CONCURRENT_TRANSACTIONS = 51
+    TRANSACTION_COORDINATOR_FENCED = 52
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     SECURITY_DISABLED = 54
+    OPERATION_NOT_ATTEMPTED = 55
     KAFKA_STORAGE_ERROR = 56
     UNKNOWN_PRODUCER_ID = 59
     TOPIC_DELETION_DISABLED = 73
@@ -71,6 +77,7 @@ class ErrorCode(IntEnum):
     FENCED_INSTANCE_ID = 82
     INVALID_RECORD = 87
     THROTTLING_QUOTA_EXCEEDED = 89
+    PRODUCER_FENCED = 90
     INVALID_UPDATE_VERSION = 95
     UNKNOWN_TOPIC_ID = 100
     DUPLICATE_BROKER_REGISTRATION = 101
@@ -143,6 +150,21 @@ DEFAULT_MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER: "The broker received an out of order sequence number.",
     ErrorCode.DUPLICATE_SEQUENCE_NUMBER: "The broker received a duplicate sequence number.",
     ErrorCode.INVALID_PRODUCER_EPOCH: "Producer attempted to produce with an old epoch.",
+    ErrorCode.INVALID_TXN_STATE: "The producer attempted a transactional operation in an invalid state.",
+    ErrorCode.INVALID_PRODUCER_ID_MAPPING: "The producer attempted to use a producer id which is not currently "
+                                           "assigned to its transactional id.",
+    ErrorCode.INVALID_TRANSACTION_TIMEOUT: "The transaction timeout is larger than the maximum value allowed by "
+                                           "the broker (as configured by transaction.max.timeout.ms).",
+    ErrorCode.CONCURRENT_TRANSACTIONS: "The producer attempted to update a transaction while another concurrent "
+                                       "operation on the same transaction was ongoing.",
+    ErrorCode.TRANSACTION_COORDINATOR_FENCED: "Indicates that the transaction coordinator sending a "
+                                              "WriteTxnMarker is no longer the current coordinator for a given "
+                                              "producer.",
+    ErrorCode.OPERATION_NOT_ATTEMPTED: "The broker did not attempt to execute this operation. This may happen "
+                                       "for batched RPCs where some operations in the batch failed, causing the "
+                                       "broker to respond without trying the rest.",
+    ErrorCode.PRODUCER_FENCED: "There is a newer producer with the same transactionalId which fences the "
+                               "current one.",
     ErrorCode.UNKNOWN_PRODUCER_ID: "This exception is raised by the broker if it could not locate the producer "
                                    "metadata associated with the producerId in question.",
 }
@@ -154,7 +176,7 @@ RETRIABLE = frozenset({
     ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.KAFKA_STORAGE_ERROR,
     ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.UNKNOWN_TOPIC_ID,
     ErrorCode.NETWORK_EXCEPTION, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-    ErrorCode.NOT_COORDINATOR, ErrorCode.OFFSET_NOT_AVAILABLE,
+    ErrorCode.NOT_COORDINATOR, ErrorCode.OFFSET_NOT_AVAILABLE, ErrorCode.CONCURRENT_TRANSACTIONS,
 })
 
 #: Errors that mean "your metadata is stale: refresh it before trying again".

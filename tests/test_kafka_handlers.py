@@ -25,7 +25,7 @@ from metadata.authorizer import STANDARD_AUTHORIZER
 from tests.brokercluster import BrokerCluster, running_cluster
 from tests.eventually import eventually
 
-PROPS = {"offsets.topic.num.partitions": "1", "group.initial.rebalance.delay.ms": "0",
+PROPS = {"offsets.topic.num.partitions": "1", "transaction.state.log.num.partitions": "1", "group.initial.rebalance.delay.ms": "0",
          "group.min.session.timeout.ms": "1000"}
 #: ACLs are served with an authorizer only (else SECURITY_DISABLED); every node and this test
 #: connect as User:ANONYMOUS, a super user, so nothing else is refused.
@@ -75,6 +75,24 @@ class Broker:
             loaded = self.ask(A.OFFSET_FETCH, 2, {"group_id": group, "topics": None}, r.node_id)
             return r.node_id if loaded.error_code.value == 0 else None
         return asyncio.run(eventually(found, 30, interval=0.2, what=f"a coordinator for {group}"))
+
+    def transaction(self, transactional_id: str) -> tuple[int, int, int]:
+        """(coordinator, producer id, epoch) of a new producer of ``transactional_id``, once
+        ``__transaction_state`` is there and its coordinator loaded."""
+        def found() -> tuple[int, int, int] | None:
+            r = self.ask(A.FIND_COORDINATOR, 1, {"key": transactional_id, "key_type": 1}, self.c.ids[0])
+            if r.error_code.value:
+                return None
+            init = self.ask(A.INIT_PRODUCER_ID, 4, {"transactional_id": transactional_id, "transaction_timeout": 60_000,
+                                                    "producer_id": -1, "producer_epoch": -1}, r.node_id)
+            return (r.node_id, init.producer_id, init.producer_epoch) if init.error_code.value == 0 else None
+        return asyncio.run(eventually(found, 30, interval=0.2, what=f"a coordinator for {transactional_id}"))
+
+    def add_partition(self, version: int, transactional_id: str) -> tuple[int, int, int, Any]:
+        node, pid, epoch = self.transaction(transactional_id)
+        return node, pid, epoch, self.ask(A.ADD_PARTITIONS_TO_TXN, version, {
+            "v3_and_below_transactional_id": transactional_id, "v3_and_below_producer_id": pid,
+            "v3_and_below_producer_epoch": epoch, "v3_and_below_topics": [{"name": TOPIC, "partitions": [0]}]}, node)
 
     def produce(self, version: int = 9, n: int = 3) -> Any:
         batch = to_wire(build_batch([(b"k", b"v%d" % i, int(time.time() * 1000), ()) for i in range(n)]))
@@ -363,6 +381,32 @@ def delete_acls(b: Broker, v: int) -> None:
     assert codes(r) == only(E.NONE) and len(r.filter_results[0].matching_acls) == 1
 
 
+def _added(r: Any) -> list[tuple[str, int, int]]:
+    return [(t.name, p.partition_index, p.partition_error_code.value) for t in r.results_by_topic_v3_and_below
+            for p in t.results_by_partition]
+
+
+def add_partitions_to_txn(b: Broker, v: int) -> None:
+    *_, r = b.add_partition(v, f"add-{v}")
+    assert _added(r) == [(TOPIC, 0, E.NONE)]
+
+
+def end_txn(b: Broker, v: int) -> None:
+    tid = f"end-{v}"
+    node, pid, epoch, added = b.add_partition(3, tid)
+    assert _added(added) == [(TOPIC, 0, E.NONE)]
+    r = b.ask(A.END_TXN, v, {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch, "committed": True},
+              node)
+    assert codes(r) == only(E.NONE)
+
+
+def write_txn_markers(b: Broker, v: int) -> None:
+    r = b.ask(A.WRITE_TXN_MARKERS, v, {"markers": [{
+        "producer_id": 4242 + v, "producer_epoch": 0, "transaction_result": False, "coordinator_epoch": 0,
+        "topics": [{"name": TOPIC, "partition_indexes": [0]}]}]})
+    assert codes(r) == only(E.NONE) and r.markers[0].topics[0].partitions[0].partition_index == 0
+
+
 CASES: dict[int, Case] = {
     A.API_VERSIONS: api_versions, A.METADATA: metadata, A.PRODUCE: produce, A.FETCH: fetch,
     A.LIST_OFFSETS: list_offsets, A.OFFSET_FOR_LEADER_EPOCH: offset_for_leader_epoch,
@@ -377,6 +421,7 @@ CASES: dict[int, Case] = {
     A.ALTER_PARTITION_REASSIGNMENTS: alter_partition_reassignments,
     A.LIST_PARTITION_REASSIGNMENTS: list_partition_reassignments,
     A.CREATE_ACLS: create_acls, A.DESCRIBE_ACLS: describe_acls, A.DELETE_ACLS: delete_acls,
+    A.ADD_PARTITIONS_TO_TXN: add_partitions_to_txn, A.END_TXN: end_txn, A.WRITE_TXN_MARKERS: write_txn_markers,
 }
 
 

@@ -1,0 +1,324 @@
+"""The transaction coordinator (Kafka's TransactionCoordinator, KIP-98), on the broker that
+leads the transactional id's partition of ``__transaction_state``.
+
+A transactional id lives on partition ``abs(javaHash(id)) % transaction.state.log.num.partitions``
+of the internal, compacted topic ``__transaction_state``, which the first FindCoordinator for a
+transactional id has the controller create (as ``__consumer_offsets`` is). Every change of a
+transaction (``transaction_state``) is written there with acks=all before it is answered, so a
+new leader of the partition replays it (COORDINATOR_LOAD_IN_PROGRESS meanwhile) and finishes
+what was being finished: a transaction found in PrepareCommit or PrepareAbort gets its markers
+again.
+
+- InitProducerId: a new producer id (from the controller's blocks, ``producer_ids``) with
+  epoch 0 for a new transactional id; a known one gets its epoch bumped, which fences the
+  previous producer (PRODUCER_FENCED on its next request); an open transaction of the
+  previous producer is aborted first (its markers carry the new epoch) while the new one is
+  told CONCURRENT_TRANSACTIONS and retries.
+- AddPartitionsToTxn: the transaction is Ongoing with those partitions.
+- EndTxn: PrepareCommit or PrepareAbort is written and answered; the markers then go to every
+  partition's leader (``transaction_markers``), after which CompleteCommit or CompleteAbort is
+  written. Meanwhile the id answers CONCURRENT_TRANSACTIONS (retriable).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from clients.errors import BrokerError, ErrorCode
+from clients.records import batches, build_batch, records_of
+from clients.topics import TRANSACTION_STATE_TOPIC
+
+from .config import BrokerConfig
+from .group_requests import FindCoordinatorResponse
+from .partition import Partition
+from .producer_ids import ProducerIdManager
+from .replica_manager import ReplicaManager
+from .transaction_markers import MarkerSender
+from .transaction_requests import (AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, EndTxnRequest,
+                                   EndTxnResponse, InitTransactionalProducerRequest,
+                                   InitTransactionalProducerResponse, TxnPartitionResult)
+from .transaction_state import TransactionMetadata, TxnState, txn_partition_for
+
+log = logging.getLogger("brokerd.transactions")
+
+WRITE_TIMEOUT_S = 30.0
+MAX_EPOCH = 32767 - 1  # an epoch is an int16; the last one is kept for a bump on abort
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class TransactionCoordinator:
+    def __init__(self, rm: ReplicaManager, config: BrokerConfig, producer_ids: ProducerIdManager,
+                 create_state_topic: Callable[[int, int], Awaitable[None]]) -> None:
+        self.rm = rm
+        self.config = config
+        self.producer_ids = producer_ids
+        self.create_state_topic = create_state_topic
+        self.markers = MarkerSender(rm)
+        self.txns: dict[str, TransactionMetadata] = {}
+        self._loaded: dict[int, int] = {}  # state partition -> the leader epoch it was loaded in
+        self._loading: dict[int, asyncio.Task] = {}
+        self._creating: asyncio.Task | None = None
+        self._completing: dict[str, asyncio.Task] = {}  # markers being written, by transactional id
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def stop(self) -> None:
+        tasks = [t for t in [self._creating, *self._loading.values(), *self._completing.values()] if t is not None]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.markers.close()
+
+    # -- finding the coordinator -----------------------------------------------------------------
+
+    def _state_partitions(self) -> int:
+        t = self.rm.image.topics_by_name.get(TRANSACTION_STATE_TOPIC)
+        return len(t.partitions) if t is not None else 0
+
+    async def find_coordinator(self, transactional_id: str, listener: str) -> FindCoordinatorResponse:
+        if not transactional_id:
+            return FindCoordinatorResponse(error_code=int(ErrorCode.INVALID_REQUEST), node_id=-1, port=-1,
+                                           error_message="the transactional id is empty")
+        n = self._state_partitions()
+        if not n:
+            if self._creating is None or self._creating.done():
+                live = sum(1 for b in self.rm.image.brokers.values() if not b.fenced)
+                rf = max(1, min(self.config.transaction_state_replication_factor, live))
+                self._creating = asyncio.get_running_loop().create_task(
+                    self.create_state_topic(self.config.transaction_state_num_partitions, rf))
+            return _not_found(f"the internal topic {TRANSACTION_STATE_TOPIC} is being created")
+        index = txn_partition_for(transactional_id, n)
+        reg = self.rm.image.topics_by_name[TRANSACTION_STATE_TOPIC].partitions.get(index)
+        broker = self.rm.image.brokers.get(reg.leader) if reg is not None else None
+        endpoint = next((e for e in broker.endpoints if e.name == listener), None) if broker else None
+        if endpoint is None or broker is None or broker.fenced:
+            return _not_found(f"partition {index} of {TRANSACTION_STATE_TOPIC} has no leader")
+        return FindCoordinatorResponse(node_id=broker.id, host=endpoint.host, port=endpoint.port)
+
+    def _coordinator(self, transactional_id: str) -> Partition:
+        """The partition of ``__transaction_state`` holding the id, which this broker must lead
+        and have loaded; BrokerError otherwise."""
+        if not transactional_id:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "the transactional id is empty")
+        n = self._state_partitions()
+        if not n:
+            raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        index = txn_partition_for(transactional_id, n)
+        p = self.rm.by_name.get((TRANSACTION_STATE_TOPIC, index))
+        if p is None or not p.is_leader:
+            raise BrokerError(ErrorCode.NOT_COORDINATOR, f"broker {self.rm.broker_id} is not the transaction "
+                                                         f"coordinator of {transactional_id}")
+        if self._loaded.get(index) != p.leader_epoch:
+            if index not in self._loading:
+                self._loading[index] = asyncio.get_running_loop().create_task(self._load(p, p.leader_epoch))
+            raise BrokerError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+        return p
+
+    # -- loading and writing the partition ---------------------------------------------------------
+
+    async def _load(self, p: Partition, epoch: int) -> None:
+        """Replay one partition of __transaction_state (a new leader does this first), then
+        finish the transactions it finds half-ended."""
+        try:
+            self._unload(p.index)
+            found: dict[str, TransactionMetadata] = {}
+            offset = p.log.log_start_offset
+            while offset < p.log.log_end_offset:
+                frames, _ = p.log.read(offset, 1 << 20, p.log.log_end_offset)
+                if not frames:
+                    break
+                for frame in frames:
+                    for b in batches(bytes(frame)):
+                        for r in records_of(b, TRANSACTION_STATE_TOPIC, p.index, offset):
+                            if r.key is None:
+                                continue
+                            if r.value is None:
+                                found.pop(r.key.decode(), None)
+                            else:
+                                m = TransactionMetadata.decode(r.key, r.value)
+                                found[m.transactional_id] = m
+                        offset = max(offset, b.base_offset + b.last_offset_delta + 1)
+                await asyncio.sleep(0)
+            if not p.is_leader or p.leader_epoch != epoch:
+                return
+            self.txns.update(found)
+            self._loaded[p.index] = epoch
+            log.info("%s-%d: loaded %d transactional ids", TRANSACTION_STATE_TOPIC, p.index, len(found))
+            for m in found.values():
+                if m.state.preparing:
+                    self._complete_in_background(p, m)
+        finally:
+            self._loading.pop(p.index, None)
+
+    def _unload(self, index: int) -> None:
+        self._loaded.pop(index, None)
+        n = self._state_partitions()
+        for tid in [tid for tid in self.txns if n and txn_partition_for(tid, n) == index]:
+            del self.txns[tid]
+            task = self._completing.pop(tid, None)
+            if task is not None:
+                task.cancel()
+
+    async def _write(self, p: Partition, m: TransactionMetadata) -> TransactionMetadata:
+        """Persist ``m`` with acks=all, then adopt it; Kafka's coordinator error mapping."""
+        key, value = m.encode()
+        try:
+            info = await p.append_as_leader(build_batch([(key, value, m.last_update_ms, ())]), -1)
+            await p.wait_for_replication(info.last_offset + 1, WRITE_TIMEOUT_S)
+        except BrokerError as e:
+            if e.code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                raise BrokerError(ErrorCode.NOT_COORDINATOR, e.message) from None
+            raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, e.message) from None
+        self.txns[m.transactional_id] = m
+        return m
+
+    def _lock(self, transactional_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(transactional_id, asyncio.Lock())
+
+    # -- InitProducerId ------------------------------------------------------------------------------
+
+    async def init_producer_id(self, req: InitTransactionalProducerRequest) -> InitTransactionalProducerResponse:
+        try:
+            if not 0 < req.transaction_timeout_ms <= self.config.transaction_max_timeout_ms:
+                raise BrokerError(ErrorCode.INVALID_TRANSACTION_TIMEOUT,
+                                  f"transaction.timeout.ms={req.transaction_timeout_ms} is not in 1.."
+                                  f"{self.config.transaction_max_timeout_ms} (transaction.max.timeout.ms)")
+            async with self._lock(req.transactional_id):
+                p = self._coordinator(req.transactional_id)
+                m = await self._init(p, req)
+            return InitTransactionalProducerResponse(producer_id=m.producer_id, producer_epoch=m.producer_epoch)
+        except BrokerError as e:
+            return InitTransactionalProducerResponse(error_code=int(e.code), error_message=e.message)
+
+    async def _init(self, p: Partition, req: InitTransactionalProducerRequest) -> TransactionMetadata:
+        now = _now_ms()
+        m = self.txns.get(req.transactional_id)
+        if m is None:
+            return await self._write(p, TransactionMetadata(req.transactional_id, await self.producer_ids.next_id(),
+                                                            0, req.transaction_timeout_ms, last_update_ms=now))
+        if m.state.preparing:
+            raise BrokerError(ErrorCode.CONCURRENT_TRANSACTIONS,
+                              f"the last transaction of {m.transactional_id} is still being completed")
+        if req.producer_id >= 0 and (req.producer_id, req.producer_epoch) != (m.producer_id, m.producer_epoch):
+            raise BrokerError(ErrorCode.PRODUCER_FENCED,
+                              f"producer {req.producer_id} epoch {req.producer_epoch} is not the current producer "
+                              f"of {m.transactional_id}")
+        if m.state == TxnState.ONGOING:
+            # The previous producer's transaction is aborted under a new epoch, fencing it; the
+            # new producer retries (as Kafka's does) until the markers are written.
+            await self._end(p, self._bumped(m), commit=False)
+            raise BrokerError(ErrorCode.CONCURRENT_TRANSACTIONS,
+                              f"aborting the open transaction of {m.transactional_id}'s previous producer")
+        m = self._bumped(m)
+        return await self._write(p, m.but(state=TxnState.EMPTY, partitions=frozenset(), last_update_ms=now,
+                                          timeout_ms=req.transaction_timeout_ms))
+
+    def _bumped(self, m: TransactionMetadata) -> TransactionMetadata:
+        """The next epoch; a new producer id would be needed past the last (not reached here:
+        MAX_EPOCH bumps of one id)."""
+        if m.producer_epoch >= MAX_EPOCH:
+            raise BrokerError(ErrorCode.INVALID_PRODUCER_EPOCH, f"the epochs of producer {m.producer_id} are used up")
+        return m.but(producer_epoch=m.producer_epoch + 1)
+
+    def _check_producer(self, transactional_id: str, producer_id: int, epoch: int) -> TransactionMetadata:
+        m = self.txns.get(transactional_id)
+        if m is None or m.producer_id != producer_id:
+            raise BrokerError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                              f"producer {producer_id} is not the producer of transactional id {transactional_id}")
+        if epoch != m.producer_epoch:
+            raise BrokerError(ErrorCode.PRODUCER_FENCED,
+                              f"producer {producer_id} has epoch {epoch}, but transactional id {transactional_id} "
+                              f"is at epoch {m.producer_epoch}: a newer producer fenced it")
+        if m.state.preparing:
+            raise BrokerError(ErrorCode.CONCURRENT_TRANSACTIONS,
+                              f"the last transaction of {transactional_id} is still being completed")
+        return m
+
+    # -- AddPartitionsToTxn ------------------------------------------------------------------------
+
+    async def add_partitions(self, req: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse:
+        wanted = list(dict.fromkeys(req.partitions))
+        unknown = {tp for tp in wanted if not self._exists(*tp)}
+        if unknown:
+            return _results(wanted, lambda tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
+                            else ErrorCode.OPERATION_NOT_ATTEMPTED)
+        try:
+            async with self._lock(req.transactional_id):
+                p = self._coordinator(req.transactional_id)
+                m = self._check_producer(req.transactional_id, req.producer_id, req.producer_epoch)
+                now = _now_ms()
+                if m.state == TxnState.ONGOING:
+                    if not set(wanted) <= m.partitions:
+                        await self._write(p, m.but(partitions=m.partitions | set(wanted), last_update_ms=now))
+                else:
+                    await self._write(p, m.but(state=TxnState.ONGOING, partitions=frozenset(wanted),
+                                               last_update_ms=now, start_ms=now))
+        except BrokerError as e:
+            return _results(wanted, lambda tp: e.code)
+        return _results(wanted, lambda tp: ErrorCode.NONE)
+
+    def _exists(self, topic: str, index: int) -> bool:
+        t = self.rm.image.topics_by_name.get(topic)
+        return t is not None and index in t.partitions
+
+    # -- EndTxn ----------------------------------------------------------------------------------
+
+    async def end_txn(self, req: EndTxnRequest) -> EndTxnResponse:
+        try:
+            async with self._lock(req.transactional_id):
+                p = self._coordinator(req.transactional_id)
+                m = self._check_producer(req.transactional_id, req.producer_id, req.producer_epoch)
+                done = TxnState.COMPLETE_COMMIT if req.committed else TxnState.COMPLETE_ABORT
+                if m.state == done:
+                    return EndTxnResponse()  # a retry of the EndTxn that completed it
+                if m.state != TxnState.ONGOING:
+                    raise BrokerError(ErrorCode.INVALID_TXN_STATE,
+                                      f"transactional id {m.transactional_id} is {m.state.value}: there is no "
+                                      f"transaction to {'commit' if req.committed else 'abort'}")
+                await self._end(p, m, commit=req.committed)
+            return EndTxnResponse()
+        except BrokerError as e:
+            return EndTxnResponse(error_code=int(e.code), error_message=e.message)
+
+    async def _end(self, p: Partition, m: TransactionMetadata, *, commit: bool) -> TransactionMetadata:
+        """Write PrepareCommit or PrepareAbort, then have the markers written in the background."""
+        prepared = await self._write(p, m.but(state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
+                                              last_update_ms=_now_ms()))
+        self._complete_in_background(p, prepared)
+        return prepared
+
+    def _complete_in_background(self, p: Partition, m: TransactionMetadata) -> None:
+        task = asyncio.get_running_loop().create_task(self._complete(p, m), name=f"txn-markers-{m.transactional_id}")
+        self._completing[m.transactional_id] = task
+        task.add_done_callback(lambda t: self._completing.pop(m.transactional_id, None)
+                               if self._completing.get(m.transactional_id) is t else None)
+
+    async def _complete(self, p: Partition, m: TransactionMetadata) -> None:
+        commit = m.state == TxnState.PREPARE_COMMIT
+        await self.markers.complete(m.producer_id, m.producer_epoch, commit, p.leader_epoch, m.partitions)
+        if self.txns.get(m.transactional_id) is not m:
+            return
+        try:
+            await self._write(p, m.but(state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
+                                       partitions=frozenset(), last_update_ms=_now_ms()))
+        except BrokerError as e:
+            # The next leader of the partition finds it prepared and writes the markers again.
+            log.info("transaction of %s: could not record its completion: %s", m.transactional_id, e)
+            return
+        log.debug("transaction of %s %s on %d partitions", m.transactional_id,
+                  "committed" if commit else "aborted", len(m.partitions))
+
+
+def _not_found(message: str) -> FindCoordinatorResponse:
+    return FindCoordinatorResponse(error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE), error_message=message,
+                                   node_id=-1, port=-1)
+
+
+def _results(partitions: list[tuple[str, int]], code: Callable[[tuple[str, int]], ErrorCode]
+             ) -> AddPartitionsToTxnResponse:
+    return AddPartitionsToTxnResponse(results=[TxnPartitionResult(topic=t, partition=i, error_code=int(code((t, i))))
+                                               for t, i in partitions])

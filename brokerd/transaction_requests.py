@@ -1,0 +1,106 @@
+"""The transaction requests the broker core takes (Kafka's InitProducerId with a
+transactional id, AddPartitionsToTxn, EndTxn and, between brokers, WriteTxnMarkers), as
+``requests`` does for the data path. The WriteTxnMarkers classes have the shape of their
+``protos/broker.proto`` messages (the coordinator sends them over the brokers' gRPC); the
+Kafka listener decodes all of them from kio's messages."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+# -- the coordinator's requests (Kafka listener) -------------------------------------------------
+
+@dataclass(slots=True)
+class InitTransactionalProducerRequest:
+    transactional_id: str = ""
+    transaction_timeout_ms: int = 60_000
+    producer_id: int = -1      # KIP-360: a returning producer's current id and epoch, else -1
+    producer_epoch: int = -1
+
+
+@dataclass(slots=True)
+class InitTransactionalProducerResponse:
+    error_code: int = 0
+    error_message: str = ""
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+
+@dataclass(slots=True)
+class TxnPartitionResult:
+    topic: str = ""
+    partition: int = 0
+    error_code: int = 0
+
+
+@dataclass(slots=True)
+class AddPartitionsToTxnRequest:
+    transactional_id: str = ""
+    producer_id: int = 0
+    producer_epoch: int = 0
+    partitions: list[tuple[str, int]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class AddPartitionsToTxnResponse:
+    results: list[TxnPartitionResult] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class EndTxnRequest:
+    transactional_id: str = ""
+    producer_id: int = 0
+    producer_epoch: int = 0
+    committed: bool = False
+
+
+@dataclass(slots=True)
+class EndTxnResponse:
+    error_code: int = 0
+    error_message: str = ""
+
+
+# -- markers, coordinator -> partition leaders (gRPC between brokers, Kafka API 27) ---------------
+
+@dataclass(slots=True)
+class WritableTxnMarkerTopic:
+    name: str = ""
+    partitions: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class WritableTxnMarker:
+    producer_id: int = 0
+    producer_epoch: int = 0
+    transaction_result: bool = False  # True: commit
+    topics: list[WritableTxnMarkerTopic] = field(default_factory=list)
+    coordinator_epoch: int = 0
+
+
+@dataclass(slots=True)
+class WriteTxnMarkersRequest:
+    markers: list[WritableTxnMarker] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class WritableTxnMarkerPartitionResult:
+    partition: int = 0
+    error_code: int = 0
+    error_message: str = ""
+
+
+@dataclass(slots=True)
+class WritableTxnMarkerTopicResult:
+    name: str = ""
+    partitions: list[WritableTxnMarkerPartitionResult] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class WritableTxnMarkerResult:
+    producer_id: int = 0
+    topics: list[WritableTxnMarkerTopicResult] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class WriteTxnMarkersResponse:
+    markers: list[WritableTxnMarkerResult] = field(default_factory=list)

@@ -1,0 +1,110 @@
+"""Transactions end to end (issue 28), with real processes and real Kafka clients: a
+transaction coordinator on the leader of the transactional id's partition of
+``__transaction_state``, commit and abort markers written to every partition of the
+transaction, and read_committed consumers that stop at the last stable offset and drop the
+records of aborted transactions."""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from tests.brokercluster import BrokerCluster, running_cluster
+
+TOPICS = ("txn-a", "txn-b")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> Iterator[BrokerCluster]:
+    with running_cluster(tmp_path_factory.mktemp("txn"),
+                         {"transaction.state.log.num.partitions": "3", "offsets.topic.num.partitions": "1",
+                          "group.initial.rebalance.delay.ms": "0"}) as c:
+        for t in TOPICS:
+            asyncio.run(c.create_topic(t, partitions=2, rf=3))
+        yield c
+
+
+def _consume_all(cluster: BrokerCluster, isolation: str, expected: int, timeout: float = 30) -> list[tuple[str, bytes]]:
+    """Every record of TOPICS a consumer with ``isolation`` reads, once it has read ``expected``
+    and then reached the end of every partition."""
+    c = Consumer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "group.id": f"g-{isolation}-{time.time()}",
+                  "auto.offset.reset": "earliest", "isolation.level": isolation, "enable.auto.commit": False,
+                  "enable.partition.eof": True})
+    c.assign([TopicPartition(t, p, 0) for t in TOPICS for p in range(2)])
+    got: list[tuple[str, bytes]] = []
+    at_end: set[tuple[str, int]] = set()
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and not (len(got) >= expected and len(at_end) == 2 * len(TOPICS)):
+            m = c.poll(0.2)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == -191:  # _PARTITION_EOF
+                    at_end.add((m.topic(), m.partition()))
+                    continue
+                raise AssertionError(m.error().str())
+            at_end.discard((m.topic(), m.partition()))
+            got.append((m.topic(), m.value()))
+    finally:
+        c.close()
+    return got
+
+
+def test_librdkafka_commits_one_transaction_and_aborts_another(cluster):
+    p = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "transactional.id": "tx-e2e",
+                  "transaction.timeout.ms": 30000})
+    p.init_transactions(30)
+    p.begin_transaction()
+    for i in range(10):
+        p.produce(TOPICS[i % 2], b"committed-%d" % i, key=b"%d" % i)
+    p.commit_transaction(30)
+    p.begin_transaction()
+    for i in range(6):
+        p.produce(TOPICS[i % 2], b"aborted-%d" % i, key=b"%d" % i)
+    p.flush(30)
+    p.abort_transaction(30)
+    # a record after the abort, so that read_committed readers must step over the aborted ones
+    p.begin_transaction()
+    p.produce(TOPICS[0], b"committed-last", key=b"x")
+    p.commit_transaction(30)
+
+    committed = _consume_all(cluster, "read_committed", 11)
+    values = sorted(v for _, v in committed)
+    assert values == sorted([b"committed-%d" % i for i in range(10)] + [b"committed-last"])
+    assert {t for t, _ in committed} == set(TOPICS)
+
+    everything = _consume_all(cluster, "read_uncommitted", 17)
+    assert sorted(v for _, v in everything) == sorted(values + [b"aborted-%d" % i for i in range(6)])
+
+
+def test_read_committed_stops_at_an_open_transaction(cluster):
+    """The last stable offset: an open transaction holds read_committed readers (and
+    ListOffsets latest) back until it commits; read_uncommitted readers see it at once."""
+    p = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "transactional.id": "tx-open"})
+    p.init_transactions(30)
+    c = Consumer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "group.id": "lso",
+                  "isolation.level": "read_committed"})
+    u = Consumer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "group.id": "lso-u",
+                  "isolation.level": "read_uncommitted"})
+    try:
+        tp = TopicPartition("txn-b", 1)
+        _, before = c.get_watermark_offsets(tp, timeout=10, cached=False)
+        p.begin_transaction()
+        p.produce("txn-b", b"open", partition=1)
+        p.flush(30)
+        _, hw = u.get_watermark_offsets(tp, timeout=10, cached=False)
+        assert hw == before + 1
+        # librdkafka's query_watermark_offsets asks ListOffsets with the consumer's isolation level
+        assert c.get_watermark_offsets(tp, timeout=10, cached=False)[1] == before
+        p.commit_transaction(30)
+        deadline = time.monotonic() + 10
+        while c.get_watermark_offsets(tp, timeout=10, cached=False)[1] != before + 2:  # the record and the marker
+            assert time.monotonic() < deadline, "the LSO did not move past the committed transaction"
+            time.sleep(0.05)
+    finally:
+        c.close()
+        u.close()
