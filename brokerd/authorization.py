@@ -207,13 +207,24 @@ class GroupAccess:
     async def offset_commit(self, req: g.OffsetCommitRequest, access: Access) -> g.OffsetCommitResponse:
         """READ on the group (else every partition is GROUP_AUTHORIZATION_FAILED), and READ on
         each topic."""
+        return await self._commit(req, access, self.groups.offset_commit)
+
+    async def txn_offset_commit(self, req: t.TxnOffsetCommitRequest, access: Access) -> g.OffsetCommitResponse:
+        """As OffsetCommit, and WRITE on the transactional id."""
+        if not _transactional_id(access, O.WRITE, req.transactional_id):
+            return _every_partition(req.offsets, TXN_DENIED, _txn_denied(access, O.WRITE, req.transactional_id))
+
+        async def serve(offsets: g.OffsetCommitRequest) -> g.OffsetCommitResponse:
+            return await self.groups.txn_offset_commit(replace(req, offsets=offsets))
+        return await self._commit(req.offsets, access, serve)
+
+    @staticmethod
+    async def _commit(req: g.OffsetCommitRequest, access: Access,
+                      serve: Callable[[g.OffsetCommitRequest], Awaitable[g.OffsetCommitResponse]]) -> g.OffsetCommitResponse:
         if not access.group(O.READ, req.group_id):
-            message = access.group_denied(O.READ, req.group_id)
-            return g.OffsetCommitResponse(topics=[g.OffsetCommitTopicResponse(name=t.name, partitions=[
-                g.OffsetCommitPartitionResponse(partition=p.partition, error_code=GROUP_DENIED, error_message=message)
-                for p in t.partitions]) for t in req.topics])
+            return _every_partition(req, GROUP_DENIED, access.group_denied(O.READ, req.group_id))
         ours, refused = _split(req, _topic_check(access, O.READ))
-        resp = await self.groups.offset_commit(ours) if ours.topics or not refused else g.OffsetCommitResponse()
+        resp = await serve(ours) if ours.topics or not refused else g.OffsetCommitResponse()
         _refuse(resp.topics, refused, g.OffsetCommitTopicResponse, g.OffsetCommitPartitionResponse,
                 lambda n: access.topic_denied(O.READ, n))
         return resp
@@ -259,6 +270,12 @@ class GroupAccess:
 
 # -- transactions ------------------------------------------------------------------------------------
 
+def _every_partition(req: g.OffsetCommitRequest, code: int, message: str) -> g.OffsetCommitResponse:
+    return g.OffsetCommitResponse(topics=[g.OffsetCommitTopicResponse(name=t.name, partitions=[
+        g.OffsetCommitPartitionResponse(partition=p.partition, error_code=code, error_message=message)
+        for p in t.partitions]) for t in req.topics])
+
+
 def _transactional_id(access: Access, op: AclOperation, transactional_id: str) -> bool:
     return access.authorizer is None or access.authorizer.authorize(
         access.session, op, AclResourceType.TRANSACTIONAL_ID, transactional_id)
@@ -300,15 +317,25 @@ class TransactionAccess:
                 for n, i in req.partitions])
         return await self.coordinator.add_partitions(req)
 
+    async def add_offsets(self, req: t.AddOffsetsToTxnRequest, access: Access) -> t.AddOffsetsToTxnResponse:
+        """WRITE on the transactional id and READ on the group."""
+        if not _transactional_id(access, O.WRITE, req.transactional_id):
+            return t.AddOffsetsToTxnResponse(error_code=TXN_DENIED,
+                                             error_message=_txn_denied(access, O.WRITE, req.transactional_id))
+        if not access.group(O.READ, req.group_id):
+            return t.AddOffsetsToTxnResponse(error_code=GROUP_DENIED,
+                                             error_message=access.group_denied(O.READ, req.group_id))
+        return await self.coordinator.add_offsets(req)
+
     async def end_txn(self, req: t.EndTxnRequest, access: Access) -> t.EndTxnResponse:
         if not _transactional_id(access, O.WRITE, req.transactional_id):
             return t.EndTxnResponse(error_code=TXN_DENIED, error_message=_txn_denied(access, O.WRITE, req.transactional_id))
         return await self.coordinator.end_txn(req)
 
 
-async def write_txn_markers(rm: ReplicaManager, req: t.WriteTxnMarkersRequest, access: Access
-                            ) -> t.WriteTxnMarkersResponse | None:
+async def write_txn_markers(rm: ReplicaManager, req: t.WriteTxnMarkersRequest, access: Access,
+                            groups: GroupCoordinator) -> t.WriteTxnMarkersResponse | None:
     """None: refused (CLUSTER_ACTION on the cluster, which only brokers have)."""
     if not access.cluster(O.CLUSTER_ACTION):
         return None
-    return await write_markers(rm, req)
+    return await write_markers(rm, req, groups.marker_written)

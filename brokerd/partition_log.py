@@ -160,9 +160,10 @@ class PartitionLog:
             if is_control(batch):
                 self._stage_marker(wb, pid, batch.base_offset, marker_commits(batch))
                 return len(value)
-            self.producers.record_batch(batch.base_offset, last, batch.max_timestamp, pid, batch.producer_epoch,
-                                        batch.base_sequence)
-            self._save_producers(wb, (pid,))
+            if batch.base_sequence >= 0:  # a coordinator's transactional write has no sequence
+                self.producers.record_batch(batch.base_offset, last, batch.max_timestamp, pid, batch.producer_epoch,
+                                            batch.base_sequence)
+                self._save_producers(wb, (pid,))
             if is_transactional(batch) and self.producers.begin_transaction(pid, batch.base_offset):
                 wb.put(self._ongoing_key + pid.to_bytes(8, "big"), _EPOCH.pack(batch.base_offset))
         return len(value)
@@ -178,9 +179,11 @@ class PartitionLog:
     async def append_as_leader(self, batch: pb.RecordBatch, epoch: int) -> AppendInfo:
         """Assign the batch its offsets and the leader's epoch, and append it. A batch of an
         idempotent producer is checked against its state first: a duplicate of one of its
-        last five batches is answered with the original's offsets and not written."""
+        last five batches is answered with the original's offsets and not written. A batch
+        with a producer id but no sequence is a coordinator's (a marker, transactional
+        offsets), appended without that check."""
         base = self.next_offset
-        if batch.HasField("producer_id") and not is_control(batch):
+        if batch.HasField("producer_id") and batch.base_sequence >= 0:  # not a coordinator's write
             last_seq = last_sequence(batch.base_sequence, batch.record_count)
             dup = self.producers.check(batch.producer_id, batch.producer_epoch, batch.base_sequence,
                                        last_seq, base)

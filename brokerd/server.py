@@ -184,7 +184,8 @@ class BrokerServer:
         BrokerMetrics(self.rm, self.groups, lambda: self.published_offset, self.metrics.registry)
         requests = self.metrics.requests if self.metrics.enabled else None
         self.producer_ids = producer_ids = ProducerIdManager(self.client, cfg.node_id, lambda: self.lifecycle.epoch)
-        self.transactions = TransactionCoordinator(self.rm, bcfg, producer_ids, self._create_transaction_state_topic)
+        self.transactions = TransactionCoordinator(self.rm, bcfg, producer_ids, self._create_transaction_state_topic,
+                                                   self.groups.marker_written)
         auto_topics = TopicAutoCreator(bcfg.auto_create, self.client)
         self.kafka_listeners = []
         self.servers = []

@@ -132,7 +132,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         """A transaction coordinator's markers (from another broker)."""
         access = await self._access(context)
         resp = await self._guard(context, authorized.write_txn_markers(
-            self.rm, to_domain(t.WriteTxnMarkersRequest, request), access))
+            self.rm, to_domain(t.WriteTxnMarkersRequest, request), access, self.groups.groups))
         if resp is None:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"CLUSTER_AUTHORIZATION_FAILED: "
                                                                    f"{access.cluster_denied(authorized.O.CLUSTER_ACTION)}")

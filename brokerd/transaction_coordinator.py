@@ -15,6 +15,9 @@ again.
   previous producer is aborted first (its markers carry the new epoch) while the new one is
   told CONCURRENT_TRANSACTIONS and retries.
 - AddPartitionsToTxn: the transaction is Ongoing with those partitions.
+- AddOffsetsToTxn: the group's partition of __consumer_offsets joins the transaction (its
+  TxnOffsetCommit goes to the group coordinator, which keeps the offsets pending until the
+  marker reaches that partition).
 - EndTxn: PrepareCommit or PrepareAbort is written and answered; the markers then go to every
   partition's leader (``transaction_markers``), after which CompleteCommit or CompleteAbort is
   written. Meanwhile the id answers CONCURRENT_TRANSACTIONS (retriable).
@@ -28,15 +31,16 @@ from collections.abc import Awaitable, Callable
 
 from clients.errors import BrokerError, ErrorCode
 from clients.records import batches, build_batch, records_of
-from clients.topics import TRANSACTION_STATE_TOPIC
+from clients.topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 from .config import BrokerConfig
+from .group_coordinator import partition_for
 from .group_requests import FindCoordinatorResponse
 from .partition import Partition
 from .producer_ids import ProducerIdManager
 from .replica_manager import ReplicaManager
-from .transaction_markers import MarkerSender
-from .transaction_requests import (AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, EndTxnRequest,
+from .transaction_markers import MarkerListener, MarkerSender
+from .transaction_requests import (AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, EndTxnRequest,
                                    EndTxnResponse, InitTransactionalProducerRequest,
                                    InitTransactionalProducerResponse, TxnPartitionResult)
 from .transaction_state import TransactionMetadata, TxnState, txn_partition_for
@@ -53,12 +57,15 @@ def _now_ms() -> int:
 
 class TransactionCoordinator:
     def __init__(self, rm: ReplicaManager, config: BrokerConfig, producer_ids: ProducerIdManager,
-                 create_state_topic: Callable[[int, int], Awaitable[None]]) -> None:
+                 create_state_topic: Callable[[int, int], Awaitable[None]],
+                 markers_written: MarkerListener | None = None) -> None:
+        """``markers_written``: told of each marker this broker writes itself (the group
+        coordinator, for transactional offsets)."""
         self.rm = rm
         self.config = config
         self.producer_ids = producer_ids
         self.create_state_topic = create_state_topic
-        self.markers = MarkerSender(rm)
+        self.markers = MarkerSender(rm, markers_written)
         self.txns: dict[str, TransactionMetadata] = {}
         self._loaded: dict[int, int] = {}  # state partition -> the leader epoch it was loaded in
         self._loading: dict[int, asyncio.Task] = {}
@@ -264,6 +271,20 @@ class TransactionCoordinator:
     def _exists(self, topic: str, index: int) -> bool:
         t = self.rm.image.topics_by_name.get(topic)
         return t is not None and index in t.partitions
+
+    # -- AddOffsetsToTxn (consume-transform-produce) -------------------------------------------------
+
+    async def add_offsets(self, req: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
+        """The group's partition of __consumer_offsets joins the transaction, so that its
+        TxnOffsetCommit is committed or dropped by the transaction's marker."""
+        t = self.rm.image.topics_by_name.get(OFFSETS_TOPIC)
+        if t is None or not t.partitions or not req.group_id:
+            return AddOffsetsToTxnResponse(error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                                           error_message=f"{OFFSETS_TOPIC} does not exist yet")
+        r = await self.add_partitions(AddPartitionsToTxnRequest(
+            transactional_id=req.transactional_id, producer_id=req.producer_id, producer_epoch=req.producer_epoch,
+            partitions=[(OFFSETS_TOPIC, partition_for(req.group_id, len(t.partitions)))]))
+        return AddOffsetsToTxnResponse(error_code=r.results[0].error_code)
 
     # -- EndTxn ----------------------------------------------------------------------------------
 

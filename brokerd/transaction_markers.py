@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 import grpc
 
@@ -33,9 +34,13 @@ log = logging.getLogger("brokerd.transactions")
 MARKER_TIMEOUT_S = 30.0
 RETRY_BACKOFF_S = 0.1
 _GRPC_OPTIONS = [("grpc.max_receive_message_length", 16 << 20)]
+#: Told of each marker written here (topic, partition, producer id, commit): the group
+#: coordinator's pending transactional offsets become committed or are dropped.
+MarkerListener = Callable[[str, int, int, bool], None]
 
 
-async def write_txn_markers(rm: ReplicaManager, req: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
+async def write_txn_markers(rm: ReplicaManager, req: WriteTxnMarkersRequest,
+                            written: MarkerListener | None = None) -> WriteTxnMarkersResponse:
     """Append each marker to each named partition this broker leads, acks=all."""
     resp = WriteTxnMarkersResponse()
     now = int(time.time() * 1000)
@@ -45,19 +50,21 @@ async def write_txn_markers(rm: ReplicaManager, req: WriteTxnMarkersRequest) -> 
         for t in m.topics:
             tr = WritableTxnMarkerTopicResult(name=t.name)
             result.topics.append(tr)
-            outcomes = await asyncio.gather(*(_append_marker(rm, m, t.name, i, now) for i in t.partitions))
+            outcomes = await asyncio.gather(*(_append_marker(rm, m, t.name, i, now, written) for i in t.partitions))
             tr.partitions.extend(outcomes)
     return resp
 
 
-async def _append_marker(rm: ReplicaManager, m: WritableTxnMarker, topic: str, index: int, now: int
-                         ) -> WritableTxnMarkerPartitionResult:
+async def _append_marker(rm: ReplicaManager, m: WritableTxnMarker, topic: str, index: int, now: int,
+                         written: MarkerListener | None) -> WritableTxnMarkerPartitionResult:
     answer = WritableTxnMarkerPartitionResult(partition=index)
     try:
         p = rm.leader(topic, index)
         batch = marker_batch(m.producer_id, m.producer_epoch, m.transaction_result, m.coordinator_epoch, now)
         info = await p.append_as_leader(batch, -1)
         await p.wait_for_replication(info.last_offset + 1, MARKER_TIMEOUT_S)
+        if written is not None:
+            written(topic, index, m.producer_id, m.transaction_result)
     except BrokerError as e:
         answer.error_code, answer.error_message = int(e.code), e.message
     return answer
@@ -66,8 +73,9 @@ async def _append_marker(rm: ReplicaManager, m: WritableTxnMarker, topic: str, i
 class MarkerSender:
     """Sends a transaction's markers to its partitions' leaders, this broker included."""
 
-    def __init__(self, rm: ReplicaManager) -> None:
+    def __init__(self, rm: ReplicaManager, written: MarkerListener | None = None) -> None:
         self.rm = rm
+        self.written = written
         self._channels: dict[str, tuple[grpc.aio.Channel, broker_pb2_grpc.BrokerStub]] = {}
 
     async def close(self) -> None:
@@ -102,7 +110,7 @@ class MarkerSender:
         req = WriteTxnMarkersRequest(markers=[marker])
         try:
             if leader == self.rm.broker_id:
-                resp = await write_txn_markers(self.rm, req)
+                resp = await write_txn_markers(self.rm, req, self.written)
             else:
                 stub = self._stub(leader)
                 if stub is None:

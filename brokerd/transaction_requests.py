@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .group_requests import OffsetCommitRequest
+
 
 # -- the coordinator's requests (Kafka listener) -------------------------------------------------
 
@@ -58,6 +60,30 @@ class EndTxnRequest:
 class EndTxnResponse:
     error_code: int = 0
     error_message: str = ""
+
+
+@dataclass(slots=True)
+class AddOffsetsToTxnRequest:
+    transactional_id: str = ""
+    producer_id: int = 0
+    producer_epoch: int = 0
+    group_id: str = ""
+
+
+@dataclass(slots=True)
+class AddOffsetsToTxnResponse:
+    error_code: int = 0
+    error_message: str = ""
+
+
+@dataclass(slots=True)
+class TxnOffsetCommitRequest:
+    """A consumer group's offsets committed as part of a transaction (to the group
+    coordinator): they count once the transaction commits. The answer is OffsetCommit's."""
+    transactional_id: str = ""
+    producer_id: int = 0
+    producer_epoch: int = 0
+    offsets: OffsetCommitRequest = field(default_factory=OffsetCommitRequest)
 
 
 # -- markers, coordinator -> partition leaders (gRPC between brokers, Kafka API 27) ---------------

@@ -76,6 +76,7 @@ class ErrorCode(IntEnum):
     FETCH_SESSION_ID_NOT_FOUND = 70
     FENCED_INSTANCE_ID = 82
     INVALID_RECORD = 87
+    UNSTABLE_OFFSET_COMMIT = 88
     THROTTLING_QUOTA_EXCEEDED = 89
     PRODUCER_FENCED = 90
     INVALID_UPDATE_VERSION = 95
@@ -163,6 +164,7 @@ DEFAULT_MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.OPERATION_NOT_ATTEMPTED: "The broker did not attempt to execute this operation. This may happen "
                                        "for batched RPCs where some operations in the batch failed, causing the "
                                        "broker to respond without trying the rest.",
+    ErrorCode.UNSTABLE_OFFSET_COMMIT: "There are unstable offsets that need to be cleared.",
     ErrorCode.PRODUCER_FENCED: "There is a newer producer with the same transactionalId which fences the "
                                "current one.",
     ErrorCode.UNKNOWN_PRODUCER_ID: "This exception is raised by the broker if it could not locate the producer "
@@ -177,6 +179,7 @@ RETRIABLE = frozenset({
     ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.UNKNOWN_TOPIC_ID,
     ErrorCode.NETWORK_EXCEPTION, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
     ErrorCode.NOT_COORDINATOR, ErrorCode.OFFSET_NOT_AVAILABLE, ErrorCode.CONCURRENT_TRANSACTIONS,
+    ErrorCode.UNSTABLE_OFFSET_COMMIT,
 })
 
 #: Errors that mean "your metadata is stale: refresh it before trying again".

@@ -400,6 +400,30 @@ def end_txn(b: Broker, v: int) -> None:
     assert codes(r) == only(E.NONE)
 
 
+def _offsets_added(b: Broker, v: int, tid: str, group: str) -> tuple[int, int]:
+    b.coordinator(group)  # __consumer_offsets exists
+    node, pid, epoch = b.transaction(tid)
+    r = b.ask(A.ADD_OFFSETS_TO_TXN, v, {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
+                                        "group_id": group}, node)
+    assert codes(r) == only(E.NONE)
+    return pid, epoch
+
+
+def add_offsets_to_txn(b: Broker, v: int) -> None:
+    _offsets_added(b, v, f"add-offsets-{v}", f"add-offsets-{v}")
+
+
+def txn_offset_commit(b: Broker, v: int) -> None:
+    tid = group = f"txn-commit-{v}"
+    pid, epoch = _offsets_added(b, 3, tid, group)
+    r = b.ask(A.TXN_OFFSET_COMMIT, v, {
+        "transactional_id": tid, "group_id": group, "producer_id": pid, "producer_epoch": epoch, "generation_id": -1,
+        "member_id": "", "group_instance_id": None, "topics": [{"name": TOPIC, "partitions": [
+            {"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1, "committed_metadata": ""}]}]},
+        b.coordinator(group))
+    assert codes(r) == only(E.NONE) and r.topics[0].partitions[0].partition_index == 0
+
+
 def write_txn_markers(b: Broker, v: int) -> None:
     r = b.ask(A.WRITE_TXN_MARKERS, v, {"markers": [{
         "producer_id": 4242 + v, "producer_epoch": 0, "transaction_result": False, "coordinator_epoch": 0,
@@ -422,6 +446,7 @@ CASES: dict[int, Case] = {
     A.LIST_PARTITION_REASSIGNMENTS: list_partition_reassignments,
     A.CREATE_ACLS: create_acls, A.DESCRIBE_ACLS: describe_acls, A.DELETE_ACLS: delete_acls,
     A.ADD_PARTITIONS_TO_TXN: add_partitions_to_txn, A.END_TXN: end_txn, A.WRITE_TXN_MARKERS: write_txn_markers,
+    A.ADD_OFFSETS_TO_TXN: add_offsets_to_txn, A.TXN_OFFSET_COMMIT: txn_offset_commit,
 }
 
 

@@ -108,3 +108,67 @@ def test_read_committed_stops_at_an_open_transaction(cluster):
     finally:
         c.close()
         u.close()
+
+
+def test_consume_transform_produce_commits_offsets_only_with_the_transaction(cluster):
+    """send_offsets_to_transaction (AddOffsetsToTxn, TxnOffsetCommit): the group's offsets
+    move with a committed transaction and stay where they were after an aborted one."""
+    asyncio.run(cluster.create_topic("ctp-in", partitions=1, rf=3))
+    asyncio.run(cluster.create_topic("ctp-out", partitions=1, rf=3))
+    src = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers})
+    for i in range(10):
+        src.produce("ctp-in", b"in-%d" % i)
+    src.flush(30)
+    p = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "transactional.id": "tx-ctp"})
+    p.init_transactions(30)
+    c = Consumer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "group.id": "ctp",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False, "isolation.level": "read_committed"})
+    c.subscribe(["ctp-in"])
+    tp = TopicPartition("ctp-in", 0)
+
+    def cycle(n: int, commit: bool) -> None:
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < n:
+            assert time.monotonic() < deadline, f"read {len(got)} of {n}"
+            m = c.poll(0.2)
+            if m is not None and not m.error():
+                got.append(m.value())
+        p.begin_transaction()
+        for v in got:
+            p.produce("ctp-out", v.replace(b"in", b"out"))
+        p.send_offsets_to_transaction(c.position(c.assignment()), c.consumer_group_metadata(), 30)
+        p.commit_transaction(30) if commit else p.abort_transaction(30)
+
+    def committed() -> int:
+        return c.committed([tp], timeout=10)[0].offset
+
+    try:
+        cycle(4, commit=True)
+        assert committed() == 4
+        cycle(3, commit=False)
+        assert committed() == 4  # the aborted transaction's offsets were dropped
+        c.seek(TopicPartition("ctp-in", 0, 4))  # as an application does after an abort
+        cycle(6, commit=True)
+        assert committed() == 10
+    finally:
+        c.close()
+    out = Consumer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "group.id": "ctp-check",
+                    "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                    "enable.partition.eof": True})
+    out.assign([TopicPartition("ctp-out", 0, 0)])
+    values = []
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            m = out.poll(0.2)
+            if m is None:
+                continue
+            if m.error():
+                if len(values) >= 10:
+                    break
+                continue
+            values.append(m.value())
+    finally:
+        out.close()
+    assert values == [b"out-%d" % i for i in range(10)]  # each input once, the aborted copies dropped

@@ -47,7 +47,7 @@ DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS, DESCRIBE_CONFIGS = 29, 30, 31, 32
 CREATE_PARTITIONS, DELETE_GROUPS, ELECT_LEADERS, INCREMENTAL_ALTER_CONFIGS = 37, 42, 43, 44
 ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS, DESCRIBE_CLUSTER = 45, 46, 60
 SASL_HANDSHAKE, SASL_AUTHENTICATE, CONSUMER_GROUP_HEARTBEAT = 17, 36, 68
-ADD_PARTITIONS_TO_TXN, END_TXN, WRITE_TXN_MARKERS = 24, 26, 27
+ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, WRITE_TXN_MARKERS, TXN_OFFSET_COMMIT = 24, 25, 26, 27, 28
 
 #: api key -> (min version, max version) served.
 VERSIONS: dict[int, tuple[int, int]] = {
@@ -61,7 +61,7 @@ VERSIONS: dict[int, tuple[int, int]] = {
     SASL_HANDSHAKE: (0, 1), SASL_AUTHENTICATE: (0, 2),  # listed, as Kafka lists them on every listener
     CONSUMER_GROUP_HEARTBEAT: (0, 1),  # listed so that KIP-848 clients ask, and hear it is off
     ADD_PARTITIONS_TO_TXN: (0, 3), END_TXN: (0, 3),  # the client versions (v4+: KIP-890, between brokers)
-    WRITE_TXN_MARKERS: (1, 1),
+    WRITE_TXN_MARKERS: (1, 1), ADD_OFFSETS_TO_TXN: (0, 3), TXN_OFFSET_COMMIT: (0, 3),
 }
 
 TOPIC_CONFIG_SOURCE, BROKER_CONFIG_SOURCE, DEFAULT_CONFIG_SOURCE = 1, 4, 5
@@ -132,7 +132,8 @@ class KafkaApis:
             SASL_HANDSHAKE: self.sasl_handshake, SASL_AUTHENTICATE: self.sasl_authenticate,
             CONSUMER_GROUP_HEARTBEAT: self.consumer_group_heartbeat,
             ADD_PARTITIONS_TO_TXN: self.add_partitions_to_txn, END_TXN: self.end_txn,
-            WRITE_TXN_MARKERS: self.write_txn_markers,
+            WRITE_TXN_MARKERS: self.write_txn_markers, ADD_OFFSETS_TO_TXN: self.add_offsets_to_txn,
+            TXN_OFFSET_COMMIT: self.txn_offset_commit,
         }
         self._api_names = {key: "".join(w.capitalize() for w in fn.__name__.split("_"))
                            for key, fn in self.handlers.items()}
@@ -332,6 +333,31 @@ class KafkaApis:
         return {"results_by_topic_v3_and_below": [{"name": n, "results_by_partition": ps}
                                                   for n, ps in by_topic.items()]}
 
+    async def add_offsets_to_txn(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        if self.transactions is None:
+            return {"error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE)}
+        a = await self.transactions.add_offsets(tq.AddOffsetsToTxnRequest(
+            transactional_id=req.transactional_id, producer_id=req.producer_id, producer_epoch=req.producer_epoch,
+            group_id=req.group_id), access)
+        return {"error_code": _fenced(a.error_code, version >= 2)}
+
+    async def txn_offset_commit(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        """To the group coordinator; v3 names the member (KIP-447), whose generation is checked."""
+        offsets = gq.OffsetCommitRequest(
+            group_id=req.group_id, generation_id=req.generation_id if version >= 3 else -1,
+            member_id=req.member_id if version >= 3 else "",
+            group_instance_id=req.group_instance_id if version >= 3 else None,
+            topics=[gq.OffsetCommitTopic(name=t.name, partitions=[gq.OffsetCommitPartition(
+                partition=p.partition_index, offset=p.committed_offset,
+                leader_epoch=p.committed_leader_epoch if version >= 2 else -1, metadata=p.committed_metadata or "")
+                for p in t.partitions]) for t in req.topics])
+        a = await self.groups.txn_offset_commit(tq.TxnOffsetCommitRequest(
+            transactional_id=req.transactional_id, producer_id=req.producer_id, producer_epoch=req.producer_epoch,
+            offsets=offsets), access)
+        return {"topics": [{"name": t.name, "partitions": [
+            {"partition_index": p.partition, "error_code": _fenced(p.error_code, version >= 2)} for p in t.partitions]}
+            for t in a.topics]}
+
     async def end_txn(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         if self.transactions is None:
             return {"error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE)}
@@ -347,7 +373,7 @@ class KafkaApis:
             coordinator_epoch=m.coordinator_epoch,
             topics=[tq.WritableTxnMarkerTopic(name=t.name, partitions=list(t.partition_indexes)) for t in m.topics])
             for m in req.markers])
-        a = await authorized.write_txn_markers(self.rm, ours, access)
+        a = await authorized.write_txn_markers(self.rm, ours, access, self.groups.groups)
         if a is None:
             return {"markers": [{"producer_id": m.producer_id, "topics": [
                 {"name": t.name, "partitions": [{"partition_index": i,
@@ -441,7 +467,8 @@ class KafkaApis:
 
     async def offset_fetch(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         ours = gq.OffsetFetchRequest(group_id=req.group_id, topics=[
-            gq.OffsetFetchTopic(name=t.name, partitions=list(t.partition_indexes)) for t in req.topics or ()])
+            gq.OffsetFetchTopic(name=t.name, partitions=list(t.partition_indexes)) for t in req.topics or ()],
+            require_stable=req.require_stable if version >= 7 else False)
         a = await self.groups.offset_fetch(ours, access)
         topics = [{"name": t.name, "partitions": [
             {"partition_index": p.partition, "committed_offset": p.offset, "committed_leader_epoch": p.leader_epoch,
