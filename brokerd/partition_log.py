@@ -158,7 +158,8 @@ class PartitionLog:
         wb.put(self._key(batch.base_offset), value)
         if pid != NO_PRODUCER_ID:
             if is_control(batch):
-                self._stage_marker(wb, pid, batch.base_offset, marker_commits(batch))
+                self._stage_marker(wb, pid, batch.producer_epoch, batch.base_offset, batch.max_timestamp,
+                                   marker_commits(batch))
                 return len(value)
             if batch.base_sequence >= 0:  # a coordinator's transactional write has no sequence
                 self.producers.record_batch(batch.base_offset, last, batch.max_timestamp, pid, batch.producer_epoch,
@@ -168,11 +169,13 @@ class PartitionLog:
                 wb.put(self._ongoing_key + pid.to_bytes(8, "big"), _EPOCH.pack(batch.base_offset))
         return len(value)
 
-    def _stage_marker(self, wb: WriteBatch, producer_id: int, offset: int, commit: bool) -> None:
+    def _stage_marker(self, wb: WriteBatch, producer_id: int, epoch: int, offset: int, timestamp: int,
+                      commit: bool) -> None:
         """A transaction marker closes its producer's open transaction here."""
         if producer_id in self.producers.ongoing:
             wb.delete(self._ongoing_key + producer_id.to_bytes(8, "big"))
-        aborted = self.producers.end_transaction(producer_id, offset, commit)
+        aborted = self.producers.end_transaction(producer_id, epoch, offset, timestamp, commit)
+        self._save_producers(wb, (producer_id,))
         if aborted is not None:
             wb.put(self._aborted_key + offset.to_bytes(8, "big"), aborted.encode())
 
@@ -484,7 +487,8 @@ class PartitionLog:
             if batch is None or not is_transactional(batch):
                 continue
             if is_control(batch):
-                self._stage_marker(wb, h.producer_id, h.base_offset, marker_commits(batch))
+                self._stage_marker(wb, h.producer_id, h.producer_epoch, h.base_offset, h.max_timestamp,
+                                   marker_commits(batch))
             elif self.producers.begin_transaction(h.producer_id, h.base_offset):
                 wb.put(self._ongoing_key + h.producer_id.to_bytes(8, "big"), _EPOCH.pack(h.base_offset))
         self._save_producers(wb, list(self.producers.producers))

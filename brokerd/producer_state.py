@@ -62,7 +62,8 @@ class ProducerEntry:
 
     @property
     def last_seq(self) -> int:
-        return self.batches[-1].last_seq
+        """-1 before the first batch of its epoch (after a marker bumped the epoch)."""
+        return self.batches[-1].last_seq if self.batches else -1
 
     def encode(self) -> bytes:
         return _ENTRY.pack(self.epoch, self.last_timestamp, len(self.batches)) + b"".join(
@@ -71,7 +72,7 @@ class ProducerEntry:
     @classmethod
     def decode(cls, producer_id: int, data: bytes) -> "ProducerEntry":
         epoch, ts, n = _ENTRY.unpack_from(data)
-        if len(data) != _ENTRY.size + n * _BATCH.size or not 0 < n <= RETAINED_BATCHES:
+        if len(data) != _ENTRY.size + n * _BATCH.size or not 0 <= n <= RETAINED_BATCHES:
             raise ValueError(f"producer {producer_id}: a state record of {len(data)} bytes for {n} batches")
         entry = cls(producer_id, epoch, ts)
         for k in range(n):
@@ -127,9 +128,15 @@ class ProducerStateManager:
         self.ongoing[producer_id] = offset
         return True
 
-    def end_transaction(self, producer_id: int, marker_offset: int, commit: bool) -> AbortedTxn | None:
+    def end_transaction(self, producer_id: int, epoch: int, marker_offset: int, marker_ts: int, commit: bool
+                        ) -> AbortedTxn | None:
         """A marker at ``marker_offset`` closes its producer's transaction; an abort of one that
-        wrote here is returned, to go into the index."""
+        wrote here is returned, to go into the index. A marker of a newer epoch (the
+        coordinator bumped it, fencing the producer) starts that epoch here, so the fenced
+        producer's later batches are refused (INVALID_PRODUCER_EPOCH)."""
+        e = self.producers.get(producer_id)
+        if e is None or epoch > e.epoch:
+            self.producers[producer_id] = ProducerEntry(producer_id, epoch, marker_ts)
         first = self.ongoing.pop(producer_id, None)
         if first is None or commit:
             return None
@@ -172,6 +179,13 @@ class ProducerStateManager:
         for b in e.batches:
             if b.first_seq == first_seq and b.last_seq == last_seq:
                 return b
+        if not e.batches:  # the epoch's first batch (a marker started it)
+            if first_seq != 0:
+                raise BrokerError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                  f"Invalid sequence number for producer {producer_id} at offset {offset} in "
+                                  f"partition {self.name}: {first_seq} (incoming seq. number), expected 0 in its "
+                                  f"epoch {epoch}")
+            return None
         if first_seq != next_sequence(e.last_seq):
             raise BrokerError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                               f"Out of order sequence number for producer {producer_id} at offset {offset} in "
@@ -202,7 +216,7 @@ class ProducerStateManager:
     def remove_before(self, log_start_offset: int) -> list[int]:
         """Producers whose every remembered batch is now before the log start: forget them
         (a later batch with a sequence past 0 gets UNKNOWN_PRODUCER_ID)."""
-        gone = [pid for pid, e in self.producers.items() if e.batches[-1].last_offset < log_start_offset]
+        gone = [pid for pid, e in self.producers.items() if e.batches and e.batches[-1].last_offset < log_start_offset]
         for pid in gone:
             del self.producers[pid]
         return gone

@@ -41,6 +41,7 @@ class ProduceRequest:
     acks: int = 0
     timeout_ms: int = 0
     topics: list[ProduceTopicData] = field(default_factory=list)
+    transactional_id: str | None = None  # a transactional producer's: its partitions are verified (KIP-890)
 
 
 @dataclass(slots=True)

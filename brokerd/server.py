@@ -60,6 +60,7 @@ from .producer_ids import ProducerIdManager
 from .replica_manager import ReplicaManager
 from .service import BrokerService
 from .transaction_coordinator import TransactionCoordinator
+from .transaction_verification import TransactionVerifier
 from clients.topics import TRANSACTION_STATE_TOPIC
 
 #: How long a stopping broker waits for the controller to confirm its controlled shutdown.
@@ -186,6 +187,7 @@ class BrokerServer:
         self.producer_ids = producer_ids = ProducerIdManager(self.client, cfg.node_id, lambda: self.lifecycle.epoch)
         self.transactions = TransactionCoordinator(self.rm, bcfg, producer_ids, self._create_transaction_state_topic,
                                                    self.groups.marker_written)
+        self.rm.txn_verifier = TransactionVerifier(self.rm, self.transactions)
         auto_topics = TopicAutoCreator(bcfg.auto_create, self.client)
         self.kafka_listeners = []
         self.servers = []
@@ -215,7 +217,8 @@ class BrokerServer:
                                      interceptors=[*([requests.interceptor(name)] if requests else []), self.gate])
             add_service(server, broker_pb2_grpc.add_BrokerServicer_to_server,
                         BrokerService(self.rm, name, lambda: self.client.last_controller_id, self.describe,
-                                      producer_ids, self.groups, authorizer, mapper, auto_topics))
+                                      producer_ids, self.groups, authorizer, mapper, auto_topics,
+                                      self.transactions))
             if not add_port(server, address, security.tls):
                 raise cannot_listen(address, name, "the port is in use or the address is not local")
             self.servers.append(server)
@@ -252,6 +255,7 @@ class BrokerServer:
         self.logs.start()
         self.rm.start()
         self.groups.start()
+        self.transactions.start()
         self.rm.isr.start()
         self._started = True
         await self._serve_clients()

@@ -40,9 +40,11 @@ from .partition import Partition
 from .producer_ids import ProducerIdManager
 from .replica_manager import ReplicaManager
 from .transaction_markers import MarkerListener, MarkerSender
-from .transaction_requests import (AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, EndTxnRequest,
-                                   EndTxnResponse, InitTransactionalProducerRequest,
-                                   InitTransactionalProducerResponse, TxnPartitionResult)
+from .transaction_requests import (AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
+                                   AddPartitionsToTxnResponse, EndTxnRequest, EndTxnResponse,
+                                   InitTransactionalProducerRequest, InitTransactionalProducerResponse,
+                                   TxnPartitionResult, VerifyTxnPartitionsRequest, VerifyTxnPartitionsResponse,
+                                   WritableTxnMarkerTopic)
 from .transaction_state import TransactionMetadata, TxnState, txn_partition_for
 
 log = logging.getLogger("brokerd.transactions")
@@ -72,9 +74,14 @@ class TransactionCoordinator:
         self._creating: asyncio.Task | None = None
         self._completing: dict[str, asyncio.Task] = {}  # markers being written, by transactional id
         self._locks: dict[str, asyncio.Lock] = {}
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._abort_timed_out_forever(),
+                                                            name="transaction-timeouts")
 
     async def stop(self) -> None:
-        tasks = [t for t in [self._creating, *self._loading.values(), *self._completing.values()] if t is not None]
+        tasks = [t for t in [self._task, self._creating, *self._loading.values(), *self._completing.values()] if t is not None]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -186,6 +193,33 @@ class TransactionCoordinator:
     def _lock(self, transactional_id: str) -> asyncio.Lock:
         return self._locks.setdefault(transactional_id, asyncio.Lock())
 
+    # -- transaction.timeout.ms ------------------------------------------------------------------------
+
+    async def _abort_timed_out_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.transaction_abort_interval_ms / 1000)
+            await self.abort_timed_out()
+
+    async def abort_timed_out(self) -> None:
+        """Abort every transaction open for longer than its timeout (Kafka's
+        abortTimedOutTransactions), under a bumped epoch so that its producer is fenced; the
+        epoch it had stays usable for its InitProducerId (KIP-588)."""
+        now = _now_ms()
+        for m in [m for m in self.txns.values() if m.state == TxnState.ONGOING and now - m.start_ms > m.timeout_ms]:
+            try:
+                async with self._lock(m.transactional_id):
+                    p = self._coordinator(m.transactional_id)
+                    current = self.txns.get(m.transactional_id)
+                    if current is None or current.state != TxnState.ONGOING or current.start_ms != m.start_ms:
+                        continue  # it ended meanwhile
+                    log.info("aborting the transaction of %s (producer %d epoch %d): open for %d ms, past its "
+                             "transaction.timeout.ms of %d", m.transactional_id, m.producer_id, m.producer_epoch,
+                             now - m.start_ms, m.timeout_ms)
+                    await self._end(p, self._bumped(current).but(last_producer_epoch=current.producer_epoch),
+                                    commit=False)
+            except BrokerError as e:
+                log.info("could not abort the timed-out transaction of %s: %s", m.transactional_id, e)
+
     # -- InitProducerId ------------------------------------------------------------------------------
 
     async def init_producer_id(self, req: InitTransactionalProducerRequest) -> InitTransactionalProducerResponse:
@@ -210,7 +244,8 @@ class TransactionCoordinator:
         if m.state.preparing:
             raise BrokerError(ErrorCode.CONCURRENT_TRANSACTIONS,
                               f"the last transaction of {m.transactional_id} is still being completed")
-        if req.producer_id >= 0 and (req.producer_id, req.producer_epoch) != (m.producer_id, m.producer_epoch):
+        if req.producer_id >= 0 and (req.producer_id != m.producer_id or
+                                     req.producer_epoch not in (m.producer_epoch, m.last_producer_epoch)):
             raise BrokerError(ErrorCode.PRODUCER_FENCED,
                               f"producer {req.producer_id} epoch {req.producer_epoch} is not the current producer "
                               f"of {m.transactional_id}")
@@ -222,7 +257,7 @@ class TransactionCoordinator:
                               f"aborting the open transaction of {m.transactional_id}'s previous producer")
         m = self._bumped(m)
         return await self._write(p, m.but(state=TxnState.EMPTY, partitions=frozenset(), last_update_ms=now,
-                                          timeout_ms=req.transaction_timeout_ms))
+                                          timeout_ms=req.transaction_timeout_ms, last_producer_epoch=-1))
 
     def _bumped(self, m: TransactionMetadata) -> TransactionMetadata:
         """The next epoch; a new producer id would be needed past the last (not reached here:
@@ -285,6 +320,27 @@ class TransactionCoordinator:
             transactional_id=req.transactional_id, producer_id=req.producer_id, producer_epoch=req.producer_epoch,
             partitions=[(OFFSETS_TOPIC, partition_for(req.group_id, len(t.partitions)))]))
         return AddOffsetsToTxnResponse(error_code=r.results[0].error_code)
+
+    # -- KIP-890 part 1: verifying a partition leader's first transactional batch -----------------------
+
+    def verify(self, req: VerifyTxnPartitionsRequest) -> VerifyTxnPartitionsResponse:
+        """Which of the partitions are not in the producer's ongoing transaction."""
+        try:
+            self._coordinator(req.transactional_id)
+            m = self.txns.get(req.transactional_id)
+            if m is None or m.producer_id != req.producer_id:
+                raise BrokerError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                                  f"producer {req.producer_id} is not the producer of {req.transactional_id}")
+            if req.producer_epoch != m.producer_epoch:
+                raise BrokerError(ErrorCode.INVALID_PRODUCER_EPOCH,
+                                  f"producer {req.producer_id} has epoch {req.producer_epoch}, but "
+                                  f"{req.transactional_id} is at epoch {m.producer_epoch}")
+        except BrokerError as e:
+            return VerifyTxnPartitionsResponse(error_code=int(e.code), error_message=e.message)
+        ongoing = m.partitions if m.state == TxnState.ONGOING else frozenset()
+        missing = [WritableTxnMarkerTopic(name=t.name, partitions=[i for i in t.partitions if (t.name, i) not in ongoing])
+                   for t in req.topics]
+        return VerifyTxnPartitionsResponse(not_added=[t for t in missing if t.partitions])
 
     # -- EndTxn ----------------------------------------------------------------------------------
 

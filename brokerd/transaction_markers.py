@@ -112,7 +112,7 @@ class MarkerSender:
             if leader == self.rm.broker_id:
                 resp = await write_txn_markers(self.rm, req, self.written)
             else:
-                stub = self._stub(leader)
+                stub = self.stub(leader)
                 if stub is None:
                     return set()
                 wire = await stub.WriteTxnMarkers(to_wire(pb.WriteTxnMarkersRequest, req), timeout=MARKER_TIMEOUT_S)
@@ -131,7 +131,7 @@ class MarkerSender:
                                   ErrorCode.of(p.error_code).name, p.error_message)
         return done
 
-    def _stub(self, broker_id: int) -> broker_pb2_grpc.BrokerStub | None:
+    def stub(self, broker_id: int) -> broker_pb2_grpc.BrokerStub | None:
         address = self.rm.address_of(broker_id)
         if address is None:
             return None

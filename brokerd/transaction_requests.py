@@ -130,3 +130,20 @@ class WritableTxnMarkerResult:
 @dataclass(slots=True)
 class WriteTxnMarkersResponse:
     markers: list[WritableTxnMarkerResult] = field(default_factory=list)
+
+
+# -- KIP-890 part 1: a partition leader verifying with the coordinator (gRPC between brokers) -----
+
+@dataclass(slots=True)
+class VerifyTxnPartitionsRequest:
+    transactional_id: str = ""
+    producer_id: int = 0
+    producer_epoch: int = 0
+    topics: list[WritableTxnMarkerTopic] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class VerifyTxnPartitionsResponse:
+    error_code: int = 0
+    error_message: str = ""
+    not_added: list[WritableTxnMarkerTopic] = field(default_factory=list)

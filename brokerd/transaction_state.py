@@ -43,6 +43,9 @@ class TransactionMetadata:
     partitions: frozenset[tuple[str, int]] = field(default_factory=frozenset)
     last_update_ms: int = 0
     start_ms: int = 0  # when the open transaction began (its timeout runs from here)
+    #: The producer's epoch before the coordinator bumped it on aborting a timed-out
+    #: transaction (KIP-588): that producer may still re-initialize with it.
+    last_producer_epoch: int = -1
 
     def but(self, **changes: object) -> "TransactionMetadata":
         """A copy with ``changes`` (the coordinator writes the new state before adopting it)."""
@@ -57,7 +60,8 @@ class TransactionMetadata:
                                     timeout_ms=self.timeout_ms, state=self.state.value,
                                     partitions=[pb.WritableTxnMarkerTopic(name=t, partitions=ps)
                                                 for t, ps in by_topic.items()],
-                                    last_update_ms=self.last_update_ms, start_ms=self.start_ms)
+                                    last_update_ms=self.last_update_ms, start_ms=self.start_ms,
+                                    last_producer_epoch=self.last_producer_epoch)
         return self.transactional_id.encode(), value.SerializeToString()
 
     @classmethod
@@ -65,7 +69,7 @@ class TransactionMetadata:
         v = pb.TransactionValue.FromString(value)
         return cls(key.decode(), v.producer_id, v.producer_epoch, v.timeout_ms, TxnState(v.state),
                    frozenset((t.name, i) for t in v.partitions for i in t.partitions), v.last_update_ms,
-                   v.start_ms)
+                   v.start_ms, v.last_producer_epoch)
 
 
 def txn_partition_for(transactional_id: str, partitions: int) -> int:

@@ -124,6 +124,9 @@ SERVER_KEYS = ConfigDef([
          INT_MAX, role=BROKER),
     _int("transaction.max.timeout.ms", 900_000, "the longest `transaction.timeout.ms` a producer may ask for", 1,
          INT_MAX, role=BROKER),
+    _int("transaction.abort.timed.out.transaction.cleanup.interval.ms", 10_000, "how often the transaction "
+         "coordinator looks for transactions past their `transaction.timeout.ms`, to abort them", 1, INT_MAX,
+         role=BROKER),
     _int("group.min.session.timeout.ms", 6000, "the shortest session a group member may ask for", 1,
          role=BROKER),
     _int("group.max.session.timeout.ms", 1_800_000, "the longest session a group member may ask for", 1,

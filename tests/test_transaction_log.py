@@ -75,3 +75,27 @@ def test_transaction_metadata_round_trips_its_record():
     m = TransactionMetadata("tx", 42, 3, 60_000, TxnState.ONGOING, frozenset({("a", 0), ("a", 1), ("b", 2)}), 5, 4)
     key, value = m.encode()
     assert key == b"tx" and TransactionMetadata.decode(key, value) == m
+
+
+def test_a_marker_of_a_newer_epoch_fences_the_older_producer(tmp_path):
+    """The coordinator aborts a fenced producer's transaction under a bumped epoch: the
+    partition then refuses that producer's old epoch, and the new epoch starts at sequence 0."""
+    import pytest
+
+    from clients.errors import BrokerError, ErrorCode
+
+    async def go() -> None:
+        store = LogStore(str(tmp_path))
+        log = PartitionLog(store, uuid.uuid4(), 0)
+        await log.append_as_leader(_txn_batch(9, 0), 0)
+        await log.append_as_leader(marker_batch(9, 1, False, 0, 5), 0)  # aborted under epoch 1
+        with pytest.raises(BrokerError) as e:
+            await log.append_as_leader(_txn_batch(9, 2), 0)  # the zombie, epoch 0
+        assert e.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
+        fresh = _txn_batch(9, 0)
+        set_producer(fresh, 9, 2, 0)
+        await log.append_as_leader(fresh, 0)  # the new producer's first batch
+        assert log.producers.producers[9].epoch == 2 and log.producers.ongoing == {9: 3}
+        await store.close()
+
+    asyncio.run(go())

@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from tests.brokercluster import BrokerCluster, running_cluster
 
@@ -21,7 +21,8 @@ TOPICS = ("txn-a", "txn-b")
 def cluster(tmp_path_factory) -> Iterator[BrokerCluster]:
     with running_cluster(tmp_path_factory.mktemp("txn"),
                          {"transaction.state.log.num.partitions": "3", "offsets.topic.num.partitions": "1",
-                          "group.initial.rebalance.delay.ms": "0"}) as c:
+                          "group.initial.rebalance.delay.ms": "0", "transaction.max.timeout.ms": "60000",
+                          "transaction.abort.timed.out.transaction.cleanup.interval.ms": "300"}) as c:
         for t in TOPICS:
             asyncio.run(c.create_topic(t, partitions=2, rf=3))
         yield c
@@ -172,3 +173,108 @@ def test_consume_transform_produce_commits_offsets_only_with_the_transaction(clu
     finally:
         out.close()
     assert values == [b"out-%d" % i for i in range(10)]  # each input once, the aborted copies dropped
+
+
+def _committed_values(cluster: BrokerCluster, topic: str, until: bytes, timeout: float = 30) -> list[bytes]:
+    """What a read_committed reader of partition 0 of ``topic`` reads, up to ``until``."""
+    c = Consumer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "group.id": f"check-{time.time()}",
+                  "isolation.level": "read_committed"})
+    c.assign([TopicPartition(topic, 0, 0)])
+    values: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while until not in values:
+            assert time.monotonic() < deadline, f"{until!r} not read; read {values}"
+            m = c.poll(0.2)
+            if m is not None and not m.error():
+                values.append(m.value())
+    finally:
+        c.close()
+    return values
+
+
+def test_a_second_producer_fences_the_first(cluster):
+    """Zombie fencing: the new producer's InitProducerId aborts the old one's transaction under
+    a bumped epoch; the old one's writes and commit are refused and nothing of it is visible."""
+    asyncio.run(cluster.create_topic("fence", partitions=1, rf=3))
+    conf = {"bootstrap.servers": cluster.kafka_bootstrap_servers, "transactional.id": "tx-fence"}
+    old = Producer(conf)
+    old.init_transactions(30)
+    old.begin_transaction()
+    old.produce("fence", b"zombie-1", partition=0)
+    old.flush(30)
+    new = Producer(conf)
+    new.init_transactions(30)
+    old.produce("fence", b"zombie-2", partition=0)
+    with pytest.raises(KafkaException) as e:
+        old.commit_transaction(30)
+    err = e.value.args[0]
+    assert err.fatal() and err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                                          KafkaError.INVALID_PRODUCER_EPOCH), err
+    new.begin_transaction()
+    new.produce("fence", b"new", partition=0)
+    new.commit_transaction(30)
+    assert _committed_values(cluster, "fence", b"new") == [b"new"]
+
+
+def test_the_coordinator_aborts_a_transaction_past_its_timeout(cluster):
+    """A producer that goes quiet mid-transaction: after transaction.timeout.ms the coordinator
+    aborts it (bumping its epoch), and read_committed readers move past it."""
+    asyncio.run(cluster.create_topic("stuck", partitions=1, rf=3))
+    p = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "transactional.id": "tx-stuck",
+                  "transaction.timeout.ms": 2000})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce("stuck", b"never committed", partition=0)
+    p.flush(30)
+    began = time.monotonic()
+    plain = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers})
+    plain.produce("stuck", b"after", partition=0)
+    plain.flush(30)
+    assert _committed_values(cluster, "stuck", b"after") == [b"after"]  # once the abort moved the LSO
+    assert time.monotonic() - began >= 1.5  # not before the timeout
+    with pytest.raises(KafkaException):
+        p.commit_transaction(30)
+
+
+def test_a_timeout_above_the_brokers_maximum_is_refused(cluster):
+    p = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "transactional.id": "tx-long",
+                  "transaction.timeout.ms": 120000})
+    with pytest.raises(KafkaException) as e:
+        p.init_transactions(30)
+    assert e.value.args[0].code() == KafkaError.INVALID_TRANSACTION_TIMEOUT
+
+
+def test_a_transactional_batch_for_a_partition_not_added_is_refused(cluster):
+    """KIP-890 part 1: the leader asks the coordinator before a producer's first transactional
+    batch in a partition; one the transaction does not include is INVALID_TXN_STATE and is not
+    written, so it cannot open a transaction no marker would close."""
+    from brokerd.kafka import apis as A
+    from brokerd.kafka.batches import to_wire
+    from clients.errors import ErrorCode
+    from clients.records import TRANSACTIONAL_FLAG, build_batch, set_producer
+    from tests.test_kafka_handlers import Broker
+
+    asyncio.run(cluster.create_topic("kip890", partitions=1, rf=3))
+    b = Broker(cluster)
+    node, pid, epoch = b.transaction("tx-kip890")
+
+    def produce() -> int:
+        batch = build_batch([(b"k", b"v", int(time.time() * 1000), ())])
+        batch.attributes |= TRANSACTIONAL_FLAG
+        set_producer(batch, pid, epoch, 0)
+        r = b.ask(A.PRODUCE, 9, {"transactional_id": "tx-kip890", "acks": -1, "timeout": 10_000, "topic_data": [
+            {"name": "kip890", "partition_data": [{"index": 0, "records": to_wire(batch)}]}]}, b.leader("kip890"))
+        return r.responses[0].partition_responses[0].error_code.value
+
+    assert produce() == ErrorCode.INVALID_TXN_STATE
+    added = b.ask(A.ADD_PARTITIONS_TO_TXN, 3, {
+        "v3_and_below_transactional_id": "tx-kip890", "v3_and_below_producer_id": pid,
+        "v3_and_below_producer_epoch": epoch, "v3_and_below_topics": [{"name": "kip890", "partitions": [0]}]}, node)
+    assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code.value == 0
+    assert produce() == ErrorCode.NONE
+    ended = b.ask(A.END_TXN, 3, {"transactional_id": "tx-kip890", "producer_id": pid, "producer_epoch": epoch,
+                                 "committed": True}, node)
+    assert ended.error_code.value == 0
+    assert _committed_values(cluster, "kip890", b"v") == [b"v"]
+

@@ -221,7 +221,7 @@ class KafkaApis:
     async def produce(self, req: Any, version: int, access: Access) -> dict[str, Any] | None:
         answers: dict[tuple[str, int], dict[str, Any]] = {}
         order: list[tuple[str, int]] = []
-        ours = rq.ProduceRequest(acks=req.acks, timeout_ms=ms(req.timeout))
+        ours = rq.ProduceRequest(acks=req.acks, timeout_ms=ms(req.timeout), transactional_id=req.transactional_id)
         for t in req.topic_data:
             topic = rq.ProduceTopicData(name=t.name)
             ours.topics.append(topic)
