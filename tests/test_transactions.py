@@ -278,3 +278,51 @@ def test_a_transactional_batch_for_a_partition_not_added_is_refused(cluster):
     assert ended.error_code.value == 0
     assert _committed_values(cluster, "kip890", b"v") == [b"v"]
 
+
+def test_the_coordinators_broker_killed_mid_transaction(cluster):
+    """kill -9 of the transaction coordinator's broker with a transaction open: the new leader
+    of its __transaction_state partition reloads the transaction, the producer finds it and
+    commits, and a read_committed reader sees every record exactly once. (Last in the module:
+    it kills a broker, restarted at the end.)"""
+    from brokerd.kafka import apis as A
+    from tests.test_kafka_handlers import Broker
+
+    asyncio.run(cluster.create_topic("failover", partitions=2, rf=3))
+    p = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "transactional.id": "tx-failover"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    for i in range(6):
+        p.produce("failover", b"r-%d" % i, partition=i % 2)
+    p.flush(30)
+    found = Broker(cluster).ask(A.FIND_COORDINATOR, 1, {"key": "tx-failover", "key_type": 1}, cluster.ids[0])
+    coordinator = found.node_id
+    assert found.error_code.value == 0 and coordinator in cluster.ids
+    cluster.kill(coordinator)
+    try:
+        p.commit_transaction(60)
+        p.begin_transaction()
+        p.produce("failover", b"after", partition=0)
+        p.commit_transaction(60)
+        c = Consumer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "group.id": "failover-check",
+                      "isolation.level": "read_committed", "enable.partition.eof": True})
+        c.assign([TopicPartition("failover", i, 0) for i in range(2)])
+        got: list[bytes] = []
+        eof: set[int] = set()
+        deadline = time.monotonic() + 60
+        try:
+            while not (b"after" in got and len(eof) == 2):
+                assert time.monotonic() < deadline, f"read {got}"
+                m = c.poll(0.2)
+                if m is None:
+                    continue
+                if m.error():
+                    eof.add(m.partition())
+                    continue
+                eof.discard(m.partition())
+                got.append(m.value())
+        finally:
+            c.close()
+        assert sorted(got) == sorted([b"r-%d" % i for i in range(6)] + [b"after"])
+    finally:
+        cluster.start_broker(coordinator)
+        asyncio.run(cluster.wait_unfenced(timeout=60))
