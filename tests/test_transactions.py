@@ -279,6 +279,43 @@ def test_a_transactional_batch_for_a_partition_not_added_is_refused(cluster):
     assert _committed_values(cluster, "kip890", b"v") == [b"v"]
 
 
+def test_our_consumer_reads_committed_or_uncommitted(cluster):
+    """clients.Consumer(isolation_level=...): read_committed drops the aborted transaction's
+    records (the aborted index and its marker) and stops at an open one; read_uncommitted
+    reads all of them."""
+    from clients.consumer import Consumer as OurConsumer
+
+    asyncio.run(cluster.create_topic("ours", partitions=1, rf=3))
+    p = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "transactional.id": "tx-ours"})
+    p.init_transactions(30)
+    for value, commit in ((b"c1", True), (b"a1", False), (b"a2", False), (b"c2", True)):
+        p.begin_transaction()
+        p.produce("ours", value, partition=0)
+        p.flush(30)  # sent before the abort (librdkafka drops what is still queued)
+        p.commit_transaction(30) if commit else p.abort_transaction(30)
+    p.begin_transaction()
+    p.produce("ours", b"open", partition=0)
+    p.flush(30)
+
+    async def read(isolation: str, expected: int) -> list[bytes]:
+        async with OurConsumer(cluster.bootstrap_servers, isolation_level=isolation, fetch_max_wait_ms=100) as c:
+            await c.assign([("ours", 0)])
+            c.seek("ours", 0, 0)
+            got: list[bytes] = []
+            deadline = time.monotonic() + 20
+            while len(got) < expected and time.monotonic() < deadline:
+                got.extend(r.value for r in await c.poll(200))
+            for _ in range(3):  # and nothing more arrives
+                got.extend(r.value for r in await c.poll(200))
+            return got
+
+    try:
+        assert asyncio.run(read("read_committed", 2)) == [b"c1", b"c2"]
+        assert asyncio.run(read("read_uncommitted", 5)) == [b"c1", b"a1", b"a2", b"c2", b"open"]
+    finally:
+        p.abort_transaction(30)
+
+
 def test_the_coordinators_broker_killed_mid_transaction(cluster):
     """kill -9 of the transaction coordinator's broker with a transaction open: the new leader
     of its __transaction_state partition reloads the transaction, the producer finds it and
