@@ -316,6 +316,39 @@ def test_our_consumer_reads_committed_or_uncommitted(cluster):
         p.abort_transaction(30)
 
 
+def test_kafka_python_and_aiokafka_transactional_producers(cluster):
+    """The other clients' transactional producers against the same coordinator: one
+    transaction committed and one aborted each; read_committed sees the committed ones."""
+    from aiokafka import AIOKafkaProducer
+    from kafka import KafkaProducer
+
+    asyncio.run(cluster.create_topic("others", partitions=1, rf=3))
+    kp = KafkaProducer(bootstrap_servers=cluster.kafka_bootstrap_servers, transactional_id="tx-kafka-python")
+    kp.init_transactions()
+    for value, commit in ((b"kp-committed", True), (b"kp-aborted", False)):
+        kp.begin_transaction()
+        kp.send("others", value, partition=0)
+        kp.flush()
+        kp.commit_transaction() if commit else kp.abort_transaction()
+    kp.close()
+
+    async def aio() -> None:
+        ap = AIOKafkaProducer(bootstrap_servers=cluster.kafka_bootstrap_servers, transactional_id="tx-aiokafka")
+        await ap.start()
+        try:
+            async with ap.transaction():
+                await ap.send_and_wait("others", b"aio-committed", partition=0)
+            await ap.begin_transaction()
+            await ap.send_and_wait("others", b"aio-aborted", partition=0)
+            await ap.abort_transaction()
+            async with ap.transaction():
+                await ap.send_and_wait("others", b"aio-last", partition=0)
+        finally:
+            await ap.stop()
+    asyncio.run(aio())
+    assert _committed_values(cluster, "others", b"aio-last") == [b"kp-committed", b"aio-committed", b"aio-last"]
+
+
 def test_the_coordinators_broker_killed_mid_transaction(cluster):
     """kill -9 of the transaction coordinator's broker with a transaction open: the new leader
     of its __transaction_state partition reloads the transaction, the producer finds it and
