@@ -218,6 +218,8 @@ class TransactionCoordinator:
                     await self._end(p, self._bumped(current).but(last_producer_epoch=current.producer_epoch),
                                     commit=False)
             except BrokerError as e:
+                if e.code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS):
+                    continue  # no longer ours (or not yet loaded): its coordinator sees to it
                 log.info("could not abort the timed-out transaction of %s: %s", m.transactional_id, e)
 
     # -- InitProducerId ------------------------------------------------------------------------------

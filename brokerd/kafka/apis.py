@@ -1,7 +1,8 @@
 """Kafka's APIs on the broker (Kafka's KafkaApis), a thin codec like the gRPC service: each
 handler turns a request read by ``codec`` into the broker's domain request (``requests``,
-``group_requests``), calls the same checked domain call the gRPC service calls
-(``authorization``: produce, fetch, offsets, metadata, producer ids, the group coordinator)
+``group_requests``, ``transaction_requests``), calls the same checked domain call the gRPC
+service calls (``authorization``: produce, fetch, offsets, metadata, producer ids, the group
+and transaction coordinators)
 and turns the answer into Kafka's response, reading a field only in the versions that have
 it. Admin requests go to the active controller, as a KRaft broker forwards them;
 DescribeCluster is answered from the broker's metadata image, as Kafka's brokers do.
