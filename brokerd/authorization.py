@@ -327,6 +327,17 @@ class TransactionAccess:
                                              error_message=access.group_denied(O.READ, req.group_id))
         return await self.coordinator.add_offsets(req)
 
+    def list_transactions(self, req: t.ListTransactionsRequest, access: Access) -> t.ListTransactionsResponse:
+        """Only the transactional ids the session may DESCRIBE."""
+        resp = self.coordinator.list_transactions(req)
+        resp.transactions = [x for x in resp.transactions
+                             if _transactional_id(access, O.DESCRIBE, x.transactional_id)]
+        return resp
+
+    def describe_transactions(self, ids: list[str], access: Access) -> list[t.DescribedTransaction]:
+        return [self.coordinator.describe_transaction(i) if _transactional_id(access, O.DESCRIBE, i)
+                else t.DescribedTransaction(transactional_id=i, error_code=TXN_DENIED) for i in ids]
+
     async def end_txn(self, req: t.EndTxnRequest, access: Access) -> t.EndTxnResponse:
         if not _transactional_id(access, O.WRITE, req.transactional_id):
             return t.EndTxnResponse(error_code=TXN_DENIED, error_message=_txn_denied(access, O.WRITE, req.transactional_id))

@@ -44,7 +44,8 @@ from .transaction_requests import (AddOffsetsToTxnRequest, AddOffsetsToTxnRespon
                                    AddPartitionsToTxnResponse, EndTxnRequest, EndTxnResponse,
                                    InitTransactionalProducerRequest, InitTransactionalProducerResponse,
                                    TxnPartitionResult, VerifyTxnPartitionsRequest, VerifyTxnPartitionsResponse,
-                                   WritableTxnMarkerTopic)
+                                   WritableTxnMarkerTopic, ListTransactionsRequest, ListTransactionsResponse,
+                                   ListedTransaction, DescribedTransaction)
 from .transaction_state import TransactionMetadata, TxnState, txn_partition_for
 
 log = logging.getLogger("brokerd.transactions")
@@ -343,6 +344,45 @@ class TransactionCoordinator:
         missing = [WritableTxnMarkerTopic(name=t.name, partitions=[i for i in t.partitions if (t.name, i) not in ongoing])
                    for t in req.topics]
         return VerifyTxnPartitionsResponse(not_added=[t for t in missing if t.partitions])
+
+    # -- ListTransactions and DescribeTransactions (kafka-transactions.sh) -----------------------------
+
+    def list_transactions(self, req: ListTransactionsRequest) -> ListTransactionsResponse:
+        """The transactions this broker coordinates (Kafka's: an admin client asks every broker)."""
+        known = {s.value for s in TxnState}
+        resp = ListTransactionsResponse(unknown_states=[s for s in req.states if s not in known])
+        now = _now_ms()
+        for m in self._coordinated():
+            if req.states and m.state.value not in req.states:
+                continue
+            if req.producer_ids and m.producer_id not in req.producer_ids:
+                continue
+            if req.min_duration_ms >= 0 and not (m.state == TxnState.ONGOING and now - m.start_ms >= req.min_duration_ms):
+                continue
+            resp.transactions.append(ListedTransaction(transactional_id=m.transactional_id, producer_id=m.producer_id,
+                                                       state=m.state.value))
+        return resp
+
+    def describe_transaction(self, transactional_id: str) -> DescribedTransaction:
+        try:
+            self._coordinator(transactional_id)
+        except BrokerError as e:
+            return DescribedTransaction(transactional_id=transactional_id, error_code=int(e.code))
+        m = self.txns.get(transactional_id)
+        if m is None:
+            return DescribedTransaction(transactional_id=transactional_id,
+                                        error_code=int(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND))
+        return DescribedTransaction(transactional_id=transactional_id, state=m.state.value, timeout_ms=m.timeout_ms,
+                                    start_ms=m.start_ms if m.state == TxnState.ONGOING else -1,
+                                    producer_id=m.producer_id, producer_epoch=m.producer_epoch,
+                                    partitions=sorted(m.partitions))
+
+    def _coordinated(self) -> list[TransactionMetadata]:
+        n = self._state_partitions()
+        led = {index for index, epoch in self._loaded.items()
+               if (p := self.rm.by_name.get((TRANSACTION_STATE_TOPIC, index))) is not None and p.is_leader
+               and p.leader_epoch == epoch}
+        return [m for m in self.txns.values() if n and txn_partition_for(m.transactional_id, n) in led]
 
     # -- EndTxn ----------------------------------------------------------------------------------
 

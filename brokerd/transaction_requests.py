@@ -86,6 +86,39 @@ class TxnOffsetCommitRequest:
     offsets: OffsetCommitRequest = field(default_factory=OffsetCommitRequest)
 
 
+@dataclass(slots=True)
+class ListedTransaction:
+    transactional_id: str = ""
+    producer_id: int = 0
+    state: str = ""
+
+
+@dataclass(slots=True)
+class ListTransactionsRequest:
+    states: list[str] = field(default_factory=list)        # none: every state
+    producer_ids: list[int] = field(default_factory=list)  # none: every producer
+    min_duration_ms: int = -1                              # v1: open at least this long (-1: any)
+
+
+@dataclass(slots=True)
+class ListTransactionsResponse:
+    error_code: int = 0
+    unknown_states: list[str] = field(default_factory=list)
+    transactions: list[ListedTransaction] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DescribedTransaction:
+    transactional_id: str = ""
+    error_code: int = 0
+    state: str = ""
+    timeout_ms: int = 0
+    start_ms: int = -1
+    producer_id: int = -1
+    producer_epoch: int = -1
+    partitions: list[tuple[str, int]] = field(default_factory=list)
+
+
 # -- markers, coordinator -> partition leaders (gRPC between brokers, Kafka API 27) ---------------
 
 @dataclass(slots=True)

@@ -85,6 +85,7 @@ class ErrorCode(IntEnum):
     BROKER_ID_NOT_REGISTERED = 102
     INCONSISTENT_TOPIC_ID = 103
     INCONSISTENT_CLUSTER_ID = 104
+    TRANSACTIONAL_ID_NOT_FOUND = 105
     INELIGIBLE_REPLICA = 107
     NEW_LEADER_ELECTED = 108
     DUPLICATE_VOTER = 126  # KIP-853: AddRaftVoter for a node id that is already a voter
@@ -165,6 +166,7 @@ DEFAULT_MESSAGES: dict[ErrorCode, str] = {
                                        "for batched RPCs where some operations in the batch failed, causing the "
                                        "broker to respond without trying the rest.",
     ErrorCode.UNSTABLE_OFFSET_COMMIT: "There are unstable offsets that need to be cleared.",
+    ErrorCode.TRANSACTIONAL_ID_NOT_FOUND: "The transactionalId could not be found.",
     ErrorCode.PRODUCER_FENCED: "There is a newer producer with the same transactionalId which fences the "
                                "current one.",
     ErrorCode.UNKNOWN_PRODUCER_ID: "This exception is raised by the broker if it could not locate the producer "

@@ -424,6 +424,27 @@ def txn_offset_commit(b: Broker, v: int) -> None:
     assert codes(r) == only(E.NONE) and r.topics[0].partitions[0].partition_index == 0
 
 
+def list_transactions(b: Broker, v: int) -> None:
+    tid = f"list-{v}"
+    node, pid, _ = b.transaction(tid)
+    r = b.ask(A.LIST_TRANSACTIONS, v, {"state_filters": ["Empty", "Bogus"], "producer_id_filters": [],
+                                       "duration_filter": -1}, node)
+    assert codes(r) == only(E.NONE) and r.unknown_state_filters == ("Bogus",)
+    assert (tid, pid, "Empty") in [(x.transactional_id, x.producer_id, x.transaction_state)
+                                   for x in r.transaction_states]
+
+
+def describe_transactions(b: Broker, v: int) -> None:
+    tid = f"describe-{v}"
+    node, pid, epoch, _ = b.add_partition(3, tid)
+    # (an id not found or not open is answered with start time -1, as Kafka does, which kio cannot read back)
+    r = b.ask(A.DESCRIBE_TRANSACTIONS, v, {"transactional_ids": [tid]}, node)
+    [known] = r.transaction_states
+    assert known.error_code.value == 0 and (known.transaction_state, known.producer_id, known.producer_epoch) == \
+        ("Ongoing", pid, epoch)
+    assert [(t.topic, t.partitions) for t in known.topics] == [(TOPIC, (0,))]
+
+
 def write_txn_markers(b: Broker, v: int) -> None:
     r = b.ask(A.WRITE_TXN_MARKERS, v, {"markers": [{
         "producer_id": 4242 + v, "producer_epoch": 0, "transaction_result": False, "coordinator_epoch": 0,
@@ -447,6 +468,7 @@ CASES: dict[int, Case] = {
     A.CREATE_ACLS: create_acls, A.DESCRIBE_ACLS: describe_acls, A.DELETE_ACLS: delete_acls,
     A.ADD_PARTITIONS_TO_TXN: add_partitions_to_txn, A.END_TXN: end_txn, A.WRITE_TXN_MARKERS: write_txn_markers,
     A.ADD_OFFSETS_TO_TXN: add_offsets_to_txn, A.TXN_OFFSET_COMMIT: txn_offset_commit,
+    A.LIST_TRANSACTIONS: list_transactions, A.DESCRIBE_TRANSACTIONS: describe_transactions,
 }
 
 

@@ -49,6 +49,7 @@ CREATE_PARTITIONS, DELETE_GROUPS, ELECT_LEADERS, INCREMENTAL_ALTER_CONFIGS = 37,
 ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS, DESCRIBE_CLUSTER = 45, 46, 60
 SASL_HANDSHAKE, SASL_AUTHENTICATE, CONSUMER_GROUP_HEARTBEAT = 17, 36, 68
 ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, WRITE_TXN_MARKERS, TXN_OFFSET_COMMIT = 24, 25, 26, 27, 28
+DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
 
 #: api key -> (min version, max version) served.
 VERSIONS: dict[int, tuple[int, int]] = {
@@ -63,6 +64,7 @@ VERSIONS: dict[int, tuple[int, int]] = {
     CONSUMER_GROUP_HEARTBEAT: (0, 1),  # listed so that KIP-848 clients ask, and hear it is off
     ADD_PARTITIONS_TO_TXN: (0, 3), END_TXN: (0, 3),  # the client versions (v4+: KIP-890, between brokers)
     WRITE_TXN_MARKERS: (1, 1), ADD_OFFSETS_TO_TXN: (0, 3), TXN_OFFSET_COMMIT: (0, 3),
+    DESCRIBE_TRANSACTIONS: (0, 0), LIST_TRANSACTIONS: (0, 1),
 }
 
 TOPIC_CONFIG_SOURCE, BROKER_CONFIG_SOURCE, DEFAULT_CONFIG_SOURCE = 1, 4, 5
@@ -134,7 +136,8 @@ class KafkaApis:
             CONSUMER_GROUP_HEARTBEAT: self.consumer_group_heartbeat,
             ADD_PARTITIONS_TO_TXN: self.add_partitions_to_txn, END_TXN: self.end_txn,
             WRITE_TXN_MARKERS: self.write_txn_markers, ADD_OFFSETS_TO_TXN: self.add_offsets_to_txn,
-            TXN_OFFSET_COMMIT: self.txn_offset_commit,
+            TXN_OFFSET_COMMIT: self.txn_offset_commit, DESCRIBE_TRANSACTIONS: self.describe_transactions,
+            LIST_TRANSACTIONS: self.list_transactions,
         }
         self._api_names = {key: "".join(w.capitalize() for w in fn.__name__.split("_"))
                            for key, fn in self.handlers.items()}
@@ -358,6 +361,35 @@ class KafkaApis:
         return {"topics": [{"name": t.name, "partitions": [
             {"partition_index": p.partition, "error_code": _fenced(p.error_code, version >= 2)} for p in t.partitions]}
             for t in a.topics]}
+
+    async def list_transactions(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        """The transactions this broker coordinates (kafka-transactions.sh --list asks every broker)."""
+        if self.transactions is None:
+            return {"error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE), "unknown_state_filters": [],
+                    "transaction_states": []}
+        a = self.transactions.list_transactions(tq.ListTransactionsRequest(
+            states=list(req.state_filters), producer_ids=list(req.producer_id_filters),
+            min_duration_ms=req.duration_filter if version >= 1 else -1), access)
+        return {"error_code": a.error_code, "unknown_state_filters": a.unknown_states, "transaction_states": [
+            {"transactional_id": x.transactional_id, "producer_id": x.producer_id, "transaction_state": x.state}
+            for x in a.transactions]}
+
+    async def describe_transactions(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        ids = list(req.transactional_ids)
+        found = self.transactions.describe_transactions(ids, access) if self.transactions is not None else \
+            [tq.DescribedTransaction(transactional_id=i, error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+             for i in ids]
+        states = []
+        for x in found:
+            by_topic: dict[str, list[int]] = {}
+            for topic, index in x.partitions:
+                by_topic.setdefault(topic, []).append(index)
+            states.append({"error_code": x.error_code, "transactional_id": x.transactional_id,
+                           "transaction_state": x.state, "transaction_timeout": x.timeout_ms,
+                           "transaction_start_time": x.start_ms, "producer_id": x.producer_id,
+                           "producer_epoch": x.producer_epoch,
+                           "topics": [{"topic": n, "partitions": ps} for n, ps in by_topic.items()]})
+        return {"transaction_states": states}
 
     async def end_txn(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         if self.transactions is None:
