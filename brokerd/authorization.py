@@ -9,7 +9,9 @@ refused); InitProducerId IDEMPOTENT_WRITE on the cluster or WRITE on some topic;
 APIs READ (joining, syncing, heartbeats, leaving, committing), DESCRIBE (finding the
 coordinator, describing, fetching offsets) or DELETE on the group, and for offsets READ or
 DESCRIBE on each topic; ListGroups DESCRIBE on the cluster, or else only the groups the
-session may DESCRIBE; DescribeBroker DESCRIBE on the cluster. Refused topics are answered
+session may DESCRIBE; DescribeBroker DESCRIBE on the cluster; the transaction APIs DESCRIBE
+(finding the coordinator) or WRITE on the transactional id, and AddPartitionsToTxn WRITE on
+each topic; WriteTxnMarkers CLUSTER_ACTION (brokers only). Refused topics are answered
 TOPIC_AUTHORIZATION_FAILED per partition while the rest of the request goes ahead; refused
 groups GROUP_AUTHORIZATION_FAILED; cluster refusals CLUSTER_AUTHORIZATION_FAILED.
 """
@@ -21,25 +23,29 @@ from dataclasses import fields, replace
 from functools import cache
 from typing import Any, TypeVar
 
-from common.errors import ErrorCode
-from metadata.acls import AclOperation
+from common.errors import ErrorCode, capped
+from metadata.acls import AclOperation, AclResourceType
 from metadata.authorizer import Access
 
 from . import group_requests as g
 from . import requests as r
 from .cluster_metadata import live_brokers, metadata_answer
 from .fetch import fetch as fetch_records
+from . import transaction_requests as txn
 from .group_coordinator import GroupCoordinator
 from .offsets import list_offsets as list_offsets_of, offsets_for_leader_epoch as leader_epoch_offsets
 from .produce import produce as produce_records
 from .producer_ids import ProducerIdManager
 from .replica_manager import ReplicaManager
+from .transaction_coordinator import TransactionCoordinator
+from .transaction_markers import write_txn_markers as write_markers
 
 O = AclOperation  # noqa: E741 -- read as O.READ, O.WRITE: never a bare value to mistake for 0
 R = TypeVar("R")
 D = TypeVar("D")
 TOPIC_DENIED = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
 GROUP_DENIED = int(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+TXN_DENIED = int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
 
 
 def _split(req: R, allowed: Callable[[Any], bool]) -> tuple[R, list[Any]]:
@@ -202,13 +208,24 @@ class GroupAccess:
     async def offset_commit(self, req: g.OffsetCommitRequest, access: Access) -> g.OffsetCommitResponse:
         """READ on the group (else every partition is GROUP_AUTHORIZATION_FAILED), and READ on
         each topic."""
+        return await self._commit(req, access, self.groups.offset_commit)
+
+    async def txn_offset_commit(self, req: txn.TxnOffsetCommitRequest, access: Access) -> g.OffsetCommitResponse:
+        """As OffsetCommit, and WRITE on the transactional id."""
+        if not _transactional_id(access, O.WRITE, req.transactional_id):
+            return _every_partition(req.offsets, TXN_DENIED, _txn_denied(access, O.WRITE, req.transactional_id))
+
+        async def serve(offsets: g.OffsetCommitRequest) -> g.OffsetCommitResponse:
+            return await self.groups.txn_offset_commit(replace(req, offsets=offsets))
+        return await self._commit(req.offsets, access, serve)
+
+    @staticmethod
+    async def _commit(req: g.OffsetCommitRequest, access: Access,
+                      serve: Callable[[g.OffsetCommitRequest], Awaitable[g.OffsetCommitResponse]]) -> g.OffsetCommitResponse:
         if not access.group(O.READ, req.group_id):
-            message = access.group_denied(O.READ, req.group_id)
-            return g.OffsetCommitResponse(topics=[g.OffsetCommitTopicResponse(name=t.name, partitions=[
-                g.OffsetCommitPartitionResponse(partition=p.partition, error_code=GROUP_DENIED, error_message=message)
-                for p in t.partitions]) for t in req.topics])
+            return _every_partition(req, GROUP_DENIED, access.group_denied(O.READ, req.group_id))
         ours, refused = _split(req, _topic_check(access, O.READ))
-        resp = await self.groups.offset_commit(ours) if ours.topics or not refused else g.OffsetCommitResponse()
+        resp = await serve(ours) if ours.topics or not refused else g.OffsetCommitResponse()
         _refuse(resp.topics, refused, g.OffsetCommitTopicResponse, g.OffsetCommitPartitionResponse,
                 lambda n: access.topic_denied(O.READ, n))
         return resp
@@ -250,3 +267,87 @@ class GroupAccess:
         resp.results.extend(g.DeletedGroup(group_id=x, error_code=GROUP_DENIED,
                                            error_message=access.group_denied(O.DELETE, x)) for x in sorted(refused))
         return resp
+
+
+# -- transactions ------------------------------------------------------------------------------------
+
+def _every_partition(req: g.OffsetCommitRequest, code: int, message: str) -> g.OffsetCommitResponse:
+    return g.OffsetCommitResponse(topics=[g.OffsetCommitTopicResponse(name=t.name, partitions=[
+        g.OffsetCommitPartitionResponse(partition=p.partition, error_code=code, error_message=message)
+        for p in t.partitions]) for t in req.topics])
+
+
+def _transactional_id(access: Access, op: AclOperation, transactional_id: str) -> bool:
+    return access.authorizer is None or access.authorizer.authorize(
+        access.session, op, AclResourceType.TRANSACTIONAL_ID, transactional_id)
+
+
+def _txn_denied(access: Access, op: AclOperation, transactional_id: str) -> str:
+    return capped(f"Transactional Id authorization failed: {access.session.principal} may not {op.name} "
+                  f"transactional id {transactional_id}")
+
+
+class TransactionAccess:
+    """The transaction coordinator's requests, checked (Kafka's operations per API)."""
+
+    def __init__(self, coordinator: TransactionCoordinator) -> None:
+        self.coordinator = coordinator
+
+    async def find_coordinator(self, transactional_id: str, listener: str, access: Access
+                               ) -> g.FindCoordinatorResponse:
+        if not _transactional_id(access, O.DESCRIBE, transactional_id):
+            return g.FindCoordinatorResponse(error_code=TXN_DENIED, node_id=-1, port=-1,
+                                             error_message=_txn_denied(access, O.DESCRIBE, transactional_id))
+        return await self.coordinator.find_coordinator(transactional_id, listener)
+
+    async def init_producer_id(self, req: txn.InitTransactionalProducerRequest, access: Access
+                               ) -> txn.InitTransactionalProducerResponse:
+        if not _transactional_id(access, O.WRITE, req.transactional_id):
+            return txn.InitTransactionalProducerResponse(
+                error_code=TXN_DENIED, error_message=_txn_denied(access, O.WRITE, req.transactional_id))
+        return await self.coordinator.init_producer_id(req)
+
+    async def add_partitions(self, req: txn.AddPartitionsToTxnRequest, access: Access) -> txn.AddPartitionsToTxnResponse:
+        if not _transactional_id(access, O.WRITE, req.transactional_id):
+            return txn.AddPartitionsToTxnResponse(results=[txn.TxnPartitionResult(topic=n, partition=i, error_code=TXN_DENIED)
+                                                         for n, i in req.partitions])
+        refused = {n for n, _ in req.partitions if not access.topic(O.WRITE, n)}
+        if refused:
+            return txn.AddPartitionsToTxnResponse(results=[txn.TxnPartitionResult(
+                topic=n, partition=i, error_code=TOPIC_DENIED if n in refused else int(ErrorCode.OPERATION_NOT_ATTEMPTED))
+                for n, i in req.partitions])
+        return await self.coordinator.add_partitions(req)
+
+    async def add_offsets(self, req: txn.AddOffsetsToTxnRequest, access: Access) -> txn.AddOffsetsToTxnResponse:
+        """WRITE on the transactional id and READ on the group."""
+        if not _transactional_id(access, O.WRITE, req.transactional_id):
+            return txn.AddOffsetsToTxnResponse(error_code=TXN_DENIED,
+                                             error_message=_txn_denied(access, O.WRITE, req.transactional_id))
+        if not access.group(O.READ, req.group_id):
+            return txn.AddOffsetsToTxnResponse(error_code=GROUP_DENIED,
+                                             error_message=access.group_denied(O.READ, req.group_id))
+        return await self.coordinator.add_offsets(req)
+
+    def list_transactions(self, req: txn.ListTransactionsRequest, access: Access) -> txn.ListTransactionsResponse:
+        """Only the transactional ids the session may DESCRIBE."""
+        resp = self.coordinator.list_transactions(req)
+        resp.transactions = [x for x in resp.transactions
+                             if _transactional_id(access, O.DESCRIBE, x.transactional_id)]
+        return resp
+
+    def describe_transactions(self, ids: list[str], access: Access) -> list[txn.DescribedTransaction]:
+        return [self.coordinator.describe_transaction(i) if _transactional_id(access, O.DESCRIBE, i)
+                else txn.DescribedTransaction(transactional_id=i, error_code=TXN_DENIED) for i in ids]
+
+    async def end_txn(self, req: txn.EndTxnRequest, access: Access) -> txn.EndTxnResponse:
+        if not _transactional_id(access, O.WRITE, req.transactional_id):
+            return txn.EndTxnResponse(error_code=TXN_DENIED, error_message=_txn_denied(access, O.WRITE, req.transactional_id))
+        return await self.coordinator.end_txn(req)
+
+
+async def write_txn_markers(rm: ReplicaManager, req: txn.WriteTxnMarkersRequest, access: Access,
+                            groups: GroupCoordinator) -> txn.WriteTxnMarkersResponse | None:
+    """None: refused (CLUSTER_ACTION on the cluster, which only brokers have)."""
+    if not access.cluster(O.CLUSTER_ACTION):
+        return None
+    return await write_markers(rm, req, groups.marker_written)

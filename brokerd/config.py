@@ -83,6 +83,10 @@ class BrokerConfig:
     flush: FlushPolicy
     static_log: LogConfig               # log defaults from the properties file
     auto_create: AutoCreateConfig = AutoCreateConfig()  # auto.create.topics.enable, num.partitions, ...
+    transaction_state_num_partitions: int = 50  # transaction.state.log.num.partitions
+    transaction_state_replication_factor: int = 3  # transaction.state.log.replication.factor
+    transaction_max_timeout_ms: int = 900_000  # transaction.max.timeout.ms
+    transaction_abort_interval_ms: int = 10_000  # transaction.abort.timed.out.transaction.cleanup.interval.ms
 
     def security_protocol(self, listener: str) -> str:
         return self.security[listener].protocol
@@ -129,6 +133,10 @@ class BrokerConfig:
             log_cleaner_backoff_ms=cfg.int("log.cleaner.backoff.ms"),
             offsets_topic_num_partitions=cfg.int("offsets.topic.num.partitions"),
             offsets_topic_replication_factor=cfg.int("offsets.topic.replication.factor"),
+            transaction_state_num_partitions=cfg.int("transaction.state.log.num.partitions"),
+            transaction_state_replication_factor=cfg.int("transaction.state.log.replication.factor"),
+            transaction_max_timeout_ms=cfg.int("transaction.max.timeout.ms"),
+            transaction_abort_interval_ms=cfg.int("transaction.abort.timed.out.transaction.cleanup.interval.ms"),
             group_min_session_timeout_ms=cfg.int("group.min.session.timeout.ms"),
             group_max_session_timeout_ms=cfg.int("group.max.session.timeout.ms"),
             group_initial_rebalance_delay_ms=cfg.int("group.initial.rebalance.delay.ms"),

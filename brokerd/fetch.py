@@ -4,7 +4,9 @@ A consumer (replica id -1) reads from the leader below the high watermark; a fol
 broker id) reads up to the log end, and the offset it asks for *is* its log end offset, which
 is how the leader learns how far each follower got, moves the high watermark and decides ISR
 membership. When fewer than ``min_bytes`` are there the fetch waits up to ``max_wait_ms`` for
-an append or a high watermark move (a long poll, Kafka's DelayedFetch).
+an append or a high watermark move (a long poll, Kafka's DelayedFetch). A read_committed
+consumer reads below the last stable offset instead, and is told the aborted transactions
+in what it read, whose records it drops (KIP-98).
 """
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ from common.errors import ErrorCode, KafkaError
 from .partition import Partition
 from .replica_manager import ReplicaManager
 from .replication_quota import ReplicationQuota
-from .requests import FetchPartitionResponse, FetchRequest, FetchResponse, FetchTopicResponse
+from .offsets import READ_COMMITTED
+from .requests import AbortedTransaction, FetchPartitionResponse, FetchRequest, FetchResponse, FetchTopicResponse
 
 DEFAULT_MAX_BYTES = 52428800        # fetch.max.bytes
 DEFAULT_PARTITION_MAX_BYTES = 1048576  # max.partition.fetch.bytes
@@ -75,7 +78,8 @@ async def fetch(rm: ReplicaManager, req: FetchRequest) -> FetchResponse:
                 continue
             reads.append(_Read(answer, p, fp.fetch_offset, fp.partition_max_bytes or DEFAULT_PARTITION_MAX_BYTES))
     max_bytes = req.max_bytes or DEFAULT_MAX_BYTES
-    got = _read_all(reads, max_bytes, replica, rm.leader_quota)
+    committed = not follower and req.isolation_level == READ_COMMITTED
+    got = _read_all(reads, max_bytes, replica, rm.leader_quota, committed)
     wait_ms = min(req.max_wait_ms, MAX_WAIT_MS)
     need = max(req.min_bytes, 1)
     if got < need and wait_ms > 0 and reads and len(reads) == _count(resp):
@@ -101,7 +105,7 @@ async def fetch(rm: ReplicaManager, req: FetchRequest) -> FetchResponse:
             finally:
                 for r in reads:
                     r.partition.drop_waiter(fut)
-            got = _read_all(reads, max_bytes, replica, rm.leader_quota)
+            got = _read_all(reads, max_bytes, replica, rm.leader_quota, committed)
             if any(r.answer.error_code for r in reads):
                 break
     for r in reads:
@@ -116,7 +120,8 @@ def _count(resp: FetchResponse) -> int:
     return sum(len(t.partitions) for t in resp.topics)
 
 
-def _read_all(reads: list[_Read], max_bytes: int, replica: int, quota: ReplicationQuota) -> int:
+def _read_all(reads: list[_Read], max_bytes: int, replica: int, quota: ReplicationQuota,
+              committed: bool = False) -> int:
     """Fill each answer; returns the bytes read. The first partition with data returns at
     least one batch whatever the limits, so a fetch always makes progress; a replica being
     added gets nothing while the leader's replication throttle is exceeded."""
@@ -133,10 +138,15 @@ def _read_all(reads: list[_Read], max_bytes: int, replica: int, quota: Replicati
         budget = min(r.max_bytes, max_bytes - total)
         frames: list[memoryview] = []
         size = 0
+        lso = plog.last_stable_offset
         if (budget > 0 or total == 0) and not (throttled and replica in p.adding):
-            frames, size = plog.read(r.offset, max(budget, 1),
-                                     plog.log_end_offset if follower else plog.high_watermark)
+            frames, size = plog.read(r.offset, max(budget, 1), plog.log_end_offset if follower
+                                     else lso if committed else plog.high_watermark)
         a.records = b"".join(frames)
+        if committed and plog.producers.aborted:
+            a.aborted_transactions = [AbortedTransaction(producer_id=x.producer_id, first_offset=x.first_offset)
+                                      for x in plog.aborted_transactions(r.offset, lso)]
+        a.last_stable_offset = lso
         a.high_watermark = plog.high_watermark
         a.log_start_offset = plog.log_start_offset
         total += size

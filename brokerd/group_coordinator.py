@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from common.errors import ErrorCode, KafkaError, capped
-from clients.records import batches, build_batch, records_of
+from common.errors import KafkaError, ErrorCode, capped
+from clients.records import (CONTROL_FLAG, TRANSACTIONAL_FLAG, batches, build_batch, marker_commits, records_of,
+                             set_producer)
 from clients.topics import OFFSETS_TOPIC
 from protos import broker_pb2 as pb
 
@@ -46,6 +47,7 @@ from .group_requests import (DeletedGroup, DeleteGroupsRequest, DeleteGroupsResp
                              OffsetFetchResponse, OffsetFetchTopicResponse, SyncGroupRequest, SyncGroupResponse)
 from .partition import Partition
 from .replica_manager import ReplicaManager
+from .transaction_requests import TxnOffsetCommitRequest
 
 log = logging.getLogger("brokerd.groups")
 
@@ -129,6 +131,9 @@ class GroupCoordinator:
         self._creating: asyncio.Task | None = None
         self._task: asyncio.Task | None = None
         self._writes: set[asyncio.Task] = set()  # group metadata persisted in the background
+        #: Transactional offset commits waiting for their transaction's marker: offsets
+        #: partition -> producer id -> the records, applied on commit, dropped on abort.
+        self._txn_offsets: dict[int, dict[int, list[tuple[bytes, bytes | None]]]] = {}
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._tick_forever(), name="group-coordinator")
@@ -195,6 +200,7 @@ class GroupCoordinator:
         try:
             self._unload(p.index, "its partition is being loaded again")
             groups: dict[str, Group] = {}
+            pending: dict[int, list[tuple[bytes, bytes | None]]] = {}
             offset, start = p.log.log_start_offset, time.monotonic()
             records = 0
             while offset < p.log.log_end_offset:
@@ -203,9 +209,18 @@ class GroupCoordinator:
                     break
                 for frame in frames:
                     for b in batches(bytes(frame)):
-                        for r in records_of(b, OFFSETS_TOPIC, p.index, offset):
-                            _replay(groups, p.index, r.key, r.value)
-                            records += 1
+                        if b.attributes & CONTROL_FLAG:  # a transaction's marker: its offsets count or go
+                            done = pending.pop(b.producer_id, [])
+                            if marker_commits(b):
+                                for key, value in done:
+                                    _replay(groups, p.index, key, value)
+                        elif b.attributes & TRANSACTIONAL_FLAG:
+                            pending.setdefault(b.producer_id, []).extend(
+                                (r.key, r.value) for r in records_of(b, OFFSETS_TOPIC, p.index, offset) if r.key)
+                        else:
+                            for r in records_of(b, OFFSETS_TOPIC, p.index, offset):
+                                _replay(groups, p.index, r.key, r.value)
+                                records += 1
                         offset = max(offset, b.base_offset + b.last_offset_delta + 1)
                 await asyncio.sleep(0)
             if not p.is_leader or p.leader_epoch != epoch:
@@ -215,6 +230,7 @@ class GroupCoordinator:
                 for m in g.members.values():
                     m.last_heartbeat = now  # a full session to find the new coordinator
                 self.groups[g.group_id] = g
+            self._txn_offsets[p.index] = pending
             self._loaded[p.index] = epoch
             log.info("%s-%d: loaded %d groups from %d records in %.2fs", OFFSETS_TOPIC, p.index, len(groups),
                      records, time.monotonic() - start)
@@ -223,16 +239,22 @@ class GroupCoordinator:
 
     def _unload(self, index: int, why: str) -> None:
         self._loaded.pop(index, None)
+        self._txn_offsets.pop(index, None)
         for gid in [gid for gid, g in self.groups.items() if g.partition == index]:
             g = self.groups.pop(gid)
             for m in g.members.values():
                 _fail(m.join, ErrorCode.NOT_COORDINATOR, why)
                 _fail(m.sync, ErrorCode.NOT_COORDINATOR, why)
 
-    async def _write(self, p: Partition, records: list[tuple[bytes, bytes | None]]) -> None:
-        """Append records with acks=all semantics; Kafka's coordinator error mapping."""
+    async def _write(self, p: Partition, records: list[tuple[bytes, bytes | None]],
+                     producer: tuple[int, int] | None = None) -> None:
+        """Append records with acks=all semantics; Kafka's coordinator error mapping.
+        ``producer``: a transaction's (producer id, epoch), whose marker decides them."""
         now = int(time.time() * 1000)
         batch = build_batch([(k, v, now, ()) for k, v in records])
+        if producer is not None:
+            batch.attributes |= TRANSACTIONAL_FLAG
+            set_producer(batch, producer[0], producer[1], -1)
         try:
             info = await p.append_as_leader(batch, -1)
             await p.wait_for_replication(info.last_offset + 1, WRITE_TIMEOUT_S)
@@ -518,6 +540,35 @@ class GroupCoordinator:
     # -- offsets -----------------------------------------------------------------------------------
 
     async def offset_commit(self, req: OffsetCommitRequest) -> OffsetCommitResponse:
+        return await self._commit_offsets(req)
+
+    async def txn_offset_commit(self, req: TxnOffsetCommitRequest) -> OffsetCommitResponse:
+        """Offsets written as part of a transaction: kept pending until its marker reaches the
+        group's partition (``marker_written``), then committed or dropped."""
+        return await self._commit_offsets(req.offsets, (req.producer_id, req.producer_epoch))
+
+    def marker_written(self, topic: str, index: int, producer_id: int, commit: bool) -> None:
+        """A transaction marker was written to a partition this broker leads."""
+        if topic != OFFSETS_TOPIC:
+            return
+        done = self._txn_offsets.get(index, {}).pop(producer_id, [])
+        if commit:
+            for key, value in done:
+                _replay(self.groups, index, key, value)
+
+    def _pending_offsets(self, index: int, group_id: str) -> set[tuple[str, int]]:
+        """The group's partitions with offsets of a transaction not yet ended."""
+        out = set()
+        for records in self._txn_offsets.get(index, {}).values():
+            for key, _ in records:
+                if key[0] == OFFSET_RECORD:
+                    k = pb.OffsetKey.FromString(key[1:])
+                    if k.group_id == group_id:
+                        out.add((k.topic, k.partition))
+        return out
+
+    async def _commit_offsets(self, req: OffsetCommitRequest, producer: tuple[int, int] | None = None
+                              ) -> OffsetCommitResponse:
         resp = OffsetCommitResponse()
         # Kafka's handleOffsetCommitRequest: a partition the metadata does not have is
         # UNKNOWN_TOPIC_OR_PARTITION and is not stored, whatever becomes of the others.
@@ -543,12 +594,16 @@ class GroupCoordinator:
                       for t in req.topics for x in t.partitions
                       if (t.name, x.partition) not in too_big and (t.name, x.partition) not in unknown}
             if values:
-                await self._write(p, [(_offset_key(req.group_id, *tp), v.SerializeToString())
-                                      for tp, v in values.items()])
-                g = self.groups.get(req.group_id)
-                if g is None:
-                    g = self.groups[req.group_id] = Group(req.group_id, p.index)
-                g.offsets.update(values)
+                records: list[tuple[bytes, bytes | None]] = [(_offset_key(req.group_id, *tp), v.SerializeToString())
+                                                             for tp, v in values.items()]
+                await self._write(p, records, producer)
+                if producer is not None:
+                    self._txn_offsets.setdefault(p.index, {}).setdefault(producer[0], []).extend(records)
+                else:
+                    g = self.groups.get(req.group_id)
+                    if g is None:
+                        g = self.groups[req.group_id] = Group(req.group_id, p.index)
+                    g.offsets.update(values)
             for t in req.topics:
                 tr = OffsetCommitTopicResponse(name=t.name)
                 resp.topics.append(tr)
@@ -572,9 +627,10 @@ class GroupCoordinator:
 
     async def offset_fetch(self, req: OffsetFetchRequest) -> OffsetFetchResponse:
         try:
-            self._coordinator(req.group_id)
+            p = self._coordinator(req.group_id)
         except KafkaError as e:
             return OffsetFetchResponse(error_code=int(e.code), error_message=e.message)
+        unstable = self._pending_offsets(p.index, req.group_id) if req.require_stable else set()
         g = self.groups.get(req.group_id)
         offsets = g.offsets if g is not None else {}
         wanted: dict[str, list[int]] = {}
@@ -590,7 +646,10 @@ class GroupCoordinator:
             resp.topics.append(tr)
             for part in parts:
                 v = offsets.get((topic, part))
-                if v is None:
+                if (topic, part) in unstable:
+                    tr.partitions.append(OffsetFetchPartitionResponse(
+                        partition=part, offset=-1, leader_epoch=-1, error_code=int(ErrorCode.UNSTABLE_OFFSET_COMMIT)))
+                elif v is None:
                     tr.partitions.append(OffsetFetchPartitionResponse(partition=part, offset=-1, leader_epoch=-1))
                 else:
                     tr.partitions.append(OffsetFetchPartitionResponse(partition=part, offset=v.offset,

@@ -176,6 +176,7 @@ class OffsetFetchTopic:
 class OffsetFetchRequest:
     group_id: str = ""
     topics: list[OffsetFetchTopic] = field(default_factory=list)  # none: every committed offset
+    require_stable: bool = False  # KIP-447: UNSTABLE_OFFSET_COMMIT while a transaction's offsets are pending
 
 
 @dataclass(slots=True)

@@ -8,6 +8,9 @@ delta, so every surviving record stays at its original offset; a batch left with
 is removed (consumers and followers step over the gap, as in Kafka). A tombstone (a null
 value) is kept until it is ``delete.retention.ms`` old, so that consumers have time to see the
 deletion, and then goes too; records without a key go, as Kafka's cleaner drops them.
+Batches of transactions and their markers are neither compacted nor count as a key's latest
+record (Kafka's rules for them are not implemented yet), so compaction never changes what a
+read_committed or read_uncommitted reader sees of a transaction.
 
 A pass runs when at least ``min.cleanable.dirty.ratio`` of the cleanable bytes were written
 since the last pass (``PartitionLog.first_dirty_offset``), or when a tombstone the last pass
@@ -24,7 +27,8 @@ import logging
 from dataclasses import dataclass
 
 from clients.compression import Codec, compress
-from clients.records import Record, batch_crc, codec_of, decode_records, encode_record, records_bytes
+from clients.records import (Record, batch_crc, codec_of, decode_records, encode_record, is_transactional,
+                             records_bytes)
 from protos import broker_pb2 as pb
 
 from .config import LogConfig
@@ -64,7 +68,7 @@ async def clean(plog: PartitionLog, cfg: LogConfig, now_ms: int) -> CleanResult 
     latest: dict[bytes, int] = {}
     for i, h in enumerate(heads):
         batch = plog.batch_at(h.base_offset)
-        if batch is not None:
+        if batch is not None and not is_transactional(batch):
             for r in _records(batch):
                 if r.key is not None:
                     latest[r.key] = batch.base_offset + r.offset_delta
@@ -76,8 +80,8 @@ async def clean(plog: PartitionLog, cfg: LogConfig, now_ms: int) -> CleanResult 
     oldest_tombstone = float("inf")
     for i, h in enumerate(heads):
         batch = plog.batch_at(h.base_offset)
-        if batch is None:
-            continue
+        if batch is None or is_transactional(batch):
+            continue  # transactions' records and markers are left as they are (not yet compacted)
         records = _records(batch)
         kept = [r for r in records
                 if r.key is not None and latest.get(r.key) == batch.base_offset + r.offset_delta

@@ -8,6 +8,8 @@ offset, retention and truncation are range deletes.
     b"d" topic_id(16) partition(4) base_offset(8)  ->  batch head + frame   (partition_log)
     b"s" topic_id(16) partition(4)                 ->  log start, high watermark, log end, size
     b"e" topic_id(16) partition(4) epoch(4)        ->  the epoch's start offset (leader_epochs)
+    b"t" topic_id(16) partition(4) producer_id(8)  ->  its open transaction's first offset (producer_state)
+    b"a" topic_id(16) partition(4) last_offset(8)  ->  an aborted transaction (the aborted index)
 
 Durability follows Kafka's ``log.flush.interval.messages`` / ``log.flush.interval.ms``
 (docs/brokers.md has the measurements):

@@ -1,6 +1,6 @@
 """Where offsets lie in a leader's log, for both front ends: ListOffsets (Kafka's
 ReplicaManager.fetchOffset: the earliest offset, the latest, that is the high watermark a
-consumer can read to, or the first offset at or after a time) and OffsetsForLeaderEpoch
+consumer can read to (the last stable offset for read_committed), or the first offset at or after a time) and OffsetsForLeaderEpoch
 (KIP-101/279: where an epoch ends, for a follower truncating its log and for a consumer
 validating its position after a leader change, KIP-320)."""
 from __future__ import annotations
@@ -13,6 +13,7 @@ from .requests import (EpochEndOffset, ListOffsetsPartitionResponse, ListOffsets
                        OffsetsForLeaderEpochResponse)
 
 EARLIEST, LATEST = -2, -1
+READ_COMMITTED = 1  # isolation level
 
 
 def list_offsets(rm: ReplicaManager, request: ListOffsetsRequest) -> ListOffsetsResponse:
@@ -37,7 +38,8 @@ def list_offsets(rm: ReplicaManager, request: ListOffsetsRequest) -> ListOffsets
                 if lp.timestamp == EARLIEST:
                     a.offset = p.log.log_start_offset
                 elif lp.timestamp == LATEST:
-                    a.offset = p.log.high_watermark
+                    a.offset = p.log.last_stable_offset if request.isolation_level == READ_COMMITTED \
+                        else p.log.high_watermark
                 elif lp.timestamp < 0:
                     raise KafkaError(ErrorCode.INVALID_REQUEST, f"unsupported timestamp {lp.timestamp}: use -2 "
                                                                  f"(earliest), -1 (latest) or a time in ms")

@@ -1,6 +1,9 @@
 """A partition's log in RocksDB: record batches keyed by (topic id, partition, base offset),
 with the log start offset, log end offset, high watermark and size persisted next to them
-(key layout in ``log_store``), and the state of its idempotent producers (``producer_state``).
+(key layout in ``log_store``), and the state of its idempotent and transactional producers
+(``producer_state``): open transactions and the aborted-transaction index are written in the
+same atomic write as the batch or marker that changes them, and rebuilt from the batches
+after a truncation.
 
 Each append is one atomic RocksDB write holding the batches, the new log end and size, any new
 leader epoch and the producers' updated entries, so after a crash the log, its end offset, its
@@ -26,8 +29,9 @@ from protos import broker_pb2 as pb
 
 from .leader_epochs import LeaderEpochCache
 from .log_store import LogStore, tp_prefix
-from .producer_state import ProducerEntry, ProducerStateManager, last_sequence
-from clients.records import NO_PRODUCER_ID, decode_records, frame, records_bytes
+from .producer_state import AbortedTxn, ProducerEntry, ProducerStateManager, last_sequence
+from clients.records import (NO_PRODUCER_ID, decode_records, frame, is_control, is_transactional, marker_commits,
+                             records_bytes)
 
 # A stored batch: last offset, max timestamp, producer id, epoch and base sequence; then its frame.
 _HEAD = struct.Struct(">qqqhi")
@@ -70,6 +74,8 @@ class PartitionLog:
         self._epochs_key = b"e" + prefix
         self._producers_key = b"p" + prefix
         self._clean_key = b"c" + prefix
+        self._ongoing_key = b"t" + prefix
+        self._aborted_key = b"a" + prefix
         raw = self.db.get(self._state_key)
         if raw is None:
             self.log_start_offset = self.high_watermark = self.log_end_offset = self.size_bytes = 0
@@ -82,7 +88,10 @@ class PartitionLog:
              self.size_bytes) = _STATE.unpack(raw)
         self.next_offset = self.log_end_offset  # assigned, possibly not yet durable
         self.epochs = LeaderEpochCache(self._load_epochs())
-        self.producers = ProducerStateManager(f"{topic_id}-{partition}", self._load_producers())
+        self.producers = ProducerStateManager(
+            f"{topic_id}-{partition}", self._load_producers(),
+            {pid: _EPOCH.unpack(v)[0] for pid, v in self._scan(self._ongoing_key)},
+            [AbortedTxn.decode(last, v) for last, v in self._scan(self._aborted_key)])
         clean = self.db.get(self._clean_key)
         #: Where the part of the log not yet compacted starts (``log_cleaner``).
         self.first_dirty_offset = _EPOCH.unpack(clean)[0] if clean is not None else 0
@@ -148,17 +157,36 @@ class PartitionLog:
         value = frame(data, _HEAD.pack(last, batch.max_timestamp, pid, batch.producer_epoch, batch.base_sequence))
         wb.put(self._key(batch.base_offset), value)
         if pid != NO_PRODUCER_ID:
-            self.producers.record_batch(batch.base_offset, last, batch.max_timestamp, pid, batch.producer_epoch,
-                                        batch.base_sequence)
-            self._save_producers(wb, (pid,))
+            if is_control(batch):
+                self._stage_marker(wb, pid, batch.producer_epoch, batch.base_offset, batch.max_timestamp,
+                                   marker_commits(batch))
+                return len(value)
+            if batch.base_sequence >= 0:  # a coordinator's transactional write has no sequence
+                self.producers.record_batch(batch.base_offset, last, batch.max_timestamp, pid, batch.producer_epoch,
+                                            batch.base_sequence)
+                self._save_producers(wb, (pid,))
+            if is_transactional(batch) and self.producers.begin_transaction(pid, batch.base_offset):
+                wb.put(self._ongoing_key + pid.to_bytes(8, "big"), _EPOCH.pack(batch.base_offset))
         return len(value)
+
+    def _stage_marker(self, wb: WriteBatch, producer_id: int, epoch: int, offset: int, timestamp: int,
+                      commit: bool) -> None:
+        """A transaction marker closes its producer's open transaction here."""
+        if producer_id in self.producers.ongoing:
+            wb.delete(self._ongoing_key + producer_id.to_bytes(8, "big"))
+        aborted = self.producers.end_transaction(producer_id, epoch, offset, timestamp, commit)
+        self._save_producers(wb, (producer_id,))
+        if aborted is not None:
+            wb.put(self._aborted_key + offset.to_bytes(8, "big"), aborted.encode())
 
     async def append_as_leader(self, batch: pb.RecordBatch, epoch: int) -> AppendInfo:
         """Assign the batch its offsets and the leader's epoch, and append it. A batch of an
         idempotent producer is checked against its state first: a duplicate of one of its
-        last five batches is answered with the original's offsets and not written."""
+        last five batches is answered with the original's offsets and not written. A batch
+        with a producer id but no sequence is a coordinator's (a marker, transactional
+        offsets), appended without that check."""
         base = self.next_offset
-        if batch.HasField("producer_id"):
+        if batch.HasField("producer_id") and batch.base_sequence >= 0:  # not a coordinator's write
             last_seq = last_sequence(batch.base_sequence, batch.record_count)
             dup = self.producers.check(batch.producer_id, batch.producer_epoch, batch.base_sequence,
                                        last_seq, base)
@@ -293,6 +321,16 @@ class PartitionLog:
                         return off, ts
         return None
 
+    @property
+    def last_stable_offset(self) -> int:
+        """What read_committed consumers may read to (Kafka's LSO): the high watermark, or the
+        first offset of the oldest transaction still open, if that is lower."""
+        first = self.producers.first_unstable_offset()
+        return self.high_watermark if first is None else min(first, self.high_watermark)
+
+    def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
+        return self.producers.aborted_between(start, end)
+
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         return self.epochs.end_offset_for(epoch, self.log_end_offset)
 
@@ -341,7 +379,7 @@ class PartitionLog:
         self.log_start_offset = min(self.log_start_offset, cut)
         self._set_first_dirty(wb, min(self.first_dirty_offset, cut))
         if any(b.producer_id != NO_PRODUCER_ID for b in doomed):
-            # Producer state as of the new end: rebuilt from the batch heads that remain.
+            # Producer state as of the new end: rebuilt from the batches that remain.
             self._rebuild_producers(wb, [b for b in self.stored_batches(None) if b.base_offset < cut])
         wb.put(self._state_key, self._state())
         pending = self.store.write(wb)
@@ -435,8 +473,24 @@ class PartitionLog:
         return gone
 
     def _rebuild_producers(self, wb: WriteBatch, heads: list[StoredBatch]) -> None:
+        """Producer state, open transactions and the aborted index as of ``heads`` (the batches
+        that remain): transactional batches and markers are read again to tell which is which."""
         wb.delete_range(self._producers_key, self._producers_key + _END)
+        wb.delete_range(self._ongoing_key, self._ongoing_key + _END)
+        wb.delete_range(self._aborted_key, self._aborted_key + _END)
         self.producers.rebuild(heads)
+        self.producers.ongoing, self.producers.aborted = {}, []
+        for h in heads:
+            if h.producer_id == NO_PRODUCER_ID:
+                continue
+            batch = self.batch_at(h.base_offset)
+            if batch is None or not is_transactional(batch):
+                continue
+            if is_control(batch):
+                self._stage_marker(wb, h.producer_id, h.producer_epoch, h.base_offset, h.max_timestamp,
+                                   marker_commits(batch))
+            elif self.producers.begin_transaction(h.producer_id, h.base_offset):
+                wb.put(self._ongoing_key + h.producer_id.to_bytes(8, "big"), _EPOCH.pack(h.base_offset))
         self._save_producers(wb, list(self.producers.producers))
 
     def retention_offset(self, now_ms: int, retention_ms: int, retention_bytes: int) -> int:
@@ -464,6 +518,8 @@ class PartitionLog:
         wb.delete_range(self._data, self._data + _END)
         wb.delete_range(self._epochs_key, self._epochs_key + _END)
         wb.delete_range(self._producers_key, self._producers_key + _END)
+        wb.delete_range(self._ongoing_key, self._ongoing_key + _END)
+        wb.delete_range(self._aborted_key, self._aborted_key + _END)
         wb.delete(self._clean_key)
         wb.delete(self._state_key)
         self.store.write_now(wb)

@@ -16,6 +16,9 @@
   offsets and not written again (with acks=-1 it still waits for the ISR to have the
   original); a gap in sequence numbers is OUT_OF_ORDER_SEQUENCE_NUMBER, an older producer
   epoch INVALID_PRODUCER_EPOCH, an unknown producer UNKNOWN_PRODUCER_ID.
+- A transactional producer's first batch in a partition (its transaction is not open there
+  yet) is written only once its transaction's coordinator confirms the partition was added
+  (KIP-890 part 1, ``transaction_verification``); else INVALID_TXN_STATE.
 - A topic whose ``compression.type`` names a codec gets its batches in that codec (the leader
   recompresses, as Kafka's does); ``producer`` keeps what the producer sent.
 """
@@ -23,14 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
-from typing import Any
 
 from common.errors import ErrorCode, KafkaError
 from .partition import Partition
-from .partition_log import AppendInfo
 from clients.compression import Codec
-from clients.records import recompress, validate_batch
+from clients.records import is_transactional, recompress, validate_batch
+from protos.broker_pb2 import RecordBatch
 from clients.topics import INTERNAL_TOPICS
 from .replica_manager import ReplicaManager
 from .requests import (ProducePartitionResponse, ProduceRequest, ProduceResponse, ProduceTopicResponse,
@@ -66,7 +67,7 @@ async def produce(rm: ReplicaManager, req: ProduceRequest) -> ProduceResponse:
     # Every partition's batch is checked first, then all are appended at once: each append
     # takes its offsets (and its producer's sequence) in its first step, before any await, so
     # the batches of one request are ordered before those of the next request to arrive.
-    appends: list[tuple[ProducePartitionResponse, Partition, Coroutine[Any, Any, AppendInfo]]] = []
+    checked: list[tuple[ProducePartitionResponse, Partition, RecordBatch]] = []
     for t in req.topics:
         tr = ProduceTopicResponse(name=t.name)
         resp.topics.append(tr)
@@ -86,7 +87,10 @@ async def produce(rm: ReplicaManager, req: ProduceRequest) -> ProduceResponse:
             except KafkaError as e:
                 _error(a, e)
                 continue
-            appends.append((a, p, p.append_as_leader(batch, req.acks)))
+            checked.append((a, p, batch))
+    if req.transactional_id is not None and rm.txn_verifier is not None:
+        checked = await _verified(rm, req.transactional_id, checked)
+    appends = [(a, p, p.append_as_leader(batch, req.acks)) for a, p, batch in checked]
     results = await asyncio.gather(*(c for _, _, c in appends), return_exceptions=True)
     waits: list[tuple[ProducePartitionResponse, Partition, int]] = []
     for (a, p, _), info in zip(appends, results, strict=True):
@@ -108,6 +112,27 @@ async def produce(rm: ReplicaManager, req: ProduceRequest) -> ProduceResponse:
         else:
             await asyncio.gather(*(_replicated(a, p, required, timeout) for a, p, required in waits))
     return resp
+
+
+async def _verified(rm: ReplicaManager, transactional_id: str,
+                    checked: list[tuple[ProducePartitionResponse, Partition, RecordBatch]]
+                    ) -> list[tuple[ProducePartitionResponse, Partition, RecordBatch]]:
+    """KIP-890 part 1: the transactional batches that would open their producer's transaction
+    in a partition go ahead only if the coordinator says the partition was added."""
+    first = [(a, p, b) for a, p, b in checked if is_transactional(b) and b.producer_id not in p.log.producers.ongoing]
+    if not first:
+        return checked
+    pid, epoch = first[0][2].producer_id, first[0][2].producer_epoch
+    assert rm.txn_verifier is not None
+    missing, error = await rm.txn_verifier.not_added(transactional_id, pid, epoch, [(p.topic, p.index)
+                                                                                   for _, p, _ in first])
+    refused = {id(a) for a, p, _ in first if error is not None or (p.topic, p.index) in missing}
+    for a, p, _ in first:
+        if id(a) in refused:
+            _error(a, error or KafkaError(ErrorCode.INVALID_TXN_STATE,
+                                           f"partition {p.name} is not in the ongoing transaction of "
+                                           f"{transactional_id}: add it first (AddPartitionsToTxn)"))
+    return [(a, p, b) for a, p, b in checked if id(a) not in refused]
 
 
 async def _replicated(a: ProducePartitionResponse, p: Partition, required: int, timeout: float) -> None:

@@ -10,6 +10,12 @@ state. Entries persist in RocksDB with the batches (``partition_log``), are rebu
 log's batch heads after a truncation, dropped when retention removes a producer's last batch
 (its state is then unknown, as in Kafka), and expire after ``producer.id.expiration.ms``
 without a write.
+
+Transactions (KIP-98): a transactional producer's first batch in a partition opens its
+transaction there (``ongoing``: producer id -> first offset); the coordinator's marker closes
+it, and an abort is remembered in the aborted-transaction index so that read_committed
+consumers can drop its records. The last stable offset is the first offset of the oldest
+transaction still open.
 """
 from __future__ import annotations
 
@@ -56,7 +62,8 @@ class ProducerEntry:
 
     @property
     def last_seq(self) -> int:
-        return self.batches[-1].last_seq
+        """-1 before the first batch of its epoch (after a marker bumped the epoch)."""
+        return self.batches[-1].last_seq if self.batches else -1
 
     def encode(self) -> bytes:
         return _ENTRY.pack(self.epoch, self.last_timestamp, len(self.batches)) + b"".join(
@@ -65,7 +72,7 @@ class ProducerEntry:
     @classmethod
     def decode(cls, producer_id: int, data: bytes) -> "ProducerEntry":
         epoch, ts, n = _ENTRY.unpack_from(data)
-        if len(data) != _ENTRY.size + n * _BATCH.size or not 0 < n <= RETAINED_BATCHES:
+        if len(data) != _ENTRY.size + n * _BATCH.size or not 0 <= n <= RETAINED_BATCHES:
             raise ValueError(f"producer {producer_id}: a state record of {len(data)} bytes for {n} batches")
         entry = cls(producer_id, epoch, ts)
         for k in range(n):
@@ -91,10 +98,66 @@ class BatchHead(Protocol):
     def base_sequence(self) -> int: ...
 
 
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    """An aborted transaction of a partition (Kafka's AbortedTxn): its records lie in
+    [first_offset, last_offset], the abort marker being at last_offset."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+
+    _CODEC = struct.Struct(">qq")  # producer id, first offset (last offset is in the key)
+
+    def encode(self) -> bytes:
+        return self._CODEC.pack(self.producer_id, self.first_offset)
+
+    @classmethod
+    def decode(cls, last_offset: int, data: bytes) -> "AbortedTxn":
+        pid, first = cls._CODEC.unpack(data)
+        return cls(pid, first, last_offset)
+
+
 class ProducerStateManager:
-    def __init__(self, name: str, entries: Iterable[ProducerEntry] = ()) -> None:
+    def __init__(self, name: str, entries: Iterable[ProducerEntry] = (), ongoing: dict[int, int] | None = None,
+                 aborted: Iterable[AbortedTxn] = ()) -> None:
         self.name = name  # the partition, for messages
         self.producers: dict[int, ProducerEntry] = {e.producer_id: e for e in entries}
+        #: Open transactions: producer id -> the offset of its first batch in this partition.
+        self.ongoing: dict[int, int] = dict(ongoing or {})
+        #: Aborted transactions, by marker offset (the aborted-transaction index).
+        self.aborted: list[AbortedTxn] = sorted(aborted, key=lambda a: a.last_offset)
+
+    def begin_transaction(self, producer_id: int, offset: int) -> bool:
+        """A transactional batch at ``offset``: True if it opens its producer's transaction here."""
+        if producer_id in self.ongoing:
+            return False
+        self.ongoing[producer_id] = offset
+        return True
+
+    def end_transaction(self, producer_id: int, epoch: int, marker_offset: int, marker_ts: int, commit: bool
+                        ) -> AbortedTxn | None:
+        """A marker at ``marker_offset`` closes its producer's transaction; an abort of one that
+        wrote here is returned, to go into the index. A marker of a newer epoch (the
+        coordinator bumped it, fencing the producer) starts that epoch here, so the fenced
+        producer's later batches are refused (INVALID_PRODUCER_EPOCH)."""
+        e = self.producers.get(producer_id)
+        if e is None or epoch > e.epoch:
+            self.producers[producer_id] = ProducerEntry(producer_id, epoch, marker_ts)
+        first = self.ongoing.pop(producer_id, None)
+        if first is None or commit:
+            return None
+        a = AbortedTxn(producer_id, first, marker_offset)
+        self.aborted.append(a)
+        return a
+
+    def first_unstable_offset(self) -> int | None:
+        return min(self.ongoing.values(), default=None)
+
+    def aborted_between(self, start: int, end: int) -> list[AbortedTxn]:
+        """Aborted transactions with records in [start, end) (what a read_committed fetch of
+        that range must be told)."""
+        return [a for a in self.aborted if a.last_offset >= start and a.first_offset < end]
 
     def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, offset: int
               ) -> BatchMetadata | None:
@@ -123,6 +186,13 @@ class ProducerStateManager:
         for b in e.batches:
             if b.first_seq == first_seq and b.last_seq == last_seq:
                 return b
+        if not e.batches:  # the epoch's first batch (a marker started it)
+            if first_seq != 0:
+                raise KafkaError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                  f"Invalid sequence number for producer {producer_id} at offset {offset} in "
+                                  f"partition {self.name}: {first_seq} (incoming seq. number), expected 0 in its "
+                                  f"epoch {epoch}")
+            return None
         if first_seq != next_sequence(e.last_seq):
             raise KafkaError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                               f"Out of order sequence number for producer {producer_id} at offset {offset} in "
@@ -146,14 +216,14 @@ class ProducerStateManager:
         """Start over from the batches the log holds, oldest first (after a truncation)."""
         self.producers = {}
         for h in heads:
-            if h.producer_id >= 0:
+            if h.producer_id >= 0 and h.base_sequence >= 0:  # a marker has no sequence
                 self.record_batch(h.base_offset, h.last_offset, h.max_timestamp, h.producer_id,
                                   h.producer_epoch, h.base_sequence)
 
     def remove_before(self, log_start_offset: int) -> list[int]:
         """Producers whose every remembered batch is now before the log start: forget them
         (a later batch with a sequence past 0 gets UNKNOWN_PRODUCER_ID)."""
-        gone = [pid for pid, e in self.producers.items() if e.batches[-1].last_offset < log_start_offset]
+        gone = [pid for pid, e in self.producers.items() if e.batches and e.batches[-1].last_offset < log_start_offset]
         for pid in gone:
             del self.producers[pid]
         return gone

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import time
 import uuid
+from typing import TYPE_CHECKING
 from collections.abc import Callable, Iterable, Iterator
 
 from metadata.delta import MetadataChanges, changes_between
@@ -27,6 +28,9 @@ from .topic_stats import BrokerTopicStats
 from .replica_fetcher import ReplicaFetcherManager
 from .replication_quota import FOLLOWER_RATE, LEADER_RATE, ReplicationQuota, throttled_rate
 
+if TYPE_CHECKING:
+    from .transaction_verification import TransactionVerifier
+
 log = logging.getLogger("brokerd.replicas")
 
 
@@ -39,6 +43,9 @@ class ReplicaManager:
         self.fetchers = fetchers
         self.fenced = fenced
         self.isr: IsrManager | None = None
+        #: Verifies a transactional producer's first batch in a partition with its coordinator
+        #: (KIP-890; set by the server: ``transaction_verification.TransactionVerifier``).
+        self.txn_verifier: TransactionVerifier | None = None
         self.topic_stats = BrokerTopicStats()
         self.image = MetadataImage.empty()
         self.partitions: dict[tuple[uuid.UUID, int], Partition] = {}

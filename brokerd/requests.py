@@ -41,6 +41,7 @@ class ProduceRequest:
     acks: int = 0
     timeout_ms: int = 0
     topics: list[ProduceTopicData] = field(default_factory=list)
+    transactional_id: str | None = None  # a transactional producer's: its partitions are verified (KIP-890)
 
 
 @dataclass(slots=True)
@@ -91,6 +92,13 @@ class FetchRequest:
     max_bytes: int = 0  # 0: fetch.max.bytes's default
     topics: list[FetchTopic] = field(default_factory=list)
     replica_epoch: int = -1
+    isolation_level: int = 0  # 1: read_committed, up to the last stable offset
+
+
+@dataclass(slots=True)
+class AbortedTransaction:
+    producer_id: int = 0
+    first_offset: int = 0
 
 
 @dataclass(slots=True)
@@ -103,6 +111,8 @@ class FetchPartitionResponse:
     records: bytes = b""  # stored batches, back to back
     leader_id: int = 0
     leader_epoch: int = 0
+    last_stable_offset: int = 0
+    aborted_transactions: list[AbortedTransaction] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -135,6 +145,7 @@ class ListOffsetsTopic:
 @dataclass(slots=True)
 class ListOffsetsRequest:
     topics: list[ListOffsetsTopic] = field(default_factory=list)
+    isolation_level: int = 0  # 1: read_committed, whose latest offset is the last stable offset
 
 
 @dataclass(slots=True)

@@ -59,6 +59,9 @@ from .replica_fetcher import ReplicaFetcherManager
 from .producer_ids import ProducerIdManager
 from .replica_manager import ReplicaManager
 from .service import BrokerService
+from .transaction_coordinator import TransactionCoordinator
+from .transaction_verification import TransactionVerifier
+from clients.topics import TRANSACTION_STATE_TOPIC
 
 #: How long a stopping broker waits for the controller to confirm its controlled shutdown.
 CONTROLLED_SHUTDOWN_S = 5.0
@@ -182,6 +185,9 @@ class BrokerServer:
         BrokerMetrics(self.rm, self.groups, lambda: self.published_offset, self.metrics.registry)
         requests = self.metrics.requests if self.metrics.enabled else None
         self.producer_ids = producer_ids = ProducerIdManager(self.client, cfg.node_id, lambda: self.lifecycle.epoch)
+        self.transactions = TransactionCoordinator(self.rm, bcfg, producer_ids, self._create_transaction_state_topic,
+                                                   self.groups.marker_written)
+        self.rm.txn_verifier = TransactionVerifier(self.rm, self.transactions)
         auto_topics = TopicAutoCreator(bcfg.auto_create, self.client)
         self.kafka_listeners = []
         self.servers = []
@@ -193,7 +199,8 @@ class BrokerServer:
             security = bcfg.security[name]
             if name in bcfg.kafka_listeners:
                 listener = KafkaListener(name, host, port, KafkaApis(self.rm, name, self.groups, producer_ids,
-                                                                     self.client, authorizer, mapper, auto_topics),
+                                                                     self.client, authorizer, mapper, auto_topics,
+                                                                     self.transactions),
                                          bcfg.request_max_bytes, requests, security)
                 try:
                     await listener.bind()
@@ -210,13 +217,14 @@ class BrokerServer:
                                      interceptors=[*([requests.interceptor(name)] if requests else []), self.gate])
             add_service(server, broker_pb2_grpc.add_BrokerServicer_to_server,
                         BrokerService(self.rm, name, lambda: self.client.last_controller_id, self.describe,
-                                      producer_ids, self.groups, authorizer, mapper, auto_topics))
+                                      producer_ids, self.groups, authorizer, mapper, auto_topics,
+                                      self.transactions))
             if not add_port(server, address, security.tls):
                 raise cannot_listen(address, name, "the port is in use or the address is not local")
             self.servers.append(server)
             self._on_close(server, functools.partial(server.stop, grace=1.0))
         # Stopped before the listeners, in this order (the last pushed goes first).
-        for part in (self.fetchers, self.rm.isr, self.fetcher, self.lifecycle, self.groups):
+        for part in (self.fetchers, self.rm.isr, self.fetcher, self.lifecycle, self.groups, self.transactions):
             self._on_close(part, part.stop)
         for server in self.servers:
             await server.start()
@@ -247,6 +255,7 @@ class BrokerServer:
         self.logs.start()
         self.rm.start()
         self.groups.start()
+        self.transactions.start()
         self.rm.isr.start()
         self._started = True
         await self._serve_clients()
@@ -266,15 +275,22 @@ class BrokerServer:
 
     async def _create_offsets_topic(self, partitions: int, replication_factor: int) -> None:
         """Have the controller create __consumer_offsets (the first FindCoordinator asks)."""
+        await self._create_internal_topic(OFFSETS_TOPIC, partitions, replication_factor)
+
+    async def _create_transaction_state_topic(self, partitions: int, replication_factor: int) -> None:
+        """__transaction_state, on the first FindCoordinator for a transactional id."""
+        await self._create_internal_topic(TRANSACTION_STATE_TOPIC, partitions, replication_factor)
+
+    async def _create_internal_topic(self, name: str, partitions: int, replication_factor: int) -> None:
         try:
             code, message = await create_topic(self.client, cpb.CreatableTopic(
-                name=OFFSETS_TOPIC, num_partitions=partitions, replication_factor=replication_factor,
+                name=name, num_partitions=partitions, replication_factor=replication_factor,
                 configs={"cleanup.policy": "compact"}))
         except KafkaError as e:
-            log.warning("could not create %s: %s", OFFSETS_TOPIC, e)
+            log.warning("could not create %s: %s", name, e)
             return
         if code not in (ControllerCode.NONE, ControllerCode.TOPIC_ALREADY_EXISTS):
-            log.warning("could not create %s: %s: %s", OFFSETS_TOPIC, code.name, message)
+            log.warning("could not create %s: %s: %s", name, code.name, message)
 
     def _endpoints(self) -> list[cpb.Endpoint]:
         return [cpb.Endpoint(name=n, host=h, port=p, security_protocol=self.config.security_protocol(n))

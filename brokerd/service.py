@@ -21,6 +21,7 @@ from metadata.principal import PrincipalMapper, caller
 from . import authorization as authorized
 from . import group_requests as g
 from . import requests as r
+from . import transaction_requests as txn
 from .auto_topics import TopicAutoCreator
 from .group_coordinator import GroupCoordinator
 from .log_store import StorageFailure
@@ -28,6 +29,7 @@ from .produce import first_error
 from .producer_ids import ProducerIdManager
 from .proto_codec import to_domain, to_wire
 from .replica_manager import ReplicaManager
+from .transaction_coordinator import TransactionCoordinator
 
 log = logging.getLogger("brokerd.service")
 T = TypeVar("T")
@@ -36,10 +38,12 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     def __init__(self, rm: ReplicaManager, listener: str, controller_id: Callable[[], int],
                  describe: Callable[[], pb.DescribeBrokerResponse], producer_ids: ProducerIdManager,
                  groups: GroupCoordinator, authorizer: StandardAuthorizer | None = None,
-                 mapper: PrincipalMapper | None = None, auto_topics: TopicAutoCreator | None = None) -> None:
+                 mapper: PrincipalMapper | None = None, auto_topics: TopicAutoCreator | None = None,
+                 transactions: TransactionCoordinator | None = None) -> None:
         """``authorizer`` None: every request is allowed (no ``authorizer.class.name``);
         ``auto_topics`` None: Metadata creates no topic."""
         self.rm = rm
+        self.transactions = transactions
         self.auto_topics = auto_topics
         self.producer_ids = producer_ids
         self.groups = authorized.GroupAccess(groups)
@@ -125,6 +129,28 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         resp = await self._guard(context, authorized.init_producer_id(
             self.producer_ids, to_domain(r.InitProducerIdRequest, request), await self._access(context)))
         return to_wire(pb.InitProducerIdResponse, resp)
+
+    async def WriteTxnMarkers(self, request: pb.WriteTxnMarkersRequest,
+                              context: grpc.aio.ServicerContext) -> pb.WriteTxnMarkersResponse:
+        """A transaction coordinator's markers (from another broker)."""
+        access = await self._access(context)
+        resp = await self._guard(context, authorized.write_txn_markers(
+            self.rm, to_domain(txn.WriteTxnMarkersRequest, request), access, self.groups.groups))
+        if resp is None:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"CLUSTER_AUTHORIZATION_FAILED: "
+                                                                   f"{access.cluster_denied(authorized.O.CLUSTER_ACTION)}")
+        return to_wire(pb.WriteTxnMarkersResponse, resp)
+
+    async def VerifyTxnPartitions(self, request: pb.VerifyTxnPartitionsRequest,
+                                  context: grpc.aio.ServicerContext) -> pb.VerifyTxnPartitionsResponse:
+        """A partition leader verifying a transactional batch with this coordinator (KIP-890)."""
+        access = await self._access(context)
+        if self.transactions is None or not access.cluster(authorized.O.CLUSTER_ACTION):
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"CLUSTER_AUTHORIZATION_FAILED: "
+                                                                   f"{access.cluster_denied(authorized.O.CLUSTER_ACTION)}")
+        assert self.transactions is not None
+        return to_wire(pb.VerifyTxnPartitionsResponse,
+                       self.transactions.verify(to_domain(txn.VerifyTxnPartitionsRequest, request)))
 
     # -- consumer groups (group_coordinator) --------------------------------------------------
 

@@ -36,7 +36,7 @@ from common.errors import ErrorCode, KafkaError, RETRIABLE, STALE_METADATA
 from .consumer_coordinator import ConsumerCoordinator
 from . import interceptors
 from .interceptors import ConsumerInterceptor
-from .records import ConsumerRecord, batches, check_crc, records_of
+from .records import ConsumerRecord, batches, check_crc, is_control, is_transactional, records_of
 from .topics import INTERNAL_TOPICS
 from .serialization import Deserializer, RecordDeserializationError, checked
 
@@ -57,8 +57,11 @@ class Consumer:
                  max_poll_interval_ms: int = 300000, partition_assignment_strategy: str | list[str] = "range",
                  group_instance_id: str | None = None, tls: TLSConfig | None = None,
                  key_deserializer: Deserializer | None = None, value_deserializer: Deserializer | None = None,
-                 interceptors: Sequence[ConsumerInterceptor] = (), allow_auto_create_topics: bool = True) -> None:
+                 interceptors: Sequence[ConsumerInterceptor] = (), allow_auto_create_topics: bool = True,
+                 isolation_level: str = "read_uncommitted") -> None:
         """``tls``: TLS to the brokers (``clients.security.client_tls`` reads Kafka's keys).
+        ``isolation_level``: Kafka's ``isolation.level``; ``read_committed`` reads up to the last
+        stable offset and drops the records of aborted transactions.
         ``key_deserializer``/``value_deserializer`` (``clients.serialization``) and
         ``interceptors`` (``clients.interceptors``) are Kafka's extension points;
         ``allow_auto_create_topics``: Kafka's ``allow.auto.create.topics`` (default true)."""
@@ -71,6 +74,10 @@ class Consumer:
             raise ClientError(f"Invalid value {auto_offset_reset} for configuration auto.offset.reset: String must "
                               f"be one of: latest, earliest, none")
         self.auto_offset_reset = auto_offset_reset
+        if isolation_level not in ("read_uncommitted", "read_committed"):
+            raise ClientError(f"Invalid value {isolation_level} for configuration isolation.level: String must be "
+                              f"one of: read_committed, read_uncommitted")
+        self.read_committed = isolation_level == "read_committed"
         self.fetch_min_bytes = fetch_min_bytes
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self.fetch_max_bytes = fetch_max_bytes
@@ -418,7 +425,7 @@ class Consumer:
                 continue
             by_node.setdefault(leader, []).append(tp)
         for node, tps in by_node.items():
-            req = pb.ListOffsetsRequest()
+            req = pb.ListOffsetsRequest(isolation_level=int(self.read_committed))
             topics: dict[str, pb.ListOffsetsTopic] = {}
             for topic, p in tps:
                 t = topics.get(topic) or topics.setdefault(topic, req.topics.add(name=topic))
@@ -540,7 +547,7 @@ class Consumer:
 
     async def _fetch(self, node: int, tps: list[TopicPartition]) -> None:
         req = pb.FetchRequest(replica_id=-1, max_wait_ms=self.fetch_max_wait_ms, min_bytes=self.fetch_min_bytes,
-                              max_bytes=self.fetch_max_bytes)
+                              max_bytes=self.fetch_max_bytes, isolation_level=int(self.read_committed))
         topics: dict[str, pb.FetchTopic] = {}
         sent: dict[TopicPartition, int] = {}
         for tp in tps:
@@ -579,7 +586,10 @@ class Consumer:
                 if code == ErrorCode.NONE:
                     q = self._buffer.setdefault(tp, deque())
                     next_offset = offset
-                    hw = a.high_watermark
+                    # read_committed: up to the last stable offset, without aborted transactions
+                    hw = a.last_stable_offset if self.read_committed else a.high_watermark
+                    aborted = sorted((x.first_offset, x.producer_id) for x in a.aborted_transactions)
+                    aborting: set[int] = set()  # producers whose aborted transaction is being read
                     for b in batches(a.records):
                         if self.check_crcs:
                             try:
@@ -588,6 +598,14 @@ class Consumer:
                                 raise ClientError(f"Record batch for partition {tp[0]}-{tp[1]} at offset "
                                                   f"{b.base_offset} is invalid, cause: {e}") from None
                         end = b.base_offset + b.last_offset_delta + 1
+                        if self.read_committed:
+                            while aborted and aborted[0][0] < end:
+                                aborting.add(aborted.pop(0)[1])
+                            if is_transactional(b) and b.producer_id in aborting:
+                                if is_control(b):
+                                    aborting.discard(b.producer_id)  # the abort marker: its transaction ends
+                                next_offset = max(next_offset, min(end, hw))
+                                continue
                         if end <= hw:
                             q.extend(records_of(b, tp[0], tp[1], offset))
                         else:  # never served below the HW, but a consumer must not trust that

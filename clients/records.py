@@ -28,6 +28,14 @@ from .compression import CODEC_MASK, MAX_UNCOMPRESSED_BYTES, Codec, CompressionE
 from common.errors import ErrorCode, KafkaError
 
 NO_PRODUCER_ID = -1
+#: Batch attribute bits beside the codec (Kafka's DefaultRecordBatch): a transactional
+#: producer's batch, and a control batch (a transaction marker, written by the broker).
+TRANSACTIONAL_FLAG = 0x10
+CONTROL_FLAG = 0x20
+#: Kafka's ControlRecordType of a transaction marker, its key's second field.
+ABORT_MARKER, COMMIT_MARKER = 0, 1
+_MARKER_KEY = struct.Struct(">hh")     # version 0, type
+_MARKER_VALUE = struct.Struct(">hi")   # version 0, coordinator epoch (Kafka's EndTransactionMarker)
 _CRC_HEADER = struct.Struct(">hiqqqhii")
 _FRAME_TAG = b"\x0a"  # RecordBatchSet.batches: field 1, length-delimited
 
@@ -89,6 +97,33 @@ def set_producer(batch: pb.RecordBatch, producer_id: int, epoch: int, base_seque
     """Stamp an idempotent producer's id, epoch and sequence on a batch (and its CRC)."""
     batch.producer_id, batch.producer_epoch, batch.base_sequence = producer_id, epoch, base_sequence
     batch.crc = batch_crc(batch)
+
+
+def is_transactional(batch: pb.RecordBatch) -> bool:
+    return bool(batch.attributes & TRANSACTIONAL_FLAG)
+
+
+def is_control(batch: pb.RecordBatch) -> bool:
+    return bool(batch.attributes & CONTROL_FLAG)
+
+
+def marker_batch(producer_id: int, epoch: int, commit: bool, coordinator_epoch: int, timestamp: int) -> pb.RecordBatch:
+    """A transaction marker: a transactional control batch of one record whose key is the
+    marker's type and whose value is Kafka's EndTransactionMarker, as consumers skip it."""
+    key = _MARKER_KEY.pack(0, COMMIT_MARKER if commit else ABORT_MARKER)
+    batch = pb.RecordBatch(base_offset=0, partition_leader_epoch=-1, last_offset_delta=0, base_timestamp=timestamp,
+                           max_timestamp=timestamp, record_count=1, attributes=TRANSACTIONAL_FLAG | CONTROL_FLAG,
+                           records=encode_records([(key, _MARKER_VALUE.pack(0, coordinator_epoch), timestamp, ())],
+                                                  timestamp),
+                           producer_id=producer_id, producer_epoch=epoch, base_sequence=-1)
+    batch.crc = batch_crc(batch)
+    return batch
+
+
+def marker_commits(batch: pb.RecordBatch) -> bool:
+    """Whether a marker batch commits (else it aborts)."""
+    key = decode_records(records_bytes(batch), batch.record_count, "a transaction marker")[0].key or b""
+    return len(key) >= 4 and _MARKER_KEY.unpack_from(key)[1] == COMMIT_MARKER
 
 
 def codec_of(batch: pb.RecordBatch) -> int:
@@ -285,9 +320,12 @@ def validate_batch(batch: pb.RecordBatch, where: str, max_message_bytes: int, *,
     if codec_of(batch) not in Codec.__members__.values():
         raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"Record batch for {where} names an unknown "
                                                      f"compression codec {codec_of(batch)}")
-    if batch.attributes & ~CODEC_MASK:
+    if batch.attributes & ~(CODEC_MASK | TRANSACTIONAL_FLAG):
         raise KafkaError(ErrorCode.INVALID_RECORD, f"Record batch for {where} has attributes "
-                                                    f"{batch.attributes:#x}; only the codec bits are supported")
+                                                    f"{batch.attributes:#x}; only the codec and transactional "
+                                                    f"bits are supported")
+    if is_transactional(batch) and not batch.HasField("producer_id"):
+        raise KafkaError(ErrorCode.INVALID_RECORD, f"Transactional record batch for {where} has no producer id")
     if batch.HasField("producer_id") and (batch.producer_id < 0 or not 0 <= batch.producer_epoch <= 32767
                                           or batch.base_sequence < 0):
         raise KafkaError(ErrorCode.INVALID_RECORD, f"Record batch for {where} has producer id "
@@ -335,7 +373,10 @@ def batches(data: bytes) -> Sequence[pb.RecordBatch]:
 
 
 def records_of(batch: pb.RecordBatch, topic: str, partition: int, from_offset: int = 0) -> Iterator[ConsumerRecord]:
-    """The records of a batch from ``from_offset`` on (a fetch may start inside a batch)."""
+    """The records of a batch from ``from_offset`` on (a fetch may start inside a batch); none
+    for a control batch (a transaction marker), which consumers never see."""
+    if batch.attributes & CONTROL_FLAG:
+        return
     base, base_ts, epoch = batch.base_offset, batch.base_timestamp, batch.partition_leader_epoch
     for delta, ts, key, value, headers in decode_records(records_bytes(batch), batch.record_count,
                                                          f"{topic}-{partition} at offset {base}"):

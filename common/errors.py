@@ -54,8 +54,14 @@ class ErrorCode(IntEnum):
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
-    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53  # what a transactional request is told: no transactions here
+    INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
+    INVALID_TRANSACTION_TIMEOUT = 50
+    CONCURRENT_TRANSACTIONS = 51
+    TRANSACTION_COORDINATOR_FENCED = 52
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     SECURITY_DISABLED = 54
+    OPERATION_NOT_ATTEMPTED = 55
     KAFKA_STORAGE_ERROR = 56
     SASL_AUTHENTICATION_FAILED = 58
     UNKNOWN_PRODUCER_ID = 59
@@ -73,7 +79,9 @@ class ErrorCode(IntEnum):
     FETCH_SESSION_ID_NOT_FOUND = 70
     FENCED_INSTANCE_ID = 82
     INVALID_RECORD = 87
+    UNSTABLE_OFFSET_COMMIT = 88
     THROTTLING_QUOTA_EXCEEDED = 89
+    PRODUCER_FENCED = 90
     RESOURCE_NOT_FOUND = 91  # KIP-554: a SCRAM credential that does not exist
     DUPLICATE_RESOURCE = 92  # KIP-554: one user altered twice in one request
     UNACCEPTABLE_CREDENTIAL = 93  # KIP-554: an empty user, iterations out of range
@@ -83,6 +91,7 @@ class ErrorCode(IntEnum):
     BROKER_ID_NOT_REGISTERED = 102
     INCONSISTENT_TOPIC_ID = 103
     INCONSISTENT_CLUSTER_ID = 104
+    TRANSACTIONAL_ID_NOT_FOUND = 105
     INELIGIBLE_REPLICA = 107
     NEW_LEADER_ELECTED = 108
     DUPLICATE_VOTER = 126  # KIP-853: AddRaftVoter for a node id that is already a voter
@@ -149,6 +158,23 @@ DEFAULT_MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER: "The broker received an out of order sequence number.",
     ErrorCode.DUPLICATE_SEQUENCE_NUMBER: "The broker received a duplicate sequence number.",
     ErrorCode.INVALID_PRODUCER_EPOCH: "Producer attempted to produce with an old epoch.",
+    ErrorCode.INVALID_TXN_STATE: "The producer attempted a transactional operation in an invalid state.",
+    ErrorCode.INVALID_PRODUCER_ID_MAPPING: "The producer attempted to use a producer id which is not currently "
+                                           "assigned to its transactional id.",
+    ErrorCode.INVALID_TRANSACTION_TIMEOUT: "The transaction timeout is larger than the maximum value allowed by "
+                                           "the broker (as configured by transaction.max.timeout.ms).",
+    ErrorCode.CONCURRENT_TRANSACTIONS: "The producer attempted to update a transaction while another concurrent "
+                                       "operation on the same transaction was ongoing.",
+    ErrorCode.TRANSACTION_COORDINATOR_FENCED: "Indicates that the transaction coordinator sending a "
+                                              "WriteTxnMarker is no longer the current coordinator for a given "
+                                              "producer.",
+    ErrorCode.OPERATION_NOT_ATTEMPTED: "The broker did not attempt to execute this operation. This may happen "
+                                       "for batched RPCs where some operations in the batch failed, causing the "
+                                       "broker to respond without trying the rest.",
+    ErrorCode.UNSTABLE_OFFSET_COMMIT: "There are unstable offsets that need to be cleared.",
+    ErrorCode.TRANSACTIONAL_ID_NOT_FOUND: "The transactionalId could not be found.",
+    ErrorCode.PRODUCER_FENCED: "There is a newer producer with the same transactionalId which fences the "
+                               "current one.",
     ErrorCode.UNKNOWN_PRODUCER_ID: "This exception is raised by the broker if it could not locate the producer "
                                    "metadata associated with the producerId in question.",
 }
@@ -164,6 +190,7 @@ RETRIABLE = frozenset({
     ErrorCode.NOT_COORDINATOR, ErrorCode.OFFSET_NOT_AVAILABLE, ErrorCode.NOT_CONTROLLER,
     ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
     ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, ErrorCode.THROTTLING_QUOTA_EXCEEDED, ErrorCode.INCONSISTENT_TOPIC_ID,
+    ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.UNSTABLE_OFFSET_COMMIT,
 })
 
 #: Errors that mean "your metadata is stale: refresh it before trying again".

@@ -25,7 +25,7 @@ from metadata.authorizer import STANDARD_AUTHORIZER
 from tests.brokercluster import BrokerCluster, running_cluster
 from tests.eventually import eventually
 
-PROPS = {"offsets.topic.num.partitions": "1", "group.initial.rebalance.delay.ms": "0",
+PROPS = {"offsets.topic.num.partitions": "1", "transaction.state.log.num.partitions": "1", "group.initial.rebalance.delay.ms": "0",
          "group.min.session.timeout.ms": "1000"}
 #: ACLs are served with an authorizer only (else SECURITY_DISABLED); every node and this test
 #: connect as User:ANONYMOUS, a super user, so nothing else is refused.
@@ -75,6 +75,24 @@ class Broker:
             loaded = self.ask(A.OFFSET_FETCH, 2, {"group_id": group, "topics": None}, r.node_id)
             return r.node_id if loaded.error_code.value == 0 else None
         return asyncio.run(eventually(found, 30, interval=0.2, what=f"a coordinator for {group}"))
+
+    def transaction(self, transactional_id: str) -> tuple[int, int, int]:
+        """(coordinator, producer id, epoch) of a new producer of ``transactional_id``, once
+        ``__transaction_state`` is there and its coordinator loaded."""
+        def found() -> tuple[int, int, int] | None:
+            r = self.ask(A.FIND_COORDINATOR, 1, {"key": transactional_id, "key_type": 1}, self.c.ids[0])
+            if r.error_code.value:
+                return None
+            init = self.ask(A.INIT_PRODUCER_ID, 4, {"transactional_id": transactional_id, "transaction_timeout": 60_000,
+                                                    "producer_id": -1, "producer_epoch": -1}, r.node_id)
+            return (r.node_id, init.producer_id, init.producer_epoch) if init.error_code.value == 0 else None
+        return asyncio.run(eventually(found, 30, interval=0.2, what=f"a coordinator for {transactional_id}"))
+
+    def add_partition(self, version: int, transactional_id: str) -> tuple[int, int, int, Any]:
+        node, pid, epoch = self.transaction(transactional_id)
+        return node, pid, epoch, self.ask(A.ADD_PARTITIONS_TO_TXN, version, {
+            "v3_and_below_transactional_id": transactional_id, "v3_and_below_producer_id": pid,
+            "v3_and_below_producer_epoch": epoch, "v3_and_below_topics": [{"name": TOPIC, "partitions": [0]}]}, node)
 
     def produce(self, version: int = 9, n: int = 3) -> Any:
         batch = to_wire(build_batch([(b"k", b"v%d" % i, int(time.time() * 1000), ()) for i in range(n)]))
@@ -376,6 +394,77 @@ def describe_user_scram_credentials(b: Broker, v: int) -> None:
         ("nobody", E.RESOURCE_NOT_FOUND)]
 
 
+def _added(r: Any) -> list[tuple[str, int, int]]:
+    return [(t.name, p.partition_index, p.partition_error_code.value) for t in r.results_by_topic_v3_and_below
+            for p in t.results_by_partition]
+
+
+def add_partitions_to_txn(b: Broker, v: int) -> None:
+    *_, r = b.add_partition(v, f"add-{v}")
+    assert _added(r) == [(TOPIC, 0, E.NONE)]
+
+
+def end_txn(b: Broker, v: int) -> None:
+    tid = f"end-{v}"
+    node, pid, epoch, added = b.add_partition(3, tid)
+    assert _added(added) == [(TOPIC, 0, E.NONE)]
+    r = b.ask(A.END_TXN, v, {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch, "committed": True},
+              node)
+    assert codes(r) == only(E.NONE)
+
+
+def _offsets_added(b: Broker, v: int, tid: str, group: str) -> tuple[int, int]:
+    b.coordinator(group)  # __consumer_offsets exists
+    node, pid, epoch = b.transaction(tid)
+    r = b.ask(A.ADD_OFFSETS_TO_TXN, v, {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
+                                        "group_id": group}, node)
+    assert codes(r) == only(E.NONE)
+    return pid, epoch
+
+
+def add_offsets_to_txn(b: Broker, v: int) -> None:
+    _offsets_added(b, v, f"add-offsets-{v}", f"add-offsets-{v}")
+
+
+def txn_offset_commit(b: Broker, v: int) -> None:
+    tid = group = f"txn-commit-{v}"
+    pid, epoch = _offsets_added(b, 3, tid, group)
+    r = b.ask(A.TXN_OFFSET_COMMIT, v, {
+        "transactional_id": tid, "group_id": group, "producer_id": pid, "producer_epoch": epoch, "generation_id": -1,
+        "member_id": "", "group_instance_id": None, "topics": [{"name": TOPIC, "partitions": [
+            {"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1, "committed_metadata": ""}]}]},
+        b.coordinator(group))
+    assert codes(r) == only(E.NONE) and r.topics[0].partitions[0].partition_index == 0
+
+
+def list_transactions(b: Broker, v: int) -> None:
+    tid = f"list-{v}"
+    node, pid, _ = b.transaction(tid)
+    r = b.ask(A.LIST_TRANSACTIONS, v, {"state_filters": ["Empty", "Bogus"], "producer_id_filters": [],
+                                       "duration_filter": -1}, node)
+    assert codes(r) == only(E.NONE) and r.unknown_state_filters == ("Bogus",)
+    assert (tid, pid, "Empty") in [(x.transactional_id, x.producer_id, x.transaction_state)
+                                   for x in r.transaction_states]
+
+
+def describe_transactions(b: Broker, v: int) -> None:
+    tid = f"describe-{v}"
+    node, pid, epoch, _ = b.add_partition(3, tid)
+    # (an id not found or not open is answered with start time -1, as Kafka does, which kio cannot read back)
+    r = b.ask(A.DESCRIBE_TRANSACTIONS, v, {"transactional_ids": [tid]}, node)
+    [known] = r.transaction_states
+    assert known.error_code.value == 0 and (known.transaction_state, known.producer_id, known.producer_epoch) == \
+        ("Ongoing", pid, epoch)
+    assert [(t.topic, t.partitions) for t in known.topics] == [(TOPIC, (0,))]
+
+
+def write_txn_markers(b: Broker, v: int) -> None:
+    r = b.ask(A.WRITE_TXN_MARKERS, v, {"markers": [{
+        "producer_id": 4242 + v, "producer_epoch": 0, "transaction_result": False, "coordinator_epoch": 0,
+        "topics": [{"name": TOPIC, "partition_indexes": [0]}]}]})
+    assert codes(r) == only(E.NONE) and r.markers[0].topics[0].partitions[0].partition_index == 0
+
+
 CASES: dict[int, Case] = {
     A.API_VERSIONS: api_versions, A.METADATA: metadata, A.PRODUCE: produce, A.FETCH: fetch,
     A.LIST_OFFSETS: list_offsets, A.OFFSET_FOR_LEADER_EPOCH: offset_for_leader_epoch,
@@ -392,6 +481,9 @@ CASES: dict[int, Case] = {
     A.CREATE_ACLS: create_acls, A.DESCRIBE_ACLS: describe_acls, A.DELETE_ACLS: delete_acls,
     A.ALTER_USER_SCRAM_CREDENTIALS: alter_user_scram_credentials,
     A.DESCRIBE_USER_SCRAM_CREDENTIALS: describe_user_scram_credentials,
+    A.ADD_PARTITIONS_TO_TXN: add_partitions_to_txn, A.END_TXN: end_txn, A.WRITE_TXN_MARKERS: write_txn_markers,
+    A.ADD_OFFSETS_TO_TXN: add_offsets_to_txn, A.TXN_OFFSET_COMMIT: txn_offset_commit,
+    A.LIST_TRANSACTIONS: list_transactions, A.DESCRIBE_TRANSACTIONS: describe_transactions,
 }
 
 

@@ -1,16 +1,15 @@
 """What the cluster lacks fails at once with the error Kafka gives when the feature is off
 (issue 27 item 4), so that real clients stop with a clear message instead of retrying to
-their timeout: transactions (TRANSACTIONAL_ID_AUTHORIZATION_FAILED at FindCoordinator,
-InitProducerId and Produce), KIP-848's consumer protocol (ConsumerGroupHeartbeat answered
-UNSUPPORTED_VERSION) and SASL on a listener that is not SASL (ILLEGAL_SASL_STATE)."""
+their timeout: KIP-848's consumer protocol (ConsumerGroupHeartbeat answered
+UNSUPPORTED_VERSION) and SASL on a listener that is not SASL (ILLEGAL_SASL_STATE).
+Transactions, once refused here, are served (tests/test_transactions.py)."""
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, Producer
 
 from tests.brokercluster import BrokerCluster, running_cluster
 
@@ -24,41 +23,6 @@ def cluster(tmp_path_factory) -> Iterator[BrokerCluster]:
     with running_cluster(tmp_path_factory.mktemp("unsupported"),
                          {"offsets.topic.num.partitions": "1", "group.initial.rebalance.delay.ms": "0"}) as c:
         yield c
-
-
-def test_librdkafka_init_transactions_fails_at_once_and_fatally(cluster):
-    p = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "transactional.id": "tx-rd"})
-    began = time.monotonic()
-    with pytest.raises(KafkaException) as e:
-        p.init_transactions(15)
-    assert time.monotonic() - began < AT_ONCE_S
-    err = e.value.args[0]
-    assert err.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED and err.fatal()
-    assert "Transactions are not supported by this cluster" in err.str()
-
-
-def test_kafka_python_and_aiokafka_transactional_producers_fail_at_once(cluster):
-    from aiokafka import AIOKafkaProducer
-    from aiokafka.errors import TransactionalIdAuthorizationFailed
-    from kafka import KafkaProducer
-    from kafka.errors import TransactionalIdAuthorizationFailedError
-
-    p = KafkaProducer(bootstrap_servers=cluster.kafka_bootstrap_servers, transactional_id="tx-kp")
-    began = time.monotonic()
-    with pytest.raises(TransactionalIdAuthorizationFailedError):
-        p.init_transactions()
-    assert time.monotonic() - began < AT_ONCE_S
-    p.close(0)
-
-    async def aio() -> None:
-        ap = AIOKafkaProducer(bootstrap_servers=cluster.kafka_bootstrap_servers, transactional_id="tx-aio")
-        try:
-            with pytest.raises(TransactionalIdAuthorizationFailed):
-                async with asyncio.timeout(AT_ONCE_S):
-                    await ap.start()
-        finally:
-            await ap.stop()
-    asyncio.run(aio())
 
 
 def test_librdkafka_kip848_consumer_stops_at_once(cluster):

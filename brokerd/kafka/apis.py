@@ -1,7 +1,8 @@
 """Kafka's APIs on the broker (Kafka's KafkaApis), a thin codec like the gRPC service: each
 handler turns a request read by ``codec`` into the broker's domain request (``requests``,
-``group_requests``), calls the same checked domain call the gRPC service calls
-(``authorization``: produce, fetch, offsets, metadata, producer ids, the group coordinator)
+``group_requests``, ``transaction_requests``), calls the same checked domain call the gRPC
+service calls (``authorization``: produce, fetch, offsets, metadata, producer ids, the group
+and transaction coordinators)
 and turns the answer into Kafka's response, reading a field only in the versions that have
 it. Admin requests go to the active controller, as a KRaft broker forwards them;
 DescribeCluster is answered from the broker's metadata image, as Kafka's brokers do.
@@ -35,6 +36,8 @@ from ..cluster_metadata import live_brokers
 from ..group_coordinator import GroupCoordinator
 from ..producer_ids import ProducerIdManager
 from ..replica_manager import ReplicaManager
+from .. import transaction_requests as tq
+from ..transaction_coordinator import TransactionCoordinator
 from .batches import from_wire, stored_to_wire
 from .codec import RequestHeader, build, ms, response_schema
 from .sasl import AuthenticationFailed, SaslAuthenticator
@@ -47,6 +50,8 @@ CREATE_PARTITIONS, DELETE_GROUPS, ELECT_LEADERS, INCREMENTAL_ALTER_CONFIGS = 37,
 ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS, DESCRIBE_CLUSTER = 45, 46, 60
 DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
 SASL_HANDSHAKE, SASL_AUTHENTICATE, CONSUMER_GROUP_HEARTBEAT = 17, 36, 68
+ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, WRITE_TXN_MARKERS, TXN_OFFSET_COMMIT = 24, 25, 26, 27, 28
+DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
 
 #: api key -> (min version, max version) served.
 VERSIONS: dict[int, tuple[int, int]] = {
@@ -60,17 +65,13 @@ VERSIONS: dict[int, tuple[int, int]] = {
     DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0), ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
     SASL_HANDSHAKE: (0, 1), SASL_AUTHENTICATE: (0, 2),  # listed, as Kafka lists them on every listener
     CONSUMER_GROUP_HEARTBEAT: (0, 1),  # listed so that KIP-848 clients ask, and hear it is off
+    ADD_PARTITIONS_TO_TXN: (0, 3), END_TXN: (0, 3),  # the client versions (v4+: KIP-890, between brokers)
+    WRITE_TXN_MARKERS: (1, 1), ADD_OFFSETS_TO_TXN: (0, 3), TXN_OFFSET_COMMIT: (0, 3),
+    DESCRIBE_TRANSACTIONS: (0, 0), LIST_TRANSACTIONS: (0, 1),
 }
 
 TOPIC_CONFIG_SOURCE, BROKER_CONFIG_SOURCE, DEFAULT_CONFIG_SOURCE = 1, 4, 5
-COORDINATOR_GROUP = 0  # FindCoordinator key type (1: a transactional id)
-#: What a transactional request is told. There is no transaction coordinator here; Kafka's
-#: answer to a client that may not use a transactional id is the one non-retriable code at
-#: every step (FindCoordinator key type 1, InitProducerId, Produce), which librdkafka,
-#: kafka-python and aiokafka stop at with this message, instead of retrying
-#: COORDINATOR_NOT_AVAILABLE until their timeout.
-TRANSACTIONS_UNSUPPORTED = ("Transactions are not supported by this cluster (no transaction coordinator): "
-                            "produce without transactional.id, with enable.idempotence")
+COORDINATOR_GROUP, COORDINATOR_TRANSACTION = 0, 1  # FindCoordinator key types
 #: KIP-848's protocol (group.protocol=consumer) is not served: Kafka's answer when it is off
 #: (group.coordinator.rebalance.protocols without "consumer") is UNSUPPORTED_VERSION.
 CONSUMER_PROTOCOL_UNSUPPORTED = ("The new consumer group protocol (KIP-848, group.protocol=consumer) is not enabled "
@@ -108,13 +109,16 @@ def _epoch(value: int) -> int | None:
 class KafkaApis:
     def __init__(self, rm: ReplicaManager, listener: str, groups: GroupCoordinator, producer_ids: ProducerIdManager,
                  controller: ControllerClient, authorizer: StandardAuthorizer | None = None,
-                 mapper: PrincipalMapper | None = None, auto_topics: TopicAutoCreator | None = None) -> None:
+                 mapper: PrincipalMapper | None = None, auto_topics: TopicAutoCreator | None = None,
+                 transactions: TransactionCoordinator | None = None) -> None:
         """``authorizer`` None: every request is allowed (no ``authorizer.class.name``);
-        ``auto_topics`` None: Metadata creates no topic."""
+        ``auto_topics`` None: Metadata creates no topic; ``transactions`` None: a transactional
+        request is answered COORDINATOR_NOT_AVAILABLE."""
         self.rm = rm
         self.auto_topics = auto_topics
         self.listener = listener
         self.groups = authorized.GroupAccess(groups)
+        self.transactions = authorized.TransactionAccess(transactions) if transactions is not None else None
         self.producer_ids = producer_ids
         self.controller = controller
         self.authorizer = authorizer
@@ -137,6 +141,10 @@ class KafkaApis:
             ALTER_USER_SCRAM_CREDENTIALS: self.alter_user_scram_credentials,
             SASL_HANDSHAKE: self.sasl_handshake, SASL_AUTHENTICATE: self.sasl_authenticate,
             CONSUMER_GROUP_HEARTBEAT: self.consumer_group_heartbeat,
+            ADD_PARTITIONS_TO_TXN: self.add_partitions_to_txn, END_TXN: self.end_txn,
+            WRITE_TXN_MARKERS: self.write_txn_markers, ADD_OFFSETS_TO_TXN: self.add_offsets_to_txn,
+            TXN_OFFSET_COMMIT: self.txn_offset_commit, DESCRIBE_TRANSACTIONS: self.describe_transactions,
+            LIST_TRANSACTIONS: self.list_transactions,
         }
         self._api_names = {key: "".join(w.capitalize() for w in fn.__name__.split("_"))
                            for key, fn in self.handlers.items()}
@@ -225,15 +233,13 @@ class KafkaApis:
     async def produce(self, req: Any, version: int, access: Access) -> dict[str, Any] | None:
         answers: dict[tuple[str, int], dict[str, Any]] = {}
         order: list[tuple[str, int]] = []
-        ours = rq.ProduceRequest(acks=req.acks, timeout_ms=ms(req.timeout))
+        ours = rq.ProduceRequest(acks=req.acks, timeout_ms=ms(req.timeout), transactional_id=req.transactional_id)
         for t in req.topic_data:
             topic = rq.ProduceTopicData(name=t.name)
             ours.topics.append(topic)
             for pd in t.partition_data:
                 order.append((t.name, pd.index))
                 try:
-                    if req.transactional_id is not None:
-                        raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_UNSUPPORTED)
                     batch = from_wire(pd.records or b"", f"{t.name}-{pd.index}")
                 except KafkaError as e:
                     answers[(t.name, pd.index)] = _produce_error(pd.index, e)
@@ -268,13 +274,14 @@ class KafkaApis:
                               current_leader_epoch=_epoch(fp.current_leader_epoch) if version >= 9 else None)
             for fp in t.partitions]) for t in req.topics]
         ours = rq.FetchRequest(replica_id=-1, max_wait_ms=ms(req.max_wait), min_bytes=req.min_bytes,
-                               max_bytes=max(1, req.max_bytes), topics=topics)
+                               max_bytes=max(1, req.max_bytes), topics=topics, isolation_level=req.isolation_level)
         resp = await authorized.fetch(self.rm, ours, access)
         return {"error_code": 0, "session_id": 0, "responses": [
             {"topic": t.name, "partitions": [
                 {"partition_index": a.partition, "error_code": a.error_code, "high_watermark": a.high_watermark,
-                 "last_stable_offset": a.high_watermark, "log_start_offset": a.log_start_offset,
-                 "aborted_transactions": None,  # no transactions: none were aborted
+                 "last_stable_offset": a.last_stable_offset, "log_start_offset": a.log_start_offset,
+                 "aborted_transactions": [{"producer_id": x.producer_id, "first_offset": x.first_offset}
+                                          for x in a.aborted_transactions] if req.isolation_level else None,
                  "current_leader": {"leader_id": a.leader_id, "leader_epoch": a.leader_epoch}
                  if a.error_code else {}, "records": stored_to_wire(a.records)} for a in t.partitions]}
             for t in resp.topics]}
@@ -283,7 +290,7 @@ class KafkaApis:
         ours = rq.ListOffsetsRequest(topics=[rq.ListOffsetsTopic(name=t.name, partitions=[
             rq.ListOffsetsPartition(partition=lp.partition_index, timestamp=ms(lp.timestamp),
                                    current_leader_epoch=_epoch(lp.current_leader_epoch) if version >= 4 else None)
-            for lp in t.partitions]) for t in req.topics])
+            for lp in t.partitions]) for t in req.topics], isolation_level=req.isolation_level if version >= 2 else 0)
         resp = authorized.list_offsets(self.rm, ours, access)
         return {"topics": [{"name": t.name, "partitions": [
             {"partition_index": a.partition, "error_code": a.error_code, "timestamp": a.timestamp, "offset": a.offset,
@@ -303,14 +310,120 @@ class KafkaApis:
 
     async def init_producer_id(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         if req.transactional_id is not None:
-            return {"error_code": int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED), "producer_id": -1,
-                    "producer_epoch": -1}
+            if self.transactions is None:
+                return {"error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE), "producer_id": -1, "producer_epoch": -1}
+            t = await self.transactions.init_producer_id(tq.InitTransactionalProducerRequest(
+                transactional_id=req.transactional_id, transaction_timeout_ms=ms(req.transaction_timeout),
+                producer_id=req.producer_id if version >= 3 else -1,
+                producer_epoch=req.producer_epoch if version >= 3 else -1), access)
+            return {"error_code": _fenced(t.error_code, version >= 4), "producer_id": t.producer_id,
+                    "producer_epoch": t.producer_epoch}
         returning = version >= 3 and req.producer_id >= 0  # v3+: a returning producer bumps its epoch
         ours = rq.InitProducerIdRequest(producer_id=req.producer_id, producer_epoch=req.producer_epoch) \
             if returning else rq.InitProducerIdRequest()
         resp = await authorized.init_producer_id(self.producer_ids, ours, access)
         return {"error_code": resp.error_code, "producer_id": resp.producer_id if not resp.error_code else -1,
                 "producer_epoch": resp.producer_epoch if not resp.error_code else -1}
+
+    # -- transactions ----------------------------------------------------------------------------
+
+    async def add_partitions_to_txn(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        """The client versions (v0-v3): one transaction per request."""
+        ours = tq.AddPartitionsToTxnRequest(
+            transactional_id=req.v3_and_below_transactional_id, producer_id=req.v3_and_below_producer_id,
+            producer_epoch=req.v3_and_below_producer_epoch,
+            partitions=[(t.name, i) for t in req.v3_and_below_topics for i in t.partitions])
+        if self.transactions is None:
+            a = tq.AddPartitionsToTxnResponse(results=[tq.TxnPartitionResult(
+                topic=n, partition=i, error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE)) for n, i in ours.partitions])
+        else:
+            a = await self.transactions.add_partitions(ours, access)
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for x in a.results:
+            by_topic.setdefault(x.topic, []).append(
+                {"partition_index": x.partition, "partition_error_code": _fenced(x.error_code, version >= 2)})
+        return {"results_by_topic_v3_and_below": [{"name": n, "results_by_partition": ps}
+                                                  for n, ps in by_topic.items()]}
+
+    async def add_offsets_to_txn(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        if self.transactions is None:
+            return {"error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE)}
+        a = await self.transactions.add_offsets(tq.AddOffsetsToTxnRequest(
+            transactional_id=req.transactional_id, producer_id=req.producer_id, producer_epoch=req.producer_epoch,
+            group_id=req.group_id), access)
+        return {"error_code": _fenced(a.error_code, version >= 2)}
+
+    async def txn_offset_commit(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        """To the group coordinator; v3 names the member (KIP-447), whose generation is checked."""
+        offsets = gq.OffsetCommitRequest(
+            group_id=req.group_id, generation_id=req.generation_id if version >= 3 else -1,
+            member_id=req.member_id if version >= 3 else "",
+            group_instance_id=req.group_instance_id if version >= 3 else None,
+            topics=[gq.OffsetCommitTopic(name=t.name, partitions=[gq.OffsetCommitPartition(
+                partition=p.partition_index, offset=p.committed_offset,
+                leader_epoch=p.committed_leader_epoch if version >= 2 else -1, metadata=p.committed_metadata or "")
+                for p in t.partitions]) for t in req.topics])
+        a = await self.groups.txn_offset_commit(tq.TxnOffsetCommitRequest(
+            transactional_id=req.transactional_id, producer_id=req.producer_id, producer_epoch=req.producer_epoch,
+            offsets=offsets), access)
+        return {"topics": [{"name": t.name, "partitions": [
+            {"partition_index": p.partition, "error_code": _fenced(p.error_code, version >= 2)} for p in t.partitions]}
+            for t in a.topics]}
+
+    async def list_transactions(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        """The transactions this broker coordinates (kafka-transactions.sh --list asks every broker)."""
+        if self.transactions is None:
+            return {"error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE), "unknown_state_filters": [],
+                    "transaction_states": []}
+        a = self.transactions.list_transactions(tq.ListTransactionsRequest(
+            states=list(req.state_filters), producer_ids=list(req.producer_id_filters),
+            min_duration_ms=req.duration_filter if version >= 1 else -1), access)
+        return {"error_code": a.error_code, "unknown_state_filters": a.unknown_states, "transaction_states": [
+            {"transactional_id": x.transactional_id, "producer_id": x.producer_id, "transaction_state": x.state}
+            for x in a.transactions]}
+
+    async def describe_transactions(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        ids = list(req.transactional_ids)
+        found = self.transactions.describe_transactions(ids, access) if self.transactions is not None else \
+            [tq.DescribedTransaction(transactional_id=i, error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+             for i in ids]
+        states = []
+        for x in found:
+            by_topic: dict[str, list[int]] = {}
+            for topic, index in x.partitions:
+                by_topic.setdefault(topic, []).append(index)
+            states.append({"error_code": x.error_code, "transactional_id": x.transactional_id,
+                           "transaction_state": x.state, "transaction_timeout": x.timeout_ms,
+                           "transaction_start_time": x.start_ms, "producer_id": x.producer_id,
+                           "producer_epoch": x.producer_epoch,
+                           "topics": [{"topic": n, "partitions": ps} for n, ps in by_topic.items()]})
+        return {"transaction_states": states}
+
+    async def end_txn(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        if self.transactions is None:
+            return {"error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE)}
+        a = await self.transactions.end_txn(tq.EndTxnRequest(
+            transactional_id=req.transactional_id, producer_id=req.producer_id, producer_epoch=req.producer_epoch,
+            committed=req.committed), access)
+        return {"error_code": _fenced(a.error_code, version >= 2)}
+
+    async def write_txn_markers(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        """Served for completeness: our coordinators send markers over the brokers' gRPC."""
+        ours = tq.WriteTxnMarkersRequest(markers=[tq.WritableTxnMarker(
+            producer_id=m.producer_id, producer_epoch=m.producer_epoch, transaction_result=m.transaction_result,
+            coordinator_epoch=m.coordinator_epoch,
+            topics=[tq.WritableTxnMarkerTopic(name=t.name, partitions=list(t.partition_indexes)) for t in m.topics])
+            for m in req.markers])
+        a = await authorized.write_txn_markers(self.rm, ours, access, self.groups.groups)
+        if a is None:
+            return {"markers": [{"producer_id": m.producer_id, "topics": [
+                {"name": t.name, "partitions": [{"partition_index": i,
+                                                 "error_code": int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)}
+                                                for i in t.partition_indexes]} for t in m.topics]}
+                for m in req.markers]}
+        return {"markers": [{"producer_id": m.producer_id, "topics": [
+            {"name": t.name, "partitions": [{"partition_index": p.partition, "error_code": p.error_code}
+                                            for p in t.partitions]} for t in m.topics]} for m in a.markers]}
 
     # -- groups --------------------------------------------------------------------------------
 
@@ -324,9 +437,12 @@ class KafkaApis:
         key_type = req.key_type if version >= 1 else COORDINATOR_GROUP
         found = []
         for key in keys:
-            if key_type != COORDINATOR_GROUP:
-                c = gq.FindCoordinatorResponse(error_code=int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
-                                              error_message=TRANSACTIONS_UNSUPPORTED)
+            if key_type == COORDINATOR_TRANSACTION:
+                c = await self.transactions.find_coordinator(key, self.listener, access) if self.transactions \
+                    else gq.FindCoordinatorResponse(error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+            elif key_type != COORDINATOR_GROUP:
+                c = gq.FindCoordinatorResponse(error_code=int(ErrorCode.INVALID_REQUEST),
+                                              error_message=f"unknown coordinator key type {key_type}")
             else:
                 c = await self.groups.find_coordinator(gq.FindCoordinatorRequest(key=key), self.listener, access)
             found.append({"key": key, "node_id": c.node_id if not c.error_code else -1, "host": c.host,
@@ -392,7 +508,8 @@ class KafkaApis:
 
     async def offset_fetch(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         ours = gq.OffsetFetchRequest(group_id=req.group_id, topics=[
-            gq.OffsetFetchTopic(name=t.name, partitions=list(t.partition_indexes)) for t in req.topics or ()])
+            gq.OffsetFetchTopic(name=t.name, partitions=list(t.partition_indexes)) for t in req.topics or ()],
+            require_stable=req.require_stable if version >= 7 else False)
         a = await self.groups.offset_fetch(ours, access)
         topics = [{"name": t.name, "partitions": [
             {"partition_index": p.partition, "committed_offset": p.offset, "committed_leader_epoch": p.leader_epoch,
@@ -715,6 +832,12 @@ def newer_api_versions_answer() -> Any:
     the versions we serve, so that the client can pick one (its body is not read)."""
     return build(response_schema(API_VERSIONS, 0),
                  {"error_code": int(ErrorCode.UNSUPPORTED_VERSION), "api_keys": api_version_list()})
+
+
+def _fenced(code: int, knows_producer_fenced: bool) -> int:
+    """PRODUCER_FENCED (KIP-588) as the versions before it say it: INVALID_PRODUCER_EPOCH."""
+    return int(ErrorCode.INVALID_PRODUCER_EPOCH) if code == ErrorCode.PRODUCER_FENCED and not knows_producer_fenced \
+        else code
 
 
 def _produce_error(index: int, e: KafkaError) -> dict[str, Any]:

@@ -1,0 +1,398 @@
+"""Transactions end to end (issue 28), with real processes and real Kafka clients: a
+transaction coordinator on the leader of the transactional id's partition of
+``__transaction_state``, commit and abort markers written to every partition of the
+transaction, and read_committed consumers that stop at the last stable offset and drop the
+records of aborted transactions."""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from tests.brokercluster import BrokerCluster, running_cluster
+
+TOPICS = ("txn-a", "txn-b")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> Iterator[BrokerCluster]:
+    with running_cluster(tmp_path_factory.mktemp("txn"),
+                         {"transaction.state.log.num.partitions": "3", "offsets.topic.num.partitions": "1",
+                          "group.initial.rebalance.delay.ms": "0", "transaction.max.timeout.ms": "60000",
+                          "transaction.abort.timed.out.transaction.cleanup.interval.ms": "300"}) as c:
+        for t in TOPICS:
+            asyncio.run(c.create_topic(t, partitions=2, rf=3))
+        yield c
+
+
+def _consume_all(cluster: BrokerCluster, isolation: str, expected: int, timeout: float = 30) -> list[tuple[str, bytes]]:
+    """Every record of TOPICS a consumer with ``isolation`` reads, once it has read ``expected``
+    and then reached the end of every partition."""
+    c = Consumer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "group.id": f"g-{isolation}-{time.time()}",
+                  "auto.offset.reset": "earliest", "isolation.level": isolation, "enable.auto.commit": False,
+                  "enable.partition.eof": True})
+    c.assign([TopicPartition(t, p, 0) for t in TOPICS for p in range(2)])
+    got: list[tuple[str, bytes]] = []
+    at_end: set[tuple[str, int]] = set()
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and not (len(got) >= expected and len(at_end) == 2 * len(TOPICS)):
+            m = c.poll(0.2)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == -191:  # _PARTITION_EOF
+                    at_end.add((m.topic(), m.partition()))
+                    continue
+                raise AssertionError(m.error().str())
+            at_end.discard((m.topic(), m.partition()))
+            got.append((m.topic(), m.value()))
+    finally:
+        c.close()
+    return got
+
+
+def test_librdkafka_commits_one_transaction_and_aborts_another(cluster):
+    p = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "transactional.id": "tx-e2e",
+                  "transaction.timeout.ms": 30000})
+    p.init_transactions(30)
+    p.begin_transaction()
+    for i in range(10):
+        p.produce(TOPICS[i % 2], b"committed-%d" % i, key=b"%d" % i)
+    p.commit_transaction(30)
+    p.begin_transaction()
+    for i in range(6):
+        p.produce(TOPICS[i % 2], b"aborted-%d" % i, key=b"%d" % i)
+    p.flush(30)
+    p.abort_transaction(30)
+    # a record after the abort, so that read_committed readers must step over the aborted ones
+    p.begin_transaction()
+    p.produce(TOPICS[0], b"committed-last", key=b"x")
+    p.commit_transaction(30)
+
+    committed = _consume_all(cluster, "read_committed", 11)
+    values = sorted(v for _, v in committed)
+    assert values == sorted([b"committed-%d" % i for i in range(10)] + [b"committed-last"])
+    assert {t for t, _ in committed} == set(TOPICS)
+
+    everything = _consume_all(cluster, "read_uncommitted", 17)
+    assert sorted(v for _, v in everything) == sorted(values + [b"aborted-%d" % i for i in range(6)])
+
+
+def test_read_committed_stops_at_an_open_transaction(cluster):
+    """The last stable offset: an open transaction holds read_committed readers (and
+    ListOffsets latest) back until it commits; read_uncommitted readers see it at once."""
+    p = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "transactional.id": "tx-open"})
+    p.init_transactions(30)
+    c = Consumer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "group.id": "lso",
+                  "isolation.level": "read_committed"})
+    u = Consumer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "group.id": "lso-u",
+                  "isolation.level": "read_uncommitted"})
+    try:
+        tp = TopicPartition("txn-b", 1)
+        _, before = c.get_watermark_offsets(tp, timeout=10, cached=False)
+        p.begin_transaction()
+        p.produce("txn-b", b"open", partition=1)
+        p.flush(30)
+        _, hw = u.get_watermark_offsets(tp, timeout=10, cached=False)
+        assert hw == before + 1
+        # librdkafka's query_watermark_offsets asks ListOffsets with the consumer's isolation level
+        assert c.get_watermark_offsets(tp, timeout=10, cached=False)[1] == before
+        p.commit_transaction(30)
+        deadline = time.monotonic() + 10
+        while c.get_watermark_offsets(tp, timeout=10, cached=False)[1] != before + 2:  # the record and the marker
+            assert time.monotonic() < deadline, "the LSO did not move past the committed transaction"
+            time.sleep(0.05)
+    finally:
+        c.close()
+        u.close()
+
+
+def test_consume_transform_produce_commits_offsets_only_with_the_transaction(cluster):
+    """send_offsets_to_transaction (AddOffsetsToTxn, TxnOffsetCommit): the group's offsets
+    move with a committed transaction and stay where they were after an aborted one."""
+    asyncio.run(cluster.create_topic("ctp-in", partitions=1, rf=3))
+    asyncio.run(cluster.create_topic("ctp-out", partitions=1, rf=3))
+    src = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers})
+    for i in range(10):
+        src.produce("ctp-in", b"in-%d" % i)
+    src.flush(30)
+    p = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "transactional.id": "tx-ctp"})
+    p.init_transactions(30)
+    c = Consumer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "group.id": "ctp",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False, "isolation.level": "read_committed"})
+    c.subscribe(["ctp-in"])
+    tp = TopicPartition("ctp-in", 0)
+
+    def cycle(n: int, commit: bool) -> None:
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < n:
+            assert time.monotonic() < deadline, f"read {len(got)} of {n}"
+            m = c.poll(0.2)
+            if m is not None and not m.error():
+                got.append(m.value())
+        p.begin_transaction()
+        for v in got:
+            p.produce("ctp-out", v.replace(b"in", b"out"))
+        p.send_offsets_to_transaction(c.position(c.assignment()), c.consumer_group_metadata(), 30)
+        p.commit_transaction(30) if commit else p.abort_transaction(30)
+
+    def committed() -> int:
+        return c.committed([tp], timeout=10)[0].offset
+
+    try:
+        cycle(4, commit=True)
+        assert committed() == 4
+        cycle(3, commit=False)
+        assert committed() == 4  # the aborted transaction's offsets were dropped
+        c.seek(TopicPartition("ctp-in", 0, 4))  # as an application does after an abort
+        cycle(6, commit=True)
+        assert committed() == 10
+    finally:
+        c.close()
+    out = Consumer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "group.id": "ctp-check",
+                    "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                    "enable.partition.eof": True})
+    out.assign([TopicPartition("ctp-out", 0, 0)])
+    values = []
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            m = out.poll(0.2)
+            if m is None:
+                continue
+            if m.error():
+                if len(values) >= 10:
+                    break
+                continue
+            values.append(m.value())
+    finally:
+        out.close()
+    assert values == [b"out-%d" % i for i in range(10)]  # each input once, the aborted copies dropped
+
+
+def _committed_values(cluster: BrokerCluster, topic: str, until: bytes, timeout: float = 30) -> list[bytes]:
+    """What a read_committed reader of partition 0 of ``topic`` reads, up to ``until``."""
+    c = Consumer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "group.id": f"check-{time.time()}",
+                  "isolation.level": "read_committed"})
+    c.assign([TopicPartition(topic, 0, 0)])
+    values: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while until not in values:
+            assert time.monotonic() < deadline, f"{until!r} not read; read {values}"
+            m = c.poll(0.2)
+            if m is not None and not m.error():
+                values.append(m.value())
+    finally:
+        c.close()
+    return values
+
+
+def test_a_second_producer_fences_the_first(cluster):
+    """Zombie fencing: the new producer's InitProducerId aborts the old one's transaction under
+    a bumped epoch; the old one's writes and commit are refused and nothing of it is visible."""
+    asyncio.run(cluster.create_topic("fence", partitions=1, rf=3))
+    conf = {"bootstrap.servers": cluster.kafka_bootstrap_servers, "transactional.id": "tx-fence"}
+    old = Producer(conf)
+    old.init_transactions(30)
+    old.begin_transaction()
+    old.produce("fence", b"zombie-1", partition=0)
+    old.flush(30)
+    new = Producer(conf)
+    new.init_transactions(30)
+    old.produce("fence", b"zombie-2", partition=0)
+    with pytest.raises(KafkaException) as e:
+        old.commit_transaction(30)
+    err = e.value.args[0]
+    assert err.fatal() and err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                                          KafkaError.INVALID_PRODUCER_EPOCH), err
+    new.begin_transaction()
+    new.produce("fence", b"new", partition=0)
+    new.commit_transaction(30)
+    assert _committed_values(cluster, "fence", b"new") == [b"new"]
+
+
+def test_the_coordinator_aborts_a_transaction_past_its_timeout(cluster):
+    """A producer that goes quiet mid-transaction: after transaction.timeout.ms the coordinator
+    aborts it (bumping its epoch), and read_committed readers move past it."""
+    asyncio.run(cluster.create_topic("stuck", partitions=1, rf=3))
+    p = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "transactional.id": "tx-stuck",
+                  "transaction.timeout.ms": 2000})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce("stuck", b"never committed", partition=0)
+    p.flush(30)
+    began = time.monotonic()
+    plain = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers})
+    plain.produce("stuck", b"after", partition=0)
+    plain.flush(30)
+    assert _committed_values(cluster, "stuck", b"after") == [b"after"]  # once the abort moved the LSO
+    assert time.monotonic() - began >= 1.5  # not before the timeout
+    with pytest.raises(KafkaException):
+        p.commit_transaction(30)
+
+
+def test_a_timeout_above_the_brokers_maximum_is_refused(cluster):
+    p = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "transactional.id": "tx-long",
+                  "transaction.timeout.ms": 120000})
+    with pytest.raises(KafkaException) as e:
+        p.init_transactions(30)
+    assert e.value.args[0].code() == KafkaError.INVALID_TRANSACTION_TIMEOUT
+
+
+def test_a_transactional_batch_for_a_partition_not_added_is_refused(cluster):
+    """KIP-890 part 1: the leader asks the coordinator before a producer's first transactional
+    batch in a partition; one the transaction does not include is INVALID_TXN_STATE and is not
+    written, so it cannot open a transaction no marker would close."""
+    from brokerd.kafka import apis as A
+    from brokerd.kafka.batches import to_wire
+    from common.errors import ErrorCode
+    from clients.records import TRANSACTIONAL_FLAG, build_batch, set_producer
+    from tests.test_kafka_handlers import Broker
+
+    asyncio.run(cluster.create_topic("kip890", partitions=1, rf=3))
+    b = Broker(cluster)
+    node, pid, epoch = b.transaction("tx-kip890")
+
+    def produce() -> int:
+        batch = build_batch([(b"k", b"v", int(time.time() * 1000), ())])
+        batch.attributes |= TRANSACTIONAL_FLAG
+        set_producer(batch, pid, epoch, 0)
+        r = b.ask(A.PRODUCE, 9, {"transactional_id": "tx-kip890", "acks": -1, "timeout": 10_000, "topic_data": [
+            {"name": "kip890", "partition_data": [{"index": 0, "records": to_wire(batch)}]}]}, b.leader("kip890"))
+        return r.responses[0].partition_responses[0].error_code.value
+
+    assert produce() == ErrorCode.INVALID_TXN_STATE
+    added = b.ask(A.ADD_PARTITIONS_TO_TXN, 3, {
+        "v3_and_below_transactional_id": "tx-kip890", "v3_and_below_producer_id": pid,
+        "v3_and_below_producer_epoch": epoch, "v3_and_below_topics": [{"name": "kip890", "partitions": [0]}]}, node)
+    assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code.value == 0
+    assert produce() == ErrorCode.NONE
+    ended = b.ask(A.END_TXN, 3, {"transactional_id": "tx-kip890", "producer_id": pid, "producer_epoch": epoch,
+                                 "committed": True}, node)
+    assert ended.error_code.value == 0
+    assert _committed_values(cluster, "kip890", b"v") == [b"v"]
+
+
+def test_our_consumer_reads_committed_or_uncommitted(cluster):
+    """clients.Consumer(isolation_level=...): read_committed drops the aborted transaction's
+    records (the aborted index and its marker) and stops at an open one; read_uncommitted
+    reads all of them."""
+    from clients.consumer import Consumer as OurConsumer
+
+    asyncio.run(cluster.create_topic("ours", partitions=1, rf=3))
+    p = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "transactional.id": "tx-ours"})
+    p.init_transactions(30)
+    for value, commit in ((b"c1", True), (b"a1", False), (b"a2", False), (b"c2", True)):
+        p.begin_transaction()
+        p.produce("ours", value, partition=0)
+        p.flush(30)  # sent before the abort (librdkafka drops what is still queued)
+        p.commit_transaction(30) if commit else p.abort_transaction(30)
+    p.begin_transaction()
+    p.produce("ours", b"open", partition=0)
+    p.flush(30)
+
+    async def read(isolation: str, expected: int) -> list[bytes]:
+        async with OurConsumer(cluster.bootstrap_servers, isolation_level=isolation, fetch_max_wait_ms=100) as c:
+            await c.assign([("ours", 0)])
+            c.seek("ours", 0, 0)
+            got: list[bytes] = []
+            deadline = time.monotonic() + 20
+            while len(got) < expected and time.monotonic() < deadline:
+                got.extend(r.value for r in await c.poll(200))
+            for _ in range(3):  # and nothing more arrives
+                got.extend(r.value for r in await c.poll(200))
+            return got
+
+    try:
+        assert asyncio.run(read("read_committed", 2)) == [b"c1", b"c2"]
+        assert asyncio.run(read("read_uncommitted", 5)) == [b"c1", b"a1", b"a2", b"c2", b"open"]
+    finally:
+        p.abort_transaction(30)
+
+
+def test_kafka_python_and_aiokafka_transactional_producers(cluster):
+    """The other clients' transactional producers against the same coordinator: one
+    transaction committed and one aborted each; read_committed sees the committed ones."""
+    from aiokafka import AIOKafkaProducer
+    from kafka import KafkaProducer
+
+    asyncio.run(cluster.create_topic("others", partitions=1, rf=3))
+    kp = KafkaProducer(bootstrap_servers=cluster.kafka_bootstrap_servers, transactional_id="tx-kafka-python")
+    kp.init_transactions()
+    for value, commit in ((b"kp-committed", True), (b"kp-aborted", False)):
+        kp.begin_transaction()
+        kp.send("others", value, partition=0)
+        kp.flush()
+        kp.commit_transaction() if commit else kp.abort_transaction()
+    kp.close()
+
+    async def aio() -> None:
+        ap = AIOKafkaProducer(bootstrap_servers=cluster.kafka_bootstrap_servers, transactional_id="tx-aiokafka")
+        await ap.start()
+        try:
+            async with ap.transaction():
+                await ap.send_and_wait("others", b"aio-committed", partition=0)
+            await ap.begin_transaction()
+            await ap.send_and_wait("others", b"aio-aborted", partition=0)
+            await ap.abort_transaction()
+            async with ap.transaction():
+                await ap.send_and_wait("others", b"aio-last", partition=0)
+        finally:
+            await ap.stop()
+    asyncio.run(aio())
+    assert _committed_values(cluster, "others", b"aio-last") == [b"kp-committed", b"aio-committed", b"aio-last"]
+
+
+def test_the_coordinators_broker_killed_mid_transaction(cluster):
+    """kill -9 of the transaction coordinator's broker with a transaction open: the new leader
+    of its __transaction_state partition reloads the transaction, the producer finds it and
+    commits, and a read_committed reader sees every record exactly once. (Last in the module:
+    it kills a broker, restarted at the end.)"""
+    from brokerd.kafka import apis as A
+    from tests.test_kafka_handlers import Broker
+
+    asyncio.run(cluster.create_topic("failover", partitions=2, rf=3))
+    p = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "transactional.id": "tx-failover"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    for i in range(6):
+        p.produce("failover", b"r-%d" % i, partition=i % 2)
+    p.flush(30)
+    found = Broker(cluster).ask(A.FIND_COORDINATOR, 1, {"key": "tx-failover", "key_type": 1}, cluster.ids[0])
+    coordinator = found.node_id
+    assert found.error_code.value == 0 and coordinator in cluster.ids
+    cluster.kill(coordinator)
+    try:
+        p.commit_transaction(60)
+        p.begin_transaction()
+        p.produce("failover", b"after", partition=0)
+        p.commit_transaction(60)
+        c = Consumer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "group.id": "failover-check",
+                      "isolation.level": "read_committed", "enable.partition.eof": True})
+        c.assign([TopicPartition("failover", i, 0) for i in range(2)])
+        got: list[bytes] = []
+        eof: set[int] = set()
+        deadline = time.monotonic() + 60
+        try:
+            while not (b"after" in got and len(eof) == 2):
+                assert time.monotonic() < deadline, f"read {got}"
+                m = c.poll(0.2)
+                if m is None:
+                    continue
+                if m.error():
+                    eof.add(m.partition())
+                    continue
+                eof.discard(m.partition())
+                got.append(m.value())
+        finally:
+            c.close()
+        assert sorted(got) == sorted([b"r-%d" % i for i in range(6)] + [b"after"])
+    finally:
+        cluster.start_broker(coordinator)
+        asyncio.run(cluster.wait_unfenced(timeout=60))
