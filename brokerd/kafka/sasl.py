@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from common.errors import ErrorCode
+from common.errors import ErrorCode, KafkaError
 from clients.security import SaslSettings
 from metadata.image import ScramImage
 from metadata.scram import ScramMechanism
@@ -30,13 +30,8 @@ from metadata.scram import ScramMechanism
 log = logging.getLogger("brokerd.kafka.sasl")
 
 
-class AuthenticationFailed(Exception):
-    """A login that failed: answered with ``code`` and this message, then the connection closes."""
-
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+class AuthenticationFailed(KafkaError):
+    """A login that failed: answered with its code and message, then the connection closes."""
 
 
 @dataclass(frozen=True, slots=True)
