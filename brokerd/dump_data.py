@@ -140,7 +140,7 @@ async def _topic_id_from_controllers(bootstrap: str, topic: str, timeout: float)
     from protos import controller_pb2 as cpb
     try:
         async with ControllerClient(bootstrap, timeout=timeout, give_up_unconnectable=True) as client:
-            resp = await client.call("DescribeTopics", cpb.DescribeTopicsRequest(names=[topic]))
+            resp = await client.describe_topics(cpb.DescribeTopicsRequest(names=[topic]))
     except KafkaError as e:
         raise DumpError(f"cannot look topic '{topic}' up at {bootstrap}: {e}") from None
     for t in resp.topics:

@@ -22,7 +22,7 @@ from typing import Any
 from common.errors import ErrorCode, KafkaError
 from metadata.acls import AclOperation
 from metadata.authorizer import Access, StandardAuthorizer
-from metadata.client import ControllerClient
+from metadata.client import BoundRpc, ControllerClient
 from metadata.image import MetadataImage
 from metadata.principal import PrincipalMapper, Session, stream_session
 from clients.topics import INTERNAL_TOPICS
@@ -544,11 +544,11 @@ class KafkaApis:
 
     # -- admin, forwarded to the active controller ---------------------------------------------
 
-    async def _forward(self, method: str, request: Any, access: Access) -> tuple[Any, ErrorCode, str]:
+    async def _forward(self, rpc: BoundRpc[Any, Any], request: Any, access: Access) -> tuple[Any, ErrorCode, str]:
         """The request to the active controller, which authorizes it for the client's principal
         (carried as Kafka's EnvelopeRequest carries it)."""
         try:
-            return await self.controller.call(method, request, on_behalf_of=access.session), ErrorCode.NONE, ""
+            return await rpc(request, on_behalf_of=access.session), ErrorCode.NONE, ""
         except KafkaError as e:
             return None, ErrorCode.of(int(e.code)), e.message
 
@@ -559,7 +559,7 @@ class KafkaApis:
                             assignments=[cpb.ReplicaAssignment(partition=a.partition_index, replicas=list(a.broker_ids))
                                          for a in t.assignments],
                             configs={c.name: c.value or "" for c in t.configs})
-        r, code, message = await self._forward("CreateTopics", ours, access)
+        r, code, message = await self._forward(self.controller.create_topics, ours, access)
         if r is None:
             return {"topics": [{"name": t.name, "error_code": int(code), "error_message": message}
                                for t in req.topics]}
@@ -579,7 +579,7 @@ class KafkaApis:
                     ours.topic_ids.append(_uuid_bytes(t.topic_id))
         else:
             ours.names.extend(req.topic_names)
-        r, code, message = await self._forward("DeleteTopics", ours, access)
+        r, code, message = await self._forward(self.controller.delete_topics, ours, access)
         if r is None:
             return {"responses": [{"name": n, "error_code": int(code), "error_message": message} for n in ours.names]}
         return {"responses": [{"name": t.name, "topic_id": t.topic_id, "error_code": t.error_code,
@@ -594,7 +594,7 @@ class KafkaApis:
             first = len(existing.partitions) if existing is not None else 0
             for i, a in enumerate(t.assignments or ()):
                 topic.assignments.add(partition=first + i, replicas=list(a.broker_ids))
-        r, code, message = await self._forward("CreatePartitions", ours, access)
+        r, code, message = await self._forward(self.controller.create_partitions, ours, access)
         if r is None:
             return {"results": [{"name": t.name, "error_code": int(code), "error_message": message} for t in req.topics]}
         return {"results": [{"name": t.name, "error_code": t.error_code,
@@ -607,7 +607,7 @@ class KafkaApis:
                                        cpb.ElectLeadersRequest.PREFERRED)
         for t in req.topic_partitions or ():
             ours.topics.add(name=t.topic, partitions=list(t.partitions))
-        r, code, message = await self._forward("ElectLeaders", ours, access)
+        r, code, message = await self._forward(self.controller.elect_leaders, ours, access)
         if r is None:
             return {"error_code": int(code), "replica_election_results": [
                 {"topic": t.topic, "partition_result": [{"partition_id": p, "error_code": int(code),
@@ -645,7 +645,7 @@ class KafkaApis:
                 for x in ours.reassignments}
             code, message = ErrorCode.NONE, ""
         else:
-            r, code, message = await self._forward("AlterPartitionReassignments", ours, access)
+            r, code, message = await self._forward(self.controller.alter_partition_reassignments, ours, access)
             results = {(x.topic, x.partition): (ErrorCode.of(x.error_code), x.error_message)
                        for x in (r.results if r is not None else ())}
 
@@ -661,7 +661,7 @@ class KafkaApis:
         ours = cpb.ListPartitionReassignmentsRequest()
         for t in req.topics or ():
             ours.topics.add(name=t.name, partitions=list(t.partition_indexes))
-        r, code, message = await self._forward("ListPartitionReassignments", ours, access)
+        r, code, message = await self._forward(self.controller.list_partition_reassignments, ours, access)
         if r is None:
             return {"error_code": int(code), "error_message": message, "topics": []}
         by_topic: dict[str, list[dict[str, Any]]] = {}
@@ -676,7 +676,7 @@ class KafkaApis:
         ours = cpb.DescribeConfigsRequest(resources=[
             cpb.AlterConfigsResource(resource_type=r.resource_type, resource_name=r.resource_name)
             for r in req.resources])
-        r, code, message = await self._forward("DescribeConfigs", ours, access)
+        r, code, message = await self._forward(self.controller.describe_configs, ours, access)
         if r is None:
             return {"results": [{"error_code": int(code), "error_message": message, "resource_type": x.resource_type,
                                  "resource_name": x.resource_name} for x in req.resources]}
@@ -708,7 +708,7 @@ class KafkaApis:
             return {"responses": [{"error_code": int(ErrorCode.INVALID_REQUEST) if key in refused else 0,
                                    "error_message": refused.get(key), "resource_type": key[0], "resource_name": key[1]}
                                   for key in ((x.resource_type, x.resource_name) for x in req.resources)]}
-        r, code, message = await self._forward("IncrementalAlterConfigs", ours, access)
+        r, code, message = await self._forward(self.controller.incremental_alter_configs, ours, access)
         if r is None:
             return {"responses": [{"error_code": int(code), "error_message": message, "resource_type": x.resource_type,
                                    "resource_name": x.resource_name} for x in req.resources]}
@@ -723,7 +723,7 @@ class KafkaApis:
             resource_type=c.resource_type, resource_name=c.resource_name, pattern_type=c.resource_pattern_type,
             principal=c.principal, host=c.host, operation=c.operation, permission_type=c.permission_type)
             for c in req.creations])
-        r, code, message = await self._forward("CreateAcls", ours, access)
+        r, code, message = await self._forward(self.controller.create_acls, ours, access)
         if r is None:
             return {"results": [{"error_code": int(code), "error_message": message} for _ in req.creations]}
         return {"results": [{"error_code": x.error_code, "error_message": _message(x.error_code, x.error_message)}
@@ -733,7 +733,7 @@ class KafkaApis:
         ours = cpb.DescribeAclsRequest(filter=_acl_filter(
             req.resource_type_filter, req.resource_name_filter, req.pattern_type_filter, req.principal_filter,
             req.host_filter, req.operation, req.permission_type))
-        r, code, message = await self._forward("DescribeAcls", ours, access)
+        r, code, message = await self._forward(self.controller.describe_acls, ours, access)
         if r is None:
             return {"error_code": int(code), "error_message": message, "resources": []}
         return {"error_code": 0, "error_message": None, "resources": _by_resource(r.acls)}
@@ -742,7 +742,7 @@ class KafkaApis:
         ours = cpb.DeleteAclsRequest(filters=[_acl_filter(
             f.resource_type_filter, f.resource_name_filter, f.pattern_type_filter, f.principal_filter,
             f.host_filter, f.operation, f.permission_type) for f in req.filters])
-        r, code, message = await self._forward("DeleteAcls", ours, access)
+        r, code, message = await self._forward(self.controller.delete_acls, ours, access)
         if r is None:
             return {"filter_results": [{"error_code": int(code), "error_message": message, "matching_acls": []}
                                        for _ in req.filters]}
@@ -760,7 +760,7 @@ class KafkaApis:
             deletions=[cpb.ScramDeletion(name=d.name, mechanism=d.mechanism) for d in req.deletions],
             upsertions=[cpb.ScramUpsertion(name=u.name, mechanism=u.mechanism, iterations=u.iterations, salt=u.salt,
                                            salted_password=u.salted_password) for u in req.upsertions])
-        r, code, message = await self._forward("AlterUserScramCredentials", ours, access)
+        r, code, message = await self._forward(self.controller.alter_user_scram_credentials, ours, access)
         if r is None:
             users = dict.fromkeys([d.name for d in req.deletions] + [u.name for u in req.upsertions])
             return {"results": [{"user": u, "error_code": int(code), "error_message": message} for u in users]}
@@ -769,7 +769,7 @@ class KafkaApis:
 
     async def describe_user_scram_credentials(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         ours = cpb.DescribeUserScramCredentialsRequest(users=[u.name for u in req.users or ()])
-        r, code, message = await self._forward("DescribeUserScramCredentials", ours, access)
+        r, code, message = await self._forward(self.controller.describe_user_scram_credentials, ours, access)
         if r is None:  # as Kafka's getErrorResponse: the error at the top and for each user asked about
             return {"error_code": int(code), "error_message": message, "results": [
                 {"user": u, "error_code": int(code), "error_message": message, "credential_infos": []}
