@@ -198,6 +198,8 @@ def test_format_add_scram_then_kraft_configs_users(tmp_path: Path):
 
 
 def eventually_sync(check, timeout: float = 20.0) -> None:
+    """tests.eventually for a check that runs the kraft CLI, which starts its own event loop (so it
+    cannot be awaited inside one)."""
     import time
     deadline = time.monotonic() + timeout
     while not check():

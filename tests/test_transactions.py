@@ -13,6 +13,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from tests.brokercluster import BrokerCluster, running_cluster
+from tests.eventually import eventually
 
 TOPICS = ("txn-a", "txn-b")
 
@@ -102,10 +103,8 @@ def test_read_committed_stops_at_an_open_transaction(cluster):
         # librdkafka's query_watermark_offsets asks ListOffsets with the consumer's isolation level
         assert c.get_watermark_offsets(tp, timeout=10, cached=False)[1] == before
         p.commit_transaction(30)
-        deadline = time.monotonic() + 10
-        while c.get_watermark_offsets(tp, timeout=10, cached=False)[1] != before + 2:  # the record and the marker
-            assert time.monotonic() < deadline, "the LSO did not move past the committed transaction"
-            time.sleep(0.05)
+        asyncio.run(eventually(lambda: c.get_watermark_offsets(tp, timeout=10, cached=False)[1] == before + 2, 10,
+                               what="the LSO past the committed transaction (its record and marker)"))
     finally:
         c.close()
         u.close()
