@@ -31,7 +31,7 @@ from enum import Enum
 from typing import Any
 
 from common.errors import KafkaError, ErrorCode, capped
-from clients.records import (CONTROL_FLAG, TRANSACTIONAL_FLAG, batches, build_batch, marker_commits, records_of,
+from clients.records import (CONTROL_FLAG, TRANSACTIONAL_FLAG, build_batch, marker_commits, records_of,
                              set_producer)
 from clients.topics import OFFSETS_TOPIC
 from protos import broker_pb2 as pb
@@ -45,7 +45,7 @@ from .group_requests import (DeletedGroup, DeleteGroupsRequest, DeleteGroupsResp
                              OffsetCommitPartitionResponse, OffsetCommitRequest, OffsetCommitResponse,
                              OffsetCommitTopicResponse, OffsetFetchPartitionResponse, OffsetFetchRequest,
                              OffsetFetchResponse, OffsetFetchTopicResponse, SyncGroupRequest, SyncGroupResponse)
-from .partition import Partition
+from .partition import Partition, replay_batches
 from .replica_manager import ReplicaManager
 from .transaction_requests import TxnOffsetCommitRequest
 
@@ -201,28 +201,20 @@ class GroupCoordinator:
             self._unload(p.index, "its partition is being loaded again")
             groups: dict[str, Group] = {}
             pending: dict[int, list[tuple[bytes, bytes | None]]] = {}
-            offset, start = p.log.log_start_offset, time.monotonic()
-            records = 0
-            while offset < p.log.log_end_offset:
-                frames, _ = p.log.read(offset, 1 << 20, p.log.log_end_offset)
-                if not frames:
-                    break
-                for frame in frames:
-                    for b in batches(bytes(frame)):
-                        if b.attributes & CONTROL_FLAG:  # a transaction's marker: its offsets count or go
-                            done = pending.pop(b.producer_id, [])
-                            if marker_commits(b):
-                                for key, value in done:
-                                    _replay(groups, p.index, key, value)
-                        elif b.attributes & TRANSACTIONAL_FLAG:
-                            pending.setdefault(b.producer_id, []).extend(
-                                (r.key, r.value) for r in records_of(b, OFFSETS_TOPIC, p.index, offset) if r.key)
-                        else:
-                            for r in records_of(b, OFFSETS_TOPIC, p.index, offset):
-                                _replay(groups, p.index, r.key, r.value)
-                                records += 1
-                        offset = max(offset, b.base_offset + b.last_offset_delta + 1)
-                await asyncio.sleep(0)
+            start, records = time.monotonic(), 0
+            async for b, offset in replay_batches(p):
+                if b.attributes & CONTROL_FLAG:  # a transaction's marker: its offsets count or go
+                    done = pending.pop(b.producer_id, [])
+                    if marker_commits(b):
+                        for key, value in done:
+                            _replay(groups, p.index, key, value)
+                elif b.attributes & TRANSACTIONAL_FLAG:
+                    pending.setdefault(b.producer_id, []).extend(
+                        (r.key, r.value) for r in records_of(b, OFFSETS_TOPIC, p.index, offset) if r.key)
+                else:
+                    for r in records_of(b, OFFSETS_TOPIC, p.index, offset):
+                        _replay(groups, p.index, r.key, r.value)
+                        records += 1
             if not p.is_leader or p.leader_epoch != epoch:
                 return
             now = time.monotonic()

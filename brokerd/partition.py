@@ -16,12 +16,13 @@ import heapq
 import itertools
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from enum import Enum
 
 from metadata.image import PartitionRegistration
 
+from clients.records import batches
 from protos import broker_pb2 as pb
 
 from .config import LogConfig
@@ -328,3 +329,19 @@ class Partition:
     def notify(self) -> None:
         """A follower appended or moved its high watermark."""
         self._notify()
+
+
+async def replay_batches(p: Partition) -> AsyncIterator[tuple[pb.RecordBatch, int]]:
+    """Each batch of ``p``'s log from its start, with the offset reading is at (a first batch may
+    begin before the log start), yielding to the loop between reads: how a new coordinator (of
+    groups, of transactions) rebuilds its state from its partition of an internal topic."""
+    offset = p.log.log_start_offset
+    while offset < p.log.log_end_offset:
+        frames, _ = p.log.read(offset, 1 << 20, p.log.log_end_offset)
+        if not frames:
+            break
+        for frame in frames:
+            for b in batches(bytes(frame)):
+                yield b, offset
+                offset = max(offset, b.base_offset + b.last_offset_delta + 1)
+        await asyncio.sleep(0)

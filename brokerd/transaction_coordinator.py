@@ -31,13 +31,13 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from common.errors import KafkaError, ErrorCode
-from clients.records import batches, build_batch, records_of
+from clients.records import build_batch, records_of
 from clients.topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 from .config import BrokerConfig
 from .group_coordinator import partition_for
 from .group_requests import FindCoordinatorResponse
-from .partition import Partition
+from .partition import Partition, replay_batches
 from .producer_ids import ProducerIdManager
 from .replica_manager import ReplicaManager
 from .transaction_markers import MarkerListener, MarkerSender
@@ -142,23 +142,15 @@ class TransactionCoordinator:
         try:
             self._unload(p.index)
             found: dict[str, TransactionMetadata] = {}
-            offset = p.log.log_start_offset
-            while offset < p.log.log_end_offset:
-                frames, _ = p.log.read(offset, 1 << 20, p.log.log_end_offset)
-                if not frames:
-                    break
-                for frame in frames:
-                    for b in batches(bytes(frame)):
-                        for r in records_of(b, TRANSACTION_STATE_TOPIC, p.index, offset):
-                            if r.key is None:
-                                continue
-                            if r.value is None:
-                                found.pop(r.key.decode(), None)
-                            else:
-                                m = TransactionMetadata.decode(r.key, r.value)
-                                found[m.transactional_id] = m
-                        offset = max(offset, b.base_offset + b.last_offset_delta + 1)
-                await asyncio.sleep(0)
+            async for b, offset in replay_batches(p):
+                for r in records_of(b, TRANSACTION_STATE_TOPIC, p.index, offset):
+                    if r.key is None:
+                        continue
+                    if r.value is None:
+                        found.pop(r.key.decode(), None)
+                    else:
+                        m = TransactionMetadata.decode(r.key, r.value)
+                        found[m.transactional_id] = m
             if not p.is_leader or p.leader_epoch != epoch:
                 return
             self.txns.update(found)
