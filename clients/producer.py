@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -144,6 +145,8 @@ class Producer:
         self._stopping = False
         self._sender: asyncio.Task | None = None
         self._in_flight_batches: set[ProducerBatch] = set()  # sent and not answered: they expire too
+        #: Requests in flight per partition: without idempotence at most one (see ``_may_send``).
+        self._partition_requests: Counter[tuple[str, int]] = Counter()
         # The produce requests under way, kept until they end (the loop holds only weak
         # references to tasks); close() cancels and awaits those still waiting for an answer.
         self._requests: set[asyncio.Task] = set()
@@ -336,6 +339,7 @@ class Producer:
                         self._number(b)
                 if drained:
                     self._in_flight_batches.update(drained)
+                    self._partition_requests.update((b.topic, b.partition) for b in drained)
                     self._inflight[node] = self._inflight.get(node, 0) + 1
                     request = asyncio.get_running_loop().create_task(self._produce(node, address, drained))
                     self._requests.add(request)
@@ -392,6 +396,7 @@ class Producer:
             self.cluster.request_update()
         finally:
             self._in_flight_batches.difference_update(drained)
+            self._partition_requests.subtract((b.topic, b.partition) for b in drained)
             self._inflight[node] -= 1
             self._wake.set()
 
@@ -473,8 +478,14 @@ class Producer:
         self._unresolved.setdefault(tp, set()).add(b)
 
     def _may_send(self, b: ProducerBatch) -> bool:
-        """A retried batch goes only once every earlier batch of its partition is answered."""
-        if not self.idempotent or b.base_sequence is None:
+        """Without idempotence, a batch goes only when no request for its partition is in flight:
+        the broker runs concurrent gRPC calls as separate tasks, so two in flight could be appended
+        in either order, and without sequences nothing would put them back (a Kafka connection
+        answers its requests in order; tests/test_idempotence.py). With idempotence, a retried batch
+        goes only once every earlier batch of its partition is answered."""
+        if not self.idempotent:
+            return self._partition_requests[(b.topic, b.partition)] <= 0
+        if b.base_sequence is None:
             return True
         pending = self._unresolved.get((b.topic, b.partition))
         return not pending or b.base_sequence == min(x.base_sequence for x in pending if x.base_sequence is not None)

@@ -354,3 +354,51 @@ def test_the_producer_id_comes_from_the_next_broker_when_one_is_down(monkeypatch
         p._closed = p._stopping = True
         p._sender.cancel()
     run(go())
+
+
+def test_without_idempotence_one_partition_has_one_request_in_flight(monkeypatch, tmp_path):
+    """A broker's gRPC service runs each unary call as its own task, so two produce requests in
+    flight may be appended in either order (a Kafka connection answers one request at a time and
+    keeps the order). Without sequence numbers the broker cannot put them back in order, so a
+    non-idempotent producer keeps one request per partition in flight; the fake broker here
+    appends the second request first whenever it arrives while the first waits."""
+    from tests.fakes import fake_broker
+    from protos import broker_pb2 as pb
+
+    store, log = _log(tmp_path)
+    second_arrived = asyncio.Event()
+    calls = {"produce": 0, "overlapping": 0}
+
+    class ReorderingBroker:
+        async def Produce(self, req, timeout):
+            calls["produce"] += 1
+            first = calls["produce"] == 1
+            if first:  # wait for an overlapping request (there must be none), at most 1 s
+                try:
+                    async with asyncio.timeout(1):
+                        await second_arrived.wait()
+                    calls["overlapping"] += 1
+                except TimeoutError:
+                    pass
+            else:
+                second_arrived.set()
+            resp = pb.ProduceResponse()
+            for t in req.topics:
+                rt = resp.topics.add(name=t.name)
+                for p in t.partitions:
+                    info = await log.append_as_leader(p.batch, 0)
+                    rt.partitions.add(partition=p.partition, base_offset=info.first_offset)
+            return resp
+
+    fake_broker(monkeypatch, ReorderingBroker())
+
+    async def go():
+        async with Producer("fake:1", acks="1", retries=0, linger_ms=0) as p:
+            assert not p.idempotent
+            futures = [await p.send("t", b"v%d" % i) for i in range(20)]
+            await p.flush()
+        assert all(f.exception() is None for f in futures)
+        assert calls["overlapping"] == 0, "a second request for the partition was sent while one was in flight"
+        assert _values(log) == [b"v%d" % i for i in range(20)]
+        await store.close()
+    run(go())
