@@ -502,3 +502,34 @@ def test_kafka_python_manages_acls_through_the_listener(node: CombinedNode, kafk
         assert failed == [Errors.ClusterAuthorizationFailedError]  # kafka-python lists the error classes
     finally:
         admin.close()
+
+
+def test_authorized_operations_are_the_callers_own(node: CombinedNode, kafka_principal: dict[str, str]) -> None:
+    """KIP-430 with librdkafka: Metadata, DescribeCluster and DescribeGroups answer, when asked,
+    the operations the caller's ACLs allow on each topic, the cluster and each group (an ACL
+    implies DESCRIBE as in Kafka), and nothing (None) when not asked."""
+    from confluent_kafka import Consumer, TopicCollection, TopicPartition
+    from confluent_kafka.admin import AclOperation as Op
+    from confluent_kafka.admin import AdminClient
+    kafka_principal["principal"] = "User:olga"
+    node.run(node.call(ControllerClient.create_topics, pb.CreateTopicsRequest(topics=[
+        pb.CreatableTopic(name="ops-topic", num_partitions=1, replication_factor=1)])))
+    grant(node, AclResourceType.TOPIC, "ops-topic", O.READ, O.ALTER_CONFIGS, principal="User:olga")
+    grant(node, AclResourceType.CLUSTER, "kafka-cluster", O.DESCRIBE, principal="User:olga")
+    grant(node, AclResourceType.GROUP, "ops-group", O.DELETE, O.READ, principal="User:olga")
+    admin = AdminClient({"bootstrap.servers": node.kafka_bootstrap})
+    asked = admin.describe_topics(TopicCollection(["ops-topic"]), include_authorized_operations=True)
+    assert set(asked["ops-topic"].result(30).authorized_operations) == {
+        Op.READ, Op.DESCRIBE, Op.ALTER_CONFIGS, Op.DESCRIBE_CONFIGS}
+    not_asked = admin.describe_topics(TopicCollection(["ops-topic"]))["ops-topic"].result(30)
+    assert not_asked.authorized_operations is None
+    assert admin.describe_cluster(include_authorized_operations=True).result(30).authorized_operations == [
+        Op.DESCRIBE]
+    c = Consumer({"bootstrap.servers": node.kafka_bootstrap, "group.id": "ops-group"})
+    try:
+        c.commit(offsets=[TopicPartition("ops-topic", 0, 0)], asynchronous=False)  # the group now exists
+    finally:
+        c.close()
+    group = admin.describe_consumer_groups(["ops-group"], include_authorized_operations=True)["ops-group"].result(30)
+    assert set(group.authorized_operations) == {Op.READ, Op.DESCRIBE, Op.DELETE}
+

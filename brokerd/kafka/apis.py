@@ -20,8 +20,8 @@ from contextvars import ContextVar
 from typing import Any
 
 from common.errors import ErrorCode, KafkaError
-from metadata.acls import AclOperation
-from metadata.authorizer import Access, StandardAuthorizer
+from metadata.acls import CLUSTER_NAME, AclOperation, AclResourceType
+from metadata.authorizer import OPERATIONS_NOT_ASKED, Access, StandardAuthorizer
 from metadata.client import BoundRpc, ControllerClient
 from metadata.image import MetadataImage
 from metadata.principal import PrincipalMapper, Session, stream_session
@@ -209,6 +209,8 @@ class KafkaApis:
                                            named={t.name for t in wanted if t.name})
         brokers = answer.brokers if answer is not None else live_brokers(self.image, self.listener)
         topics = answer.topics if answer is not None else []
+        topic_ops = version >= 8 and req.include_topic_authorized_operations
+        cluster_ops = 8 <= version <= 10 and req.include_cluster_authorized_operations
         return {
             "brokers": [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack or None}
                         for b in brokers],
@@ -216,8 +218,12 @@ class KafkaApis:
             # Kafka clients send admin requests to the "controller"; in KRaft a broker names a live
             # broker (itself here), which forwards them to the active controller.
             "controller_id": self.rm.broker_id,
+            "cluster_authorized_operations": access.authorized_operations(AclResourceType.CLUSTER, CLUSTER_NAME)
+            if cluster_ops else OPERATIONS_NOT_ASKED,
             "topics": [{"error_code": t.error_code, "name": t.name, "topic_id": t.topic_id,
                         "is_internal": t.name in INTERNAL_TOPICS,
+                        "topic_authorized_operations": access.authorized_operations(AclResourceType.TOPIC, t.name)
+                        if topic_ops else OPERATIONS_NOT_ASKED,
                         "partitions": [{"error_code": p.error_code, "partition_index": p.partition,
                                         "leader_id": p.leader, "leader_epoch": p.leader_epoch,
                                         "replica_nodes": list(p.replicas), "isr_nodes": list(p.isr),
@@ -231,7 +237,9 @@ class KafkaApis:
                     "error_message": access.cluster_denied(AclOperation.DESCRIBE), "cluster_id": ""}
         return {"error_code": 0, "cluster_id": self.image.cluster_id, "controller_id": self.rm.broker_id,
                 "brokers": [{"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack or None}
-                            for b in live_brokers(self.image, self.listener)]}
+                            for b in live_brokers(self.image, self.listener)],
+                "cluster_authorized_operations": access.authorized_operations(AclResourceType.CLUSTER, CLUSTER_NAME)
+                if req.include_cluster_authorized_operations else OPERATIONS_NOT_ASKED}
 
     # -- produce, fetch, offsets ---------------------------------------------------------------
 
@@ -567,8 +575,11 @@ class KafkaApis:
 
     async def describe_groups(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         a = self.groups.describe_groups(gq.DescribeGroupsRequest(groups=list(req.groups)), access)
+        ops = version >= 3 and req.include_authorized_operations
         return {"groups": [
             {"error_code": x.error_code, "group_id": x.group_id, "group_state": x.state,
+             "authorized_operations": access.authorized_operations(AclResourceType.GROUP, x.group_id)
+             if ops and x.error_code != ErrorCode.GROUP_AUTHORIZATION_FAILED else OPERATIONS_NOT_ASKED,
              "protocol_type": x.protocol_type, "protocol_data": x.protocol, "members": [
                  {"member_id": m.member_id, "client_id": m.client_id, "client_host": m.client_host,
                   "member_metadata": m.metadata, "member_assignment": m.assignment,
