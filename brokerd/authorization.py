@@ -3,13 +3,15 @@ both front ends: the gRPC service and the Kafka listener call these instead of t
 core functions, with the request's ``Access``.
 
 Kafka's operations: Produce WRITE on each topic; Fetch READ on each topic, or CLUSTER_ACTION
-on the cluster for a follower; ListOffsets DESCRIBE; OffsetsForLeaderEpoch CLUSTER_ACTION or
+on the cluster for a follower; ListOffsets DESCRIBE; DeleteRecords DELETE; DescribeProducers
+READ; OffsetsForLeaderEpoch CLUSTER_ACTION or
 else DESCRIBE; Metadata DESCRIBE (a listing leaves the other topics out, a named topic is
 refused); InitProducerId IDEMPOTENT_WRITE on the cluster or WRITE on some topic; the group
 APIs READ (joining, syncing, heartbeats, leaving, committing), DESCRIBE (finding the
-coordinator, describing, fetching offsets) or DELETE on the group, and for offsets READ or
+coordinator, describing, fetching offsets) or DELETE on the group (deleting it or its
+offsets), and for offsets READ or
 DESCRIBE on each topic; ListGroups DESCRIBE on the cluster, or else only the groups the
-session may DESCRIBE; DescribeBroker DESCRIBE on the cluster; the transaction APIs DESCRIBE
+session may DESCRIBE; DescribeBroker and DescribeLogDirs DESCRIBE on the cluster; the transaction APIs DESCRIBE
 (finding the coordinator) or WRITE on the transactional id, and AddPartitionsToTxn WRITE on
 each topic; WriteTxnMarkers CLUSTER_ACTION (brokers only). Refused topics are answered
 TOPIC_AUTHORIZATION_FAILED per partition while the rest of the request goes ahead; refused
@@ -30,6 +32,9 @@ from metadata.authorizer import Access
 from . import group_requests as g
 from . import requests as r
 from .cluster_metadata import live_brokers, metadata_answer
+from .delete_records import delete_records as delete_records_of
+from .describe_producers import describe_producers as describe_producers_of
+from .log_dirs import describe_log_dirs as describe_log_dirs_of
 from .fetch import fetch as fetch_records
 from . import transaction_requests as txn
 from .group_coordinator import GroupCoordinator
@@ -115,6 +120,23 @@ def list_offsets(rm: ReplicaManager, req: r.ListOffsetsRequest, access: Access) 
     return resp
 
 
+def delete_records(rm: ReplicaManager, req: r.DeleteRecordsRequest, access: Access) -> r.DeleteRecordsResponse:
+    ours, refused = _split(req, _topic_check(access, O.DELETE))
+    resp = delete_records_of(rm, ours)
+    _refuse(resp.topics, refused, r.DeleteRecordsTopicResponse, r.DeleteRecordsPartitionResponse,
+            lambda n: access.topic_denied(O.DELETE, n), low_watermark=-1)
+    return resp
+
+
+def describe_producers(rm: ReplicaManager, req: r.DescribeProducersRequest,
+                       access: Access) -> r.DescribeProducersResponse:
+    ours, refused = _split(req, _topic_check(access, O.READ))
+    resp = describe_producers_of(rm, ours)
+    _refuse(resp.topics, refused, r.DescribeProducersTopicResponse, r.DescribeProducersPartitionResponse,
+            lambda n: access.topic_denied(O.READ, n))
+    return resp
+
+
 def offsets_for_leader_epoch(rm: ReplicaManager, req: r.OffsetsForLeaderEpochRequest,
                              access: Access) -> r.OffsetsForLeaderEpochResponse:
     """CLUSTER_ACTION on the cluster (a follower), or else DESCRIBE on each topic."""
@@ -162,6 +184,15 @@ async def init_producer_id(ids: ProducerIdManager, req: r.InitProducerIdRequest,
         return r.InitProducerIdResponse(error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), producer_id=-1,
                                         producer_epoch=-1, error_message=access.cluster_denied(O.IDEMPOTENT_WRITE))
     return await ids.init_producer_id(req)
+
+
+def describe_log_dirs(rm: ReplicaManager, req: r.DescribeLogDirsRequest,
+                      access: Access) -> r.DescribeLogDirsResponse:
+    """DESCRIBE on the cluster."""
+    if not access.cluster(O.DESCRIBE):
+        return r.DescribeLogDirsResponse(error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+                                         error_message=access.cluster_denied(O.DESCRIBE))
+    return describe_log_dirs_of(rm, req)
 
 
 def describe_broker(describe: Callable[[], D], denied: Callable[[int, str], D], access: Access) -> D:
@@ -258,6 +289,17 @@ class GroupAccess:
         resp = self.groups.describe_groups(g.DescribeGroupsRequest(groups=[x for x in req.groups if x not in refused]))
         resp.groups.extend(g.DescribedGroup(group_id=x, error_code=GROUP_DENIED, state="Dead",
                                             error_message=access.group_denied(O.DESCRIBE, x)) for x in sorted(refused))
+        return resp
+
+    async def offset_delete(self, req: g.OffsetDeleteRequest, access: Access) -> g.OffsetDeleteResponse:
+        """DELETE on the group, and READ on each topic."""
+        if not access.group(O.DELETE, req.group_id):
+            return g.OffsetDeleteResponse(error_code=GROUP_DENIED,
+                                          error_message=access.group_denied(O.DELETE, req.group_id))
+        ours, refused = _split(req, _topic_check(access, O.READ))
+        resp = await self.groups.offset_delete(ours)
+        _refuse(resp.topics, refused, g.OffsetDeleteTopicResponse, g.OffsetDeletePartitionResponse,
+                lambda n: access.topic_denied(O.READ, n))
         return resp
 
     async def delete_groups(self, req: g.DeleteGroupsRequest, access: Access) -> g.DeleteGroupsResponse:

@@ -33,6 +33,7 @@ from typing import Any
 from common.errors import KafkaError, ErrorCode, capped
 from clients.records import (CONTROL_FLAG, TRANSACTIONAL_FLAG, build_batch, marker_commits, records_of,
                              set_producer)
+from clients.group_protocol import decode_subscription
 from clients.topics import OFFSETS_TOPIC
 from protos import broker_pb2 as pb
 
@@ -43,8 +44,10 @@ from .group_requests import (DeletedGroup, DeleteGroupsRequest, DeleteGroupsResp
                              JoinGroupMember, JoinGroupRequest, JoinGroupResponse, LeaveGroupMemberResponse,
                              LeaveGroupRequest, LeaveGroupResponse, ListedGroup, ListGroupsResponse,
                              OffsetCommitPartitionResponse, OffsetCommitRequest, OffsetCommitResponse,
-                             OffsetCommitTopicResponse, OffsetFetchPartitionResponse, OffsetFetchRequest,
-                             OffsetFetchResponse, OffsetFetchTopicResponse, SyncGroupRequest, SyncGroupResponse)
+                             OffsetCommitTopicResponse, OffsetDeletePartitionResponse, OffsetDeleteRequest,
+                             OffsetDeleteResponse, OffsetDeleteTopicResponse, OffsetFetchPartitionResponse,
+                             OffsetFetchRequest, OffsetFetchResponse, OffsetFetchTopicResponse, SyncGroupRequest,
+                             SyncGroupResponse)
 from .partition import Partition, replay_batches
 from .replica_manager import ReplicaManager
 from .transaction_requests import TxnOffsetCommitRequest
@@ -52,6 +55,7 @@ from .transaction_requests import TxnOffsetCommitRequest
 log = logging.getLogger("brokerd.groups")
 
 OFFSET_RECORD, GROUP_RECORD = 1, 2  # the key's first byte
+CONSUMER_PROTOCOL_TYPE = "consumer"  # Kafka's ConsumerProtocol.PROTOCOL_TYPE
 WRITE_TIMEOUT_S = 30.0
 
 
@@ -698,6 +702,59 @@ class GroupCoordinator:
             except KafkaError as e:
                 resp.results.append(DeletedGroup(group_id=gid, error_code=int(e.code), error_message=e.message))
         return resp
+
+    async def offset_delete(self, req: OffsetDeleteRequest) -> OffsetDeleteResponse:
+        """Kafka's GroupCoordinator.handleDeleteOffsets: a consumer group's offsets of topics no
+        member subscribes to (the others GROUP_SUBSCRIBED_TO_TOPIC), any other group's only
+        while it has no members (else NON_EMPTY_GROUP); deleted with tombstones, so that a
+        reload of the partition forgets them too. A partition the metadata does not have is
+        UNKNOWN_TOPIC_OR_PARTITION."""
+        try:
+            p = self._coordinator(req.group_id)
+            g = self.groups.get(req.group_id)
+            if g is None or g.state == GroupState.DEAD:
+                raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {req.group_id} not found.")
+            if g.protocol_type != CONSUMER_PROTOCOL_TYPE and g.members:
+                raise KafkaError(ErrorCode.NON_EMPTY_GROUP, f"Group {req.group_id} is not empty: it has "
+                                                             f"{len(g.members)} members.")
+        except KafkaError as e:
+            return OffsetDeleteResponse(error_code=int(e.code), error_message=e.message)
+        subscribed = _subscribed_topics(g)
+        image = self.rm.image
+        resp = OffsetDeleteResponse()
+        doomed: list[tuple[str, int]] = []
+        for t in req.topics:
+            tr = OffsetDeleteTopicResponse(name=t.name)
+            resp.topics.append(tr)
+            found = image.topics_by_name.get(t.name)
+            for index in t.partitions:
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if found is None or index not in found.partitions \
+                    else ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC if t.name in subscribed else ErrorCode.NONE
+                tr.partitions.append(OffsetDeletePartitionResponse(partition=index, error_code=int(code)))
+                if code == ErrorCode.NONE and (t.name, index) in g.offsets:
+                    doomed.append((t.name, index))
+        if doomed:
+            try:
+                await self._write(p, [(_offset_key(req.group_id, *tp), None) for tp in doomed])
+            except KafkaError as e:
+                return OffsetDeleteResponse(error_code=int(e.code), error_message=e.message)
+            for tp in doomed:
+                g.offsets.pop(tp, None)
+        return resp
+
+
+def _subscribed_topics(g: Group) -> set[str]:
+    """The topics a consumer group's members subscribe to (Kafka's isSubscribedToTopic), read
+    from their subscriptions for the group's protocol."""
+    if g.protocol_type != CONSUMER_PROTOCOL_TYPE:
+        return set()
+    out: set[str] = set()
+    for m in g.members.values():
+        try:
+            out.update(decode_subscription(m.metadata(g.protocol) or m.protocols[0][1]).topics)
+        except (ValueError, IndexError):
+            continue
+    return out
 
 
 # -- the records of __consumer_offsets ------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The group coordinator's requests and their answers (Kafka's FindCoordinator, JoinGroup,
-SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups and
-DeleteGroups), as the coordinator takes and returns them; the two front ends translate, as for
+SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups,
+DeleteGroups and OffsetDelete), as the coordinator takes and returns them; the two front ends translate, as for
 ``requests``. Answers default to zeros, as protobuf's do; the coordinator sets what it means.
 """
 from __future__ import annotations
@@ -268,3 +268,37 @@ class DeletedGroup:
 @dataclass(slots=True)
 class DeleteGroupsResponse:
     results: list[DeletedGroup] = field(default_factory=list)
+
+
+# -- offset delete (Kafka's OffsetDelete, API 47) ------------------------------------------------------
+
+@dataclass(slots=True)
+class OffsetDeleteTopic:
+    name: str = ""
+    partitions: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class OffsetDeleteRequest:
+    group_id: str = ""
+    topics: list[OffsetDeleteTopic] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class OffsetDeletePartitionResponse:
+    partition: int = 0
+    error_code: int = 0
+    error_message: str = ""
+
+
+@dataclass(slots=True)
+class OffsetDeleteTopicResponse:
+    name: str = ""
+    partitions: list[OffsetDeletePartitionResponse] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class OffsetDeleteResponse:
+    error_code: int = 0  # the group's: nothing was deleted
+    error_message: str = ""
+    topics: list[OffsetDeleteTopicResponse] = field(default_factory=list)

@@ -1,6 +1,7 @@
 """Where offsets lie in a leader's log, for both front ends: ListOffsets (Kafka's
 ReplicaManager.fetchOffset: the earliest offset, the latest, that is the high watermark a
-consumer can read to (the last stable offset for read_committed), or the first offset at or after a time) and OffsetsForLeaderEpoch
+consumer can read to (the last stable offset for read_committed), the record with the largest
+timestamp (KIP-734), or the first offset at or after a time) and OffsetsForLeaderEpoch
 (KIP-101/279: where an epoch ends, for a follower truncating its log and for a consumer
 validating its position after a leader change, KIP-320)."""
 from __future__ import annotations
@@ -13,6 +14,8 @@ from .requests import (EpochEndOffset, ListOffsetsPartitionResponse, ListOffsets
                        OffsetsForLeaderEpochResponse)
 
 EARLIEST, LATEST = -2, -1
+MAX_TIMESTAMP = -3  # KIP-734 (ListOffsets v7+): the record with the largest timestamp
+EARLIEST_LOCAL = -4  # KIP-405 (v8+): the first offset on local disk, which is the earliest here
 READ_COMMITTED = 1  # isolation level
 
 
@@ -35,14 +38,20 @@ def list_offsets(rm: ReplicaManager, request: ListOffsetsRequest) -> ListOffsets
                                       f"{p.leader_epoch} as this partition's high watermark "
                                       f"({p.log.high_watermark}) is lagging behind the start offset from the "
                                       f"beginning of this epoch ({p.epoch_start_offset}).")
-                if lp.timestamp == EARLIEST:
+                readable = p.log.last_stable_offset if request.isolation_level == READ_COMMITTED \
+                    else p.log.high_watermark
+                if lp.timestamp in (EARLIEST, EARLIEST_LOCAL):
                     a.offset = p.log.log_start_offset
                 elif lp.timestamp == LATEST:
-                    a.offset = p.log.last_stable_offset if request.isolation_level == READ_COMMITTED \
-                        else p.log.high_watermark
+                    a.offset = readable
+                elif lp.timestamp == MAX_TIMESTAMP:
+                    found = p.log.max_timestamp_offset(readable)
+                    if found is not None:
+                        a.offset, a.timestamp = found
                 elif lp.timestamp < 0:
-                    raise KafkaError(ErrorCode.INVALID_REQUEST, f"unsupported timestamp {lp.timestamp}: use -2 "
-                                                                 f"(earliest), -1 (latest) or a time in ms")
+                    raise KafkaError(ErrorCode.INVALID_REQUEST, f"unsupported timestamp {lp.timestamp}: use -4 or -2 "
+                                                                 f"(earliest), -1 (latest), -3 (max timestamp) or a "
+                                                                 f"time in ms")
                 else:
                     found = p.log.offset_for_timestamp(lp.timestamp)
                     if found is not None:

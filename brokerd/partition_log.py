@@ -321,6 +321,24 @@ class PartitionLog:
                         return off, ts
         return None
 
+    def max_timestamp_offset(self, end: int) -> tuple[int, int] | None:
+        """The first record with the largest timestamp below ``end`` and at or after the log
+        start, as ``(offset, timestamp)`` (KIP-734's ListOffsets -3); None if there is none."""
+        best: StoredBatch | None = None
+        for b in self.stored_batches(None):
+            if b.base_offset >= end:
+                break
+            if b.last_offset >= self.log_start_offset and (best is None or b.max_timestamp > best.max_timestamp):
+                best = b
+        batch = self.batch_at(best.base_offset) if best is not None else None
+        if best is None or batch is None:
+            return None
+        for r in decode_records(records_bytes(batch), batch.record_count, f"partition {self.partition}"):
+            ts, off = batch.base_timestamp + r.timestamp_delta, batch.base_offset + r.offset_delta
+            if ts == best.max_timestamp and self.log_start_offset <= off < end:
+                return off, ts
+        return None
+
     @property
     def last_stable_offset(self) -> int:
         """What read_committed consumers may read to (Kafka's LSO): the high watermark, or the

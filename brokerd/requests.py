@@ -1,6 +1,7 @@
 """The broker's data-path requests and their answers, as the core takes and returns them:
-produce, fetch, list offsets, offsets for leader epoch, metadata and producer ids (Kafka's
-ProduceRequest, FetchRequest, ... as KafkaApis hands them to the ReplicaManager).
+produce, fetch, list offsets, delete records, describe producers, describe log dirs, offsets
+for leader epoch, metadata and producer ids (Kafka's ProduceRequest, FetchRequest, ... as KafkaApis hands them
+to the ReplicaManager).
 
 Both front ends translate to and from these: the gRPC service with ``proto_codec`` (field names
 match ``protos/broker.proto``), the Kafka listener in ``kafka/apis.py`` from kio's messages. A
@@ -167,6 +168,131 @@ class ListOffsetsTopicResponse:
 @dataclass(slots=True)
 class ListOffsetsResponse:
     topics: list[ListOffsetsTopicResponse] = field(default_factory=list)
+
+
+# -- delete records (Kafka's DeleteRecords, API 21) ---------------------------------------------------
+
+@dataclass(slots=True)
+class DeleteRecordsPartition:
+    partition: int = 0
+    offset: int = 0  # the new log start offset; -1: the high watermark
+
+
+@dataclass(slots=True)
+class DeleteRecordsTopic:
+    name: str = ""
+    partitions: list[DeleteRecordsPartition] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DeleteRecordsRequest:
+    topics: list[DeleteRecordsTopic] = field(default_factory=list)
+    timeout_ms: int = 0
+
+
+@dataclass(slots=True)
+class DeleteRecordsPartitionResponse:
+    partition: int = 0
+    error_code: int = 0
+    error_message: str = ""
+    low_watermark: int = 0  # the log start offset after the deletion; -1 on an error
+
+
+@dataclass(slots=True)
+class DeleteRecordsTopicResponse:
+    name: str = ""
+    partitions: list[DeleteRecordsPartitionResponse] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DeleteRecordsResponse:
+    topics: list[DeleteRecordsTopicResponse] = field(default_factory=list)
+
+
+# -- describe producers (Kafka's DescribeProducers, API 61) --------------------------------------------
+
+@dataclass(slots=True)
+class DescribeProducersTopic:
+    name: str = ""
+    partitions: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DescribeProducersRequest:
+    topics: list[DescribeProducersTopic] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ProducerStateView:
+    """One producer as a partition's leader knows it."""
+    producer_id: int = 0
+    producer_epoch: int = 0
+    last_sequence: int = -1
+    last_timestamp: int = -1
+    coordinator_epoch: int = -1  # not kept here: always -1
+    current_txn_start_offset: int = -1  # -1: no transaction open in this partition
+
+
+@dataclass(slots=True)
+class DescribeProducersPartitionResponse:
+    partition: int = 0
+    error_code: int = 0
+    error_message: str = ""
+    active_producers: list[ProducerStateView] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DescribeProducersTopicResponse:
+    name: str = ""
+    partitions: list[DescribeProducersPartitionResponse] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DescribeProducersResponse:
+    topics: list[DescribeProducersTopicResponse] = field(default_factory=list)
+
+
+# -- describe log dirs (Kafka's DescribeLogDirs, API 35) ----------------------------------------------
+
+@dataclass(slots=True)
+class DescribeLogDirsTopic:
+    name: str = ""
+    partitions: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DescribeLogDirsRequest:
+    topics: list[DescribeLogDirsTopic] | None = None  # None: every partition
+
+
+@dataclass(slots=True)
+class LogDirPartition:
+    partition: int = 0
+    size_bytes: int = 0
+    offset_lag: int = 0  # Kafka's: how far the log end is below the high watermark
+    is_future: bool = False  # always False: no replica is being moved between directories
+
+
+@dataclass(slots=True)
+class LogDirTopic:
+    name: str = ""
+    partitions: list[LogDirPartition] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class LogDir:
+    log_dir: str = ""
+    error_code: int = 0
+    topics: list[LogDirTopic] = field(default_factory=list)
+    total_bytes: int = -1  # of the file system holding it
+    usable_bytes: int = -1
+
+
+@dataclass(slots=True)
+class DescribeLogDirsResponse:
+    error_code: int = 0
+    error_message: str = ""
+    log_dirs: list[LogDir] = field(default_factory=list)
 
 
 # -- offsets for leader epoch (KIP-101/279/320) -----------------------------------------------------

@@ -109,6 +109,18 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         resp = authorized.list_offsets(self.rm, to_domain(r.ListOffsetsRequest, request), await self._access(context))
         return to_wire(pb.ListOffsetsResponse, resp)
 
+    async def DeleteRecords(self, request: pb.DeleteRecordsRequest,
+                            context: grpc.aio.ServicerContext) -> pb.DeleteRecordsResponse:
+        resp = authorized.delete_records(self.rm, to_domain(r.DeleteRecordsRequest, request),
+                                         await self._access(context))
+        return to_wire(pb.DeleteRecordsResponse, resp)
+
+    async def DescribeProducers(self, request: pb.DescribeProducersRequest,
+                                context: grpc.aio.ServicerContext) -> pb.DescribeProducersResponse:
+        resp = authorized.describe_producers(self.rm, to_domain(r.DescribeProducersRequest, request),
+                                             await self._access(context))
+        return to_wire(pb.DescribeProducersResponse, resp)
+
     async def OffsetsForLeaderEpoch(self, request: pb.OffsetsForLeaderEpochRequest,
                                     context: grpc.aio.ServicerContext) -> pb.OffsetsForLeaderEpochResponse:
         resp = authorized.offsets_for_leader_epoch(self.rm, to_domain(r.OffsetsForLeaderEpochRequest, request),
@@ -208,6 +220,12 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         resp = await self._guard(context, self.groups.delete_groups(to_domain(g.DeleteGroupsRequest, request),
                                                                     await self._access(context)))
         return to_wire(pb.DeleteGroupsResponse, resp)
+
+    async def OffsetDelete(self, request: pb.OffsetDeleteRequest,
+                           context: grpc.aio.ServicerContext) -> pb.OffsetDeleteResponse:
+        resp = await self._guard(context, self.groups.offset_delete(to_domain(g.OffsetDeleteRequest, request),
+                                                                    await self._access(context)))
+        return to_wire(pb.OffsetDeleteResponse, resp)
 
     async def DescribeBroker(self, request: pb.DescribeBrokerRequest,
                              context: grpc.aio.ServicerContext) -> pb.DescribeBrokerResponse:

@@ -5,6 +5,7 @@ topic source plan from it."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any, Self
 
 import grpc
@@ -79,16 +80,31 @@ class Admin:
         first offset whose record is at or after that time in ms (-1 when none is). Answers
         ``(offset, timestamp)``. A leader that is gone or moving is waited for (new metadata,
         then again) until ``timeout_ms``; any other error raises KafkaError."""
+        out: dict[TopicPartition, tuple[int, int]] = {}
+        await self._at_leaders("ListOffsets", dict(which), lambda pending: self._list_offsets(pending, out))
+        return out
+
+    async def delete_records(self, which: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """DeleteRecords for each partition: its log start moves up to the offset (-1: its high
+        watermark). Answers each partition's new log start (its low watermark); leaders are
+        found and waited for as in ``offsets``, any other error raises KafkaError."""
+        out: dict[TopicPartition, int] = {}
+        await self._at_leaders("DeleteRecords", dict(which), lambda pending: self._delete_records(pending, out))
+        return out
+
+    async def _at_leaders(self, what: str, pending: dict[TopicPartition, int],
+                          one_round: Callable[[dict[TopicPartition, int]], Awaitable[str]]) -> None:
+        """Rounds of ``one_round`` (which removes what it answered from ``pending`` and says why
+        the rest is not), with new metadata between them, until nothing is pending or
+        ``timeout_ms`` has passed."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout_ms / 1000
-        pending = dict(which)
-        out: dict[TopicPartition, tuple[int, int]] = {}
         while True:
-            last = await self._list_offsets(pending, out)
+            last = await one_round(pending)
             if not pending:
-                return out
+                return
             if loop.time() > deadline:
-                raise ClientError(f"no leader answered ListOffsets for {', '.join(f'{t}-{p}' for t, p in pending)} "
+                raise ClientError(f"no leader answered {what} for {', '.join(f'{t}-{p}' for t, p in pending)} "
                                   f"within {self.timeout_ms} ms: {last}")
             version = self.cluster.request_update()
             try:
@@ -100,15 +116,8 @@ class Admin:
     async def _list_offsets(self, pending: dict[TopicPartition, int], out: dict[TopicPartition, tuple[int, int]]) -> str:
         """One round: answered partitions move from ``pending`` to ``out``; returns why the
         others are still pending."""
-        by_leader: dict[int, list[TopicPartition]] = {}
         last = "no leader"
-        for tp in pending:
-            self.cluster.add(tp[0])
-            await self.cluster.wait_on_metadata(tp[0], tp[1], self.timeout_ms)
-            leader = self.cluster.leader_for(*tp)
-            if leader is not None and leader in self.cluster.brokers:
-                by_leader.setdefault(leader, []).append(tp)
-        for leader, group in by_leader.items():
+        for leader, group in (await self._by_leader(pending)).items():
             req = pb.ListOffsetsRequest()
             topics: dict[str, Any] = {}
             for t, p in group:
@@ -119,14 +128,52 @@ class Admin:
             except grpc.aio.AioRpcError as e:
                 last = f"broker {leader}: {e.code().name}"
                 continue
-            for t in r.topics:
-                for a in t.partitions:
-                    code = ErrorCode.of(a.error_code)
-                    if code in RETRIABLE:
-                        last = f"{t.name}-{a.partition}: {code.name}"
-                    elif code != ErrorCode.NONE:
-                        raise KafkaError(code, a.error_message)
-                    else:
-                        out[(t.name, a.partition)] = (a.offset, a.timestamp)
-                        pending.pop((t.name, a.partition), None)
+            last = _take(r, pending, lambda a: (a.offset, a.timestamp), out) or last
         return last
+
+    async def _by_leader(self, pending: dict[TopicPartition, int]) -> dict[int, list[TopicPartition]]:
+        """The pending partitions whose leader is known, by leader."""
+        by_leader: dict[int, list[TopicPartition]] = {}
+        for tp in pending:
+            self.cluster.add(tp[0])
+            await self.cluster.wait_on_metadata(tp[0], tp[1], self.timeout_ms)
+            leader = self.cluster.leader_for(*tp)
+            if leader is not None and leader in self.cluster.brokers:
+                by_leader.setdefault(leader, []).append(tp)
+        return by_leader
+
+    async def _delete_records(self, pending: dict[TopicPartition, int], out: dict[TopicPartition, int]) -> str:
+        """One round of DeleteRecords, as ``_list_offsets``."""
+        last = "no leader"
+        for leader, group in (await self._by_leader(pending)).items():
+            req = pb.DeleteRecordsRequest(timeout_ms=self.timeout_ms)
+            topics: dict[str, Any] = {}
+            for t, p in group:
+                (topics.get(t) or topics.setdefault(t, req.topics.add(name=t))).partitions.add(
+                    partition=p, offset=pending[(t, p)])
+            try:
+                r = await self.connections.stub(self.cluster.brokers[leader]).DeleteRecords(req, timeout=10)
+            except grpc.aio.AioRpcError as e:
+                last = f"broker {leader}: {e.code().name}"
+                continue
+            last = _take(r, pending, lambda a: a.low_watermark, out) or last
+        return last
+
+
+def _take(resp: Any, pending: dict[TopicPartition, int], value: Callable[[Any], Any], out: dict[TopicPartition, Any]
+          ) -> str:
+    """A leader's per-partition answers: answered partitions move from ``pending`` to ``out``
+    (as ``value`` reads them); returns why the last retriable one is still pending ("" if
+    none); any other error raises KafkaError."""
+    last = ""
+    for t in resp.topics:
+        for a in t.partitions:
+            code = ErrorCode.of(a.error_code)
+            if code in RETRIABLE:
+                last = f"{t.name}-{a.partition}: {code.name}"
+            elif code != ErrorCode.NONE:
+                raise KafkaError(code, a.error_message)
+            else:
+                out[(t.name, a.partition)] = value(a)
+                pending.pop((t.name, a.partition), None)
+    return last

@@ -1,6 +1,7 @@
 """``kraft consumer-groups`` (kafka-consumer-groups.sh): list groups, describe one (members,
 assignment, committed offset, log end offset and lag per partition), reset an inactive group's
-offsets, delete an empty group. Every failure is one line with Kafka's error name."""
+offsets, delete an empty group or a group's offsets of topics it does not consume. Every
+failure is one line with Kafka's error name."""
 from __future__ import annotations
 
 import asyncio
@@ -142,6 +143,8 @@ async def _reset(admin: GroupAdmin, group_id: str, topic: str, how: tuple[str, i
 @click.option("--describe", is_flag=True, help="members, committed offsets and lag of --group")
 @click.option("--delete", is_flag=True, help="delete --group (it must have no members)")
 @click.option("--reset-offsets", is_flag=True, help="set --group's offsets of --topic (the group must be inactive)")
+@click.option("--delete-offsets", is_flag=True,
+              help="delete --group's committed offsets of --topic (TOPIC or TOPIC:0,1), which no member may consume")
 @click.option("--group", default=None)
 @click.option("--topic", default=None)
 @click.option("--to-earliest", is_flag=True)
@@ -153,15 +156,19 @@ async def _reset(admin: GroupAdmin, group_id: str, topic: str, how: tuple[str, i
 @click.option("--command-config", type=click.Path(exists=True, dir_okay=False), default=None,
               help="properties file with the client's security.protocol and ssl.* keys")
 def consumer_groups(bootstrap_server: str, list_: bool, describe: bool, delete: bool, reset_offsets: bool,
-                    group: str | None, topic: str | None, to_earliest: bool, to_latest: bool, to_offset: int | None,
-                    shift_by: int | None, dry_run: bool, execute: bool, command_config: str | None) -> None:
-    """List, describe, reset and delete consumer groups."""
+                    delete_offsets: bool, group: str | None, topic: str | None, to_earliest: bool, to_latest: bool,
+                    to_offset: int | None, shift_by: int | None, dry_run: bool, execute: bool,
+                    command_config: str | None) -> None:
+    """List, describe, reset and delete consumer groups and their offsets."""
     actions = [a for a, on in (("list", list_), ("describe", describe), ("delete", delete),
-                               ("reset-offsets", reset_offsets)) if on]
+                               ("reset-offsets", reset_offsets), ("delete-offsets", delete_offsets)) if on]
     if len(actions) != 1:
-        _fail("Command must include exactly one action: --list, --describe, --delete, --reset-offsets")
+        _fail("Command must include exactly one action: --list, --describe, --delete, --reset-offsets, "
+              "--delete-offsets")
     if actions[0] != "list" and not group:
         _fail(f"Option --{actions[0]} takes the option: --group")
+    if delete_offsets and not topic:
+        _fail("Option --delete-offsets takes the option: --topic (TOPIC or TOPIC:0,1)")
     how: tuple[str, int | None] = ("latest", None)
     if reset_offsets:
         if not topic:
@@ -199,12 +206,46 @@ def consumer_groups(bootstrap_server: str, list_: bool, describe: bool, delete: 
                     raise KafkaError(ErrorCode.of(res.error_code), res.error_message)
                 return f"Deletion of requested consumer groups ('{group}') was successful."
             assert topic is not None
+            if delete_offsets:
+                return await _delete_offsets(admin, group, topic)
             return await _reset(admin, group, topic, how, execute, lambda w: click.echo(f"Warning: {w}", err=True))
 
     try:
         click.echo(asyncio.run(run()))
     except CLIENT_ERRORS as e:
         _fail(str(e))
+
+
+async def _delete_offsets(admin: GroupAdmin, group_id: str, spec: str) -> str:
+    """OffsetDelete of ``spec`` (TOPIC: all its partitions, or TOPIC:0,1), as
+    kafka-consumer-groups.sh --delete-offsets prints it; a partition refused (a member consumes
+    its topic) fails the command after the table."""
+    topic, _, listed = spec.partition(":")
+    try:
+        partitions = [int(x) for x in listed.split(",")] if listed else \
+            [p for _, p in await admin.partitions_of(topic)]
+    except ValueError:
+        raise ClientError(f"--topic {spec!r}: expected TOPIC or TOPIC:0,1") from None
+    if not partitions:
+        raise ClientError(f"UNKNOWN_TOPIC_OR_PARTITION: Topic {topic} does not exist.")
+    r = await admin.group(group_id).call("OffsetDelete", pb.OffsetDeleteRequest(
+        group_id=group_id, topics=[pb.OffsetDeleteTopic(name=topic, partitions=partitions)]),
+        asyncio.get_running_loop().time() + 15)
+    if r.error_code:
+        raise KafkaError(ErrorCode.of(r.error_code), r.error_message or None)
+    rows: list[list[Any]] = [["TOPIC", "PARTITION", "STATUS"]]
+    failed: dict[str, ErrorCode] = {}
+    for t in r.topics:
+        for a in t.partitions:
+            code = ErrorCode.of(a.error_code)
+            rows.append([t.name, a.partition, f"Error: {code.name}" if code else "Successful"])
+            if code:
+                failed[f"{t.name}-{a.partition}"] = code
+    table = _table(rows)
+    if failed:
+        click.echo(table)
+        raise ClientError(f"{next(iter(failed.values())).name}: the offsets of {', '.join(failed)} were not deleted")
+    return f"Request succeed for deleting offsets with topic {topic} group {group_id}\n\n{table}"
 
 
 def _fail(message: str) -> NoReturn:

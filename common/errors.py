@@ -74,6 +74,7 @@ class ErrorCode(IntEnum):
     ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
     ELECTION_NOT_NEEDED = 84
     NO_REASSIGNMENT_IN_PROGRESS = 85
+    GROUP_SUBSCRIBED_TO_TOPIC = 86  # OffsetDelete of a topic the group's members consume
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
     FETCH_SESSION_ID_NOT_FOUND = 70
@@ -138,6 +139,7 @@ DEFAULT_MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.SECURITY_DISABLED: "Security features are disabled.",
     ErrorCode.NON_EMPTY_GROUP: "The group is not empty.",
     ErrorCode.GROUP_ID_NOT_FOUND: "The group id does not exist.",
+    ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC: "The consumer group is actively subscribed to the topic",
     ErrorCode.FENCED_INSTANCE_ID: "The broker rejected this static consumer since another consumer with the same "
                                   "group.instance.id has registered with a different member.id.",
     ErrorCode.RECORD_TOO_LARGE: "The request included a message larger than the max message size the server "

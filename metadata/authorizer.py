@@ -187,6 +187,19 @@ class StandardAuthorizer:
         return False
 
 
+#: The operations each resource type has (Kafka's AclEntry.supportedOperations): the bits an
+#: answer's authorized operations may set (KIP-430).
+SUPPORTED_OPERATIONS: Mapping[AclResourceType, tuple[AclOperation, ...]] = {
+    AclResourceType.TOPIC: (O.READ, O.WRITE, O.CREATE, O.DELETE, O.ALTER, O.DESCRIBE, O.DESCRIBE_CONFIGS,
+                            O.ALTER_CONFIGS),
+    AclResourceType.GROUP: (O.READ, O.DESCRIBE, O.DELETE),
+    AclResourceType.CLUSTER: (O.CREATE, O.CLUSTER_ACTION, O.DESCRIBE_CONFIGS, O.ALTER_CONFIGS, O.IDEMPOTENT_WRITE,
+                              O.ALTER, O.DESCRIBE),
+}
+#: Authorized operations a client did not ask for (Kafka's Int32.MIN_VALUE).
+OPERATIONS_NOT_ASKED = -(1 << 31)
+
+
 class Access:
     """What one request's session may do (Kafka's AuthHelper for one request context): every
     answer is the authorizer's, or yes when authorization is off."""
@@ -205,6 +218,15 @@ class Access:
     def cluster(self, op: AclOperation, *, log_denial: bool = True, explicit: bool = False) -> bool:
         return self.authorizer is None or self.authorizer.authorize(
             self.session, op, AclResourceType.CLUSTER, CLUSTER_NAME, log_denial=log_denial, explicit=explicit)
+
+    def authorized_operations(self, rtype: AclResourceType, name: str) -> int:
+        """Kafka's authorizedOperations (KIP-430): bit ``1 << op`` set for each operation of the
+        resource type the session may do on the resource (all of them when authorization is
+        off); checks that only inform are not logged as denials."""
+        ops = SUPPORTED_OPERATIONS[rtype]
+        if self.authorizer is not None:
+            ops = tuple(op for op in ops if self.authorizer.authorize(self.session, op, rtype, name, log_denial=False))
+        return sum(1 << int(op) for op in ops)
 
     def any_topic(self, op: AclOperation) -> bool:
         return self.authorizer is None or self.authorizer.authorize_any(self.session, op, AclResourceType.TOPIC)

@@ -502,3 +502,77 @@ def test_kafka_python_manages_acls_through_the_listener(node: CombinedNode, kafk
         assert failed == [Errors.ClusterAuthorizationFailedError]  # kafka-python lists the error classes
     finally:
         admin.close()
+
+
+def test_authorized_operations_are_the_callers_own(node: CombinedNode, kafka_principal: dict[str, str]) -> None:
+    """KIP-430 with librdkafka: Metadata, DescribeCluster and DescribeGroups answer, when asked,
+    the operations the caller's ACLs allow on each topic, the cluster and each group (an ACL
+    implies DESCRIBE as in Kafka), and nothing (None) when not asked."""
+    from confluent_kafka import Consumer, TopicCollection, TopicPartition
+    from confluent_kafka.admin import AclOperation as Op
+    from confluent_kafka.admin import AdminClient
+    kafka_principal["principal"] = "User:olga"
+    node.run(node.call(ControllerClient.create_topics, pb.CreateTopicsRequest(topics=[
+        pb.CreatableTopic(name="ops-topic", num_partitions=1, replication_factor=1)])))
+    grant(node, AclResourceType.TOPIC, "ops-topic", O.READ, O.ALTER_CONFIGS, principal="User:olga")
+    grant(node, AclResourceType.CLUSTER, "kafka-cluster", O.DESCRIBE, principal="User:olga")
+    grant(node, AclResourceType.GROUP, "ops-group", O.DELETE, O.READ, principal="User:olga")
+    admin = AdminClient({"bootstrap.servers": node.kafka_bootstrap})
+    asked = admin.describe_topics(TopicCollection(["ops-topic"]), include_authorized_operations=True)
+    assert set(asked["ops-topic"].result(30).authorized_operations) == {
+        Op.READ, Op.DESCRIBE, Op.ALTER_CONFIGS, Op.DESCRIBE_CONFIGS}
+    not_asked = admin.describe_topics(TopicCollection(["ops-topic"]))["ops-topic"].result(30)
+    assert not_asked.authorized_operations is None
+    assert admin.describe_cluster(include_authorized_operations=True).result(30).authorized_operations == [
+        Op.DESCRIBE]
+    c = Consumer({"bootstrap.servers": node.kafka_bootstrap, "group.id": "ops-group"})
+    try:
+        c.commit(offsets=[TopicPartition("ops-topic", 0, 0)], asynchronous=False)  # the group now exists
+    finally:
+        c.close()
+    group = admin.describe_consumer_groups(["ops-group"], include_authorized_operations=True)["ops-group"].result(30)
+    assert set(group.authorized_operations) == {Op.READ, Op.DESCRIBE, Op.DELETE}
+
+
+def test_admin_apis_need_their_operations(node: CombinedNode, kafka_principal: dict[str, str]) -> None:
+    """DeleteRecords DELETE on the topic, DescribeProducers READ on it, OffsetDelete DELETE on
+    the group, DescribeLogDirs DESCRIBE on the cluster (Kafka's), with kafka-python."""
+    import asyncio
+
+    import kafka.errors as Errors
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KTP
+
+    from brokerd import authorization
+    from brokerd.requests import DescribeLogDirsRequest
+    from metadata.authorizer import Access
+    from tests.eventually import eventually
+    kafka_principal["principal"] = "User:rita"
+    grant(node, AclResourceType.TOPIC, "a-orders", O.DESCRIBE, principal="User:rita")  # to find the leader
+    grant(node, AclResourceType.GROUP, "rita-group", O.DESCRIBE, principal="User:rita")  # to find the coordinator
+    tp = KTP("a-orders", 0)
+    admin = KafkaAdminClient(bootstrap_servers=node.kafka_bootstrap, request_timeout_ms=5000)
+    try:
+        with pytest.raises(Errors.TopicAuthorizationFailedError):
+            admin.delete_records({tp: 0})
+        with pytest.raises(Errors.TopicAuthorizationFailedError):
+            admin.describe_producers([tp])
+
+        def group_refused() -> bool:
+            try:
+                admin.delete_group_offsets("rita-group", [tp])
+            except Errors.GroupAuthorizationFailedError:
+                return True
+            except Errors.CoordinatorNotAvailableError:  # __consumer_offsets is still being created
+                return False
+            raise AssertionError("OffsetDelete without DELETE on the group was not refused")
+        asyncio.run(eventually(group_refused, 30, interval=0.2, what="OffsetDelete refused"))
+        grant(node, AclResourceType.TOPIC, "a-orders", O.DELETE, O.READ, principal="User:rita")
+        assert admin.delete_records({tp: 0})[tp]["low_watermark"] == 0
+        assert admin.describe_producers([tp])[tp].active_producers == []
+    finally:
+        admin.close()
+    assert node.broker is not None
+    rita = Access(node.broker.authorizer, Session("User:rita", "127.0.0.1"))
+    refused = authorization.describe_log_dirs(node.broker.rm, DescribeLogDirsRequest(), rita)
+    assert (ErrorCode(refused.error_code), refused.log_dirs) == (CLUSTER_DENIED, [])

@@ -465,6 +465,35 @@ def write_txn_markers(b: Broker, v: int) -> None:
     assert codes(r) == only(E.NONE) and r.markers[0].topics[0].partitions[0].partition_index == 0
 
 
+def delete_records(b: Broker, v: int) -> None:
+    """Offset 0 moves nothing (the other cases read the topic from its start)."""
+    b.produce()
+    r = b.ask(A.DELETE_RECORDS, v, {"timeout": 10_000, "topics": [{"name": TOPIC, "partitions": [
+        {"partition_index": 0, "offset": 0}]}]})
+    p = r.topics[0].partitions[0]
+    assert codes(r) == only(E.NONE) and (p.partition_index, p.low_watermark) == (0, 0)
+
+
+def offset_delete(b: Broker, v: int) -> None:
+    group = f"offset-delete-{v}"
+    assert codes(_commit(b, 2, group, 2)) == only(E.NONE)
+    r = b.ask(A.OFFSET_DELETE, v, {"group_id": group, "topics": [{"name": TOPIC, "partitions": [
+        {"partition_index": 0}]}]}, b.coordinator(group))
+    assert codes(r) == only(E.NONE) and r.topics[0].partitions[0].partition_index == 0
+
+
+def describe_producers(b: Broker, v: int) -> None:
+    r = b.ask(A.DESCRIBE_PRODUCERS, v, {"topics": [{"name": TOPIC, "partition_indexes": [0]}]})
+    assert codes(r) == only(E.NONE) and r.topics[0].partitions[0].partition_index == 0
+
+
+def describe_log_dirs(b: Broker, v: int) -> None:
+    r = b.ask(A.DESCRIBE_LOG_DIRS, v, {"topics": [{"topic": TOPIC, "partitions": [0]}]})
+    [d] = r.results
+    assert codes(r) == only(E.NONE) and [(t.name, [p.partition_index for p in t.partitions]) for t in d.topics] == \
+        [(TOPIC, [0])]
+
+
 CASES: dict[int, Case] = {
     A.API_VERSIONS: api_versions, A.METADATA: metadata, A.PRODUCE: produce, A.FETCH: fetch,
     A.LIST_OFFSETS: list_offsets, A.OFFSET_FOR_LEADER_EPOCH: offset_for_leader_epoch,
@@ -484,6 +513,8 @@ CASES: dict[int, Case] = {
     A.ADD_PARTITIONS_TO_TXN: add_partitions_to_txn, A.END_TXN: end_txn, A.WRITE_TXN_MARKERS: write_txn_markers,
     A.ADD_OFFSETS_TO_TXN: add_offsets_to_txn, A.TXN_OFFSET_COMMIT: txn_offset_commit,
     A.LIST_TRANSACTIONS: list_transactions, A.DESCRIBE_TRANSACTIONS: describe_transactions,
+    A.DELETE_RECORDS: delete_records, A.OFFSET_DELETE: offset_delete, A.DESCRIBE_PRODUCERS: describe_producers,
+    A.DESCRIBE_LOG_DIRS: describe_log_dirs,
 }
 
 

@@ -111,6 +111,9 @@ OFFLINE = [
     ["get-offsets", "--bootstrap-server", DEAD, "--topic", "t"],
     ["get-offsets", "--bootstrap-server", "no-port", "--topic", "t"],
     ["get-offsets", "--bootstrap-server", DEAD, "--topic", "t", "--time", "-7"],
+    ["delete-records", "--bootstrap-server", DEAD, "--offset-json-file", "{d}/garbage.json"],
+    ["delete-records", "--bootstrap-server", DEAD, "--offset-json-file", "{d}/no-topics.json"],
+    ["delete-records", "--bootstrap-server", DEAD, "--offset-json-file", MISSING],
     ["log-dirs", "--bootstrap-server", DEAD, "--describe"],
     ["log-dirs", "--bootstrap-server", DEAD, "--describe", "--broker-list", "a"],
     ["broker-api-versions", "--bootstrap-server", DEAD],
@@ -118,6 +121,8 @@ OFFLINE = [
     ["consumer-groups", "--bootstrap-server", DEAD, "--list"],
     ["consumer-groups", "--bootstrap-server", DEAD, "--describe", "--group", "g"],
     ["consumer-groups", "--bootstrap-server", DEAD, "--reset-offsets", "--group", "g"],
+    ["consumer-groups", "--bootstrap-server", DEAD, "--delete-offsets", "--group", "g"],
+    ["consumer-groups", "--bootstrap-server", DEAD, "--delete-offsets", "--group", "g", "--topic", "t:x"],
     ["console-producer", "--bootstrap-server", DEAD, "--topic", "t", "--producer-property", "nonsense"],
     ["console-consumer", "--bootstrap-server", DEAD, "--topic", "t", "--offset", "abc"],
     # files

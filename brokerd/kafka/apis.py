@@ -20,8 +20,8 @@ from contextvars import ContextVar
 from typing import Any
 
 from common.errors import ErrorCode, KafkaError
-from metadata.acls import AclOperation
-from metadata.authorizer import Access, StandardAuthorizer
+from metadata.acls import CLUSTER_NAME, AclOperation, AclResourceType
+from metadata.authorizer import OPERATIONS_NOT_ASKED, Access, StandardAuthorizer
 from metadata.client import BoundRpc, ControllerClient
 from metadata.image import MetadataImage
 from metadata.principal import PrincipalMapper, Session, stream_session
@@ -52,10 +52,11 @@ DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
 SASL_HANDSHAKE, SASL_AUTHENTICATE, CONSUMER_GROUP_HEARTBEAT = 17, 36, 68
 ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, WRITE_TXN_MARKERS, TXN_OFFSET_COMMIT = 24, 25, 26, 27, 28
 DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
+DELETE_RECORDS, OFFSET_DELETE, DESCRIBE_PRODUCERS, DESCRIBE_LOG_DIRS = 21, 47, 61, 35
 
 #: api key -> (min version, max version) served.
 VERSIONS: dict[int, tuple[int, int]] = {
-    PRODUCE: (3, 9), FETCH: (4, 12), LIST_OFFSETS: (1, 6), METADATA: (1, 12), OFFSET_COMMIT: (2, 8),
+    PRODUCE: (3, 9), FETCH: (4, 12), LIST_OFFSETS: (1, 8), METADATA: (1, 12), OFFSET_COMMIT: (2, 8),
     OFFSET_FETCH: (1, 7), FIND_COORDINATOR: (0, 4), JOIN_GROUP: (0, 9), HEARTBEAT: (0, 4), LEAVE_GROUP: (0, 5),
     SYNC_GROUP: (0, 5), DESCRIBE_GROUPS: (0, 5), LIST_GROUPS: (0, 4), API_VERSIONS: (0, 3), CREATE_TOPICS: (2, 7),
     DELETE_TOPICS: (1, 6), INIT_PRODUCER_ID: (0, 4), OFFSET_FOR_LEADER_EPOCH: (2, 4), DESCRIBE_CONFIGS: (1, 4),
@@ -68,6 +69,8 @@ VERSIONS: dict[int, tuple[int, int]] = {
     ADD_PARTITIONS_TO_TXN: (0, 3), END_TXN: (0, 3),  # the client versions (v4+: KIP-890, between brokers)
     WRITE_TXN_MARKERS: (1, 1), ADD_OFFSETS_TO_TXN: (0, 3), TXN_OFFSET_COMMIT: (0, 3),
     DESCRIBE_TRANSACTIONS: (0, 0), LIST_TRANSACTIONS: (0, 1),
+    DELETE_RECORDS: (0, 2), OFFSET_DELETE: (0, 0), DESCRIBE_PRODUCERS: (0, 0),
+    DESCRIBE_LOG_DIRS: (1, 4),
 }
 
 TOPIC_CONFIG_SOURCE, BROKER_CONFIG_SOURCE, DEFAULT_CONFIG_SOURCE = 1, 4, 5
@@ -145,6 +148,8 @@ class KafkaApis:
             WRITE_TXN_MARKERS: self.write_txn_markers, ADD_OFFSETS_TO_TXN: self.add_offsets_to_txn,
             TXN_OFFSET_COMMIT: self.txn_offset_commit, DESCRIBE_TRANSACTIONS: self.describe_transactions,
             LIST_TRANSACTIONS: self.list_transactions,
+            DELETE_RECORDS: self.delete_records, OFFSET_DELETE: self.offset_delete,
+            DESCRIBE_PRODUCERS: self.describe_producers, DESCRIBE_LOG_DIRS: self.describe_log_dirs,
         }
         self._api_names = {key: "".join(w.capitalize() for w in fn.__name__.split("_"))
                            for key, fn in self.handlers.items()}
@@ -204,6 +209,8 @@ class KafkaApis:
                                            named={t.name for t in wanted if t.name})
         brokers = answer.brokers if answer is not None else live_brokers(self.image, self.listener)
         topics = answer.topics if answer is not None else []
+        topic_ops = version >= 8 and req.include_topic_authorized_operations
+        cluster_ops = 8 <= version <= 10 and req.include_cluster_authorized_operations
         return {
             "brokers": [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack or None}
                         for b in brokers],
@@ -211,8 +218,12 @@ class KafkaApis:
             # Kafka clients send admin requests to the "controller"; in KRaft a broker names a live
             # broker (itself here), which forwards them to the active controller.
             "controller_id": self.rm.broker_id,
+            "cluster_authorized_operations": access.authorized_operations(AclResourceType.CLUSTER, CLUSTER_NAME)
+            if cluster_ops else OPERATIONS_NOT_ASKED,
             "topics": [{"error_code": t.error_code, "name": t.name, "topic_id": t.topic_id,
                         "is_internal": t.name in INTERNAL_TOPICS,
+                        "topic_authorized_operations": access.authorized_operations(AclResourceType.TOPIC, t.name)
+                        if topic_ops else OPERATIONS_NOT_ASKED,
                         "partitions": [{"error_code": p.error_code, "partition_index": p.partition,
                                         "leader_id": p.leader, "leader_epoch": p.leader_epoch,
                                         "replica_nodes": list(p.replicas), "isr_nodes": list(p.isr),
@@ -226,7 +237,9 @@ class KafkaApis:
                     "error_message": access.cluster_denied(AclOperation.DESCRIBE), "cluster_id": ""}
         return {"error_code": 0, "cluster_id": self.image.cluster_id, "controller_id": self.rm.broker_id,
                 "brokers": [{"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack or None}
-                            for b in live_brokers(self.image, self.listener)]}
+                            for b in live_brokers(self.image, self.listener)],
+                "cluster_authorized_operations": access.authorized_operations(AclResourceType.CLUSTER, CLUSTER_NAME)
+                if req.include_cluster_authorized_operations else OPERATIONS_NOT_ASKED}
 
     # -- produce, fetch, offsets ---------------------------------------------------------------
 
@@ -295,6 +308,38 @@ class KafkaApis:
         return {"topics": [{"name": t.name, "partitions": [
             {"partition_index": a.partition, "error_code": a.error_code, "timestamp": a.timestamp, "offset": a.offset,
              "leader_epoch": a.leader_epoch} for a in t.partitions]} for t in resp.topics]}
+
+    async def delete_records(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        ours = rq.DeleteRecordsRequest(timeout_ms=ms(req.timeout), topics=[rq.DeleteRecordsTopic(
+            name=t.name, partitions=[rq.DeleteRecordsPartition(partition=dp.partition_index, offset=dp.offset)
+                                     for dp in t.partitions]) for t in req.topics])
+        resp = authorized.delete_records(self.rm, ours, access)
+        return {"topics": [{"name": t.name, "partitions": [
+            {"partition_index": a.partition, "error_code": a.error_code, "low_watermark": a.low_watermark}
+            for a in t.partitions]} for t in resp.topics]}
+
+    async def describe_producers(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        ours = rq.DescribeProducersRequest(topics=[rq.DescribeProducersTopic(
+            name=t.name, partitions=list(t.partition_indexes)) for t in req.topics])
+        resp = authorized.describe_producers(self.rm, ours, access)
+        return {"topics": [{"name": t.name, "partitions": [
+            {"partition_index": a.partition, "error_code": a.error_code,
+             "error_message": _message(a.error_code, a.error_message), "active_producers": [
+                 {"producer_id": x.producer_id, "producer_epoch": x.producer_epoch,
+                  "last_sequence": x.last_sequence, "last_timestamp": x.last_timestamp,
+                  "coordinator_epoch": x.coordinator_epoch, "current_txn_start_offset": x.current_txn_start_offset}
+                 for x in a.active_producers]} for a in t.partitions]} for t in resp.topics]}
+
+    async def describe_log_dirs(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        topics = None if req.topics is None else [rq.DescribeLogDirsTopic(name=t.topic, partitions=list(t.partitions))
+                                                  for t in req.topics]
+        resp = authorized.describe_log_dirs(self.rm, rq.DescribeLogDirsRequest(topics=topics), access)
+        return {"error_code": resp.error_code, "results": [
+            {"error_code": d.error_code, "log_dir": d.log_dir, "total_bytes": d.total_bytes,
+             "usable_bytes": d.usable_bytes, "topics": [{"name": t.name, "partitions": [
+                 {"partition_index": x.partition, "partition_size": x.size_bytes, "offset_lag": x.offset_lag,
+                  "is_future_key": x.is_future} for x in t.partitions]} for t in d.topics]}
+            for d in resp.log_dirs]}
 
     async def offset_for_leader_epoch(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         """A consumer validating its position after a leader change (KIP-320): where its
@@ -530,8 +575,11 @@ class KafkaApis:
 
     async def describe_groups(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         a = self.groups.describe_groups(gq.DescribeGroupsRequest(groups=list(req.groups)), access)
+        ops = version >= 3 and req.include_authorized_operations
         return {"groups": [
             {"error_code": x.error_code, "group_id": x.group_id, "group_state": x.state,
+             "authorized_operations": access.authorized_operations(AclResourceType.GROUP, x.group_id)
+             if ops and x.error_code != ErrorCode.GROUP_AUTHORIZATION_FAILED else OPERATIONS_NOT_ASKED,
              "protocol_type": x.protocol_type, "protocol_data": x.protocol, "members": [
                  {"member_id": m.member_id, "client_id": m.client_id, "client_host": m.client_host,
                   "member_metadata": m.metadata, "member_assignment": m.assignment,
@@ -541,6 +589,13 @@ class KafkaApis:
     async def delete_groups(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         a = await self.groups.delete_groups(gq.DeleteGroupsRequest(groups=list(req.groups_names)), access)
         return {"results": [{"group_id": x.group_id, "error_code": x.error_code} for x in a.results]}
+
+    async def offset_delete(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        ours = gq.OffsetDeleteRequest(group_id=req.group_id, topics=[gq.OffsetDeleteTopic(
+            name=t.name, partitions=[p.partition_index for p in t.partitions]) for t in req.topics])
+        a = await self.groups.offset_delete(ours, access)
+        return {"error_code": a.error_code, "topics": [{"name": t.name, "partitions": [
+            {"partition_index": p.partition, "error_code": p.error_code} for p in t.partitions]} for t in a.topics]}
 
     # -- admin, forwarded to the active controller ---------------------------------------------
 

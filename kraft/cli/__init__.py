@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from kraft.cli.acls import acls_command
-from kraft.cli.brokers import broker_api_versions, get_offsets, log_dirs
+from kraft.cli.brokers import broker_api_versions, delete_records, get_offsets, log_dirs
 from kraft.cli.configs import configs
 from kraft.cli.invocation import fail
 from kraft.cli.partitions import leader_election, reassign_partitions
@@ -88,7 +88,7 @@ def main() -> None:
 
 
 for command in (storage, server_start, health, dev_quorum, topics, quorum, cluster, configs, acls_command,
-                get_offsets, log_dirs, broker_api_versions, reassign_partitions, leader_election):
+                get_offsets, delete_records, log_dirs, broker_api_versions, reassign_partitions, leader_election):
     main.add_command(command)
 
 

@@ -1,5 +1,6 @@
-"""Tools that ask the brokers: ``kraft get-offsets`` (kafka-get-offsets.sh), ``kraft log-dirs``
-(kafka-log-dirs.sh) and ``kraft broker-api-versions`` (kafka-broker-api-versions.sh)."""
+"""Tools that ask the brokers: ``kraft get-offsets`` (kafka-get-offsets.sh), ``kraft
+delete-records`` (kafka-delete-records.sh), ``kraft log-dirs`` (kafka-log-dirs.sh) and ``kraft
+broker-api-versions`` (kafka-broker-api-versions.sh)."""
 from __future__ import annotations
 
 import json
@@ -51,6 +52,57 @@ def get_offsets(bootstrap_server: str, topic: str, partitions: str | None, when:
         return
     for (t, p), (offset, _) in sorted(found.items()):
         click.echo(f"{t}:{p}:{offset if offset >= 0 else ''}")
+
+
+@click.command("delete-records")
+@command_config_option
+@click.option("--bootstrap-server", required=True, help="HOST:PORT[,HOST:PORT] of brokers (gRPC listeners)")
+@click.option("--offset-json-file", required=True, type=click.Path(dir_okay=False),
+              help='JSON as kafka-delete-records.sh reads it: {"partitions": [{"topic": "t", "partition": 0, '
+                   '"offset": 10}], "version": 1}; offset -1 is the high watermark')
+def delete_records(bootstrap_server: str, offset_json_file: str) -> None:
+    """Delete the records below an offset in each partition listed (kafka-delete-records.sh):
+    the partition's log start offset moves up to it, and its new low watermark is printed."""
+    from clients.admin import Admin
+    from clients.cluster_view import CLIENT_ERRORS
+    try:
+        wanted = _offsets_to_delete(offset_json_file)
+    except (OSError, ValueError) as e:
+        fail(f"--offset-json-file {offset_json_file}: {e}")
+        return
+
+    async def ask() -> dict[tuple[str, int], int]:
+        async with Admin(bootstrap_server, tls=command_tls()) as admin:
+            return await admin.delete_records(wanted)
+    click.echo("Executing records delete operation")
+    try:
+        done = run(ask())
+    except CLIENT_ERRORS as e:
+        fail(str(e))
+        return
+    click.echo("Records delete operation completed:")
+    for (t, p), low in sorted(done.items()):
+        click.echo(f"partition: {t}-{p}\tlow_watermark: {low}")
+
+
+def _offsets_to_delete(path: str) -> dict[tuple[str, int], int]:
+    """kafka-delete-records.sh's offset file, read as (topic, partition) -> offset; ValueError
+    says what is wrong with it."""
+    with open(path, encoding="utf-8") as f:
+        doc = json.load(f)
+    entries = doc.get("partitions") if isinstance(doc, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise ValueError('expected {"partitions": [{"topic": ..., "partition": ..., "offset": ...}], "version": 1}')
+    out: dict[tuple[str, int], int] = {}
+    for e in entries:
+        if not (isinstance(e, dict) and isinstance(e.get("topic"), str) and isinstance(e.get("partition"), int)
+                and isinstance(e.get("offset"), int)):
+            raise ValueError(f"each partition needs a string topic and integer partition and offset, not {e}")
+        key = (e["topic"], e["partition"])
+        if key in out:
+            raise ValueError(f"the file lists partition {key[0]}-{key[1]} twice")
+        out[key] = e["offset"]
+    return out
 
 
 @click.command("log-dirs")
