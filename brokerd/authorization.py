@@ -3,7 +3,7 @@ both front ends: the gRPC service and the Kafka listener call these instead of t
 core functions, with the request's ``Access``.
 
 Kafka's operations: Produce WRITE on each topic; Fetch READ on each topic, or CLUSTER_ACTION
-on the cluster for a follower; ListOffsets DESCRIBE; OffsetsForLeaderEpoch CLUSTER_ACTION or
+on the cluster for a follower; ListOffsets DESCRIBE; DescribeProducers READ; OffsetsForLeaderEpoch CLUSTER_ACTION or
 else DESCRIBE; Metadata DESCRIBE (a listing leaves the other topics out, a named topic is
 refused); InitProducerId IDEMPOTENT_WRITE on the cluster or WRITE on some topic; the group
 APIs READ (joining, syncing, heartbeats, leaving, committing), DESCRIBE (finding the
@@ -36,6 +36,7 @@ from .group_coordinator import GroupCoordinator
 from .offsets import list_offsets as list_offsets_of, offsets_for_leader_epoch as leader_epoch_offsets
 from .produce import produce as produce_records
 from .producer_ids import ProducerIdManager
+from .producer_state import describe_producers as describe_producers_of
 from .replica_manager import ReplicaManager
 from .transaction_coordinator import TransactionCoordinator
 from .transaction_markers import write_txn_markers as write_markers
@@ -112,6 +113,17 @@ def list_offsets(rm: ReplicaManager, req: r.ListOffsetsRequest, access: Access) 
     resp = list_offsets_of(rm, ours)
     _refuse(resp.topics, refused, r.ListOffsetsTopicResponse, r.ListOffsetsPartitionResponse,
             lambda n: access.topic_denied(O.DESCRIBE, n), timestamp=-1, offset=-1)
+    return resp
+
+
+def describe_producers(rm: ReplicaManager, req: r.DescribeProducersRequest,
+                       access: Access) -> r.DescribeProducersResponse:
+    """READ on each topic, as Kafka asks."""
+    ours, refused = _split(req, _topic_check(access, O.READ))
+    resp = describe_producers_of(rm, ours)
+    resp.partitions.extend(r.DescribedPartitionProducers(
+        topic=t.name, partition=i, error_code=TOPIC_DENIED, error_message=access.topic_denied(O.READ, t.name))
+        for t in refused for i in t.partitions)
     return resp
 
 

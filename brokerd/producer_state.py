@@ -23,9 +23,15 @@ import struct
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from common.errors import ErrorCode, KafkaError
+
+from .requests import (DescribedPartitionProducers, DescribeProducersRequest, DescribeProducersResponse,
+                       ProducerStateDescription)
+
+if TYPE_CHECKING:
+    from .replica_manager import ReplicaManager
 
 #: Batches remembered per producer (Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN): the
 #: producer has at most five requests in flight per partition, so a retry is one of them.
@@ -228,9 +234,36 @@ class ProducerStateManager:
             del self.producers[pid]
         return gone
 
+    def describe(self) -> list[ProducerStateDescription]:
+        """Kafka's DescribeProducers for this partition: each producer, and where its open
+        transaction (if any) began."""
+        out = {pid: ProducerStateDescription(producer_id=pid, producer_epoch=e.epoch, last_sequence=e.last_seq,
+                                             last_timestamp=e.last_timestamp,
+                                             current_txn_start_offset=self.ongoing.get(pid, -1))
+               for pid, e in self.producers.items()}
+        for pid, first in self.ongoing.items():  # an open transaction whose entry expired
+            out.setdefault(pid, ProducerStateDescription(producer_id=pid, producer_epoch=-1,
+                                                         current_txn_start_offset=first))
+        return sorted(out.values(), key=lambda d: d.producer_id)
+
     def expire(self, now_ms: int, expiration_ms: int) -> list[int]:
         """Producers silent for ``producer.id.expiration.ms``."""
         gone = [pid for pid, e in self.producers.items() if now_ms - e.last_timestamp >= expiration_ms]
         for pid in gone:
             del self.producers[pid]
         return gone
+
+
+def describe_producers(rm: "ReplicaManager", req: DescribeProducersRequest) -> DescribeProducersResponse:
+    """The producers each partition's leader keeps state for (Kafka's DescribeProducers, API
+    61): kraft transactions --abort and --find-hanging read the open transactions here."""
+    resp = DescribeProducersResponse()
+    for t in req.topics:
+        for index in t.partitions:
+            d = DescribedPartitionProducers(topic=t.name, partition=index)
+            try:
+                d.producers = rm.leader(t.name, index).log.producers.describe()
+            except KafkaError as e:
+                d.error_code, d.error_message = int(e.code), e.message
+            resp.partitions.append(d)
+    return resp

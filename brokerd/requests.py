@@ -271,3 +271,40 @@ class InitProducerIdResponse:
     error_message: str = ""
     producer_id: int = 0
     producer_epoch: int = 0
+
+
+# -- DescribeProducers (Kafka API 61; kraft transactions --abort and --find-hanging) ----------------
+
+@dataclass(slots=True)
+class DescribeProducersTopic:
+    name: str = ""
+    partitions: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DescribeProducersRequest:
+    topics: list[DescribeProducersTopic] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ProducerStateDescription:
+    producer_id: int = 0
+    producer_epoch: int = 0
+    last_sequence: int = -1
+    last_timestamp: int = -1
+    coordinator_epoch: int = -1
+    current_txn_start_offset: int = -1  # -1: no transaction open in the partition
+
+
+@dataclass(slots=True)
+class DescribedPartitionProducers:
+    topic: str = ""
+    partition: int = 0
+    error_code: int = 0
+    error_message: str = ""
+    producers: list[ProducerStateDescription] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DescribeProducersResponse:
+    partitions: list[DescribedPartitionProducers] = field(default_factory=list)

@@ -395,3 +395,117 @@ def test_the_coordinators_broker_killed_mid_transaction(cluster):
     finally:
         cluster.start_broker(coordinator)
         asyncio.run(cluster.wait_unfenced(timeout=60))
+
+
+# -- our Producer's transactional API (clients.Producer(transactional_id=...)) ------------------------
+
+async def _read_ours(cluster: BrokerCluster, tps: list[tuple[str, int]], isolation: str, expected: int,
+                     timeout: float = 20) -> list[bytes]:
+    """Every value our Consumer with ``isolation`` reads from ``tps``, once it has ``expected``
+    and three more polls brought nothing new."""
+    from clients.consumer import Consumer as OurConsumer
+
+    async with OurConsumer(cluster.bootstrap_servers, isolation_level=isolation, fetch_max_wait_ms=100,
+                           auto_offset_reset="earliest") as c:
+        await c.assign(tps)
+        got: list[bytes] = []
+        deadline = time.monotonic() + timeout
+        while len(got) < expected and time.monotonic() < deadline:
+            got.extend(r.value for r in await c.poll(200))
+        for _ in range(3):
+            got.extend(r.value for r in await c.poll(200))
+        return got
+
+
+def test_our_producer_commits_one_transaction_and_aborts_another(cluster):
+    """Over the brokers' gRPC: init, a transaction over two topics committed, one aborted, one
+    more committed; our read_committed Consumer sees only the committed records, a
+    read_uncommitted one sees all of them."""
+    from clients import Producer as OurProducer
+
+    for t in ("ours-a", "ours-b"):
+        asyncio.run(cluster.create_topic(t, partitions=1, rf=3))
+    tps = [("ours-a", 0), ("ours-b", 0)]
+
+    async def go() -> None:
+        async with OurProducer(cluster.bootstrap_servers, transactional_id="ours-e2e", linger_ms=5) as p:
+            await p.init_transactions()
+            for tag, commit in (("c1", True), ("a1", False), ("c2", True)):
+                p.begin_transaction()
+                futures = [await p.send(t, f"{tag}-{t}".encode(), partition=0) for t, _ in tps]
+                if commit:
+                    await p.commit_transaction()
+                    assert all(f.done() and f.exception() is None for f in futures)
+                else:
+                    await p.flush()  # written, then aborted (what is still queued is dropped)
+                    await p.abort_transaction()
+    asyncio.run(go())
+    committed = asyncio.run(_read_ours(cluster, tps, "read_committed", 4))
+    assert sorted(committed) == sorted(f"{tag}-{t}".encode() for tag in ("c1", "c2") for t, _ in tps)
+    everything = asyncio.run(_read_ours(cluster, tps, "read_uncommitted", 6))
+    assert len(everything) == 6 and {b"a1-ours-a", b"a1-ours-b"} <= set(everything)
+
+
+def test_our_producer_fenced_by_a_second_one_raises_a_fatal_error(cluster):
+    """Two of our producers with one transactional id: the second's init_transactions fences
+    the first, whose commit then raises ProducerFencedError, and so does every later call;
+    nothing the first wrote becomes visible."""
+    from clients import Producer as OurProducer
+    from clients.transactions import ProducerFencedError, TransactionFatalError
+
+    asyncio.run(cluster.create_topic("ours-fence", partitions=1, rf=3))
+
+    async def go() -> None:
+        async with OurProducer(cluster.bootstrap_servers, transactional_id="ours-fence") as old, \
+                OurProducer(cluster.bootstrap_servers, transactional_id="ours-fence") as new:
+            await old.init_transactions()
+            old.begin_transaction()
+            await (await old.send("ours-fence", b"zombie", partition=0))
+            await new.init_transactions()
+            with pytest.raises(ProducerFencedError) as e:
+                await old.commit_transaction()
+            assert isinstance(e.value, TransactionFatalError) and "PRODUCER_FENCED" in str(e.value)
+            with pytest.raises(ProducerFencedError):
+                old.begin_transaction()  # the producer is unusable from now on
+            new.begin_transaction()
+            await new.send("ours-fence", b"new", partition=0)
+            await new.commit_transaction()
+    asyncio.run(go())
+    assert asyncio.run(_read_ours(cluster, [("ours-fence", 0)], "read_committed", 1)) == [b"new"]
+
+
+def test_our_consume_transform_produce_commits_offsets_with_the_transaction(cluster):
+    """Our Consumer in a group reads the input, our Producer writes the transformed records
+    and the consumer's offsets in one transaction (send_offsets_to_transaction): an aborted
+    round commits neither, a committed one both."""
+    from clients import Consumer as OurConsumer, Producer as OurProducer
+
+    for t in ("ctp-in", "ctp-out"):
+        asyncio.run(cluster.create_topic(t, partitions=1, rf=3))
+
+    async def go() -> None:
+        async with OurProducer(cluster.bootstrap_servers) as plain:
+            for i in range(5):
+                await plain.send("ctp-in", f"in-{i}".encode(), partition=0)
+        async with OurProducer(cluster.bootstrap_servers, transactional_id="ours-ctp") as p, \
+                OurConsumer(cluster.bootstrap_servers, group_id="ctp", auto_offset_reset="earliest",
+                            enable_auto_commit=False, isolation_level="read_committed") as c:
+            await p.init_transactions()
+            await c.subscribe(["ctp-in"])
+            records: list = []
+            while len(records) < 5:
+                records.extend(await c.poll(500))
+            for commit in (False, True):
+                p.begin_transaction()
+                for r in records:
+                    await p.send("ctp-out", r.value.replace(b"in", b"out"), partition=0)
+                await p.send_offsets_to_transaction({("ctp-in", 0): records[-1].offset + 1}, c.group_metadata())
+                if commit:
+                    await p.commit_transaction()
+                else:
+                    await p.abort_transaction()
+                    assert await c.committed("ctp-in", 0) is None
+            assert await eventually(lambda: c.committed("ctp-in", 0), 10) == 5
+    asyncio.run(go())
+    assert asyncio.run(_read_ours(cluster, [("ctp-out", 0)], "read_committed", 5)) == \
+        [f"out-{i}".encode() for i in range(5)]
