@@ -45,7 +45,8 @@ class GroupAdmin(Admin):
         return {tp: offset for tp, (offset, _) in (await self.offsets({tp: which for tp in tps})).items()}
 
 
-def _table(rows: list[list[Any]]) -> str:
+def table(rows: list[list[Any]]) -> str:
+    """Columns padded to their widest cell (kafka-consumer-groups.sh and kafka-transactions.sh print so)."""
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     return "\n".join(" ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
@@ -97,7 +98,7 @@ async def _describe(admin: GroupAdmin, group_id: str) -> str:
                      "-" if r.log_end is None else r.log_end, "-" if r.lag is None else r.lag,
                      m.member_id if m else "-", m.client_id if m and m.client_id else "-"])
     head = "" if d.members else f"Consumer group '{group_id}' has no active members.\n\n"
-    return head + _table(rows) + f"\n\nState: {d.state}, generation {d.generation_id}, {len(d.members)} members"
+    return head + table(rows) + f"\n\nState: {d.state}, generation {d.generation_id}, {len(d.members)} members"
 
 
 async def _reset(admin: GroupAdmin, group_id: str, topic: str, how: tuple[str, int | None], execute: bool,
@@ -133,7 +134,7 @@ async def _reset(admin: GroupAdmin, group_id: str, topic: str, how: tuple[str, i
         await g.commit(new, managed=False)
     rows: list[list[Any]] = [["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]]
     rows += [[group_id, t, p, o] for (t, p), o in sorted(new.items())]
-    return _table(rows)
+    return table(rows)
 
 
 @click.command("consumer-groups")

@@ -6,6 +6,8 @@ records of aborted transactions."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -509,3 +511,81 @@ def test_our_consume_transform_produce_commits_offsets_with_the_transaction(clus
     asyncio.run(go())
     assert asyncio.run(_read_ours(cluster, [("ctp-out", 0)], "read_committed", 5)) == \
         [f"out-{i}".encode() for i in range(5)]
+
+
+# -- kraft transactions (kafka-transactions.sh) ----------------------------------------------------------
+
+async def _send_plain(cluster: BrokerCluster, topic: str, value: bytes) -> None:
+    from clients import Producer as OurProducer
+    async with OurProducer(cluster.bootstrap_servers) as p:
+        await (await p.send(topic, value, partition=0))
+
+
+def _kraft(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kraft.cli", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_kraft_transactions_lists_describes_finds_hanging_and_aborts(cluster):
+    """The tool against the cluster: list and describe an open transaction; a transactional
+    batch written without any coordinator knowing it (a hanging transaction, which KIP-890
+    prevents for producers that name their transactional id) is found by find-hanging, holds
+    read_committed readers, and is gone once ``abort --start-offset`` wrote its marker."""
+    from clients import Producer as OurProducer
+    from clients.records import build_batch, set_producer
+    from protos import broker_pb2 as bpb
+    from tests.brokercluster import _stub
+
+    asyncio.run(cluster.create_topic("hang", partitions=1, rf=3))
+    boot = ["transactions", "--bootstrap-server", cluster.bootstrap_servers]
+
+    async def open_and_hang() -> tuple[OurProducer, int]:
+        p = await OurProducer(cluster.bootstrap_servers, transactional_id="tool-open").start()
+        await p.init_transactions()
+        p.begin_transaction()
+        await (await p.send("hang", b"open", partition=0))
+        leader = (await cluster.describe_topic("hang")).partitions[0].leader
+        async with _stub(cluster.address(leader)) as s:
+            pid = (await s.InitProducerId(bpb.InitProducerIdRequest())).producer_id
+            batch = build_batch([(None, b"hanging", int(time.time() * 1000), ())])
+            set_producer(batch, pid, 0, 0, transactional=True)
+            r = await s.Produce(bpb.ProduceRequest(acks=-1, topics=[bpb.ProduceTopicData(
+                name="hang", partitions=[bpb.ProducePartitionData(partition=0, batch=batch)])]))
+            assert r.topics[0].partitions[0].error_code == 0
+            return p, r.topics[0].partitions[0].base_offset
+
+    loop = asyncio.new_event_loop()
+    try:
+        p, hanging_offset = loop.run_until_complete(open_and_hang())
+        listed = _kraft(*boot, "list")
+        assert listed.returncode == 0, listed.stderr
+        row = next(line.split() for line in listed.stdout.splitlines() if line.startswith("tool-open "))
+        assert row[3] == "Ongoing"
+        described = _kraft(*boot, "describe", "--transactional-id", "tool-open")
+        assert described.returncode == 0, described.stderr
+        assert described.stdout.splitlines()[0].split()[:5] == ["CoordinatorId", "TransactionalId", "ProducerId",
+                                                               "ProducerEpoch", "TransactionState"]
+        fields = described.stdout.splitlines()[1].split()
+        assert fields[1] == "tool-open" and fields[4] == "Ongoing" and fields[-1] == "hang-0"
+        missing = _kraft(*boot, "describe", "--transactional-id", "no-such-id")
+        assert missing.returncode == 1 and missing.stderr.startswith("Error: TRANSACTIONAL_ID_NOT_FOUND"), missing.stderr
+        leader = asyncio.run(cluster.describe_topic("hang")).partitions[0].leader
+        hanging = _kraft(*boot, "find-hanging", "--broker-id", str(leader), "--max-transaction-timeout", "0")
+        assert hanging.returncode == 0, hanging.stderr
+        rows = [line.split() for line in hanging.stdout.splitlines()[1:]]
+        # the open transaction of tool-open is not hanging: its coordinator has it Ongoing
+        assert [(r[0], r[1], r[5]) for r in rows] == [("hang", "0", str(hanging_offset))], hanging.stdout
+        loop.run_until_complete(p.abort_transaction())
+        aborted = _kraft(*boot, "abort", "--topic", "hang", "--partition", "0", "--start-offset", str(hanging_offset))
+        assert aborted.returncode == 0, aborted.stderr
+        assert _kraft(*boot, "find-hanging", "--broker-id", str(leader), "--max-transaction-timeout", "0"
+                      ).stdout.splitlines()[1:] == []
+        loop.run_until_complete(_send_plain(cluster, "hang", b"after"))
+        # both transactions aborted, and nothing holds read_committed readers back any more
+        assert asyncio.run(_read_ours(cluster, [("hang", 0)], "read_committed", 1)) == [b"after"]
+        again = _kraft(*boot, "abort", "--topic", "hang", "--partition", "0", "--start-offset", str(hanging_offset))
+        assert again.returncode == 1 and "Could not find any open transactions" in again.stderr
+        both = _kraft(*boot, "abort", "--topic", "hang", "--partition", "0", "--start-offset", "0", "--producer-id", "1")
+        assert both.returncode == 1 and both.stderr.startswith("Error: give either")
+    finally:
+        loop.run_until_complete(p.close())
+        loop.close()
