@@ -18,6 +18,7 @@ from tests.brokercluster import BrokerCluster, running_cluster
 from tests.eventually import eventually
 
 TOPICS = ("txn-a", "txn-b")
+EXPIRATION_MS = 15_000
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +26,11 @@ def cluster(tmp_path_factory) -> Iterator[BrokerCluster]:
     with running_cluster(tmp_path_factory.mktemp("txn"),
                          {"transaction.state.log.num.partitions": "3", "offsets.topic.num.partitions": "1",
                           "group.initial.rebalance.delay.ms": "0", "transaction.max.timeout.ms": "60000",
-                          "transaction.abort.timed.out.transaction.cleanup.interval.ms": "300"}) as c:
+                          "transaction.abort.timed.out.transaction.cleanup.interval.ms": "300",
+                          # idle ids go after 15 s (test_an_idle_transactional_id_expires); no test
+                          # leaves one idle that long and uses it again
+                          "transactional.id.expiration.ms": str(EXPIRATION_MS),
+                          "transaction.remove.expired.transaction.cleanup.interval.ms": "500"}) as c:
         for t in TOPICS:
             asyncio.run(c.create_topic(t, partitions=2, rf=3))
         yield c
@@ -482,34 +487,34 @@ def test_our_consume_transform_produce_commits_offsets_with_the_transaction(clus
     round commits neither, a committed one both."""
     from clients import Consumer as OurConsumer, Producer as OurProducer
 
-    for t in ("ctp-in", "ctp-out"):
+    for t in ("ours-ctp-in", "ours-ctp-out"):
         asyncio.run(cluster.create_topic(t, partitions=1, rf=3))
 
     async def go() -> None:
         async with OurProducer(cluster.bootstrap_servers) as plain:
             for i in range(5):
-                await plain.send("ctp-in", f"in-{i}".encode(), partition=0)
+                await plain.send("ours-ctp-in", f"in-{i}".encode(), partition=0)
         async with OurProducer(cluster.bootstrap_servers, transactional_id="ours-ctp") as p, \
                 OurConsumer(cluster.bootstrap_servers, group_id="ctp", auto_offset_reset="earliest",
                             enable_auto_commit=False, isolation_level="read_committed") as c:
             await p.init_transactions()
-            await c.subscribe(["ctp-in"])
+            await c.subscribe(["ours-ctp-in"])
             records: list = []
             while len(records) < 5:
                 records.extend(await c.poll(500))
             for commit in (False, True):
                 p.begin_transaction()
                 for r in records:
-                    await p.send("ctp-out", r.value.replace(b"in", b"out"), partition=0)
-                await p.send_offsets_to_transaction({("ctp-in", 0): records[-1].offset + 1}, c.group_metadata())
+                    await p.send("ours-ctp-out", r.value.replace(b"in", b"out"), partition=0)
+                await p.send_offsets_to_transaction({("ours-ctp-in", 0): records[-1].offset + 1}, c.group_metadata())
                 if commit:
                     await p.commit_transaction()
                 else:
                     await p.abort_transaction()
-                    assert await c.committed("ctp-in", 0) is None
-            assert await eventually(lambda: c.committed("ctp-in", 0), 10) == 5
+                    assert await c.committed("ours-ctp-in", 0) is None
+            assert await eventually(lambda: c.committed("ours-ctp-in", 0), 10) == 5
     asyncio.run(go())
-    assert asyncio.run(_read_ours(cluster, [("ctp-out", 0)], "read_committed", 5)) == \
+    assert asyncio.run(_read_ours(cluster, [("ours-ctp-out", 0)], "read_committed", 5)) == \
         [f"out-{i}".encode() for i in range(5)]
 
 
@@ -589,3 +594,39 @@ def test_kraft_transactions_lists_describes_finds_hanging_and_aborts(cluster):
     finally:
         loop.run_until_complete(p.close())
         loop.close()
+
+
+def test_an_idle_transactional_id_expires(cluster):
+    """transactional.id.expiration.ms: an id whose last transaction completed and that then
+    stays idle is forgotten by its coordinator (a tombstone in __transaction_state): describe
+    finds it no more, and its next init_transactions starts over with a new producer id."""
+    from clients import Producer as OurProducer
+    from clients.admin import Admin
+    from common.errors import ErrorCode, KafkaError as OurKafkaError
+
+    asyncio.run(cluster.create_topic("expire", partitions=1, rf=3))
+
+    async def go() -> None:
+        async with OurProducer(cluster.bootstrap_servers, transactional_id="tx-expire") as p:
+            await p.init_transactions()
+            first_id = p.producer_id
+            p.begin_transaction()
+            await p.send("expire", b"v", partition=0)
+            await p.commit_transaction()
+        async with Admin(cluster.bootstrap_servers) as admin:
+            _, d = await admin.describe_transaction("tx-expire")
+            assert d.state in ("PrepareCommit", "CompleteCommit")
+            committed = time.monotonic()
+
+            async def gone() -> bool:
+                try:
+                    await admin.describe_transaction("tx-expire")
+                    return False
+                except OurKafkaError as e:
+                    return e.code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+            await eventually(gone, EXPIRATION_MS / 1000 + 10, what="the idle transactional id expired")
+            assert time.monotonic() - committed >= EXPIRATION_MS / 1000 - 1.5  # not before its time
+        async with OurProducer(cluster.bootstrap_servers, transactional_id="tx-expire") as p:
+            await p.init_transactions()
+            assert p.producer_id != first_id and p.producer_epoch == 0
+    asyncio.run(go())
