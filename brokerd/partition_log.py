@@ -97,6 +97,8 @@ class PartitionLog:
         self.first_dirty_offset = _EPOCH.unpack(clean)[0] if clean is not None else 0
         #: The oldest tombstone the last compaction kept (inf: none; None: not known yet).
         self.oldest_tombstone_ms: float | None = None
+        #: Markers whose transaction compaction found empty, by offset: since when (log_cleaner).
+        self.empty_markers: dict[int, int] = {}
         #: Counts truncations, so a compaction pass that spans one can tell and give up (the
         #: offsets it mapped may since hold other records).
         self.truncations = 0
