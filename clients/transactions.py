@@ -258,6 +258,9 @@ class TransactionManager:
         self._require(TxnState.IN_TRANSACTION, action="send offsets to a transaction")
         deadline = self._deadline()
         try:
+            # The group's coordinator first: finding it has __consumer_offsets created, which
+            # AddOffsetsToTxn needs (the partition it adds is the group's).
+            await self._find(COORDINATOR_GROUP, group.group_id, deadline)
             await self._call(COORDINATOR_TRANSACTION, self.transactional_id, "AddOffsetsToTxn",
                              pb.AddOffsetsToTxnRequest(transactional_id=self.transactional_id,
                                                        producer_id=self.producer_id, producer_epoch=self.producer_epoch,
