@@ -165,6 +165,14 @@ class ProducerStateManager:
         that range must be told)."""
         return [a for a in self.aborted if a.last_offset >= start and a.first_offset < end]
 
+    def check_epoch(self, producer_id: int, epoch: int, offset: int) -> None:
+        """INVALID_PRODUCER_EPOCH for a batch of an epoch the partition has seen superseded."""
+        e = self.producers.get(producer_id)
+        if e is not None and epoch < e.epoch:
+            raise KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH,
+                              f"Epoch of producer {producer_id} at offset {offset} in {self.name} is {epoch}, "
+                              f"which is smaller than the last seen epoch {e.epoch}")
+
     def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, offset: int
               ) -> BatchMetadata | None:
         """Judge a batch before the leader appends it: None to append it, the original's
@@ -178,10 +186,7 @@ class ProducerStateManager:
                                   f"with the producerId={producer_id} has been removed due to hitting the "
                                   f"retention limit.")
             return None
-        if epoch < e.epoch:
-            raise KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH,
-                              f"Epoch of producer {producer_id} at offset {offset} in {self.name} is {epoch}, "
-                              f"which is smaller than the last seen epoch {e.epoch}")
+        self.check_epoch(producer_id, epoch, offset)
         if epoch > e.epoch:
             if first_seq != 0:
                 raise KafkaError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,

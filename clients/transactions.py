@@ -92,6 +92,7 @@ class TransactionManager:
         #: Partitions in the open transaction (the coordinator said so); batches wait for this.
         self.added: set[tuple[str, int]] = set()
         self._pending: set[tuple[str, int]] = set()
+        self._offsets_added = False  # AddOffsetsToTxn put a group's offsets in the open transaction
         self._adding: asyncio.Task | None = None
         self._coordinators: dict[tuple[int, str], str] = {}
 
@@ -266,6 +267,7 @@ class TransactionManager:
                                                        producer_id=self.producer_id, producer_epoch=self.producer_epoch,
                                                        group_id=group.group_id),
                              deadline, lambda r: (ErrorCode.of(r.error_code), r.error_message))
+            self._offsets_added = True
             commit = pb.OffsetCommitRequest(group_id=group.group_id, generation_id=group.generation_id,
                                             member_id=group.member_id)
             if group.group_instance_id is not None:
@@ -295,10 +297,11 @@ class TransactionManager:
         self.state = TxnState.ABORTING
 
     async def end(self, commit: bool) -> None:
-        """EndTxn (when a partition joined the transaction), then ready for the next one."""
+        """EndTxn (when a partition or a group's offsets joined the transaction), then ready
+        for the next one."""
         if commit and self.state in (TxnState.ABORTABLE_ERROR, TxnState.FATAL_ERROR) and self.error is not None:
             raise self.error  # a batch failed while the commit waited for the answers
-        if self.added:
+        if self.added or self._offsets_added:
             try:
                 await self._call(COORDINATOR_TRANSACTION, self.transactional_id, "EndTxn",
                                  pb.EndTxnRequest(transactional_id=self.transactional_id, producer_id=self.producer_id,
@@ -309,6 +312,7 @@ class TransactionManager:
             except KafkaError as e:
                 raise self._fail(e)
         self.added.clear()
+        self._offsets_added = False
         self.state, self.error = TxnState.READY, None
 
 

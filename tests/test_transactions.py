@@ -630,3 +630,47 @@ def test_an_idle_transactional_id_expires(cluster):
             await p.init_transactions()
             assert p.producer_id != first_id and p.producer_epoch == 0
     asyncio.run(go())
+
+
+def test_a_fenced_producers_txn_offset_commit_is_refused(cluster):
+    """A zombie's TxnOffsetCommit: once a newer producer with its transactional id has fenced
+    it (the abort marker of its transaction reached the offsets partition under the new
+    epoch), its offsets under the old epoch are refused with PRODUCER_FENCED, not kept pending
+    where the new producer's commit marker would commit them."""
+    from clients import Producer as OurProducer
+    from clients.consumer_coordinator import ConsumerGroupMetadata
+    from common.errors import ErrorCode
+    from protos import broker_pb2 as bpb
+    from tests.brokercluster import _stub
+
+    asyncio.run(cluster.create_topic("zombie-in", partitions=1, rf=3))
+    group = ConsumerGroupMetadata("zombie-group")
+
+    async def go() -> None:
+        async with OurProducer(cluster.bootstrap_servers, transactional_id="tx-zombie") as old, \
+                OurProducer(cluster.bootstrap_servers, transactional_id="tx-zombie") as new:
+            await old.init_transactions()
+            old.begin_transaction()
+            await old.send_offsets_to_transaction({("zombie-in", 0): 1}, group)
+            await new.init_transactions()  # fences old: its transaction is aborted under a new epoch
+            async with _stub(cluster.address(cluster.ids[0])) as s:
+                found = await s.FindCoordinator(bpb.FindCoordinatorRequest(key=group.group_id))
+            async with _stub(f"{found.host}:{found.port}") as s:
+                r = await s.TxnOffsetCommit(bpb.TxnOffsetCommitRequest(
+                    transactional_id="tx-zombie", producer_id=old.producer_id, producer_epoch=old.producer_epoch,
+                    offsets=bpb.OffsetCommitRequest(group_id=group.group_id, generation_id=-1, topics=[
+                        bpb.OffsetCommitTopic(name="zombie-in", partitions=[
+                            bpb.OffsetCommitPartition(partition=0, offset=5, leader_epoch=-1)])])))
+                code = r.topics[0].partitions[0].error_code
+                assert code in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH), ErrorCode.of(code).name
+            new.begin_transaction()
+            await new.send_offsets_to_transaction({("zombie-in", 0): 2}, group)
+            await new.commit_transaction()
+            async with _stub(f"{found.host}:{found.port}") as s:
+                async def committed() -> int | None:
+                    r = await s.OffsetFetch(bpb.OffsetFetchRequest(group_id=group.group_id, topics=[
+                        bpb.OffsetFetchTopic(name="zombie-in", partitions=[0])]))
+                    offset = r.topics[0].partitions[0].offset if r.topics else -1
+                    return offset if offset >= 0 else None
+                assert await eventually(committed, 10) == 2  # the zombie's 5 never counts
+    asyncio.run(go())
