@@ -147,7 +147,7 @@ class Admin:
                 return None
         brokers = dict(self.cluster.brokers)
         answers = await asyncio.gather(*(one(a) for a in brokers.values()))
-        out = []
+        out: list[tuple[int, pb.ListedTransaction]] = []
         for bid, r in zip(brokers, answers, strict=True):
             if r is None:
                 continue

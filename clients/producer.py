@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
@@ -279,7 +279,7 @@ class Producer:
         if self._epoch_bump:  # a batch failed, so its partition's sequence has a hole (KIP-360)
             self._use_producer(*await txn.init(self.producer_id, self.producer_epoch))
 
-    def _fail_queued(self, error: BaseException, only: Any = None) -> None:
+    def _fail_queued(self, error: BaseException, only: Callable[[tuple[str, int]], bool] | None = None) -> None:
         """Fail the batches not sent yet (of the partitions ``only`` lets through)."""
         for tp, dq in self.acc.batches.items():
             if only is not None and not only(tp):

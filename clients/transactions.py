@@ -212,7 +212,7 @@ class TransactionManager:
             r = await self._call(COORDINATOR_TRANSACTION, self.transactional_id, "InitTransactionalProducer", req,
                                  self._deadline(), lambda r: (ErrorCode.of(r.error_code), r.error_message))
         except KafkaError as e:
-            raise self._fail(e if isinstance(e, TransactionFatalError) else TransactionFatalError(e.code, e.message))
+            raise self._fail(e if isinstance(e, TransactionFatalError) else TransactionFatalError(e.code, e.message)) from None
         self.producer_id, self.producer_epoch = r.producer_id, r.producer_epoch
         self.state, self.error = TxnState.READY, None
         log.info("transactional id %s: producer id %d, epoch %d", self.transactional_id, r.producer_id,
@@ -248,7 +248,7 @@ class TransactionManager:
             await self._call(COORDINATOR_TRANSACTION, self.transactional_id, "AddPartitionsToTxn", req,
                              self._deadline(), _partition_error)
         except KafkaError as e:
-            raise self._fail(e)
+            raise self._fail(e) from None
         self.added.update(wanted)
 
     # -- offsets (consume-transform-produce) ------------------------------------------------------------
@@ -284,7 +284,7 @@ class TransactionManager:
         except KafkaTimeoutError:
             raise
         except KafkaError as e:
-            raise self._fail(e)
+            raise self._fail(e) from None
 
     # -- EndTxn --------------------------------------------------------------------------------------
 
@@ -310,7 +310,7 @@ class TransactionManager:
             except KafkaTimeoutError:
                 raise
             except KafkaError as e:
-                raise self._fail(e)
+                raise self._fail(e) from None
         self.added.clear()
         self._offsets_added = False
         self.state, self.error = TxnState.READY, None
