@@ -87,6 +87,8 @@ class BrokerConfig:
     transaction_state_replication_factor: int = 3  # transaction.state.log.replication.factor
     transaction_max_timeout_ms: int = 900_000  # transaction.max.timeout.ms
     transaction_abort_interval_ms: int = 10_000  # transaction.abort.timed.out.transaction.cleanup.interval.ms
+    transactional_id_expiration_ms: int = 604_800_000  # transactional.id.expiration.ms
+    transaction_expire_interval_ms: int = 3_600_000  # transaction.remove.expired.transaction.cleanup.interval.ms
 
     def security_protocol(self, listener: str) -> str:
         return self.security[listener].protocol
@@ -137,6 +139,8 @@ class BrokerConfig:
             transaction_state_replication_factor=cfg.int("transaction.state.log.replication.factor"),
             transaction_max_timeout_ms=cfg.int("transaction.max.timeout.ms"),
             transaction_abort_interval_ms=cfg.int("transaction.abort.timed.out.transaction.cleanup.interval.ms"),
+            transactional_id_expiration_ms=cfg.int("transactional.id.expiration.ms"),
+            transaction_expire_interval_ms=cfg.int("transaction.remove.expired.transaction.cleanup.interval.ms"),
             group_min_session_timeout_ms=cfg.int("group.min.session.timeout.ms"),
             group_max_session_timeout_ms=cfg.int("group.max.session.timeout.ms"),
             group_initial_rebalance_delay_ms=cfg.int("group.initial.rebalance.delay.ms"),

@@ -7,7 +7,7 @@ from common.errors import KafkaError
 
 from .replica_manager import ReplicaManager
 from .requests import (DescribeProducersPartitionResponse, DescribeProducersRequest, DescribeProducersResponse,
-                       DescribeProducersTopicResponse, ProducerStateView)
+                       DescribeProducersTopicResponse)
 
 
 def describe_producers(rm: ReplicaManager, request: DescribeProducersRequest) -> DescribeProducersResponse:
@@ -23,9 +23,5 @@ def describe_producers(rm: ReplicaManager, request: DescribeProducersRequest) ->
             except KafkaError as e:
                 a.error_code, a.error_message = int(e.code), e.message
                 continue
-            state = p.log.producers
-            a.active_producers = [ProducerStateView(
-                producer_id=e.producer_id, producer_epoch=e.epoch, last_sequence=e.last_seq,
-                last_timestamp=e.last_timestamp, current_txn_start_offset=state.ongoing.get(e.producer_id, -1))
-                for e in sorted(state.producers.values(), key=lambda e: e.producer_id)]
+            a.active_producers = p.log.producers.describe()
     return resp

@@ -259,6 +259,8 @@ class GroupCoordinator:
                 raise KafkaError(ErrorCode.NOT_COORDINATOR, e.message or None) from None
             if e.code == ErrorCode.RECORD_TOO_LARGE:
                 raise KafkaError(ErrorCode.INVALID_COMMIT_OFFSET_SIZE, e.message or None) from None
+            if e.code == ErrorCode.INVALID_PRODUCER_EPOCH:  # transactional offsets of a fenced producer
+                raise KafkaError(ErrorCode.PRODUCER_FENCED, e.message or None) from None
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, e.message or None) from None
 
     async def _persist_group(self, p: Partition, g: Group) -> None:

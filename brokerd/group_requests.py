@@ -8,9 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+COORDINATOR_GROUP, COORDINATOR_TRANSACTION = 0, 1  # FindCoordinator's key types (Kafka's CoordinatorType)
+
+
 @dataclass(slots=True)
 class FindCoordinatorRequest:
-    key: str = ""  # the group id
+    key: str = ""  # the group id, or the transactional id
+    key_type: int = 0  # 0: a group, 1: a transactional id (Kafka's CoordinatorType)
 
 
 @dataclass(slots=True)

@@ -8,9 +8,14 @@ delta, so every surviving record stays at its original offset; a batch left with
 is removed (consumers and followers step over the gap, as in Kafka). A tombstone (a null
 value) is kept until it is ``delete.retention.ms`` old, so that consumers have time to see the
 deletion, and then goes too; records without a key go, as Kafka's cleaner drops them.
-Batches of transactions and their markers are neither compacted nor count as a key's latest
-record (Kafka's rules for them are not implemented yet), so compaction never changes what a
-read_committed or read_uncommitted reader sees of a transaction.
+
+Transactions, by Kafka's rules: a pass stops at the last stable offset, so nothing of an open
+transaction (nor anything after its start) is compacted; the records of aborted transactions
+(the aborted-transaction index) go, whatever their keys; a committed transaction's records are
+compacted like any others; a marker stays while any record of its transaction does, and then
+for ``delete.retention.ms`` more (counted from the pass that first found its transaction
+empty, kept in memory: a restart only keeps it longer), so that a reader who saw the records
+also sees how their transaction ended.
 
 A pass runs when at least ``min.cleanable.dirty.ratio`` of the cleanable bytes were written
 since the last pass (``PartitionLog.first_dirty_offset``), or when a tombstone the last pass
@@ -24,11 +29,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from clients.compression import Codec, compress
-from clients.records import (Record, batch_crc, codec_of, decode_records, encode_record, is_transactional,
-                             records_bytes)
+from clients.records import (Record, batch_crc, codec_of, decode_records, encode_record, is_control,
+                             is_transactional, records_bytes)
 from protos import broker_pb2 as pb
 
 from .config import LogConfig
@@ -53,9 +59,9 @@ def _records(batch: pb.RecordBatch) -> list[Record]:
 
 
 async def clean(plog: PartitionLog, cfg: LogConfig, now_ms: int) -> CleanResult | None:
-    """One compaction pass over the log below its high watermark; None when there is not
+    """One compaction pass over the log below its last stable offset; None when there is not
     enough new data to be worth it."""
-    end = plog.high_watermark
+    end = plog.last_stable_offset
     heads = [h for h in plog.stored_batches(plog.log_start_offset) if h.last_offset < end]
     total = sum(h.size for h in heads)
     dirty = sum(h.size for h in heads if h.last_offset >= plog.first_dirty_offset)
@@ -64,24 +70,42 @@ async def clean(plog: PartitionLog, cfg: LogConfig, now_ms: int) -> CleanResult 
     if not heads or not (dirty and dirty / total >= cfg.min_cleanable_dirty_ratio or tombstones_due):
         return None
     truncations = plog.truncations
-    # 1. The offset of each key's latest record.
+    aborted = _aborted(plog)
+    # 1. The offset of each key's latest record (of plain and committed data).
     latest: dict[bytes, int] = {}
     for i, h in enumerate(heads):
         batch = plog.batch_at(h.base_offset)
-        if batch is not None and not is_transactional(batch):
+        if batch is not None and not is_control(batch) and not aborted(batch):
             for r in _records(batch):
                 if r.key is not None:
                     latest[r.key] = batch.base_offset + r.offset_delta
         if i % STEP == STEP - 1:
             await asyncio.sleep(0)
-    # 2. Each batch with the records that are still the latest of their key.
+    # 2. Each batch with the records that are still the latest of their key; markers whose
+    #    transaction has nothing left.
     replacements: dict[int, pb.RecordBatch | None] = {}
     removed = 0
     oldest_tombstone = float("inf")
+    alive: dict[int, bool] = {}  # producer id -> whether a record of its current transaction stays
     for i, h in enumerate(heads):
         batch = plog.batch_at(h.base_offset)
-        if batch is None or is_transactional(batch):
-            continue  # transactions' records and markers are left as they are (not yet compacted)
+        if batch is None:
+            continue
+        if is_control(batch):
+            if alive.pop(batch.producer_id, False):
+                plog.empty_markers.pop(batch.base_offset, None)
+                continue
+            since = plog.empty_markers.setdefault(batch.base_offset, now_ms)  # its transaction is empty
+            if since < horizon:
+                replacements[batch.base_offset] = None
+                plog.empty_markers.pop(batch.base_offset)
+            else:
+                oldest_tombstone = min(oldest_tombstone, since)  # a pass is due when it may go
+            continue
+        if aborted(batch):
+            removed += batch.record_count
+            replacements[h.base_offset] = None
+            continue
         records = _records(batch)
         kept = [r for r in records
                 if r.key is not None and latest.get(r.key) == batch.base_offset + r.offset_delta
@@ -89,6 +113,8 @@ async def clean(plog: PartitionLog, cfg: LogConfig, now_ms: int) -> CleanResult 
         for r in kept:
             if r.value is None:
                 oldest_tombstone = min(oldest_tombstone, batch.base_timestamp + r.timestamp_delta)
+        if is_transactional(batch) and kept:
+            alive[batch.producer_id] = True
         if len(kept) < len(records):
             removed += len(records) - len(kept)
             replacements[h.base_offset] = _rewritten(batch, kept) if kept else None
@@ -102,6 +128,18 @@ async def clean(plog: PartitionLog, cfg: LogConfig, now_ms: int) -> CleanResult 
         await asyncio.to_thread(plog.reclaim_space)
     return CleanResult(sum(1 for b in replacements.values() if b is not None),
                        sum(1 for b in replacements.values() if b is None), removed, freed, end)
+
+
+def _aborted(plog: PartitionLog) -> Callable[[pb.RecordBatch], bool]:
+    """Whether a data batch belongs to an aborted transaction (the aborted-transaction index)."""
+    by_producer: dict[int, list[tuple[int, int]]] = {}
+    for a in plog.producers.aborted:
+        by_producer.setdefault(a.producer_id, []).append((a.first_offset, a.last_offset))
+
+    def aborted(batch: pb.RecordBatch) -> bool:
+        return is_transactional(batch) and not is_control(batch) and any(
+            first <= batch.base_offset < marker for first, marker in by_producer.get(batch.producer_id, ()))
+    return aborted
 
 
 def _rewritten(batch: pb.RecordBatch, kept: list[Record]) -> pb.RecordBatch:

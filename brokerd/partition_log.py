@@ -97,6 +97,8 @@ class PartitionLog:
         self.first_dirty_offset = _EPOCH.unpack(clean)[0] if clean is not None else 0
         #: The oldest tombstone the last compaction kept (inf: none; None: not known yet).
         self.oldest_tombstone_ms: float | None = None
+        #: Markers whose transaction compaction found empty, by offset: since when (log_cleaner).
+        self.empty_markers: dict[int, int] = {}
         #: Counts truncations, so a compaction pass that spans one can tell and give up (the
         #: offsets it mapped may since hold other records).
         self.truncations = 0
@@ -184,7 +186,8 @@ class PartitionLog:
         idempotent producer is checked against its state first: a duplicate of one of its
         last five batches is answered with the original's offsets and not written. A batch
         with a producer id but no sequence is a coordinator's (a marker, transactional
-        offsets), appended without that check."""
+        offsets), appended without that check; transactional offsets of an epoch older than
+        the partition's last marker for their producer are a fenced producer's, and refused."""
         base = self.next_offset
         if batch.HasField("producer_id") and batch.base_sequence >= 0:  # not a coordinator's write
             last_seq = last_sequence(batch.base_sequence, batch.record_count)
@@ -192,6 +195,8 @@ class PartitionLog:
                                        last_seq, base)
             if dup is not None:
                 return AppendInfo(dup.first_offset, dup.last_offset, 0, 0, duplicate=True)
+        elif batch.HasField("producer_id") and is_transactional(batch) and not is_control(batch):
+            self.producers.check_epoch(batch.producer_id, batch.producer_epoch, base)
         batch.base_offset = base
         batch.partition_leader_epoch = epoch
         wb = WriteBatch(raw_mode=True)

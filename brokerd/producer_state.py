@@ -27,6 +27,8 @@ from typing import Protocol
 
 from common.errors import ErrorCode, KafkaError
 
+from .requests import ProducerStateView
+
 #: Batches remembered per producer (Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN): the
 #: producer has at most five requests in flight per partition, so a retry is one of them.
 RETAINED_BATCHES = 5
@@ -159,6 +161,14 @@ class ProducerStateManager:
         that range must be told)."""
         return [a for a in self.aborted if a.last_offset >= start and a.first_offset < end]
 
+    def check_epoch(self, producer_id: int, epoch: int, offset: int) -> None:
+        """INVALID_PRODUCER_EPOCH for a batch of an epoch the partition has seen superseded."""
+        e = self.producers.get(producer_id)
+        if e is not None and epoch < e.epoch:
+            raise KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH,
+                              f"Epoch of producer {producer_id} at offset {offset} in {self.name} is {epoch}, "
+                              f"which is smaller than the last seen epoch {e.epoch}")
+
     def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, offset: int
               ) -> BatchMetadata | None:
         """Judge a batch before the leader appends it: None to append it, the original's
@@ -172,10 +182,7 @@ class ProducerStateManager:
                                   f"with the producerId={producer_id} has been removed due to hitting the "
                                   f"retention limit.")
             return None
-        if epoch < e.epoch:
-            raise KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH,
-                              f"Epoch of producer {producer_id} at offset {offset} in {self.name} is {epoch}, "
-                              f"which is smaller than the last seen epoch {e.epoch}")
+        self.check_epoch(producer_id, epoch, offset)
         if epoch > e.epoch:
             if first_seq != 0:
                 raise KafkaError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
@@ -227,6 +234,18 @@ class ProducerStateManager:
         for pid in gone:
             del self.producers[pid]
         return gone
+
+    def describe(self) -> list[ProducerStateView]:
+        """Kafka's DescribeProducers for this partition: each producer, and where its open
+        transaction (if any) began."""
+        out = {pid: ProducerStateView(producer_id=pid, producer_epoch=e.epoch, last_sequence=e.last_seq,
+                                             last_timestamp=e.last_timestamp,
+                                             current_txn_start_offset=self.ongoing.get(pid, -1))
+               for pid, e in self.producers.items()}
+        for pid, first in self.ongoing.items():  # an open transaction whose entry expired
+            out.setdefault(pid, ProducerStateView(producer_id=pid, producer_epoch=-1,
+                                                         current_txn_start_offset=first))
+        return sorted(out.values(), key=lambda d: d.producer_id)
 
     def expire(self, now_ms: int, expiration_ms: int) -> list[int]:
         """Producers silent for ``producer.id.expiration.ms``."""

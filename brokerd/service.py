@@ -15,6 +15,7 @@ import grpc
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc
 
+from common.errors import ErrorCode
 from metadata.authorizer import Access, StandardAuthorizer
 from metadata.principal import PrincipalMapper, caller
 
@@ -24,6 +25,7 @@ from . import requests as r
 from . import transaction_requests as txn
 from .auto_topics import TopicAutoCreator
 from .group_coordinator import GroupCoordinator
+from .group_requests import COORDINATOR_GROUP, COORDINATOR_TRANSACTION
 from .log_store import StorageFailure
 from .produce import first_error
 from .producer_ids import ProducerIdManager
@@ -44,6 +46,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         ``auto_topics`` None: Metadata creates no topic."""
         self.rm = rm
         self.transactions = transactions
+        self.txn = authorized.TransactionAccess(transactions) if transactions is not None else None
         self.auto_topics = auto_topics
         self.producer_ids = producer_ids
         self.groups = authorized.GroupAccess(groups)
@@ -168,8 +171,16 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
     async def FindCoordinator(self, request: pb.FindCoordinatorRequest,
                               context: grpc.aio.ServicerContext) -> pb.FindCoordinatorResponse:
-        resp = await self._guard(context, self.groups.find_coordinator(
-            to_domain(g.FindCoordinatorRequest, request), self.listener, await self._access(context)))
+        access = await self._access(context)
+        req = to_domain(g.FindCoordinatorRequest, request)
+        if req.key_type == COORDINATOR_TRANSACTION:
+            resp = await self._guard(context, self.txn.find_coordinator(req.key, self.listener, access)) \
+                if self.txn else _no_coordinator(g.FindCoordinatorResponse)
+        elif req.key_type != COORDINATOR_GROUP:
+            resp = g.FindCoordinatorResponse(error_code=int(ErrorCode.INVALID_REQUEST), node_id=-1, port=-1,
+                                             error_message=f"unknown coordinator key type {req.key_type}")
+        else:
+            resp = await self._guard(context, self.groups.find_coordinator(req, self.listener, access))
         return to_wire(pb.FindCoordinatorResponse, resp)
 
     async def JoinGroup(self, request: pb.JoinGroupRequest, context: grpc.aio.ServicerContext) -> pb.JoinGroupResponse:
@@ -227,7 +238,83 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                                                                     await self._access(context)))
         return to_wire(pb.OffsetDeleteResponse, resp)
 
+    # -- transactions (transaction_coordinator; the Kafka listener's codec is kafka/apis.py) ----------
+
+    async def InitTransactionalProducer(self, request: pb.InitTransactionalProducerRequest,
+                                        context: grpc.aio.ServicerContext) -> pb.InitTransactionalProducerResponse:
+        if self.txn is None:
+            return _no_coordinator(pb.InitTransactionalProducerResponse)
+        resp = await self._guard(context, self.txn.init_producer_id(
+            to_domain(txn.InitTransactionalProducerRequest, request), await self._access(context)))
+        return to_wire(pb.InitTransactionalProducerResponse, resp)
+
+    async def AddPartitionsToTxn(self, request: pb.AddPartitionsToTxnRequest,
+                                 context: grpc.aio.ServicerContext) -> pb.AddPartitionsToTxnResponse:
+        req = txn.AddPartitionsToTxnRequest(
+            transactional_id=request.transactional_id, producer_id=request.producer_id,
+            producer_epoch=request.producer_epoch, partitions=[(t.name, i) for t in request.topics for i in t.partitions])
+        if self.txn is None:
+            return to_wire(pb.AddPartitionsToTxnResponse, txn.AddPartitionsToTxnResponse(results=[
+                txn.TxnPartitionResult(topic=n, partition=i, error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+                for n, i in req.partitions]))
+        resp = await self._guard(context, self.txn.add_partitions(req, await self._access(context)))
+        return to_wire(pb.AddPartitionsToTxnResponse, resp)
+
+    async def AddOffsetsToTxn(self, request: pb.AddOffsetsToTxnRequest,
+                              context: grpc.aio.ServicerContext) -> pb.AddOffsetsToTxnResponse:
+        if self.txn is None:
+            return _no_coordinator(pb.AddOffsetsToTxnResponse)
+        resp = await self._guard(context, self.txn.add_offsets(to_domain(txn.AddOffsetsToTxnRequest, request),
+                                                               await self._access(context)))
+        return to_wire(pb.AddOffsetsToTxnResponse, resp)
+
+    async def EndTxn(self, request: pb.EndTxnRequest, context: grpc.aio.ServicerContext) -> pb.EndTxnResponse:
+        if self.txn is None:
+            return _no_coordinator(pb.EndTxnResponse)
+        resp = await self._guard(context, self.txn.end_txn(to_domain(txn.EndTxnRequest, request),
+                                                           await self._access(context)))
+        return to_wire(pb.EndTxnResponse, resp)
+
+    async def TxnOffsetCommit(self, request: pb.TxnOffsetCommitRequest,
+                              context: grpc.aio.ServicerContext) -> pb.OffsetCommitResponse:
+        resp = await self._guard(context, self.groups.txn_offset_commit(
+            to_domain(txn.TxnOffsetCommitRequest, request), await self._access(context)))
+        return to_wire(pb.OffsetCommitResponse, resp)
+
+    async def ListTransactions(self, request: pb.ListTransactionsRequest,
+                               context: grpc.aio.ServicerContext) -> pb.ListTransactionsResponse:
+        if self.txn is None:
+            return _no_coordinator(pb.ListTransactionsResponse)
+        resp = self.txn.list_transactions(to_domain(txn.ListTransactionsRequest, request), await self._access(context))
+        return to_wire(pb.ListTransactionsResponse, resp)
+
+    async def DescribeTransactions(self, request: pb.DescribeTransactionsRequest,
+                                   context: grpc.aio.ServicerContext) -> pb.DescribeTransactionsResponse:
+        ids = list(request.transactional_ids)
+        found = self.txn.describe_transactions(ids, await self._access(context)) if self.txn is not None else [
+            txn.DescribedTransaction(transactional_id=i, error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+            for i in ids]
+        resp = pb.DescribeTransactionsResponse()
+        for x in found:
+            d = resp.transactions.add(transactional_id=x.transactional_id, error_code=x.error_code, state=x.state,
+                                      timeout_ms=x.timeout_ms, start_ms=x.start_ms, producer_id=x.producer_id,
+                                      producer_epoch=x.producer_epoch)
+            by_topic: dict[str, list[int]] = {}
+            for topic, index in x.partitions:
+                by_topic.setdefault(topic, []).append(index)
+            for topic, indexes in by_topic.items():
+                d.topics.add(name=topic, partitions=indexes)
+        return resp
+
     async def DescribeBroker(self, request: pb.DescribeBrokerRequest,
                              context: grpc.aio.ServicerContext) -> pb.DescribeBrokerResponse:
         return authorized.describe_broker(self.describe, lambda code, message: pb.DescribeBrokerResponse(
             error_code=code, error_message=message), await self._access(context))
+
+
+M = TypeVar("M")
+
+
+def _no_coordinator(cls: Callable[..., M]) -> M:
+    """A broker without a transaction coordinator, as Kafka answers when it cannot find one."""
+    return cls(error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE), error_message="no transaction coordinator")

@@ -21,6 +21,9 @@ again.
 - EndTxn: PrepareCommit or PrepareAbort is written and answered; the markers then go to every
   partition's leader (``transaction_markers``), after which CompleteCommit or CompleteAbort is
   written. Meanwhile the id answers CONCURRENT_TRANSACTIONS (retriable).
+- Expiration: a transactional id with no transaction open (Empty, CompleteCommit,
+  CompleteAbort) and no update for ``transactional.id.expiration.ms`` is forgotten: a
+  tombstone in its partition, so a new leader does not load it and compaction removes it.
 """
 from __future__ import annotations
 
@@ -77,13 +80,15 @@ class TransactionCoordinator:
         self._completing: dict[str, asyncio.Task] = {}  # markers being written, by transactional id
         self._locks: dict[str, asyncio.Lock] = {}
         self._task: asyncio.Task | None = None
+        self._expiry: asyncio.Task | None = None
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._abort_timed_out_forever(),
-                                                            name="transaction-timeouts")
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._abort_timed_out_forever(), name="transaction-timeouts")
+        self._expiry = loop.create_task(self._expire_forever(), name="transactional-id-expiration")
 
     async def stop(self) -> None:
-        tasks = [t for t in [self._task, self._creating, *self._loading.values(), *self._completing.values()] if t is not None]
+        tasks = [t for t in [self._task, self._expiry, self._creating, *self._loading.values(), *self._completing.values()] if t is not None]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -173,16 +178,20 @@ class TransactionCoordinator:
 
     async def _write(self, p: Partition, m: TransactionMetadata) -> TransactionMetadata:
         """Persist ``m`` with acks=all, then adopt it; Kafka's coordinator error mapping."""
-        key, value = m.encode()
+        await self._append(p, [m.encode()], m.last_update_ms)
+        self.txns[m.transactional_id] = m
+        return m
+
+    @staticmethod
+    async def _append(p: Partition, records: list[tuple[bytes, bytes | None]], ts: int) -> None:
+        """Records (a None value: a tombstone) with acks=all; Kafka's coordinator error mapping."""
         try:
-            info = await p.append_as_leader(build_batch([(key, value, m.last_update_ms, ())]), -1)
+            info = await p.append_as_leader(build_batch([(k, v, ts, ()) for k, v in records]), -1)
             await p.wait_for_replication(info.last_offset + 1, WRITE_TIMEOUT_S)
         except KafkaError as e:
             if e.code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
                 raise KafkaError(ErrorCode.NOT_COORDINATOR, e.message) from None
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, e.message) from None
-        self.txns[m.transactional_id] = m
-        return m
 
     def _lock(self, transactional_id: str) -> asyncio.Lock:
         return self._locks.setdefault(transactional_id, asyncio.Lock())
@@ -215,6 +224,33 @@ class TransactionCoordinator:
                 if e.code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS):
                     continue  # no longer ours (or not yet loaded): its coordinator sees to it
                 log.info("could not abort the timed-out transaction of %s: %s", m.transactional_id, e)
+
+    # -- transactional.id.expiration.ms ----------------------------------------------------------------
+
+    async def _expire_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.transaction_expire_interval_ms / 1000)
+            await self.expire_transactional_ids()
+
+    async def expire_transactional_ids(self) -> None:
+        """Forget the ids of this broker's partitions idle for ``transactional.id.expiration.ms``
+        with no transaction open (Kafka's removeExpiredTransactionalIds): a tombstone, written
+        with acks=all, then the id is gone (its next InitProducerId gets a new producer id)."""
+        idle = (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+        now = _now_ms()
+        for m in [m for m in self._coordinated() if m.state in idle
+                  and now - m.last_update_ms >= self.config.transactional_id_expiration_ms]:
+            try:
+                async with self._lock(m.transactional_id):
+                    p = self._coordinator(m.transactional_id)
+                    if self.txns.get(m.transactional_id) is not m:
+                        continue  # it changed meanwhile
+                    await self._append(p, [(m.transactional_id.encode(), None)], now)
+                    del self.txns[m.transactional_id]
+                log.info("transactional id %s expired: idle for %d ms (transactional.id.expiration.ms)",
+                         m.transactional_id, now - m.last_update_ms)
+            except KafkaError as e:
+                log.info("could not expire transactional id %s: %s", m.transactional_id, e)
 
     # -- InitProducerId ------------------------------------------------------------------------------
 

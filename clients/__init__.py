@@ -18,16 +18,24 @@ if TYPE_CHECKING:
     from .producer import ACKS, Producer, RecordMetadata, RecordTooLargeError, producer_config
     from .records import ConsumerRecord, ProducerRecord
     from .serialization import RecordDeserializationError, SerializationError
+    from .consumer_coordinator import ConsumerGroupMetadata
+    from .transactions import (ProducerFencedError, TransactionAbortableError, TransactionAbortedError,
+                               TransactionFatalError)
 
 _HOME = {"ClientError": "cluster_view", "KafkaTimeoutError": "cluster_view",
          "Consumer": "consumer", "ACKS": "producer", "Producer": "producer",
          "RecordMetadata": "producer", "RecordTooLargeError": "producer", "producer_config": "producer",
          "ConsumerRecord": "records", "ProducerRecord": "records",
-         "SerializationError": "serialization", "RecordDeserializationError": "serialization"}
+         "SerializationError": "serialization", "RecordDeserializationError": "serialization",
+         "ConsumerGroupMetadata": "consumer_coordinator", "ProducerFencedError": "transactions",
+         "TransactionAbortableError": "transactions", "TransactionAbortedError": "transactions",
+         "TransactionFatalError": "transactions"}
 
 __all__ = ["Producer", "Consumer", "RecordMetadata", "ConsumerRecord", "ProducerRecord", "ClientError",
            "KafkaTimeoutError", "RecordTooLargeError",
-           "SerializationError", "RecordDeserializationError", "ACKS", "producer_config"]
+           "SerializationError", "RecordDeserializationError", "ACKS", "producer_config",
+           "ConsumerGroupMetadata", "ProducerFencedError", "TransactionAbortableError", "TransactionAbortedError",
+           "TransactionFatalError"]
 
 
 def __getattr__(name: str) -> Any:

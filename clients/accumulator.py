@@ -80,9 +80,9 @@ class ProducerBatch:
             self._encoded = build_batch(self.entries, self.codec)
         return self._encoded
 
-    def set_producer(self, producer_id: int, epoch: int, base_sequence: int) -> None:
+    def set_producer(self, producer_id: int, epoch: int, base_sequence: int, transactional: bool = False) -> None:
         self.producer_epoch, self.base_sequence = epoch, base_sequence
-        set_producer(self.encoded(), producer_id, epoch, base_sequence)
+        set_producer(self.encoded(), producer_id, epoch, base_sequence, transactional)
 
     def done(self, base_offset: int) -> None:
         if not self.future.done():

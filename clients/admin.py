@@ -159,6 +159,110 @@ class Admin:
             last = _take(r, pending, lambda a: a.low_watermark, out) or last
         return last
 
+    # -- transactions (kraft transactions, kafka-transactions.sh) -------------------------------------
+
+    async def list_transactions(self, states: list[str] | None = None, producer_ids: list[int] | None = None,
+                                min_duration_ms: int = -1) -> list[tuple[int, pb.ListedTransaction]]:
+        """Every broker's coordinated transactions, as (coordinator id, transaction); a broker
+        that does not answer is left out."""
+        req = pb.ListTransactionsRequest(states=states or [], producer_ids=producer_ids or [],
+                                         min_duration_ms=min_duration_ms)
+
+        async def one(address: str) -> pb.ListTransactionsResponse | None:
+            try:
+                return await self.connections.stub(address).ListTransactions(req, timeout=self.timeout_ms / 1000)
+            except grpc.aio.AioRpcError:
+                return None
+        brokers = dict(self.cluster.brokers)
+        answers = await asyncio.gather(*(one(a) for a in brokers.values()))
+        out: list[tuple[int, pb.ListedTransaction]] = []
+        for bid, r in zip(brokers, answers, strict=True):
+            if r is None:
+                continue
+            if r.error_code and r.error_code != ErrorCode.COORDINATOR_NOT_AVAILABLE:
+                raise KafkaError(ErrorCode.of(r.error_code), "ListTransactions failed")
+            out.extend((bid, t) for t in r.transactions)
+        return sorted(out, key=lambda x: x[1].transactional_id)
+
+    async def describe_transaction(self, transactional_id: str) -> tuple[int, pb.DescribedTransaction]:
+        """The transaction as its coordinator keeps it, with the coordinator's id; KafkaError
+        (TRANSACTIONAL_ID_NOT_FOUND, ...) otherwise. Retried while the coordinator moves or loads."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_ms / 1000
+        last = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        while loop.time() < deadline:
+            for address in list(self.cluster.brokers.values()) or self.cluster.bootstrap:
+                try:
+                    found = await self.connections.stub(address).FindCoordinator(
+                        pb.FindCoordinatorRequest(key=transactional_id, key_type=1), timeout=self.timeout_ms / 1000)
+                    if found.error_code:
+                        last = ErrorCode.of(found.error_code)
+                        if last not in RETRIABLE:
+                            raise KafkaError(last, found.error_message)
+                        break
+                    r = await self.connections.stub(f"{found.host}:{found.port}").DescribeTransactions(
+                        pb.DescribeTransactionsRequest(transactional_ids=[transactional_id]),
+                        timeout=self.timeout_ms / 1000)
+                except grpc.aio.AioRpcError:
+                    last = ErrorCode.NETWORK_EXCEPTION
+                    continue
+                d = r.transactions[0]
+                last = ErrorCode.of(d.error_code)
+                if last == ErrorCode.NONE:
+                    return found.node_id, d
+                if last not in RETRIABLE:
+                    raise KafkaError(last, f"transactional id {transactional_id}" if
+                                     last == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND else None)
+                break
+            await asyncio.sleep(RETRY_BACKOFF_S)
+        raise KafkaError(last, f"no coordinator described transactional id {transactional_id} within "
+                               f"{self.timeout_ms} ms")
+
+    async def describe_producers(self, tps: list[TopicPartition]) -> dict[TopicPartition, list[pb.ProducerStateView]]:
+        """The producers each partition's leader keeps state for (Kafka's DescribeProducers)."""
+        out: dict[TopicPartition, list[pb.ProducerStateView]] = {}
+        for leader, group in (await self._leaders_of(tps)).items():
+            req = pb.DescribeProducersRequest()
+            topics: dict[str, Any] = {}
+            for t, p in group:
+                (topics.get(t) or topics.setdefault(t, req.topics.add(name=t))).partitions.append(p)
+            r = await self.connections.stub(self.cluster.brokers[leader]).DescribeProducers(
+                req, timeout=self.timeout_ms / 1000)
+            for t in r.topics:
+                for d in t.partitions:
+                    if d.error_code:
+                        raise KafkaError(ErrorCode.of(d.error_code), f"{t.name}-{d.partition}: {d.error_message}")
+                    out[(t.name, d.partition)] = list(d.active_producers)
+        return out
+
+    async def abort_transaction(self, tp: TopicPartition, producer_id: int, producer_epoch: int,
+                                coordinator_epoch: int) -> None:
+        """Write an abort marker for the producer's open transaction in one partition
+        (WriteTxnMarkers to its leader), as kafka-transactions.sh abort does for a hanging one."""
+        (leader, _), = (await self._leaders_of([tp])).items()
+        req = pb.WriteTxnMarkersRequest(markers=[pb.WritableTxnMarker(
+            producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=False,
+            coordinator_epoch=coordinator_epoch, topics=[pb.WritableTxnMarkerTopic(name=tp[0], partitions=[tp[1]])])])
+        try:
+            r = await self.connections.stub(self.cluster.brokers[leader]).WriteTxnMarkers(
+                req, timeout=self.timeout_ms / 1000)
+        except grpc.aio.AioRpcError as e:
+            raise ClientError(e.details() or e.code().name) from None
+        for m in r.markers:
+            for t in m.topics:
+                for p in t.partitions:
+                    if p.error_code:
+                        raise KafkaError(ErrorCode.of(p.error_code), p.error_message or None)
+
+    async def _leaders_of(self, tps: list[TopicPartition]) -> dict[int, list[TopicPartition]]:
+        """``_by_leader``, where a partition without a leader is an error."""
+        by_leader = await self._by_leader(dict.fromkeys(tps, 0))
+        led = {tp for group in by_leader.values() for tp in group}
+        for t, p in tps:
+            if (t, p) not in led:
+                raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"{t}-{p} has no leader")
+        return by_leader
+
 
 def _take(resp: Any, pending: dict[TopicPartition, int], value: Callable[[Any], Any], out: dict[TopicPartition, Any]
           ) -> str:

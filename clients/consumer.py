@@ -33,7 +33,7 @@ from common.tls import TLSConfig
 
 from .cluster_view import CLIENT_ERRORS, ClientError, ClusterView, Connections, parse_bootstrap
 from common.errors import ErrorCode, KafkaError, RETRIABLE, STALE_METADATA
-from .consumer_coordinator import ConsumerCoordinator
+from .consumer_coordinator import ConsumerCoordinator, ConsumerGroupMetadata
 from . import interceptors
 from .interceptors import ConsumerInterceptor
 from .records import ConsumerRecord, batches, check_crc, is_control, is_transactional, records_of
@@ -369,6 +369,16 @@ class Consumer:
         if self.group is None:
             raise ClientError("Cannot fetch committed offsets without a group.id")
         return (await self.group.committed([(topic, partition)])).get((topic, partition))
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """Who this consumer is in its group now, for a transactional producer's
+        ``send_offsets_to_transaction`` (Kafka's groupMetadata())."""
+        if self.group is None:
+            raise ClientError("Cannot get group metadata without a group.id")
+        managed = self._managed
+        return ConsumerGroupMetadata(self.group.group_id, self.group.generation if managed else -1,
+                                     self.group.member_id if managed else "",
+                                     self.group.instance_id if managed else None)
 
     def pause(self, *tps: TopicPartition) -> None:
         """Stop fetching these partitions (their position stays) until ``resume``."""

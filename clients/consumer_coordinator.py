@@ -9,6 +9,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -40,6 +41,17 @@ class CommitFailedError(ClientError):
                          "partitions to another member. This means that the time between subsequent calls to "
                          "poll() was longer than the configured max.poll.interval.ms, which typically implies "
                          "that the poll loop is spending too much time message processing.")
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadata:
+    """Kafka's ConsumerGroupMetadata: who a consumer is in its group, which a transactional
+    producer's ``send_offsets_to_transaction`` passes on so that the group coordinator refuses
+    offsets of a member the group has since left behind (KIP-447)."""
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
 
 
 class ConsumerCoordinator:

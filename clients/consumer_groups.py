@@ -46,7 +46,8 @@ class GroupAdmin(Admin):
         return {tp: offset for tp, (offset, _) in (await self.offsets({tp: which for tp in tps})).items()}
 
 
-def _table(rows: list[list[Any]]) -> str:
+def table(rows: list[list[Any]]) -> str:
+    """Columns padded to their widest cell (kafka-consumer-groups.sh and kafka-transactions.sh print so)."""
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     return "\n".join(" ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
@@ -98,7 +99,7 @@ async def _describe(admin: GroupAdmin, group_id: str) -> str:
                      "-" if r.log_end is None else r.log_end, "-" if r.lag is None else r.lag,
                      m.member_id if m else "-", m.client_id if m and m.client_id else "-"])
     head = "" if d.members else f"Consumer group '{group_id}' has no active members.\n\n"
-    return head + _table(rows) + f"\n\nState: {d.state}, generation {d.generation_id}, {len(d.members)} members"
+    return head + table(rows) + f"\n\nState: {d.state}, generation {d.generation_id}, {len(d.members)} members"
 
 
 async def _reset(admin: GroupAdmin, group_id: str, topic: str, how: tuple[str, int | None], execute: bool,
@@ -134,7 +135,7 @@ async def _reset(admin: GroupAdmin, group_id: str, topic: str, how: tuple[str, i
         await g.commit(new, managed=False)
     rows: list[list[Any]] = [["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]]
     rows += [[group_id, t, p, o] for (t, p), o in sorted(new.items())]
-    return _table(rows)
+    return table(rows)
 
 
 @click.command("consumer-groups")
@@ -241,11 +242,11 @@ async def _delete_offsets(admin: GroupAdmin, group_id: str, spec: str) -> str:
             rows.append([t.name, a.partition, f"Error: {code.name}" if code else "Successful"])
             if code:
                 failed[f"{t.name}-{a.partition}"] = code
-    table = _table(rows)
+    shown = table(rows)
     if failed:
-        click.echo(table)
+        click.echo(shown)
         raise ClientError(f"{next(iter(failed.values())).name}: the offsets of {', '.join(failed)} were not deleted")
-    return f"Request succeed for deleting offsets with topic {topic} group {group_id}\n\n{table}"
+    return f"Request succeed for deleting offsets with topic {topic} group {group_id}\n\n{shown}"
 
 
 def _fail(message: str) -> NoReturn:

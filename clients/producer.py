@@ -21,6 +21,14 @@ is broken (a batch failed for good, or the leader lost the producer's state) the
 its epoch and numbers the partition's batches from 0 again, as Kafka's does (KIP-360).
 ``enable_idempotence=False`` gives at-least-once: a retry after a lost answer can write a
 batch twice, and retried batches can be reordered.
+
+With a ``transactional_id`` the producer writes in transactions (KIP-98, ``transactions``):
+
+    async with Producer("127.0.0.1:9092", transactional_id="billing-1") as p:
+        await p.init_transactions()
+        p.begin_transaction()
+        await p.send("orders", b"value")
+        await p.commit_transaction()            # or abort_transaction()
 """
 from __future__ import annotations
 
@@ -28,7 +36,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
@@ -48,6 +56,8 @@ from .interceptors import ProducerInterceptor
 from .partitioner import Partitioner, StickyPartitioner, partition_for_key
 from .records import Header, ProducerRecord
 from .serialization import Serializer, checked, serialize
+from .consumer_coordinator import ConsumerGroupMetadata
+from .transactions import TransactionAbortedError, TransactionManager
 
 log = logging.getLogger("clients.producer")
 
@@ -84,14 +94,17 @@ class Producer:
                  client_id: str = "", enable_idempotence: bool | None = None,
                  compression_type: str = "none", tls: TLSConfig | None = None,
                  key_serializer: Serializer | None = None, value_serializer: Serializer | None = None,
-                 partitioner: Partitioner | None = None, interceptors: Sequence[ProducerInterceptor] = ()) -> None:
+                 partitioner: Partitioner | None = None, interceptors: Sequence[ProducerInterceptor] = (),
+                 transactional_id: str | None = None, transaction_timeout_ms: int = 60000) -> None:
         """``enable_idempotence`` None means Kafka's default: on, unless ``acks``, ``retries``
         or ``max_in_flight_requests_per_connection`` rule it out (then off); True with such a
         setting raises ConfigError with Kafka's message. ``tls``: TLS to the brokers
         (``clients.security.client_tls`` reads Kafka's ``security.protocol`` and ``ssl.*``).
         ``key_serializer``/``value_serializer`` (``clients.serialization``), ``partitioner``
         (``clients.partitioner.Partitioner``) and ``interceptors`` (``clients.interceptors``)
-        are Kafka's extension points of the same names."""
+        are Kafka's extension points of the same names. ``transactional_id`` (Kafka's
+        ``transactional.id``) makes the producer transactional, with transactions the coordinator
+        aborts after ``transaction_timeout_ms``; it needs idempotence."""
         self.tls = tls
         self.key_serializer = checked(key_serializer, "key.serializer")
         self.value_serializer = checked(value_serializer, "value.serializer")
@@ -113,8 +126,13 @@ class Producer:
             (max_in_flight_requests_per_connection > MAX_IN_FLIGHT_IDEMPOTENT,
              "Must set max.in.flight.requests.per.connection to at most 5 to use the idempotent producer."),
             (retries == 0, "Must set retries to non-zero when using the idempotent producer.")) if bad]
-        if enable_idempotence and conflicts:
+        if (enable_idempotence or transactional_id) and conflicts:
             raise ConfigError(conflicts[0])
+        if transactional_id is not None and enable_idempotence is False:
+            raise ConfigError("Cannot set a transactional.id without also enabling idempotence.")
+        self.transactional_id = transactional_id or None
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self._txn: TransactionManager | None = None
         self.idempotent = enable_idempotence is not False and not conflicts
         self.producer_id = -1
         self.producer_epoch = -1
@@ -163,6 +181,11 @@ class Producer:
                                      self.codec)
         self.acc.may_send = self._may_send
         self._wake = asyncio.Event()
+        if self.transactional_id is not None:
+            self._txn = TransactionManager(self.transactional_id, self.transaction_timeout_ms, self.cluster,
+                                           self.connections, max_block_ms=self.max_block_ms,
+                                           request_timeout_ms=self.request_timeout_ms,
+                                           retry_backoff_ms=self._retry_backoff_ms)
         self.cluster.start()
         self._sender = asyncio.get_running_loop().create_task(self._run(), name="producer-sender")
         return self
@@ -182,6 +205,8 @@ class Producer:
         serializers make its key and value bytes (without them: bytes, or str as UTF-8)."""
         if self._closed:
             raise ClientError("Cannot perform operation after producer has been closed")
+        if self._txn is not None:
+            self._txn.check_send()
         record = ProducerRecord(topic, value, key, partition, timestamp_ms, tuple(headers))
         if self.interceptors:
             record = interceptors.on_send(self.interceptors, record)
@@ -194,7 +219,77 @@ class Producer:
             raise
         if self.interceptors:
             fut.add_done_callback(self._acknowledged)
+        if self._txn is not None:
+            await self._in_transaction(fut.batch.topic, fut.batch.partition)
         return fut
+
+    # -- transactions (clients/transactions.py) ------------------------------------------------------
+
+    def _transactional(self) -> TransactionManager:
+        if self._txn is None:
+            raise ClientError("Cannot use transactional methods without enabling transactions by setting "
+                              "transactional.id" if self.transactional_id is None else
+                              "Cannot perform operation before the producer is started")
+        if self._closed:
+            raise ClientError("Cannot perform operation after producer has been closed")
+        return self._txn
+
+    async def init_transactions(self) -> None:
+        """Kafka's initTransactions(): get the transactional id's producer id and a new epoch,
+        which fences an older producer with the same id (its open transaction is aborted).
+        Once, before the first transaction; KafkaTimeoutError after ``max.block.ms``."""
+        txn = self._transactional()
+        self._use_producer(*await txn.init())
+
+    def begin_transaction(self) -> None:
+        self._transactional().begin()
+
+    async def _in_transaction(self, topic: str, partition: int) -> None:
+        """The partition joins the open transaction before its first batch leaves (the sender
+        holds its batches back until then); if it cannot, its batches fail and so does send."""
+        txn = self._transactional()
+        try:
+            await txn.add_partition((topic, partition))
+        except CLIENT_ERRORS as e:
+            self._fail_queued(e, only=lambda tp: tp not in txn.added)
+            raise
+        finally:
+            self._wake.set()
+
+    async def send_offsets_to_transaction(self, offsets: dict[tuple[str, int], int],
+                                          group_metadata: ConsumerGroupMetadata) -> None:
+        """Commit a consumer group's ``offsets`` (the next offset to read, per partition) with
+        the open transaction: they count if and when it commits (consume-transform-produce).
+        ``group_metadata``: the consumer's ``group_metadata()``."""
+        await self._transactional().send_offsets(offsets, group_metadata)
+
+    async def commit_transaction(self) -> None:
+        """Send what is buffered, wait for every answer, then commit. A failed batch fails
+        the commit with TransactionAbortableError: abort_transaction(), then go on."""
+        txn = self._transactional()
+        txn.begin_commit()
+        await self.flush()
+        await txn.end(commit=True)
+
+    async def abort_transaction(self) -> None:
+        """Drop what was not sent yet, wait for what is in flight, then abort: read_committed
+        consumers never see the transaction's records."""
+        txn = self._transactional()
+        txn.begin_abort()
+        self._fail_queued(TransactionAbortedError("Failing batch since transaction was aborted"))
+        await self.flush()
+        await txn.end(commit=False)
+        if self._epoch_bump:  # a batch failed, so its partition's sequence has a hole (KIP-360)
+            self._use_producer(*await txn.init(self.producer_id, self.producer_epoch))
+
+    def _fail_queued(self, error: BaseException, only: Callable[[tuple[str, int]], bool] | None = None) -> None:
+        """Fail the batches not sent yet (of the partitions ``only`` lets through)."""
+        for tp, dq in self.acc.batches.items():
+            if only is not None and not only(tp):
+                continue
+            for b in list(dq):
+                self._fail(b, error)
+            dq.clear()
 
     def _acknowledged(self, fut: RecordFuture) -> None:
         error = fut.exception()
@@ -361,6 +456,8 @@ class Producer:
         self.metrics["request-total"] += 1
         self.metrics["batch-total"] += len(drained)
         req = pb.ProduceRequest(acks=self.acks, timeout_ms=self.request_timeout_ms, client_id=self.client_id)
+        if self.transactional_id is not None:
+            req.transactional_id = self.transactional_id  # the leader verifies its partitions (KIP-890)
         topics: dict[str, pb.ProduceTopicData] = {}
         for b in drained:
             b.attempts += 1
@@ -427,6 +524,16 @@ class Producer:
         due (one waits until nothing is in flight, so every answer under the old epoch is in)."""
         if self.producer_id >= 0 and not self._epoch_bump:
             return True
+        if self._txn is not None:
+            # A transactional producer's id and epoch come from init_transactions, and a bump
+            # after a failed batch from abort_transaction: until then its batches wait.
+            self._wake.clear()
+            try:
+                async with asyncio.timeout(self._retry_backoff_ms / 1000):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+            return False
         if self._epoch_bump and any(self._inflight.values()):
             self._wake.clear()
             await self._wake.wait()  # an answer arrives
@@ -454,8 +561,12 @@ class Producer:
         r = await self.connections.stub(address).InitProducerId(req, timeout=self.request_timeout_ms / 1000)
         if r.error_code:
             raise KafkaError(ErrorCode.of(r.error_code), r.error_message)
-        bumped = self.producer_id == r.producer_id
-        self.producer_id, self.producer_epoch = r.producer_id, r.producer_epoch
+        self._use_producer(r.producer_id, r.producer_epoch)
+
+    def _use_producer(self, producer_id: int, producer_epoch: int) -> None:
+        """Number batches with this producer id and epoch from now on."""
+        bumped = self.producer_id == producer_id
+        self.producer_id, self.producer_epoch = producer_id, producer_epoch
         self._epoch_bump = False
         # Every partition starts over at sequence 0 under the new epoch; batches waiting to be
         # retried are numbered again, in their order, when next drained.
@@ -473,7 +584,7 @@ class Producer:
         tp = (b.topic, b.partition)
         if b.base_sequence is None:
             seq = self._next_sequence.get(tp, 0)
-            b.set_producer(self.producer_id, self.producer_epoch, seq)
+            b.set_producer(self.producer_id, self.producer_epoch, seq, self._txn is not None)
             self._next_sequence[tp] = (seq + len(b.entries)) % SEQUENCE_MODULUS
         self._unresolved.setdefault(tp, set()).add(b)
 
@@ -482,7 +593,10 @@ class Producer:
         the broker runs concurrent gRPC calls as separate tasks, so two in flight could be appended
         in either order, and without sequences nothing would put them back (a Kafka connection
         answers its requests in order; tests/test_idempotence.py). With idempotence, a retried batch
-        goes only once every earlier batch of its partition is answered."""
+        goes only once every earlier batch of its partition is answered; in a transaction, a batch
+        waits until its partition is added."""
+        if self._txn is not None and (b.topic, b.partition) not in self._txn.added:
+            return False  # not in the open transaction yet
         if not self.idempotent:
             return self._partition_requests[(b.topic, b.partition)] <= 0
         if b.base_sequence is None:
@@ -547,6 +661,8 @@ class Producer:
         if b.future.done():
             return
         self._resolved(b, failed=True)
+        if self._txn is not None:
+            self._txn.send_failed(error)
         b.fail(error)
         self.acc.deallocate(b)
         self.metrics["record-error-total"] += len(b.entries)

@@ -93,9 +93,13 @@ def build_batch(entries: Sequence[tuple[bytes | None, bytes | None, int, Sequenc
     return batch
 
 
-def set_producer(batch: pb.RecordBatch, producer_id: int, epoch: int, base_sequence: int) -> None:
-    """Stamp an idempotent producer's id, epoch and sequence on a batch (and its CRC)."""
+def set_producer(batch: pb.RecordBatch, producer_id: int, epoch: int, base_sequence: int,
+                 transactional: bool = False) -> None:
+    """Stamp an idempotent producer's id, epoch and sequence on a batch (and its CRC), and the
+    transactional attribute for a batch of a transaction."""
     batch.producer_id, batch.producer_epoch, batch.base_sequence = producer_id, epoch, base_sequence
+    if transactional:
+        batch.attributes |= TRANSACTIONAL_FLAG
     batch.crc = batch_crc(batch)
 
 

@@ -136,6 +136,12 @@ SERVER_KEYS = ConfigDef([
     _int("transaction.abort.timed.out.transaction.cleanup.interval.ms", 10_000, "how often the transaction "
          "coordinator looks for transactions past their `transaction.timeout.ms`, to abort them", 1, INT_MAX,
          role=BROKER),
+    _int("transactional.id.expiration.ms", 604_800_000, "how long a transactional id with no transaction open "
+         "stays after its last update; then the coordinator forgets it (a tombstone in `__transaction_state`)",
+         1, INT_MAX, role=BROKER),
+    _int("transaction.remove.expired.transaction.cleanup.interval.ms", 3_600_000, "how often the transaction "
+         "coordinator looks for transactional ids past `transactional.id.expiration.ms`", 1, INT_MAX,
+         role=BROKER),
     _int("group.min.session.timeout.ms", 6000, "the shortest session a group member may ask for", 1,
          role=BROKER),
     _int("group.max.session.timeout.ms", 1_800_000, "the longest session a group member may ask for", 1,

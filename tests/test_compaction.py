@@ -139,3 +139,50 @@ def test_a_truncation_during_a_pass_voids_it(tmp_path, monkeypatch):
         assert _read(plog) == truncated and len(truncated) == 50  # nothing compacted
         await store.close()
     run(go())
+
+
+def _txn(pairs: list[tuple[bytes, bytes]], pid: int, seq: int, ts: int):
+    from clients.records import set_producer
+    batch = _batch(pairs, ts)
+    set_producer(batch, pid, 0, seq, transactional=True)
+    return batch
+
+
+def test_compaction_follows_kafkas_rules_for_transactions(tmp_path):
+    """Aborted transactions' records go whatever their keys, committed ones are compacted like
+    any records, a marker stays while its transaction has records and delete.retention.ms
+    after, and nothing from the last stable offset on (an open transaction) is touched."""
+    from clients.records import is_control, marker_batch
+
+    async def go():
+        store = LogStore(str(tmp_path))
+        plog = PartitionLog(store, uuid.uuid4(), 0)
+        now = int(time.time() * 1000)
+        await plog.append_as_leader(_batch([(b"k1", b"plain-1")], now), 0)                  # 0
+        await plog.append_as_leader(_txn([(b"k1", b"aborted"), (b"k2", b"aborted")], 1, 0, now), 0)  # 1-2
+        await plog.append_as_leader(_txn([(b"k1", b"committed"), (b"k3", b"committed")], 2, 0, now), 0)  # 3-4
+        await plog.append_as_leader(marker_batch(1, 0, False, 0, now), 0)                   # 5: abort
+        await plog.append_as_leader(marker_batch(2, 0, True, 0, now), 0)                    # 6: commit
+        await plog.append_as_leader(_batch([(b"k3", b"plain-3")], now), 0)                  # 7: k3 again
+        await plog.append_as_leader(_txn([(b"k4", b"open")], 3, 0, now), 0)                 # 8: still open
+        await plog.append_as_leader(_batch([(b"k5", b"old")], now), 0)                      # 9
+        await plog.append_as_leader(_batch([(b"k5", b"new")], now), 0)                      # 10
+        plog.set_high_watermark(plog.log_end_offset)
+        assert plog.last_stable_offset == 8
+        cfg = LogConfig(cleanup_policy="compact", delete_retention_ms=60_000, min_cleanable_dirty_ratio=0.01)
+        assert await clean(plog, cfg, now) is not None
+        data = [(o, k, v) for o, k, v in _read(plog)]
+        assert data == [(3, b"k1", b"committed"), (7, b"k3", b"plain-3"), (8, b"k4", b"open"),
+                        (9, b"k5", b"old"), (10, b"k5", b"new")]  # nothing at or past the LSO went
+
+        def markers() -> list[int]:
+            return [h.base_offset for h in plog.stored_batches(plog.log_start_offset)
+                    if (b := plog.batch_at(h.base_offset)) is not None and is_control(b)]
+        assert markers() == [5, 6]  # the abort's records are gone, but not delete.retention.ms ago
+        await clean(plog, cfg, now + 30_000)
+        assert markers() == [5, 6]  # delete.retention.ms runs from the pass that found it empty
+        await clean(plog, cfg, now + 61_000)
+        assert markers() == [6]  # the commit's marker stays with its transaction's k1
+        assert [o for o, _, _ in _read(plog)] == [3, 7, 8, 9, 10]
+        await store.close()
+    run(go())

@@ -82,6 +82,7 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("docs/brokers.md", "python -m clients.console"): SYNOPSIS,
     ("docs/brokers.md", ".venv/bin/python -m bench."): BENCH,
     ("docs/brokers.md", "Dumping demo-2 (topic id"): OUTPUT,
+    ("docs/brokers.md", "kraft transactions --bootstrap-server HOST:PORT abort"): SYNOPSIS,
     ("docs/metadata-shell.md", "metadata-shell --snapshot FILE"): SYNOPSIS,
     ("docs/metadata-shell.md", "$ metadata-shell -b 127.0.0.1:9999"): "an error example: a port where nothing listens, which 9999 need not be here",
     ("docs/metadata-shell.md", "/"): LISTING,

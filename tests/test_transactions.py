@@ -6,6 +6,8 @@ records of aborted transactions."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -16,6 +18,7 @@ from tests.brokercluster import BrokerCluster, running_cluster
 from tests.eventually import eventually
 
 TOPICS = ("txn-a", "txn-b")
+EXPIRATION_MS = 15_000
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +26,11 @@ def cluster(tmp_path_factory) -> Iterator[BrokerCluster]:
     with running_cluster(tmp_path_factory.mktemp("txn"),
                          {"transaction.state.log.num.partitions": "3", "offsets.topic.num.partitions": "1",
                           "group.initial.rebalance.delay.ms": "0", "transaction.max.timeout.ms": "60000",
-                          "transaction.abort.timed.out.transaction.cleanup.interval.ms": "300"}) as c:
+                          "transaction.abort.timed.out.transaction.cleanup.interval.ms": "300",
+                          # idle ids go after 15 s (test_an_idle_transactional_id_expires); no test
+                          # leaves one idle that long and uses it again
+                          "transactional.id.expiration.ms": str(EXPIRATION_MS),
+                          "transaction.remove.expired.transaction.cleanup.interval.ms": "500"}) as c:
         for t in TOPICS:
             asyncio.run(c.create_topic(t, partitions=2, rf=3))
         yield c
@@ -395,3 +402,271 @@ def test_the_coordinators_broker_killed_mid_transaction(cluster):
     finally:
         cluster.start_broker(coordinator)
         asyncio.run(cluster.wait_unfenced(timeout=60))
+
+
+# -- our Producer's transactional API (clients.Producer(transactional_id=...)) ------------------------
+
+async def _read_ours(cluster: BrokerCluster, tps: list[tuple[str, int]], isolation: str, expected: int,
+                     timeout: float = 20) -> list[bytes]:
+    """Every value our Consumer with ``isolation`` reads from ``tps``, once it has ``expected``
+    and three more polls brought nothing new."""
+    from clients.consumer import Consumer as OurConsumer
+
+    async with OurConsumer(cluster.bootstrap_servers, isolation_level=isolation, fetch_max_wait_ms=100,
+                           auto_offset_reset="earliest") as c:
+        await c.assign(tps)
+        got: list[bytes] = []
+        deadline = time.monotonic() + timeout
+        while len(got) < expected and time.monotonic() < deadline:
+            got.extend(r.value for r in await c.poll(200))
+        for _ in range(3):
+            got.extend(r.value for r in await c.poll(200))
+        return got
+
+
+def test_our_producer_commits_one_transaction_and_aborts_another(cluster):
+    """Over the brokers' gRPC: init, a transaction over two topics committed, one aborted, one
+    more committed; our read_committed Consumer sees only the committed records, a
+    read_uncommitted one sees all of them."""
+    from clients import Producer as OurProducer
+
+    for t in ("ours-a", "ours-b"):
+        asyncio.run(cluster.create_topic(t, partitions=1, rf=3))
+    tps = [("ours-a", 0), ("ours-b", 0)]
+
+    async def go() -> None:
+        async with OurProducer(cluster.bootstrap_servers, transactional_id="ours-e2e", linger_ms=5) as p:
+            await p.init_transactions()
+            for tag, commit in (("c1", True), ("a1", False), ("c2", True)):
+                p.begin_transaction()
+                futures = [await p.send(t, f"{tag}-{t}".encode(), partition=0) for t, _ in tps]
+                if commit:
+                    await p.commit_transaction()
+                    assert all(f.done() and f.exception() is None for f in futures)
+                else:
+                    await p.flush()  # written, then aborted (what is still queued is dropped)
+                    await p.abort_transaction()
+    asyncio.run(go())
+    committed = asyncio.run(_read_ours(cluster, tps, "read_committed", 4))
+    assert sorted(committed) == sorted(f"{tag}-{t}".encode() for tag in ("c1", "c2") for t, _ in tps)
+    everything = asyncio.run(_read_ours(cluster, tps, "read_uncommitted", 6))
+    assert len(everything) == 6 and {b"a1-ours-a", b"a1-ours-b"} <= set(everything)
+
+
+def test_our_producer_fenced_by_a_second_one_raises_a_fatal_error(cluster):
+    """Two of our producers with one transactional id: the second's init_transactions fences
+    the first, whose commit then raises ProducerFencedError, and so does every later call;
+    nothing the first wrote becomes visible."""
+    from clients import Producer as OurProducer
+    from clients.transactions import ProducerFencedError, TransactionFatalError
+
+    asyncio.run(cluster.create_topic("ours-fence", partitions=1, rf=3))
+
+    async def go() -> None:
+        async with OurProducer(cluster.bootstrap_servers, transactional_id="ours-fence") as old, \
+                OurProducer(cluster.bootstrap_servers, transactional_id="ours-fence") as new:
+            await old.init_transactions()
+            old.begin_transaction()
+            await (await old.send("ours-fence", b"zombie", partition=0))
+            await new.init_transactions()
+            with pytest.raises(ProducerFencedError) as e:
+                await old.commit_transaction()
+            assert isinstance(e.value, TransactionFatalError) and "PRODUCER_FENCED" in str(e.value)
+            with pytest.raises(ProducerFencedError):
+                old.begin_transaction()  # the producer is unusable from now on
+            new.begin_transaction()
+            await new.send("ours-fence", b"new", partition=0)
+            await new.commit_transaction()
+    asyncio.run(go())
+    assert asyncio.run(_read_ours(cluster, [("ours-fence", 0)], "read_committed", 1)) == [b"new"]
+
+
+def test_our_consume_transform_produce_commits_offsets_with_the_transaction(cluster):
+    """Our Consumer in a group reads the input, our Producer writes the transformed records
+    and the consumer's offsets in one transaction (send_offsets_to_transaction): an aborted
+    round commits neither, a committed one both."""
+    from clients import Consumer as OurConsumer, Producer as OurProducer
+
+    for t in ("ours-ctp-in", "ours-ctp-out"):
+        asyncio.run(cluster.create_topic(t, partitions=1, rf=3))
+
+    async def go() -> None:
+        async with OurProducer(cluster.bootstrap_servers) as plain:
+            for i in range(5):
+                await plain.send("ours-ctp-in", f"in-{i}".encode(), partition=0)
+        async with OurProducer(cluster.bootstrap_servers, transactional_id="ours-ctp") as p, \
+                OurConsumer(cluster.bootstrap_servers, group_id="ctp", auto_offset_reset="earliest",
+                            enable_auto_commit=False, isolation_level="read_committed") as c:
+            await p.init_transactions()
+            await c.subscribe(["ours-ctp-in"])
+            records: list = []
+            while len(records) < 5:
+                records.extend(await c.poll(500))
+            for commit in (False, True):
+                p.begin_transaction()
+                for r in records:
+                    await p.send("ours-ctp-out", r.value.replace(b"in", b"out"), partition=0)
+                await p.send_offsets_to_transaction({("ours-ctp-in", 0): records[-1].offset + 1}, c.group_metadata())
+                if commit:
+                    await p.commit_transaction()
+                else:
+                    await p.abort_transaction()
+                    assert await c.committed("ours-ctp-in", 0) is None
+            assert await eventually(lambda: c.committed("ours-ctp-in", 0), 10) == 5
+    asyncio.run(go())
+    assert asyncio.run(_read_ours(cluster, [("ours-ctp-out", 0)], "read_committed", 5)) == \
+        [f"out-{i}".encode() for i in range(5)]
+
+
+# -- kraft transactions (kafka-transactions.sh) ----------------------------------------------------------
+
+async def _send_plain(cluster: BrokerCluster, topic: str, value: bytes) -> None:
+    from clients import Producer as OurProducer
+    async with OurProducer(cluster.bootstrap_servers) as p:
+        await (await p.send(topic, value, partition=0))
+
+
+def _kraft(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kraft.cli", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_kraft_transactions_lists_describes_finds_hanging_and_aborts(cluster):
+    """The tool against the cluster: list and describe an open transaction; a transactional
+    batch written without any coordinator knowing it (a hanging transaction, which KIP-890
+    prevents for producers that name their transactional id) is found by find-hanging, holds
+    read_committed readers, and is gone once ``abort --start-offset`` wrote its marker."""
+    from clients import Producer as OurProducer
+    from clients.records import build_batch, set_producer
+    from protos import broker_pb2 as bpb
+    from tests.brokercluster import _stub
+
+    asyncio.run(cluster.create_topic("hang", partitions=1, rf=3))
+    boot = ["transactions", "--bootstrap-server", cluster.bootstrap_servers]
+
+    async def open_and_hang() -> tuple[OurProducer, int]:
+        p = await OurProducer(cluster.bootstrap_servers, transactional_id="tool-open").start()
+        await p.init_transactions()
+        p.begin_transaction()
+        await (await p.send("hang", b"open", partition=0))
+        leader = (await cluster.describe_topic("hang")).partitions[0].leader
+        async with _stub(cluster.address(leader)) as s:
+            pid = (await s.InitProducerId(bpb.InitProducerIdRequest())).producer_id
+            batch = build_batch([(None, b"hanging", int(time.time() * 1000), ())])
+            set_producer(batch, pid, 0, 0, transactional=True)
+            r = await s.Produce(bpb.ProduceRequest(acks=-1, topics=[bpb.ProduceTopicData(
+                name="hang", partitions=[bpb.ProducePartitionData(partition=0, batch=batch)])]))
+            assert r.topics[0].partitions[0].error_code == 0
+            return p, r.topics[0].partitions[0].base_offset
+
+    loop = asyncio.new_event_loop()
+    try:
+        p, hanging_offset = loop.run_until_complete(open_and_hang())
+        listed = _kraft(*boot, "list")
+        assert listed.returncode == 0, listed.stderr
+        row = next(line.split() for line in listed.stdout.splitlines() if line.startswith("tool-open "))
+        assert row[3] == "Ongoing"
+        described = _kraft(*boot, "describe", "--transactional-id", "tool-open")
+        assert described.returncode == 0, described.stderr
+        assert described.stdout.splitlines()[0].split()[:5] == ["CoordinatorId", "TransactionalId", "ProducerId",
+                                                               "ProducerEpoch", "TransactionState"]
+        fields = described.stdout.splitlines()[1].split()
+        assert fields[1] == "tool-open" and fields[4] == "Ongoing" and fields[-1] == "hang-0"
+        missing = _kraft(*boot, "describe", "--transactional-id", "no-such-id")
+        assert missing.returncode == 1 and missing.stderr.startswith("Error: TRANSACTIONAL_ID_NOT_FOUND"), missing.stderr
+        leader = asyncio.run(cluster.describe_topic("hang")).partitions[0].leader
+        hanging = _kraft(*boot, "find-hanging", "--broker-id", str(leader), "--max-transaction-timeout", "0")
+        assert hanging.returncode == 0, hanging.stderr
+        rows = [line.split() for line in hanging.stdout.splitlines()[1:]]
+        # the open transaction of tool-open is not hanging: its coordinator has it Ongoing
+        assert [(r[0], r[1], r[5]) for r in rows] == [("hang", "0", str(hanging_offset))], hanging.stdout
+        loop.run_until_complete(p.abort_transaction())
+        aborted = _kraft(*boot, "abort", "--topic", "hang", "--partition", "0", "--start-offset", str(hanging_offset))
+        assert aborted.returncode == 0, aborted.stderr
+        loop.run_until_complete(_send_plain(cluster, "hang", b"after"))
+        # both transactions aborted, and nothing holds read_committed readers back any more
+        assert asyncio.run(_read_ours(cluster, [("hang", 0)], "read_committed", 1)) == [b"after"]
+        again = _kraft(*boot, "abort", "--topic", "hang", "--partition", "0", "--start-offset", str(hanging_offset))
+        assert again.returncode == 1 and "Could not find any open transactions" in again.stderr
+    finally:
+        loop.run_until_complete(p.close())
+        loop.close()
+
+
+def test_an_idle_transactional_id_expires(cluster):
+    """transactional.id.expiration.ms: an id whose last transaction completed and that then
+    stays idle is forgotten by its coordinator (a tombstone in __transaction_state): describe
+    finds it no more, and its next init_transactions starts over with a new producer id."""
+    from clients import Producer as OurProducer
+    from clients.admin import Admin
+    from common.errors import ErrorCode, KafkaError as OurKafkaError
+
+    asyncio.run(cluster.create_topic("expire", partitions=1, rf=3))
+
+    async def go() -> None:
+        async with OurProducer(cluster.bootstrap_servers, transactional_id="tx-expire") as p:
+            await p.init_transactions()
+            first_id = p.producer_id
+            p.begin_transaction()
+            await p.send("expire", b"v", partition=0)
+            await p.commit_transaction()
+        async with Admin(cluster.bootstrap_servers) as admin:
+            _, d = await admin.describe_transaction("tx-expire")
+            assert d.state in ("PrepareCommit", "CompleteCommit")
+            committed = time.monotonic()
+
+            async def gone() -> bool:
+                try:
+                    await admin.describe_transaction("tx-expire")
+                    return False
+                except OurKafkaError as e:
+                    return e.code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+            await eventually(gone, EXPIRATION_MS / 1000 + 10, what="the idle transactional id expired")
+            assert time.monotonic() - committed >= EXPIRATION_MS / 1000 - 1.5  # not before its time
+        async with OurProducer(cluster.bootstrap_servers, transactional_id="tx-expire") as p:
+            await p.init_transactions()
+            assert p.producer_id != first_id and p.producer_epoch == 0
+    asyncio.run(go())
+
+
+def test_a_fenced_producers_txn_offset_commit_is_refused(cluster):
+    """A zombie's TxnOffsetCommit: once a newer producer with its transactional id has fenced
+    it (the abort marker of its transaction reached the offsets partition under the new
+    epoch), its offsets under the old epoch are refused with PRODUCER_FENCED, not kept pending
+    where the new producer's commit marker would commit them."""
+    from clients import Producer as OurProducer
+    from clients.consumer_coordinator import ConsumerGroupMetadata
+    from common.errors import ErrorCode
+    from protos import broker_pb2 as bpb
+    from tests.brokercluster import _stub
+
+    asyncio.run(cluster.create_topic("zombie-in", partitions=1, rf=3))
+    group = ConsumerGroupMetadata("zombie-group")
+
+    async def go() -> None:
+        async with OurProducer(cluster.bootstrap_servers, transactional_id="tx-zombie") as old, \
+                OurProducer(cluster.bootstrap_servers, transactional_id="tx-zombie") as new:
+            await old.init_transactions()
+            old.begin_transaction()
+            await old.send_offsets_to_transaction({("zombie-in", 0): 1}, group)
+            await new.init_transactions()  # fences old: its transaction is aborted under a new epoch
+            async with _stub(cluster.address(cluster.ids[0])) as s:
+                found = await s.FindCoordinator(bpb.FindCoordinatorRequest(key=group.group_id))
+            async with _stub(f"{found.host}:{found.port}") as s:
+                r = await s.TxnOffsetCommit(bpb.TxnOffsetCommitRequest(
+                    transactional_id="tx-zombie", producer_id=old.producer_id, producer_epoch=old.producer_epoch,
+                    offsets=bpb.OffsetCommitRequest(group_id=group.group_id, generation_id=-1, topics=[
+                        bpb.OffsetCommitTopic(name="zombie-in", partitions=[
+                            bpb.OffsetCommitPartition(partition=0, offset=5, leader_epoch=-1)])])))
+                code = r.topics[0].partitions[0].error_code
+                assert code in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH), ErrorCode.of(code).name
+            new.begin_transaction()
+            await new.send_offsets_to_transaction({("zombie-in", 0): 2}, group)
+            await new.commit_transaction()
+            async with _stub(f"{found.host}:{found.port}") as s:
+                async def committed() -> int | None:
+                    r = await s.OffsetFetch(bpb.OffsetFetchRequest(group_id=group.group_id, topics=[
+                        bpb.OffsetFetchTopic(name="zombie-in", partitions=[0])]))
+                    offset = r.topics[0].partitions[0].offset if r.topics else -1
+                    return offset if offset >= 0 else None
+                assert await eventually(committed, 10) == 2  # the zombie's 5 never counts
+    asyncio.run(go())

@@ -30,6 +30,7 @@ from protos import controller_pb2 as cpb
 
 from .. import authorization as authorized
 from .. import group_requests as gq
+from ..group_requests import COORDINATOR_GROUP, COORDINATOR_TRANSACTION
 from .. import requests as rq
 from ..auto_topics import TopicAutoCreator
 from ..cluster_metadata import live_brokers
@@ -74,7 +75,6 @@ VERSIONS: dict[int, tuple[int, int]] = {
 }
 
 TOPIC_CONFIG_SOURCE, BROKER_CONFIG_SOURCE, DEFAULT_CONFIG_SOURCE = 1, 4, 5
-COORDINATOR_GROUP, COORDINATOR_TRANSACTION = 0, 1  # FindCoordinator key types
 #: KIP-848's protocol (group.protocol=consumer) is not served: Kafka's answer when it is off
 #: (group.coordinator.rebalance.protocols without "consumer") is UNSUPPORTED_VERSION.
 CONSUMER_PROTOCOL_UNSUPPORTED = ("The new consumer group protocol (KIP-848, group.protocol=consumer) is not enabled "

@@ -3,7 +3,7 @@ does with kafka-storage.sh, kafka-server-start.sh, kafka-topics.sh, kafka-config
 kafka-metadata-quorum.sh. Every failure prints one line and exits non-zero.
 
 This module is the ``kraft`` group and its start-up; each tool group has a module of its own
-(storage, servers, topics, quorum, configs, acls, partitions, brokers), whose commands import
+(storage, servers, topics, quorum, configs, acls, partitions, brokers, transactions), whose commands import
 what they need when run, and MOUNTED names the commands imported only when run at all."""
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from kraft.cli.quorum import cluster, quorum
 from kraft.cli.servers import dev_quorum, health, server_start
 from kraft.cli.storage import storage
 from kraft.cli.topics import topics
+from kraft.cli.transactions import transactions
 
 NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click >= 8.2
 
@@ -88,7 +89,8 @@ def main() -> None:
 
 
 for command in (storage, server_start, health, dev_quorum, topics, quorum, cluster, configs, acls_command,
-                get_offsets, delete_records, log_dirs, broker_api_versions, reassign_partitions, leader_election):
+                get_offsets, delete_records, log_dirs, broker_api_versions, reassign_partitions, leader_election,
+                transactions):
     main.add_command(command)
 
 
