@@ -309,8 +309,8 @@ class StaticMember:
 
 
 async def coordinator(c: BrokerCluster, group: str) -> str:
-    """The gRPC address of the group's coordinator, once there is one."""
-    async with _stub(c.address(c.ids[0])) as s:
+    """The gRPC address of the group's coordinator, once there is one (asking a running broker)."""
+    async with _stub(c.address(next(b for b in c.ids if c.procs[b].poll() is None))) as s:
         async def found() -> bpb.FindCoordinatorResponse | None:
             r = await s.FindCoordinator(bpb.FindCoordinatorRequest(key=group))
             return None if r.error_code else r
@@ -393,8 +393,9 @@ def test_a_static_member_gone_beyond_its_session_is_rebalanced_away_once(cluster
 def test_a_static_members_old_id_is_fenced_and_a_changed_subscription_rebalances(cluster):
     """The coordinator's side of KIP-345, request by request: a static member back with a new
     member id is answered in the current generation (naming the old leader, so it assigns
-    nothing) and syncs its old assignment; its old id is fenced everywhere; coming back with
-    another subscription starts a rebalance."""
+    nothing) and syncs its old assignment; its old id is fenced everywhere, also by the next
+    coordinator after the first is killed; coming back with another subscription starts a
+    rebalance."""
     from clients.group_protocol import Subscription, encode_assignment, encode_subscription
 
     def join(topics: list[str]) -> bpb.JoinGroupRequest:
@@ -404,7 +405,8 @@ def test_a_static_members_old_id_is_fenced_and_a_changed_subscription_rebalances
 
     async def go():
         await cluster.create_topic("fenced", partitions=1, rf=3)
-        async with _stub(await coordinator(cluster, "fenced")) as s:
+        s_address = await coordinator(cluster, "fenced")
+        async with _stub(s_address) as s:
             async def joined() -> bpb.JoinGroupResponse | None:
                 r = await s.JoinGroup(join(["fenced"]))
                 return None if r.error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS else r
@@ -433,7 +435,29 @@ def test_a_static_members_old_id_is_fenced_and_a_changed_subscription_rebalances
             assert (group.state, group.generation_id) == ("Stable", first.generation_id)
             assert [(m.member_id, m.group_instance_id) for m in group.members] == [(back.member_id, "x")]
 
-            changed = await s.JoinGroup(join(["fenced", "other"]))
-            assert changed.error_code == 0 and changed.generation_id == first.generation_id + 1
-            assert changed.leader == changed.member_id and len(changed.members) == 1
-    run(go(), timeout=60)
+        # The new member id is in the group's record: the next coordinator knows it, and fences the old one.
+        victim = next(bid for bid in cluster.ids if cluster.address(bid) == s_address)
+        cluster.kill(victim)
+        try:
+            async def moved() -> str | None:
+                address = await coordinator(cluster, "fenced")
+                if address == s_address:
+                    return None
+                async with _stub(address) as s:
+                    r = await s.Heartbeat(bpb.HeartbeatRequest(group_id="fenced", generation_id=back.generation_id,
+                                                               member_id=back.member_id, group_instance_id="x"))
+                return address if r.error_code not in (ErrorCode.NOT_COORDINATOR,
+                                                       ErrorCode.COORDINATOR_LOAD_IN_PROGRESS) else None
+            async with _stub(await eventually(moved, 30, what="a new coordinator")) as s:
+                assert (await s.Heartbeat(bpb.HeartbeatRequest(
+                    group_id="fenced", generation_id=back.generation_id, member_id=back.member_id,
+                    group_instance_id="x"))).error_code == 0
+                assert (await s.Heartbeat(bpb.HeartbeatRequest(**old))).error_code == ErrorCode.FENCED_INSTANCE_ID
+
+                changed = await s.JoinGroup(join(["fenced", "other"]))
+                assert changed.error_code == 0 and changed.generation_id == first.generation_id + 1
+                assert changed.leader == changed.member_id and len(changed.members) == 1
+        finally:
+            cluster.start_broker(victim)
+            await cluster.wait_unfenced()
+    run(go(), timeout=120)
