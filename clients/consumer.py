@@ -601,7 +601,7 @@ class Consumer:
                 if tp in self._read_replica and code != ErrorCode.NONE:
                     del self._read_replica[tp]  # a follower's error: ask the leader (KIP-392)
                     continue
-                if code == ErrorCode.NONE and a.preferred_read_replica >= 0:
+                if code == ErrorCode.NONE and self.client_rack is not None and a.preferred_read_replica >= 0:
                     self._read_replica[tp] = a.preferred_read_replica
                 elif code == ErrorCode.NONE:
                     q = self._buffer.setdefault(tp, deque())
