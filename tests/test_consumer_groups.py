@@ -395,7 +395,7 @@ def test_a_static_members_old_id_is_fenced_and_a_changed_subscription_rebalances
     member id is answered in the current generation (naming the old leader, so it assigns
     nothing) and syncs its old assignment; its old id is fenced everywhere, also by the next
     coordinator after the first is killed; coming back with another subscription starts a
-    rebalance."""
+    rebalance; a LeaveGroup naming the instance removes it."""
     from clients.group_protocol import Subscription, encode_assignment, encode_subscription
 
     def join(topics: list[str]) -> bpb.JoinGroupRequest:
@@ -457,6 +457,12 @@ def test_a_static_members_old_id_is_fenced_and_a_changed_subscription_rebalances
                 changed = await s.JoinGroup(join(["fenced", "other"]))
                 assert changed.error_code == 0 and changed.generation_id == first.generation_id + 1
                 assert changed.leader == changed.member_id and len(changed.members) == 1
+                # An admin's removal (LeaveGroup v3+ naming the instance) does take the member out.
+                removed = await s.LeaveGroup(bpb.LeaveGroupRequest(group_id="fenced", members=[
+                    bpb.MemberIdentity(group_instance_id="x")]))
+                assert [(m.group_instance_id, m.error_code) for m in removed.members] == [("x", 0)]
+                group = (await s.DescribeGroups(bpb.DescribeGroupsRequest(groups=["fenced"]))).groups[0]
+                assert (group.state, len(group.members)) == ("Empty", 0)
         finally:
             cluster.start_broker(victim)
             await cluster.wait_unfenced()
