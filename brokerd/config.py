@@ -9,7 +9,7 @@ from typing import TypeVar
 
 from clients.security import ListenerSecurity
 from common.config_def import ConfigError
-from common.server_keys import SERVER_KEYS
+from common.server_keys import RACK_AWARE_REPLICA_SELECTOR, SERVER_KEYS
 from common.tls import TLSConfig
 from metadata.config import ServerConfig
 from metadata.image import ConfigResource, MetadataImage, ResourceType
@@ -89,6 +89,7 @@ class BrokerConfig:
     transaction_abort_interval_ms: int = 10_000  # transaction.abort.timed.out.transaction.cleanup.interval.ms
     transactional_id_expiration_ms: int = 604_800_000  # transactional.id.expiration.ms
     transaction_expire_interval_ms: int = 3_600_000  # transaction.remove.expired.transaction.cleanup.interval.ms
+    rack_aware_reads: bool = False  # replica.selector.class is the RackAwareReplicaSelector (KIP-392)
 
     def security_protocol(self, listener: str) -> str:
         return self.security[listener].protocol
@@ -141,6 +142,7 @@ class BrokerConfig:
             transaction_abort_interval_ms=cfg.int("transaction.abort.timed.out.transaction.cleanup.interval.ms"),
             transactional_id_expiration_ms=cfg.int("transactional.id.expiration.ms"),
             transaction_expire_interval_ms=cfg.int("transaction.remove.expired.transaction.cleanup.interval.ms"),
+            rack_aware_reads=(cfg.value("replica.selector.class") or "") == RACK_AWARE_REPLICA_SELECTOR,
             group_min_session_timeout_ms=cfg.int("group.min.session.timeout.ms"),
             group_max_session_timeout_ms=cfg.int("group.max.session.timeout.ms"),
             group_initial_rebalance_delay_ms=cfg.int("group.initial.rebalance.delay.ms"),

@@ -6,7 +6,8 @@ is how the leader learns how far each follower got, moves the high watermark and
 membership. When fewer than ``min_bytes`` are there the fetch waits up to ``max_wait_ms`` for
 an append or a high watermark move (a long poll, Kafka's DelayedFetch). A read_committed
 consumer reads below the last stable offset instead, and is told the aborted transactions
-in what it read, whose records it drops (KIP-98).
+in what it read, whose records it drops (KIP-98). A consumer that names its rack (Fetch v11+)
+may read from a follower, and the leader may send it to one (KIP-392, ``replica_selector``).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from common.errors import ErrorCode, KafkaError
 from .partition import Partition
 from .replica_manager import ReplicaManager
+from .replica_selector import check_follower_read, preferred_read_replica
 from .replication_quota import ReplicationQuota
 from .offsets import READ_COMMITTED
 from .requests import AbortedTransaction, FetchPartitionResponse, FetchRequest, FetchResponse, FetchTopicResponse
@@ -44,6 +46,7 @@ def _fail(answer: FetchPartitionResponse, e: KafkaError, p: Partition | None = N
 async def fetch(rm: ReplicaManager, req: FetchRequest) -> FetchResponse:
     replica = req.replica_id
     follower = replica >= 0
+    any_replica = not follower and req.rack_id is not None  # KIP-392: a follower may serve it
     resp = FetchResponse()
     reads: list[_Read] = []
     for t in req.topics:
@@ -58,7 +61,10 @@ async def fetch(rm: ReplicaManager, req: FetchRequest) -> FetchResponse:
                 p = rm.partition(t.name, fp.partition, t.topic_id)
                 if not tr.name:
                     tr.name = p.topic
-                p.check_leader(epoch)
+                if any_replica:
+                    check_follower_read(p, epoch)
+                else:
+                    p.check_leader(epoch)
                 if follower:
                     if replica not in p.followers:
                         raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
@@ -70,16 +76,23 @@ async def fetch(rm: ReplicaManager, req: FetchRequest) -> FetchResponse:
                                       f"Received request for offset {fp.fetch_offset} for partition {p.name}, but "
                                       f"we only have log segments in the range {plog.log_start_offset} to "
                                       f"{plog.log_end_offset}.")
+                if any_replica and rm.config.rack_aware_reads and p.is_leader:
+                    answer.preferred_read_replica = preferred_read_replica(p, rm.image, req.rack_id or "",
+                                                                           fp.fetch_offset)
             except KafkaError as e:
                 _fail(answer, e, p)
                 if e.code == ErrorCode.OFFSET_OUT_OF_RANGE and p is not None:
                     answer.log_start_offset = p.log.log_start_offset
                     answer.high_watermark = p.log.high_watermark
                 continue
+            if answer.preferred_read_replica >= 0:  # as Kafka: no records, the consumer goes there
+                answer.high_watermark, answer.log_start_offset = plog.high_watermark, plog.log_start_offset
+                answer.last_stable_offset = plog.last_stable_offset
+                continue
             reads.append(_Read(answer, p, fp.fetch_offset, fp.partition_max_bytes or DEFAULT_PARTITION_MAX_BYTES))
     max_bytes = req.max_bytes or DEFAULT_MAX_BYTES
     committed = not follower and req.isolation_level == READ_COMMITTED
-    got = _read_all(reads, max_bytes, replica, rm.leader_quota, committed)
+    got = _read_all(reads, max_bytes, replica, rm.leader_quota, committed, any_replica)
     wait_ms = min(req.max_wait_ms, MAX_WAIT_MS)
     need = max(req.min_bytes, 1)
     if got < need and wait_ms > 0 and reads and len(reads) == _count(resp):
@@ -105,7 +118,7 @@ async def fetch(rm: ReplicaManager, req: FetchRequest) -> FetchResponse:
             finally:
                 for r in reads:
                     r.partition.drop_waiter(fut)
-            got = _read_all(reads, max_bytes, replica, rm.leader_quota, committed)
+            got = _read_all(reads, max_bytes, replica, rm.leader_quota, committed, any_replica)
             if any(r.answer.error_code for r in reads):
                 break
     for r in reads:
@@ -121,16 +134,17 @@ def _count(resp: FetchResponse) -> int:
 
 
 def _read_all(reads: list[_Read], max_bytes: int, replica: int, quota: ReplicationQuota,
-              committed: bool = False) -> int:
+              committed: bool = False, any_replica: bool = False) -> int:
     """Fill each answer; returns the bytes read. The first partition with data returns at
     least one batch whatever the limits, so a fetch always makes progress; a replica being
-    added gets nothing while the leader's replication throttle is exceeded."""
+    added gets nothing while the leader's replication throttle is exceeded. ``any_replica``:
+    a follower serves it too, up to the high watermark it learned from the leader."""
     follower = replica >= 0
     throttled = follower and quota.wait_seconds() > 0
     total = 0
     for r in reads:
         p, a = r.partition, r.answer
-        if p.stopped or not p.is_leader:
+        if p.stopped or not (p.is_leader or any_replica):
             _fail(a, KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                  f"Leader not local for partition {p.name} on broker {p.broker_id}"), p)
             continue

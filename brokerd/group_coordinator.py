@@ -15,9 +15,11 @@ that did not; a new group first waits ``group.initial.rebalance.delay.ms`` for m
 with a new generation and the leader chosen; the group is then CompletingRebalance until the
 leader's SyncGroup brings the assignment, which is persisted, and the group is Stable.
 Heartbeats keep a member alive for its session timeout; one that stops heartbeating, leaves, or
-misses a rebalance is removed and the others rebalance. Static members (``group.instance.id``)
-keep their place across restarts within the session timeout. Errors are Kafka's: see
-docs/brokers.md, "Consumer groups".
+misses a rebalance is removed and the others rebalance. Static members (``group.instance.id``,
+KIP-345) keep their place across restarts within the session timeout: back with the same
+subscription while the group is Stable, one gets a new member id and its old assignment in the
+current generation, without a rebalance, and its old member id is fenced. Errors are Kafka's:
+see docs/brokers.md, "Consumer groups".
 """
 from __future__ import annotations
 
@@ -288,11 +290,19 @@ class GroupCoordinator:
             protocols = [(x.name, x.metadata) for x in req.protocols]
             if g.members and (req.protocol_type != g.protocol_type or not self._common(g, protocols, req.member_id)):
                 raise KafkaError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+            restarted = g.by_instance(req.group_instance_id) \
+                if req.group_instance_id is not None and not req.member_id else None
+            leader, subscribed = g.leader, restarted.metadata(g.protocol) if restarted is not None else b""
             member = self._admit(g, req, protocols, req.group_instance_id)
         except KafkaError as e:
             return JoinGroupResponse(error_code=int(e.code), error_message=e.message, generation_id=-1,
                                      member_id=req.member_id)
         g.protocol_type = req.protocol_type
+        if restarted is not None and g.state == GroupState.STABLE and self._select_protocol(g) == g.protocol \
+                and _same_subscription(g.protocol_type, subscribed, member.metadata(g.protocol)):
+            back = await self._static_member_back(p, g, member, leader)
+            if back is not None:
+                return back
         joined = member.join = asyncio.get_running_loop().create_future()
         if g.state != GroupState.PREPARING_REBALANCE:
             self._prepare_rebalance(g, f"member {member.member_id} joined")
@@ -315,7 +325,7 @@ class GroupCoordinator:
                     del g.members[known.member_id]
                     _fail(known.join, ErrorCode.FENCED_INSTANCE_ID)
                     _fail(known.sync, ErrorCode.FENCED_INSTANCE_ID)
-                    known.member_id = f"{instance}-{uuid.uuid4()}"
+                    known.member_id = f"{req.client_id or 'consumer'}-{uuid.uuid4()}"
                     if g.leader and g.leader not in g.members:
                         g.leader = known.member_id
                     g.members[known.member_id] = known
@@ -338,6 +348,37 @@ class GroupCoordinator:
         m.rebalance_timeout_ms = req.rebalance_timeout_ms or req.session_timeout_ms
         m.last_heartbeat = time.monotonic()
         return m
+
+    async def _static_member_back(self, p: Partition, g: Group, member: Member, leader: str
+                                  ) -> JoinGroupResponse | None:
+        """KIP-345: a static member restarted within its session, subscribed as before, takes its
+        place in the current generation without a rebalance; its SyncGroup gets its old
+        assignment. The new member id is persisted first (so a new coordinator fences the old
+        one). As Kafka does for JoinGroup before v9, the answer names the leader as it was, so a
+        restarted leader does not run the assignor again. None: persisting failed, rebalance."""
+        generation = g.generation
+        try:
+            await self._persist_group(p, g)
+        except KafkaError as e:
+            log.info("group %s: could not persist static member %s (%s), rebalancing instead", g.group_id,
+                     member.member_id, e.code.name)
+            return None
+        if g.generation != generation or member.member_id not in g.members:
+            return None
+        log.info("group %s: static member %s (instance %s) rejoined generation %d without a rebalance",
+                 g.group_id, member.member_id, member.instance_id, g.generation)
+        return JoinGroupResponse(generation_id=g.generation, protocol_name=g.protocol, leader=leader,
+                                 member_id=member.member_id)
+
+    @staticmethod
+    def _select_protocol(g: Group) -> str:
+        """Kafka's selectProtocol: the protocol most members name first among those all support."""
+        votes: dict[str, int] = {}
+        common = set.intersection(*({n for n, _ in m.protocols} for m in g.members.values()))
+        for m in g.members.values():
+            choice = next(n for n, _ in m.protocols if n in common)
+            votes[choice] = votes.get(choice, 0) + 1
+        return max(votes, key=lambda n: votes[n])
 
     @staticmethod
     def _common(g: Group, protocols: list[tuple[str, bytes]], member_id: str) -> bool:
@@ -376,12 +417,7 @@ class GroupCoordinator:
             self._emptied(g)
             return
         g.generation += 1
-        votes: dict[str, int] = {}
-        common = set.intersection(*({n for n, _ in m.protocols} for m in g.members.values()))
-        for m in g.members.values():
-            choice = next(n for n, _ in m.protocols if n in common)
-            votes[choice] = votes.get(choice, 0) + 1
-        g.protocol = max(votes, key=lambda n: votes[n])
+        g.protocol = self._select_protocol(g)
         if g.leader not in g.members:
             g.leader = next(iter(g.members))
         g.state = GroupState.COMPLETING_REBALANCE
@@ -799,6 +835,20 @@ def _replay(groups: dict[str, Group], index: int, key: bytes | None, value: byte
             log.warning("%s-%d: skipping a record of unknown type %d", OFFSETS_TOPIC, index, key[0])
     except Exception as e:  # DecodeError and the like: one line, go on
         log.warning("%s-%d: skipping an unreadable record: %s", OFFSETS_TOPIC, index, e)
+
+
+def _same_subscription(protocol_type: str, before: bytes, after: bytes) -> bool:
+    """Whether a restarted static member subscribes as before: for consumers the same topics
+    (what else the metadata carries, owned partitions or the sticky assignor's user data,
+    changes with every restart); for other protocols the same bytes."""
+    if before == after:
+        return True
+    if protocol_type != "consumer":
+        return False
+    try:
+        return set(decode_subscription(before).topics) == set(decode_subscription(after).topics)
+    except ValueError:
+        return False
 
 
 def _find_error(code: ErrorCode, message: str = "") -> FindCoordinatorResponse:

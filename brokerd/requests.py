@@ -94,6 +94,7 @@ class FetchRequest:
     topics: list[FetchTopic] = field(default_factory=list)
     replica_epoch: int = -1
     isolation_level: int = 0  # 1: read_committed, up to the last stable offset
+    rack_id: str | None = None  # a consumer's client.rack (Fetch v11+); None: only the leader serves it
 
 
 @dataclass(slots=True)
@@ -114,6 +115,7 @@ class FetchPartitionResponse:
     leader_epoch: int = 0
     last_stable_offset: int = 0
     aborted_transactions: list[AbortedTransaction] = field(default_factory=list)
+    preferred_read_replica: int = -1  # KIP-392: the broker to read from instead; -1: this one
 
 
 @dataclass(slots=True)

@@ -1,6 +1,7 @@
 """The consumer (asyncio), after Kafka's KafkaConsumer: it fetches from the leaders of its
-partitions below the high watermark, and starts each partition at the group's committed
-offset, else per ``auto.offset.reset``.
+partitions (or, with ``client_rack``, from the follower in its rack a leader names, KIP-392)
+below the high watermark, and starts each partition at the group's committed offset, else per
+``auto.offset.reset``.
 
     async with Consumer("127.0.0.1:9092", group_id="billing", auto_offset_reset="earliest") as c:
         await c.subscribe(["orders"])           # group management: the coordinator assigns
@@ -58,8 +59,10 @@ class Consumer:
                  group_instance_id: str | None = None, tls: TLSConfig | None = None,
                  key_deserializer: Deserializer | None = None, value_deserializer: Deserializer | None = None,
                  interceptors: Sequence[ConsumerInterceptor] = (), allow_auto_create_topics: bool = True,
-                 isolation_level: str = "read_uncommitted") -> None:
+                 isolation_level: str = "read_uncommitted", client_rack: str | None = None) -> None:
         """``tls``: TLS to the brokers (``clients.security.client_tls`` reads Kafka's keys).
+        ``client_rack``: Kafka's ``client.rack``; a leader with a rack-aware replica selector
+        then sends the consumer to an in-sync replica in that rack (KIP-392).
         ``isolation_level``: Kafka's ``isolation.level``; ``read_committed`` reads up to the last
         stable offset and drops the records of aborted transactions.
         ``key_deserializer``/``value_deserializer`` (``clients.serialization``) and
@@ -78,6 +81,10 @@ class Consumer:
             raise ClientError(f"Invalid value {isolation_level} for configuration isolation.level: String must be "
                               f"one of: read_committed, read_uncommitted")
         self.read_committed = isolation_level == "read_committed"
+        self.client_rack = client_rack
+        #: KIP-392: the follower each partition is read from, as its leader said; dropped on
+        #: any error there, so the next fetch goes to the leader again.
+        self._read_replica: dict[TopicPartition, int] = {}
         self.fetch_min_bytes = fetch_min_bytes
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self.fetch_max_bytes = fetch_max_bytes
@@ -550,14 +557,20 @@ class Consumer:
             if leader is None or leader not in self.cluster.brokers:
                 self.cluster.request_update()
                 continue
-            if leader not in self._inflight:
-                by_node.setdefault(leader, []).append(tp)
+            node = self._read_replica.get(tp, leader)
+            if node not in self.cluster.brokers:
+                self._read_replica.pop(tp, None)
+                node = leader
+            if node not in self._inflight:
+                by_node.setdefault(node, []).append(tp)
         for node, tps in by_node.items():
             self._inflight[node] = asyncio.get_running_loop().create_task(self._fetch(node, tps))
 
     async def _fetch(self, node: int, tps: list[TopicPartition]) -> None:
         req = pb.FetchRequest(replica_id=-1, max_wait_ms=self.fetch_max_wait_ms, min_bytes=self.fetch_min_bytes,
                               max_bytes=self.fetch_max_bytes, isolation_level=int(self.read_committed))
+        if self.client_rack is not None:
+            req.rack_id = self.client_rack
         topics: dict[str, pb.FetchTopic] = {}
         sent: dict[TopicPartition, int] = {}
         for tp in tps:
@@ -577,6 +590,8 @@ class Consumer:
             self._handle(resp, sent)
         except (grpc.aio.AioRpcError, KeyError) as e:
             log.debug("fetch from broker %d failed: %s", node, e)
+            for tp in tps:
+                self._read_replica.pop(tp, None)
             self.cluster.request_update()
             await asyncio.sleep(self.retry_backoff_s)
         except CLIENT_ERRORS as e:
@@ -593,7 +608,12 @@ class Consumer:
                 if offset is None or self.positions.get(tp) is None or self._next_fetch.get(tp, self.positions[tp]) != offset:
                     continue  # seeked or reassigned meanwhile
                 code = ErrorCode.of(a.error_code)
-                if code == ErrorCode.NONE:
+                if tp in self._read_replica and code != ErrorCode.NONE:
+                    del self._read_replica[tp]  # a follower's error: ask the leader (KIP-392)
+                    continue
+                if code == ErrorCode.NONE and self.client_rack is not None and a.preferred_read_replica >= 0:
+                    self._read_replica[tp] = a.preferred_read_replica
+                elif code == ErrorCode.NONE:
                     q = self._buffer.setdefault(tp, deque())
                     next_offset = offset
                     # read_committed: up to the last stable offset, without aborted transactions

@@ -16,6 +16,8 @@ BOOTSTRAP_SERVERS = "controller.quorum.bootstrap.servers"
 
 CLEANUP_POLICIES = ("delete", "compact", "compact,delete", "delete,compact")
 COMPRESSION_TYPES = ("producer", "none", "gzip", "snappy", "lz4", "zstd", "uncompressed")
+#: replica.selector.class's one choice (KIP-392): Kafka's class name, kept for familiarity.
+RACK_AWARE_REPLICA_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 
 
 def cleanup_policy(value: str) -> str:
@@ -108,6 +110,10 @@ SERVER_KEYS = ConfigDef([
               role=BROKER, default_doc="the first gRPC listener"),
     _int("replica.lag.time.max.ms", 30_000, "a follower behind for longer leaves the ISR", 1, role=BROKER,
          dynamic=True),
+    ConfigKey("replica.selector.class", "string", None, "how a partition's leader picks the replica a consumer "
+              f"reads from (KIP-392): `{RACK_AWARE_REPLICA_SELECTOR}` (an in-sync replica in the consumer's "
+              "`client.rack`); see \"Follower fetching\"", one_of("", RACK_AWARE_REPLICA_SELECTOR), role=BROKER,
+              default_doc="unset (the leader)"),
     _int("replica.fetch.wait.max.ms", 500, "how long a follower's fetch waits for data", 0, role=BROKER),
     _int("replica.fetch.min.bytes", 1, "bytes a follower's fetch waits for", 0, role=BROKER),
     _int("replica.fetch.max.bytes", 1 << 20, "bytes a follower fetches per partition", 1, role=BROKER),

@@ -273,3 +273,197 @@ def test_a_member_that_stops_polling_leaves_and_rejoins_when_it_polls_again(clus
                 polling_b.cancel()
                 await asyncio.gather(polling_a, polling_b, return_exceptions=True)
     run(go(), timeout=120)
+
+
+class StaticMember:
+    """A confluent-kafka member with a group.instance.id (tests/static_member.py) and the events
+    it printed: assignments, revocations, records, errors."""
+
+    def __init__(self, c: BrokerCluster, group: str, topic: str, instance: str, session_ms: int) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.static_member", c.kafka_bootstrap_servers, group,
+                                      topic, instance, str(session_ms)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+        self.events: list[dict] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.events.append(json.loads(line))
+
+    def of(self, kind: str) -> list:
+        return [e[kind] for e in list(self.events) if kind in e]
+
+    @property
+    def owned(self) -> set[int]:
+        assigned = self.of("assigned")
+        return set(assigned[-1]) if assigned else set()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(20)
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
+
+async def coordinator(c: BrokerCluster, group: str) -> str:
+    """The gRPC address of the group's coordinator, once there is one (asking a running broker)."""
+    async with _stub(c.address(next(b for b in c.ids if c.procs[b].poll() is None))) as s:
+        async def found() -> bpb.FindCoordinatorResponse | None:
+            r = await s.FindCoordinator(bpb.FindCoordinatorRequest(key=group))
+            return None if r.error_code else r
+        r = await eventually(found, 20, what=f"a coordinator for {group}")
+    return f"{r.host}:{r.port}"
+
+
+async def described(c: BrokerCluster, group: str) -> bpb.DescribedGroup:
+    """The group as its coordinator describes it (the generation included)."""
+    async with _stub(await coordinator(c, group)) as s:
+        return (await s.DescribeGroups(bpb.DescribeGroupsRequest(groups=[group]))).groups[0]
+
+
+def test_static_members_restarted_within_their_session_keep_their_partitions_without_a_rebalance(cluster):
+    """KIP-345 with librdkafka: a static member closed (no LeaveGroup) or killed with SIGKILL and
+    restarted within session.timeout.ms gets its partitions back in the same generation, the
+    other member sees no callback; a duplicate instance id fences the member it replaces."""
+    async def go():
+        await cluster.create_topic("statics", partitions=4, rf=3)
+        await produce(cluster, "statics", 100)
+        a, b = (StaticMember(cluster, "statics", "statics", name, 10000) for name in ("a", "b"))
+        members = [a, b]
+        try:
+            await eventually(lambda: a.owned and b.owned and a.owned | b.owned == {0, 1, 2, 3}, 40,
+                             what="the four partitions split between the two static members")
+            before = await described(cluster, "statics")
+            assert before.state == "Stable" and sorted(m.group_instance_id for m in before.members) == ["a", "b"]
+            await eventually(lambda: len(set(a.of("v")) | set(b.of("v"))) == 100, 30, what="every record read")
+            a_owned, b_events = a.owned, len(b.events)
+
+            a.stop()  # closed: a static member sends no LeaveGroup, so nothing happens to b
+            a = StaticMember(cluster, "statics", "statics", "a", 10000)
+            members.append(a)
+            await eventually(lambda: a.owned == a_owned, 20, what="the restarted member to get its partitions back")
+            b.kill()  # SIGKILL, restarted within the session
+            b_owned, b_callbacks = b.owned, [e for e in b.events[b_events:] if "v" not in e]
+            assert b_callbacks == [], f"b saw a rebalance when a restarted: {b_callbacks}"
+            b = StaticMember(cluster, "statics", "statics", "b", 10000)
+            members.append(b)
+            await eventually(lambda: b.owned == b_owned, 20, what="the killed member to get its partitions back")
+            await produce(cluster, "statics", 100, start=100)
+            await eventually(lambda: {str(i) for i in range(100, 200)} <= set(a.of("v")) | set(b.of("v")), 30,
+                             what="the new records read by the restarted members")
+            after = await described(cluster, "statics")
+            assert (after.state, after.generation_id) == ("Stable", before.generation_id), "a rebalance happened"
+            assert len(a.of("assigned")) == len(b.of("assigned")) == 1 and not a.of("revoked") + b.of("revoked")
+
+            twin = StaticMember(cluster, "statics", "statics", "b", 10000)  # a second live "b"
+            members.append(twin)
+            await eventually(lambda: twin.owned == b_owned, 20, what="the duplicate to take b's place")
+            # librdkafka makes FENCED_INSTANCE_ID fatal: _FATAL, with the broker's reason
+            await eventually(lambda: any(e.get("error") == "_FATAL" and "Static consumer fenced" in e["text"]
+                                         for e in b.events), 20, what="the member replaced by a duplicate to be fenced")
+            assert (await described(cluster, "statics")).generation_id == before.generation_id
+        finally:
+            for m in members:
+                m.kill()
+    run(go(), timeout=150)
+
+
+def test_a_static_member_gone_beyond_its_session_is_rebalanced_away_once(cluster):
+    async def go():
+        await cluster.create_topic("statics-expire", partitions=4, rf=3)
+        a, b = (StaticMember(cluster, "expiring", "statics-expire", name, 3000) for name in ("a", "b"))
+        try:
+            await eventually(lambda: a.owned and b.owned and a.owned | b.owned == {0, 1, 2, 3}, 40,
+                             what="the four partitions split between the two static members")
+            before = await described(cluster, "expiring")
+            a.kill()
+            await eventually(lambda: b.owned == {0, 1, 2, 3}, 30, what="b to take every partition after a's session")
+            after = await described(cluster, "expiring")
+            assert (after.state, after.generation_id) == ("Stable", before.generation_id + 1)
+            assert [m.group_instance_id for m in after.members] == ["b"]
+        finally:
+            a.kill()
+            b.kill()
+    run(go(), timeout=90)
+
+
+def test_a_static_members_old_id_is_fenced_and_a_changed_subscription_rebalances(cluster):
+    """The coordinator's side of KIP-345, request by request: a static member back with a new
+    member id is answered in the current generation (naming the old leader, so it assigns
+    nothing) and syncs its old assignment; its old id is fenced everywhere, also by the next
+    coordinator after the first is killed; coming back with another subscription starts a
+    rebalance; a LeaveGroup naming the instance removes it."""
+    from clients.group_protocol import Subscription, encode_assignment, encode_subscription
+
+    def join(topics: list[str]) -> bpb.JoinGroupRequest:
+        return bpb.JoinGroupRequest(group_id="fenced", session_timeout_ms=10000, rebalance_timeout_ms=10000,
+                                    group_instance_id="x", protocol_type="consumer", protocols=[bpb.JoinGroupProtocol(
+                                        name="range", metadata=encode_subscription(Subscription(tuple(topics))))])
+
+    async def go():
+        await cluster.create_topic("fenced", partitions=1, rf=3)
+        s_address = await coordinator(cluster, "fenced")
+        async with _stub(s_address) as s:
+            async def joined() -> bpb.JoinGroupResponse | None:
+                r = await s.JoinGroup(join(["fenced"]))
+                return None if r.error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS else r
+            first = await eventually(joined, 20, what="the first join")
+            assert first.error_code == 0 and first.leader == first.member_id
+            assignment = encode_assignment([("fenced", 0)])
+            synced = await s.SyncGroup(bpb.SyncGroupRequest(
+                group_id="fenced", generation_id=first.generation_id, member_id=first.member_id, group_instance_id="x",
+                assignments=[bpb.SyncGroupAssignment(member_id=first.member_id, assignment=assignment)]))
+            assert synced.error_code == 0
+
+            back = await s.JoinGroup(join(["fenced"]))
+            assert (back.error_code, back.generation_id, back.leader) == (0, first.generation_id, first.member_id)
+            assert back.member_id != first.member_id and not back.members
+            again = await s.SyncGroup(bpb.SyncGroupRequest(group_id="fenced", generation_id=back.generation_id,
+                                                           member_id=back.member_id, group_instance_id="x"))
+            assert (again.error_code, again.assignment) == (0, assignment)
+            old = dict(group_id="fenced", generation_id=first.generation_id, member_id=first.member_id,
+                       group_instance_id="x")
+            assert (await s.Heartbeat(bpb.HeartbeatRequest(**old))).error_code == ErrorCode.FENCED_INSTANCE_ID
+            assert (await s.SyncGroup(bpb.SyncGroupRequest(**old))).error_code == ErrorCode.FENCED_INSTANCE_ID
+            commit = await s.OffsetCommit(bpb.OffsetCommitRequest(**old, topics=[bpb.OffsetCommitTopic(
+                name="fenced", partitions=[bpb.OffsetCommitPartition(partition=0, offset=1)])]))
+            assert commit.topics[0].partitions[0].error_code == ErrorCode.FENCED_INSTANCE_ID
+            group = (await s.DescribeGroups(bpb.DescribeGroupsRequest(groups=["fenced"]))).groups[0]
+            assert (group.state, group.generation_id) == ("Stable", first.generation_id)
+            assert [(m.member_id, m.group_instance_id) for m in group.members] == [(back.member_id, "x")]
+
+        # The new member id is in the group's record: the next coordinator knows it, and fences the old one.
+        victim = next(bid for bid in cluster.ids if cluster.address(bid) == s_address)
+        cluster.kill(victim)
+        try:
+            async def moved() -> str | None:
+                address = await coordinator(cluster, "fenced")
+                if address == s_address:
+                    return None
+                async with _stub(address) as s:
+                    r = await s.Heartbeat(bpb.HeartbeatRequest(group_id="fenced", generation_id=back.generation_id,
+                                                               member_id=back.member_id, group_instance_id="x"))
+                return address if r.error_code not in (ErrorCode.NOT_COORDINATOR,
+                                                       ErrorCode.COORDINATOR_LOAD_IN_PROGRESS) else None
+            async with _stub(await eventually(moved, 30, what="a new coordinator")) as s:
+                assert (await s.Heartbeat(bpb.HeartbeatRequest(
+                    group_id="fenced", generation_id=back.generation_id, member_id=back.member_id,
+                    group_instance_id="x"))).error_code == 0
+                assert (await s.Heartbeat(bpb.HeartbeatRequest(**old))).error_code == ErrorCode.FENCED_INSTANCE_ID
+
+                changed = await s.JoinGroup(join(["fenced", "other"]))
+                assert changed.error_code == 0 and changed.generation_id == first.generation_id + 1
+                assert changed.leader == changed.member_id and len(changed.members) == 1
+                # An admin's removal (LeaveGroup v3+ naming the instance) does take the member out.
+                removed = await s.LeaveGroup(bpb.LeaveGroupRequest(group_id="fenced", members=[
+                    bpb.MemberIdentity(group_instance_id="x")]))
+                assert [(m.group_instance_id, m.error_code) for m in removed.members] == [("x", 0)]
+                group = (await s.DescribeGroups(bpb.DescribeGroupsRequest(groups=["fenced"]))).groups[0]
+                assert (group.state, len(group.members)) == ("Empty", 0)
+        finally:
+            cluster.start_broker(victim)
+            await cluster.wait_unfenced()
+    run(go(), timeout=120)

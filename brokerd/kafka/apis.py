@@ -287,7 +287,8 @@ class KafkaApis:
                               current_leader_epoch=_epoch(fp.current_leader_epoch) if version >= 9 else None)
             for fp in t.partitions]) for t in req.topics]
         ours = rq.FetchRequest(replica_id=-1, max_wait_ms=ms(req.max_wait), min_bytes=req.min_bytes,
-                               max_bytes=max(1, req.max_bytes), topics=topics, isolation_level=req.isolation_level)
+                               max_bytes=max(1, req.max_bytes), topics=topics, isolation_level=req.isolation_level,
+                               rack_id=req.rack_id if version >= 11 else None)
         resp = await authorized.fetch(self.rm, ours, access)
         return {"error_code": 0, "session_id": 0, "responses": [
             {"topic": t.name, "partitions": [
@@ -296,7 +297,9 @@ class KafkaApis:
                  "aborted_transactions": [{"producer_id": x.producer_id, "first_offset": x.first_offset}
                                           for x in a.aborted_transactions] if req.isolation_level else None,
                  "current_leader": {"leader_id": a.leader_id, "leader_epoch": a.leader_epoch}
-                 if a.error_code else {}, "records": stored_to_wire(a.records)} for a in t.partitions]}
+                 if a.error_code else {}, "records": stored_to_wire(a.records),
+                 **({"preferred_read_replica": a.preferred_read_replica} if version >= 11 else {})}  # KIP-392
+                for a in t.partitions]}
             for t in resp.topics]}
 
     async def list_offsets(self, req: Any, version: int, access: Access) -> dict[str, Any]:
