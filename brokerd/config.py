@@ -16,6 +16,7 @@ from metadata.image import ConfigResource, MetadataImage, ResourceType
 
 from .auto_topics import AutoCreateConfig
 from .log_store import FlushPolicy
+from .quotas import QuotaWindow
 
 HOUR_MS = 3_600_000
 T = TypeVar("T")
@@ -87,6 +88,7 @@ class BrokerConfig:
     transaction_state_replication_factor: int = 3  # transaction.state.log.replication.factor
     transaction_max_timeout_ms: int = 900_000  # transaction.max.timeout.ms
     transaction_abort_interval_ms: int = 10_000  # transaction.abort.timed.out.transaction.cleanup.interval.ms
+    quota_window: QuotaWindow = QuotaWindow()  # quota.window.num, quota.window.size.seconds
 
     def security_protocol(self, listener: str) -> str:
         return self.security[listener].protocol
@@ -141,6 +143,7 @@ class BrokerConfig:
             group_max_session_timeout_ms=cfg.int("group.max.session.timeout.ms"),
             group_initial_rebalance_delay_ms=cfg.int("group.initial.rebalance.delay.ms"),
             offset_metadata_max_bytes=cfg.int("offset.metadata.max.bytes"),
+            quota_window=QuotaWindow(cfg.int("quota.window.num"), cfg.int("quota.window.size.seconds")),
             auto_create=AutoCreateConfig(
                 enable=cfg.bool("auto.create.topics.enable"),
                 num_partitions=cfg.int("num.partitions"),

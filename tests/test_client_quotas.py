@@ -1,12 +1,17 @@
 """Client quotas (issue 29 item 3, KIP-546): ClientQuotaRecord in the image, delta, snapshots and
 metadata-shell; AlterClientQuotas/DescribeClientQuotas with Kafka's rules and ACLs, on the
 controller, on the brokers' Kafka listener (APIs 48 and 49, forwarded) and through
-`kraft configs --entity-type users|clients|ips`."""
+`kraft configs --entity-type users|clients|ips`. Byte-rate quotas on the brokers: Kafka's
+precedence, rate and throttle time, a throttled fetch answered empty, and two librdkafka
+producers, one held to its quota and told so, the other unaffected."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 import struct
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -21,13 +26,16 @@ from metadata.authorizer import Access, StandardAuthorizer
 from metadata.client_quotas import (MATCH_ANY, MATCH_DEFAULT, MATCH_EXACT, QuotaAlteration, QuotaFilterComponent,
                                     QuotaOp, alter_quotas, describe_quotas)
 from metadata.delta import MetadataDelta
-from metadata.image import MetadataImage
+from brokerd.kafka.throttling import KafkaThrottling
+from brokerd.quotas import ClientQuotaManager, ClientQuotas, QuotaWindow
+from metadata.image import ClientQuotasImage, MetadataImage
 from metadata.operations import ControllerOperations
 from metadata.principal import Session
 from metadata.records import access_control_entry
 from metadata.shell.tree import File, metadata_tree
 from metadata.snapshot import image_records
 from tests.brokercluster import BrokerCluster, running_cluster
+from protos import controller_pb2 as cpb
 from tests.controllers import InProcessQuorum
 
 ALICE = (("user", "alice"),)
@@ -152,9 +160,75 @@ def test_the_operations_need_alter_configs_and_describe_configs_on_the_cluster(t
 
 # -- the Kafka listener and the CLI, against brokers -------------------------------------------------
 
+# -- byte-rate quotas on the broker -----------------------------------------------------------------
+
+def quotas_of(*alterations: QuotaAlteration) -> ClientQuotasImage:
+    return image_with(alter_quotas({}, list(alterations))[0]).client_quotas
+
+
+def test_kafkas_eight_levels_of_precedence_and_who_shares_a_rate():
+    levels = [((("user", "u"), ("client-id", "c")), 1), ((("user", "u"), ("client-id", None)), 2),
+              ((("user", "u"),), 3), ((("user", None), ("client-id", "c")), 4),
+              ((("user", None), ("client-id", None)), 5), ((("user", None),), 6), ((("client-id", "c"),), 7),
+              ((("client-id", None),), 8)]
+    # each level wins over every later one; the measured group is the entity with defaults filled in
+    groups = {1: ("u", "c"), 2: ("u", "c"), 3: ("u", ""), 4: ("u", "c"), 5: ("u", "c"), 6: ("u", ""), 7: ("", "c"),
+              8: ("", "c")}
+    for i, (_, rate) in enumerate(levels):
+        image = quotas_of(*(alteration(e, producer_byte_rate=r) for e, r in levels[i:]))
+        m = ClientQuotaManager("producer_byte_rate", lambda image=image: image)
+        assert m.quota("u", "c") == (groups[rate], float(rate)), rate
+    image = quotas_of(alteration((("user", "u"),), producer_byte_rate=10))
+    m = ClientQuotaManager("producer_byte_rate", lambda: image)
+    assert m.quota("u", "other") == (("u", ""), 10.0) and m.quota("v", "c") is None
+    assert ClientQuotaManager("consumer_byte_rate", lambda: image).quota("u", "c") is None
+
+
+def test_rate_over_the_samples_throttle_time_and_a_quota_change_at_once():
+    now = [100.0]
+    image = [quotas_of(alteration((("client-id", "c"),), producer_byte_rate=100))]
+    m = ClientQuotaManager("producer_byte_rate", lambda: image[0], QuotaWindow(11, 1.0), lambda: now[0])
+    # a new client's rate is taken over (samples - 1) windows: 1000 bytes at once is 100/s, its quota
+    assert m.record("", "c", 1000) == 0
+    # 100 more: 110/s over 10 s, 10% over: (110 - 100) / 100 * 10 s = 1 s
+    assert m.record("", "c", 100) == 1000
+    # twenty seconds later the samples have expired
+    now[0] += 20
+    assert m.record("", "c", 500) == 0
+    # a quota changed by a metadata delta applies to the next request
+    image[0] = quotas_of(alteration((("client-id", "c"),), producer_byte_rate=10))
+    assert m.record("", "c", 100) == round((60 - 10) / 10 * 10 * 1000)
+    assert m.max_in_window("", "c") == 100 and m.max_in_window("", "d") is None
+
+
+def test_a_throttled_fetch_is_answered_empty_and_its_bytes_taken_back():
+    image = quotas_of(alteration((("client-id", "reader"),), consumer_byte_rate=100))
+    throttling = KafkaThrottling(ClientQuotas(lambda: image, QuotaWindow(2, 1.0)))
+    session = Session("User:ANONYMOUS", "127.0.0.1")
+
+    @dataclasses.dataclass(frozen=True)
+    class Fetch:  # the field the throttling reads of kio's FetchRequest
+        max_bytes: int = 1 << 20
+
+    asked = throttling.before(1, Fetch(), session, "reader")
+    # at most the quota's window of bytes is asked for; other clients are left alone
+    assert asked.max_bytes == 100 and throttling.before(1, Fetch(), session, "x").max_bytes == 1 << 20
+
+    def answer() -> dict:
+        return {"responses": [{"topic": "t", "partitions": [{"records": b"x" * 90}]}]}
+
+    first, second = answer(), answer()
+    throttling.after(1, asked, first, session, "reader")
+    assert "throttle_time" not in first and len(first["responses"]) == 1
+    throttling.after(1, asked, second, session, "reader")
+    assert second["throttle_time"] > 0 and second["responses"] == []
+    assert throttling.quotas.fetch.record("", "reader", 0) == 0  # the 90 bytes not sent were taken back
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[BrokerCluster]:
-    with running_cluster(tmp_path_factory.mktemp("quotas"), {}, brokers=1) as c:
+    # quota windows of 4 samples of 1 s (Kafka: 11) keep the producers' test short
+    with running_cluster(tmp_path_factory.mktemp("quotas"), {"quota.window.num": "4"}, brokers=1) as c:
         yield c
 
 
@@ -233,3 +307,133 @@ def test_kraft_configs_sets_describes_and_deletes_quotas(cluster):
     r = cli(*b, "--alter", "--entity-type", "users", "--entity-type", "clients", "--entity-name", "a",
             "--add-config", "producer_byte_rate=1")
     assert r.exit_code == 1 and "--entity-name or --entity-default" in r.output
+
+
+async def set_client_quota(c: BrokerCluster, client_id: str, key: str, rate: float) -> None:
+    async with c.controller() as ctl:
+        r = await ctl.alter_client_quotas(cpb.AlterClientQuotasRequest(entries=[cpb.QuotaAlteration(
+            entity=[cpb.QuotaEntityPart(entity_type="client-id", entity_name=client_id)],
+            ops=[cpb.QuotaOp(key=key, value=rate)])]))
+        assert r.results[0].error_code == 0, r.results[0].error_message
+
+
+class PacedProducer:
+    """A librdkafka producer sending 1,000-byte values at up to ``rate`` bytes/s from its own
+    thread, keeping when each delivery was acknowledged and the throttle times it was told."""
+
+    def __init__(self, c: BrokerCluster, client_id: str, topic: str, rate: float) -> None:
+        from confluent_kafka import Producer
+        self.delivered: list[tuple[float, int]] = []
+        self.throttles: list[float] = []
+        self.producer = Producer({"bootstrap.servers": c.kafka_bootstrap_servers, "client.id": client_id,
+                                  "acks": 1, "linger.ms": 5, "batch.size": 16384,
+                                  "throttle_cb": lambda e: self.throttles.append(e.throttle_time)})
+        self.topic, self.rate = topic, rate
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _delivered(self, err: Any, msg: Any) -> None:
+        if err is None:
+            self.delivered.append((time.monotonic(), len(msg.value())))
+
+    def _run(self) -> None:
+        value, start, sent = b"v" * 1000, time.monotonic(), 0
+        while not self.stop.is_set():
+            if sent < self.rate * (time.monotonic() - start):
+                try:
+                    self.producer.produce(self.topic, value, on_delivery=self._delivered)
+                    sent += len(value)
+                    continue
+                except BufferError:
+                    pass
+            self.producer.poll(0.01)
+        self.producer.flush(10)
+
+    def rate_between(self, t0: float, t1: float) -> float:
+        return sum(n for t, n in self.delivered if t0 <= t < t1) / (t1 - t0)
+
+
+def test_a_producer_over_its_quota_is_held_to_it_and_told_while_another_is_unaffected(cluster):
+    """Two librdkafka producers: "slow" with producer_byte_rate 100 kB/s (offering 400 kB/s) is
+    measured at its quota and sees throttle_time_ms; "fast" (no quota, 300 kB/s) gets all it
+    offers and no throttle; raising slow's quota applies within seconds."""
+    asyncio.run(cluster.create_topic("quota-t", 1, rf=1))
+    quota = 100_000
+
+    def set_quota(rate: int) -> None:
+        asyncio.run(set_client_quota(cluster, "slow", "producer_byte_rate", rate))
+
+    set_quota(quota)
+    slow, fast = PacedProducer(cluster, "slow", "quota-t", 4 * quota), PacedProducer(cluster, "fast", "quota-t",
+                                                                                       3 * quota)
+    start = time.monotonic()
+    slow.thread.start()
+    fast.thread.start()
+    try:
+        # after the first (samples - 1) windows' allowance, slow is held to its quota
+        while time.monotonic() < start + 12:
+            time.sleep(0.2)
+        measured, offered = slow.rate_between(start + 4, start + 12), fast.rate_between(start + 4, start + 12)
+        print(f"slow {measured:.0f} B/s (quota {quota}), fast {offered:.0f} B/s, throttles {slow.throttles[:5]}")
+        assert abs(measured - quota) <= 0.12 * quota, f"slow: {measured:.0f} B/s for a quota of {quota}"
+        assert offered >= 0.9 * 3 * quota, f"fast: {offered:.0f} B/s of the {3 * quota} it offered"
+        assert slow.throttles and max(slow.throttles) > 0 and not fast.throttles
+        set_quota(4 * quota)
+        changed = time.monotonic()
+        while time.monotonic() < changed + 6:
+            time.sleep(0.2)
+        raised = slow.rate_between(changed + 2, changed + 6)
+        print(f"slow after the quota was raised to {4 * quota}: {raised:.0f} B/s")
+        assert raised >= 1.5 * quota, f"the raised quota did not apply: {raised:.0f} B/s"  # held at 1.0 before
+    finally:
+        for p in (slow, fast):
+            p.stop.set()
+        for p in (slow, fast):
+            p.thread.join(20)
+
+
+def test_our_clients_over_grpc_are_held_to_their_quotas(cluster):
+    """The gRPC listener counts the same bytes; our producer and consumer hold back for the
+    throttle_time_ms they are answered with, so neither moves more than its quota."""
+    from clients import Consumer, Producer
+    quota = 100_000
+
+    async def go() -> None:
+        await cluster.create_topic("quota-grpc", 1, rf=1)
+        await set_client_quota(cluster, "grpc-writer", "producer_byte_rate", quota)
+        await set_client_quota(cluster, "grpc-reader", "consumer_byte_rate", quota)
+        acked: list[tuple[float, int]] = []
+        async with Producer(cluster.bootstrap_servers, client_id="grpc-writer", acks=1, linger_ms=5) as p:
+            start = loop.time()
+            pending = set()
+            while loop.time() < start + 11:  # offering about 5x the quota
+                if len(pending) < 200:
+                    f = await p.send("quota-grpc", b"v" * 1000)
+                    f.add_done_callback(lambda f: f.exception() or acked.append((loop.time(), 1000)))
+                    pending.add(f)
+                    f.add_done_callback(pending.discard)
+                else:
+                    await asyncio.sleep(0.01)
+            written = sum(n for t, n in acked if start + 3 <= t < start + 11) / 8
+            print(f"our producer: {written:.0f} B/s for a quota of {quota}, throttled up to "
+                  f"{p.metrics['produce-throttle-time-max']} ms")
+            assert abs(written - quota) <= 0.15 * quota and p.metrics["produce-throttle-time-max"] > 0
+        read: list[tuple[float, int]] = []
+        # fetches of 20 kB: a fetch of a whole quota window at once is answered, and the next is throttled
+        # for as long as that window took (Kafka's consumers see the same with their 11 s windows)
+        async with Consumer(cluster.bootstrap_servers, client_id="grpc-reader", auto_offset_reset="earliest",
+                            fetch_max_bytes=20_000, max_partition_fetch_bytes=20_000) as c:
+            await c.assign([("quota-grpc", 0)])
+            start = loop.time()
+            while loop.time() < start + 8:
+                read += [(loop.time(), len(r.value)) for r in await c.poll(200)]
+            got = sum(n for t, n in read if start + 3 <= t < start + 8) / 5
+            print(f"our consumer: {got:.0f} B/s for a quota of {quota}, last throttle {c.throttle_time_ms} ms")
+            # held to its quota; under it by the time its fetches take on a loaded machine
+            assert 0.5 * quota <= got <= 1.15 * quota and c.throttle_time_ms > 0
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(go())
+    finally:
+        loop.close()

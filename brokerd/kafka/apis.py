@@ -41,6 +41,7 @@ from ..transaction_coordinator import TransactionCoordinator
 from .batches import from_wire, stored_to_wire
 from .codec import RequestHeader, build, ms, response_schema
 from .sasl import AuthenticationFailed, SaslAuthenticator
+from .throttling import KafkaThrottling
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 0, 1, 2, 3, 8, 9, 10
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 11, 12, 13, 14, 15, 16
@@ -112,10 +113,11 @@ class KafkaApis:
     def __init__(self, rm: ReplicaManager, listener: str, groups: GroupCoordinator, producer_ids: ProducerIdManager,
                  controller: ControllerClient, authorizer: StandardAuthorizer | None = None,
                  mapper: PrincipalMapper | None = None, auto_topics: TopicAutoCreator | None = None,
-                 transactions: TransactionCoordinator | None = None) -> None:
+                 transactions: TransactionCoordinator | None = None,
+                 throttling: KafkaThrottling | None = None) -> None:
         """``authorizer`` None: every request is allowed (no ``authorizer.class.name``);
         ``auto_topics`` None: Metadata creates no topic; ``transactions`` None: a transactional
-        request is answered COORDINATOR_NOT_AVAILABLE."""
+        request is answered COORDINATOR_NOT_AVAILABLE; ``throttling`` None: no client quotas."""
         self.rm = rm
         self.auto_topics = auto_topics
         self.listener = listener
@@ -125,6 +127,7 @@ class KafkaApis:
         self.controller = controller
         self.authorizer = authorizer
         self.mapper = mapper or PrincipalMapper()
+        self.throttling = throttling
         self.handlers: dict[int, Callable[[Any, int, Access], Awaitable[dict[str, Any] | None]]] = {
             PRODUCE: self.produce, FETCH: self.fetch, LIST_OFFSETS: self.list_offsets, METADATA: self.metadata,
             OFFSET_COMMIT: self.offset_commit, OFFSET_FETCH: self.offset_fetch,
@@ -168,9 +171,13 @@ class KafkaApis:
     async def handle(self, header: RequestHeader, request: Any, session: Session) -> Any | None:
         """The response entity for a request (None: no response, acks=0)."""
         _CLIENT_ID.set(header.client_id or "")
+        if self.throttling is not None:  # client quotas: counted and answered at the request boundary
+            request = self.throttling.before(header.api_key, request, session, header.client_id or "")
         answer = await self.handlers[header.api_key](request, header.api_version, Access(self.authorizer, session))
         if answer is None:
             return None
+        if self.throttling is not None:
+            self.throttling.after(header.api_key, request, answer, session, header.client_id or "")
         return build(response_schema(header.api_key, header.api_version), answer)
 
     # -- versions and metadata -------------------------------------------------------------------

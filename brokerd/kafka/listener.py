@@ -25,6 +25,7 @@ from metadata.principal import PrincipalError, Session
 from .apis import (API_VERSIONS, BEFORE_AUTHENTICATION, SASL_AUTHENTICATE, SASL_HANDSHAKE, VERSIONS, CloseConnection,
                    KafkaApis, newer_api_versions_answer, sasl_answer)
 from .sasl import SaslAuthenticator
+from .throttling import CLIENT_THROTTLES, throttle_ms
 from .codec import MalformedRequest, RequestHeader, correlation_id, frame_response, peek_api, read_request
 
 log = logging.getLogger("brokerd.kafka")
@@ -99,6 +100,7 @@ class KafkaListener:
         if self.ssl is not None and not await self._handshake(writer, where):
             self._connections.discard(me)
             return
+        mute = _Mute()  # KIP-219: a throttled client's channel is not read until its throttle ends
         slots = asyncio.Semaphore(MAX_IN_FLIGHT)
         pending: asyncio.Queue[tuple[RequestHeader, asyncio.Task[Any], float] | None] = asyncio.Queue()
         handling: set[asyncio.Task[Any]] = set()  # this connection's requests, until answered
@@ -108,7 +110,7 @@ class KafkaListener:
             handling.add(task)
             task.add_done_callback(handling.discard)
             return task
-        sender = asyncio.create_task(self._send(writer, pending, slots, where))
+        sender = asyncio.create_task(self._send(writer, pending, slots, where, mute))
         sasl = SaslAuthenticator(self.sasl, lambda: self.apis.image.scram) if self.sasl is not None else None
         try:
             session = self.apis.session(writer)  # the principal, once per connection (SASL: once authenticated)
@@ -118,6 +120,8 @@ class KafkaListener:
                     raise MalformedRequest(other_protocol(size) or f"a request of {size} bytes "
                                            f"(socket.request.max.bytes is {self.max_request_bytes})")
                 body = await reader.readexactly(size)
+                if (muted := mute.until - time.monotonic()) > 0:
+                    await asyncio.sleep(muted)
                 arrived = time.perf_counter()
                 api_key, version = peek_api(body)
                 await slots.acquire()
@@ -183,14 +187,19 @@ class KafkaListener:
             return False
 
     async def _send(self, writer: asyncio.StreamWriter, pending: asyncio.Queue[Any], slots: asyncio.Semaphore,
-                    where: str) -> None:
+                    where: str, mute: _Mute) -> None:
         """Write the answers in the order the requests came. After a failure the connection is
-        closed and what is still pending is awaited but not sent."""
+        closed and what is still pending is awaited but not sent. An answer with a throttle time
+        mutes the connection for that long; a client from before KIP-219 gets it only then."""
         closed = False
         while (item := await pending.get()) is not None:
             header, task, arrived = item
             try:
                 answer = await task
+                if answer is not None and (throttle := throttle_ms(answer)):
+                    mute.until = max(mute.until, time.monotonic() + throttle / 1000)
+                    if header.api_version < CLIENT_THROTTLES.get(header.api_key, 0):
+                        await asyncio.sleep(throttle / 1000)
                 if answer is not None and not closed:
                     writer.write(frame_response(header, answer))
                     await writer.drain()
@@ -210,6 +219,15 @@ class KafkaListener:
                 slots.release()
             if closed:
                 writer.close()
+
+
+class _Mute:
+    """Until when (time.monotonic) a connection's next request waits."""
+
+    __slots__ = ("until",)
+
+    def __init__(self) -> None:
+        self.until = 0.0
 
 
 async def _ready(value: Any) -> Any:
