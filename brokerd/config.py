@@ -89,6 +89,9 @@ class BrokerConfig:
     transaction_max_timeout_ms: int = 900_000  # transaction.max.timeout.ms
     transaction_abort_interval_ms: int = 10_000  # transaction.abort.timed.out.transaction.cleanup.interval.ms
     quota_window: QuotaWindow = QuotaWindow()  # quota.window.num, quota.window.size.seconds
+    max_connections: int = 2 ** 31 - 1  # max.connections
+    max_connections_per_ip: int = 2 ** 31 - 1  # max.connections.per.ip
+    max_connections_per_ip_overrides: str = ""  # max.connections.per.ip.overrides
 
     def security_protocol(self, listener: str) -> str:
         return self.security[listener].protocol
@@ -144,6 +147,9 @@ class BrokerConfig:
             group_initial_rebalance_delay_ms=cfg.int("group.initial.rebalance.delay.ms"),
             offset_metadata_max_bytes=cfg.int("offset.metadata.max.bytes"),
             quota_window=QuotaWindow(cfg.int("quota.window.num"), cfg.int("quota.window.size.seconds")),
+            max_connections=cfg.int("max.connections"),
+            max_connections_per_ip=cfg.int("max.connections.per.ip"),
+            max_connections_per_ip_overrides=cfg.str("max.connections.per.ip.overrides") or "",
             auto_create=AutoCreateConfig(
                 enable=cfg.bool("auto.create.topics.enable"),
                 num_partitions=cfg.int("num.partitions"),

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from metadata.client_quotas import CLIENT_ID, CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, USER
+from metadata.client_quotas import CLIENT_ID, CONSUMER_BYTE_RATE, CONTROLLER_MUTATION_RATE, PRODUCER_BYTE_RATE, USER
 from metadata.image import ClientQuotasImage, QuotaEntity
 
 #: Sensors of clients idle this long are dropped (Kafka's inactive sensor expiration: an hour).
@@ -164,10 +164,52 @@ class ClientQuotaManager:
             del self._rates[group]
 
 
+class MutationQuotaManager(ClientQuotaManager):
+    """``controller_mutation_rate`` (KIP-599): partitions created or deleted per second, as a
+    token bucket of ``rate * quota.window.num * quota.window.size.seconds`` tokens refilled at
+    ``rate``. A request is let through while the bucket is not in debt and takes its partitions
+    from it, which may leave it in debt; the debt is the throttle time, ``-tokens / rate``."""
+
+    def __init__(self, quotas: Callable[[], ClientQuotasImage], window: QuotaWindow = QuotaWindow(),
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(CONTROLLER_MUTATION_RATE, quotas, window, clock)
+        self._buckets: dict[tuple[str, str], list[float]] = {}  # group -> [tokens, last refill]
+
+    def _tokens(self, user: str, client_id: str) -> tuple[list[float], float] | None:
+        q = self.quota(user, client_id)
+        if q is None:
+            return None
+        group, rate = q
+        now, burst = self._clock(), rate * self.window.samples * self.window.size_s
+        bucket = self._buckets.get(group)
+        if bucket is None:
+            if len(self._buckets) > 100_000:  # a flood of client ids: a full bucket is what a new one gets
+                self._buckets.clear()
+            bucket = self._buckets[group] = [burst, now]
+        bucket[0], bucket[1] = min(burst, bucket[0] + (now - bucket[1]) * rate), now
+        return bucket, rate
+
+    def throttle_ms(self, user: str, client_id: str) -> int:
+        """How long the client must wait before it may mutate again (0: it may now)."""
+        found = self._tokens(user, client_id)
+        if found is None or found[0][0] >= 0:
+            return 0
+        return max(1, round(-found[0][0] / found[1] * 1000))
+
+    def record(self, user: str, client_id: str, value: float) -> int:
+        """Take ``value`` partitions; the throttle time that leaves (0: none)."""
+        found = self._tokens(user, client_id)
+        if found is None:
+            return 0
+        found[0][0] -= value
+        return self.throttle_ms(user, client_id)
+
+
 class ClientQuotas:
-    """The broker's byte-rate quota managers, one per key, over the broker's metadata image."""
+    """The broker's quota managers, one per key, over the broker's metadata image."""
 
     def __init__(self, quotas: Callable[[], ClientQuotasImage], window: QuotaWindow = QuotaWindow(),
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.produce = ClientQuotaManager(PRODUCER_BYTE_RATE, quotas, window, clock)
         self.fetch = ClientQuotaManager(CONSUMER_BYTE_RATE, quotas, window, clock)
+        self.mutations = MutationQuotaManager(quotas, window, clock)

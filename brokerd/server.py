@@ -46,6 +46,7 @@ from raft.transport import EXCLUSIVE_BIND, add_port, add_service
 from .auto_topics import TopicAutoCreator, create_topic
 from .cluster_metadata import replica_status
 from .config import BrokerConfig
+from .connection_quotas import ConnectionQuotas, parse_overrides
 from .group_coordinator import OFFSETS_TOPIC, GroupCoordinator
 from .isr import IsrManager
 from .kafka.apis import KafkaApis
@@ -195,6 +196,8 @@ class BrokerServer:
         self.servers = []
         self.gate = ServingGate(cfg.node_id)
         self.client_quotas = ClientQuotas(lambda: self.rm.image.client_quotas, bcfg.quota_window)
+        connections = ConnectionQuotas(bcfg.max_connections, bcfg.max_connections_per_ip,
+                                       parse_overrides(bcfg.max_connections_per_ip_overrides))
         for name, (host, port) in cfg.listeners.items():
             if name == cfg.controller_listener:
                 continue
@@ -205,7 +208,7 @@ class BrokerServer:
                                                                      self.client, authorizer, mapper, auto_topics,
                                                                      self.transactions,
                                                                      KafkaThrottling(self.client_quotas)),
-                                         bcfg.request_max_bytes, requests, security)
+                                         bcfg.request_max_bytes, requests, security, connections)
                 try:
                     await listener.bind()
                 except OSError as e:

@@ -218,26 +218,67 @@ def test_a_throttled_fetch_is_answered_empty_and_its_bytes_taken_back():
         return {"responses": [{"topic": "t", "partitions": [{"records": b"x" * 90}]}]}
 
     first, second = answer(), answer()
-    throttling.after(1, asked, first, session, "reader")
+    throttling.after(1, asked, first, session, "reader", MetadataImage.empty())
     assert "throttle_time" not in first and len(first["responses"]) == 1
-    throttling.after(1, asked, second, session, "reader")
+    throttling.after(1, asked, second, session, "reader", MetadataImage.empty())
     assert second["throttle_time"] > 0 and second["responses"] == []
     assert throttling.quotas.fetch.record("", "reader", 0) == 0  # the 90 bytes not sent were taken back
+
+
+def test_the_mutation_bucket_lets_a_request_into_debt_then_refuses_until_it_is_paid():
+    now = [0.0]
+    image = quotas_of(alteration((("client-id", "m"),), controller_mutation_rate=1))
+    throttling = KafkaThrottling(ClientQuotas(lambda: image, QuotaWindow(4, 1.0), lambda: now[0]))
+    session = Session("User:ANONYMOUS", "127.0.0.1")
+
+    @dataclasses.dataclass(frozen=True)
+    class Topic:
+        name: str
+
+    @dataclasses.dataclass(frozen=True)
+    class Create:  # the fields the throttling reads of kio's CreateTopicsRequest
+        topics: tuple = (Topic("t"),)
+        validate_only: bool = False
+
+    assert throttling.refusal(19, 7, Create(), session, "m") is None
+    answer = {"topics": [{"name": "t", "error_code": 0, "num_partitions": 6}]}
+    throttling.after(19, Create(), answer, session, "m", MetadataImage.empty())
+    assert answer["throttle_time"] == 2000  # a bucket of 4, 6 taken: 2 partitions at 1/s
+    refused = throttling.refusal(19, 7, Create(), session, "m")
+    assert refused is not None and refused["topics"][0]["error_code"] == ErrorCode.THROTTLING_QUOTA_EXCEEDED
+    assert throttling.refusal(19, 5, Create(), session, "m") is None  # before KIP-599: let through
+    assert throttling.refusal(19, 7, Create(), session, "other") is None
+    now[0] += 2.0
+    assert throttling.refusal(19, 7, Create(), session, "m") is None
+
+
+def test_connection_limits_per_address_with_overrides_and_in_all():
+    from brokerd.connection_quotas import ConnectionQuotas, parse_overrides
+    q = ConnectionQuotas(max_connections=5, max_per_ip=2, overrides=parse_overrides("10.0.0.9:3, ::1:0"))
+    assert [q.admit("10.0.0.1") for _ in range(3)] == [True, True, False]
+    assert [q.admit("10.0.0.9") for _ in range(4)] == [True, True, True, False]
+    assert not q.admit("::1") and not q.admit("10.0.0.2")  # override 0; then 5 in all
+    q.release("10.0.0.1")
+    assert q.admit("10.0.0.2") and (q.total, q.by_ip["10.0.0.1"]) == (5, 1)
+    with pytest.raises(Exception, match="is not IP:COUNT"):
+        parse_overrides("nohost")
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[BrokerCluster]:
     # quota windows of 4 samples of 1 s (Kafka: 11) keep the producers' test short
-    with running_cluster(tmp_path_factory.mktemp("quotas"), {"quota.window.num": "4"}, brokers=1) as c:
+    with running_cluster(tmp_path_factory.mktemp("quotas"), {"quota.window.num": "4", "max.connections.per.ip": "100",
+                                                             "max.connections.per.ip.overrides": "127.0.0.1:1000"},
+                         brokers=1) as c:
         yield c
 
 
-def kafka_call(c: BrokerCluster, api_key: int, version: int, fields: dict[str, Any]) -> Any:
+def kafka_call(c: BrokerCluster, api_key: int, version: int, fields: dict[str, Any], client_id: str = "pytest") -> Any:
     """One request on the broker's Kafka listener, its response read with kio's schema."""
     from brokerd.kafka.codec import build, frame_request, read_response, request_schema
     with socket.create_connection(("127.0.0.1", c.kafka_ports[c.ids[0]]), 5) as s:
         s.settimeout(20)
-        s.sendall(frame_request(api_key, version, 7, "pytest", build(request_schema(api_key, version), fields)))
+        s.sendall(frame_request(api_key, version, 7, client_id, build(request_schema(api_key, version), fields)))
         size = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))[0]
         return read_response(s.recv(size, socket.MSG_WAITALL), api_key, version)[1]
 
@@ -437,3 +478,108 @@ def test_our_clients_over_grpc_are_held_to_their_quotas(cluster):
         loop.run_until_complete(go())
     finally:
         loop.close()
+
+
+def test_topic_mutations_over_controller_mutation_rate_are_refused_then_let_through(cluster):
+    """KIP-599: controller_mutation_rate 1 partition/s is a bucket of 4 (4 windows of 1 s here);
+    a 6-partition topic empties it, so the next CreateTopics v7, DeleteTopics v6 and
+    CreatePartitions v3 are refused THROTTLING_QUOTA_EXCEEDED with the time to wait, an older
+    CreateTopics (v5) is let through and throttled, and another client id is not limited."""
+    asyncio.run(set_client_quota(cluster, "mutator", "controller_mutation_rate", 1))
+
+    def create(name: str, version: int, client_id: str = "mutator", partitions: int = 1) -> Any:
+        return kafka_call(cluster, 19, version, {"timeout": 30000, "validate_only": False, "topics": [
+            {"name": name, "num_partitions": partitions, "replication_factor": 1, "assignments": [], "configs": []}]},
+            client_id)
+
+    first = create("mutated-1", 7, partitions=6)
+    assert first.topics[0].error_code == 0 and first.throttle_time.total_seconds() > 1  # 6 of 4: 2 s in debt
+    refused = create("mutated-2", 7)
+    assert refused.topics[0].error_code == ErrorCode.THROTTLING_QUOTA_EXCEEDED
+    assert refused.topics[0].error_message == "The throttling quota has been exceeded."
+    assert 0 < refused.throttle_time.total_seconds() <= 2
+    deleted = kafka_call(cluster, 20, 6, {"timeout": 30000, "topics": [{"name": "mutated-1", "topic_id": b""}]},
+                         "mutator")
+    assert deleted.responses[0].error_code == ErrorCode.THROTTLING_QUOTA_EXCEEDED
+    grown = kafka_call(cluster, 37, 3, {"timeout": 30000, "validate_only": False, "topics": [
+        {"name": "mutated-1", "count": 8, "assignments": None}]}, "mutator")
+    assert grown.results[0].error_code == ErrorCode.THROTTLING_QUOTA_EXCEEDED
+    old = create("mutated-3", 5)  # before KIP-599's error: accepted, and throttled
+    assert old.topics[0].error_code == 0 and old.throttle_time.total_seconds() > 0
+    assert create("other-client", 7, client_id="someone-else").topics[0].error_code == 0
+
+
+def rss_kib(pid: int) -> int:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_a_connection_flood_from_one_address_leaves_the_broker_serving_others(cluster):
+    """max.connections.per.ip=100: 2,000 connection attempts from 127.0.0.2 keep at most 100
+    open, the others closed as accepted; meanwhile librdkafka from 127.0.0.1 (its override:
+    1000) produces and consumes, and the broker's memory stays bounded."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    port, pid = cluster.kafka_ports[cluster.ids[0]], cluster.procs[cluster.ids[0]].pid
+    asyncio.run(cluster.create_topic("flooded", 1, rf=1))
+    before = rss_kib(pid)
+
+    async def flood() -> tuple[int, int, list]:
+        kept: list = []
+        refused = 0
+        gate = asyncio.Semaphore(200)  # attempts at once (file descriptors, on both sides)
+
+        async def attempt() -> None:
+            nonlocal refused
+            async with gate:
+                try:
+                    r, w = await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.2", 0))
+                except OSError:
+                    refused += 1
+                    return
+                try:  # the broker closes a refused connection at once; one it keeps stays silent
+                    closed = await asyncio.wait_for(r.read(1), 2) == b""
+                except TimeoutError:
+                    closed = False
+                except ConnectionError:  # reset: refused too
+                    closed = True
+                if closed:
+                    refused += 1
+                    w.close()
+                else:
+                    kept.append(w)
+
+        await asyncio.gather(*(attempt() for _ in range(2000)))
+        return len(kept), refused, kept
+
+    def round_trip() -> bytes:
+        p = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers})
+        p.produce("flooded", b"during the flood")
+        assert p.flush(30) == 0
+        c = Consumer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "group.id": "flood-check",
+                      "auto.offset.reset": "earliest"})
+        c.assign([TopicPartition("flooded", 0, 0)])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                c.close()
+                return m.value()
+        c.close()
+        raise AssertionError("nothing consumed during the flood")
+
+    async def both() -> tuple[int, int, bytes]:
+        flooding = asyncio.ensure_future(flood())
+        value = await asyncio.to_thread(round_trip)
+        kept, refused, writers = await flooding
+        for w in writers:
+            w.close()
+        return kept, refused, value
+
+    kept, refused, value = asyncio.run(both())
+    after = rss_kib(pid)
+    print(f"kept {kept}, refused {refused}, RSS {before} -> {after} KiB")
+    assert kept <= 100 and kept + refused == 2000 and refused >= 1900
+    assert value == b"during the flood"
+    assert after - before < 64 * 1024, f"the broker grew by {(after - before) // 1024} MiB"

@@ -171,13 +171,18 @@ class KafkaApis:
     async def handle(self, header: RequestHeader, request: Any, session: Session) -> Any | None:
         """The response entity for a request (None: no response, acks=0)."""
         _CLIENT_ID.set(header.client_id or "")
+        answer, image = None, self.image
         if self.throttling is not None:  # client quotas: counted and answered at the request boundary
             request = self.throttling.before(header.api_key, request, session, header.client_id or "")
-        answer = await self.handlers[header.api_key](request, header.api_version, Access(self.authorizer, session))
+            answer = self.throttling.refusal(header.api_key, header.api_version, request, session,
+                                             header.client_id or "")
+        if answer is None:
+            answer = await self.handlers[header.api_key](request, header.api_version,
+                                                         Access(self.authorizer, session))
         if answer is None:
             return None
         if self.throttling is not None:
-            self.throttling.after(header.api_key, request, answer, session, header.client_id or "")
+            self.throttling.after(header.api_key, request, answer, session, header.client_id or "", image)
         return build(response_schema(header.api_key, header.api_version), answer)
 
     # -- versions and metadata -------------------------------------------------------------------

@@ -24,6 +24,7 @@ from metadata.principal import PrincipalError, Session
 
 from .apis import (API_VERSIONS, BEFORE_AUTHENTICATION, SASL_AUTHENTICATE, SASL_HANDSHAKE, VERSIONS, CloseConnection,
                    KafkaApis, newer_api_versions_answer, sasl_answer)
+from ..connection_quotas import ConnectionQuotas
 from .sasl import SaslAuthenticator
 from .throttling import CLIENT_THROTTLES, throttle_ms
 from .codec import MalformedRequest, RequestHeader, correlation_id, frame_response, peek_api, read_request
@@ -53,7 +54,8 @@ def other_protocol(size: int) -> str | None:
 
 class KafkaListener:
     def __init__(self, name: str, host: str, port: int, apis: KafkaApis, max_request_bytes: int,
-                 requests: RequestMetrics | None = None, security: ListenerSecurity | None = None) -> None:
+                 requests: RequestMetrics | None = None, security: ListenerSecurity | None = None,
+                 connections: ConnectionQuotas | None = None) -> None:
         """``requests``: where each request's time, from its arrival to its answer written, is
         recorded per API (Kafka's RequestMetrics TotalTimeMs). ``security``: SSL listeners
         do a TLS handshake before the first request; SASL listeners serve nothing but
@@ -67,6 +69,7 @@ class KafkaListener:
         self.apis = apis
         self.max_request_bytes = max_request_bytes
         self.requests = requests
+        self.connections = connections  # max.connections, max.connections.per.ip (shared by the listeners)
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
@@ -97,6 +100,19 @@ class KafkaListener:
         self._connections.add(me)
         peer = writer.get_extra_info("peername")
         where = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        ip = peer[0] if isinstance(peer, tuple) else str(peer)
+        if self.connections is not None and not self.connections.admit(ip):
+            writer.transport.abort()  # before any read or handshake: a refused connection costs nothing more
+            self._connections.discard(me)
+            return
+        try:
+            await self._serve_admitted(reader, writer, where, me)
+        finally:
+            if self.connections is not None:
+                self.connections.release(ip)
+
+    async def _serve_admitted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, where: str,
+                              me: asyncio.Task[None]) -> None:
         if self.ssl is not None and not await self._handshake(writer, where):
             self._connections.discard(me)
             return
