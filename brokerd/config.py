@@ -16,6 +16,7 @@ from metadata.image import ConfigResource, MetadataImage, ResourceType
 
 from .auto_topics import AutoCreateConfig
 from .log_store import FlushPolicy
+from .quotas import QuotaWindow
 
 HOUR_MS = 3_600_000
 T = TypeVar("T")
@@ -90,6 +91,10 @@ class BrokerConfig:
     transactional_id_expiration_ms: int = 604_800_000  # transactional.id.expiration.ms
     transaction_expire_interval_ms: int = 3_600_000  # transaction.remove.expired.transaction.cleanup.interval.ms
     rack_aware_reads: bool = False  # replica.selector.class is the RackAwareReplicaSelector (KIP-392)
+    quota_window: QuotaWindow = QuotaWindow()  # quota.window.num, quota.window.size.seconds
+    max_connections: int = 2 ** 31 - 1  # max.connections
+    max_connections_per_ip: int = 2 ** 31 - 1  # max.connections.per.ip
+    max_connections_per_ip_overrides: str = ""  # max.connections.per.ip.overrides
 
     def security_protocol(self, listener: str) -> str:
         return self.security[listener].protocol
@@ -147,6 +152,10 @@ class BrokerConfig:
             group_max_session_timeout_ms=cfg.int("group.max.session.timeout.ms"),
             group_initial_rebalance_delay_ms=cfg.int("group.initial.rebalance.delay.ms"),
             offset_metadata_max_bytes=cfg.int("offset.metadata.max.bytes"),
+            quota_window=QuotaWindow(cfg.int("quota.window.num"), cfg.int("quota.window.size.seconds")),
+            max_connections=cfg.int("max.connections"),
+            max_connections_per_ip=cfg.int("max.connections.per.ip"),
+            max_connections_per_ip_overrides=cfg.str("max.connections.per.ip.overrides") or "",
             auto_create=AutoCreateConfig(
                 enable=cfg.bool("auto.create.topics.enable"),
                 num_partitions=cfg.int("num.partitions"),

@@ -46,10 +46,12 @@ from raft.transport import EXCLUSIVE_BIND, add_port, add_service
 from .auto_topics import TopicAutoCreator, create_topic
 from .cluster_metadata import replica_status
 from .config import BrokerConfig
+from .connection_quotas import ConnectionQuotas, parse_overrides
 from .group_coordinator import OFFSETS_TOPIC, GroupCoordinator
 from .isr import IsrManager
 from .kafka.apis import KafkaApis
 from .kafka.listener import KafkaListener
+from .kafka.throttling import KafkaThrottling
 from .lifecycle import BrokerLifecycle
 from .log_manager import LogManager
 from .metrics import BrokerMetrics
@@ -57,6 +59,7 @@ from .metadata_checkpoint import MetadataCheckpoint
 from .metadata_fetcher import MetadataFetcher
 from .replica_fetcher import ReplicaFetcherManager
 from .producer_ids import ProducerIdManager
+from .quotas import ClientQuotas
 from .replica_manager import ReplicaManager
 from .service import BrokerService
 from .transaction_coordinator import TransactionCoordinator
@@ -192,6 +195,9 @@ class BrokerServer:
         self.kafka_listeners = []
         self.servers = []
         self.gate = ServingGate(cfg.node_id)
+        self.client_quotas = ClientQuotas(lambda: self.rm.image.client_quotas, bcfg.quota_window)
+        connections = ConnectionQuotas(bcfg.max_connections, bcfg.max_connections_per_ip,
+                                       parse_overrides(bcfg.max_connections_per_ip_overrides))
         for name, (host, port) in cfg.listeners.items():
             if name == cfg.controller_listener:
                 continue
@@ -200,8 +206,9 @@ class BrokerServer:
             if name in bcfg.kafka_listeners:
                 listener = KafkaListener(name, host, port, KafkaApis(self.rm, name, self.groups, producer_ids,
                                                                      self.client, authorizer, mapper, auto_topics,
-                                                                     self.transactions),
-                                         bcfg.request_max_bytes, requests, security)
+                                                                     self.transactions,
+                                                                     KafkaThrottling(self.client_quotas)),
+                                         bcfg.request_max_bytes, requests, security, connections)
                 try:
                     await listener.bind()
                 except OSError as e:
@@ -218,7 +225,7 @@ class BrokerServer:
             add_service(server, broker_pb2_grpc.add_BrokerServicer_to_server,
                         BrokerService(self.rm, name, lambda: self.client.last_controller_id, self.describe,
                                       producer_ids, self.groups, authorizer, mapper, auto_topics,
-                                      self.transactions))
+                                      self.transactions, self.client_quotas))
             if not add_port(server, address, security.tls):
                 raise cannot_listen(address, name, "the port is in use or the address is not local")
             self.servers.append(server)

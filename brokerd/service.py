@@ -29,6 +29,7 @@ from .group_requests import COORDINATOR_GROUP, COORDINATOR_TRANSACTION
 from .log_store import StorageFailure
 from .produce import first_error
 from .producer_ids import ProducerIdManager
+from .quotas import ClientQuotas, user_of
 from .proto_codec import to_domain, to_wire
 from .replica_manager import ReplicaManager
 from .transaction_coordinator import TransactionCoordinator
@@ -41,10 +42,11 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                  describe: Callable[[], pb.DescribeBrokerResponse], producer_ids: ProducerIdManager,
                  groups: GroupCoordinator, authorizer: StandardAuthorizer | None = None,
                  mapper: PrincipalMapper | None = None, auto_topics: TopicAutoCreator | None = None,
-                 transactions: TransactionCoordinator | None = None) -> None:
+                 transactions: TransactionCoordinator | None = None, quotas: ClientQuotas | None = None) -> None:
         """``authorizer`` None: every request is allowed (no ``authorizer.class.name``);
-        ``auto_topics`` None: Metadata creates no topic."""
+        ``auto_topics`` None: Metadata creates no topic; ``quotas`` None: no client quotas."""
         self.rm = rm
+        self.quotas = quotas
         self.transactions = transactions
         self.txn = authorized.TransactionAccess(transactions) if transactions is not None else None
         self.auto_topics = auto_topics
@@ -80,7 +82,12 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             if error is not None:
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))
             return pb.ProduceResponse()
-        return to_wire(pb.ProduceResponse, resp)
+        answer = to_wire(pb.ProduceResponse, resp)
+        if self.quotas is not None:  # the client holds back for the throttle time (KIP-219's way)
+            answer.throttle_time_ms = self.quotas.produce.record(
+                user_of(access.session.principal), request.client_id,
+                sum(len(p.batch.records) for t in request.topics for p in t.partitions))
+        return answer
 
     async def ProduceNoAck(self, request_iterator: AsyncIterator[pb.ProduceRequest],
                            context: grpc.aio.ServicerContext) -> pb.ProduceStreamSummary:
@@ -104,9 +111,21 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         return summary
 
     async def Fetch(self, request: pb.FetchRequest, context: grpc.aio.ServicerContext) -> pb.FetchResponse:
-        resp = await self._guard(context, authorized.fetch(self.rm, to_domain(r.FetchRequest, request),
-                                                           await self._access(context)))
-        return to_wire(pb.FetchResponse, resp)
+        access = await self._access(context)
+        ours = to_domain(r.FetchRequest, request)
+        user, quota = user_of(access.session.principal), self.quotas.fetch if self.quotas is not None else None
+        most = quota.max_in_window(user, request.client_id) if quota is not None and ours.replica_id < 0 else None
+        if most is not None and (ours.max_bytes <= 0 or ours.max_bytes > most):
+            ours.max_bytes = most
+        resp = await self._guard(context, authorized.fetch(self.rm, ours, access))
+        if most is None or quota is None:
+            return to_wire(pb.FetchResponse, resp)
+        size = sum(len(a.records) for t in resp.topics for a in t.partitions)
+        throttle = quota.record(user, request.client_id, size)
+        if not throttle:
+            return to_wire(pb.FetchResponse, resp)
+        quota.unrecord(user, request.client_id, size)  # answered empty, as Kafka: fetched again after the throttle
+        return pb.FetchResponse(throttle_time_ms=throttle)
 
     async def ListOffsets(self, request: pb.ListOffsetsRequest, context: grpc.aio.ServicerContext) -> pb.ListOffsetsResponse:
         resp = authorized.list_offsets(self.rm, to_domain(r.ListOffsetsRequest, request), await self._access(context))

@@ -105,6 +105,7 @@ class Consumer:
         self._rotation = -1
         self.group_id = group_id
         self.client_id = client_id
+        self.throttle_time_ms = 0  # the last throttle a broker asked for (consumer_byte_rate)
         self.enable_auto_commit = enable_auto_commit and group_id is not None
         self.auto_commit_s = auto_commit_interval_ms / 1000
         self._group_settings = dict(
@@ -568,7 +569,8 @@ class Consumer:
 
     async def _fetch(self, node: int, tps: list[TopicPartition]) -> None:
         req = pb.FetchRequest(replica_id=-1, max_wait_ms=self.fetch_max_wait_ms, min_bytes=self.fetch_min_bytes,
-                              max_bytes=self.fetch_max_bytes, isolation_level=int(self.read_committed))
+                              max_bytes=self.fetch_max_bytes, isolation_level=int(self.read_committed),
+                              client_id=self.client_id)
         if self.client_rack is not None:
             req.rack_id = self.client_rack
         topics: dict[str, pb.FetchTopic] = {}
@@ -588,6 +590,9 @@ class Consumer:
             resp = await self.connections.stub(address).Fetch(
                 req, timeout=self.fetch_max_wait_ms / 1000 + self.request_timeout_ms / 1000)
             self._handle(resp, sent)
+            if resp.throttle_time_ms > 0:  # over a consumer_byte_rate quota: this broker is asked again after it
+                self.throttle_time_ms = resp.throttle_time_ms
+                await asyncio.sleep(resp.throttle_time_ms / 1000)
         except (grpc.aio.AioRpcError, KeyError) as e:
             log.debug("fetch from broker %d failed: %s", node, e)
             for tp in tps:

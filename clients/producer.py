@@ -158,6 +158,7 @@ class Producer:
         self._linger_ms = linger_ms
         self.sticky = StickyPartitioner()
         self._inflight: dict[int, int] = {}
+        self._throttled: dict[int, float] = {}  # node -> until when (monotonic) a quota's throttle holds sends
         self._streams: dict[str, Any] = {}
         self._closed = False
         self._stopping = False
@@ -170,7 +171,8 @@ class Producer:
         self._requests: set[asyncio.Task] = set()
         #: Kafka's producer metrics of the same names: records acknowledged, records failed,
         #: produce requests and batches sent (retries included).
-        self.metrics = {"record-send-total": 0, "record-error-total": 0, "request-total": 0, "batch-total": 0}
+        self.metrics = {"record-send-total": 0, "record-error-total": 0, "request-total": 0, "batch-total": 0,
+                        "produce-throttle-time-max": 0}
 
     async def start(self) -> "Producer":
         self.connections = Connections(self.tls)
@@ -422,6 +424,9 @@ class Producer:
             for node in nodes:
                 if self._inflight.get(node, 0) >= self.max_in_flight:
                     continue
+                if (held := self._throttled.get(node, 0.0) - now) > 0:  # the broker's throttle_time_ms (KIP-219)
+                    next_check = min(next_check, held)
+                    continue
                 address = self.cluster.brokers.get(node)
                 if address is None:
                     self.cluster.request_update()
@@ -473,6 +478,10 @@ class Producer:
                     self._complete(b, -1)
                 return
             resp = await self.connections.stub(address).Produce(req, timeout=self.request_timeout_ms / 1000 + 5)
+            if resp.throttle_time_ms > 0:
+                self.metrics["produce-throttle-time-max"] = max(self.metrics["produce-throttle-time-max"],
+                                                                resp.throttle_time_ms)
+                self._throttled[node] = time.monotonic() + resp.throttle_time_ms / 1000
             answers = {(t.name, a.partition): a for t in resp.topics for a in t.partitions}
             for b in drained:
                 a = answers.get((b.topic, b.partition))

@@ -104,6 +104,15 @@ SERVER_KEYS = ConfigDef([
               default_doc="SCRAM-SHA-256,SCRAM-SHA-512 (Kafka: GSSAPI, not served here)"),
     _int("connection.failed.authentication.delay.ms", 100, "how long a connection whose SASL login failed waits "
          "before it is closed", 0, INT_MAX, role=BROKER),
+    _int("max.connections", INT_MAX, "connections a broker's Kafka listeners accept in all; more are closed "
+         "as they are accepted", 0, INT_MAX, role=BROKER),
+    _int("max.connections.per.ip", INT_MAX, "connections accepted from one address; more are closed as they are "
+         "accepted (a flood from one address leaves the others served)", 0, INT_MAX, role=BROKER),
+    ConfigKey("max.connections.per.ip.overrides", "string", "", "`IP:COUNT,...`: other limits for some addresses",
+              role=BROKER),
+    _int("quota.window.num", 11, "samples a client quota's rate is measured over (see \"Quotas\")", 1, INT_MAX,
+         role=BROKER),
+    _int("quota.window.size.seconds", 1, "the time span of one quota sample", 1, INT_MAX, role=BROKER),
     _int("connections.max.reauth.ms", 0, "the SASL session lifetime clients are told (KIP-368): a connection "
          "not re-authenticated by then is closed; 0: sessions do not expire", 0, role=BROKER),
     ConfigKey("inter.broker.listener.name", "string", None, "the gRPC listener brokers replicate over",

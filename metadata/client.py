@@ -126,6 +126,8 @@ class ControllerClient(LeaderClient):
     describe_user_scram_credentials = Rpc[pb.DescribeUserScramCredentialsRequest,
                                           pb.DescribeUserScramCredentialsResponse](
         "DescribeUserScramCredentials", idempotent=True)
+    describe_client_quotas = Rpc[pb.DescribeClientQuotasRequest, pb.DescribeClientQuotasResponse](
+        "DescribeClientQuotas", idempotent=True)
     fetch_metadata = Rpc[pb.FetchMetadataRequest, pb.FetchMetadataResponse]("FetchMetadata", idempotent=True)
     fetch_snapshot = Rpc[pb.FetchSnapshotRequest, pb.FetchSnapshotResponse]("FetchSnapshot", idempotent=True)
     list_partition_reassignments = Rpc[pb.ListPartitionReassignmentsRequest, pb.ListPartitionReassignmentsResponse](
@@ -150,6 +152,8 @@ class ControllerClient(LeaderClient):
     # A deletion repeated answers RESOURCE_NOT_FOUND for one's own deletion.
     alter_user_scram_credentials = Rpc[pb.AlterUserScramCredentialsRequest, pb.AlterUserScramCredentialsResponse](
         "AlterUserScramCredentials", idempotent=False)
+    alter_client_quotas = Rpc[pb.AlterClientQuotasRequest, pb.AlterClientQuotasResponse](
+        "AlterClientQuotas", idempotent=False)
     incremental_alter_configs = Rpc[pb.IncrementalAlterConfigsRequest, pb.IncrementalAlterConfigsResponse](
         "IncrementalAlterConfigs", idempotent=False)
     elect_leaders = Rpc[pb.ElectLeadersRequest, pb.ElectLeadersResponse]("ElectLeaders", idempotent=False)

@@ -13,6 +13,7 @@ from raft.messages import EntryType
 
 from .acls import AclBindingFilter, StandardAcl, acl_filter, new_acl
 from .brokers import Heartbeat, HeartbeatAnswer
+from .client_quotas import QuotaAlteration, QuotaAlterResult, QuotaFilterComponent, QuotaOp
 from common.errors import ErrorCode, KafkaError, capped
 from .image import Endpoint, PartitionRegistration
 from .operations import (AlterPartitionRequest, BrokerAnswer, BrokerRegistrationRequest, ClusterDescription,
@@ -382,3 +383,36 @@ def scram_described(results: list[ScramUserResult]) -> pb.DescribeUserScramCrede
                               credentials=[pb.ScramCredentialInfo(mechanism=int(m), iterations=i)
                                            for m, i in r.credentials])
         for r in results])
+
+
+# ------------------------------------------------------------------------------ client quotas
+
+def _entity(parts: Iterable[pb.QuotaEntityPart]) -> tuple[tuple[str, str | None], ...]:
+    return tuple((p.entity_type, p.entity_name if p.HasField("entity_name") else None) for p in parts)
+
+
+def entity_parts(entity: Iterable[tuple[str, str | None]]) -> list[pb.QuotaEntityPart]:
+    return [pb.QuotaEntityPart(entity_type=t) if n is None else pb.QuotaEntityPart(entity_type=t, entity_name=n)
+            for t, n in entity]
+
+
+def quota_alterations(r: pb.AlterClientQuotasRequest) -> tuple[Sequence[QuotaAlteration], bool]:
+    return Decoded(r.entries, lambda e: QuotaAlteration(
+        _entity(e.entity), tuple(QuotaOp(o.key, o.value, o.remove) for o in e.ops))), r.validate_only
+
+
+def quotas_altered(results: list[QuotaAlterResult]) -> pb.AlterClientQuotasResponse:
+    return pb.AlterClientQuotasResponse(status=OK, results=[
+        pb.QuotaAlterResult(entity=entity_parts(r.entity), error_code=_code(r.error)[0],
+                            error_message=_code(r.error)[1]) for r in results])
+
+
+def quota_filter(r: pb.DescribeClientQuotasRequest) -> tuple[Sequence[QuotaFilterComponent], bool]:
+    return Decoded(r.components, lambda c: QuotaFilterComponent(
+        c.entity_type, c.match_type, c.match if c.HasField("match") else None)), r.strict
+
+
+def quotas_described(found: list[tuple[tuple[tuple[str, str | None], ...], dict[str, float]]]
+                     ) -> pb.DescribeClientQuotasResponse:
+    return pb.DescribeClientQuotasResponse(status=OK, entries=[
+        pb.DescribedQuotaEntity(entity=entity_parts(entity), values=values) for entity, values in found])

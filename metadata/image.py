@@ -177,6 +177,23 @@ class ScramImage:
 
 _NO_SCRAM = ScramImage(_EMPTY)
 
+#: A client quota entity: (entity type, name or None for the default) pairs sorted by type
+#: (``metadata.client_quotas``).
+QuotaEntity = tuple[tuple[str, "str | None"], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ClientQuotasImage:
+    """Quota keys and values by entity (Kafka's ClientQuotasImage)."""
+
+    entities: Map[QuotaEntity, Map[str, float]]
+
+    def of(self, entity: QuotaEntity) -> Map[str, float]:
+        return self.entities.get(entity, _EMPTY)
+
+
+_NO_QUOTAS = ClientQuotasImage(_EMPTY)
+
 
 @dataclass(frozen=True, slots=True)
 class MetadataImage:
@@ -196,6 +213,7 @@ class MetadataImage:
     producer_ids: ProducerIdsImage
     acls: AclsImage
     scram: ScramImage = _NO_SCRAM
+    client_quotas: ClientQuotasImage = _NO_QUOTAS
 
     @classmethod
     def empty(cls, cluster_id: str = "") -> MetadataImage:

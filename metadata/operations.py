@@ -31,6 +31,8 @@ from . import quorum
 from .acls import AclBindingFilter, AclOperation, StandardAcl, create_acls, delete_acls, matching
 from .authorizer import Access, StandardAuthorizer
 from .brokers import Heartbeat, HeartbeatAnswer
+from .client_quotas import (QuotaAlteration, QuotaAlterResult, QuotaFilterComponent, alter_quotas,
+                            describe_quotas)
 from .controller import QuorumController
 from common.errors import ErrorCode, KafkaError
 from .image import (BrokerRegistration, ConfigResource, MetadataImage, PartitionRegistration, ResourceType,
@@ -573,6 +575,25 @@ class ControllerOperations:
         check_request_size(len(users), "users")
         image = await self.c.read_image()
         return describe_credentials(image.scram.users, list(users))
+
+    # -------------------------------------------------------------------------- client quotas (KIP-546)
+
+    async def alter_client_quotas(self, access: Access, entries: Sequence[QuotaAlteration], *,
+                                  validate_only: bool = False) -> list[QuotaAlterResult]:
+        """ALTER_CONFIGS on the cluster, as Kafka's ControllerApis; one result per entry."""
+        self._require(access, O.ALTER_CONFIGS)
+        check_request_size(len(entries), "quota entries")
+        return await self.c.write(lambda view: alter_quotas(view.client_quotas.entities, entries),
+                                  validate_only=validate_only, in_thread=True)
+
+    async def describe_client_quotas(self, access: Access, components: Sequence[QuotaFilterComponent],
+                                     strict: bool) -> list[tuple[tuple[tuple[str, str | None], ...],
+                                                                 dict[str, float]]]:
+        """DESCRIBE_CONFIGS on the cluster; the matching entities and their keys."""
+        self._require(access, O.DESCRIBE_CONFIGS)
+        check_request_size(len(components), "filter components")
+        image = await self.c.read_image()
+        return describe_quotas(image.client_quotas.entities, components, strict)
 
 
 def _describe_topics(image: MetadataImage, names: list[str], access: Access) -> TopicsDescription:

@@ -237,3 +237,11 @@ def user_scram_credential(user: str, mechanism: int, credential: ScramCredential
 
 def remove_user_scram_credential(user: str, mechanism: int) -> MetadataRecord:
     return _wrap(remove_user_scram_credential=pb.RemoveUserScramCredentialRecord(name=user, mechanism=int(mechanism)))
+
+
+def client_quota(entity: Sequence[tuple[str, str | None]], key: str, value: float | None) -> MetadataRecord:
+    """Set ``key`` of the quota entity to ``value``, or remove it when ``value`` is None."""
+    parts = [pb.ClientQuotaEntityPart(entity_type=t) if n is None else pb.ClientQuotaEntityPart(entity_type=t,
+                                                                                                 entity_name=n)
+             for t, n in entity]
+    return _wrap(client_quota=pb.ClientQuotaRecord(entity=parts, key=key, value=value or 0.0, remove=value is None))

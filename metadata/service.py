@@ -210,6 +210,18 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         return await self._answer(pb.DescribeUserScramCredentialsResponse, context, lambda: list(request.users),
                                   self.ops.describe_user_scram_credentials, codec.scram_described)
 
+    # ---------------------------------------------------------------------------- client quotas
+
+    async def AlterClientQuotas(self, request: pb.AlterClientQuotasRequest, context) -> pb.AlterClientQuotasResponse:
+        return await self._answer(pb.AlterClientQuotasResponse, context, lambda: codec.quota_alterations(request),
+                                  lambda a, d: self.ops.alter_client_quotas(a, d[0], validate_only=d[1]),
+                                  codec.quotas_altered)
+
+    async def DescribeClientQuotas(self, request: pb.DescribeClientQuotasRequest,
+                                   context) -> pb.DescribeClientQuotasResponse:
+        return await self._answer(pb.DescribeClientQuotasResponse, context, lambda: codec.quota_filter(request),
+                                  lambda a, d: self.ops.describe_client_quotas(a, *d), codec.quotas_described)
+
 
 def _nothing() -> None:
     """The decode of a request the operation reads no more than a field or two of."""

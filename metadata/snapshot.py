@@ -32,8 +32,8 @@ from raft.storage.frames import FRAME, FrameError, read_frame
 
 from .delta import MetadataDelta
 from .image import METADATA_VERSION, MetadataImage
-from .records import (RECORD_VERSION, MetadataRecord, RecordError, access_control_entry, decode_record,
-                      user_scram_credential)
+from .records import (RECORD_VERSION, MetadataRecord, RecordError, access_control_entry, client_quota,
+                      decode_record, user_scram_credential)
 
 MAGIC = b"KMSN"
 FORMAT_VERSION = 1
@@ -81,7 +81,8 @@ def image_records(image: MetadataImage) -> Iterator[MetadataRecord]:
     """The records that rebuild ``image`` from an empty one, in the snapshot's fixed order:
     features (``metadata.version`` first, as the rest is read under it), brokers by id,
     producer ids, topics by name each followed by its partitions by id, then configs by
-    (resource type, resource name, key), after the topics they name, then ACLs by id."""
+    (resource type, resource name, key), after the topics they name, then ACLs by id, SCRAM
+    credentials by user and mechanism, and client quotas by entity and key."""
     return _records(image, reuse=False)
 
 
@@ -138,6 +139,9 @@ def _records(image: MetadataImage, reuse: bool) -> Iterator[MetadataRecord]:
     for user in sorted(image.scram.users):
         for mechanism, credential in sorted(image.scram.users[user].items()):
             yield user_scram_credential(user, mechanism, credential)
+    for entity, quotas in sorted(image.client_quotas.entities.items(), key=lambda eq: repr(eq[0])):
+        for quota in sorted(quotas):
+            yield client_quota(entity, quota, quotas[quota])
 
 
 def count_records(image: MetadataImage) -> int:
@@ -145,7 +149,8 @@ def count_records(image: MetadataImage) -> int:
     return (len(image.features) + len(image.brokers) + (1 if image.next_producer_id else 0)
             + len(image.topics_by_id) + image.partition_count()
             + sum(len(v) for v in image.configs.values()) + len(image.acls.by_id)
-            + sum(len(v) for v in image.scram.users.values()))
+            + sum(len(v) for v in image.scram.users.values())
+            + sum(len(v) for v in image.client_quotas.entities.values()))
 
 
 def write_snapshot(image: MetadataImage, target: Source, *, created_ms: int,

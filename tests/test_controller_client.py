@@ -29,7 +29,8 @@ def test_every_controller_rpc_has_one_typed_method():
     # the reads, the brokers' own requests and CreateAcls are safe to repeat; the other writes are not
     assert SAFE_TO_REPEAT == {"DescribeTopics", "DescribeCluster", "DescribeConfigs", "DescribeQuorum", "FetchMetadata",
                               "FetchSnapshot", "BrokerHeartbeat", "BrokerRegistration", "AlterPartition",
-                              "AllocateProducerIds", "CreateAcls", "DescribeAcls", "DescribeUserScramCredentials"}
+                              "AllocateProducerIds", "CreateAcls", "DescribeAcls", "DescribeUserScramCredentials",
+                              "DescribeClientQuotas"}
 
 
 

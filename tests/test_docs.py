@@ -125,6 +125,9 @@ PRINTS: dict[tuple[str, str], list[str]] = {
         "SCRAM credential configs for user-principal 'admin' are SCRAM-SHA-512=iterations=4096", "hello from alice",
         "Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512",
         "exit code 1"],
+    ("docs/operations.md", "kraft configs --bootstrap-controller 127.0.0.1:19093 --alter --entity-type clients"): [
+        "Quota configs for user-principal 'alice' are consumer_byte_rate=2097152.0, producer_byte_rate=1048576.0",
+        "Quota configs for the default client-id are request_percentage=50.0"],
 }
 
 

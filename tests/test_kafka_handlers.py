@@ -394,6 +394,19 @@ def describe_user_scram_credentials(b: Broker, v: int) -> None:
         ("nobody", E.RESOURCE_NOT_FOUND)]
 
 
+def alter_client_quotas(b: Broker, v: int) -> None:
+    r = b.ask(A.ALTER_CLIENT_QUOTAS, v, {"validate_only": False, "entries": [{
+        "entity": [{"entity_type": "client-id", "entity_name": "handlers"}],
+        "ops": [{"key": "producer_byte_rate", "value": 1e9, "remove": False}]}]})
+    assert [(e.error_code, [p.entity_name for p in e.entity]) for e in r.entries] == [(E.NONE, ["handlers"])]
+
+
+def describe_client_quotas(b: Broker, v: int) -> None:
+    r = b.ask(A.DESCRIBE_CLIENT_QUOTAS, v, {"strict": True, "components": [
+        {"entity_type": "client-id", "match_type": 0, "match": "nobody"}]})
+    assert r.error_code == E.NONE and r.entries == ()
+
+
 def _added(r: Any) -> list[tuple[str, int, int]]:
     return [(t.name, p.partition_index, p.partition_error_code.value) for t in r.results_by_topic_v3_and_below
             for p in t.results_by_partition]
@@ -510,6 +523,7 @@ CASES: dict[int, Case] = {
     A.CREATE_ACLS: create_acls, A.DESCRIBE_ACLS: describe_acls, A.DELETE_ACLS: delete_acls,
     A.ALTER_USER_SCRAM_CREDENTIALS: alter_user_scram_credentials,
     A.DESCRIBE_USER_SCRAM_CREDENTIALS: describe_user_scram_credentials,
+    A.ALTER_CLIENT_QUOTAS: alter_client_quotas, A.DESCRIBE_CLIENT_QUOTAS: describe_client_quotas,
     A.ADD_PARTITIONS_TO_TXN: add_partitions_to_txn, A.END_TXN: end_txn, A.WRITE_TXN_MARKERS: write_txn_markers,
     A.ADD_OFFSETS_TO_TXN: add_offsets_to_txn, A.TXN_OFFSET_COMMIT: txn_offset_commit,
     A.LIST_TRANSACTIONS: list_transactions, A.DESCRIBE_TRANSACTIONS: describe_transactions,

@@ -37,6 +37,7 @@ def one_of_each() -> list[pb.MetadataRecord]:
         R.remove_access_control_entry(INC),
         R.user_scram_credential("alice", 2, ScramCredential(b"salt", b"stored", b"server", 8192)),
         R.remove_user_scram_credential("alice", 2),
+        R.client_quota((("client-id", None), ("user", "alice")), "producer_byte_rate", 1048576.0),
         R.no_op(),
     ]
 

@@ -55,7 +55,7 @@ def lines(*args: object, input: str | None = None) -> list[str]:
 
 def test_plain_snapshot_shows_the_whole_image(files: SimpleNamespace) -> None:
     s = ["-s", files.plain, "-c"]
-    assert lines(*s, "ls /") == ["acls", "brokers", "cluster", "configs", "features", "producerIds",
+    assert lines(*s, "ls /") == ["acls", "brokers", "clientQuotas", "cluster", "configs", "features", "producerIds",
                                  "quorum", "scram", "topicIds", "topics"]
     assert lines(*s, "ls /topics") == ["orders-1", "orders-2", "payments"]  # old-topic deleted
     assert lines(*s, "ls /brokers") == ["1", "2", "3"]

@@ -42,6 +42,7 @@ from ..transaction_coordinator import TransactionCoordinator
 from .batches import from_wire, stored_to_wire
 from .codec import RequestHeader, build, ms, response_schema
 from .sasl import AuthenticationFailed, SaslAuthenticator
+from .throttling import KafkaThrottling
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 0, 1, 2, 3, 8, 9, 10
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 11, 12, 13, 14, 15, 16
@@ -50,6 +51,7 @@ DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS, DESCRIBE_CONFIGS = 29, 30, 31, 32
 CREATE_PARTITIONS, DELETE_GROUPS, ELECT_LEADERS, INCREMENTAL_ALTER_CONFIGS = 37, 42, 43, 44
 ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS, DESCRIBE_CLUSTER = 45, 46, 60
 DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
+DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 48, 49
 SASL_HANDSHAKE, SASL_AUTHENTICATE, CONSUMER_GROUP_HEARTBEAT = 17, 36, 68
 ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, WRITE_TXN_MARKERS, TXN_OFFSET_COMMIT = 24, 25, 26, 27, 28
 DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
@@ -65,6 +67,7 @@ VERSIONS: dict[int, tuple[int, int]] = {
     ELECT_LEADERS: (0, 2), ALTER_PARTITION_REASSIGNMENTS: (0, 1), LIST_PARTITION_REASSIGNMENTS: (0, 0),
     DESCRIBE_ACLS: (1, 3), CREATE_ACLS: (1, 3), DELETE_ACLS: (1, 3),
     DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0), ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    DESCRIBE_CLIENT_QUOTAS: (0, 1), ALTER_CLIENT_QUOTAS: (0, 1),
     SASL_HANDSHAKE: (0, 1), SASL_AUTHENTICATE: (0, 2),  # listed, as Kafka lists them on every listener
     CONSUMER_GROUP_HEARTBEAT: (0, 1),  # listed so that KIP-848 clients ask, and hear it is off
     ADD_PARTITIONS_TO_TXN: (0, 3), END_TXN: (0, 3),  # the client versions (v4+: KIP-890, between brokers)
@@ -113,10 +116,11 @@ class KafkaApis:
     def __init__(self, rm: ReplicaManager, listener: str, groups: GroupCoordinator, producer_ids: ProducerIdManager,
                  controller: ControllerClient, authorizer: StandardAuthorizer | None = None,
                  mapper: PrincipalMapper | None = None, auto_topics: TopicAutoCreator | None = None,
-                 transactions: TransactionCoordinator | None = None) -> None:
+                 transactions: TransactionCoordinator | None = None,
+                 throttling: KafkaThrottling | None = None) -> None:
         """``authorizer`` None: every request is allowed (no ``authorizer.class.name``);
         ``auto_topics`` None: Metadata creates no topic; ``transactions`` None: a transactional
-        request is answered COORDINATOR_NOT_AVAILABLE."""
+        request is answered COORDINATOR_NOT_AVAILABLE; ``throttling`` None: no client quotas."""
         self.rm = rm
         self.auto_topics = auto_topics
         self.listener = listener
@@ -126,6 +130,7 @@ class KafkaApis:
         self.controller = controller
         self.authorizer = authorizer
         self.mapper = mapper or PrincipalMapper()
+        self.throttling = throttling
         self.handlers: dict[int, Callable[[Any, int, Access], Awaitable[dict[str, Any] | None]]] = {
             PRODUCE: self.produce, FETCH: self.fetch, LIST_OFFSETS: self.list_offsets, METADATA: self.metadata,
             OFFSET_COMMIT: self.offset_commit, OFFSET_FETCH: self.offset_fetch,
@@ -142,6 +147,7 @@ class KafkaApis:
             CREATE_ACLS: self.create_acls, DESCRIBE_ACLS: self.describe_acls, DELETE_ACLS: self.delete_acls,
             DESCRIBE_USER_SCRAM_CREDENTIALS: self.describe_user_scram_credentials,
             ALTER_USER_SCRAM_CREDENTIALS: self.alter_user_scram_credentials,
+            DESCRIBE_CLIENT_QUOTAS: self.describe_client_quotas, ALTER_CLIENT_QUOTAS: self.alter_client_quotas,
             SASL_HANDSHAKE: self.sasl_handshake, SASL_AUTHENTICATE: self.sasl_authenticate,
             CONSUMER_GROUP_HEARTBEAT: self.consumer_group_heartbeat,
             ADD_PARTITIONS_TO_TXN: self.add_partitions_to_txn, END_TXN: self.end_txn,
@@ -170,9 +176,18 @@ class KafkaApis:
     async def handle(self, header: RequestHeader, request: Any, session: Session) -> Any | None:
         """The response entity for a request (None: no response, acks=0)."""
         _CLIENT_ID.set(header.client_id or "")
-        answer = await self.handlers[header.api_key](request, header.api_version, Access(self.authorizer, session))
+        answer, image = None, self.image
+        if self.throttling is not None:  # client quotas: counted and answered at the request boundary
+            request = self.throttling.before(header.api_key, request, session, header.client_id or "")
+            answer = self.throttling.refusal(header.api_key, header.api_version, request, session,
+                                             header.client_id or "")
+        if answer is None:
+            answer = await self.handlers[header.api_key](request, header.api_version,
+                                                         Access(self.authorizer, session))
         if answer is None:
             return None
+        if self.throttling is not None:
+            self.throttling.after(header.api_key, request, answer, session, header.client_id or "", image)
         return build(response_schema(header.api_key, header.api_version), answer)
 
     # -- versions and metadata -------------------------------------------------------------------
@@ -836,6 +851,38 @@ class KafkaApis:
             {"user": x.user, "error_code": x.error_code, "error_message": _message(x.error_code, x.error_message),
              "credential_infos": [{"mechanism": c.mechanism, "iterations": c.iterations} for c in x.credentials]}
             for x in r.results]}
+
+    # -- client quotas, forwarded to the active controller (kafka-configs.sh --entity-type users|clients|ips) --
+
+    async def alter_client_quotas(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        ours = cpb.AlterClientQuotasRequest(validate_only=req.validate_only, entries=[cpb.QuotaAlteration(
+            entity=_quota_entity(e.entity), ops=[cpb.QuotaOp(key=o.key, value=o.value, remove=o.remove) for o in e.ops])
+            for e in req.entries])
+        r, code, message = await self._forward(self.controller.alter_client_quotas, ours, access)
+        entities = [[{"entity_type": p.entity_type, "entity_name": p.entity_name} for p in e.entity]
+                    for e in req.entries]
+        if r is None:
+            return {"entries": [{"error_code": int(code), "error_message": message, "entity": en} for en in entities]}
+        return {"entries": [{"error_code": x.error_code, "error_message": _message(x.error_code, x.error_message),
+                             "entity": en} for x, en in zip(r.results, entities, strict=True)]}
+
+    async def describe_client_quotas(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        ours = cpb.DescribeClientQuotasRequest(strict=req.strict, components=[
+            cpb.QuotaFilterComponent(entity_type=c.entity_type, match_type=c.match_type) if c.match is None
+            else cpb.QuotaFilterComponent(entity_type=c.entity_type, match_type=c.match_type, match=c.match)
+            for c in req.components])
+        r, code, message = await self._forward(self.controller.describe_client_quotas, ours, access)
+        if r is None:
+            return {"error_code": int(code), "error_message": message, "entries": None}
+        return {"error_code": 0, "error_message": None, "entries": [
+            {"entity": [{"entity_type": p.entity_type,
+                         "entity_name": p.entity_name if p.HasField("entity_name") else None} for p in e.entity],
+             "values": [{"key": k, "value": v} for k, v in sorted(e.values.items())]} for e in r.entries]}
+
+
+def _quota_entity(parts: Any) -> list[cpb.QuotaEntityPart]:
+    return [cpb.QuotaEntityPart(entity_type=p.entity_type) if p.entity_name is None
+            else cpb.QuotaEntityPart(entity_type=p.entity_type, entity_name=p.entity_name) for p in parts]
 
 
 def sasl_answer(header: RequestHeader, request: Any, sasl: SaslAuthenticator) -> tuple[Any, str | None]:

@@ -24,7 +24,9 @@ from metadata.principal import PrincipalError, Session
 
 from .apis import (API_VERSIONS, BEFORE_AUTHENTICATION, SASL_AUTHENTICATE, SASL_HANDSHAKE, VERSIONS, CloseConnection,
                    KafkaApis, newer_api_versions_answer, sasl_answer)
+from ..connection_quotas import ConnectionQuotas
 from .sasl import SaslAuthenticator
+from .throttling import CLIENT_THROTTLES, throttle_ms
 from .codec import MalformedRequest, RequestHeader, correlation_id, frame_response, peek_api, read_request
 
 log = logging.getLogger("brokerd.kafka")
@@ -52,7 +54,8 @@ def other_protocol(size: int) -> str | None:
 
 class KafkaListener:
     def __init__(self, name: str, host: str, port: int, apis: KafkaApis, max_request_bytes: int,
-                 requests: RequestMetrics | None = None, security: ListenerSecurity | None = None) -> None:
+                 requests: RequestMetrics | None = None, security: ListenerSecurity | None = None,
+                 connections: ConnectionQuotas | None = None) -> None:
         """``requests``: where each request's time, from its arrival to its answer written, is
         recorded per API (Kafka's RequestMetrics TotalTimeMs). ``security``: SSL listeners
         do a TLS handshake before the first request; SASL listeners serve nothing but
@@ -66,6 +69,7 @@ class KafkaListener:
         self.apis = apis
         self.max_request_bytes = max_request_bytes
         self.requests = requests
+        self.connections = connections  # max.connections, max.connections.per.ip (shared by the listeners)
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
@@ -96,9 +100,23 @@ class KafkaListener:
         self._connections.add(me)
         peer = writer.get_extra_info("peername")
         where = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        ip = peer[0] if isinstance(peer, tuple) else str(peer)
+        if self.connections is not None and not self.connections.admit(ip):
+            writer.transport.abort()  # before any read or handshake: a refused connection costs nothing more
+            self._connections.discard(me)
+            return
+        try:
+            await self._serve_admitted(reader, writer, where, me)
+        finally:
+            if self.connections is not None:
+                self.connections.release(ip)
+
+    async def _serve_admitted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, where: str,
+                              me: asyncio.Task[None]) -> None:
         if self.ssl is not None and not await self._handshake(writer, where):
             self._connections.discard(me)
             return
+        mute = _Mute()  # KIP-219: a throttled client's channel is not read until its throttle ends
         slots = asyncio.Semaphore(MAX_IN_FLIGHT)
         pending: asyncio.Queue[tuple[RequestHeader, asyncio.Task[Any], float] | None] = asyncio.Queue()
         handling: set[asyncio.Task[Any]] = set()  # this connection's requests, until answered
@@ -108,7 +126,7 @@ class KafkaListener:
             handling.add(task)
             task.add_done_callback(handling.discard)
             return task
-        sender = asyncio.create_task(self._send(writer, pending, slots, where))
+        sender = asyncio.create_task(self._send(writer, pending, slots, where, mute))
         sasl = SaslAuthenticator(self.sasl, lambda: self.apis.image.scram) if self.sasl is not None else None
         try:
             session = self.apis.session(writer)  # the principal, once per connection (SASL: once authenticated)
@@ -118,6 +136,8 @@ class KafkaListener:
                     raise MalformedRequest(other_protocol(size) or f"a request of {size} bytes "
                                            f"(socket.request.max.bytes is {self.max_request_bytes})")
                 body = await reader.readexactly(size)
+                if (muted := mute.until - time.monotonic()) > 0:
+                    await asyncio.sleep(muted)
                 arrived = time.perf_counter()
                 api_key, version = peek_api(body)
                 await slots.acquire()
@@ -183,14 +203,19 @@ class KafkaListener:
             return False
 
     async def _send(self, writer: asyncio.StreamWriter, pending: asyncio.Queue[Any], slots: asyncio.Semaphore,
-                    where: str) -> None:
+                    where: str, mute: _Mute) -> None:
         """Write the answers in the order the requests came. After a failure the connection is
-        closed and what is still pending is awaited but not sent."""
+        closed and what is still pending is awaited but not sent. An answer with a throttle time
+        mutes the connection for that long; a client from before KIP-219 gets it only then."""
         closed = False
         while (item := await pending.get()) is not None:
             header, task, arrived = item
             try:
                 answer = await task
+                if answer is not None and (throttle := throttle_ms(answer)):
+                    mute.until = max(mute.until, time.monotonic() + throttle / 1000)
+                    if header.api_version < CLIENT_THROTTLES.get(header.api_key, 0):
+                        await asyncio.sleep(throttle / 1000)
                 if answer is not None and not closed:
                     writer.write(frame_response(header, answer))
                     await writer.drain()
@@ -210,6 +235,15 @@ class KafkaListener:
                 slots.release()
             if closed:
                 writer.close()
+
+
+class _Mute:
+    """Until when (time.monotonic) a connection's next request waits."""
+
+    __slots__ = ("until",)
+
+    def __init__(self) -> None:
+        self.until = 0.0
 
 
 async def _ready(value: Any) -> Any:

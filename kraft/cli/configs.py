@@ -1,5 +1,5 @@
-"""``kraft configs``: describe and change topic and broker configs, and users' SCRAM credentials
-(kafka-configs.sh)."""
+"""``kraft configs``: describe and change topic and broker configs, users' SCRAM credentials, and
+client quotas of users, client ids and IPs (kafka-configs.sh)."""
 from __future__ import annotations
 
 import click
@@ -13,6 +13,7 @@ from kraft.cli.invocation import (
     timeout_option,
     with_client,
 )
+from kraft.client_quotas import DEFAULT
 from protos import controller_pb2 as pb
 
 
@@ -20,20 +21,29 @@ from protos import controller_pb2 as pb
 @bootstrap_option
 @timeout_option
 @command_config_option
-@click.option("--entity-type", type=click.Choice(["topics", "brokers", "users"]), required=True)
-@click.option("--entity-name", help="topic name, broker id or user")
-@click.option("--entity-default", is_flag=True, help="the cluster-wide broker default")
+@click.option("--entity-type", "entity_types", multiple=True, required=True,
+              type=click.Choice(["topics", "brokers", "users", "clients", "ips"]),
+              help="repeatable for a quota of a user and a client id: --entity-type users --entity-name alice "
+                   "--entity-type clients --entity-name app")
+@click.option("--entity-name", "entity_names", multiple=True, help="topic name, broker id, user, client id or IP")
+@click.option("--entity-default", "entity_names", flag_value=DEFAULT, multiple=True,
+              help="the cluster-wide broker default, or the default user, client id or IP (quotas)")
 @click.option("--describe", "action", flag_value="describe")
 @click.option("--alter", "action", flag_value="alter")
 @click.option("--add-config", "add", help="KEY=VALUE[,KEY=VALUE...]")
 @click.option("--delete-config", "delete", help="KEY[,KEY...]")
-def configs(bootstrap: str, timeout: float, entity_type: str, entity_name: str | None, entity_default: bool,
+def configs(bootstrap: str, timeout: float, entity_types: tuple[str, ...], entity_names: tuple[str, ...],
             action: str | None, add: str | None, delete: str | None) -> None:
-    """Describe or change topic and broker configs, and users' SCRAM credentials (kafka-configs.sh)."""
-    if entity_type == "users":
-        return _user_configs(bootstrap, timeout, entity_name, action, add, delete)
+    """Describe or change topic and broker configs, users' SCRAM credentials, and client quotas
+    (kafka-configs.sh)."""
+    if set(entity_types) & {"users", "clients", "ips"}:
+        return _client_configs(bootstrap, timeout, entity_types, entity_names, action, add, delete)
+    if len(entity_types) > 1 or len(entity_names) > 1:
+        fail("topics and brokers take one --entity-type and one --entity-name (or --entity-default)")
+    entity_type = entity_types[0]
+    entity_name = entity_names[0] if entity_names and entity_names[0] != DEFAULT else None
     rtype = pb.TOPIC if entity_type == "topics" else pb.BROKER
-    if entity_default:
+    if entity_names and entity_names[0] == DEFAULT:
         if rtype != pb.BROKER:
             fail("--entity-default applies to --entity-type brokers")
         name = ""
@@ -69,9 +79,60 @@ def configs(bootstrap: str, timeout: float, entity_type: str, entity_name: str |
         click.echo(f"  {e.name}={e.value}{'  (default)' if e.is_default else ''}")
 
 
+def _client_configs(bootstrap: str, timeout: float, types: tuple[str, ...], names: tuple[str, ...],
+                    action: str | None, add: str | None, delete: str | None) -> None:
+    """Client quotas (KIP-546) and, for a user alone, SCRAM credentials (KIP-554): kafka-configs.sh
+    sends each key to its API, quota keys to AlterClientQuotas and SCRAM mechanisms to
+    AlterUserScramCredentials."""
+    from kraft import client_quotas as cq
+    from kraft.users import _entries
+    if set(types) & {"topics", "brokers"}:
+        fail("--entity-type topics or brokers cannot be combined with users, clients or ips")
+    try:
+        parts = cq.entity(types, names) if names else [(cq.ENTITY_TYPES[t], None) for t in types]
+    except ValueError as e:
+        fail(str(e))
+    adds, deletes = _entries(add or ""), [k for k in (delete or "").split(",") if k.strip()]
+    scram_add = [a for a in adds if not cq.is_quota_key(a)]
+    scram_delete = [d for d in deletes if not cq.is_quota_key(d)]
+    scram_user = types == ("users",) and (action != "alter" or scram_add or scram_delete)
+    if (scram_add or scram_delete) and not scram_user:
+        fail(f"{', '.join(scram_add + scram_delete)}: not a quota key ({', '.join(sorted(cq.QUOTA_KEYS))}); "
+             f"SCRAM credentials belong to one --entity-type users --entity-name USER")
+    if action == "alter":
+        quota_add = [a for a in adds if cq.is_quota_key(a)]
+        quota_delete = [d for d in deletes if cq.is_quota_key(d)]
+        if not names:
+            fail("--alter needs --entity-name or --entity-default for each --entity-type")
+        if quota_add or quota_delete:
+            try:
+                req = cq.alter_request(parts, quota_add, quota_delete)
+            except ValueError as e:
+                fail(str(e))
+            for r in with_client(bootstrap, timeout, lambda c: c.alter_client_quotas(req)).results:
+                check_error(r.error_code, r.error_message, "")
+        if scram_add or scram_delete:
+            _user_configs(bootstrap, timeout, parts[0][1], action, ",".join(scram_add), ",".join(scram_delete))
+            return
+        if not (quota_add or quota_delete):
+            fail("--alter needs --add-config and/or --delete-config")
+        click.echo(f"Completed updating quotas for {cq.label(cq.parts_of(parts))}.")
+        return
+    if action != "describe":
+        fail("give --describe or --alter")
+    request = cq.describe_request(parts) if names else cq.DESCRIBE_ALL
+    resp = with_client(bootstrap, timeout, lambda c: c.describe_client_quotas(request))
+    lines = cq.describe_lines(resp, None if names else [t for t, _ in parts])
+    for line in lines:
+        click.echo(line)
+    if scram_user and (not names or parts[0][1] is not None):
+        _user_configs(bootstrap, timeout, parts[0][1], action, add, delete, quiet_if_none=bool(lines))
+
+
 def _user_configs(bootstrap: str, timeout: float, user: str | None, action: str | None, add: str | None,
-                  delete: str | None) -> None:
-    """SCRAM credentials (KIP-554): the request is built by kraft.users, which salts the password here."""
+                  delete: str | None, quiet_if_none: bool = False) -> None:
+    """SCRAM credentials (KIP-554): the request is built by kraft.users, which salts the password here.
+    ``quiet_if_none``: a user without a credential is no error (its quotas were printed)."""
     from common.errors import KafkaError
     from kraft.users import alter_request, describe_lines
     if action == "alter":
@@ -92,6 +153,8 @@ def _user_configs(bootstrap: str, timeout: float, user: str | None, action: str 
     resp = with_client(bootstrap, timeout, lambda c: c.describe_user_scram_credentials(
         pb.DescribeUserScramCredentialsRequest(users=[user] if user else [])))
     for r in resp.results:
-        check_error(r.error_code, r.error_message, "")
+        if not (quiet_if_none and r.error_code == pb.RESOURCE_NOT_FOUND):
+            check_error(r.error_code, r.error_message, "")
+    resp = pb.DescribeUserScramCredentialsResponse(results=[r for r in resp.results if not r.error_code])
     for line in describe_lines(resp):
         click.echo(line)

@@ -34,7 +34,7 @@ from .frames import PartitionDecoder, frames, is_partition, parse
 #: The section of each record type a snapshot holds, in the order the sections come.
 SECTIONS: dict[str, int] = {"feature_level": 0, "register_broker": 1, "producer_ids": 2,
                             "topic": 3, "partition": 3, "config": 4, "access_control_entry": 5,
-                            "user_scram_credential": 6}
+                            "user_scram_credential": 6, "client_quota": 7}
 _TOPICS, _CONFIGS = 3, 4
 
 

@@ -28,6 +28,7 @@ from ..image import (ClusterImage, ConfigurationsImage, FeaturesImage, MetadataI
                      TopicImage, TopicsImage)
 from ..records import RECORD_VERSION, MetadataRecord, RecordBatch, RecordError, check, type_name
 from .acls import AclsDelta
+from .client_quotas import ClientQuotasDelta
 from .changes import MetadataChanges, TopicIdPartition, changes_between, compare
 from .cluster import ClusterDelta
 from .configs import ConfigurationsDelta
@@ -62,6 +63,7 @@ class MetadataDelta:
         self.producer_ids = ProducerIdsDelta(base.next_producer_id)
         self.acls = AclsDelta(base.acls)
         self.scram = ScramDelta(base.scram)
+        self.client_quotas = ClientQuotasDelta(base.client_quotas)
         t, c = self.topics, self.cluster
         # Record type (the MetadataRecord oneof's name) -> the domain's handler.
         self._handlers: dict[str, Callable[[Any], None]] = {
@@ -81,6 +83,7 @@ class MetadataDelta:
             "remove_access_control_entry": self.acls.remove_access_control_entry,
             "user_scram_credential": self.scram.user_scram_credential,
             "remove_user_scram_credential": self.scram.remove_user_scram_credential,
+            "client_quota": self.client_quotas.client_quota,
             "no_op": lambda r: None,
         }
 
@@ -172,7 +175,7 @@ class MetadataDelta:
             img.configurations if configs is img.configs else ConfigurationsImage(configs),
             img.finalized_features if features is img.features else FeaturesImage(features),
             img.producer_ids if next_id == img.next_producer_id else ProducerIdsImage(next_id),
-            self.acls.image(img.acls), self.scram.image(img.scram))
+            self.acls.image(img.acls), self.scram.image(img.scram), self.client_quotas.image(img.client_quotas))
         self._dirty = False
         return self._image
 

@@ -15,6 +15,7 @@ costs nothing until someone lists them. Files hold JSON values. The layout is do
     /producerIds/nextProducerId
     /acls/byId/<uuid>              one ACL each
     /scram/<user>/<mechanism>      {"mechanism", "iterations"} of a SCRAM credential (never its keys)
+    /clientQuotas/<entity>/<key>   a client quota, the entity as user=alice,client-id=<default>
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from ..acls import StandardAcl
+from ..client_quotas import entity_label
 from ..scram import ScramCredential, ScramMechanism
 from ..image import (BrokerRegistration, ConfigResource, MetadataImage, PartitionRegistration,
                      ResourceType, TopicImage)
@@ -82,6 +84,9 @@ def metadata_tree(image: MetadataImage, quorum: Callable[[], QuorumState]) -> Di
             (str(acl_id), File(_acl(acl))) for acl_id, acl in sorted(image.acls.by_id.items())]))])),
         ("brokers", Directory(lambda: _sorted(
             (str(b.id), _broker(b)) for b in image.brokers.values()))),
+        ("clientQuotas", Directory(lambda: sorted(
+            ((entity_label(entity), _quota_values(values)) for entity, values in image.client_quotas.entities.items()),
+            key=lambda item: item[0]))),
         ("cluster", Directory(lambda: [
             ("id", File(image.cluster_id)),
             ("metadataEpoch", File(image.epoch)),
@@ -158,6 +163,10 @@ def _configs(image: MetadataImage, rtype: ResourceType) -> Directory:
 
 
 def _config_values(values: Mapping[str, str]) -> Directory:
+    return Directory(lambda: [(k, File(v)) for k, v in sorted(values.items())])
+
+
+def _quota_values(values: Mapping[str, float]) -> Directory:
     return Directory(lambda: [(k, File(v)) for k, v in sorted(values.items())])
 
 

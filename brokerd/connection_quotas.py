@@ -1,0 +1,69 @@
+"""Connection limits of a broker's Kafka listeners (Kafka's ConnectionQuotas): at most
+``max.connections`` connections in all and ``max.connections.per.ip`` from one address (with
+``max.connections.per.ip.overrides``, ``IP:N,...``). A connection over a limit is closed as it
+is accepted, before a byte is read or a TLS handshake is done, so a flood of connections from
+one address costs the broker a counter per address and keeps the others served."""
+from __future__ import annotations
+
+import ipaddress
+import logging
+import time
+from dataclasses import dataclass, field
+
+from common.config_def import ConfigError
+
+log = logging.getLogger("brokerd.kafka")
+
+#: One log line per address this often while its connections are refused (a flood logs little).
+LOG_INTERVAL_S = 10.0
+
+
+def parse_overrides(text: str) -> dict[str, int]:
+    """``max.connections.per.ip.overrides``: ``127.0.0.1:200,10.0.0.5:0`` -> {address: limit}."""
+    out: dict[str, int] = {}
+    for item in filter(None, (i.strip() for i in text.split(","))):
+        host, sep, count = item.rpartition(":")
+        try:
+            out[str(ipaddress.ip_address(host))] = int(count)
+            if not sep or int(count) < 0:
+                raise ValueError(item)
+        except ValueError:
+            raise ConfigError(f"max.connections.per.ip.overrides: {item!r} is not IP:COUNT (e.g. "
+                              f"127.0.0.1:200)") from None
+    return out
+
+
+@dataclass
+class ConnectionQuotas:
+    max_connections: int
+    max_per_ip: int
+    overrides: dict[str, int] = field(default_factory=dict)
+    total: int = 0
+    by_ip: dict[str, int] = field(default_factory=dict)
+    _logged: dict[str, float] = field(default_factory=dict)
+
+    def admit(self, ip: str) -> bool:
+        """Count a new connection from ``ip``; False (counted nowhere) when it is over a limit."""
+        limit = self.overrides.get(ip, self.max_per_ip)
+        have = self.by_ip.get(ip, 0)
+        if have >= limit or self.total >= self.max_connections:
+            now = time.monotonic()
+            if now - self._logged.get(ip, -LOG_INTERVAL_S) >= LOG_INTERVAL_S:
+                self._logged[ip] = now
+                if len(self._logged) > 10_000:
+                    self._logged.clear()
+                log.info("rejecting connections from %s: %s", ip,
+                         f"it has the maximum of {limit} connections (max.connections.per.ip)" if have >= limit
+                         else f"the broker has the maximum of {self.max_connections} connections (max.connections)")
+            return False
+        self.by_ip[ip] = have + 1
+        self.total += 1
+        return True
+
+    def release(self, ip: str) -> None:
+        left = self.by_ip.get(ip, 0) - 1
+        if left > 0:
+            self.by_ip[ip] = left
+        else:
+            self.by_ip.pop(ip, None)
+        self.total -= 1
