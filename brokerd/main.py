@@ -8,6 +8,7 @@ import asyncio
 import logging
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
@@ -18,8 +19,12 @@ from raft.errors import StorageError
 from raft.transport import grpc_errors_in_one_line
 
 from .log_store import StorageFailure
-from .server import BrokerServer
 
+if TYPE_CHECKING:
+    from .server import BrokerServer
+
+#: What a server's start-up may fail with, in one line. A controller-only ``kraft server-start``
+#: imports this module but not the broker's server (the Kafka listener's schemas take a second).
 STARTUP_ERRORS = (ConfigError, StorageError, StorageFailure, KafkaError)
 
 
@@ -75,6 +80,7 @@ def main(config_path: str, log_level: str) -> None:
         cfg = load(config_path)
         if not cfg.is_broker:
             raise ConfigError(f"{config_path}: process.roles={','.join(sorted(cfg.roles))} has no broker role")
+        from .server import BrokerServer
         server = BrokerServer(cfg)
     except ConfigError as e:
         _fail(str(e))
