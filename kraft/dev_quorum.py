@@ -97,12 +97,18 @@ class DevQuorum:
         else:
             self.write_configs()
             self.cluster_id = random_id()
+            # every node's format at once: each is a Python start-up of its own
+            formats = []
             for nid in [*self.ports, *self.broker_ports]:
                 voters = ("--initial-controllers", self.initial_controllers) if self.directory_ids and nid in self.ports else ()
-                p = self.kraft("storage", "format", "--cluster-id", self.cluster_id, "--config", str(self.config_path(nid)),
-                               *voters)
+                formats.append(subprocess.Popen(
+                    [sys.executable, "-m", "kraft.cli", "storage", "format", "--cluster-id", self.cluster_id,
+                     "--config", str(self.config_path(nid)), *voters],
+                    cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            outputs = [p.communicate() for p in formats]
+            for p, (out, err) in zip(formats, outputs, strict=True):
                 if p.returncode != 0:
-                    raise ConfigError(p.stderr.strip() or p.stdout.strip())
+                    raise ConfigError(err.strip() or out.strip())
             id_file.write_text(self.cluster_id)
         for nid in [*self.ports, *self.broker_ports]:
             self.start_node(nid)

@@ -4,6 +4,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -44,6 +45,9 @@ def test_cli_create_describe_alter_delete_and_errors(quorum):
         return await _brokers(quorum)
     loop = asyncio.new_event_loop()
     brokers = loop.run_until_complete(setup())
+    # the brokers keep heartbeating (3 s sessions) while each CLI process runs in the foreground
+    beating = threading.Thread(target=loop.run_forever, daemon=True)
+    beating.start()
     try:
         b = quorum.bootstrap
         assert kraft("topics", "--bootstrap-controller", b, "create", "--topic", "payments", "--partitions", "3",
@@ -89,7 +93,9 @@ def test_cli_create_describe_alter_delete_and_errors(quorum):
         assert p.returncode == 1 and "connection refused" in p.stderr and p.stderr.count("\n") == 1
     finally:
         for br in brokers:
-            loop.run_until_complete(br.stop())
+            asyncio.run_coroutine_threadsafe(br.stop(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        beating.join(10)
         loop.close()
 
 

@@ -34,8 +34,7 @@ async def _serve_roles(cfg) -> int:
     and stops last, since a broker's controlled shutdown needs it)."""
     import asyncio
 
-    from brokerd.main import STARTUP_ERRORS
-    from brokerd.server import BrokerServer
+    from brokerd.main import STARTUP_ERRORS, skip_test_strategies
     from common.metrics import MetricsEndpoint
     from metadata.server import ControllerServer
     loop = asyncio.get_running_loop()
@@ -45,6 +44,9 @@ async def _serve_roles(cfg) -> int:
     # A combined node serves one /metrics for both roles; a single role serves its own.
     shared = MetricsEndpoint(cfg.prometheus_listener()) if cfg.is_controller and cfg.is_broker else None
     controller = ControllerServer(cfg, shared) if cfg.is_controller else None
+    if cfg.is_broker:  # imported for a broker only: the Kafka listener's schemas take a second to load
+        skip_test_strategies()
+        from brokerd.server import BrokerServer
     broker = BrokerServer(cfg, shared) if cfg.is_broker else None
     watched: list[asyncio.Task[BaseException | None]] = []
     try:
