@@ -12,6 +12,7 @@ from common.config_def import ConfigError
 from common.server_keys import SERVER_KEYS
 from common.tls import TLSConfig
 from metadata.config import ServerConfig
+from metadata.configs import BROKER_SYNONYMS
 from metadata.image import ConfigResource, MetadataImage, ResourceType
 
 from .auto_topics import AutoCreateConfig
@@ -41,14 +42,6 @@ class LogConfig:
     @property
     def delete(self) -> bool:
         return "delete" in self.cleanup_policy
-
-
-# topic key -> the broker key that is its default
-_BROKER_KEY = {"retention.ms": "log.retention.ms", "retention.bytes": "log.retention.bytes",
-               "max.message.bytes": "message.max.bytes", "min.insync.replicas": "min.insync.replicas",
-               "compression.type": "compression.type", "cleanup.policy": "log.cleanup.policy",
-               "delete.retention.ms": "log.cleaner.delete.retention.ms",
-               "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,9 +160,9 @@ class BrokerConfig:
         def pick(key: str, fallback: T) -> T:
             """The first layer's value that parses by the broker key's rule (common.server_keys);
             the controller validates, so an unreadable one is rare and falls through."""
-            parse = SERVER_KEYS[_BROKER_KEY[key]].parse
+            parse = SERVER_KEYS[BROKER_SYNONYMS[key]].parse
             for i, layer in enumerate(layers):
-                value = layer.get(key if i == 0 else _BROKER_KEY[key])
+                value = layer.get(key if i == 0 else BROKER_SYNONYMS[key])
                 if value is not None:
                     try:
                         return parse(value)

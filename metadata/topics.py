@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from common.errors import ErrorCode, KafkaError
 
-from .configs import BROKER_CONFIGS, TOPIC_CONFIGS, validate
+from .configs import BROKER_CONFIGS, TOPIC_CONFIGS, validate, validate_topic
 from .image import ConfigResource, MetadataImage, ResourceType, TopicImage
 from .placement import BrokerLoad, UsableBroker, place_replicas, validate_assignment
 from .records import MetadataRecord, config, partition, remove_topic, topic
@@ -102,6 +102,7 @@ def create_topics(image: MetadataImage, topics: list[NewTopic], *, default_parti
                                f"are interchangeable in metric names")
             for key, value in t.configs.items():
                 validate("topic", key, value)
+            validate_topic(t.configs)
             if t.assignment:
                 if t.partitions not in (-1, len(t.assignment)) or t.replication_factor != -1:
                     raise KafkaError(ErrorCode.INVALID_REQUEST, "Give either an assignment or partitions and "
@@ -207,13 +208,18 @@ def alter_configs(image: MetadataImage, kind: ResourceType, name: str, ops: list
     else:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"unsupported resource type {kind}")
     records = []
+    after = dict(image.config(ConfigResource(kind, name)))
     for op in ops:
         if op.delete:
             validate(label, op.key, None)
             records.append(config(kind, name, op.key, None))
+            after.pop(op.key, None)
         else:
             validate(label, op.key, op.value)
             records.append(config(kind, name, op.key, op.value))
+            after[op.key] = op.value
+    if kind == ResourceType.TOPIC:
+        validate_topic(after)
     return records
 
 

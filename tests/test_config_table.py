@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 
 from common.config_def import ConfigError, ConfigKey, in_range
-from common.config_docs import START, table, with_table
+from common.config_docs import START, between_markers, table, with_table
 from common.errors import ErrorCode, KafkaError
 from common.server_keys import SERVER_KEYS
 from metadata.config import from_properties
-from metadata.configs import BROKER_CONFIGS, validate
+from metadata.configs import END as TOPIC_END
+from metadata.configs import START as TOPIC_START
+from metadata.configs import BROKER_CONFIGS, TOPIC_TABLE, topic_table, validate
 from metadata.image import MetadataImage, ResourceType
 from metadata.records import config
 from metadata.topics import ConfigOp, alter_configs, describe_configs
@@ -146,3 +148,38 @@ def test_a_server_with_a_bad_value_says_so_in_one_line(tmp_path: Path):
     lines = p.stderr.strip().splitlines()
     assert lines == [f"Error: {props}: Invalid value 5 for configuration controller.quorum.election.timeout.ms: "
                      f"value 5 must be at least 20"], p.stderr
+
+
+#: Kafka's TopicConfig names (3.8, with KIP-390's compression levels), the specification.
+KAFKA_TOPIC_CONFIGS = {
+    "cleanup.policy", "compression.type", "compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
+    "delete.retention.ms", "file.delete.delay.ms", "flush.messages", "flush.ms",
+    "follower.replication.throttled.replicas", "index.interval.bytes", "leader.replication.throttled.replicas",
+    "local.retention.bytes", "local.retention.ms", "max.compaction.lag.ms", "max.message.bytes",
+    "message.downconversion.enable", "message.format.version", "message.timestamp.after.max.ms",
+    "message.timestamp.before.max.ms", "message.timestamp.difference.max.ms", "message.timestamp.type",
+    "min.cleanable.dirty.ratio", "min.compaction.lag.ms", "min.insync.replicas", "preallocate",
+    "remote.storage.enable", "retention.bytes", "retention.ms", "segment.bytes", "segment.index.bytes",
+    "segment.jitter.ms", "segment.ms", "unclean.leader.election.enable"}
+
+
+def test_every_kafka_topic_config_is_declared_with_a_good_default_and_a_use():
+    assert set(TOPIC_TABLE) == KAFKA_TOPIC_CONFIGS
+    for name, t in TOPIC_TABLE.items():
+        assert t.key.default is not None and t.key.problem(t.key.default) is None, name
+        assert t.use, f"{name}: say what this cluster does with it"
+        assert t.synonym is None or SERVER_KEYS[t.synonym].problem(t.key.default) is None, name
+    validate("topic", "message.timestamp.type", "LogAppendTime")
+    with pytest.raises(KafkaError, match="Invalid value 0 for configuration compression.gzip.level"):
+        validate("topic", "compression.gzip.level", "0")
+    with pytest.raises(KafkaError, match=r"Invalid value 9223372036854775808 for configuration flush.ms"):
+        validate("topic", "flush.ms", str(2**63))
+
+
+def test_the_topic_config_table_in_the_docs_is_the_table_printed():
+    docs = (REPO / "docs/operations.md").read_text()
+    assert between_markers(docs, TOPIC_START, TOPIC_END, topic_table()) == docs, (
+        "docs/operations.md's topic configs differ from metadata/configs.py: "
+        "run python -m metadata.configs --write docs/operations.md")
+    p = subprocess.run([sys.executable, "-m", "metadata.configs"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert (p.returncode, p.stdout) == (0, topic_table())

@@ -323,9 +323,16 @@ def create_partitions(b: Broker, v: int) -> None:
 
 
 def describe_configs(b: Broker, v: int) -> None:
-    r = b.ask(A.DESCRIBE_CONFIGS, v, {"include_synonyms": False, "include_documentation": False, "resources": [
-        {"resource_type": 2, "resource_name": TOPIC, "configuration_keys": ["cleanup.policy"]}]})
-    assert codes(r) == only(E.NONE) and [c.name for c in r.results[0].configs] == ["cleanup.policy"]
+    """v3+ answers each key's type (Kafka's numbers: LIST 7, LONG 5) and, when asked, its documentation."""
+    r = b.ask(A.DESCRIBE_CONFIGS, v, {"include_synonyms": False, "include_documentation": True, "resources": [
+        {"resource_type": 2, "resource_name": TOPIC, "configuration_keys": ["cleanup.policy", "flush.ms"]}]})
+    assert codes(r) == only(E.NONE)
+    got = {c.name: c for c in r.results[0].configs}
+    assert sorted(got) == ["cleanup.policy", "flush.ms"]
+    assert (got["flush.ms"].value, got["flush.ms"].config_source) == (str(2**63 - 1), 5)  # Kafka's default
+    if v >= 3:
+        assert (got["cleanup.policy"].config_type, got["flush.ms"].config_type) == (7, 5)
+        assert got["flush.ms"].documentation == "fsync after this many ms"
 
 
 def incremental_alter_configs(b: Broker, v: int) -> None:

@@ -23,6 +23,7 @@ from common.errors import ErrorCode, KafkaError
 from metadata.acls import AclOperation
 from metadata.authorizer import Access, StandardAuthorizer
 from metadata.client import BoundRpc, ControllerClient
+from metadata.configs import BROKER_CONFIGS, TOPIC_CONFIGS
 from metadata.image import MetadataImage
 from metadata.principal import PrincipalMapper, Session, stream_session
 from clients.topics import INTERNAL_TOPICS
@@ -70,7 +71,10 @@ VERSIONS: dict[int, tuple[int, int]] = {
     DESCRIBE_TRANSACTIONS: (0, 0), LIST_TRANSACTIONS: (0, 1),
 }
 
-TOPIC_CONFIG_SOURCE, BROKER_CONFIG_SOURCE, DEFAULT_CONFIG_SOURCE = 1, 4, 5
+#: DescribeConfigs' config sources and (v3+) config types, as Kafka numbers them.
+TOPIC_CONFIG_SOURCE, DYNAMIC_BROKER_CONFIG_SOURCE, DYNAMIC_DEFAULT_BROKER_CONFIG_SOURCE = 1, 2, 3
+DEFAULT_CONFIG_SOURCE = 5
+CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
 COORDINATOR_GROUP, COORDINATOR_TRANSACTION = 0, 1  # FindCoordinator key types
 #: KIP-848's protocol (group.protocol=consumer) is not served: Kafka's answer when it is off
 #: (group.coordinator.rebalance.protocols without "consumer") is UNSUPPORTED_VERSION.
@@ -681,14 +685,19 @@ class KafkaApis:
             return {"results": [{"error_code": int(code), "error_message": message, "resource_type": x.resource_type,
                                  "resource_name": x.resource_name} for x in req.resources]}
         results = []
+        documented = version >= 3 and req.include_documentation
         for asked, got in zip(req.resources, r.resources, strict=True):
             keys = set(asked.configuration_keys) if asked.configuration_keys is not None else None
-            source = TOPIC_CONFIG_SOURCE if got.resource_type == cpb.TOPIC else BROKER_CONFIG_SOURCE
+            table = TOPIC_CONFIGS if got.resource_type == cpb.TOPIC else BROKER_CONFIGS
+            source = (TOPIC_CONFIG_SOURCE if got.resource_type == cpb.TOPIC else
+                      DYNAMIC_BROKER_CONFIG_SOURCE if got.resource_name else DYNAMIC_DEFAULT_BROKER_CONFIG_SOURCE)
             results.append({
                 "error_code": got.error_code, "error_message": _message(got.error_code, got.error_message),
                 "resource_type": got.resource_type, "resource_name": got.resource_name,
                 "configs": [{"name": c.name, "value": c.value, "read_only": False, "is_sensitive": False,
-                             "config_source": DEFAULT_CONFIG_SOURCE if c.is_default else source, "synonyms": []}
+                             "config_source": DEFAULT_CONFIG_SOURCE if c.is_default else source, "synonyms": [],
+                             "config_type": CONFIG_TYPES[table[c.name].type] if c.name in table else 0,
+                             "documentation": table[c.name].doc if documented and c.name in table else None}
                             for c in got.configs if keys is None or c.name in keys]})
         return {"results": results}
 
