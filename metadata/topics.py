@@ -194,9 +194,10 @@ class ConfigOp:
     value: str = ""
 
 
-def alter_configs(image: MetadataImage, kind: ResourceType, name: str, ops: list[ConfigOp]
-                  ) -> list[MetadataRecord]:
-    """IncrementalAlterConfigs for one resource: set or delete keys."""
+def alter_configs(image: MetadataImage, kind: ResourceType, name: str, ops: list[ConfigOp], *,
+                  replace: bool = False) -> list[MetadataRecord]:
+    """IncrementalAlterConfigs for one resource: set or delete keys; ``replace`` (AlterConfigs,
+    the legacy whole set): the keys set now and not in ``ops`` return to their defaults."""
     if kind == ResourceType.TOPIC:
         find_topic(image, name, None)
         label = "topic"
@@ -209,6 +210,9 @@ def alter_configs(image: MetadataImage, kind: ResourceType, name: str, ops: list
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"unsupported resource type {kind}")
     records = []
     after = dict(image.config(ConfigResource(kind, name)))
+    if replace:
+        given = {op.key for op in ops}
+        ops = ops + [ConfigOp(key, delete=True) for key in sorted(after) if key not in given]
     for op in ops:
         if op.delete:
             validate(label, op.key, None)

@@ -408,3 +408,38 @@ def test_the_shortest_newer_api_versions_request_is_answered(cluster):
         s.settimeout(5)
         size = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))[0]
         assert struct.unpack_from(">ih", s.recv(size, socket.MSG_WAITALL)) == (41, 35)
+
+
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated")  # what older applications call
+def test_confluent_kafka_alter_configs_replaces_the_whole_set(cluster):
+    """AlterConfigs (API 33, librdkafka's AlterConfigs): the keys not given return to their
+    defaults; validate_only changes nothing; each resource is answered alone (issue 27)."""
+    a = admin(cluster)
+    a.create_topics([NewTopic("cf-legacy", 1, 3, config={"retention.ms": "3600000", "flush.ms": "1000"})])[
+        "cf-legacy"].result(30)
+
+    def legacy(configs: dict[str, str], name: str = "cf-legacy", **kw: object):
+        res = ConfigResource(ConfigResource.Type.TOPIC, name, set_config=configs)
+        return a.alter_configs([res], **kw)[res]
+
+    def described() -> dict[str, tuple[str, bool]]:
+        res = ConfigResource(ConfigResource.Type.TOPIC, "cf-legacy")
+        got = a.describe_configs([res])[res].result(10)
+        return {k: (got[k].value, got[k].is_default) for k in ("retention.ms", "flush.ms", "cleanup.policy")}
+
+    assert legacy({"cleanup.policy": "compact"}, validate_only=True).result(10) is None
+    assert described() == {"retention.ms": ("3600000", False), "flush.ms": ("1000", False),
+                           "cleanup.policy": ("delete", True)}
+    assert legacy({"cleanup.policy": "compact", "flush.ms": "2000"}).result(10) is None
+    assert described() == {"retention.ms": ("604800000", True), "flush.ms": ("2000", False),
+                           "cleanup.policy": ("compact", False)}
+    good = ConfigResource(ConfigResource.Type.TOPIC, "cf-legacy", set_config={"flush.ms": "3000"})
+    bad = ConfigResource(ConfigResource.Type.TOPIC, "cf-legacy-missing", set_config={"flush.ms": "1"})
+    futures = a.alter_configs([good, bad])
+    assert futures[good].result(10) is None
+    assert _refusal(futures[bad])[0] == KafkaError.UNKNOWN_TOPIC_OR_PART
+    code, text = _refusal(legacy({"flush.ms": "-1"}))
+    assert (code, text) == (KafkaError.INVALID_CONFIG, "Invalid value -1 for configuration flush.ms: value -1 must "
+                                                       "be at least 0")
+    assert described() == {"retention.ms": ("604800000", True), "flush.ms": ("3000", False),
+                           "cleanup.policy": ("delete", True)}

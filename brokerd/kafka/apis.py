@@ -53,6 +53,7 @@ DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
 SASL_HANDSHAKE, SASL_AUTHENTICATE, CONSUMER_GROUP_HEARTBEAT = 17, 36, 68
 ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, WRITE_TXN_MARKERS, TXN_OFFSET_COMMIT = 24, 25, 26, 27, 28
 DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
+ALTER_CONFIGS = 33
 
 #: api key -> (min version, max version) served.
 VERSIONS: dict[int, tuple[int, int]] = {
@@ -69,6 +70,7 @@ VERSIONS: dict[int, tuple[int, int]] = {
     ADD_PARTITIONS_TO_TXN: (0, 3), END_TXN: (0, 3),  # the client versions (v4+: KIP-890, between brokers)
     WRITE_TXN_MARKERS: (1, 1), ADD_OFFSETS_TO_TXN: (0, 3), TXN_OFFSET_COMMIT: (0, 3),
     DESCRIBE_TRANSACTIONS: (0, 0), LIST_TRANSACTIONS: (0, 1),
+    ALTER_CONFIGS: (0, 2),
 }
 
 #: DescribeConfigs' config sources and (v3+) config types, as Kafka numbers them.
@@ -148,7 +150,7 @@ class KafkaApis:
             ADD_PARTITIONS_TO_TXN: self.add_partitions_to_txn, END_TXN: self.end_txn,
             WRITE_TXN_MARKERS: self.write_txn_markers, ADD_OFFSETS_TO_TXN: self.add_offsets_to_txn,
             TXN_OFFSET_COMMIT: self.txn_offset_commit, DESCRIBE_TRANSACTIONS: self.describe_transactions,
-            LIST_TRANSACTIONS: self.list_transactions,
+            LIST_TRANSACTIONS: self.list_transactions, ALTER_CONFIGS: self.alter_configs,
         }
         self._api_names = {key: "".join(w.capitalize() for w in fn.__name__.split("_"))
                            for key, fn in self.handlers.items()}
@@ -705,25 +707,47 @@ class KafkaApis:
         ours = cpb.IncrementalAlterConfigsRequest(validate_only=req.validate_only)
         refused: dict[tuple[int, str], str] = {}
         for res in req.resources:
-            resource = ours.resources.add(resource_type=res.resource_type, resource_name=res.resource_name)
-            for c in res.configs:
-                if c.config_operation not in (0, 1):
-                    refused[(res.resource_type, res.resource_name)] = (
-                        f"config operation {c.config_operation} (APPEND or SUBTRACT) on {c.name} is not supported; "
-                        f"use SET or DELETE")
-                resource.configs.add(name=c.name, op=c.config_operation if c.config_operation in (0, 1) else 0,
-                                     value=c.value or "")
-        if refused:
-            return {"responses": [{"error_code": int(ErrorCode.INVALID_REQUEST) if key in refused else 0,
-                                   "error_message": refused.get(key), "resource_type": key[0], "resource_name": key[1]}
-                                  for key in ((x.resource_type, x.resource_name) for x in req.resources)]}
-        r, code, message = await self._forward(self.controller.incremental_alter_configs, ours, access)
-        if r is None:
-            return {"responses": [{"error_code": int(code), "error_message": message, "resource_type": x.resource_type,
-                                   "resource_name": x.resource_name} for x in req.resources]}
-        return {"responses": [{"error_code": x.error_code, "error_message": _message(x.error_code, x.error_message),
-                               "resource_type": x.resource_type, "resource_name": x.resource_name}
-                              for x in r.resources]}
+            unsupported = [c for c in res.configs if c.config_operation not in (0, 1)]
+            if unsupported:
+                refused[(res.resource_type, res.resource_name)] = (
+                    f"config operation {unsupported[0].config_operation} (APPEND or SUBTRACT) on "
+                    f"{unsupported[0].name} is not supported; use SET or DELETE")
+                continue
+            ours.resources.add(resource_type=res.resource_type, resource_name=res.resource_name, configs=[
+                cpb.AlterableConfig(name=c.name, op=c.config_operation, value=c.value or "") for c in res.configs])
+        return {"responses": await self._alter_configs(req.resources, ours, refused, access)}
+
+    async def alter_configs(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        """AlterConfigs, the legacy whole set: each resource's configs become the ones given and
+        the others return to their defaults, by the controller's one config operation."""
+        ours = cpb.IncrementalAlterConfigsRequest(validate_only=req.validate_only, replace=True)
+        refused: dict[tuple[int, str], str] = {}
+        for res in req.resources:
+            nulls = [c.name for c in res.configs if c.value is None]
+            if nulls:  # as Kafka: a legacy request sets values; a null one is not a deletion
+                refused[(res.resource_type, res.resource_name)] = f"Null value not supported for : {nulls[0]}"
+                continue
+            ours.resources.add(resource_type=res.resource_type, resource_name=res.resource_name, configs=[
+                cpb.AlterableConfig(name=c.name, op=cpb.AlterableConfig.SET, value=c.value) for c in res.configs])
+        return {"responses": await self._alter_configs(req.resources, ours, refused, access)}
+
+    async def _alter_configs(self, asked: Any, ours: cpb.IncrementalAlterConfigsRequest,
+                             refused: dict[tuple[int, str], str], access: Access) -> list[dict[str, Any]]:
+        """One answer per resource asked, in order: INVALID_REQUEST for the ones the codec
+        ``refused``, else the controller's answer to ``ours`` (the others)."""
+        answers: list[tuple[int, str]] = []
+        if ours.resources:
+            r, code, message = await self._forward(self.controller.incremental_alter_configs, ours, access)
+            answers = [(x.error_code, x.error_message) for x in r.resources] if r is not None else \
+                [(int(code), message)] * len(ours.resources)
+        sent = iter(answers)
+        out = []
+        for x in asked:
+            key = (x.resource_type, x.resource_name)
+            error, text = (int(ErrorCode.INVALID_REQUEST), refused[key]) if key in refused else next(sent)
+            out.append({"error_code": error, "error_message": _message(error, text), "resource_type": x.resource_type,
+                        "resource_name": x.resource_name})
+        return out
 
     # -- ACLs, forwarded to the active controller (kafka-acls.sh, AdminClient's *_acls) -----------
 
