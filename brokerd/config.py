@@ -146,7 +146,7 @@ class BrokerConfig:
                 max_message_bytes=cfg.int("message.max.bytes"),
                 min_insync_replicas=cfg.int("min.insync.replicas"),
                 compression_type=cfg.str("compression.type"),
-                cleanup_policy=cfg.str("log.cleanup.policy"),
+                cleanup_policy=cfg.value("log.cleanup.policy"),  # a list, read as one normalized string
                 delete_retention_ms=cfg.int("log.cleaner.delete.retention.ms"),
                 min_cleanable_dirty_ratio=cfg.float("log.cleaner.min.cleanable.ratio")))
 

@@ -118,7 +118,7 @@ def test_alter_configs_replaces_the_whole_set_per_resource(tmp_path):
                 return dict(server.sm.image.config(ConfigResource(ResourceType.TOPIC, name)))
 
             def change(name: str, rtype: int = ResourceType.TOPIC, **kv: str) -> ConfigChange:
-                return ConfigChange(rtype, name, [ConfigOp(k.replace("_", "."), False, v) for k, v in kv.items()],
+                return ConfigChange(rtype, name, [ConfigOp(k.replace("_", "."), value=v) for k, v in kv.items()],
                                     replace=True)
 
             [dry] = await ops.incremental_alter_configs(allowed, [change("legacy", cleanup_policy="compact")],

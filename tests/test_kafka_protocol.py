@@ -443,3 +443,37 @@ def test_confluent_kafka_alter_configs_replaces_the_whole_set(cluster):
                                                        "be at least 0")
     assert described() == {"retention.ms": ("604800000", True), "flush.ms": ("3000", False),
                            "cleanup.policy": ("delete", True)}
+
+
+def test_confluent_kafka_incremental_append_and_subtract_list_configs(cluster):
+    """IncrementalAlterConfigs' APPEND and SUBTRACT (KIP-339) on list-typed topic configs,
+    from the current value or the default; INVALID_CONFIG for another key, as Kafka (issue 27)."""
+    a = admin(cluster)
+    create(cluster, "cf-lists", 1)
+
+    def change(*ops: tuple[str, str, AlterConfigOpType]):
+        res = ConfigResource(ConfigResource.Type.TOPIC, "cf-lists", incremental_configs=[
+            ConfigEntry(k, v, incremental_operation=op) for k, v, op in ops])
+        return a.incremental_alter_configs([res])[res]
+
+    def described(*keys: str) -> dict[str, str]:
+        res = ConfigResource(ConfigResource.Type.TOPIC, "cf-lists")
+        got = a.describe_configs([res])[res].result(10)
+        return {k: got[k].value for k in keys}
+
+    APPEND, SUBTRACT = AlterConfigOpType.APPEND, AlterConfigOpType.SUBTRACT
+    assert change(("cleanup.policy", "compact", APPEND),
+                  ("leader.replication.throttled.replicas", "0:101,0:102", APPEND)).result(10) is None
+    assert described("cleanup.policy", "leader.replication.throttled.replicas") == {
+        "cleanup.policy": "delete,compact", "leader.replication.throttled.replicas": "0:101,0:102"}  # from the default
+    assert change(("cleanup.policy", "delete", SUBTRACT),
+                  ("leader.replication.throttled.replicas", "0:102,0:103", APPEND)).result(10) is None
+    assert described("cleanup.policy", "leader.replication.throttled.replicas") == {
+        "cleanup.policy": "compact", "leader.replication.throttled.replicas": "0:101,0:102,0:103"}
+    code, text = _refusal(change(("retention.ms", "1000", APPEND)))
+    assert (code, text) == (KafkaError.INVALID_CONFIG, "Can't APPEND to key retention.ms because its type is not LIST.")
+    code, text = _refusal(change(("cleanup.policy", "compact", SUBTRACT)))  # nothing left: refused, not stored
+    assert code == KafkaError.INVALID_CONFIG and text.startswith("Invalid value  for configuration cleanup.policy")
+    code, text = _refusal(change(("leader.replication.throttled.replicas", "oops", APPEND)))
+    assert code == KafkaError.INVALID_CONFIG and "[partitionId]:[brokerId]" in text
+    assert described("cleanup.policy") == {"cleanup.policy": "compact"}

@@ -704,18 +704,12 @@ class KafkaApis:
         return {"results": results}
 
     async def incremental_alter_configs(self, req: Any, version: int, access: Access) -> dict[str, Any]:
-        ours = cpb.IncrementalAlterConfigsRequest(validate_only=req.validate_only)
-        refused: dict[tuple[int, str], str] = {}
-        for res in req.resources:
-            unsupported = [c for c in res.configs if c.config_operation not in (0, 1)]
-            if unsupported:
-                refused[(res.resource_type, res.resource_name)] = (
-                    f"config operation {unsupported[0].config_operation} (APPEND or SUBTRACT) on "
-                    f"{unsupported[0].name} is not supported; use SET or DELETE")
-                continue
-            ours.resources.add(resource_type=res.resource_type, resource_name=res.resource_name, configs=[
+        """SET, DELETE, and APPEND and SUBTRACT for list-typed keys (the controller checks which)."""
+        ours = cpb.IncrementalAlterConfigsRequest(validate_only=req.validate_only, resources=[
+            cpb.AlterConfigsResource(resource_type=res.resource_type, resource_name=res.resource_name, configs=[
                 cpb.AlterableConfig(name=c.name, op=c.config_operation, value=c.value or "") for c in res.configs])
-        return {"responses": await self._alter_configs(req.resources, ours, refused, access)}
+            for res in req.resources])
+        return {"responses": await self._alter_configs(req.resources, ours, {}, access)}
 
     async def alter_configs(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         """AlterConfigs, the legacy whole set: each resource's configs become the ones given and

@@ -25,7 +25,7 @@ from protos import controller_pb2 as pb
 @click.option("--entity-default", is_flag=True, help="the cluster-wide broker default")
 @click.option("--describe", "action", flag_value="describe")
 @click.option("--alter", "action", flag_value="alter")
-@click.option("--add-config", "add", help="KEY=VALUE[,KEY=VALUE...]")
+@click.option("--add-config", "add", help="KEY=VALUE[,KEY=VALUE...]; a list value in brackets: KEY=[A,B]")
 @click.option("--delete-config", "delete", help="KEY[,KEY...]")
 def configs(bootstrap: str, timeout: float, entity_type: str, entity_name: str | None, entity_default: bool,
             action: str | None, add: str | None, delete: str | None) -> None:
