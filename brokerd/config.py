@@ -12,6 +12,7 @@ from common.config_def import ConfigError
 from common.server_keys import RACK_AWARE_REPLICA_SELECTOR, SERVER_KEYS
 from common.tls import TLSConfig
 from metadata.config import ServerConfig
+from metadata.configs import BROKER_SYNONYMS
 from metadata.image import ConfigResource, MetadataImage, ResourceType
 
 from .auto_topics import AutoCreateConfig
@@ -42,14 +43,6 @@ class LogConfig:
     @property
     def delete(self) -> bool:
         return "delete" in self.cleanup_policy
-
-
-# topic key -> the broker key that is its default
-_BROKER_KEY = {"retention.ms": "log.retention.ms", "retention.bytes": "log.retention.bytes",
-               "max.message.bytes": "message.max.bytes", "min.insync.replicas": "min.insync.replicas",
-               "compression.type": "compression.type", "cleanup.policy": "log.cleanup.policy",
-               "delete.retention.ms": "log.cleaner.delete.retention.ms",
-               "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +161,7 @@ class BrokerConfig:
                 max_message_bytes=cfg.int("message.max.bytes"),
                 min_insync_replicas=cfg.int("min.insync.replicas"),
                 compression_type=cfg.str("compression.type"),
-                cleanup_policy=cfg.str("log.cleanup.policy"),
+                cleanup_policy=cfg.value("log.cleanup.policy"),  # a list, read as one normalized string
                 delete_retention_ms=cfg.int("log.cleaner.delete.retention.ms"),
                 min_cleanable_dirty_ratio=cfg.float("log.cleaner.min.cleanable.ratio")))
 
@@ -182,9 +175,9 @@ class BrokerConfig:
         def pick(key: str, fallback: T) -> T:
             """The first layer's value that parses by the broker key's rule (common.server_keys);
             the controller validates, so an unreadable one is rare and falls through."""
-            parse = SERVER_KEYS[_BROKER_KEY[key]].parse
+            parse = SERVER_KEYS[BROKER_SYNONYMS[key]].parse
             for i, layer in enumerate(layers):
-                value = layer.get(key if i == 0 else _BROKER_KEY[key])
+                value = layer.get(key if i == 0 else BROKER_SYNONYMS[key])
                 if value is not None:
                     try:
                         return parse(value)

@@ -70,6 +70,7 @@ def boolean(v: str) -> str | None:
 #: The types of values, each with how a good value's text becomes the value.
 CONVERT: dict[str, Callable[[str], Any]] = {
     "int": int,
+    "long": int,  # Kafka's LONG: the same text, reported as its own type (DescribeConfigs' config_type)
     "double": float,
     "boolean": lambda v: v.strip().lower() == "true",
     "string": str.strip,
@@ -104,7 +105,7 @@ class ConfigKey:
         check = self.validator or (boolean if self.type == "boolean" else None)
         if check is not None:
             return check(value)
-        if self.type in ("int", "double"):
+        if self.type in ("int", "long", "double"):
             try:
                 CONVERT[self.type](value)
             except ValueError:

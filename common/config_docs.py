@@ -16,7 +16,8 @@ START = "<!-- config-table: printed by python -m common.config_docs from common/
 END = "<!-- config-table end -->"
 
 
-def _cell(text: str) -> str:
+def cell(text: str) -> str:
+    """``text`` in a Markdown table cell."""
     return text.replace("|", "\\|")
 
 
@@ -31,18 +32,23 @@ def table(keys: ConfigDef = SERVER_KEYS) -> str:
     rows = ["| key | role | default | dynamic | meaning |", "|---|---|---|---|---|"]
     for key in keys.values():
         role = "both" if key.role == BOTH else key.role
-        rows.append(f"| `{key.name}` | {role} | {_cell(_default(key))} | {'yes' if key.dynamic else ''} "
-                    f"| {_cell(key.doc)} |")
+        rows.append(f"| `{key.name}` | {role} | {cell(_default(key))} | {'yes' if key.dynamic else ''} "
+                    f"| {cell(key.doc)} |")
     return "\n".join(rows) + "\n"
+
+
+def between_markers(text: str, start_marker: str, end_marker: str, body: str) -> str:
+    """``text`` (a Markdown file) with what lies between its two marker lines replaced by ``body``."""
+    head, start, rest = text.partition(start_marker + "\n")
+    _, end, tail = rest.partition(end_marker)
+    if not start or not end:
+        raise ValueError(f"the markers {start_marker!r} and {end_marker!r} are missing")
+    return head + start + body + end + tail
 
 
 def with_table(text: str, keys: ConfigDef = SERVER_KEYS) -> str:
     """``text`` (a Markdown file) with the table between its markers replaced by ``table()``."""
-    head, start, rest = text.partition(START + "\n")
-    _, end, tail = rest.partition(END)
-    if not start or not end:
-        raise ValueError(f"the markers {START!r} and {END!r} are missing")
-    return head + start + table(keys) + end + tail
+    return between_markers(text, START, END, table(keys))
 
 
 def main(argv: list[str]) -> int:

@@ -181,7 +181,7 @@ SERVER_KEYS = ConfigDef([
          dynamic=True),
     ConfigKey("compression.type", "string", "producer", "default `compression.type` of topics",
               one_of(*COMPRESSION_TYPES), role=BROKER, dynamic=True, convert=compression_type),
-    ConfigKey("log.cleanup.policy", "string", "delete", "default `cleanup.policy` of topics",
+    ConfigKey("log.cleanup.policy", "list", "delete", "default `cleanup.policy` of topics",
               one_of(*CLEANUP_POLICIES), role=BROKER, dynamic=True, convert=cleanup_policy),
     ConfigKey("log.cleaner.enable", "boolean", "true", "compact topics with `cleanup.policy=compact`",
               role=BROKER),

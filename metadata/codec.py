@@ -210,7 +210,7 @@ def cluster_description(d: ClusterDescription) -> pb.DescribeClusterResponse:
 
 def config_changes(r: pb.IncrementalAlterConfigsRequest) -> Sequence[ConfigChange]:
     return Decoded(r.resources, lambda c: ConfigChange(c.resource_type, c.resource_name, Decoded(
-        c.configs, lambda o: ConfigOp(o.name, o.op == pb.AlterableConfig.DELETE, o.value))))
+        c.configs, lambda o: ConfigOp(o.name, o.op, o.value)), r.replace))
 
 
 def altered_configs(results: list[ResourceResult]) -> pb.IncrementalAlterConfigsResponse:

@@ -46,6 +46,7 @@ from .topics import (MAX_RECORDS_PER_USER_OP, ConfigOp, ItemResult, NewTopic, al
                      check_request_size, create_partitions, create_topics, delete_topics, describe_configs)
 
 PRODUCER_ID_BLOCK = 1000
+BROKER_LOGGER = 8  # Kafka's ConfigResource.Type for log4j levels, which are not served here
 MAX_FETCH_BYTES = 8 << 20
 O = AclOperation  # noqa: E741 -- read as O.READ, O.WRITE: never a bare value to mistake for 0
 T = TypeVar("T")
@@ -64,11 +65,13 @@ class NewPartitions:
 
 @dataclass(frozen=True, slots=True)
 class ConfigChange:
-    """IncrementalAlterConfigs for one resource (``resource_type`` as sent: checked here)."""
+    """IncrementalAlterConfigs for one resource (``resource_type`` as sent: checked here);
+    ``replace``: AlterConfigs, whose keys not given return to their defaults."""
 
     resource_type: int
     name: str
     ops: Sequence[ConfigOp]
+    replace: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,6 +362,8 @@ class ControllerOperations:
 
     async def incremental_alter_configs(self, access: Access, changes: Sequence[ConfigChange], *,
                                         validate_only: bool = False) -> list[ResourceResult]:
+        """IncrementalAlterConfigs, and AlterConfigs (each change's ``replace``): ALTER_CONFIGS on
+        each resource, which is changed or refused alone; the changes allowed are one write."""
         check_request_size(sum(len(r.ops) or 1 for r in changes), "config changes")
         refused = {k: e for k, r in enumerate(changes)
                    if (e := _config_refusal(access, O.ALTER_CONFIGS, r.resource_type, r.name)) is not None}
@@ -370,7 +375,8 @@ class ControllerOperations:
                 try:
                     if k in refused:
                         raise refused[k]
-                    records += alter_configs(view, _resource_type(r.resource_type), r.name, list(r.ops))
+                    records += alter_configs(view, _resource_type(r.resource_type), r.name, list(r.ops),
+                                             replace=r.replace)
                     results.append(ResourceResult(r.resource_type, r.name))
                 except KafkaError as e:
                     results.append(ResourceResult(r.resource_type, r.name, e))
@@ -635,5 +641,8 @@ def _config_refusal(access: Access, op: AclOperation, resource_type: int, name: 
 def _resource_type(value: int) -> ResourceType:
     if value in (ResourceType.TOPIC, ResourceType.BROKER):
         return ResourceType(value)
+    if value == BROKER_LOGGER:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Unexpected resource type BROKER_LOGGER: this cluster has no "
+                                                    "dynamic log levels (set them in the servers' logging setup)")
     raise KafkaError(ErrorCode.INVALID_REQUEST, f"unsupported resource type {value}: use TOPIC (2) or BROKER (4)")
 

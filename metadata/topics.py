@@ -8,10 +8,12 @@ import uuid
 from collections import Counter
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from enum import IntEnum
 
+from common.config_def import ConfigKey
 from common.errors import ErrorCode, KafkaError
 
-from .configs import BROKER_CONFIGS, TOPIC_CONFIGS, validate
+from .configs import BROKER_CONFIGS, TOPIC_CONFIGS, validate, validate_topic
 from .image import ConfigResource, MetadataImage, ResourceType, TopicImage
 from .placement import BrokerLoad, UsableBroker, place_replicas, validate_assignment
 from .records import MetadataRecord, config, partition, remove_topic, topic
@@ -102,6 +104,7 @@ def create_topics(image: MetadataImage, topics: list[NewTopic], *, default_parti
                                f"are interchangeable in metric names")
             for key, value in t.configs.items():
                 validate("topic", key, value)
+            validate_topic(t.configs)
             if t.assignment:
                 if t.partitions not in (-1, len(t.assignment)) or t.replication_factor != -1:
                     raise KafkaError(ErrorCode.INVALID_REQUEST, "Give either an assignment or partitions and "
@@ -186,16 +189,30 @@ def create_partitions(image: MetadataImage, name: str, count: int, assignment: l
     return [partition(t.id, current + k, reps) for k, reps in enumerate(placed)], res
 
 
+class ConfigOpType(IntEnum):
+    """IncrementalAlterConfigs' operations, with Kafka's numbers; APPEND and SUBTRACT change
+    list-typed keys (``cleanup.policy``, ``*.replication.throttled.replicas``) item by item."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
 @dataclass(frozen=True, slots=True)
 class ConfigOp:
+    """One change of a key; ``op`` as sent (a ConfigOpType, else refused INVALID_REQUEST)."""
+
     key: str
-    delete: bool
+    op: int = ConfigOpType.SET
     value: str = ""
 
 
-def alter_configs(image: MetadataImage, kind: ResourceType, name: str, ops: list[ConfigOp]
-                  ) -> list[MetadataRecord]:
-    """IncrementalAlterConfigs for one resource: set or delete keys."""
+def alter_configs(image: MetadataImage, kind: ResourceType, name: str, ops: list[ConfigOp], *,
+                  replace: bool = False) -> list[MetadataRecord]:
+    """IncrementalAlterConfigs for one resource: set, delete, append to or subtract from keys;
+    ``replace`` (AlterConfigs, the legacy whole set): the keys set now and not in ``ops`` return
+    to their defaults."""
     if kind == ResourceType.TOPIC:
         find_topic(image, name, None)
         label = "topic"
@@ -207,14 +224,43 @@ def alter_configs(image: MetadataImage, kind: ResourceType, name: str, ops: list
     else:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"unsupported resource type {kind}")
     records = []
+    after = dict(image.config(ConfigResource(kind, name)))
+    if replace:
+        given = {op.key for op in ops}
+        ops = ops + [ConfigOp(key, ConfigOpType.DELETE) for key in sorted(after) if key not in given]
+    known = TOPIC_CONFIGS if kind == ResourceType.TOPIC else BROKER_CONFIGS
     for op in ops:
-        if op.delete:
+        if op.op == ConfigOpType.DELETE:
             validate(label, op.key, None)
             records.append(config(kind, name, op.key, None))
+            after.pop(op.key, None)
+            continue
+        if op.op == ConfigOpType.SET:
+            value = op.value
+        elif op.op in (ConfigOpType.APPEND, ConfigOpType.SUBTRACT):
+            validate(label, op.key, None)
+            value = _list_change(known[op.key], ConfigOpType(op.op), after.get(op.key), op.value)
         else:
-            validate(label, op.key, op.value)
-            records.append(config(kind, name, op.key, op.value))
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown config operation {op.op} on {op.key}: use SET (0), "
+                                                        f"DELETE (1), APPEND (2) or SUBTRACT (3)")
+        validate(label, op.key, value)
+        records.append(config(kind, name, op.key, value))
+        after[op.key] = value
+    if kind == ResourceType.TOPIC:
+        validate_topic(after)
     return records
+
+
+def _list_change(spec: ConfigKey, op: ConfigOpType, current: str | None, values: str) -> str:
+    """APPEND or SUBTRACT ``values`` (comma-separated) to a list-typed key's current value (its
+    default when unset), as Kafka does: appended items already there are not repeated."""
+    if spec.type != "list":
+        raise KafkaError(ErrorCode.INVALID_CONFIG, f"Can't {op.name} to key {spec.name} because its type is not LIST.")
+    items = [i.strip() for i in (current if current is not None else spec.default or "").split(",") if i.strip()]
+    given = [v.strip() for v in values.split(",") if v.strip()]
+    if op == ConfigOpType.APPEND:
+        return ",".join(items + [v for v in dict.fromkeys(given) if v not in items])
+    return ",".join(i for i in items if i not in given)
 
 
 def describe_configs(image: MetadataImage, kind: ResourceType, name: str) -> list[tuple[str, str | None, bool]]:

@@ -12,14 +12,17 @@ from pathlib import Path
 import pytest
 
 from common.config_def import ConfigError, ConfigKey, in_range
-from common.config_docs import START, table, with_table
+from common.config_docs import START, between_markers, table, with_table
 from common.errors import ErrorCode, KafkaError
 from common.server_keys import SERVER_KEYS
+from kraft.cli.invocation import parse_configs
 from metadata.config import from_properties
-from metadata.configs import BROKER_CONFIGS, validate
+from metadata.configs import END as TOPIC_END
+from metadata.configs import START as TOPIC_START
+from metadata.configs import BROKER_CONFIGS, TOPIC_TABLE, topic_table, validate
 from metadata.image import MetadataImage, ResourceType
-from metadata.records import config
-from metadata.topics import ConfigOp, alter_configs, describe_configs
+from metadata.records import MetadataRecord, config
+from metadata.topics import ConfigOp, ConfigOpType, alter_configs, describe_configs
 
 REPO = Path(__file__).resolve().parent.parent
 #: The modules that turn a properties file into the servers' settings.
@@ -86,7 +89,7 @@ def test_typed_reads_give_values_and_defaults():
     assert cfg.int("broker.session.timeout.ms") == 9000  # the default
     assert cfg.bool("auto.create.topics.enable") is True
     assert cfg.float("log.cleaner.min.cleanable.ratio") == 0.5
-    assert cfg.str("log.cleanup.policy") == "compact,delete"
+    assert cfg.value("log.cleanup.policy") == "compact,delete"  # a list, normalized to one spelling
     assert cfg.str("compression.type") == "none"
     assert cfg.list("kafka.listener.names") == ("KAFKA",)
     assert cfg.value("controller.quorum.heartbeat.interval.ms") is None  # computed by its reader
@@ -128,11 +131,11 @@ def test_a_dynamic_key_without_a_default_is_deleted_and_described(monkeypatch: p
     key = ConfigKey("test.quota.bytes", "int", None, "a dynamic key without a default", in_range(0), dynamic=True)
     monkeypatch.setitem(BROKER_CONFIGS, key.name, key)
     image = MetadataImage.empty("cluster")
-    assert alter_configs(image, ResourceType.BROKER, "", [ConfigOp(key.name, delete=True)]) == [
+    assert alter_configs(image, ResourceType.BROKER, "", [ConfigOp(key.name, ConfigOpType.DELETE)]) == [
         config(ResourceType.BROKER, "", key.name, None)]
     assert (key.name, None, True) in describe_configs(image, ResourceType.BROKER, "")
     with pytest.raises(KafkaError, match="Invalid value -1 for configuration test.quota.bytes"):
-        alter_configs(image, ResourceType.BROKER, "", [ConfigOp(key.name, delete=False, value="-1")])
+        alter_configs(image, ResourceType.BROKER, "", [ConfigOp(key.name, value="-1")])
 
 
 def test_a_server_with_a_bad_value_says_so_in_one_line(tmp_path: Path):
@@ -146,3 +149,66 @@ def test_a_server_with_a_bad_value_says_so_in_one_line(tmp_path: Path):
     lines = p.stderr.strip().splitlines()
     assert lines == [f"Error: {props}: Invalid value 5 for configuration controller.quorum.election.timeout.ms: "
                      f"value 5 must be at least 20"], p.stderr
+
+
+#: Kafka's TopicConfig names (3.8, with KIP-390's compression levels), the specification.
+KAFKA_TOPIC_CONFIGS = {
+    "cleanup.policy", "compression.type", "compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
+    "delete.retention.ms", "file.delete.delay.ms", "flush.messages", "flush.ms",
+    "follower.replication.throttled.replicas", "index.interval.bytes", "leader.replication.throttled.replicas",
+    "local.retention.bytes", "local.retention.ms", "max.compaction.lag.ms", "max.message.bytes",
+    "message.downconversion.enable", "message.format.version", "message.timestamp.after.max.ms",
+    "message.timestamp.before.max.ms", "message.timestamp.difference.max.ms", "message.timestamp.type",
+    "min.cleanable.dirty.ratio", "min.compaction.lag.ms", "min.insync.replicas", "preallocate",
+    "remote.storage.enable", "retention.bytes", "retention.ms", "segment.bytes", "segment.index.bytes",
+    "segment.jitter.ms", "segment.ms", "unclean.leader.election.enable"}
+
+
+def test_every_kafka_topic_config_is_declared_with_a_good_default_and_a_use():
+    assert set(TOPIC_TABLE) == KAFKA_TOPIC_CONFIGS
+    for name, t in TOPIC_TABLE.items():
+        assert t.key.default is not None and t.key.problem(t.key.default) is None, name
+        assert t.use, f"{name}: say what this cluster does with it"
+        assert t.synonym is None or SERVER_KEYS[t.synonym].problem(t.key.default) is None, name
+    validate("topic", "message.timestamp.type", "LogAppendTime")
+    with pytest.raises(KafkaError, match="Invalid value 0 for configuration compression.gzip.level"):
+        validate("topic", "compression.gzip.level", "0")
+    with pytest.raises(KafkaError, match=r"Invalid value 9223372036854775808 for configuration flush.ms"):
+        validate("topic", "flush.ms", str(2**63))
+
+
+def test_the_topic_config_table_in_the_docs_is_the_table_printed():
+    docs = (REPO / "docs/operations.md").read_text()
+    assert between_markers(docs, TOPIC_START, TOPIC_END, topic_table()) == docs, (
+        "docs/operations.md's topic configs differ from metadata/configs.py: "
+        "run python -m metadata.configs --write docs/operations.md")
+    p = subprocess.run([sys.executable, "-m", "metadata.configs"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert (p.returncode, p.stdout) == (0, topic_table())
+
+
+def test_append_and_subtract_change_list_keys_item_by_item():
+    """IncrementalAlterConfigs' APPEND and SUBTRACT (issue 27) start from the current value, or
+    the default, and only list-typed keys take them (Kafka's INVALID_CONFIG otherwise); the
+    tools take a list value in brackets, as kafka-configs.sh does."""
+    image = MetadataImage.empty("cluster")
+    B, APPEND, SUBTRACT = ResourceType.BROKER, ConfigOpType.APPEND, ConfigOpType.SUBTRACT
+
+    def policy(*ops: tuple[ConfigOpType, str]) -> list[MetadataRecord]:
+        return alter_configs(image, B, "", [ConfigOp("log.cleanup.policy", o, v) for o, v in ops])
+
+    def values(*expected: str) -> list[MetadataRecord]:
+        return [config(B, "", "log.cleanup.policy", v) for v in expected]
+    assert policy((APPEND, "compact")) == values("delete,compact")
+    assert policy((APPEND, "compact,delete"), (SUBTRACT, "delete"), (SUBTRACT, "nothing")) == values(
+        "delete,compact", "compact", "compact")
+    with pytest.raises(KafkaError, match=r"^INVALID_CONFIG: Invalid value  for configuration log.cleanup.policy"):
+        policy((SUBTRACT, "delete"))
+    with pytest.raises(KafkaError) as e:
+        alter_configs(image, B, "", [ConfigOp("log.retention.ms", APPEND, "1")])
+    assert (e.value.code, e.value.message) == (
+        ErrorCode.INVALID_CONFIG, "Can't APPEND to key log.retention.ms because its type is not LIST.")
+    with pytest.raises(KafkaError) as e:
+        alter_configs(image, B, "", [ConfigOp("log.retention.ms", 7, "1")])
+    assert e.value.code == ErrorCode.INVALID_REQUEST
+    assert parse_configs(("cleanup.policy=[compact,delete],retention.ms=1", "flush.ms=2")) == {
+        "cleanup.policy": "compact,delete", "retention.ms": "1", "flush.ms": "2"}

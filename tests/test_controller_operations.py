@@ -12,13 +12,31 @@ from metadata.acls import AclBindingFilter, AclOperation
 from metadata.authorizer import Access, StandardAuthorizer
 from metadata.brokers import Heartbeat
 from common.errors import ErrorCode, KafkaError
-from metadata.operations import BrokerRegistrationRequest, ControllerOperations, Listener, NewPartitions
+from metadata.image import ConfigResource, ResourceType
+from metadata.operations import (BROKER_LOGGER, BrokerRegistrationRequest, ConfigChange, ControllerOperations, Listener,
+                                 NewPartitions)
 from metadata.principal import Session
-from metadata.topics import NewTopic
+from metadata.topics import ConfigOp, NewTopic
 from tests.controllers import InProcessQuorum
 from tests.eventually import eventually
 
 ANYONE = Session("User:alice", "127.0.0.1")
+
+
+async def unfenced_broker(ops: ControllerOperations, allowed: Access, q: InProcessQuorum) -> int:
+    """Broker 1 registered and heartbeating until unfenced; its epoch."""
+    server = await q.active()
+    registered = await ops.register_broker(allowed, BrokerRegistrationRequest(
+        1, uuid.uuid4(), q.cluster_id, (Listener("PLAINTEXT", "127.0.0.1", 9092),), None))
+    epoch = registered.value
+    assert registered.error is None and isinstance(epoch, int)
+
+    async def unfenced() -> bool:
+        hb = await ops.broker_heartbeat(allowed, Heartbeat(1, epoch, server.sm.image.offset))
+        assert hb.error is None and hb.value is not None, hb.error
+        return not hb.value.is_fenced
+    await eventually(unfenced, what="broker 1 unfenced")
+    return epoch
 
 
 def test_operations_without_grpc(tmp_path):
@@ -30,16 +48,7 @@ def test_operations_without_grpc(tmp_path):
             ops = ControllerOperations(server.controller)  # no authorizer: everything allowed
             allowed = Access(None, ANYONE)
             # a broker registers and is unfenced once caught up
-            registered = await ops.register_broker(allowed, BrokerRegistrationRequest(
-                1, uuid.uuid4(), q.cluster_id, (Listener("PLAINTEXT", "127.0.0.1", 9092),), None))
-            epoch = registered.value
-            assert registered.error is None and isinstance(epoch, int)
-
-            async def unfenced() -> bool:
-                hb = await ops.broker_heartbeat(allowed, Heartbeat(1, epoch, server.sm.image.offset))
-                assert hb.error is None and hb.value is not None, hb.error
-                return not hb.value.is_fenced
-            await eventually(unfenced, what="broker 1 unfenced")
+            epoch = await unfenced_broker(ops, allowed, q)
             wrong = await ops.broker_heartbeat(allowed, Heartbeat(1, epoch + 1, 0))
             assert wrong.error is not None and wrong.error.code == ErrorCode.STALE_BROKER_EPOCH
 
@@ -84,6 +93,55 @@ def test_operations_without_grpc(tmp_path):
 
             [deleted] = await ops.delete_topics(allowed, ["orders"], [])
             assert deleted.error is None and "orders" not in server.sm.image.topics_by_name
+        finally:
+            await q.stop()
+    asyncio.run(go())
+
+
+def test_alter_configs_replaces_the_whole_set_per_resource(tmp_path):
+    """AlterConfigs (API 33) is IncrementalAlterConfigs' operation with ``replace``: the keys
+    not given return to their defaults; each resource is authorized and refused alone; a dry
+    run writes nothing; BROKER_LOGGER is refused as unsupported (issue 27)."""
+    async def go() -> None:
+        q = InProcessQuorum(tmp_path, n=1)
+        await q.start()
+        try:
+            server = await q.active()
+            ops = ControllerOperations(server.controller)
+            allowed = Access(None, ANYONE)
+            await unfenced_broker(ops, allowed, q)
+            assert [r.error for r in await ops.create_topics(allowed, [
+                NewTopic("legacy", 1, 1, configs={"retention.ms": "1000", "flush.ms": "5"}),
+                NewTopic("other", 1, 1)])] == [None, None]
+
+            def configs(name: str) -> dict[str, str]:
+                return dict(server.sm.image.config(ConfigResource(ResourceType.TOPIC, name)))
+
+            def change(name: str, rtype: int = ResourceType.TOPIC, **kv: str) -> ConfigChange:
+                return ConfigChange(rtype, name, [ConfigOp(k.replace("_", "."), value=v) for k, v in kv.items()],
+                                    replace=True)
+
+            [dry] = await ops.incremental_alter_configs(allowed, [change("legacy", cleanup_policy="compact")],
+                                                        validate_only=True)
+            assert dry.error is None and configs("legacy") == {"retention.ms": "1000", "flush.ms": "5"}
+            good, bad, unknown, logger = await ops.incremental_alter_configs(allowed, [
+                change("legacy", cleanup_policy="compact", flush_ms="7"), change("other", flush_ms="-1"),
+                change("nowhere", flush_ms="1"), change("101", rtype=BROKER_LOGGER, root="DEBUG")])
+            assert good.error is None and configs("legacy") == {"cleanup.policy": "compact", "flush.ms": "7"}
+            assert bad.error is not None and bad.error.code == ErrorCode.INVALID_CONFIG and configs("other") == {}
+            assert unknown.error is not None and unknown.error.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            assert logger.error is not None and logger.error.code == ErrorCode.INVALID_REQUEST
+            assert "BROKER_LOGGER" in logger.error.message
+            [cleared] = await ops.incremental_alter_configs(allowed, [change("legacy")])
+            assert cleared.error is None and configs("legacy") == {}
+
+            # ALTER_CONFIGS on the topic, and on the cluster for brokers' configs
+            deny = Access(StandardAuthorizer(lambda: server.sm.image.acls), ANYONE)
+            topic, broker = await ops.incremental_alter_configs(deny, [
+                change("other", retention_ms="1"), change("", rtype=ResourceType.BROKER, log_retention_ms="1")])
+            assert topic.error is not None and topic.error.code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            assert broker.error is not None and broker.error.code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+            assert configs("other") == {}
         finally:
             await q.stop()
     asyncio.run(go())

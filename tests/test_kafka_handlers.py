@@ -323,9 +323,16 @@ def create_partitions(b: Broker, v: int) -> None:
 
 
 def describe_configs(b: Broker, v: int) -> None:
-    r = b.ask(A.DESCRIBE_CONFIGS, v, {"include_synonyms": False, "include_documentation": False, "resources": [
-        {"resource_type": 2, "resource_name": TOPIC, "configuration_keys": ["cleanup.policy"]}]})
-    assert codes(r) == only(E.NONE) and [c.name for c in r.results[0].configs] == ["cleanup.policy"]
+    """v3+ answers each key's type (Kafka's numbers: LIST 7, LONG 5) and, when asked, its documentation."""
+    r = b.ask(A.DESCRIBE_CONFIGS, v, {"include_synonyms": False, "include_documentation": True, "resources": [
+        {"resource_type": 2, "resource_name": TOPIC, "configuration_keys": ["cleanup.policy", "flush.ms"]}]})
+    assert codes(r) == only(E.NONE)
+    got = {c.name: c for c in r.results[0].configs}
+    assert sorted(got) == ["cleanup.policy", "flush.ms"]
+    assert (got["flush.ms"].value, got["flush.ms"].config_source) == (str(2**63 - 1), 5)  # Kafka's default
+    if v >= 3:
+        assert (got["cleanup.policy"].config_type, got["flush.ms"].config_type) == (7, 5)
+        assert got["flush.ms"].documentation == "fsync after this many ms"
 
 
 def incremental_alter_configs(b: Broker, v: int) -> None:
@@ -333,6 +340,26 @@ def incremental_alter_configs(b: Broker, v: int) -> None:
         {"resource_type": 2, "resource_name": TOPIC, "configs": [
             {"name": "retention.ms", "config_operation": 0, "value": "86400000"}]}]})
     assert codes(r) == only(E.NONE)
+
+
+def alter_configs(b: Broker, v: int) -> None:
+    """The legacy whole set (API 33): the keys not given return to their defaults; per resource."""
+    name = f"legacy-{v}"
+    assert codes(_create(b, 7, name)) == only(E.NONE)
+    asyncio.run(b.c.wait_topic(name, 1))
+
+    def legacy(configs: dict[str, str | None], resource: str = name) -> Any:
+        return b.ask(A.ALTER_CONFIGS, v, {"validate_only": False, "resources": [
+            {"resource_type": 2, "resource_name": resource, "configs": [
+                {"name": k, "value": x} for k, x in configs.items()]}]})
+    assert codes(legacy({"flush.ms": "1000", "retention.ms": "5000"})) == only(E.NONE)
+    assert codes(legacy({"flush.ms": "2000"})) == only(E.NONE)
+    r = b.ask(A.DESCRIBE_CONFIGS, 1, {"include_synonyms": False, "resources": [
+        {"resource_type": 2, "resource_name": name, "configuration_keys": ["flush.ms", "retention.ms"]}]})
+    assert {c.name: (c.value, c.config_source) for c in r.results[0].configs} == {
+        "flush.ms": ("2000", A.TOPIC_CONFIG_SOURCE), "retention.ms": ("604800000", A.DEFAULT_CONFIG_SOURCE)}
+    assert codes(legacy({"flush.ms": None})) == only(E.INVALID_REQUEST)
+    assert codes(legacy({"flush.ms": "1"}, f"{name}-missing")) == only(E.UNKNOWN_TOPIC_OR_PARTITION)
 
 
 def elect_leaders(b: Broker, v: int) -> None:
@@ -517,7 +544,8 @@ CASES: dict[int, Case] = {
     A.SASL_HANDSHAKE: sasl_handshake, A.SASL_AUTHENTICATE: sasl_authenticate,
     A.DESCRIBE_CLUSTER: describe_cluster, A.CREATE_TOPICS: create_topics, A.DELETE_TOPICS: delete_topics,
     A.CREATE_PARTITIONS: create_partitions, A.DESCRIBE_CONFIGS: describe_configs,
-    A.INCREMENTAL_ALTER_CONFIGS: incremental_alter_configs, A.ELECT_LEADERS: elect_leaders,
+    A.INCREMENTAL_ALTER_CONFIGS: incremental_alter_configs, A.ALTER_CONFIGS: alter_configs,
+    A.ELECT_LEADERS: elect_leaders,
     A.ALTER_PARTITION_REASSIGNMENTS: alter_partition_reassignments,
     A.LIST_PARTITION_REASSIGNMENTS: list_partition_reassignments,
     A.CREATE_ACLS: create_acls, A.DESCRIBE_ACLS: describe_acls, A.DELETE_ACLS: delete_acls,

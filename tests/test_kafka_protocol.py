@@ -16,8 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions,
-                                   NewTopic)
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource,
+                                   NewPartitions, NewTopic)
 
 from tests.brokercluster import BrokerCluster, running_cluster
 from tests.eventually import eventually
@@ -132,6 +132,58 @@ def test_confluent_kafka_admin_configs_partitions_and_deletes(cluster):
     assert e.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
     a.delete_topics(["cf-admin"])["cf-admin"].result(10)
     asyncio.run(eventually(lambda: "cf-admin" not in a.list_topics(timeout=5).topics, timeout=20))
+
+
+def _refusal(future) -> tuple[int, str]:
+    with pytest.raises(Exception) as e:
+        future.result(10)
+    return e.value.args[0].code(), e.value.args[0].str()
+
+
+def test_confluent_kafka_every_kafka_topic_config_name_is_accepted_described_and_checked(cluster):
+    """Issue 27: Kafka's topic config names (not only the ones this broker acts on) are accepted,
+    described with Kafka's defaults and sources, and bad values refused as Kafka refuses them."""
+    a = admin(cluster)
+    given = {"flush.ms": "1000", "flush.messages": "500", "index.interval.bytes": "8192", "segment.ms": "3600000",
+             "segment.jitter.ms": "10", "segment.index.bytes": "4096", "file.delete.delay.ms": "0",
+             "message.timestamp.type": "LogAppendTime", "message.timestamp.difference.max.ms": "60000",
+             "message.timestamp.before.max.ms": "60000", "message.timestamp.after.max.ms": "60000",
+             "message.downconversion.enable": "false", "preallocate": "true", "min.compaction.lag.ms": "5",
+             "max.compaction.lag.ms": "600000", "local.retention.ms": "-2", "remote.storage.enable": "false",
+             "leader.replication.throttled.replicas": "0:101,0:102", "follower.replication.throttled.replicas": "*",
+             "compression.gzip.level": "9", "compression.lz4.level": "1", "compression.zstd.level": "-5"}
+    a.create_topics([NewTopic("cf-names", 1, 3, config=given)])["cf-names"].result(30)
+    res = ConfigResource(ConfigResource.Type.TOPIC, "cf-names")
+    described = a.describe_configs([res])[res].result(10)
+    assert {k: described[k].value for k in given} == given
+    assert all(described[k].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value for k in given)
+    defaults = {"segment.bytes": "1073741824", "local.retention.bytes": "-2", "min.insync.replicas": "1",
+                "message.format.version": "3.0-IV1", "unclean.leader.election.enable": "false"}
+    assert {k: described[k].value for k in defaults} == defaults
+    assert all(described[k].source == ConfigSource.DEFAULT_CONFIG.value and described[k].is_default for k in defaults)
+
+    bad = {"flush.ms": ("-1", "Invalid value -1 for configuration flush.ms: value -1 must be at least 0"),
+           "message.timestamp.type": ("WallClock", "Invalid value WallClock for configuration message.timestamp.type"),
+           "segment.index.bytes": ("3", "Invalid value 3 for configuration segment.index.bytes"),
+           "compression.gzip.level": ("10", "Invalid value 10 for configuration compression.gzip.level"),
+           "leader.replication.throttled.replicas": ("101", "must be the literal '*' or a list of replicas"),
+           "preallocate": ("yes", "Invalid value yes for configuration preallocate"),
+           "remote.storage.enable": ("true", "Tiered Storage functionality is disabled in the broker. Topic cannot "
+                                             "be configured with remote log storage."),
+           "no.such.config": ("1", "Unknown topic config name: no.such.config")}
+    for key, (value, message) in bad.items():
+        code, text = _refusal(a.create_topics([NewTopic("cf-bad-config", 1, 3, config={key: value})])["cf-bad-config"])
+        assert code == KafkaError.INVALID_CONFIG and message in text, (key, text)
+    code, text = _refusal(a.create_topics([NewTopic("cf-bad-config", 1, 3, config={
+        "min.compaction.lag.ms": "10", "max.compaction.lag.ms": "5"})])["cf-bad-config"])
+    assert (code, text) == (KafkaError.INVALID_CONFIG, "conflict topic config setting min.compaction.lag.ms (10) > "
+                                                       "max.compaction.lag.ms (5)")
+    # the same rules when a config is changed, over the configs the topic would have
+    change = ConfigResource(ConfigResource.Type.TOPIC, "cf-names", incremental_configs=[
+        ConfigEntry("min.compaction.lag.ms", "600001", incremental_operation=AlterConfigOpType.SET)])
+    code, text = _refusal(a.incremental_alter_configs([change])[change])
+    assert code == KafkaError.INVALID_CONFIG and "min.compaction.lag.ms (600001) > max.compaction.lag.ms (600000)" in text
+    assert "cf-bad-config" not in a.list_topics(timeout=5).topics
 
 
 # -- bad input -----------------------------------------------------------------------------------
@@ -356,3 +408,72 @@ def test_the_shortest_newer_api_versions_request_is_answered(cluster):
         s.settimeout(5)
         size = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))[0]
         assert struct.unpack_from(">ih", s.recv(size, socket.MSG_WAITALL)) == (41, 35)
+
+
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated")  # what older applications call
+def test_confluent_kafka_alter_configs_replaces_the_whole_set(cluster):
+    """AlterConfigs (API 33, librdkafka's AlterConfigs): the keys not given return to their
+    defaults; validate_only changes nothing; each resource is answered alone (issue 27)."""
+    a = admin(cluster)
+    a.create_topics([NewTopic("cf-legacy", 1, 3, config={"retention.ms": "3600000", "flush.ms": "1000"})])[
+        "cf-legacy"].result(30)
+
+    def legacy(configs: dict[str, str], name: str = "cf-legacy", **kw: object):
+        res = ConfigResource(ConfigResource.Type.TOPIC, name, set_config=configs)
+        return a.alter_configs([res], **kw)[res]
+
+    def described() -> dict[str, tuple[str, bool]]:
+        res = ConfigResource(ConfigResource.Type.TOPIC, "cf-legacy")
+        got = a.describe_configs([res])[res].result(10)
+        return {k: (got[k].value, got[k].is_default) for k in ("retention.ms", "flush.ms", "cleanup.policy")}
+
+    assert legacy({"cleanup.policy": "compact"}, validate_only=True).result(10) is None
+    assert described() == {"retention.ms": ("3600000", False), "flush.ms": ("1000", False),
+                           "cleanup.policy": ("delete", True)}
+    assert legacy({"cleanup.policy": "compact", "flush.ms": "2000"}).result(10) is None
+    assert described() == {"retention.ms": ("604800000", True), "flush.ms": ("2000", False),
+                           "cleanup.policy": ("compact", False)}
+    good = ConfigResource(ConfigResource.Type.TOPIC, "cf-legacy", set_config={"flush.ms": "3000"})
+    bad = ConfigResource(ConfigResource.Type.TOPIC, "cf-legacy-missing", set_config={"flush.ms": "1"})
+    futures = a.alter_configs([good, bad])
+    assert futures[good].result(10) is None
+    assert _refusal(futures[bad])[0] == KafkaError.UNKNOWN_TOPIC_OR_PART
+    code, text = _refusal(legacy({"flush.ms": "-1"}))
+    assert (code, text) == (KafkaError.INVALID_CONFIG, "Invalid value -1 for configuration flush.ms: value -1 must "
+                                                       "be at least 0")
+    assert described() == {"retention.ms": ("604800000", True), "flush.ms": ("3000", False),
+                           "cleanup.policy": ("delete", True)}
+
+
+def test_confluent_kafka_incremental_append_and_subtract_list_configs(cluster):
+    """IncrementalAlterConfigs' APPEND and SUBTRACT (KIP-339) on list-typed topic configs,
+    from the current value or the default; INVALID_CONFIG for another key, as Kafka (issue 27)."""
+    a = admin(cluster)
+    create(cluster, "cf-lists", 1)
+
+    def change(*ops: tuple[str, str, AlterConfigOpType]):
+        res = ConfigResource(ConfigResource.Type.TOPIC, "cf-lists", incremental_configs=[
+            ConfigEntry(k, v, incremental_operation=op) for k, v, op in ops])
+        return a.incremental_alter_configs([res])[res]
+
+    def described(*keys: str) -> dict[str, str]:
+        res = ConfigResource(ConfigResource.Type.TOPIC, "cf-lists")
+        got = a.describe_configs([res])[res].result(10)
+        return {k: got[k].value for k in keys}
+
+    APPEND, SUBTRACT = AlterConfigOpType.APPEND, AlterConfigOpType.SUBTRACT
+    assert change(("cleanup.policy", "compact", APPEND),
+                  ("leader.replication.throttled.replicas", "0:101,0:102", APPEND)).result(10) is None
+    assert described("cleanup.policy", "leader.replication.throttled.replicas") == {
+        "cleanup.policy": "delete,compact", "leader.replication.throttled.replicas": "0:101,0:102"}  # from the default
+    assert change(("cleanup.policy", "delete", SUBTRACT),
+                  ("leader.replication.throttled.replicas", "0:102,0:103", APPEND)).result(10) is None
+    assert described("cleanup.policy", "leader.replication.throttled.replicas") == {
+        "cleanup.policy": "compact", "leader.replication.throttled.replicas": "0:101,0:102,0:103"}
+    code, text = _refusal(change(("retention.ms", "1000", APPEND)))
+    assert (code, text) == (KafkaError.INVALID_CONFIG, "Can't APPEND to key retention.ms because its type is not LIST.")
+    code, text = _refusal(change(("cleanup.policy", "compact", SUBTRACT)))  # nothing left: refused, not stored
+    assert code == KafkaError.INVALID_CONFIG and text.startswith("Invalid value  for configuration cleanup.policy")
+    code, text = _refusal(change(("leader.replication.throttled.replicas", "oops", APPEND)))
+    assert code == KafkaError.INVALID_CONFIG and "[partitionId]:[brokerId]" in text
+    assert described("cleanup.policy") == {"cleanup.policy": "compact"}

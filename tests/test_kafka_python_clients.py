@@ -17,7 +17,7 @@ from aiokafka import TopicPartition as ATP
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin import NewTopic as ANewTopic
 from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata
-from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 from kafka.errors import KafkaError
 
 from clients import Consumer, Producer
@@ -371,5 +371,32 @@ def test_kafka_python_reassigns_partitions_and_elects_leaders(cluster: BrokerClu
         result = admin.elect_leaders(0, {"kp-move": [0]}, raise_errors=False)
         [[outcome]] = [r.partition_result for r in result.replica_election_results]
         assert (outcome.partition_id, outcome.error_code) == (0, 84), result  # ELECTION_NOT_NEEDED: 102 leads
+    finally:
+        admin.close()
+
+
+def test_kafka_python_alter_configs_the_legacy_whole_set(cluster: BrokerCluster) -> None:
+    """AlterConfigs (API 33), which kafka-python sends with ``incremental=False``: topic and
+    broker configs; BROKER_LOGGER is refused as unsupported (issue 27)."""
+    admin = KafkaAdminClient(bootstrap_servers=cluster.kafka_bootstrap_servers, request_timeout_ms=15000)
+    try:
+        kp_admin_create(cluster, admin, "kp-configs")
+        broker = str(cluster.ids[0])
+        r = admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, "kp-configs", configs={
+            "retention.ms": "3600000", "message.timestamp.type": "LogAppendTime"}),
+            ConfigResource(ConfigResourceType.BROKER, broker, configs={"log.retention.ms": "604800000"})],
+            incremental=False)
+        assert r == {"topic": {"kp-configs": "OK"}, "broker": {broker: "OK"}}
+        described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "kp-configs"),
+                                            ConfigResource(ConfigResourceType.BROKER, broker)])
+        assert {k: (v["value"], v["config_source"]) for k, v in described["topic"]["kp-configs"].items()} == {
+            "retention.ms": ("3600000", "DYNAMIC_TOPIC_CONFIG"),
+            "message.timestamp.type": ("LogAppendTime", "DYNAMIC_TOPIC_CONFIG")}
+        assert described["broker"][broker]["log.retention.ms"]["value"] == "604800000"  # the default: changes nothing
+        assert described["broker"][broker]["log.retention.ms"]["config_source"] == "DYNAMIC_BROKER_CONFIG"
+        refused = admin.alter_configs([ConfigResource(ConfigResourceType.BROKER_LOGGER, broker, configs={
+            "kafka": "DEBUG"})], incremental=False, raise_on_unknown=False)
+        assert refused["broker_logger"][broker].startswith("[Error 42] InvalidRequestError: Unexpected resource "
+                                                           "type BROKER_LOGGER")
     finally:
         admin.close()

@@ -23,6 +23,7 @@ from common.errors import ErrorCode, KafkaError
 from metadata.acls import CLUSTER_NAME, AclOperation, AclResourceType
 from metadata.authorizer import OPERATIONS_NOT_ASKED, Access, StandardAuthorizer
 from metadata.client import BoundRpc, ControllerClient
+from metadata.configs import BROKER_CONFIGS, TOPIC_CONFIGS
 from metadata.image import MetadataImage
 from metadata.principal import PrincipalMapper, Session, stream_session
 from clients.topics import INTERNAL_TOPICS
@@ -56,6 +57,7 @@ SASL_HANDSHAKE, SASL_AUTHENTICATE, CONSUMER_GROUP_HEARTBEAT = 17, 36, 68
 ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, WRITE_TXN_MARKERS, TXN_OFFSET_COMMIT = 24, 25, 26, 27, 28
 DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
 DELETE_RECORDS, OFFSET_DELETE, DESCRIBE_PRODUCERS, DESCRIBE_LOG_DIRS = 21, 47, 61, 35
+ALTER_CONFIGS = 33
 
 #: api key -> (min version, max version) served.
 VERSIONS: dict[int, tuple[int, int]] = {
@@ -75,9 +77,13 @@ VERSIONS: dict[int, tuple[int, int]] = {
     DESCRIBE_TRANSACTIONS: (0, 0), LIST_TRANSACTIONS: (0, 1),
     DELETE_RECORDS: (0, 2), OFFSET_DELETE: (0, 0), DESCRIBE_PRODUCERS: (0, 0),
     DESCRIBE_LOG_DIRS: (1, 4),
+    ALTER_CONFIGS: (0, 2),
 }
 
-TOPIC_CONFIG_SOURCE, BROKER_CONFIG_SOURCE, DEFAULT_CONFIG_SOURCE = 1, 4, 5
+#: DescribeConfigs' config sources and (v3+) config types, as Kafka numbers them.
+TOPIC_CONFIG_SOURCE, DYNAMIC_BROKER_CONFIG_SOURCE, DYNAMIC_DEFAULT_BROKER_CONFIG_SOURCE = 1, 2, 3
+DEFAULT_CONFIG_SOURCE = 5
+CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
 #: KIP-848's protocol (group.protocol=consumer) is not served: Kafka's answer when it is off
 #: (group.coordinator.rebalance.protocols without "consumer") is UNSUPPORTED_VERSION.
 CONSUMER_PROTOCOL_UNSUPPORTED = ("The new consumer group protocol (KIP-848, group.protocol=consumer) is not enabled "
@@ -156,6 +162,7 @@ class KafkaApis:
             LIST_TRANSACTIONS: self.list_transactions,
             DELETE_RECORDS: self.delete_records, OFFSET_DELETE: self.offset_delete,
             DESCRIBE_PRODUCERS: self.describe_producers, DESCRIBE_LOG_DIRS: self.describe_log_dirs,
+            ALTER_CONFIGS: self.alter_configs,
         }
         self._api_names = {key: "".join(w.capitalize() for w in fn.__name__.split("_"))
                            for key, fn in self.handlers.items()}
@@ -754,40 +761,61 @@ class KafkaApis:
             return {"results": [{"error_code": int(code), "error_message": message, "resource_type": x.resource_type,
                                  "resource_name": x.resource_name} for x in req.resources]}
         results = []
+        documented = version >= 3 and req.include_documentation
         for asked, got in zip(req.resources, r.resources, strict=True):
             keys = set(asked.configuration_keys) if asked.configuration_keys is not None else None
-            source = TOPIC_CONFIG_SOURCE if got.resource_type == cpb.TOPIC else BROKER_CONFIG_SOURCE
+            table = TOPIC_CONFIGS if got.resource_type == cpb.TOPIC else BROKER_CONFIGS
+            source = (TOPIC_CONFIG_SOURCE if got.resource_type == cpb.TOPIC else
+                      DYNAMIC_BROKER_CONFIG_SOURCE if got.resource_name else DYNAMIC_DEFAULT_BROKER_CONFIG_SOURCE)
             results.append({
                 "error_code": got.error_code, "error_message": _message(got.error_code, got.error_message),
                 "resource_type": got.resource_type, "resource_name": got.resource_name,
                 "configs": [{"name": c.name, "value": c.value, "read_only": False, "is_sensitive": False,
-                             "config_source": DEFAULT_CONFIG_SOURCE if c.is_default else source, "synonyms": []}
+                             "config_source": DEFAULT_CONFIG_SOURCE if c.is_default else source, "synonyms": [],
+                             "config_type": CONFIG_TYPES[table[c.name].type] if c.name in table else 0,
+                             "documentation": table[c.name].doc if documented and c.name in table else None}
                             for c in got.configs if keys is None or c.name in keys]})
         return {"results": results}
 
     async def incremental_alter_configs(self, req: Any, version: int, access: Access) -> dict[str, Any]:
-        ours = cpb.IncrementalAlterConfigsRequest(validate_only=req.validate_only)
+        """SET, DELETE, and APPEND and SUBTRACT for list-typed keys (the controller checks which)."""
+        ours = cpb.IncrementalAlterConfigsRequest(validate_only=req.validate_only, resources=[
+            cpb.AlterConfigsResource(resource_type=res.resource_type, resource_name=res.resource_name, configs=[
+                cpb.AlterableConfig(name=c.name, op=c.config_operation, value=c.value or "") for c in res.configs])
+            for res in req.resources])
+        return {"responses": await self._alter_configs(req.resources, ours, {}, access)}
+
+    async def alter_configs(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        """AlterConfigs, the legacy whole set: each resource's configs become the ones given and
+        the others return to their defaults, by the controller's one config operation."""
+        ours = cpb.IncrementalAlterConfigsRequest(validate_only=req.validate_only, replace=True)
         refused: dict[tuple[int, str], str] = {}
         for res in req.resources:
-            resource = ours.resources.add(resource_type=res.resource_type, resource_name=res.resource_name)
-            for c in res.configs:
-                if c.config_operation not in (0, 1):
-                    refused[(res.resource_type, res.resource_name)] = (
-                        f"config operation {c.config_operation} (APPEND or SUBTRACT) on {c.name} is not supported; "
-                        f"use SET or DELETE")
-                resource.configs.add(name=c.name, op=c.config_operation if c.config_operation in (0, 1) else 0,
-                                     value=c.value or "")
-        if refused:
-            return {"responses": [{"error_code": int(ErrorCode.INVALID_REQUEST) if key in refused else 0,
-                                   "error_message": refused.get(key), "resource_type": key[0], "resource_name": key[1]}
-                                  for key in ((x.resource_type, x.resource_name) for x in req.resources)]}
-        r, code, message = await self._forward(self.controller.incremental_alter_configs, ours, access)
-        if r is None:
-            return {"responses": [{"error_code": int(code), "error_message": message, "resource_type": x.resource_type,
-                                   "resource_name": x.resource_name} for x in req.resources]}
-        return {"responses": [{"error_code": x.error_code, "error_message": _message(x.error_code, x.error_message),
-                               "resource_type": x.resource_type, "resource_name": x.resource_name}
-                              for x in r.resources]}
+            nulls = [c.name for c in res.configs if c.value is None]
+            if nulls:  # as Kafka: a legacy request sets values; a null one is not a deletion
+                refused[(res.resource_type, res.resource_name)] = f"Null value not supported for : {nulls[0]}"
+                continue
+            ours.resources.add(resource_type=res.resource_type, resource_name=res.resource_name, configs=[
+                cpb.AlterableConfig(name=c.name, op=cpb.AlterableConfig.SET, value=c.value) for c in res.configs])
+        return {"responses": await self._alter_configs(req.resources, ours, refused, access)}
+
+    async def _alter_configs(self, asked: Any, ours: cpb.IncrementalAlterConfigsRequest,
+                             refused: dict[tuple[int, str], str], access: Access) -> list[dict[str, Any]]:
+        """One answer per resource asked, in order: INVALID_REQUEST for the ones the codec
+        ``refused``, else the controller's answer to ``ours`` (the others)."""
+        answers: list[tuple[int, str]] = []
+        if ours.resources:
+            r, code, message = await self._forward(self.controller.incremental_alter_configs, ours, access)
+            answers = [(x.error_code, x.error_message) for x in r.resources] if r is not None else \
+                [(int(code), message)] * len(ours.resources)
+        sent = iter(answers)
+        out = []
+        for x in asked:
+            key = (x.resource_type, x.resource_name)
+            error, text = (int(ErrorCode.INVALID_REQUEST), refused[key]) if key in refused else next(sent)
+            out.append({"error_code": error, "error_message": _message(error, text), "resource_type": x.resource_type,
+                        "resource_name": x.resource_name})
+        return out
 
     # -- ACLs, forwarded to the active controller (kafka-acls.sh, AdminClient's *_acls) -----------
 

@@ -30,7 +30,7 @@ from protos import controller_pb2 as pb
               help="the cluster-wide broker default, or the default user, client id or IP (quotas)")
 @click.option("--describe", "action", flag_value="describe")
 @click.option("--alter", "action", flag_value="alter")
-@click.option("--add-config", "add", help="KEY=VALUE[,KEY=VALUE...]")
+@click.option("--add-config", "add", help="KEY=VALUE[,KEY=VALUE...]; a list value in brackets: KEY=[A,B]")
 @click.option("--delete-config", "delete", help="KEY[,KEY...]")
 def configs(bootstrap: str, timeout: float, entity_types: tuple[str, ...], entity_names: tuple[str, ...],
             action: str | None, add: str | None, delete: str | None) -> None:

@@ -3,6 +3,7 @@
 of the command groups that talk to it."""
 from __future__ import annotations
 
+import re
 import sys
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
@@ -115,12 +116,14 @@ def check_error(code: int, message: str, what: str) -> None:
 
 
 def parse_configs(pairs: tuple[str, ...]) -> dict[str, str]:
-    """``KEY=VALUE[,KEY=VALUE...]`` options (topics create --config, configs --add-config)."""
+    """``KEY=VALUE[,KEY=VALUE...]`` options (topics create --config, configs --add-config); a
+    list value is bracketed, as kafka-configs.sh takes it: ``cleanup.policy=[compact,delete]``."""
     out = {}
     for p in pairs:
-        for item in p.split(","):
+        for item in re.split(r",(?![^\[]*\])", p):  # the commas outside brackets
             if "=" not in item:
                 fail(f"bad config {item!r}: expected KEY=VALUE")
             k, v = item.split("=", 1)
-            out[k.strip()] = v.strip()
+            v = v.strip()
+            out[k.strip()] = v[1:-1] if v.startswith("[") and v.endswith("]") else v
     return out
