@@ -331,16 +331,62 @@ def validate_batch(batch: pb.RecordBatch, where: str, max_message_bytes: int, *,
         raise KafkaError(ErrorCode.INVALID_RECORD, f"Record batch for {where} has producer id "
                                                     f"{batch.producer_id}, epoch {batch.producer_epoch}, "
                                                     f"sequence {batch.base_sequence}")
-    records = decode_records(records_bytes(batch), count, where)
-    if records[0].offset_delta != 0 or records[-1].offset_delta != count - 1:
+    data = records_bytes(batch)
+    if require_keys:  # a compacted topic's keys: the one per-record check that needs every record decoded
+        records = decode_records(data, count, where)
+        first, last = records[0], records[-1]
+        keyless = [i for i, r in enumerate(records) if r.key is None]
+    else:
+        last_start = _record_starts(data, count, where)
+        first = decode_records(data[:_record_end(data, 0)], 1, where)[0]
+        last = decode_records(data[last_start:], 1, where)[0] if count > 1 else first
+        keyless = []
+    if first.offset_delta != 0 or last.offset_delta != count - 1:
         raise KafkaError(ErrorCode.INVALID_RECORD,
                           f"Record batch for {where} declares {count} records with offset deltas "
-                          f"{records[0].offset_delta}..{records[-1].offset_delta}")
-    keyless = [i for i, r in enumerate(records) if r.key is None] if require_keys else []
+                          f"{first.offset_delta}..{last.offset_delta}")
     if keyless:
         raise rejected_records([(i, f"Compacted topic cannot accept message without key in topic partition {where}.")
                                 for i in keyless])
     return size
+
+
+def _record_end(data: bytes, pos: int) -> int:
+    length, p = _read_zz(data, pos)
+    return p + length
+
+
+def _record_starts(data: bytes, count: int, where: str) -> int:
+    """Check that ``data`` holds exactly ``count`` length-prefixed records, stepping over each
+    by its length alone (Kafka's "Incorrect declared batch size" check), and return where the
+    last one starts. The CRC already vouches for the bytes, so the leader decodes only the
+    first and the last record, not every one: this walk is the only per-record work left."""
+    pos, n, last = 0, len(data), 0
+    try:
+        for _ in range(count):
+            last = pos
+            b = data[pos]
+            if b < 0x80:  # a length below 64 bytes: one byte
+                z, head = b, 1
+            else:
+                c = data[pos + 1]
+                if c < 0x80:  # below 8 KiB: two bytes (the common case)
+                    z, head = (b & 0x7F) | (c << 7), 2
+                else:
+                    length, p = _read_zz(data, pos)
+                    z, head = (length << 1 if length >= 0 else 1), p - pos
+            if z & 1 or not z:
+                raise ValueError(f"a record length of {(z >> 1) ^ -(z & 1)}")
+            pos += head + (z >> 1)
+            if pos > n:
+                raise IndexError
+        if pos != n:
+            raise ValueError(f"{n - pos} bytes after the last of {count} records")
+    except (ValueError, IndexError) as e:
+        detail = "the bytes end inside a record" if isinstance(e, IndexError) else e
+        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"Record batch for {where} holds records that cannot "
+                                                     f"be decoded: {detail}") from None
+    return last
 
 
 # -- frames ------------------------------------------------------------------------------------
