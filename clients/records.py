@@ -32,6 +32,9 @@ NO_PRODUCER_ID = -1
 #: producer's batch, and a control batch (a transaction marker, written by the broker).
 TRANSACTIONAL_FLAG = 0x10
 CONTROL_FLAG = 0x20
+#: Attribute bit 3, the timestamp type: set, the batch's max timestamp is the time the leader
+#: appended it (LogAppendTime) and is every record's timestamp.
+LOG_APPEND_TIME_FLAG = 0x08
 #: Kafka's ControlRecordType of a transaction marker, its key's second field.
 ABORT_MARKER, COMMIT_MARKER = 0, 1
 _MARKER_KEY = struct.Struct(">hh")     # version 0, type
@@ -96,6 +99,15 @@ def build_batch(entries: Sequence[tuple[bytes | None, bytes | None, int, Sequenc
 def set_producer(batch: pb.RecordBatch, producer_id: int, epoch: int, base_sequence: int) -> None:
     """Stamp an idempotent producer's id, epoch and sequence on a batch (and its CRC)."""
     batch.producer_id, batch.producer_epoch, batch.base_sequence = producer_id, epoch, base_sequence
+    batch.crc = batch_crc(batch)
+
+
+def set_log_append_time(batch: pb.RecordBatch, now_ms: int) -> None:
+    """A leader stamping a batch for a topic with ``message.timestamp.type=LogAppendTime``
+    (Kafka's setMaxTimestamp(LOG_APPEND_TIME, now)): the max timestamp and the timestamp-type
+    bit, and the CRC that covers both; the records are untouched."""
+    batch.max_timestamp = now_ms
+    batch.attributes |= LOG_APPEND_TIME_FLAG
     batch.crc = batch_crc(batch)
 
 
@@ -424,7 +436,9 @@ def records_of(batch: pb.RecordBatch, topic: str, partition: int, from_offset: i
     if batch.attributes & CONTROL_FLAG:
         return
     base, base_ts, epoch = batch.base_offset, batch.base_timestamp, batch.partition_leader_epoch
+    appended = batch.max_timestamp if batch.attributes & LOG_APPEND_TIME_FLAG else None
     for delta, ts, key, value, headers in decode_records(records_bytes(batch), batch.record_count,
                                                          f"{topic}-{partition} at offset {base}"):
         if base + delta >= from_offset:
-            yield ConsumerRecord(topic, partition, base + delta, base_ts + ts, key, value, headers, epoch)
+            yield ConsumerRecord(topic, partition, base + delta, base_ts + ts if appended is None else appended,
+                                 key, value, headers, epoch)

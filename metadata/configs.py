@@ -3,7 +3,7 @@ rules, so INVALID_CONFIG is answered before anything is written."""
 from __future__ import annotations
 
 from common.config_def import INT_MAX, LONG_MAX, ConfigKey, boolean, in_range, one_of, ratio
-from common.server_keys import CLEANUP_POLICIES, COMPRESSION_TYPES, SERVER_KEYS
+from common.server_keys import CLEANUP_POLICIES, COMPRESSION_TYPES, SERVER_KEYS, TIMESTAMP_TYPES
 
 from common.errors import ErrorCode, KafkaError
 
@@ -19,6 +19,9 @@ TOPIC_CONFIGS = {k.name: k for k in [
     ConfigKey("unclean.leader.election.enable", "boolean", "false",
               "elect a leader outside the ISR when no ISR member is alive (may lose data)", boolean),
     ConfigKey("compression.type", "string", "producer", "codec", one_of(*COMPRESSION_TYPES)),
+    ConfigKey("message.timestamp.type", "string", "CreateTime",
+              "the records' timestamps: the producer's (CreateTime) or the leader's clock (LogAppendTime)",
+              one_of(*TIMESTAMP_TYPES)),
     ConfigKey("delete.retention.ms", "int", "86400000", "how long a compacted topic keeps a tombstone (a null value)",
               in_range(0, LONG_MAX)),
     ConfigKey("min.cleanable.dirty.ratio", "double", "0.5",
@@ -47,7 +50,8 @@ def topic_config(configs: dict[str, str] | None, key: str, broker_defaults: dict
     if configs and key in configs:
         return configs[key]
     fallback = {"retention.ms": "log.retention.ms", "retention.bytes": "log.retention.bytes",
-                "max.message.bytes": "message.max.bytes"}.get(key, key)
+                "max.message.bytes": "message.max.bytes",
+                "message.timestamp.type": "log.message.timestamp.type"}.get(key, key)
     if broker_defaults and fallback in broker_defaults:
         return broker_defaults[fallback]
     default = TOPIC_CONFIGS[key].default

@@ -359,6 +359,22 @@ def test_the_leader_steps_over_records_by_length_decoding_two(monkeypatch):
     assert e.value.code == ErrorCode.INVALID_RECORD and "offset deltas 0..5" in e.value.message
 
 
+
+def test_log_append_time_stamps_the_batch_and_every_record_reads_it():
+    """Issue 27 item 7: the leader's stamp (Kafka's setMaxTimestamp(LOG_APPEND_TIME, now)) sets
+    the max timestamp and attribute bit 3 under a new CRC; readers give every record that time."""
+    from brokerd.kafka.batches import to_wire
+    from clients.records import LOG_APPEND_TIME_FLAG, check_crc, set_log_append_time
+    from kafka.record.default_records import DefaultRecordBatch
+    b = _batch(3, ts=1000)
+    set_log_append_time(b, 5000)
+    check_crc(b)
+    assert b.attributes & LOG_APPEND_TIME_FLAG and b.max_timestamp == 5000 and b.base_timestamp == 1000
+    assert [r.timestamp for r in records_of(b, "t", 0)] == [5000] * 3
+    theirs = DefaultRecordBatch(to_wire(b))  # kafka-python's reader of Kafka's batches agrees
+    assert theirs.validate_crc() and theirs.timestamp_type == 1 and [r.timestamp for r in theirs] == [5000] * 3
+
+
 def test_a_follower_truncates_the_suffix_the_new_leader_never_had(tmp_path):
     """KIP-101: the old leader wrote offsets 5-8 in epoch 1 that nobody else got; the new
     leader (epoch 2) has offsets 0-4 of epoch 0 only. Asked where epoch 1 ends, it answers
