@@ -23,6 +23,9 @@ JSON lines (``system`` is ``confluent-kafka`` or ``pykraft-client``):
 - ``fetch_conversion``: the broker's cost per record of answering a Kafka fetch from stored
   batches (headers packed, records untouched), beside re-encoding every record, which any
   stored record format other than Kafka's own would need (measured in this process);
+- every produce and consume row: ``brokers_cpu_s`` (the three brokers' CPU during that phase;
+  a group consumer's includes joining its group), ``brokers_cpu_us_per_msg`` and
+  ``brokers_cpu_s_per_MB`` (for a produce: the leader's append and both followers' copies);
 - ``logs``: WARNING/ERROR/Traceback lines in the controllers' and brokers' logs during the run.
 
 Each row carries the issue's targets (``target_produce_msgs_per_s``,
@@ -50,7 +53,7 @@ from kraft.dev_quorum import DevQuorum
 from protos import broker_pb2 as pb
 from common.tls import TLSConfig
 
-from .broker import MiB, _pct, json_line
+from .broker import MiB, _cpu_seconds, _pct, json_line
 from .common import REPO, emit, free_ports
 
 TARGETS = {"target_produce_msgs_per_s": 50000, "target_consume_msgs_per_s": 100000}
@@ -254,6 +257,26 @@ def fetch_conversion(value: int, batches: int = 200, records: int = 500) -> dict
             "ratio": round(re_encoded / header_only, 1)}
 
 
+class BrokersCpu:
+    """The three brokers' CPU (user + system) spent during each phase, per message and per MB:
+    what bounds the throughput when the cores are shared, and far less noisy than it on a
+    busy machine. A produce's figure covers the leader's append and both followers' copies."""
+
+    def __init__(self, cluster: DevQuorum) -> None:
+        self.pids = [p.pid for p in cluster.broker_procs.values()]
+        self.last = self._now()
+
+    def _now(self) -> float:
+        return sum(_cpu_seconds(p) for p in self.pids)
+
+    def of(self, row: dict[str, Any], value: int) -> dict[str, Any]:
+        now = self._now()
+        spent, self.last = now - self.last, now
+        n, mb = max(row["messages"], 1), max(row["messages"] * value / 1e6, 1e-9)
+        return {**row, "brokers_cpu_s": round(spent, 2), "brokers_cpu_us_per_msg": round(spent / n * 1e6, 2),
+                "brokers_cpu_s_per_MB": round(spent / mb, 3)}
+
+
 def log_summary(base: Path) -> dict[str, Any]:
     lines = [f"{f.name}: {line.strip()}" for f in sorted(base.glob("*.log"))
              for line in f.read_text(errors="replace").splitlines() if _NOTEWORTHY.search(line)]
@@ -272,13 +295,14 @@ def run(args: argparse.Namespace) -> None:
         topics = {"confluent-kafka": "bench-confluent", "pykraft-client": "bench-pykraft"}
         create_topics(kafka, list(topics.values()), args.partitions)
 
-        row = confluent_produce(kafka, topics["confluent-kafka"], args)
+        cpu = BrokersCpu(cluster)
+        row = cpu.of(confluent_produce(kafka, topics["confluent-kafka"], args), args.value)
         emit(row)
-        emit(confluent_consume(kafka, topics["confluent-kafka"], row["messages"], args.value))
+        emit(cpu.of(confluent_consume(kafka, topics["confluent-kafka"], row["messages"], args.value), args.value))
 
-        row = asyncio.run(pykraft_produce(grpc, topics["pykraft-client"], args))
+        row = cpu.of(asyncio.run(pykraft_produce(grpc, topics["pykraft-client"], args)), args.value)
         emit(row)
-        emit(pykraft_consume(grpc, topics["pykraft-client"], row["messages"], args.value))
+        emit(cpu.of(pykraft_consume(grpc, topics["pykraft-client"], row["messages"], args.value), args.value))
     finally:
         stop_cluster(cluster, base, args.keep)
 

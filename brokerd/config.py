@@ -35,6 +35,11 @@ class LogConfig:
     cleanup_policy: str = "delete"     # cleanup.policy: delete (retention), compact, or both
     delete_retention_ms: int = 86_400_000  # delete.retention.ms: how long tombstones stay
     min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
+    message_timestamp_type: str = "CreateTime"  # message.timestamp.type: CreateTime or LogAppendTime
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
 
     @property
     def compact(self) -> bool:
@@ -163,7 +168,8 @@ class BrokerConfig:
                 compression_type=cfg.str("compression.type"),
                 cleanup_policy=cfg.value("log.cleanup.policy"),  # a list, read as one normalized string
                 delete_retention_ms=cfg.int("log.cleaner.delete.retention.ms"),
-                min_cleanable_dirty_ratio=cfg.float("log.cleaner.min.cleanable.ratio")))
+                min_cleanable_dirty_ratio=cfg.float("log.cleaner.min.cleanable.ratio"),
+                message_timestamp_type=cfg.str("log.message.timestamp.type")))
 
     def log_config(self, image: MetadataImage, topic: str) -> LogConfig:
         """The effective log settings of ``topic`` in ``image``."""
@@ -192,7 +198,8 @@ class BrokerConfig:
                          pick("compression.type", static.compression_type),
                          pick("cleanup.policy", static.cleanup_policy),
                          pick("delete.retention.ms", static.delete_retention_ms),
-                         pick("min.cleanable.dirty.ratio", static.min_cleanable_dirty_ratio))
+                         pick("min.cleanable.dirty.ratio", static.min_cleanable_dirty_ratio),
+                         pick("message.timestamp.type", static.message_timestamp_type))
 
 
 def _retention_ms(cfg: ServerConfig) -> int:

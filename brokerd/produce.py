@@ -21,16 +21,20 @@
   (KIP-890 part 1, ``transaction_verification``); else INVALID_TXN_STATE.
 - A topic whose ``compression.type`` names a codec gets its batches in that codec (the leader
   recompresses, as Kafka's does); ``producer`` keeps what the producer sent.
+- A topic with ``message.timestamp.type=LogAppendTime`` gets the leader's clock as each
+  batch's max timestamp (the timestamp-type bit set, the CRC recomputed), and the answer says
+  which (``log_append_time``; -1 for CreateTime).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from common.errors import ErrorCode, KafkaError
 from .partition import Partition
 from clients.compression import Codec
-from clients.records import is_transactional, recompress, validate_batch
+from clients.records import is_transactional, recompress, set_log_append_time, validate_batch
 from protos.broker_pb2 import RecordBatch
 from clients.topics import INTERNAL_TOPICS
 from .replica_manager import ReplicaManager
@@ -84,6 +88,9 @@ async def produce(rm: ReplicaManager, req: ProduceRequest) -> ProduceResponse:
                 validate_batch(batch, p.name, p.config.max_message_bytes, require_keys=p.config.compact)
                 if p.config.compression_type != "producer":
                     batch = recompress(batch, Codec.named(p.config.compression_type))
+                if p.config.log_append_time:
+                    a.log_append_time = int(time.time() * 1000)
+                    set_log_append_time(batch, a.log_append_time)
             except KafkaError as e:
                 _error(a, e)
                 continue

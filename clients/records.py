@@ -32,6 +32,9 @@ NO_PRODUCER_ID = -1
 #: producer's batch, and a control batch (a transaction marker, written by the broker).
 TRANSACTIONAL_FLAG = 0x10
 CONTROL_FLAG = 0x20
+#: Attribute bit 3, the timestamp type: set, the batch's max timestamp is the time the leader
+#: appended it (LogAppendTime) and is every record's timestamp.
+LOG_APPEND_TIME_FLAG = 0x08
 #: Kafka's ControlRecordType of a transaction marker, its key's second field.
 ABORT_MARKER, COMMIT_MARKER = 0, 1
 _MARKER_KEY = struct.Struct(">hh")     # version 0, type
@@ -100,6 +103,15 @@ def set_producer(batch: pb.RecordBatch, producer_id: int, epoch: int, base_seque
     batch.producer_id, batch.producer_epoch, batch.base_sequence = producer_id, epoch, base_sequence
     if transactional:
         batch.attributes |= TRANSACTIONAL_FLAG
+    batch.crc = batch_crc(batch)
+
+
+def set_log_append_time(batch: pb.RecordBatch, now_ms: int) -> None:
+    """A leader stamping a batch for a topic with ``message.timestamp.type=LogAppendTime``
+    (Kafka's setMaxTimestamp(LOG_APPEND_TIME, now)): the max timestamp and the timestamp-type
+    bit, and the CRC that covers both; the records are untouched."""
+    batch.max_timestamp = now_ms
+    batch.attributes |= LOG_APPEND_TIME_FLAG
     batch.crc = batch_crc(batch)
 
 
@@ -335,16 +347,62 @@ def validate_batch(batch: pb.RecordBatch, where: str, max_message_bytes: int, *,
         raise KafkaError(ErrorCode.INVALID_RECORD, f"Record batch for {where} has producer id "
                                                     f"{batch.producer_id}, epoch {batch.producer_epoch}, "
                                                     f"sequence {batch.base_sequence}")
-    records = decode_records(records_bytes(batch), count, where)
-    if records[0].offset_delta != 0 or records[-1].offset_delta != count - 1:
+    data = records_bytes(batch)
+    if require_keys:  # a compacted topic's keys: the one per-record check that needs every record decoded
+        records = decode_records(data, count, where)
+        first, last = records[0], records[-1]
+        keyless = [i for i, r in enumerate(records) if r.key is None]
+    else:
+        last_start = _record_starts(data, count, where)
+        first = decode_records(data[:_record_end(data, 0)], 1, where)[0]
+        last = decode_records(data[last_start:], 1, where)[0] if count > 1 else first
+        keyless = []
+    if first.offset_delta != 0 or last.offset_delta != count - 1:
         raise KafkaError(ErrorCode.INVALID_RECORD,
                           f"Record batch for {where} declares {count} records with offset deltas "
-                          f"{records[0].offset_delta}..{records[-1].offset_delta}")
-    keyless = [i for i, r in enumerate(records) if r.key is None] if require_keys else []
+                          f"{first.offset_delta}..{last.offset_delta}")
     if keyless:
         raise rejected_records([(i, f"Compacted topic cannot accept message without key in topic partition {where}.")
                                 for i in keyless])
     return size
+
+
+def _record_end(data: bytes, pos: int) -> int:
+    length, p = _read_zz(data, pos)
+    return p + length
+
+
+def _record_starts(data: bytes, count: int, where: str) -> int:
+    """Check that ``data`` holds exactly ``count`` length-prefixed records, stepping over each
+    by its length alone (Kafka's "Incorrect declared batch size" check), and return where the
+    last one starts. The CRC already vouches for the bytes, so the leader decodes only the
+    first and the last record, not every one: this walk is the only per-record work left."""
+    pos, n, last = 0, len(data), 0
+    try:
+        for _ in range(count):
+            last = pos
+            b = data[pos]
+            if b < 0x80:  # a length below 64 bytes: one byte
+                z, head = b, 1
+            else:
+                c = data[pos + 1]
+                if c < 0x80:  # below 8 KiB: two bytes (the common case)
+                    z, head = (b & 0x7F) | (c << 7), 2
+                else:
+                    length, p = _read_zz(data, pos)
+                    z, head = (length << 1 if length >= 0 else 1), p - pos
+            if z & 1 or not z:
+                raise ValueError(f"a record length of {(z >> 1) ^ -(z & 1)}")
+            pos += head + (z >> 1)
+            if pos > n:
+                raise IndexError
+        if pos != n:
+            raise ValueError(f"{n - pos} bytes after the last of {count} records")
+    except (ValueError, IndexError) as e:
+        detail = "the bytes end inside a record" if isinstance(e, IndexError) else e
+        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"Record batch for {where} holds records that cannot "
+                                                     f"be decoded: {detail}") from None
+    return last
 
 
 # -- frames ------------------------------------------------------------------------------------
@@ -382,7 +440,9 @@ def records_of(batch: pb.RecordBatch, topic: str, partition: int, from_offset: i
     if batch.attributes & CONTROL_FLAG:
         return
     base, base_ts, epoch = batch.base_offset, batch.base_timestamp, batch.partition_leader_epoch
+    appended = batch.max_timestamp if batch.attributes & LOG_APPEND_TIME_FLAG else None
     for delta, ts, key, value, headers in decode_records(records_bytes(batch), batch.record_count,
                                                          f"{topic}-{partition} at offset {base}"):
         if base + delta >= from_offset:
-            yield ConsumerRecord(topic, partition, base + delta, base_ts + ts, key, value, headers, epoch)
+            yield ConsumerRecord(topic, partition, base + delta, base_ts + ts if appended is None else appended,
+                                 key, value, headers, epoch)

@@ -18,6 +18,8 @@ CLEANUP_POLICIES = ("delete", "compact", "compact,delete", "delete,compact")
 COMPRESSION_TYPES = ("producer", "none", "gzip", "snappy", "lz4", "zstd", "uncompressed")
 #: replica.selector.class's one choice (KIP-392): Kafka's class name, kept for familiarity.
 RACK_AWARE_REPLICA_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+#: message.timestamp.type: the producer's timestamps, or the leader's clock at the append.
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 
 
 def cleanup_policy(value: str) -> str:
@@ -181,6 +183,8 @@ SERVER_KEYS = ConfigDef([
          dynamic=True),
     ConfigKey("compression.type", "string", "producer", "default `compression.type` of topics",
               one_of(*COMPRESSION_TYPES), role=BROKER, dynamic=True, convert=compression_type),
+    ConfigKey("log.message.timestamp.type", "string", "CreateTime", "default `message.timestamp.type` of topics",
+              one_of(*TIMESTAMP_TYPES), role=BROKER, dynamic=True),
     ConfigKey("log.cleanup.policy", "list", "delete", "default `cleanup.policy` of topics",
               one_of(*CLEANUP_POLICIES), role=BROKER, dynamic=True, convert=cleanup_policy),
     ConfigKey("log.cleaner.enable", "boolean", "true", "compact topics with `cleanup.policy=compact`",

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from common.config_def import INT_MAX, LONG_MAX, ConfigKey, Validator, in_range, one_of, ratio
 from common.config_docs import between_markers, cell
-from common.server_keys import CLEANUP_POLICIES, COMPRESSION_TYPES, SERVER_KEYS
+from common.server_keys import CLEANUP_POLICIES, COMPRESSION_TYPES, SERVER_KEYS, TIMESTAMP_TYPES
 
 from common.errors import ErrorCode, KafkaError
 
@@ -109,7 +109,7 @@ TOPIC_TABLE: dict[str, TopicConfig] = {t.key.name: t for t in [
     _key("message.timestamp.difference.max.ms", "long", LONG_MAX, "deprecated by the two above: the largest "
          "difference either way", in_range(0), STORED),
     _key("message.timestamp.type", "string", "CreateTime", "the producer's time, or the leader's on append",
-         one_of("CreateTime", "LogAppendTime"), STORED),
+         one_of(*TIMESTAMP_TYPES), "broker: the leader stamps LogAppendTime batches", "log.message.timestamp.type"),
     _key("min.cleanable.dirty.ratio", "double", 0.5, "compact once this share of the log was written since the "
          "last compaction", ratio, "broker: compaction", "log.cleaner.min.cleanable.ratio"),
     _key("min.compaction.lag.ms", "long", 0, "the least time a record stays uncompacted", in_range(0), STORED),

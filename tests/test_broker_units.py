@@ -321,6 +321,60 @@ def test_garbled_records_are_corrupt_not_a_crash():
         decode_records(good, 3, "t-0")
 
 
+
+def test_the_leader_steps_over_records_by_length_decoding_two(monkeypatch):
+    """Issue 31: a produced batch is checked from its header, its CRC and a walk over the
+    records' lengths (Kafka's declared-size check); only the first and the last record are
+    decoded (their offset deltas), unless a compacted topic needs every key."""
+    import clients.records as records_mod
+    from clients.records import batch_crc, encode_record
+    decoded: list[int] = []
+    real = records_mod.decode_records
+
+    def counting(data, count, where):
+        decoded.append(count)
+        return real(data, count, where)
+    monkeypatch.setattr(records_mod, "decode_records", counting)
+    b = build_batch([(None, b"v" * (i % 300), 7, ()) for i in range(1000)])
+    assert validate_batch(b, "t-0", 1 << 22) == b.ByteSize()
+    assert sum(decoded) <= 2
+    big = build_batch([(b"k", b"x" * 70000, 7, ()), (b"k", b"y", 7, ())])  # a three-byte length
+    assert validate_batch(big, "t-0", 1 << 22) == big.ByteSize()
+
+    def with_records(records: bytes, count: int) -> pb.RecordBatch:
+        out = build_batch([(b"k", b"v", 7, ())] * count)
+        out.records = records
+        out.crc = batch_crc(out)  # a broken producer computes a CRC over what it got wrong
+        return out
+    good = b"".join(encode_record(i, 0, b"k", b"v" * 10) for i in range(3))
+    zero_length = b"\x00" + good
+    for records, count in ((good + b"\x00", 3), (good[:-1], 3), (good, 4), (good, 2), (zero_length, 4),
+                           (b"\x01" + good, 4)):
+        with pytest.raises(KafkaError) as e:
+            validate_batch(with_records(records, count), "t-0", 1 << 22)
+        assert e.value.code == ErrorCode.CORRUPT_MESSAGE, (records, count)
+    skipping = b"".join(encode_record(d, 0, b"k", b"v") for d in (0, 1, 5))
+    with pytest.raises(KafkaError) as e:
+        validate_batch(with_records(skipping, 3), "t-0", 1 << 22)
+    assert e.value.code == ErrorCode.INVALID_RECORD and "offset deltas 0..5" in e.value.message
+
+
+
+def test_log_append_time_stamps_the_batch_and_every_record_reads_it():
+    """Issue 27 item 7: the leader's stamp (Kafka's setMaxTimestamp(LOG_APPEND_TIME, now)) sets
+    the max timestamp and attribute bit 3 under a new CRC; readers give every record that time."""
+    from brokerd.kafka.batches import to_wire
+    from clients.records import LOG_APPEND_TIME_FLAG, check_crc, set_log_append_time
+    from kafka.record.default_records import DefaultRecordBatch
+    b = _batch(3, ts=1000)
+    set_log_append_time(b, 5000)
+    check_crc(b)
+    assert b.attributes & LOG_APPEND_TIME_FLAG and b.max_timestamp == 5000 and b.base_timestamp == 1000
+    assert [r.timestamp for r in records_of(b, "t", 0)] == [5000] * 3
+    theirs = DefaultRecordBatch(to_wire(b))  # kafka-python's reader of Kafka's batches agrees
+    assert theirs.validate_crc() and theirs.timestamp_type == 1 and [r.timestamp for r in theirs] == [5000] * 3
+
+
 def test_a_follower_truncates_the_suffix_the_new_leader_never_had(tmp_path):
     """KIP-101: the old leader wrote offsets 5-8 in epoch 1 that nobody else got; the new
     leader (epoch 2) has offsets 0-4 of epoch 0 only. Asked where epoch 1 ends, it answers

@@ -477,3 +477,33 @@ def test_confluent_kafka_incremental_append_and_subtract_list_configs(cluster):
     code, text = _refusal(change(("leader.replication.throttled.replicas", "oops", APPEND)))
     assert code == KafkaError.INVALID_CONFIG and "[partitionId]:[brokerId]" in text
     assert described("cleanup.policy") == {"cleanup.policy": "compact"}
+
+
+def test_log_append_time_topics_take_the_leaders_clock(cluster):
+    """Issue 27 item 7: ``message.timestamp.type=LogAppendTime`` (a topic config) has the leader
+    set each batch's max timestamp and the timestamp-type bit (new CRC): librdkafka's delivery
+    reports and consumers see TIMESTAMP_LOG_APPEND_TIME with the broker's time, not the
+    producer's; a CreateTime topic keeps the producer's timestamps."""
+    from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME
+    a = admin(cluster)
+    a.create_topics([NewTopic("appended", 1, 3, config={"message.timestamp.type": "LogAppendTime"}),
+                     NewTopic("created", 1, 3)])["appended"].result(30)
+    asyncio.run(cluster.wait_topic("appended", 1))
+    asyncio.run(cluster.wait_topic("created", 1))
+    old = int(time.time() * 1000) - 3_600_000  # an hour ago: the producer's clock, not the broker's
+    delivered: list = []
+    p = producer(cluster, on_delivery=lambda err, m: delivered.append((err, m.topic(), m.timestamp())))
+    before = int(time.time() * 1000)
+    for topic in ("appended", "created"):
+        for i in range(3):
+            p.produce(topic, b"v%d" % i, timestamp=old + i)
+    assert p.flush(30) == 0
+    after = int(time.time() * 1000)
+    assert all(err is None for err, _, _ in delivered), delivered
+    stamped = [ts for _, t, ts in delivered if t == "appended"]
+    assert all(kind == TIMESTAMP_LOG_APPEND_TIME and before <= ts <= after for kind, ts in stamped), stamped
+    cons, got = consume(cluster, "timestamps", ["appended", "created"], 6)
+    cons.close()
+    by_topic = {t: [m.timestamp() for m in got if m.topic() == t] for t in ("appended", "created")}
+    assert all(kind == TIMESTAMP_LOG_APPEND_TIME and before <= ts <= after for kind, ts in by_topic["appended"])
+    assert sorted(by_topic["created"]) == [(TIMESTAMP_CREATE_TIME, old + i) for i in range(3)]

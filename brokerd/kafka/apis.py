@@ -285,6 +285,7 @@ class KafkaApis:
             for a in t.partitions:
                 answers[(t.name, a.partition)] = {
                     "index": a.partition, "error_code": a.error_code, "base_offset": a.base_offset,
+                    "log_append_time": a.log_append_time if a.log_append_time >= 0 else None,
                     "log_start_offset": a.log_start_offset, "error_message": _message(a.error_code, a.error_message),
                     "record_errors": [{"batch_index": r.batch_index, "batch_index_error_message": r.message}
                                       for r in a.record_errors]}
