@@ -87,6 +87,7 @@ class BrokerConfig:
     transaction_state_replication_factor: int = 3  # transaction.state.log.replication.factor
     transaction_max_timeout_ms: int = 900_000  # transaction.max.timeout.ms
     transaction_abort_interval_ms: int = 10_000  # transaction.abort.timed.out.transaction.cleanup.interval.ms
+    fetch_session_cache_slots: int = 1000  # max.incremental.fetch.session.cache.slots
 
     def security_protocol(self, listener: str) -> str:
         return self.security[listener].protocol
@@ -140,6 +141,7 @@ class BrokerConfig:
             group_min_session_timeout_ms=cfg.int("group.min.session.timeout.ms"),
             group_max_session_timeout_ms=cfg.int("group.max.session.timeout.ms"),
             group_initial_rebalance_delay_ms=cfg.int("group.initial.rebalance.delay.ms"),
+            fetch_session_cache_slots=cfg.int("max.incremental.fetch.session.cache.slots"),
             offset_metadata_max_bytes=cfg.int("offset.metadata.max.bytes"),
             auto_create=AutoCreateConfig(
                 enable=cfg.bool("auto.create.topics.enable"),

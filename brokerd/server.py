@@ -52,6 +52,7 @@ from .kafka.apis import KafkaApis
 from .kafka.listener import KafkaListener
 from .lifecycle import BrokerLifecycle
 from .log_manager import LogManager
+from .fetch_session import FetchSessionCache
 from .metrics import BrokerMetrics
 from .metadata_checkpoint import MetadataCheckpoint
 from .metadata_fetcher import MetadataFetcher
@@ -182,7 +183,8 @@ class BrokerServer:
         self.rm.isr = IsrManager(self.client, cfg.node_id, lambda: self.lifecycle.epoch,
                                  bcfg.replica_lag_time_max_ms, self.rm.leaders, eligible=self._isr_eligible)
         self.groups = GroupCoordinator(self.rm, bcfg, self._create_offsets_topic)
-        BrokerMetrics(self.rm, self.groups, lambda: self.published_offset, self.metrics.registry)
+        self.fetch_sessions = FetchSessionCache(bcfg.fetch_session_cache_slots)  # shared by the Kafka listeners
+        BrokerMetrics(self.rm, self.groups, lambda: self.published_offset, self.metrics.registry, self.fetch_sessions)
         requests = self.metrics.requests if self.metrics.enabled else None
         self.producer_ids = producer_ids = ProducerIdManager(self.client, cfg.node_id, lambda: self.lifecycle.epoch)
         self.transactions = TransactionCoordinator(self.rm, bcfg, producer_ids, self._create_transaction_state_topic,
@@ -200,7 +202,7 @@ class BrokerServer:
             if name in bcfg.kafka_listeners:
                 listener = KafkaListener(name, host, port, KafkaApis(self.rm, name, self.groups, producer_ids,
                                                                      self.client, authorizer, mapper, auto_topics,
-                                                                     self.transactions),
+                                                                     self.transactions, self.fetch_sessions),
                                          bcfg.request_max_bytes, requests, security)
                 try:
                     await listener.bind()
