@@ -93,6 +93,7 @@ class BrokerConfig:
     max_connections: int = 2 ** 31 - 1  # max.connections
     max_connections_per_ip: int = 2 ** 31 - 1  # max.connections.per.ip
     max_connections_per_ip_overrides: str = ""  # max.connections.per.ip.overrides
+    fetch_session_cache_slots: int = 1000  # max.incremental.fetch.session.cache.slots
 
     def security_protocol(self, listener: str) -> str:
         return self.security[listener].protocol
@@ -149,6 +150,7 @@ class BrokerConfig:
             group_min_session_timeout_ms=cfg.int("group.min.session.timeout.ms"),
             group_max_session_timeout_ms=cfg.int("group.max.session.timeout.ms"),
             group_initial_rebalance_delay_ms=cfg.int("group.initial.rebalance.delay.ms"),
+            fetch_session_cache_slots=cfg.int("max.incremental.fetch.session.cache.slots"),
             offset_metadata_max_bytes=cfg.int("offset.metadata.max.bytes"),
             quota_window=QuotaWindow(cfg.int("quota.window.num"), cfg.int("quota.window.size.seconds")),
             max_connections=cfg.int("max.connections"),

@@ -14,6 +14,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from common.metrics import StateCollector, gauge
 
+from .fetch_session import FetchSessionCache
 from .group_coordinator import GroupCoordinator
 from .replica_manager import ReplicaManager
 
@@ -30,8 +31,9 @@ class BrokerMetrics(StateCollector):
     group lag of one broker."""
 
     def __init__(self, rm: ReplicaManager, groups: GroupCoordinator, metadata_offset: Callable[[], int],
-                 registry: CollectorRegistry) -> None:
+                 registry: CollectorRegistry, fetch_sessions: FetchSessionCache | None = None) -> None:
         self.rm = rm
+        self.fetch_sessions = fetch_sessions
         self.groups = groups
         self.metadata_offset = metadata_offset
         super().__init__(registry)
@@ -99,5 +101,19 @@ class BrokerMetrics(StateCollector):
                 if high is not None:
                     lag.add_metric([g.group_id, topic, str(index)], max(0, high - committed.offset))
         yield lag
+        sessions = self.fetch_sessions
+        if sessions is not None:
+            fsc = "kafka_server_fetchsessioncache_"
+            yield gauge(fsc + "numincrementalfetchsessions", "Fetch sessions (KIP-227) in the cache",
+                        len(sessions.sessions))
+            yield gauge(fsc + "numincrementalfetchpartitionscached", "Partitions of the cached fetch sessions",
+                        sessions.partitions_cached)
+            for name, doc, n in (("incrementalfetchsessionevictions", "Fetch sessions evicted from a full cache",
+                                  sessions.evictions),
+                                 ("incrementalfetches", "Fetch requests served from a session (incremental)",
+                                  sessions.incremental_fetches)):
+                c = CounterMetricFamily(fsc + name, doc)
+                c.add_metric([], n)
+                yield c
         yield gauge("kafka_server_brokermetadatametrics_last_applied_record_offset",
                     "The metadata offset this broker has applied", self.metadata_offset())

@@ -54,6 +54,7 @@ from .kafka.listener import KafkaListener
 from .kafka.throttling import KafkaThrottling
 from .lifecycle import BrokerLifecycle
 from .log_manager import LogManager
+from .fetch_session import FetchSessionCache
 from .metrics import BrokerMetrics
 from .metadata_checkpoint import MetadataCheckpoint
 from .metadata_fetcher import MetadataFetcher
@@ -185,7 +186,8 @@ class BrokerServer:
         self.rm.isr = IsrManager(self.client, cfg.node_id, lambda: self.lifecycle.epoch,
                                  bcfg.replica_lag_time_max_ms, self.rm.leaders, eligible=self._isr_eligible)
         self.groups = GroupCoordinator(self.rm, bcfg, self._create_offsets_topic)
-        BrokerMetrics(self.rm, self.groups, lambda: self.published_offset, self.metrics.registry)
+        self.fetch_sessions = FetchSessionCache(bcfg.fetch_session_cache_slots)  # shared by the Kafka listeners
+        BrokerMetrics(self.rm, self.groups, lambda: self.published_offset, self.metrics.registry, self.fetch_sessions)
         requests = self.metrics.requests if self.metrics.enabled else None
         self.producer_ids = producer_ids = ProducerIdManager(self.client, cfg.node_id, lambda: self.lifecycle.epoch)
         self.transactions = TransactionCoordinator(self.rm, bcfg, producer_ids, self._create_transaction_state_topic,
@@ -207,7 +209,7 @@ class BrokerServer:
                 listener = KafkaListener(name, host, port, KafkaApis(self.rm, name, self.groups, producer_ids,
                                                                      self.client, authorizer, mapper, auto_topics,
                                                                      self.transactions,
-                                                                     KafkaThrottling(self.client_quotas)),
+                                                                     KafkaThrottling(self.client_quotas), self.fetch_sessions),
                                          bcfg.request_max_bytes, requests, security, connections)
                 try:
                     await listener.bind()

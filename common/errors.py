@@ -78,6 +78,7 @@ class ErrorCode(IntEnum):
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
     FETCH_SESSION_ID_NOT_FOUND = 70
+    INVALID_FETCH_SESSION_EPOCH = 71
     FENCED_INSTANCE_ID = 82
     INVALID_RECORD = 87
     UNSTABLE_OFFSET_COMMIT = 88
@@ -93,6 +94,7 @@ class ErrorCode(IntEnum):
     INCONSISTENT_TOPIC_ID = 103
     INCONSISTENT_CLUSTER_ID = 104
     TRANSACTIONAL_ID_NOT_FOUND = 105
+    FETCH_SESSION_TOPIC_ID_ERROR = 106
     INELIGIBLE_REPLICA = 107
     NEW_LEADER_ELECTED = 108
     DUPLICATE_VOTER = 126  # KIP-853: AddRaftVoter for a node id that is already a voter
@@ -175,6 +177,8 @@ DEFAULT_MESSAGES: dict[ErrorCode, str] = {
                                        "broker to respond without trying the rest.",
     ErrorCode.UNSTABLE_OFFSET_COMMIT: "There are unstable offsets that need to be cleared.",
     ErrorCode.TRANSACTIONAL_ID_NOT_FOUND: "The transactionalId could not be found.",
+    ErrorCode.INVALID_FETCH_SESSION_EPOCH: "The fetch session epoch is invalid.",
+    ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR: "The fetch session encountered inconsistent topic ID usage.",
     ErrorCode.PRODUCER_FENCED: "There is a newer producer with the same transactionalId which fences the "
                                "current one.",
     ErrorCode.UNKNOWN_PRODUCER_ID: "This exception is raised by the broker if it could not locate the producer "
@@ -190,7 +194,8 @@ RETRIABLE = frozenset({
     ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.UNKNOWN_TOPIC_ID,
     ErrorCode.NETWORK_EXCEPTION, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
     ErrorCode.NOT_COORDINATOR, ErrorCode.OFFSET_NOT_AVAILABLE, ErrorCode.NOT_CONTROLLER,
-    ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+    ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH,
+    ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR, ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
     ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, ErrorCode.THROTTLING_QUOTA_EXCEEDED, ErrorCode.INCONSISTENT_TOPIC_ID,
     ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.UNSTABLE_OFFSET_COMMIT,
 })

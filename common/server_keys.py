@@ -130,6 +130,8 @@ SERVER_KEYS = ConfigDef([
     _int("replica.fetch.max.bytes", 1 << 20, "bytes a follower fetches per partition", 1, role=BROKER),
     _int("replica.fetch.response.max.bytes", 10 << 20, "bytes a follower fetches per request", 1, role=BROKER),
     _int("replica.fetch.backoff.ms", 1000, "a follower's pause after a failed fetch", 0, role=BROKER),
+    _int("max.incremental.fetch.session.cache.slots", 1000, "fetch sessions (KIP-227) the broker keeps; "
+         "0 turns them off (every fetch is a full one)", 0, role=BROKER),
     _int("replica.high.watermark.checkpoint.interval.ms", 5000, "how often high watermarks are saved", 1,
          role=BROKER),
     _int("metadata.log.max.snapshot.interval.ms", 3_600_000, "how often the broker checkpoints its metadata "

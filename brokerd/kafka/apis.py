@@ -35,6 +35,7 @@ from ..group_requests import COORDINATOR_GROUP, COORDINATOR_TRANSACTION
 from .. import requests as rq
 from ..auto_topics import TopicAutoCreator
 from ..cluster_metadata import live_brokers
+from ..fetch_session import FetchSessionCache
 from ..group_coordinator import GroupCoordinator
 from ..producer_ids import ProducerIdManager
 from ..replica_manager import ReplicaManager
@@ -123,10 +124,12 @@ class KafkaApis:
                  controller: ControllerClient, authorizer: StandardAuthorizer | None = None,
                  mapper: PrincipalMapper | None = None, auto_topics: TopicAutoCreator | None = None,
                  transactions: TransactionCoordinator | None = None,
-                 throttling: KafkaThrottling | None = None) -> None:
+                 throttling: KafkaThrottling | None = None, fetch_sessions: FetchSessionCache | None = None) -> None:
         """``authorizer`` None: every request is allowed (no ``authorizer.class.name``);
         ``auto_topics`` None: Metadata creates no topic; ``transactions`` None: a transactional
-        request is answered COORDINATOR_NOT_AVAILABLE; ``throttling`` None: no client quotas."""
+        request is answered COORDINATOR_NOT_AVAILABLE; ``throttling`` None: no client quotas;
+        ``fetch_sessions`` None: no fetch sessions (every fetch is a full one)."""
+        self.fetch_sessions = fetch_sessions or FetchSessionCache(0)
         self.rm = rm
         self.auto_topics = auto_topics
         self.listener = listener
@@ -300,10 +303,6 @@ class KafkaApis:
         return {"responses": [{"name": n, "partition_responses": ps} for n, ps in by_topic.items()]}
 
     async def fetch(self, req: Any, version: int, access: Access) -> dict[str, Any]:
-        if version >= 7 and (req.session_id != 0 or req.session_epoch > 0):
-            # No fetch sessions here (KIP-227): a client that names one is told it does not
-            # exist and falls back to full fetches; a new session (epoch 0) gets id 0, "none".
-            return {"error_code": int(ErrorCode.FETCH_SESSION_ID_NOT_FOUND), "session_id": 0, "responses": []}
         topics = [rq.FetchTopic(name=t.topic, partitions=[
             rq.FetchPartition(partition=fp.partition, fetch_offset=fp.fetch_offset, log_start_offset=-1,
                               partition_max_bytes=max(1, fp.partition_max_bytes),
@@ -312,8 +311,15 @@ class KafkaApis:
         ours = rq.FetchRequest(replica_id=-1, max_wait_ms=ms(req.max_wait), min_bytes=req.min_bytes,
                                max_bytes=max(1, req.max_bytes), topics=topics, isolation_level=req.isolation_level,
                                rack_id=req.rack_id if version >= 11 else None)
-        resp = await authorized.fetch(self.rm, ours, access)
-        return {"error_code": 0, "session_id": 0, "responses": [
+        # KIP-227: v7+ may continue a session (v4-v6 are sessionless, as epoch -1 is)
+        forgotten = [(t.topic, t.partitions) for t in req.forgotten_topics_data] if version >= 7 else []
+        try:
+            context = self.fetch_sessions.begin(req.session_id if version >= 7 else 0,
+                                                req.session_epoch if version >= 7 else -1, ours, forgotten)
+        except KafkaError as e:
+            return {"error_code": int(e.code), "session_id": 0, "responses": []}
+        session_id, resp = context.finish(await authorized.fetch(self.rm, context.request, access))
+        return {"error_code": 0, "session_id": session_id, "responses": [
             {"topic": t.name, "partitions": [
                 {"partition_index": a.partition, "error_code": a.error_code, "high_watermark": a.high_watermark,
                  "last_stable_offset": a.last_stable_offset, "log_start_offset": a.log_start_offset,
