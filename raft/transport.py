@@ -56,10 +56,16 @@ def _one_line(record: logging.LogRecord) -> bool:
     return True
 
 
+def _grpc_one_line(record: logging.LogRecord) -> bool:
+    return _one_line(record) if record.name.startswith("grpc") else True
+
+
 def grpc_errors_in_one_line() -> None:
     """For server processes: what gRPC's core logs stays one line (docs: logs carry no traceback)."""
     logging.getLogger("grpc").setLevel(logging.WARNING)
     logging.getLogger("grpc._cython.cygrpc").addFilter(_one_line)
+    for handler in logging.getLogger().handlers:  # and at the output, for any grpc logger: a
+        handler.addFilter(_grpc_one_line)         # CancelledError traceback still reached a log once
 
 
 class Transport(Protocol):

@@ -55,3 +55,23 @@ def test_every_server_entry_point_installs_it():
     import raft.examples.kv.cli
     for module in (kraft.cli.servers, brokerd.main, raft.examples.kv.cli):
         assert "grpc_errors_in_one_line()" in inspect.getsource(module), module.__name__
+
+
+def test_the_handlers_fold_any_grpc_loggers_traceback():
+    """The root logger's handlers fold what any ``grpc*`` logger sends them (a CancelledError
+    traceback from a Send stream reached a controller's log once, past the logger's filter);
+    other loggers' records pass unchanged."""
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        grpc_errors_in_one_line()
+        try:
+            raise RuntimeError("boom")
+        except RuntimeError:
+            logging.getLogger("grpc.aio._server").error("stream ended", exc_info=True)
+        logging.getLogger("kraft.test").warning("plain line")
+    finally:
+        root.removeHandler(handler)
+    assert out.getvalue() == "stream ended: boom\nplain line\n"
