@@ -65,6 +65,7 @@ class ProduceTopicResponse:
 @dataclass(slots=True)
 class ProduceResponse:
     topics: list[ProduceTopicResponse] = field(default_factory=list)
+    throttle_time_ms: int = 0  # set at the request boundary by the client quotas (brokerd/quotas.py)
 
 
 # -- fetch -----------------------------------------------------------------------------------------
@@ -95,6 +96,7 @@ class FetchRequest:
     replica_epoch: int = -1
     isolation_level: int = 0  # 1: read_committed, up to the last stable offset
     rack_id: str | None = None  # a consumer's client.rack (Fetch v11+); None: only the leader serves it
+    client_id: str = ""  # whose consumer_byte_rate quota applies
 
 
 @dataclass(slots=True)
@@ -128,6 +130,7 @@ class FetchTopicResponse:
 @dataclass(slots=True)
 class FetchResponse:
     topics: list[FetchTopicResponse] = field(default_factory=list)
+    throttle_time_ms: int = 0  # set at the request boundary by the client quotas (brokerd/quotas.py)
 
 
 # -- list offsets ----------------------------------------------------------------------------------

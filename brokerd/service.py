@@ -114,17 +114,17 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         access = await self._access(context)
         ours = to_domain(r.FetchRequest, request)
         user, quota = user_of(access.session.principal), self.quotas.fetch if self.quotas is not None else None
-        most = quota.max_in_window(user, request.client_id) if quota is not None and ours.replica_id < 0 else None
+        most = quota.max_in_window(user, ours.client_id) if quota is not None and ours.replica_id < 0 else None
         if most is not None and (ours.max_bytes <= 0 or ours.max_bytes > most):
             ours.max_bytes = most
         resp = await self._guard(context, authorized.fetch(self.rm, ours, access))
         if most is None or quota is None:
             return to_wire(pb.FetchResponse, resp)
         size = sum(len(a.records) for t in resp.topics for a in t.partitions)
-        throttle = quota.record(user, request.client_id, size)
+        throttle = quota.record(user, ours.client_id, size)
         if not throttle:
             return to_wire(pb.FetchResponse, resp)
-        quota.unrecord(user, request.client_id, size)  # answered empty, as Kafka: fetched again after the throttle
+        quota.unrecord(user, ours.client_id, size)  # answered empty, as Kafka: fetched again after the throttle
         return pb.FetchResponse(throttle_time_ms=throttle)
 
     async def ListOffsets(self, request: pb.ListOffsetsRequest, context: grpc.aio.ServicerContext) -> pb.ListOffsetsResponse:
