@@ -536,12 +536,7 @@ class Producer:
         if self._txn is not None:
             # A transactional producer's id and epoch come from init_transactions, and a bump
             # after a failed batch from abort_transaction: until then its batches wait.
-            self._wake.clear()
-            try:
-                async with asyncio.timeout(self._retry_backoff_ms / 1000):
-                    await self._wake.wait()
-            except TimeoutError:
-                pass
+            await self._wake_or_back_off()
             return False
         if self._epoch_bump and any(self._inflight.values()):
             self._wake.clear()
@@ -552,12 +547,7 @@ class Producer:
             return True
         except (*CLIENT_ERRORS, grpc.aio.AioRpcError) as e:
             log.info("no producer id yet: %s", e)
-            self._wake.clear()
-            try:
-                async with asyncio.timeout(self._retry_backoff_ms / 1000):
-                    await self._wake.wait()
-            except TimeoutError:
-                pass
+            await self._wake_or_back_off()
             return False
 
     async def _init_producer_id(self) -> None:
@@ -596,6 +586,15 @@ class Producer:
             b.set_producer(self.producer_id, self.producer_epoch, seq, self._txn is not None)
             self._next_sequence[tp] = (seq + len(b.entries)) % SEQUENCE_MODULUS
         self._unresolved.setdefault(tp, set()).add(b)
+
+    async def _wake_or_back_off(self) -> None:
+        """Wait until something changes (an answer, a send) or ``retry_backoff_ms`` passes."""
+        self._wake.clear()
+        try:
+            async with asyncio.timeout(self._retry_backoff_ms / 1000):
+                await self._wake.wait()
+        except TimeoutError:
+            pass
 
     def _may_send(self, b: ProducerBatch) -> bool:
         """Without idempotence, a batch goes only when no request for its partition is in flight:

@@ -227,6 +227,11 @@ def encode_records(entries: Sequence[tuple[bytes | None, bytes | None, int, Sequ
         append(body)
     return b"".join(parts)
 
+def _undecodable(where: str, e: ValueError | IndexError) -> KafkaError:
+    detail = "the bytes end inside a record" if isinstance(e, IndexError) else e
+    return KafkaError(ErrorCode.CORRUPT_MESSAGE, f"Record batch for {where} holds records that cannot be decoded: "
+                                                 f"{detail}")
+
 
 def decode_records(data: bytes, count: int, where: str) -> list[Record]:
     """The ``count`` records in ``data``; CORRUPT_MESSAGE when the bytes do not hold exactly
@@ -263,9 +268,7 @@ def decode_records(data: bytes, count: int, where: str) -> list[Record]:
         if pos != n:
             raise ValueError(f"{n - pos} bytes after the last of {count} records")
     except (ValueError, IndexError) as e:
-        detail = "the bytes end inside a record" if isinstance(e, IndexError) else e
-        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"Record batch for {where} holds records that cannot "
-                                                     f"be decoded: {detail}") from None
+        raise _undecodable(where, e) from None
     return out
 
 
@@ -399,9 +402,7 @@ def _record_starts(data: bytes, count: int, where: str) -> int:
         if pos != n:
             raise ValueError(f"{n - pos} bytes after the last of {count} records")
     except (ValueError, IndexError) as e:
-        detail = "the bytes end inside a record" if isinstance(e, IndexError) else e
-        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"Record batch for {where} holds records that cannot "
-                                                     f"be decoded: {detail}") from None
+        raise _undecodable(where, e) from None
     return last
 
 

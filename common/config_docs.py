@@ -7,6 +7,8 @@ read (``common.server_keys``), so that the documentation cannot drift from the c
 tests/test_config_table.py fails when the file and the table differ."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import sys
 
 from .config_def import BOTH, ConfigDef, ConfigKey
@@ -51,18 +53,24 @@ def with_table(text: str, keys: ConfigDef = SERVER_KEYS) -> str:
     return between_markers(text, START, END, table(keys))
 
 
-def main(argv: list[str]) -> int:
+def table_command(argv: list[str], module: str, start: str, end: str, render: Callable[[], str]) -> int:
+    """``python -m MODULE [--write FILE.md]``: print the table ``render`` makes, or write it
+    between the markers of FILE.md (one way for every generated table in docs/)."""
     if argv[:1] == ["--write"] and len(argv) == 2:
         with open(argv[1], encoding="utf-8") as f:
             text = f.read()
         with open(argv[1], "w", encoding="utf-8") as f:
-            f.write(with_table(text))
+            f.write(between_markers(text, start, end, render()))
         return 0
     if argv:
-        print("usage: python -m common.config_docs [--write FILE.md]", file=sys.stderr)
+        print(f"usage: python -m {module} [--write FILE.md]", file=sys.stderr)
         return 2
-    sys.stdout.write(table())
+    sys.stdout.write(render())
     return 0
+
+
+def main(argv: list[str]) -> int:
+    return table_command(argv, "common.config_docs", START, END, table)
 
 
 if __name__ == "__main__":

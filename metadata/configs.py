@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from common.config_def import INT_MAX, LONG_MAX, ConfigKey, Validator, in_range, one_of, ratio
-from common.config_docs import between_markers, cell
+from common.config_docs import cell, table_command
 from common.server_keys import CLEANUP_POLICIES, COMPRESSION_TYPES, SERVER_KEYS, TIMESTAMP_TYPES
 
 from common.errors import ErrorCode, KafkaError
@@ -193,17 +193,7 @@ def topic_table() -> str:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["--write"] and len(argv) == 2:
-        with open(argv[1], encoding="utf-8") as f:
-            text = f.read()
-        with open(argv[1], "w", encoding="utf-8") as f:
-            f.write(between_markers(text, START, END, topic_table()))
-        return 0
-    if argv:
-        print("usage: python -m metadata.configs [--write FILE.md]", file=sys.stderr)
-        return 2
-    sys.stdout.write(topic_table())
-    return 0
+    return table_command(argv, "metadata.configs", START, END, topic_table)
 
 
 if __name__ == "__main__":
