@@ -227,6 +227,7 @@ def encode_records(entries: Sequence[tuple[bytes | None, bytes | None, int, Sequ
         append(body)
     return b"".join(parts)
 
+
 def _undecodable(where: str, e: ValueError | IndexError) -> KafkaError:
     detail = "the bytes end inside a record" if isinstance(e, IndexError) else e
     return KafkaError(ErrorCode.CORRUPT_MESSAGE, f"Record batch for {where} holds records that cannot be decoded: "
