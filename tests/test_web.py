@@ -7,8 +7,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import html
+import http.cookiejar
 import json
 import os
+import re
+import ssl
 import subprocess
 import sys
 import time
@@ -39,25 +42,40 @@ def kraft(*args: str) -> subprocess.CompletedProcess:
 class Console:
     """A ``kraft web`` process and the cluster it shows."""
 
-    def __init__(self, cluster: BrokerCluster, log_dir: Path, *options: str) -> None:
+    def __init__(self, cluster: BrokerCluster, log_dir: Path, *options: str, tls: ssl.SSLContext | None = None) -> None:
+        """``tls``: the console serves https (``--listen-config``), and this is how we dial it."""
         self.cluster = cluster
         self.listen = f"127.0.0.1:{free_ports(1)[0]}"
-        self.url = f"http://{self.listen}"
+        self.url = f"{'https' if tls else 'http'}://{self.listen}"
         self.args = ["web", "--bootstrap-controller", cluster.quorum.bootstrap,
                      "--bootstrap-server", cluster.bootstrap_servers, "--listen", self.listen, *options]
+        log_dir.mkdir(parents=True, exist_ok=True)
         self.log = log_dir / f"web{''.join(o for o in options if o.startswith('--'))}.log"
         self.proc = subprocess.Popen([sys.executable, "-m", "kraft.cli", *self.args], cwd=REPO,
                                      stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
+        # a browser's session: its cookie, and the CSRF token its forms carry
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()),
+                                                  urllib.request.HTTPSHandler(context=tls))
+        self.token: str | None = None
 
     def get(self, path: str) -> tuple[int, str]:
         return self.request(path)
 
+    def csrf_token(self) -> str:
+        """The session's token, from a page's ``csrf-token`` meta tag (as a form carries it)."""
+        if self.token is None:
+            self.token = re.search(r'<meta name="csrf-token" content="(\w+)">', self.get("/topics/new")[1])[1]
+        return self.token
+
     def request(self, path: str, form: dict[str, str] | None = None,
-                headers: dict[str, str] | None = None) -> tuple[int, str]:
+                headers: dict[str, str] | None = None, *, csrf: bool = True) -> tuple[int, str]:
+        """GET ``path``, or POST ``form`` with the session's CSRF token (unless ``csrf`` is False)."""
+        if form is not None and csrf and "csrf_token" not in form:
+            form = {**form, "csrf_token": self.csrf_token()}
         data = urllib.parse.urlencode(form).encode() if form is not None else None
         req = urllib.request.Request(self.url + path, data=data, headers=headers or {})
         try:
-            with urllib.request.urlopen(req, timeout=30) as r:
+            with self.opener.open(req, timeout=30) as r:
                 return r.status, html.unescape(r.read().decode())
         except urllib.error.HTTPError as e:
             return e.code, html.unescape(e.read().decode())
@@ -102,7 +120,7 @@ def browser() -> Iterator[object]:
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1280,900"):
+                "--window-size=1280,900", "--ignore-certificate-errors"):  # the https console's test CA
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     try:
@@ -565,6 +583,66 @@ def test_a_reassignments_progress_bar_moves_until_it_completes(console: Console,
     assert len(set(seen)) >= 2 and seen == sorted(seen) and seen[0] < 100, seen  # it moved, forward
 
 
+def test_transactions_are_listed_described_and_a_hanging_one_is_found(console: Console, browser):
+    from selenium.webdriver.common.by import By
+
+    from clients import Producer
+    from clients.records import build_batch, set_producer
+    from protos import broker_pb2 as bpb
+    from tests.brokercluster import _stub
+    c = console.cluster
+
+    async def open_and_hang() -> tuple[Producer, int]:
+        """An open transaction of web-txn-open on partition 1, and on partition 0 a transactional
+        batch no coordinator knows (a hanging transaction, as test_transactions makes one)."""
+        await c.create_topic("web-txn", partitions=2, rf=3)
+        p = await Producer(c.bootstrap_servers, transactional_id="web-txn-open").start()
+        await p.init_transactions()
+        p.begin_transaction()
+        await (await p.send("web-txn", b"open", partition=1))
+        leader = (await c.describe_topic("web-txn")).partitions[0].leader
+        async with _stub(c.address(leader)) as s:
+            pid = (await s.InitProducerId(bpb.InitProducerIdRequest())).producer_id
+            batch = build_batch([(None, b"hanging", int(time.time() * 1000), ())])
+            set_producer(batch, pid, 0, 0, transactional=True)
+            r = await s.Produce(bpb.ProduceRequest(acks=-1, topics=[bpb.ProduceTopicData(
+                name="web-txn", partitions=[bpb.ProducePartitionData(partition=0, batch=batch)])]))
+            assert r.topics[0].partitions[0].error_code == 0
+        return p, r.topics[0].partitions[0].base_offset
+
+    def row() -> list[str]:
+        browser.get(console.url + "/transactions")
+        return next(r.split() for r in texts(browser, "#transactions tr.transaction") if r.startswith("web-txn-open "))
+    loop = asyncio.new_event_loop()
+    p, hanging_offset = loop.run_until_complete(open_and_hang())
+    try:
+        listed = row()  # id, state, producer id, epoch, coordinator, open for
+        assert listed[1] == "Ongoing" and listed[-1] == "ms" and int(listed[-2]) >= 0, listed
+        described = kraft("transactions", "--bootstrap-server", c.bootstrap_servers, "describe",
+                          "--transactional-id", "web-txn-open").stdout.splitlines()[1].split()
+        assert listed[2:5] == [described[2], described[3], described[0]]  # producer id, epoch, coordinator
+        with navigating(browser):
+            browser.find_element(By.LINK_TEXT, "web-txn-open").click()
+        assert texts(browser, "#partitions tr.partition") == ["web-txn-1"]
+        assert "State Ongoing" in texts(browser, "#state")[0]
+
+        # find-hanging's code: the batch no coordinator knows, not web-txn-open's open transaction
+        browser.get(console.url + "/transactions")
+        click(browser, "find-hanging")
+        assert texts(browser, "#hanging tr.hanging") == []  # none open longer than 15 minutes
+        fill(browser, {"max-timeout": "0\n"})
+        found = [r.split() for r in texts(browser, "#hanging tr.hanging")]
+        assert [(f[0], f[1], f[5]) for f in found] == [("web-txn", "0", str(hanging_offset))], found
+
+        loop.run_until_complete(p.commit_transaction())
+        assert row()[1] == "CompleteCommit" and row()[-1] == "-"
+        status, body = console.get("/transactions/no-such-id")
+        assert status == 404 and "TRANSACTIONAL_ID_NOT_FOUND" in body
+    finally:
+        loop.run_until_complete(p.close())
+        loop.close()
+
+
 def test_the_static_quorum_page_says_it_cannot_change(console: Console, browser):
     browser.get(console.url + "/quorum")
     assert len(texts(browser, "#voters tr.voter")) == 3
@@ -694,6 +772,31 @@ def test_bad_input_answers_400_or_404_in_one_line(console: Console):
     assert (status, "bad config 'retention.ms': expected KEY=VALUE" in body) == (400, True)
 
 
+def test_a_form_without_its_sessions_csrf_token_is_refused_and_changes_nothing(console: Console, browser):
+    refused = "refused: this form does not carry this session's CSRF token (reload the page that has the form"
+    form = {"name": "web-csrf", "partitions": "1", "replication_factor": "1"}
+    other = Console.__new__(Console)  # another browser: its own cookie, and its own session's token
+    other.url, other.token = console.url, None
+    other.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+    for sent in [{}, {"csrf_token": ""}, {"csrf_token": "0" * 64}, {"csrf_token": other.csrf_token()}]:
+        status, body = console.request("/topics", {**form, **sent}, csrf=bool(sent))
+        assert (status, body.count("\n"), refused in body) == (403, 1, True), (sent, status, body[-300:])
+    status, body = console.request("/topics", {**form, "csrf_token": console.csrf_token()},
+                                   headers={"Cookie": "kraft_session=" + "x" * 43})  # a session it did not start
+    assert status == 403 and refused in body
+    assert console.get("/topics/web-csrf")[0] == 404  # nothing was created
+    assert console.request("/topics", form)[0] == 200  # with the token: created, and its page
+    assert console.get("/topics/web-csrf")[0] == 200
+
+    # the browser's forms carry it; its cookie is the session's, for this site's requests only
+    browser.get(console.url + "/topics/new")
+    from selenium.webdriver.common.by import By
+    token = browser.find_element(By.CSS_SELECTOR, "#create input[name=csrf_token]").get_attribute("value")
+    assert len(token) == 64
+    (cookie,) = [c for c in browser.get_cookies() if c["name"] == "kraft_session"]
+    assert (cookie["httpOnly"], cookie["sameSite"]) == (True, "Strict")
+
+
 def test_read_only_mode_hides_every_form_and_refuses_every_change(console: Console, browser, tmp_path: Path):
     from selenium.webdriver.common.by import By
     from clients import Consumer
@@ -770,6 +873,59 @@ def test_an_auth_file_makes_the_console_ask_for_a_user_and_password(console: Con
         r = kraft(*console.args[:-2], "--auth-file", str(auth))  # no --metrics; it fails before listening
         assert (r.returncode, r.stderr) == (1, f"Error: --auth-file {line}\n"), r.stderr
     assert_no_tracebacks(tmp_path)
+
+
+def test_the_console_serves_https_and_asks_for_client_certificates_with_listen_config(
+        console: Console, browser, tmp_path: Path):
+
+    from tests.test_tls import make_certs, write_props
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    make_certs(certs, "console", "alice")
+    make_certs(tmp_path / "other", "mallory")  # another CA's client
+    ca, keystore = str(certs / "ca.crt"), str(certs / "console.keystore.pem")
+
+    def dialling(client: str | None, trusted: str = ca) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=trusted)
+        if client:
+            ctx.load_cert_chain(client)
+        return ctx
+    served = write_props(tmp_path / "https.properties", {"ssl.keystore.location": keystore})
+    web = Console(console.cluster, tmp_path / "https", "--listen-config", str(served), tls=dialling(None))
+    try:
+        web.wait_up()
+        # the browser (trusting the test CA: --ignore-certificate-errors) creates a topic over https
+        browser.get(web.url + "/topics/new")
+        fill(browser, {"name": "web-https", "partitions": "1", "replication_factor": "1"})
+        click(browser, "submit")
+        assert texts(browser, "#topic-name") == ["web-https"]
+        (cookie,) = [c for c in browser.get_cookies() if c["name"] == "__Host-kraft_session"]
+        assert cookie["secure"] and cookie["httpOnly"]
+        with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):  # a client not trusting it
+            urllib.request.urlopen(web.url + "/", timeout=30, context=ssl.create_default_context())
+    finally:
+        web.close()
+
+    mutual = write_props(tmp_path / "mutual.properties", {"ssl.keystore.location": keystore,
+                                                          "ssl.truststore.location": ca, "ssl.client.auth": "required"})
+    alice = str(certs / "alice.keystore.pem")
+    web = Console(console.cluster, tmp_path / "mutual", "--listen-config", str(mutual), tls=dialling(alice))
+    try:
+        web.wait_up()
+        assert web.get("/topics/web-https")[0] == 200
+        for client in (None, str(tmp_path / "other" / "mallory.keystore.pem")):  # no certificate, or not our CA's
+            with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError)):
+                urllib.request.urlopen(web.url + "/", timeout=30, context=dialling(client))
+    finally:
+        web.close()
+    assert_no_tracebacks(tmp_path)
+
+    # a file the console cannot serve with is one line before it starts
+    bad = write_props(tmp_path / "bad.properties", {"ssl.keystore.location": keystore, "ssl.client.auth": "required"})
+    r = kraft(*console.args[:-2], "--listen-config", str(bad))
+    assert (r.returncode, r.stderr) == (1, f"Error: --listen-config {bad}: ssl.client.auth=required (listener CONSOLE) "
+                                           "needs a trust store to verify client certificates: ssl.truststore."
+                                           "location or ssl.truststore.certificates\n"), r.stderr
 
 
 def test_the_console_reaches_a_mutual_tls_cluster_with_its_command_config(browser, tmp_path: Path):
@@ -916,15 +1072,16 @@ def test_read_only_refuses_every_request_that_can_change_the_cluster():
 
     from kraft.web.app import create_app
     app = create_app(_InMemoryCluster(1), read_only=True)  # type: ignore[arg-type]
-    routes = [r for r in app.app.routes if isinstance(r, Route)]
+    routes = [r for r in app.app.app.routes if isinstance(r, Route)]  # inside OneLineErrors and CsrfProtection
     params = {"name": "topic-00000", "partition": "0", "group": "g"}
     posts = [r for r in routes if "POST" in (r.methods or ())]
     forms = [r for r in routes if r.name.endswith(("_new", "_confirm")) or r.name == "topic_configs"]
     assert len(posts) >= 8 and len(forms) >= 4, [r.name for r in posts + forms]
     with TestClient(app) as client:
+        token = re.search(r'<meta name="csrf-token" content="(\w+)">', client.get("/topics").text)[1]
         for r in posts + forms:
             path = r.path.format(**{k: v for k, v in params.items() if "{" + k + "}" in r.path})
-            got = client.post(path, data={}) if r in posts else client.get(path)
+            got = client.post(path, data={"csrf_token": token}) if r in posts else client.get(path)
             assert (r.name, got.status_code) == (r.name, 403), got.text[-300:]
             assert "this console is read-only" in got.text
 

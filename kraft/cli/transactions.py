@@ -112,6 +112,30 @@ def abort(bootstrap: str, topic: str, partition: int, start_offset: int | None, 
     _ask(bootstrap, work)
 
 
+async def hanging(admin: Any, max_minutes: int, broker_id: int | None = None) -> list[list[Any]]:
+    """Rows of ``HANGING_HEADER``: transactions open in a partition (with a replica on
+    ``broker_id``, or any) for longer than ``max_minutes`` whose producer no coordinator has an
+    ongoing transaction with that partition for. ``find-hanging``'s logic, and the console's."""
+    topics = await admin.topics()
+    tps = [(name, p.partition) for name, t in sorted(topics.items()) for p in t.partitions
+           if broker_id is None or broker_id in p.replicas]
+    now = int(time.time() * 1000)
+    old = now - max_minutes * 60_000
+    candidates = [(tp, p) for tp, ps in (await admin.describe_producers(tps)).items() for p in ps
+                  if p.current_txn_start_offset >= 0 and p.last_timestamp <= old]
+    if not candidates:
+        return []
+    listed = await admin.list_transactions(producer_ids=sorted({p.producer_id for _, p in candidates}))
+    ongoing: set[tuple[int, str, int]] = set()
+    for _, t in listed:
+        _, d = await admin.describe_transaction(t.transactional_id)
+        if d.state == "Ongoing":
+            ongoing.update((d.producer_id, x.name, i) for x in d.topics for i in x.partitions)
+    return [[tp[0], tp[1], p.producer_id, p.producer_epoch, p.coordinator_epoch, p.current_txn_start_offset,
+             p.last_timestamp, (now - p.last_timestamp) // 60_000]
+            for tp, p in candidates if (p.producer_id, tp[0], tp[1]) not in ongoing]
+
+
 @transactions.command("find-hanging")
 @click.option("--broker-id", type=int, required=True, help="look at the partitions with a replica on this broker")
 @click.option("--max-transaction-timeout", type=int, default=15, show_default=True,
@@ -121,23 +145,4 @@ def find_hanging(bootstrap: str, broker_id: int, max_transaction_timeout: int) -
     """Transactions open in a partition for longer than --max-transaction-timeout whose producer
     no coordinator has an ongoing transaction with that partition for: nothing will ever end
     them, and they hold read_committed consumers at their start (abort them with ``abort``)."""
-    async def work(admin: Any) -> list[list[Any]]:
-        topics = await admin.topics()
-        tps = [(name, p.partition) for name, t in sorted(topics.items()) for p in t.partitions
-               if broker_id in p.replicas]
-        now = int(time.time() * 1000)
-        old = now - max_transaction_timeout * 60_000
-        candidates = [(tp, p) for tp, ps in (await admin.describe_producers(tps)).items() for p in ps
-                      if p.current_txn_start_offset >= 0 and p.last_timestamp <= old]
-        if not candidates:
-            return []
-        listed = await admin.list_transactions(producer_ids=sorted({p.producer_id for _, p in candidates}))
-        ongoing: set[tuple[int, str, int]] = set()
-        for _, t in listed:
-            _, d = await admin.describe_transaction(t.transactional_id)
-            if d.state == "Ongoing":
-                ongoing.update((d.producer_id, x.name, i) for x in d.topics for i in x.partitions)
-        return [[tp[0], tp[1], p.producer_id, p.producer_epoch, p.coordinator_epoch, p.current_txn_start_offset,
-                 p.last_timestamp, (now - p.last_timestamp) // 60_000]
-                for tp, p in candidates if (p.producer_id, tp[0], tp[1]) not in ongoing]
-    _echo([HANGING_HEADER] + _ask(bootstrap, work))
+    _echo([HANGING_HEADER] + _ask(bootstrap, lambda admin: hanging(admin, max_transaction_timeout, broker_id)))

@@ -16,9 +16,10 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import acls, charts, groups, messages, overview, quorum, reassignments, time_travel, topics
+from . import acls, charts, groups, messages, overview, quorum, reassignments, time_travel, topics, transactions
 from .auth import BasicAuth
 from .cluster import CLUSTER_ERRORS, Cluster, error_status
+from .csrf import CsrfProtection
 from .pages import HERE, render
 
 log = logging.getLogger("kraft.web")
@@ -48,7 +49,7 @@ async def unexpected_error(request: Request, e: Exception) -> Response:
 class OneLineErrors:
     """A failure nothing else caught: one log line (the page, a 500, is ``unexpected_error``'s,
     which Starlette re-raises after), and a form posted from another site (cross-site request
-    forgery) refused: its Origin is not this server."""
+    forgery) refused: its Origin is not this server (csrf.py then checks the form's token)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -124,6 +125,9 @@ def create_app(cluster: Cluster, *, read_only: bool = False, metrics: list[str] 
         Route("/quorum/remove", quorum.controller_remove_confirm, name="controller_remove_confirm"),
         Route("/quorum/remove", quorum.controller_remove, methods=["POST"], name="controller_remove"),
         Route("/reassignments", reassignments.reassignment_list, name="reassignments"),
+        Route("/transactions", transactions.transaction_list, name="transactions"),
+        Route("/transactions/hanging", transactions.transaction_hanging, name="transactions_hanging"),
+        Route("/transactions/{transactional_id}", transactions.transaction_detail, name="transaction"),
         Route("/charts", charts.charts_page, name="charts"),
         Route("/metadata", time_travel.tree, name="metadata"),
         Route("/metadata/changes", time_travel.changes, name="metadata_changes"),
@@ -135,5 +139,5 @@ def create_app(cluster: Cluster, *, read_only: bool = False, metrics: list[str] 
     app.state.cluster = cluster
     app.state.read_only = read_only
     app.state.scraper = scraper
-    console = OneLineErrors(app)
+    console = OneLineErrors(CsrfProtection(app))
     return BasicAuth(console, users) if users else console

@@ -147,7 +147,7 @@ def error_status(e: Exception) -> int:
     if isinstance(e, SourceError):  # the quorum did not answer the shell's fetch
         return 503
     code: Any = getattr(e, "code", None)
-    if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION or code == ErrorCode.GROUP_ID_NOT_FOUND:
+    if code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.GROUP_ID_NOT_FOUND, ErrorCode.TRANSACTIONAL_ID_NOT_FOUND):
         return 404
     if code is not None and code.name.endswith("AUTHORIZATION_FAILED"):
         return 403

@@ -1,14 +1,18 @@
 """``kraft web``: serve the console (docs/web.md) on an address of its own, bound exclusively
-(a second console on the same port stops at once, as every listener of the project does)."""
+(a second console on the same port stops at once, as every listener of the project does),
+over https with ``--listen-config`` (and then with client certificates if it asks for them)."""
 from __future__ import annotations
 
 import asyncio
 import errno
 import socket
+import ssl
 
 import click
 
+from common.config_def import ConfigError
 from common.host_ports import host_ports
+from common.tls import ssl_context
 from kraft.cli.invocation import command_config_option, command_tls, fail
 
 
@@ -34,6 +38,21 @@ def bind(listen: str) -> socket.socket:
     return s
 
 
+def listen_tls(path: str) -> ssl.SSLContext:
+    """The console's own TLS from a properties file with the keys of a broker's SSL listener
+    (``ssl.keystore.location``, ``ssl.truststore.location``, ``ssl.client.auth``), read and
+    checked by the code the brokers use: a wrong file is one line before the console starts."""
+    from clients.config import read_config_file
+    from clients.security import listener_security
+    try:
+        security = listener_security({**read_config_file(path), "listener.security.protocol.map": "CONSOLE:SSL"},
+                                     "CONSOLE")
+    except ConfigError as e:
+        fail(f"--listen-config {path}: {e}")
+    assert security.tls is not None  # an SSL listener always has its material
+    return ssl_context(security.tls, server=True, client_auth=security.client_auth)
+
+
 @click.command("web")
 @click.option("--bootstrap-controller", required=True, envvar="KRAFT_BOOTSTRAP_CONTROLLER",
               help="HOST:PORT[,HOST:PORT...] of any controllers")
@@ -45,9 +64,12 @@ def bind(listen: str) -> socket.socket:
               help="the nodes' Prometheus endpoints (prometheus.listener) to chart live")
 @click.option("--auth-file", default=None, metavar="FILE",
               help="USER:PASSWORD lines: the console asks for one of them (HTTP basic auth)")
+@click.option("--listen-config", default=None, metavar="FILE",
+              help="serve https: ssl.keystore.location, and ssl.truststore.location with ssl.client.auth=required "
+                   "for client certificates (a broker's SSL listener's keys)")
 @command_config_option
 def web(bootstrap_controller: str, bootstrap_server: str, listen: str, read_only: bool, metrics: str | None,
-        auth_file: str | None) -> None:
+        auth_file: str | None, listen_config: str | None) -> None:
     """Serve a web console for the cluster (docs/web.md)."""
     import logging
 
@@ -66,12 +88,16 @@ def web(bootstrap_controller: str, bootstrap_server: str, listen: str, read_only
         users = read_auth_file(auth_file) if auth_file else None
     except AuthFileError as e:
         fail(f"--auth-file {e}")
+    serving = listen_tls(listen_config) if listen_config else None
     sock = bind(listen)
     app = create_app(Cluster(bootstrap_controller, bootstrap_server, command_tls()), read_only=read_only,
                      metrics=endpoints, users=users)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    click.echo(f"Console at http://{listen}/ (Ctrl-C stops it)", err=True)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    click.echo(f"Console at {'https' if serving else 'http'}://{listen}/ (Ctrl-C stops it)", err=True)
+    # A browser's idle https connections close only after their TLS shutdown (close_notify),
+    # which an idle browser may never answer: Ctrl-C waits for them 5 s at most.
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5,
+                                           ssl_context_factory=(lambda _config, _default: serving) if serving else None))
     try:
         asyncio.run(server.serve(sockets=[sock]))
     except KeyboardInterrupt:
