@@ -81,6 +81,8 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("docs/brokers.md", 'async with Producer("h1:9092'): "a fragment (await outside a function, hosts h1, h2)",
     ("docs/brokers.md", "python -m clients.console"): SYNOPSIS,
     ("docs/brokers.md", ".venv/bin/python -m bench."): BENCH,
+    ("docs/brokers.md", ".venv/bin/py-spy record --pid BROKER_PID"): ("a profiler attached to a running broker "
+                                                                        "(BROKER_PID stands for its process id)"),
     ("docs/brokers.md", "Dumping demo-2 (topic id"): OUTPUT,
     ("docs/brokers.md", "kraft transactions --bootstrap-server HOST:PORT abort"): SYNOPSIS,
     ("docs/metadata-shell.md", "metadata-shell --snapshot FILE"): SYNOPSIS,
