@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from metadata.client import ControllerClient
+from metadata.client import ControllerClient, QuorumUnreachable
 from kraft.dev_quorum import DevQuorum
 from protos import broker_pb2 as bpb
 from protos import broker_pb2_grpc
@@ -122,7 +122,10 @@ class BrokerCluster:
         ids = ids or [b for b in self.ids if self.procs.get(b) and self.procs[b].poll() is None]
         async with self.controller() as c:
             async def all_up() -> bool:
-                r = await c.describe_cluster(cpb.DescribeClusterRequest())
+                try:
+                    r = await c.describe_cluster(cpb.DescribeClusterRequest())
+                except QuorumUnreachable:  # controllers still starting (a busy machine): until ``timeout``
+                    return False
                 return set(ids) <= {b.id for b in r.brokers if not b.fenced}
 
             await eventually(all_up, timeout, interval=0.1,
