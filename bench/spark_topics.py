@@ -22,6 +22,13 @@ The messages are produced first, as fast as our producer goes (``bench.kafka_cli
   a pruned column could skip that);
 - ``spark-kraft-topic`` ``parquet``: ``load()`` written to Parquet in a temporary directory;
   its row count, read back afterwards (not timed), must equal the messages produced;
+- ``spark-standalone`` ``startup`` and ``count``: the same count on a Spark standalone cluster
+  on loopback (``metadata.analytics.standalone``: a master and ``--workers`` workers of one core
+  and 512 MiB each, started while the topic is filled), in cluster mode (executors of their
+  own; with ``--no-standalone``, skipped);
+- ``per-core`` ``compare``: each reader's msgs/s per core it had (our consumer: one process,
+  one core; Spark: its task slots, ``local[*]``'s or the executors' cores), and the standalone
+  cluster's against our consumer's (``standalone_over_consumer``; target >= 0.8, issue 31);
 - ``cluster`` ``logs``: WARNING/ERROR/Traceback lines in the controllers' and brokers' logs.
 
 Spark runs ``local[*]``; the benchmark, Spark's JVM and Python workers, 3 controllers and 3
@@ -38,10 +45,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kraft.dev_quorum import DevQuorum
+from metadata.analytics.standalone import EXECUTOR_MEMORY, StandaloneCluster
 
 from .common import REPO, emit, free_ports
 from .kafka_clients import create_topics, pykraft_produce, stop_cluster
@@ -80,13 +89,16 @@ def _topic(spark: SparkSession, bootstrap: str, most: int, **options: str) -> Da
     return reader.load()
 
 
-def spark_reads(bootstrap: str, args: argparse.Namespace, expected: int, spark_box: list[Any]) -> None:
+def spark_reads(bootstrap: str, args: argparse.Namespace, expected: int, spark_box: list[Any],
+                system: str = "spark-kraft-topic", master: str | None = None, parquet: bool = True) -> dict[str, Any]:
+    """Start a session on ``master`` (None: ``local[*]``), warm it up, then time the reads;
+    returns the ``count`` row."""
     from pyspark.sql import functions as F
 
     from metadata.analytics import session
 
     start = time.perf_counter()
-    spark = session.start()
+    spark = session.start(master)
     spark_box.append(spark)
     started = time.perf_counter() - start
     few = json.dumps({TOPIC: {str(p): 100 for p in range(args.partitions)}})
@@ -94,16 +106,20 @@ def spark_reads(bootstrap: str, args: argparse.Namespace, expected: int, spark_b
     _topic(spark, bootstrap, 0, endingOffsets=few).agg(F.sum(F.length("value"))).collect()
     warm = time.perf_counter() - start
     spark_row = {"max_records_per_partition": args.max_records_per_partition or None,
-                 "master": spark.sparkContext.master, "spark_startup_s": round(started + warm, 2)}
-    emit({"system": "spark-kraft-topic", "phase": "startup", "session_s": round(started, 2),
+                 "master": spark.sparkContext.master, "cores": spark.sparkContext.defaultParallelism,
+                 "spark_startup_s": round(started + warm, 2)}
+    emit({"system": system, "phase": "startup", "session_s": round(started, 2),
           "warmup_s": round(warm, 2), "seconds": round(started + warm, 2),
           "load_average": round(os.getloadavg()[0], 2)})
 
     start = time.perf_counter()
     n, nbytes = _topic(spark, bootstrap, args.max_records_per_partition).agg(
         F.count(F.lit(1)), F.sum(F.length("value"))).collect()[0]
-    emit(_row("spark-kraft-topic", "count", n, nbytes or 0, time.perf_counter() - start, expected=expected,
-              complete=n == expected, **spark_row))
+    count = _row(system, "count", n, nbytes or 0, time.perf_counter() - start, expected=expected,
+                 complete=n == expected, **spark_row)
+    emit(count)
+    if not parquet:
+        return count
 
     out = tempfile.mkdtemp(prefix="spark-topics-parquet")
     try:
@@ -115,6 +131,21 @@ def spark_reads(bootstrap: str, args: argparse.Namespace, expected: int, spark_b
                   complete=written == expected, **spark_row))
     finally:
         shutil.rmtree(out, ignore_errors=True)
+    return count
+
+
+def per_core(consumer: dict[str, Any], local: dict[str, Any], standalone: dict[str, Any] | None) -> dict[str, Any]:
+    """msgs/s per core each reader had: our consumer is one process on one core; Spark has
+    its task slots (local[*]'s cores, or the executors')."""
+    rates = {"pykraft_consumer": consumer["msgs_per_s"],
+             "spark_local": round(local["msgs_per_s"] / local["cores"]),
+             **({"spark_standalone": round(standalone["msgs_per_s"] / standalone["cores"])} if standalone else {})}
+    row: dict[str, Any] = {"system": "per-core", "phase": "compare", "msgs_per_s_per_core": rates,
+                           "local_over_consumer": round(rates["spark_local"] / rates["pykraft_consumer"], 2)}
+    if standalone:
+        row["standalone_over_consumer"] = round(rates["spark_standalone"] / rates["pykraft_consumer"], 2)
+        row["target_standalone_over_consumer"] = 0.8
+    return {**row, "load_average": round(os.getloadavg()[0], 2)}
 
 
 def run(args: argparse.Namespace) -> None:
@@ -123,6 +154,14 @@ def run(args: argparse.Namespace) -> None:
                         broker_extra={"broker.heartbeat.interval.ms": "1000"})
     spark_box: list[Any] = []
     cluster.start()
+    standalone = None
+    if args.standalone:  # its JVMs start while the topic fills
+        port, webui = free_ports(2)
+        standalone = StandaloneCluster(Path(tempfile.mkdtemp(prefix="sparkbench-standalone")), port=port,
+                                       webui_port=webui, workers=args.workers)
+        os.environ["SPARK_EXECUTOR_MEMORY"] = EXECUTOR_MEMORY
+    pool = ThreadPoolExecutor(1)
+    standalone_up = pool.submit(standalone.start) if standalone else None
     try:
         asyncio.run(cluster.wait_for_brokers(timeout=90))
         create_topics(cluster.kafka_bootstrap_servers, [TOPIC], args.partitions)
@@ -136,11 +175,24 @@ def run(args: argparse.Namespace) -> None:
               "seconds": round(produced["messages"] / rate, 2) if rate else None,
               "load_average": round(os.getloadavg()[0], 2)})
         expected = produced["messages"]
-        emit(consume(grpc, expected, args.value))
-        spark_reads(grpc, args, expected, spark_box)
+        consumer = consume(grpc, expected, args.value)
+        emit(consumer)
+        local = spark_reads(grpc, args, expected, spark_box)
+        on_cluster = None
+        if standalone_up is not None:
+            spark_box.pop().stop()  # one SparkContext per driver: local mode's ends first
+            on_cluster = spark_reads(grpc, args, expected, spark_box, "spark-standalone", standalone_up.result(),
+                                     parquet=False)
+        emit(per_core(consumer, local, on_cluster))
     finally:
         for spark in spark_box:
             spark.stop()
+        if standalone is not None:
+            if standalone_up is not None:
+                standalone_up.exception()  # started (or failed) before it is stopped
+            standalone.stop()
+            shutil.rmtree(standalone.directory, ignore_errors=True)
+        pool.shutdown()
         stop_cluster(cluster, base, args.keep)
 
 
@@ -151,6 +203,9 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=6)
     ap.add_argument("--max-records-per-partition", type=int, default=0,
                     help="the source's maxRecordsPerPartition (0: not set, one Spark task per topic partition)")
+    ap.add_argument("--no-standalone", dest="standalone", action="store_false",
+                    help="skip the Spark standalone cluster's read")
+    ap.add_argument("--workers", type=int, default=2, help="the standalone cluster's workers (one core each)")
     ap.add_argument("--keep", action="store_true", help="keep the cluster's directory (logs, data)")
     run(ap.parse_args())
 

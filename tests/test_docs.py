@@ -39,7 +39,8 @@ OUTPUT = "what a command prints (or the error it stops with), not a command"
 LISTING = "a listing or a picture, not a command"
 ONE_HOST = "one node's steps on its own host; the kraft dev-quorum this test starts takes them for every node"
 DOCKER = "docker compose: make compose-test (deploy/compose_test.py) runs it"
-SPARK = "Spark (a JVM, minutes): tests/test_analytics.py and tests/test_spark_topics.py run these"
+SPARK = ("Spark (a JVM, minutes): tests/test_analytics.py, tests/test_spark_topics.py and "
+         "tests/test_spark_standalone.py run these")
 DEMO = "reads the .demo/ data of make report (the demo, then Spark): tests/test_metadata_shell.py runs these commands"
 BENCH = "a benchmark (minutes of load), run on purpose, never by the tests"
 SESSION = ("a sample session on another cluster (its topics, TLS or ACLs): its output cannot match; "
@@ -75,6 +76,8 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("docs/analytics.md", "$ kraft analytics report"): SPARK,
     ("docs/analytics.md", "tables (parquet)"): OUTPUT,
     ("docs/analytics.md", "PYSPARK_PYTHON="): SPARK,
+    ("docs/analytics.md", "kraft analytics standalone start"): SPARK,
+    ("docs/analytics.md", "import os"): SPARK,
     ("docs/brokers.md", "Produce / Fetch"): LISTING,
     ("docs/brokers.md", 'kraft storage format --cluster-id "$(cat cluster.id)"'): ONE_HOST,
     ("docs/brokers.md", "Error: cannot listen"): OUTPUT,

@@ -1,4 +1,5 @@
-"""The analytics command line: a click group ``analytics`` holding ``report``, for the main
+"""The analytics command line: a click group ``analytics`` holding ``report`` and
+``standalone start|stop`` (a Spark standalone cluster on this machine), for the main
 ``kraft`` CLI to mount (``kraft analytics report ...``); ``python -m
 metadata.analytics.report`` runs the same command. Spark is only imported when a command
 runs, so mounting the group costs the CLI nothing."""
@@ -10,6 +11,7 @@ import click
 
 from metadata.analytics.errors import AnalyticsError
 from metadata.analytics.report import FORMATS, ReportOptions, run
+from metadata.analytics.standalone import standalone
 from metadata.log_dir import MetadataLogError
 
 
@@ -41,3 +43,6 @@ def report(snapshot: str | None, directory: str | None, offset: int | None,
     except (AnalyticsError, MetadataLogError) as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(1)
+
+
+analytics.add_command(standalone)

@@ -58,9 +58,10 @@ def start(master: str | None = None, app_name: str = APP_NAME) -> SparkSession:
         find_java()
         if master is None:
             master = DEFAULT_MASTER
-    if local_master(master):
-        # Tasks run this interpreter (with this project's packages); bind to loopback, which
-        # also keeps Spark from warning that the host name resolves to it.
+    if local_master(master) or loopback_master(master):
+        # Tasks run on this machine, in this interpreter (with this project's packages); bind
+        # to loopback, where a loopback master's executors reach the driver, and which keeps
+        # Spark from warning that the host name resolves to it.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
@@ -90,12 +91,13 @@ def start(master: str | None = None, app_name: str = APP_NAME) -> SparkSession:
     register(spark)
     register_topics(spark)
     # The master spark-submit was given is only known now.
-    if local_master(spark.sparkContext.master):
+    master = spark.sparkContext.master
+    if local_master(master) or loopback_master(master):  # this machine's cores run the tasks
         spark.conf.set("spark.sql.shuffle.partitions", str(2 * (os.cpu_count() or 1)))
         # The report caches the partitions table once and reads it a few times: compressing
         # the cache costs more CPU than the memory it saves at this size.
         spark.conf.set("spark.sql.inMemoryColumnarStorage.compressed", "false")
-    else:
+    if not local_master(master):
         ship_code(spark)
     return spark
 
@@ -106,19 +108,35 @@ def local_master(master: str | None) -> bool:
     return master is not None and (master == "local" or master.startswith("local["))
 
 
+def loopback_master(master: str | None) -> bool:
+    """Whether ``master`` is a standalone master on this machine's loopback (``standalone``'s
+    default): its workers, and so its executors, run here."""
+    host = (master or "").removeprefix("spark://").rsplit(":", 1)[0]
+    return bool(master and master.startswith("spark://")) and (host == "localhost" or host.startswith("127."))
+
+
 def ship_code(spark: SparkSession) -> None:
     """Send this project's packages to the executors (a cluster's Python workers do not
     have them); their dependencies (protobuf, immutables, pyarrow, and for topics grpcio, crc32c
     and the codecs) must be installed there."""
-    root = Path(__file__).resolve().parents[2]
     folder = tempfile.mkdtemp(prefix="kraft-analytics-")
     atexit.register(shutil.rmtree, folder, ignore_errors=True)  # served until the driver ends
-    archive = Path(folder) / "pykraft.zip"
+    spark.sparkContext.addPyFile(str(code_archive(Path(folder) / "pykraft.zip")))
+
+
+#: The packages a task imports: the data sources' (metadata.analytics, clients.spark), theirs
+#: (records, snapshots, the clients) and the floor they stand on.
+SHIPPED_PACKAGES = ("metadata", "protos", "raft", "clients", "common")
+
+
+def code_archive(archive: Path) -> Path:
+    """A zip of this project's packages that tasks import, as Python workers put it on their path."""
+    root = Path(__file__).resolve().parents[2]
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as z:
-        for package in ("metadata", "protos", "raft", "clients"):
+        for package in SHIPPED_PACKAGES:
             for path in sorted((root / package).rglob("*.py")):
                 z.write(path, path.relative_to(root).as_posix())
-    spark.sparkContext.addPyFile(str(archive))
+    return archive
 
 
 def first_line(e: BaseException) -> str:
