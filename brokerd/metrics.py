@@ -15,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from common.metrics import StateCollector, gauge
 
 from .group_coordinator import GroupCoordinator
+from .transaction_coordinator import TransactionCoordinator
 from .replica_manager import ReplicaManager
 
 
@@ -30,9 +31,10 @@ class BrokerMetrics(StateCollector):
     group lag of one broker."""
 
     def __init__(self, rm: ReplicaManager, groups: GroupCoordinator, metadata_offset: Callable[[], int],
-                 registry: CollectorRegistry) -> None:
+                 registry: CollectorRegistry, transactions: TransactionCoordinator | None = None) -> None:
         self.rm = rm
         self.groups = groups
+        self.transactions = transactions
         self.metadata_offset = metadata_offset
         super().__init__(registry)
 
@@ -99,5 +101,12 @@ class BrokerMetrics(StateCollector):
                 if high is not None:
                     lag.add_metric([g.group_id, topic, str(index)], max(0, high - committed.offset))
         yield lag
+        if self.transactions is not None:
+            txns = GaugeMetricFamily("kafka_transaction_coordinator_transactions",
+                                     "Transactional ids this broker coordinates, by state (its partitions of "
+                                     "__transaction_state)", labels=["state"])
+            for state, n in self.transactions.count_by_state().items():
+                txns.add_metric([state.value], n)
+            yield txns
         yield gauge("kafka_server_brokermetadatametrics_last_applied_record_offset",
                     "The metadata offset this broker has applied", self.metadata_offset())
