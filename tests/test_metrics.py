@@ -184,7 +184,7 @@ def test_the_transaction_coordinator_reports_transactions_by_state(cluster):
     coordinator reports the id)."""
     from clients import Producer as OurProducer
 
-    asyncio.run(cluster.create_topic("metered", partitions=1, rf=3))
+    asyncio.run(cluster.create_topic("transacted", partitions=1, rf=3))
 
     def total(state: str) -> float:
         return sum(value(scrape(ports(cluster)[b]), "kafka_transaction_coordinator_transactions", state=state)
@@ -194,7 +194,7 @@ def test_the_transaction_coordinator_reports_transactions_by_state(cluster):
         async with OurProducer(cluster.bootstrap_servers, transactional_id="metered-txn", linger_ms=2) as p:
             await p.init_transactions()
             p.begin_transaction()
-            await p.send("metered", b"v", partition=0)
+            await p.send("transacted", b"v", partition=0)
             await eventually(lambda: total("Ongoing") == 1, 20, interval=0.2, what="one Ongoing transaction")
             await p.commit_transaction()
         await eventually(lambda: total("CompleteCommit") == 1 and total("Ongoing") == 0, 20, interval=0.2,
@@ -248,7 +248,8 @@ def test_a_killed_broker_shows_as_fenced_offline_and_under_replicated(cluster):
         """Every partition with more than one replica (all include the victim: three brokers)
         lost the victim from its ISR and is under-replicated on its leader, a survivor."""
         expected = 0
-        for name in ("everywhere", "metered", "__consumer_offsets"):  # those the earlier tests made
+        made = ("everywhere", "metered", "transacted", "__consumer_offsets", "__transaction_state")  # earlier tests'
+        for name in made:
             t = await cluster.describe_topic(name)
             expected += sum(1 for p in t.partitions if len(p.replicas) > 1 and p.leader >= 0)
         survivors = [scrape(ports(cluster)[b]) for b in BROKERS if b != VICTIM]
