@@ -9,6 +9,9 @@ JSON lines (``phase``):
   idempotent, ...) so that load from elsewhere on the machine falls on both alike: acks=all,
   linger.ms=5, ``--value``-byte records for ``--seconds``; ``transactional`` commits every
   100 ms (``--commit-ms``). Messages/s and MB/s acknowledged (committed, for transactions);
+  for transactions also ``cycle_ms`` (the seconds per transaction) and ``commit_call_ms``
+  (the median time in ``commit_transaction``: the flush of the records in flight, acks=all,
+  then EndTxn);
 - ``consume``, alternating too: everything the transactional rounds committed, read from the
   beginning by an assigned (group-less) consumer with ``isolation.level`` read_committed or
   read_uncommitted: messages/s (the markers are skipped by both);
@@ -71,6 +74,7 @@ def produce(bootstrap: str, topic: str, args: argparse.Namespace, transactional_
     if transactional_id:
         p.init_transactions(60)
     transactions = 0
+    commits: list[float] = []  # seconds in commit_transaction: the flush of what is in flight, then EndTxn
     start = time.perf_counter()
     end = start + args.seconds
     while time.perf_counter() < end:
@@ -79,7 +83,9 @@ def produce(bootstrap: str, topic: str, args: argparse.Namespace, transactional_
             until = min(end, time.perf_counter() + args.commit_ms / 1000)
             while time.perf_counter() < until:
                 send(200)
+            t = time.perf_counter()
             p.commit_transaction(60)
+            commits.append(time.perf_counter() - t)
             transactions += 1
         else:
             send(200)
@@ -89,6 +95,8 @@ def produce(bootstrap: str, topic: str, args: argparse.Namespace, transactional_
     return {"phase": "produce", "mode": mode, "messages": acked, "failed": failed,
             "msgs_per_s": round(acked / elapsed), "MBps": round(acked * args.value / elapsed / 1e6, 2),
             "transactions": transactions, "commit_ms": args.commit_ms if transactional_id else None,
+            "cycle_ms": round(elapsed / transactions * 1000) if transactions else None,
+            "commit_call_ms": round(statistics.median(commits) * 1000) if commits else None,
             "acks": "all", "replication_factor": 3, "linger_ms": LINGER_MS, "value_bytes": args.value,
             "partitions": args.partitions}
 

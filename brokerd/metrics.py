@@ -16,6 +16,7 @@ from common.metrics import StateCollector, gauge
 
 from .fetch_session import FetchSessionCache
 from .group_coordinator import GroupCoordinator
+from .transaction_coordinator import TransactionCoordinator
 from .replica_manager import ReplicaManager
 
 
@@ -31,10 +32,12 @@ class BrokerMetrics(StateCollector):
     group lag of one broker."""
 
     def __init__(self, rm: ReplicaManager, groups: GroupCoordinator, metadata_offset: Callable[[], int],
-                 registry: CollectorRegistry, fetch_sessions: FetchSessionCache | None = None) -> None:
+                 registry: CollectorRegistry, fetch_sessions: FetchSessionCache | None = None,
+                 transactions: TransactionCoordinator | None = None) -> None:
         self.rm = rm
         self.fetch_sessions = fetch_sessions
         self.groups = groups
+        self.transactions = transactions
         self.metadata_offset = metadata_offset
         super().__init__(registry)
 
@@ -115,5 +118,12 @@ class BrokerMetrics(StateCollector):
                 c = CounterMetricFamily(fsc + name, doc)
                 c.add_metric([], n)
                 yield c
+        if self.transactions is not None:
+            txns = GaugeMetricFamily("kafka_transaction_coordinator_transactions",
+                                     "Transactional ids this broker coordinates, by state (its partitions of "
+                                     "__transaction_state)", labels=["state"])
+            for state, n in self.transactions.count_by_state().items():
+                txns.add_metric([state.value], n)
+            yield txns
         yield gauge("kafka_server_brokermetadatametrics_last_applied_record_offset",
                     "The metadata offset this broker has applied", self.metadata_offset())

@@ -187,12 +187,13 @@ class BrokerServer:
                                  bcfg.replica_lag_time_max_ms, self.rm.leaders, eligible=self._isr_eligible)
         self.groups = GroupCoordinator(self.rm, bcfg, self._create_offsets_topic)
         self.fetch_sessions = FetchSessionCache(bcfg.fetch_session_cache_slots)  # shared by the Kafka listeners
-        BrokerMetrics(self.rm, self.groups, lambda: self.published_offset, self.metrics.registry, self.fetch_sessions)
         requests = self.metrics.requests if self.metrics.enabled else None
         self.producer_ids = producer_ids = ProducerIdManager(self.client, cfg.node_id, lambda: self.lifecycle.epoch)
         self.transactions = TransactionCoordinator(self.rm, bcfg, producer_ids, self._create_transaction_state_topic,
                                                    self.groups.marker_written)
         self.rm.txn_verifier = TransactionVerifier(self.rm, self.transactions)
+        BrokerMetrics(self.rm, self.groups, lambda: self.published_offset, self.metrics.registry,
+                      self.fetch_sessions, self.transactions)
         auto_topics = TopicAutoCreator(bcfg.auto_create, self.client)
         self.kafka_listeners = []
         self.servers = []

@@ -407,12 +407,23 @@ class TransactionCoordinator:
                                     producer_id=m.producer_id, producer_epoch=m.producer_epoch,
                                     partitions=sorted(m.partitions))
 
-    def _coordinated(self) -> list[TransactionMetadata]:
+    def count_by_state(self) -> dict[TxnState, int]:
+        """How many of the transactional ids this broker coordinates are in each state (every
+        state, zeros too, so that a chart of one starts at 0): the metrics' view. Called from
+        the metrics' HTTP thread, so the dicts the event loop changes are copied first."""
+        counts = dict.fromkeys(TxnState, 0)
+        for m in self._coordinated(dict(self._loaded), list(self.txns.values())):
+            counts[m.state] += 1
+        return counts
+
+    def _coordinated(self, loaded: dict[int, int] | None = None,
+                     txns: list[TransactionMetadata] | None = None) -> list[TransactionMetadata]:
         n = self._state_partitions()
-        led = {index for index, epoch in self._loaded.items()
+        led = {index for index, epoch in (self._loaded if loaded is None else loaded).items()
                if (p := self.rm.by_name.get((TRANSACTION_STATE_TOPIC, index))) is not None and p.is_leader
                and p.leader_epoch == epoch}
-        return [m for m in self.txns.values() if n and txn_partition_for(m.transactional_id, n) in led]
+        return [m for m in (self.txns.values() if txns is None else txns)
+                if n and txn_partition_for(m.transactional_id, n) in led]
 
     # -- EndTxn ----------------------------------------------------------------------------------
 

@@ -53,7 +53,8 @@ def has(samples: Samples, name: str) -> bool:
 def cluster(tmp_path_factory) -> Iterator[BrokerCluster]:
     first = consecutive_ports(6)
     listeners = {nid: {"prometheus.listener": f"127.0.0.1:{first + i}"} for i, nid in enumerate(CONTROLLERS + BROKERS)}
-    props = {"replica.lag.time.max.ms": "2000", "offsets.topic.num.partitions": "3"}
+    props = {"replica.lag.time.max.ms": "2000", "offsets.topic.num.partitions": "3",
+             "transaction.state.log.num.partitions": "3"}
     with running_cluster(tmp_path_factory.mktemp("metrics"), props, listeners) as c:
         yield c
 
@@ -177,6 +178,30 @@ def test_the_group_coordinator_reports_consumer_lag(cluster):
     asyncio.run(eventually(lag, 20, what="a lag of 6 for group laggards"))
 
 
+def test_the_transaction_coordinator_reports_transactions_by_state(cluster):
+    """kafka_transaction_coordinator_transactions{state}: a transaction open is Ongoing on its
+    coordinator, and CompleteCommit once committed (summed over the brokers: only the
+    coordinator reports the id)."""
+    from clients import Producer as OurProducer
+
+    asyncio.run(cluster.create_topic("transacted", partitions=1, rf=3))
+
+    def total(state: str) -> float:
+        return sum(value(scrape(ports(cluster)[b]), "kafka_transaction_coordinator_transactions", state=state)
+                   for b in BROKERS)
+
+    async def go() -> None:
+        async with OurProducer(cluster.bootstrap_servers, transactional_id="metered-txn", linger_ms=2) as p:
+            await p.init_transactions()
+            p.begin_transaction()
+            await p.send("transacted", b"v", partition=0)
+            await eventually(lambda: total("Ongoing") == 1, 20, interval=0.2, what="one Ongoing transaction")
+            await p.commit_transaction()
+        await eventually(lambda: total("CompleteCommit") == 1 and total("Ongoing") == 0, 20, interval=0.2,
+                         what="one CompleteCommit transaction and none Ongoing")
+    asyncio.run(go())
+
+
 def test_the_dashboard_and_scrape_config_name_what_the_nodes_serve(cluster):
     """Every metric the Grafana dashboard queries is one the nodes serve (their HELP lines
     name even the families that have no sample yet), and prometheus.yml scrapes every node
@@ -223,7 +248,8 @@ def test_a_killed_broker_shows_as_fenced_offline_and_under_replicated(cluster):
         """Every partition with more than one replica (all include the victim: three brokers)
         lost the victim from its ISR and is under-replicated on its leader, a survivor."""
         expected = 0
-        for name in ("everywhere", "metered", "__consumer_offsets"):  # those the earlier tests made
+        made = ("everywhere", "metered", "transacted", "__consumer_offsets", "__transaction_state")  # earlier tests'
+        for name in made:
             t = await cluster.describe_topic(name)
             expected += sum(1 for p in t.partitions if len(p.replicas) > 1 and p.leader >= 0)
         survivors = [scrape(ports(cluster)[b]) for b in BROKERS if b != VICTIM]
