@@ -306,6 +306,18 @@ def test_connection_limits_per_address_with_overrides_and_in_all():
         parse_overrides("nohost")
 
 
+def test_connection_creation_rate_of_an_ip_holds_connections_over_it_uncounted():
+    from brokerd.connection_quotas import ConnectionQuotas
+    image = quotas_of(alteration((("ip", "10.0.0.1"),), connection_creation_rate=2),
+                      alteration((("ip", None),), connection_creation_rate=4))
+    q = ConnectionQuotas(100, 100, quotas=lambda: image, window=QuotaWindow(2, 1.0))
+    # a new address may open a window's worth at once (2 and 4), then waits the time that brings it back
+    assert [q.creation_throttle_ms("10.0.0.1") > 0 for _ in range(4)] == [False, False, True, True]
+    assert [q.creation_throttle_ms("10.0.0.2") > 0 for _ in range(5)] == [False] * 4 + [True]
+    assert 0 < q.creation_throttle_ms("10.0.0.1") <= 1000  # refused ones were not counted: (3 - 2) / 2 * 1 s
+    assert ConnectionQuotas(1, 1).creation_throttle_ms("10.0.0.1") == 0  # no quotas: nothing counted
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[BrokerCluster]:
     # quota windows of 4 samples of 1 s (Kafka: 11) keep the producers' test short
@@ -664,3 +676,37 @@ def test_a_connection_flood_from_one_address_leaves_the_broker_serving_others(cl
     assert value == b"during the flood"
     assert after - before < 64 * 1024, f"the broker grew by {(after - before) // 1024} MiB"
 
+
+def test_a_burst_of_connections_over_connection_creation_rate_is_held_then_closed(cluster):
+    """KIP-612: connection_creation_rate=5 for 127.0.0.2 (a window of 3 samples' allowance, 15
+    at once): of 40 connections opened at once from there, about 15 are served and the others
+    are held unanswered and closed; 127.0.0.1, without a quota, has all of its 40 served."""
+    port = cluster.kafka_ports[cluster.ids[0]]
+    from brokerd.kafka.codec import build, frame_request, request_schema
+    hello = frame_request(18, 3, 1, "burst", build(request_schema(18, 3), {
+        "client_software_name": "pytest", "client_software_version": "1"}))
+
+    async def burst(address: str) -> tuple[int, float]:
+        async def one() -> tuple[bool, float]:
+            opened = time.monotonic()
+            r, w = await asyncio.open_connection("127.0.0.1", port, local_addr=(address, 0))
+            try:
+                w.write(hello)
+                answered = len(await asyncio.wait_for(r.read(4), 20)) == 4
+            except ConnectionError:
+                answered = False
+            w.close()
+            return answered, time.monotonic() - opened
+
+        done = await asyncio.gather(*(one() for _ in range(40)))
+        return sum(a for a, _ in done), max(t for a, t in done if not a) if not all(a for a, _ in done) else 0.0
+
+    asyncio.run(set_client_quota(cluster, "127.0.0.2", "connection_creation_rate", 5, "ip"))
+    asyncio.run(cluster.create_topic("after-the-ip-quota", 1, rf=1))  # the broker has the quota's delta now
+    try:
+        served, held = asyncio.run(burst("127.0.0.2"))
+        print(f"127.0.0.2: {served} of 40 served, the others held up to {held:.2f} s")
+        assert 10 <= served <= 20 and held >= 0.15  # (16 / 3 - 5) / 5 * 3 s = 0.2 s
+        assert asyncio.run(burst("127.0.0.1"))[0] == 40
+    finally:
+        asyncio.run(set_client_quota(cluster, "127.0.0.2", "connection_creation_rate", 0, "ip", remove=True))
