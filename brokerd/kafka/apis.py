@@ -192,7 +192,7 @@ class KafkaApis:
             return None
         if self.throttling is not None:
             self.throttling.after(header.api_key, request, answer, session, header.client_id or "", image, timer)
-        if timer is None:
+        if timer is None or self.throttling is None:
             return build(response_schema(header.api_key, header.api_version), answer)
         start = time.perf_counter()  # the response's encoding counts too, towards the client's next request
         response = build(response_schema(header.api_key, header.api_version), answer)
