@@ -1,4 +1,4 @@
-"""Client byte-rate quotas on a broker (Kafka's ClientQuotaManager; KIP-13, KIP-55, KIP-219).
+"""Client quotas on a broker (Kafka's ClientQuotaManager; KIP-13, KIP-55, KIP-124, KIP-219, KIP-599).
 
 A quota belongs to the most specific entity of the metadata image that matches the request's
 user (the principal's name) and client id, in Kafka's order of precedence:
@@ -22,7 +22,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from metadata.client_quotas import CLIENT_ID, CONSUMER_BYTE_RATE, CONTROLLER_MUTATION_RATE, PRODUCER_BYTE_RATE, USER
+from metadata.client_quotas import (CLIENT_ID, CONSUMER_BYTE_RATE, CONTROLLER_MUTATION_RATE, PRODUCER_BYTE_RATE,
+                                    REQUEST_PERCENTAGE, USER)
 from metadata.image import ClientQuotasImage, QuotaEntity
 
 #: Sensors of clients idle this long are dropped (Kafka's inactive sensor expiration: an hour).
@@ -164,6 +165,21 @@ class ClientQuotaManager:
             del self._rates[group]
 
 
+class RequestQuotaManager(ClientQuotaManager):
+    """``request_percentage`` (KIP-124): the time the broker spends on a client's requests, as a
+    percent of one thread's time (our broker has one event loop), over the same windows as the
+    byte rates. As Kafka's ClientRequestQuotaManager, a throttle is at most one window: the time
+    is taken from the broker, not from the client, so a long throttle would gain nothing."""
+
+    def __init__(self, quotas: Callable[[], ClientQuotasImage], window: QuotaWindow = QuotaWindow(),
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(REQUEST_PERCENTAGE, quotas, window, clock)
+
+    def record(self, user: str, client_id: str, value: float) -> int:
+        """Count ``value`` seconds of the broker's time; the throttle time in ms (0: within quota)."""
+        return min(super().record(user, client_id, value * 100), round(self.window.size_s * 1000))
+
+
 class MutationQuotaManager(ClientQuotaManager):
     """``controller_mutation_rate`` (KIP-599): partitions created or deleted per second, as a
     token bucket of ``rate * quota.window.num * quota.window.size.seconds`` tokens refilled at
@@ -213,3 +229,4 @@ class ClientQuotas:
         self.produce = ClientQuotaManager(PRODUCER_BYTE_RATE, quotas, window, clock)
         self.fetch = ClientQuotaManager(CONSUMER_BYTE_RATE, quotas, window, clock)
         self.mutations = MutationQuotaManager(quotas, window, clock)
+        self.request = RequestQuotaManager(quotas, window, clock)

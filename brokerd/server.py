@@ -200,7 +200,8 @@ class BrokerServer:
         self.gate = ServingGate(cfg.node_id)
         self.client_quotas = ClientQuotas(lambda: self.rm.image.client_quotas, bcfg.quota_window)
         connections = ConnectionQuotas(bcfg.max_connections, bcfg.max_connections_per_ip,
-                                       parse_overrides(bcfg.max_connections_per_ip_overrides))
+                                       parse_overrides(bcfg.max_connections_per_ip_overrides),
+                                       lambda: self.rm.image.client_quotas, bcfg.quota_window)
         for name, (host, port) in cfg.listeners.items():
             if name == cfg.controller_listener:
                 continue

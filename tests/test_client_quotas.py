@@ -225,6 +225,48 @@ def test_a_throttled_fetch_is_answered_empty_and_its_bytes_taken_back():
     assert throttling.quotas.fetch.record("", "reader", 0) == 0  # the 90 bytes not sent were taken back
 
 
+def test_request_time_counts_the_handlers_own_steps_and_throttles_at_most_a_window():
+    """request_percentage (KIP-124): the handler's time on the loop, not the time it waits, as a
+    percent of one thread's time; a throttle is at most one window (Kafka's request quota)."""
+    from brokerd.kafka.throttling import HandlerTime
+
+    def busy(seconds: float) -> None:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+    async def handler() -> str:
+        busy(0.02)
+        await asyncio.sleep(0.2)
+        busy(0.02)
+        return "answer"
+
+    async def timed() -> tuple[str, float]:
+        timer = HandlerTime(handler())
+        return await timer, timer.spent
+
+    answer, spent = asyncio.run(timed())
+    assert answer == "answer" and 0.04 <= spent < 0.1, spent
+    now = [0.0]
+    image = quotas_of(alteration((("client-id", "busy"),), request_percentage=1))
+    throttling = KafkaThrottling(ClientQuotas(lambda: image, QuotaWindow(4, 1.0), lambda: now[0]))
+    session = Session("User:ANONYMOUS", "127.0.0.1")
+    work = handler()
+    assert throttling.timed(3, session, "other", work) is None  # no quota: not timed
+    assert throttling.timed(27, session, "busy", work) is None  # WriteTxnMarkers: inter-broker, exempt
+    timer = throttling.timed(3, session, "busy", work)
+    assert isinstance(timer, HandlerTime)
+    work.close()
+    timer.spent, first = 0.02, {}  # 20 ms of 30 (1% of 3 windows): within the quota
+    throttling.after(3, None, first, session, "busy", MetadataImage.empty(), timer)
+    timer.spent, second = 0.02, {}  # 40 ms over 3 s: 33% over, 1 s; at most one window
+    throttling.after(3, None, second, session, "busy", MetadataImage.empty(), timer)
+    assert "throttle_time" not in first and second["throttle_time"] == 1000
+    fetched = {"responses": [{"topic": "t", "partitions": [{"records": b"x"}]}]}
+    throttling.after(1, None, fetched, session, "busy", MetadataImage.empty(), timer)
+    assert fetched["responses"] == [] and fetched["throttle_time"] == 1000  # a fetch throttled so: empty
+
+
 def test_the_mutation_bucket_lets_a_request_into_debt_then_refuses_until_it_is_paid():
     now = [0.0]
     image = quotas_of(alteration((("client-id", "m"),), controller_mutation_rate=1))
@@ -262,6 +304,18 @@ def test_connection_limits_per_address_with_overrides_and_in_all():
     assert q.admit("10.0.0.2") and (q.total, q.by_ip["10.0.0.1"]) == (5, 1)
     with pytest.raises(Exception, match="is not IP:COUNT"):
         parse_overrides("nohost")
+
+
+def test_connection_creation_rate_of_an_ip_holds_connections_over_it_uncounted():
+    from brokerd.connection_quotas import ConnectionQuotas
+    image = quotas_of(alteration((("ip", "10.0.0.1"),), connection_creation_rate=2),
+                      alteration((("ip", None),), connection_creation_rate=4))
+    q = ConnectionQuotas(100, 100, quotas=lambda: image, window=QuotaWindow(2, 1.0))
+    # a new address may open a window's worth at once (2 and 4), then waits the time that brings it back
+    assert [q.creation_throttle_ms("10.0.0.1") > 0 for _ in range(4)] == [False, False, True, True]
+    assert [q.creation_throttle_ms("10.0.0.2") > 0 for _ in range(5)] == [False] * 4 + [True]
+    assert 0 < q.creation_throttle_ms("10.0.0.1") <= 1000  # refused ones were not counted: (3 - 2) / 2 * 1 s
+    assert ConnectionQuotas(1, 1).creation_throttle_ms("10.0.0.1") == 0  # no quotas: nothing counted
 
 
 @pytest.fixture(scope="module")
@@ -330,6 +384,9 @@ def test_kraft_configs_sets_describes_and_deletes_quotas(cluster):
                    "consumer_byte_rate=2097152.0, producer_byte_rate=1048576.0\n")
     assert cli(*b, "--describe", "--entity-type", "clients").output == (
         "Quota configs for the default client-id are request_percentage=25.0\n")
+    # enforced now: the module's other clients must not be held to it
+    assert cli(*b, "--alter", "--entity-type", "clients", "--entity-default", "--delete-config",
+               "request_percentage").exit_code == 0
     # a user with quotas and no SCRAM credential: its quotas, and no error
     r = cli(*b, "--alter", "--entity-type", "users", "--entity-name", "dave", "--add-config",
             "controller_mutation_rate=5")
@@ -350,11 +407,12 @@ def test_kraft_configs_sets_describes_and_deletes_quotas(cluster):
     assert r.exit_code == 1 and "--entity-name or --entity-default" in r.output
 
 
-async def set_client_quota(c: BrokerCluster, client_id: str, key: str, rate: float) -> None:
+async def set_client_quota(c: BrokerCluster, client_id: str, key: str, rate: float, entity_type: str = "client-id",
+                           remove: bool = False) -> None:
     async with c.controller() as ctl:
         r = await ctl.alter_client_quotas(cpb.AlterClientQuotasRequest(entries=[cpb.QuotaAlteration(
-            entity=[cpb.QuotaEntityPart(entity_type="client-id", entity_name=client_id)],
-            ops=[cpb.QuotaOp(key=key, value=rate)])]))
+            entity=[cpb.QuotaEntityPart(entity_type=entity_type, entity_name=client_id)],
+            ops=[cpb.QuotaOp(key=key, value=rate, remove=remove)])]))
         assert r.results[0].error_code == 0, r.results[0].error_message
 
 
@@ -509,6 +567,40 @@ def test_topic_mutations_over_controller_mutation_rate_are_refused_then_let_thro
     assert create("other-client", 7, client_id="someone-else").topics[0].error_code == 0
 
 
+def test_a_client_flooding_cheap_requests_over_request_percentage_is_throttled_another_is_not(cluster):
+    """request_percentage=1 for client id "busy": Metadata requests back to back on one
+    connection are answered throttle_time_ms > 0 and muted, so busy gets far fewer answered than
+    "calm" (no quota) flooding the same way at the same time, which is never throttled."""
+    asyncio.run(set_client_quota(cluster, "busy", "request_percentage", 1))
+    from brokerd.kafka.codec import build, frame_request, read_response, request_schema
+    body = build(request_schema(3, 12), {"topics": None, "allow_auto_topic_creation": False,
+                                         "include_topic_authorized_operations": False})
+    results: dict[str, list[tuple[float, float]]] = {}  # client id -> (when answered, throttle s)
+    start = time.monotonic()
+
+    def flood(client_id: str) -> None:
+        answers = results[client_id] = []
+        with socket.create_connection(("127.0.0.1", cluster.kafka_ports[cluster.ids[0]]), 5) as s:
+            s.settimeout(20)
+            while time.monotonic() < start + 6:
+                s.sendall(frame_request(3, 12, len(answers), client_id, body))
+                size = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))[0]
+                r = read_response(s.recv(size, socket.MSG_WAITALL), 3, 12)[1]
+                answers.append((time.monotonic(), r.throttle_time.total_seconds()))
+
+    threads = [threading.Thread(target=flood, args=(c,)) for c in ("busy", "calm")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    # after the first (samples - 1) windows' allowance, busy is held to 10 ms of the broker's time a second
+    busy, calm = ([a for a in results[c] if a[0] >= start + 3] for c in ("busy", "calm"))
+    print(f"from 3 s to 6 s: busy {len(busy)} answered, throttled up to {max(t for _, t in busy):.3f} s; "
+          f"calm {len(calm)} answered")
+    assert max(t for _, t in busy) > 0 and not any(t for _, t in results["calm"])
+    assert len(busy) * 2 < len(calm), (len(busy), len(calm))  # without the quota: about the same
+
+
 def rss_kib(pid: int) -> int:
     for line in open(f"/proc/{pid}/status"):
         if line.startswith("VmRSS:"):
@@ -583,3 +675,38 @@ def test_a_connection_flood_from_one_address_leaves_the_broker_serving_others(cl
     assert kept <= 100 and kept + refused == 2000 and refused >= 1900
     assert value == b"during the flood"
     assert after - before < 64 * 1024, f"the broker grew by {(after - before) // 1024} MiB"
+
+
+def test_a_burst_of_connections_over_connection_creation_rate_is_held_then_closed(cluster):
+    """KIP-612: connection_creation_rate=5 for 127.0.0.2 (a window of 3 samples' allowance, 15
+    at once): of 40 connections opened at once from there, about 15 are served and the others
+    are held unanswered and closed; 127.0.0.1, without a quota, has all of its 40 served."""
+    port = cluster.kafka_ports[cluster.ids[0]]
+    from brokerd.kafka.codec import build, frame_request, request_schema
+    hello = frame_request(18, 3, 1, "burst", build(request_schema(18, 3), {
+        "client_software_name": "pytest", "client_software_version": "1"}))
+
+    async def burst(address: str) -> tuple[int, float]:
+        async def one() -> tuple[bool, float]:
+            opened = time.monotonic()
+            r, w = await asyncio.open_connection("127.0.0.1", port, local_addr=(address, 0))
+            try:
+                w.write(hello)
+                answered = len(await asyncio.wait_for(r.read(4), 20)) == 4
+            except ConnectionError:
+                answered = False
+            w.close()
+            return answered, time.monotonic() - opened
+
+        done = await asyncio.gather(*(one() for _ in range(40)))
+        return sum(a for a, _ in done), max(t for a, t in done if not a) if not all(a for a, _ in done) else 0.0
+
+    asyncio.run(set_client_quota(cluster, "127.0.0.2", "connection_creation_rate", 5, "ip"))
+    asyncio.run(cluster.create_topic("after-the-ip-quota", 1, rf=1))  # the broker has the quota's delta now
+    try:
+        served, held = asyncio.run(burst("127.0.0.2"))
+        print(f"127.0.0.2: {served} of 40 served, the others held up to {held:.2f} s")
+        assert 10 <= served <= 20 and held >= 0.15  # (16 / 3 - 5) / 5 * 3 s = 0.2 s
+        assert asyncio.run(burst("127.0.0.1"))[0] == 40
+    finally:
+        asyncio.run(set_client_quota(cluster, "127.0.0.2", "connection_creation_rate", 0, "ip", remove=True))

@@ -14,6 +14,7 @@ that is sent anyway closes its connection (codec.MalformedRequest).
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
@@ -191,14 +192,22 @@ class KafkaApis:
             request = self.throttling.before(header.api_key, request, session, header.client_id or "")
             answer = self.throttling.refusal(header.api_key, header.api_version, request, session,
                                              header.client_id or "")
+        timer = None
         if answer is None:
-            answer = await self.handlers[header.api_key](request, header.api_version,
-                                                         Access(self.authorizer, session))
+            work = self.handlers[header.api_key](request, header.api_version, Access(self.authorizer, session))
+            if self.throttling is not None:  # request_percentage: the handler's time on the loop
+                timer = self.throttling.timed(header.api_key, session, header.client_id or "", work)
+            answer = await (timer or work)
         if answer is None:
             return None
         if self.throttling is not None:
-            self.throttling.after(header.api_key, request, answer, session, header.client_id or "", image)
-        return build(response_schema(header.api_key, header.api_version), answer)
+            self.throttling.after(header.api_key, request, answer, session, header.client_id or "", image, timer)
+        if timer is None or self.throttling is None:
+            return build(response_schema(header.api_key, header.api_version), answer)
+        start = time.perf_counter()  # the response's encoding counts too, towards the client's next request
+        response = build(response_schema(header.api_key, header.api_version), answer)
+        self.throttling.charge(session, header.client_id or "", time.perf_counter() - start)
+        return response
 
     # -- versions and metadata -------------------------------------------------------------------
 

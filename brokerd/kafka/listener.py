@@ -106,6 +106,11 @@ class KafkaListener:
             self._connections.discard(me)
             return
         try:
+            if self.connections is not None and (held := self.connections.creation_throttle_ms(ip)):
+                await asyncio.sleep(held / 1000)  # KIP-612: closed after the throttle, so a reconnect loop waits
+                writer.transport.abort()
+                self._connections.discard(me)
+                return
             await self._serve_admitted(reader, writer, where, me)
         finally:
             if self.connections is not None:

@@ -2,7 +2,11 @@
 a produce counts its record bytes, a fetch the bytes it answers with, CreateTopics,
 CreatePartitions and DeleteTopics the partitions they create or delete
 (``controller_mutation_rate``, KIP-599); a client over its quota gets ``throttle_time_ms``, and
-the listener mutes its connection for that long (KIP-219).
+the listener mutes its connection for that long (KIP-219). ``request_percentage`` (KIP-124)
+counts the time the handler of each request runs on the event loop (``HandlerTime``), except
+for the requests Kafka exempts: inter-broker ones (WriteTxnMarkers here) and the SASL exchange
+(which the listener answers before this boundary); a client over both quotas is throttled for
+the longer time.
 
 As Kafka: a fetch under a consumer quota asks for at most the quota's window of bytes, and a
 fetch that is throttled is answered empty (its bytes taken back from the client's rate) so that
@@ -15,6 +19,8 @@ through and throttled, as Kafka does."""
 from __future__ import annotations
 
 import dataclasses
+import time
+from collections.abc import Awaitable, Generator
 from typing import Any
 
 from common.errors import ErrorCode
@@ -23,7 +29,9 @@ from metadata.principal import Session
 
 from ..quotas import ClientQuotas, user_of
 
-PRODUCE, FETCH, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 0, 1, 19, 20, 37
+PRODUCE, FETCH, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, WRITE_TXN_MARKERS = 0, 1, 19, 20, 37, 27
+#: Requests whose time no client is charged for (Kafka: cluster actions, sent by brokers).
+EXEMPT = frozenset({WRITE_TXN_MARKERS})
 #: The first version of each API whose client throttles itself (KIP-219); older ones wait for the answer.
 CLIENT_THROTTLES = {PRODUCE: 6, FETCH: 8, CREATE_TOPICS: 3, DELETE_TOPICS: 2, CREATE_PARTITIONS: 1}
 #: The first version of each mutation that may be refused THROTTLING_QUOTA_EXCEEDED (KIP-599).
@@ -31,9 +39,44 @@ STRICT = {CREATE_TOPICS: 6, DELETE_TOPICS: 5, CREATE_PARTITIONS: 3}
 EXCEEDED = "The throttling quota has been exceeded."
 
 
+class HandlerTime:
+    """A handler awaited while the seconds its own steps run on the event loop are summed: the
+    time it waits (a long-polling fetch, an acks=all produce waiting for its replicas) costs the
+    broker nothing, as Kafka's purgatory costs no request handler thread."""
+
+    __slots__ = ("_work", "spent")
+
+    def __init__(self, work: Awaitable[Any]) -> None:
+        self._work = work
+        self.spent = 0.0
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        steps = self._work.__await__()
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            start = time.perf_counter()
+            try:
+                step = steps.send(value) if error is None else steps.throw(error)
+            except StopIteration as done:
+                return done.value
+            finally:
+                self.spent += time.perf_counter() - start
+            try:
+                value, error = (yield step), None
+            except BaseException as e:  # a cancellation goes on into the handler
+                value, error = None, e
+
+
 class KafkaThrottling:
     def __init__(self, quotas: ClientQuotas) -> None:
         self.quotas = quotas
+
+    def timed(self, api_key: int, session: Session, client_id: str, work: Awaitable[Any]) -> HandlerTime | None:
+        """The handler timed when the client has a ``request_percentage``; None: not counted."""
+        if api_key in EXEMPT or self.quotas.request.quota(user_of(session.principal), client_id) is None:
+            return None
+        return HandlerTime(work)
 
     def before(self, api_key: int, request: Any, session: Session, client_id: str) -> Any:
         """The request as handled: a fetch asks for no more than the client's quota window."""
@@ -61,29 +104,33 @@ class KafkaThrottling:
         names = [t.name for t in request.topics] if version >= 6 else list(request.topic_names)
         return {"throttle_time": throttle, "responses": [{"name": n, **refused} for n in names]}
 
+    def charge(self, session: Session, client_id: str, seconds: float) -> None:
+        """Count time spent after the throttle was decided (encoding the response, as Kafka
+        counts its network thread's time): it weighs on the client's next request."""
+        self.quotas.request.record(user_of(session.principal), client_id, seconds)
+
     def after(self, api_key: int, request: Any, answer: dict[str, Any], session: Session, client_id: str,
-              image: MetadataImage) -> None:
-        """Count the bytes or partitions and put the throttle time in the answer (trimming a
-        throttled fetch); ``image``: the metadata as the request found it."""
+              image: MetadataImage, timer: HandlerTime | None = None) -> None:
+        """Count the bytes, partitions or handler time and put the throttle time in the answer
+        (trimming a throttled fetch); ``image``: the metadata as the request found it."""
         if "throttle_time" in answer:  # refused above
             return
+        user = user_of(session.principal)
+        busy = self.quotas.request.record(user, client_id, timer.spent) if timer is not None else 0
+        throttle = 0
         if api_key in STRICT:
-            throttle = self.quotas.mutations.record(user_of(session.principal), client_id,
-                                                    _mutated(api_key, request, answer, image))
+            throttle = self.quotas.mutations.record(user, client_id, _mutated(api_key, request, answer, image))
         elif api_key == PRODUCE:
             size = sum(len(p.records or b"") for t in request.topic_data for p in t.partition_data)
-            throttle = self.quotas.produce.record(user_of(session.principal), client_id, size)
+            throttle = self.quotas.produce.record(user, client_id, size)
         elif api_key == FETCH:
-            user = user_of(session.principal)
             size = sum(len(p["records"]) for t in answer["responses"] for p in t["partitions"])
             throttle = self.quotas.fetch.record(user, client_id, size)
-            if throttle:
+            if throttle or busy:
                 self.quotas.fetch.unrecord(user, client_id, size)
                 answer["responses"] = []
-        else:
-            return
-        if throttle:
-            answer["throttle_time"] = throttle
+        if throttle or busy:
+            answer["throttle_time"] = max(throttle, busy)
 
 
 def _mutated(api_key: int, request: Any, answer: dict[str, Any], image: MetadataImage) -> int:
