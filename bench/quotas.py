@@ -27,6 +27,7 @@ import asyncio
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from kraft.dev_quorum import DevQuorum
 from metadata.client import ControllerClient
+from metadata.image import ClientQuotasImage, MetadataImage
 from protos import controller_pb2 as cpb
 
 from .broker import json_line
@@ -89,6 +91,11 @@ def produce(bootstrap: str, topic: str, args: argparse.Namespace, mode: str) -> 
             "linger_ms": LINGER_MS, "value_bytes": args.value, "partitions": args.partitions}
 
 
+def _quotas_of(image: MetadataImage) -> Callable[[], ClientQuotasImage]:
+    """The quotas a broker on ``image`` would see (its metadata image's, fixed here)."""
+    return lambda: image.client_quotas
+
+
 def accounting(n: int = 20000) -> dict[str, Any]:
     """In-process, without the cluster's noise: the broker's quota work per produce request
     (KafkaThrottling's timing and counting), in microseconds, with no quota and with the high ones."""
@@ -96,7 +103,6 @@ def accounting(n: int = 20000) -> dict[str, Any]:
     from brokerd.quotas import ClientQuotas
     from metadata.client_quotas import QuotaAlteration, QuotaOp, alter_quotas
     from metadata.delta import MetadataDelta
-    from metadata.image import MetadataImage
     from metadata.principal import Session
 
     base = MetadataImage.empty("bench")
@@ -120,7 +126,7 @@ def accounting(n: int = 20000) -> dict[str, Any]:
 
     row: dict[str, Any] = {"phase": "accounting", "requests": n}
     for mode, image in images.items():
-        throttling = KafkaThrottling(ClientQuotas(lambda image=image: image.client_quotas))
+        throttling = KafkaThrottling(ClientQuotas(_quotas_of(image)))
         start = time.perf_counter()
         asyncio.run(requests(throttling))
         row[f"us_per_request_{mode}"] = round((time.perf_counter() - start) / n * 1e6, 2)
