@@ -23,7 +23,7 @@ pytest.importorskip("pyspark")
 pytestmark = pytest.mark.timeout(1200)
 
 from kraft.topics_example import PATHS, STATUSES, produce_log_lines  # noqa: E402
-from metadata.analytics.standalone import EXECUTOR_MEMORY, StandaloneCluster  # noqa: E402
+from metadata.analytics.standalone import StandaloneCluster  # noqa: E402
 from metadata.snapshot import write_snapshot  # noqa: E402
 from tests.brokercluster import BrokerCluster, running_cluster  # noqa: E402
 from tests.kvcluster import free_ports  # noqa: E402
@@ -116,14 +116,6 @@ def topics(brokers) -> str:
     return brokers.bootstrap_servers
 
 
-@pytest.fixture(scope="module")
-def executor_memory() -> Iterator[None]:
-    """As the docs say: executors that fit a worker, set before the driver's JVM starts."""
-    with pytest.MonkeyPatch.context() as m:
-        m.setenv("SPARK_EXECUTOR_MEMORY", EXECUTOR_MEMORY)
-        yield
-
-
 def produced_lines(n: int, seed: int) -> list[str]:
     """The values ``produce_log_lines`` sent (the same seeded draws, in the same order)."""
     rnd = random.Random(seed)
@@ -135,8 +127,12 @@ def produced_lines(n: int, seed: int) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def spark(standalone, topics, executor_memory) -> Iterator:
+def spark(standalone, topics) -> Iterator:
+    """A session on the cluster, after a local one in the same process (as in the whole test
+    run, where tests/test_analytics.py starts the JVM first): the executors must still ask for
+    what fits a worker, which the JVM's environment can no longer say."""
     from metadata.analytics.session import start
+    stop_spark(start("local[1]"))
     _, started = standalone
     session = start(started.result())
     yield session

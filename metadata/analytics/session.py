@@ -29,6 +29,10 @@ DEFAULT_MASTER = "local[*]"
 LOG4J2 = Path(__file__).with_name("log4j2.properties")
 
 
+#: What an executor asks for on a loopback standalone master: a worker's memory by default.
+EXECUTOR_MEMORY = "512m"
+
+
 def find_java() -> str:
     """The java Spark will start (JAVA_HOME's, else the PATH's); AnalyticsError if none."""
     home = os.environ.get("JAVA_HOME")
@@ -77,6 +81,11 @@ def start(master: str | None = None, app_name: str = APP_NAME) -> SparkSession:
         conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{LOG4J2}"
     if local_master(master):
         conf["spark.driver.memory"] = "2g"
+    elif loopback_master(master):
+        # Executors must fit a worker of ``kraft analytics standalone`` (Spark asks for 1g and
+        # would wait for such a worker forever). A conf, not the environment variable alone:
+        # an earlier session of this process may have started the JVM already.
+        conf["spark.executor.memory"] = os.environ.get("SPARK_EXECUTOR_MEMORY", EXECUTOR_MEMORY)
     for key, value in conf.items():
         builder = builder.config(key, value)
     try:

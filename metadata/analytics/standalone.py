@@ -10,8 +10,8 @@ what the tests run the data sources on in cluster mode.
 Each daemon leads a process group of its own (its executors join it), so ``stop`` ends the
 workers, their executors and the master, and nothing is left running. The executors' Python
 is the driver's ``PYSPARK_PYTHON`` (``session.start`` sets it to its own interpreter for a
-master on loopback, which runs here); their memory must fit a worker's (``--memory``), so a
-driver asks for it with ``SPARK_EXECUTOR_MEMORY`` (``EXECUTOR_MEMORY``).
+master on loopback, which runs here); their memory must fit a worker's (``--memory``), which
+``session.start`` asks for on such a master (``EXECUTOR_MEMORY``, or ``SPARK_EXECUTOR_MEMORY``).
 """
 from __future__ import annotations
 
@@ -29,10 +29,8 @@ from pathlib import Path
 import click
 
 from .errors import AnalyticsError
-from .session import find_java
+from .session import EXECUTOR_MEMORY, find_java
 
-#: A worker's memory for executors by default, and what an executor asks for (it must fit).
-EXECUTOR_MEMORY = "512m"
 #: The daemons' own heap: they only schedule, the executors compute.
 DAEMON_MEMORY = "256m"
 #: ... and a quick start on a busy machine: one GC thread, no optimising JIT (they are idle).
