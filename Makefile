@@ -8,7 +8,7 @@ GEN    := $(PROTOS:.proto=_pb2.py)
 SEEDS  ?= 20000
 STEPS  ?= 3000
 
-.PHONY: venv protos lint test compose-test demo report topics-example sim bench-core bench-raft anchors clean
+.PHONY: venv protos lint test test-slow compose-test demo report topics-example sim bench-core bench-raft anchors clean
 
 venv: $(STAMP) $(GEN)
 
@@ -40,6 +40,10 @@ lint: venv
 test: venv lint
 	$(PY) -m pytest -q
 	$(MAKE) compose-test
+
+# the tests marked slow (a Spark standalone cluster of three JVMs), kept out of `make test`'s 30 minutes
+test-slow: venv
+	$(PY) -m pytest -q -m slow
 
 compose-test: venv
 	./deploy/ensure-docker.sh || echo "no Docker engine could be started; the compose test will say why"

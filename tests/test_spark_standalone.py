@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("pyspark")
 #: Six JVMs (master, two workers, their executors, the driver) start in the first test's set-up:
 #: minutes on a busy 2-core machine.
-pytestmark = pytest.mark.timeout(1200)
+pytestmark = [pytest.mark.timeout(1200), pytest.mark.slow]  # make test-slow: three JVMs and a cluster
 
 from kraft.topics_example import PATHS, STATUSES, produce_log_lines  # noqa: E402
 from metadata.analytics.standalone import StandaloneCluster  # noqa: E402
