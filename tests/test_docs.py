@@ -77,7 +77,6 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("docs/analytics.md", "tables (parquet)"): OUTPUT,
     ("docs/analytics.md", "PYSPARK_PYTHON="): SPARK,
     ("docs/analytics.md", "kraft analytics standalone start"): SPARK,
-    ("docs/analytics.md", "import os"): SPARK,
     ("docs/brokers.md", "Produce / Fetch"): LISTING,
     ("docs/brokers.md", 'kraft storage format --cluster-id "$(cat cluster.id)"'): ONE_HOST,
     ("docs/brokers.md", "Error: cannot listen"): OUTPUT,

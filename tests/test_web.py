@@ -635,7 +635,10 @@ def test_transactions_are_listed_described_and_a_hanging_one_is_found(console: C
         assert [(f[0], f[1], f[5]) for f in found] == [("web-txn", "0", str(hanging_offset))], found
 
         loop.run_until_complete(p.commit_transaction())
-        assert row()[1] == "CompleteCommit" and row()[-1] == "-"
+        # EndTxn answers at PrepareCommit; CompleteCommit follows once the markers are written
+        final = loop.run_until_complete(eventually(lambda: (r := row())[1] == "CompleteCommit" and r, 30,
+                                                   interval=0.3, what="web-txn-open in CompleteCommit"))
+        assert final[-1] == "-", final
         status, body = console.get("/transactions/no-such-id")
         assert status == 404 and "TRANSACTIONAL_ID_NOT_FOUND" in body
     finally:
