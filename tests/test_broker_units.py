@@ -208,8 +208,8 @@ class _OneReplica:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         return self.p
 
-    def follower_fetched(self, p, replica, offset):
-        p.update_follower(replica, offset)
+    def follower_fetched(self, p, replica, offset, log_start_offset=-1):
+        p.update_follower(replica, offset, log_start_offset)
 
 
 def _fetch(rm, replica, offset, epoch=None, wait=0):
