@@ -571,6 +571,45 @@ def test_handler_answers_at_its_lowest_and_highest_version(cluster, key: int, le
     CASES[key](Broker(cluster), version)
 
 
+def test_a_restarted_static_leader_is_told_to_skip_assignment_from_join_group_v9(cluster) -> None:
+    """KIP-814: a static leader back within its session with a new member id is told, from
+    JoinGroup v9, that it leads (with the members) and must skip the assignment; before v9 the
+    answer names the leader as it was. Either way its SyncGroup gets the old assignment and the
+    group does not rebalance; the client's reason (KIP-800) is logged."""
+    b, group = Broker(cluster), "static-leader"
+    node = b.coordinator(group)
+
+    def join(v: int, member: str = "", reason: str | None = None) -> Any:
+        return b.ask(A.JOIN_GROUP, v, {
+            "group_id": group, "session_timeout": 10_000, "rebalance_timeout": 10_000, "member_id": member,
+            "group_instance_id": "instance-a", "protocol_type": "consumer", "reason": reason,
+            "protocols": [{"name": "range", "metadata": b"subscription"}]}, node)
+
+    def sync(member: str, generation: int, assignments: dict[str, bytes]) -> bytes:
+        r = b.ask(A.SYNC_GROUP, 5, {"group_id": group, "generation_id": generation, "member_id": member,
+                                    "group_instance_id": "instance-a", "protocol_type": "consumer",
+                                    "protocol_name": "range", "assignments": [
+                                        {"member_id": m, "assignment": a} for m, a in assignments.items()]}, node)
+        assert codes(r) == only(E.NONE)
+        return r.assignment
+    first = join(9)
+    assert codes(first) == only(E.NONE) and first.leader == first.member_id and not first.skip_assignment
+    assert sync(first.member_id, first.generation_id, {first.member_id: b"mine"}) == b"mine"
+
+    back = join(9, reason="the application restarted")
+    assert codes(back) == only(E.NONE) and back.generation_id == first.generation_id  # no rebalance
+    assert back.member_id != first.member_id and back.leader == back.member_id and back.skip_assignment
+    assert [(m.member_id, m.group_instance_id, m.metadata) for m in back.members] == [
+        (back.member_id, "instance-a", b"subscription")]
+    assert sync(back.member_id, back.generation_id, {}) == b"mine"
+
+    older = join(8)  # before v9: the leader as it was, which is not the new id, and no members
+    assert codes(older) == only(E.NONE) and older.generation_id == first.generation_id
+    assert older.leader == back.member_id != older.member_id and older.members == ()
+    assert sync(older.member_id, older.generation_id, {}) == b"mine"
+    assert "client reason: the application restarted" in cluster.log_path(node).read_text()
+
+
 def test_a_misspelt_name_in_an_answer_raises_at_once():
     """A name only another version has is left out; one no version has is a bug."""
     built = build(response_schema(A.FETCH, 4), {"error_code": 0, "responses": [{"topic": TOPIC, "partitions": [

@@ -546,10 +546,12 @@ class KafkaApis:
                                   group_instance_id=req.group_instance_id if version >= 5 else None,
                                   protocols=[gq.JoinGroupProtocol(name=p.name, metadata=p.metadata)
                                              for p in req.protocols],
-                                  client_id=_CLIENT_ID.get(), client_host=f"/{access.session.host}")
+                                  client_id=_CLIENT_ID.get(), client_host=f"/{access.session.host}",
+                                  reason=req.reason if version >= 8 else None, skip_assignment_supported=version >= 9)
         a = await self.groups.join_group(ours, access)
         return {"error_code": a.error_code, "generation_id": a.generation_id, "protocol_type": req.protocol_type,
                 "protocol_name": a.protocol_name or None, "leader": a.leader, "member_id": a.member_id,
+                "skip_assignment": a.skip_assignment,
                 "members": [{"member_id": m.member_id, "metadata": m.metadata, "group_instance_id": m.group_instance_id}
                             for m in a.members]}
 
@@ -569,7 +571,8 @@ class KafkaApis:
         return {"error_code": (await self.groups.heartbeat(ours, access)).error_code}
 
     async def leave_group(self, req: Any, version: int, access: Access) -> dict[str, Any]:
-        members = [gq.MemberIdentity(member_id=m.member_id, group_instance_id=m.group_instance_id)
+        members = [gq.MemberIdentity(member_id=m.member_id, group_instance_id=m.group_instance_id,
+                                     reason=m.reason if version >= 5 else None)
                    for m in req.members] if version >= 3 else [gq.MemberIdentity(member_id=req.member_id)]
         a = await self.groups.leave_group(gq.LeaveGroupRequest(group_id=req.group_id, members=members), access)
         code = a.error_code
