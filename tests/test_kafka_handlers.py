@@ -22,6 +22,7 @@ from brokerd.kafka.codec import UnknownField, build, frame_request, read_respons
 from common.errors import ErrorCode as E
 from clients.records import build_batch
 from metadata.authorizer import STANDARD_AUTHORIZER
+from metadata.configs import ConfigSource
 from tests.brokercluster import BrokerCluster, running_cluster
 from tests.eventually import eventually
 
@@ -357,7 +358,7 @@ def alter_configs(b: Broker, v: int) -> None:
     r = b.ask(A.DESCRIBE_CONFIGS, 1, {"include_synonyms": False, "resources": [
         {"resource_type": 2, "resource_name": name, "configuration_keys": ["flush.ms", "retention.ms"]}]})
     assert {c.name: (c.value, c.config_source) for c in r.results[0].configs} == {
-        "flush.ms": ("2000", A.TOPIC_CONFIG_SOURCE), "retention.ms": ("604800000", A.DEFAULT_CONFIG_SOURCE)}
+        "flush.ms": ("2000", ConfigSource.DYNAMIC_TOPIC_CONFIG), "retention.ms": ("604800000", ConfigSource.DEFAULT_CONFIG)}
     assert codes(legacy({"flush.ms": None})) == only(E.INVALID_REQUEST)
     assert codes(legacy({"flush.ms": "1"}, f"{name}-missing")) == only(E.UNKNOWN_TOPIC_OR_PARTITION)
 
