@@ -288,12 +288,13 @@ class Partition:
         st.log_end_offset = fetch_offset
         st.last_fetch_leader_leo = leo
         st.last_fetch_ms = now
-        if log_start_offset != st.log_start_offset:
-            st.log_start_offset = log_start_offset
-            waiters, self._start_waiters = self._start_waiters, []
-            for fut in waiters:
-                if not fut.done():
-                    fut.set_result(None)
+        st.log_start_offset = log_start_offset
+        # DeleteRecords waiters check again at every follower fetch, as Kafka's purgatory does:
+        # a log start moved, or a replica's broker stopped being alive
+        waiters, self._start_waiters = self._start_waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
         self.maybe_increment_hw()
         return st
 
