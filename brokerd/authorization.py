@@ -120,9 +120,9 @@ def list_offsets(rm: ReplicaManager, req: r.ListOffsetsRequest, access: Access) 
     return resp
 
 
-def delete_records(rm: ReplicaManager, req: r.DeleteRecordsRequest, access: Access) -> r.DeleteRecordsResponse:
+async def delete_records(rm: ReplicaManager, req: r.DeleteRecordsRequest, access: Access) -> r.DeleteRecordsResponse:
     ours, refused = _split(req, _topic_check(access, O.DELETE))
-    resp = delete_records_of(rm, ours)
+    resp = await delete_records_of(rm, ours)
     _refuse(resp.topics, refused, r.DeleteRecordsTopicResponse, r.DeleteRecordsPartitionResponse,
             lambda n: access.topic_denied(O.DELETE, n), low_watermark=-1)
     return resp

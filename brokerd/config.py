@@ -4,7 +4,8 @@ then the broker's dynamic config, then the cluster-wide dynamic default, then th
 file, then Kafka's default)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from clients.security import ListenerSecurity
@@ -12,7 +13,7 @@ from common.config_def import ConfigError
 from common.server_keys import RACK_AWARE_REPLICA_SELECTOR, SERVER_KEYS
 from common.tls import TLSConfig
 from metadata.config import ServerConfig
-from metadata.configs import BROKER_SYNONYMS
+from metadata.configs import BROKER_SYNONYMS, ConfigLayers, ConfigSource
 from metadata.image import ConfigResource, MetadataImage, ResourceType
 
 from .auto_topics import AutoCreateConfig
@@ -94,6 +95,7 @@ class BrokerConfig:
     max_connections_per_ip: int = 2 ** 31 - 1  # max.connections.per.ip
     max_connections_per_ip_overrides: str = ""  # max.connections.per.ip.overrides
     fetch_session_cache_slots: int = 1000  # max.incremental.fetch.session.cache.slots
+    static_configs: Mapping[str, str] = field(default_factory=dict)  # the properties file, as written
 
     def security_protocol(self, listener: str) -> str:
         return self.security[listener].protocol
@@ -151,6 +153,7 @@ class BrokerConfig:
             group_max_session_timeout_ms=cfg.int("group.max.session.timeout.ms"),
             group_initial_rebalance_delay_ms=cfg.int("group.initial.rebalance.delay.ms"),
             fetch_session_cache_slots=cfg.int("max.incremental.fetch.session.cache.slots"),
+            static_configs=dict(cfg.props),
             offset_metadata_max_bytes=cfg.int("offset.metadata.max.bytes"),
             quota_window=QuotaWindow(cfg.int("quota.window.num"), cfg.int("quota.window.size.seconds")),
             max_connections=cfg.int("max.connections"),
@@ -172,6 +175,17 @@ class BrokerConfig:
                 delete_retention_ms=cfg.int("log.cleaner.delete.retention.ms"),
                 min_cleanable_dirty_ratio=cfg.float("log.cleaner.min.cleanable.ratio"),
                 message_timestamp_type=cfg.str("log.message.timestamp.type")))
+
+    def config_layers(self, image: MetadataImage, broker: str) -> ConfigLayers:
+        """Where broker ``broker``'s keys are looked up, first to last, as this broker knows them
+        (DescribeConfigs' synonyms): its dynamic config, the cluster-wide default, and this
+        broker's properties file when it is this broker; "" is the cluster-wide default alone."""
+        default = (ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, dict(image.config(ConfigResource(ResourceType.BROKER, ""))))
+        if not broker:
+            return [default]
+        return [(ConfigSource.DYNAMIC_BROKER_CONFIG, dict(image.config(ConfigResource(ResourceType.BROKER, broker)))),
+                default,
+                (ConfigSource.STATIC_BROKER_CONFIG, self.static_configs if broker == str(self.node_id) else {})]
 
     def log_config(self, image: MetadataImage, topic: str) -> LogConfig:
         """The effective log settings of ``topic`` in ``image``."""

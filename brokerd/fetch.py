@@ -69,7 +69,7 @@ async def fetch(rm: ReplicaManager, req: FetchRequest) -> FetchResponse:
                     if replica not in p.followers:
                         raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                           f"Broker {replica} is not a follower of {p.name}")
-                    rm.follower_fetched(p, replica, fp.fetch_offset)
+                    rm.follower_fetched(p, replica, fp.fetch_offset, fp.log_start_offset)
                 plog = p.log
                 if fp.fetch_offset < plog.log_start_offset or fp.fetch_offset > plog.log_end_offset:
                     raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,

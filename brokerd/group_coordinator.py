@@ -300,12 +300,12 @@ class GroupCoordinator:
         g.protocol_type = req.protocol_type
         if restarted is not None and g.state == GroupState.STABLE and self._select_protocol(g) == g.protocol \
                 and _same_subscription(g.protocol_type, subscribed, member.metadata(g.protocol)):
-            back = await self._static_member_back(p, g, member, leader)
+            back = await self._static_member_back(p, g, member, leader, req)
             if back is not None:
                 return back
         joined = member.join = asyncio.get_running_loop().create_future()
         if g.state != GroupState.PREPARING_REBALANCE:
-            self._prepare_rebalance(g, f"member {member.member_id} joined")
+            self._prepare_rebalance(g, f"member {member.member_id} joined{_reason(req.reason)}")
         self._maybe_complete_join(g)  # may answer at once: keep our own reference to the future
         try:
             return await joined
@@ -349,13 +349,15 @@ class GroupCoordinator:
         m.last_heartbeat = time.monotonic()
         return m
 
-    async def _static_member_back(self, p: Partition, g: Group, member: Member, leader: str
-                                  ) -> JoinGroupResponse | None:
+    async def _static_member_back(self, p: Partition, g: Group, member: Member, leader: str,
+                                  req: JoinGroupRequest) -> JoinGroupResponse | None:
         """KIP-345: a static member restarted within its session, subscribed as before, takes its
         place in the current generation without a rebalance; its SyncGroup gets its old
         assignment. The new member id is persisted first (so a new coordinator fences the old
-        one). As Kafka does for JoinGroup before v9, the answer names the leader as it was, so a
-        restarted leader does not run the assignor again. None: persisting failed, rebalance."""
+        one). A restarted leader must not run the assignor again: from JoinGroup v9 (KIP-814) it
+        is told it leads, with the members, and ``skip_assignment``; before v9, as Kafka, the
+        answer names the leader as it was, which is not its new id. None: persisting failed,
+        rebalance."""
         generation = g.generation
         try:
             await self._persist_group(p, g)
@@ -365,8 +367,11 @@ class GroupCoordinator:
             return None
         if g.generation != generation or member.member_id not in g.members:
             return None
-        log.info("group %s: static member %s (instance %s) rejoined generation %d without a rebalance",
-                 g.group_id, member.member_id, member.instance_id, g.generation)
+        log.info("group %s: static member %s (instance %s) rejoined generation %d without a rebalance%s",
+                 g.group_id, member.member_id, member.instance_id, g.generation, _reason(req.reason))
+        if req.skip_assignment_supported and g.leader == member.member_id:
+            return JoinGroupResponse(generation_id=g.generation, protocol_name=g.protocol, leader=member.member_id,
+                                     member_id=member.member_id, members=_join_members(g), skip_assignment=True)
         return JoinGroupResponse(generation_id=g.generation, protocol_name=g.protocol, leader=leader,
                                  member_id=member.member_id)
 
@@ -422,8 +427,7 @@ class GroupCoordinator:
             g.leader = next(iter(g.members))
         g.state = GroupState.COMPLETING_REBALANCE
         now = time.monotonic()
-        everyone = [JoinGroupMember(member_id=m.member_id, group_instance_id=m.instance_id,
-                                    metadata=m.metadata(g.protocol)) for m in g.members.values()]
+        everyone = _join_members(g)
         for m in g.members.values():
             m.last_heartbeat = now
             resp = JoinGroupResponse(generation_id=g.generation, protocol_name=g.protocol, leader=g.leader,
@@ -520,6 +524,8 @@ class GroupCoordinator:
                 code = ErrorCode.FENCED_INSTANCE_ID
             else:
                 left.append(m)
+                if who.reason:
+                    log.info("group %s: member %s leaves%s", req.group_id, m.member_id, _reason(who.reason))
             resp.members.append(LeaveGroupMemberResponse(member_id=who.member_id, group_instance_id=instance,
                                                          error_code=int(code)))
         if g is not None and left:
@@ -854,3 +860,14 @@ def _same_subscription(protocol_type: str, before: bytes, after: bytes) -> bool:
 def _find_error(code: ErrorCode, message: str = "") -> FindCoordinatorResponse:
     e = KafkaError(code, message or None)
     return FindCoordinatorResponse(error_code=int(code), error_message=e.message, node_id=-1, port=-1)
+
+
+def _join_members(g: Group) -> list[JoinGroupMember]:
+    """The members as JoinGroup tells the leader, with their subscriptions to the group's protocol."""
+    return [JoinGroupMember(member_id=m.member_id, group_instance_id=m.instance_id, metadata=m.metadata(g.protocol))
+            for m in g.members.values()]
+
+
+def _reason(reason: str | None) -> str:
+    """A client's reason (KIP-800) as Kafka's log lines end with it, or nothing."""
+    return f"; client reason: {reason}" if reason else ""

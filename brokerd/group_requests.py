@@ -45,6 +45,8 @@ class JoinGroupRequest:
     protocols: list[JoinGroupProtocol] = field(default_factory=list)
     client_id: str = ""
     client_host: str = ""  # the broker's to say: "/" and the client's address
+    reason: str | None = None  # v8+ (KIP-800): why the client joins, logged
+    skip_assignment_supported: bool = False  # v9+ (KIP-814)
 
 
 @dataclass(slots=True)
@@ -63,6 +65,7 @@ class JoinGroupResponse:
     leader: str = ""
     member_id: str = ""
     members: list[JoinGroupMember] = field(default_factory=list)  # for the leader only
+    skip_assignment: bool = False  # KIP-814: a restarted static leader leads but must not assign
 
 
 @dataclass(slots=True)
@@ -105,6 +108,7 @@ class HeartbeatResponse:
 class MemberIdentity:
     member_id: str = ""
     group_instance_id: str | None = None
+    reason: str | None = None  # LeaveGroup v5+ (KIP-800): logged
 
 
 @dataclass(slots=True)

@@ -7,7 +7,7 @@ watermark to the smallest LEO over the ISR (Kafka's Partition: AR = ISR + OSR, H
 ISR, consumers read below the HW). While an ISR change is being proposed, the larger of the
 old and new ISR counts (Kafka's "maximal ISR"), so the HW never gets ahead of a replica the
 controller may still consider in sync. acks=all producers wait here for the HW to pass their
-batch.
+batch, and DeleteRecords for the followers' log starts to pass its offset.
 """
 from __future__ import annotations
 
@@ -58,6 +58,7 @@ class FollowerState:
     last_caught_up_ms: float = 0.0
     last_fetch_ms: float = 0.0
     last_fetch_leader_leo: int = -1
+    log_start_offset: int = -1      # the follower's, sent with each fetch; unknown until then
 
 
 class Partition:
@@ -84,6 +85,7 @@ class Partition:
         self._hw_waiters: list[tuple[int, int, asyncio.Future]] = []
         self._seq = itertools.count()
         self._change_waiters: list[asyncio.Future] = []
+        self._start_waiters: list[asyncio.Future] = []  # DeleteRecords waiting for followers' log starts
 
     @property
     def name(self) -> str:
@@ -232,16 +234,48 @@ class Partition:
 
     def _fail_waiters(self, error: KafkaError) -> None:
         waiters, self._hw_waiters = self._hw_waiters, []
-        for _, _, fut in waiters:
+        for fut in [w[2] for w in waiters] + self._start_waiters:
             if not fut.done():
                 fut.set_exception(error)
+        self._start_waiters = []
+
+    def low_watermark(self, alive: Callable[[int], bool]) -> int:
+        """The smallest log start offset over this leader and its followers on ``alive`` brokers
+        (Kafka's lowWatermarkIfLeader: -1 while such a follower has not fetched from us)."""
+        low = self.log.log_start_offset
+        for r, st in self.followers.items():
+            if alive(r):
+                low = min(low, st.log_start_offset)
+        return low
+
+    async def wait_for_low_watermark(self, required: int, alive: Callable[[int], bool], timeout_s: float) -> int:
+        """DeleteRecords: wait until every live replica's log start is at least ``required``
+        (Kafka's DelayedDeleteRecords; followers move theirs at their next fetch and say so in
+        the one after) and answer the low watermark; REQUEST_TIMED_OUT after ``timeout_s``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while (low := self.low_watermark(alive)) < required:
+            self.check_leader()
+            fut = loop.create_future()
+            self._start_waiters.append(fut)
+            try:
+                await asyncio.wait_for(fut, max(0.0, deadline - loop.time()))
+            except asyncio.TimeoutError:
+                lagging = sorted(r for r, st in self.followers.items() if alive(r) and st.log_start_offset < required)
+                raise KafkaError(ErrorCode.REQUEST_TIMED_OUT,
+                                  f"The request timed out: the log start offset of {self.name} did not reach "
+                                  f"{required} on replicas {lagging} within {timeout_s * 1000:.0f} ms") from None
+            finally:
+                if fut in self._start_waiters:
+                    self._start_waiters.remove(fut)
+        return low
 
     # -- leader: followers and the high watermark -------------------------------------------------
 
-    def update_follower(self, replica: int, fetch_offset: int) -> FollowerState | None:
-        """A follower fetched at ``fetch_offset``: its LEO is that offset (Kafka's
-        updateFollowerFetchState); it is caught up if it asked for everything we had at its
-        previous fetch."""
+    def update_follower(self, replica: int, fetch_offset: int, log_start_offset: int = -1) -> FollowerState | None:
+        """A follower fetched at ``fetch_offset`` with its log starting at ``log_start_offset``:
+        its LEO is that offset (Kafka's updateFollowerFetchState); it is caught up if it asked
+        for everything we had at its previous fetch."""
         st = self.followers.get(replica)
         if st is None:
             return None
@@ -254,6 +288,13 @@ class Partition:
         st.log_end_offset = fetch_offset
         st.last_fetch_leader_leo = leo
         st.last_fetch_ms = now
+        st.log_start_offset = log_start_offset
+        # DeleteRecords waiters check again at every follower fetch, as Kafka's purgatory does:
+        # a log start moved, or a replica's broker stopped being alive
+        waiters, self._start_waiters = self._start_waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
         self.maybe_increment_hw()
         return st
 

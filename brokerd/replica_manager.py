@@ -184,6 +184,11 @@ class ReplicaManager:
         raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                           f"Broker {self.broker_id} is not a replica of {t.name}-{index}")
 
+    def alive(self, broker_id: int) -> bool:
+        """Registered and not fenced, as this broker's metadata says (Kafka's hasAliveBroker)."""
+        b = self.image.brokers.get(broker_id)
+        return b is not None and not b.fenced
+
     def leader(self, topic: str, index: int, current_leader_epoch: int | None = None) -> Partition:
         p = self.partition(topic, index)
         p.check_leader(current_leader_epoch)
@@ -192,8 +197,8 @@ class ReplicaManager:
                               f"Broker {self.broker_id} is fenced and does not lead {p.name}")
         return p
 
-    def follower_fetched(self, p: Partition, replica: int, fetch_offset: int) -> None:
-        st = p.update_follower(replica, fetch_offset)
+    def follower_fetched(self, p: Partition, replica: int, fetch_offset: int, log_start_offset: int = -1) -> None:
+        st = p.update_follower(replica, fetch_offset, log_start_offset)
         if st is not None and self.isr is not None and replica not in p.maximal_isr:
             self.isr.maybe_expand(p, replica)
 

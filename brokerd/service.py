@@ -133,7 +133,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
     async def DeleteRecords(self, request: pb.DeleteRecordsRequest,
                             context: grpc.aio.ServicerContext) -> pb.DeleteRecordsResponse:
-        resp = authorized.delete_records(self.rm, to_domain(r.DeleteRecordsRequest, request),
+        resp = await authorized.delete_records(self.rm, to_domain(r.DeleteRecordsRequest, request),
                                          await self._access(context))
         return to_wire(pb.DeleteRecordsResponse, resp)
 

@@ -152,7 +152,9 @@ class Admin:
                 (topics.get(t) or topics.setdefault(t, req.topics.add(name=t))).partitions.add(
                     partition=p, offset=pending[(t, p)])
             try:
-                r = await self.connections.stub(self.cluster.brokers[leader]).DeleteRecords(req, timeout=10)
+                # the leader answers when its followers' log starts moved, within timeout_ms
+                r = await self.connections.stub(self.cluster.brokers[leader]).DeleteRecords(
+                    req, timeout=self.timeout_ms / 1000 + 5)
             except grpc.aio.AioRpcError as e:
                 last = f"broker {leader}: {e.code().name}"
                 continue

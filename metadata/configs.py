@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import IntEnum
+from itertools import dropwhile
 
 from common.config_def import INT_MAX, LONG_MAX, ConfigKey, Validator, in_range, one_of, ratio
 from common.config_docs import cell, table_command
@@ -141,6 +143,54 @@ BROKER_SYNONYMS: dict[str, str] = {name: t.synonym for name, t in TOPIC_TABLE.it
 #: The broker configs ``kraft configs`` may set, per broker or cluster-wide: the dynamic keys of
 #: the servers' table, checked by the same rules as the properties file.
 BROKER_CONFIGS = SERVER_KEYS.dynamic()
+
+
+class ConfigSource(IntEnum):
+    """Where a described value comes from, numbered as Kafka's DescribeConfigs answers it (KIP-226)."""
+
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigSynonym:
+    """One place a config's value could come from, and the value there (KIP-226's synonyms)."""
+
+    name: str
+    value: str | None
+    source: ConfigSource
+
+
+#: A broker key and the older names read after it, in Kafka's order (DynamicBrokerConfig's
+#: brokerConfigSynonyms). As in Kafka, only the last name has a default: the others default to it.
+_RETENTION = ("log.retention.ms", "log.retention.minutes", "log.retention.hours")
+BROKER_KEY_SYNONYMS: dict[str, tuple[str, ...]] = {name: _RETENTION for name in _RETENTION}
+#: (source, values) of the broker configs a key is looked up in, first to last, before Kafka's
+#: default: the broker's dynamic config, the cluster-wide dynamic default, the properties file.
+ConfigLayers = Sequence[tuple[ConfigSource, Mapping[str, str]]]
+
+
+def broker_config_synonyms(key: str, layers: ConfigLayers) -> list[ConfigSynonym]:
+    """Broker key ``key``'s synonyms, the one that applies first: each layer's values of the
+    key's names, then Kafka's default. As Kafka's list, it starts at ``key`` itself, so a value
+    that only an older name holds (e.g. ``log.retention.hours`` for ``log.retention.ms``) is left out."""
+    names = BROKER_KEY_SYNONYMS.get(key, (key,))
+    found = [ConfigSynonym(n, values[n], source) for source, values in layers for n in names if n in values]
+    last = SERVER_KEYS.get(names[-1])
+    if last is not None and last.default is not None:
+        found.append(ConfigSynonym(last.name, last.default, ConfigSource.DEFAULT_CONFIG))
+    return list(dropwhile(lambda s: s.name != key, found))
+
+
+def topic_config_synonyms(key: str, topic_configs: Mapping[str, str], layers: ConfigLayers) -> list[ConfigSynonym]:
+    """Topic key ``key``'s synonyms: the topic's own value, then its broker key's (``BROKER_SYNONYMS``;
+    a key the broker does not read has none), as Kafka's ConfigHelper lists them."""
+    own = [ConfigSynonym(key, topic_configs[key], ConfigSource.DYNAMIC_TOPIC_CONFIG)] if key in topic_configs else []
+    broker = BROKER_SYNONYMS.get(key)
+    return own + (broker_config_synonyms(broker, layers) if broker else [])
 
 
 def validate(kind: str, key: str, value: str | None) -> None:

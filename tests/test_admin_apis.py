@@ -1,11 +1,12 @@
 """Kafka's admin APIs that clients call (issue 27, item 2) with real clients against broker
 processes: DeleteRecords (confluent-kafka's ``delete_records`` and ``kraft delete-records``),
-replicated to followers and kept across a restart. One cluster of three brokers serves the
-whole module."""
+replicated to followers and kept across a restart; DescribeConfigs' synonyms. One cluster of
+three brokers serves the whole module."""
 from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,14 +16,19 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from protos import controller_pb2 as cpb
 from tests.brokercluster import REPO, BrokerCluster, running_cluster
 from tests.eventually import eventually
 from tests.test_consumer_groups import GROUP_PROPS
 
 
+#: A broker key in every broker's properties file: DescribeConfigs' STATIC_BROKER_CONFIG.
+STATIC = {"log.retention.ms": "259200000"}
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
-    with running_cluster(tmp_path_factory.mktemp("admin-apis"), GROUP_PROPS) as c:
+    with running_cluster(tmp_path_factory.mktemp("admin-apis"), {**GROUP_PROPS, **STATIC}) as c:
         yield c
 
 
@@ -94,6 +100,26 @@ def test_delete_records_moves_the_log_start_on_the_leader_and_its_followers(clus
     assert next(iter(a.delete_records([TopicPartition("dr", 0, 2)]).values())).result(30).low_watermark == 4
     # -1: everything below the high watermark
     assert next(iter(a.delete_records([TopicPartition("dr", 0, -1)]).values())).result(30).low_watermark == 10
+
+
+def test_delete_records_waits_for_every_live_follower(cluster):
+    """Kafka's DelayedDeleteRecords: the answer comes once every replica on a live broker has
+    moved its log start, with the smallest as the low watermark; a follower that cannot (here
+    stopped, still registered) makes it REQUEST_TIMED_OUT after the request's timeout."""
+    asyncio.run(cluster.create_topic("dr-wait", partitions=1, rf=3))
+    produce(cluster, "dr-wait", 6)
+    desc = asyncio.run(cluster.describe_topic("dr-wait")).partitions[0]
+    follower = next(r for r in desc.replicas if r != desc.leader)
+    a = admin(cluster)
+    cluster.signal(follower, signal.SIGSTOP)
+    try:
+        with pytest.raises(KafkaException) as e:
+            next(iter(a.delete_records([TopicPartition("dr-wait", 0, 3)], operation_timeout=1).values())).result(30)
+        assert e.value.args[0].code() == KafkaError.REQUEST_TIMED_OUT
+    finally:
+        cluster.signal(follower, signal.SIGCONT)
+    assert next(iter(a.delete_records([TopicPartition("dr-wait", 0, 5)]).values())).result(30).low_watermark == 5
+    assert asyncio.run(replica_starts(cluster, "dr-wait")) == {b: 5 for b in cluster.ids}  # already, not eventually
 
 
 def test_delete_records_refuses_compacted_and_internal_topics(cluster):
@@ -273,3 +299,73 @@ def test_describe_log_dirs_lists_each_replica_with_its_size(cluster):
                     assert x["is_future_key"] is False and x["offset_lag"] == 0
                     assert (x["partition_size"] > 0) == (x["partition_index"] == 1)
     assert sorted(hosts) == [0, 1] and all(len(v) == 2 for v in hosts.values())
+
+
+# -- DescribeConfigs synonyms (KIP-226) -----------------------------------------------------------------
+
+def test_describe_configs_synonyms_list_where_each_value_comes_from(cluster):
+    """A topic key's synonyms: the topic's value, then its broker key's (the broker's dynamic
+    config, the cluster default, the properties file), then Kafka's default under the broker's
+    name, in the order a Kafka 3.x broker lists them; a broker key's likewise."""
+    from confluent_kafka.admin import ConfigResource, ConfigSource
+    from kafka.admin import ConfigResource as KResource
+    from kafka.admin import ConfigResourceType, KafkaAdminClient
+    a = admin(cluster)
+    asyncio.run(cluster.create_topic("syn", rf=1, configs={"retention.ms": "3600000"}))
+    broker = str(cluster.ids[0])
+
+    def alter(name: str, value: str | None) -> None:
+        """log.retention.ms of one broker, or cluster-wide when ``name`` is "" (None: deleted)."""
+        async def go() -> None:
+            async with cluster.controller() as c:
+                r = await c.incremental_alter_configs(cpb.IncrementalAlterConfigsRequest(resources=[
+                    cpb.AlterConfigsResource(resource_type=cpb.BROKER, resource_name=name, configs=[
+                        cpb.AlterableConfig(name="log.retention.ms", value=value or "", op=(
+                            cpb.AlterableConfig.SET if value else cpb.AlterableConfig.DELETE))])]))
+            assert [x.error_code for x in r.resources] == [0], r
+        asyncio.run(go())
+    alter("", "172800000")
+    alter(broker, "86400000")
+    kadmin = KafkaAdminClient(bootstrap_servers=cluster.kafka_bootstrap_servers)
+    try:
+        def described(kind: ConfigResourceType, name: str) -> dict:
+            return kadmin.describe_configs([KResource(kind, name)], include_synonyms=True,
+                                           config_filter="all")[kind.name.lower()][name]
+
+        def chain(entry: dict) -> list[tuple[str, str, str]]:
+            return [(x["name"], x["value"], x["source"]) for x in entry["synonyms"]]
+        tail = [("log.retention.ms", "259200000", "STATIC_BROKER_CONFIG"),
+                ("log.retention.hours", "168", "DEFAULT_CONFIG")]
+        wanted = [("retention.ms", "3600000", "DYNAMIC_TOPIC_CONFIG"),
+                  ("log.retention.ms", "172800000", "DYNAMIC_DEFAULT_BROKER_CONFIG"), *tail]
+        # the answering broker learns the cluster default from its metadata log
+        asyncio.run(eventually(lambda: chain(described(ConfigResourceType.TOPIC, "syn")["retention.ms"]) in (
+            wanted, wanted[:1] + [("log.retention.ms", "86400000", "DYNAMIC_BROKER_CONFIG")] + wanted[1:]),
+            20, what="retention.ms's synonyms with the cluster default"))
+        mine = described(ConfigResourceType.BROKER, broker)["log.retention.ms"]
+        assert (mine["value"], mine["config_source"]) == ("86400000", "DYNAMIC_BROKER_CONFIG")
+        assert chain(mine) == [("log.retention.ms", "86400000", "DYNAMIC_BROKER_CONFIG"),
+                               ("log.retention.ms", "172800000", "DYNAMIC_DEFAULT_BROKER_CONFIG"), *tail]
+
+        assert chain(kadmin.describe_configs([KResource(ConfigResourceType.TOPIC, "syn")])["topic"]["syn"][
+            "retention.ms"]) == []  # not asked
+        # confluent-kafka (librdkafka asks for synonyms) keeps one per name: a dict, the last source of each
+        topic = ConfigResource("TOPIC", "syn")
+        got = a.describe_configs([topic])[topic].result(30)
+        assert (got["retention.ms"].value, got["retention.ms"].source) == (
+            "3600000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+        assert list(got["retention.ms"].synonyms) == ["retention.ms", "log.retention.ms", "log.retention.hours"]
+        hours = got["retention.ms"].synonyms["log.retention.hours"]
+        assert (hours.value, hours.source) == ("168", ConfigSource.DEFAULT_CONFIG.value)
+        assert (got["max.message.bytes"].value, got["max.message.bytes"].source) == (
+            "1048588", ConfigSource.DEFAULT_CONFIG.value)
+        assert list(got["max.message.bytes"].synonyms) == ["message.max.bytes"]
+        assert got["flush.ms"].synonyms == {}  # not a key the broker reads: no broker synonym
+        # a key set nowhere but in the properties file reads it
+        alter(broker, None)
+        alter("", None)
+        asyncio.run(eventually(lambda: [described(ConfigResourceType.BROKER, broker)["log.retention.ms"][k]
+                                        for k in ("value", "config_source")] == ["259200000", "STATIC_BROKER_CONFIG"],
+                               20, what="log.retention.ms read from the properties file"))
+    finally:
+        kadmin.close()

@@ -208,8 +208,8 @@ class _OneReplica:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         return self.p
 
-    def follower_fetched(self, p, replica, offset):
-        p.update_follower(replica, offset)
+    def follower_fetched(self, p, replica, offset, log_start_offset=-1):
+        p.update_follower(replica, offset, log_start_offset)
 
 
 def _fetch(rm, replica, offset, epoch=None, wait=0):
@@ -248,6 +248,37 @@ def test_high_watermark_is_the_smallest_log_end_in_the_isr(tmp_path):
         assert future.error_code == ErrorCode.UNKNOWN_LEADER_EPOCH
         out = (await _fetch(rm, -1, 99)).topics[0].partitions[0]
         assert out.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and "range 0 to 9" in out.error_message
+        await store.close()
+    run(go())
+
+
+def test_delete_records_waits_for_the_log_starts_of_the_live_followers(tmp_path):
+    """Kafka's DelayedDeleteRecords: the low watermark is the smallest log start over the leader
+    and its followers on live brokers, reported with each fetch; waiting for it times out."""
+    async def go():
+        store = LogStore(str(tmp_path))
+        p = Partition(1, "t", uuid.uuid4(), 0, PartitionLog(store, uuid.uuid4(), 0), LogConfig())
+        p.update(PartitionRegistration((1, 2, 3), (1, 2, 3), 1, 0, 0))
+        for _ in range(6):
+            await p.append_as_leader(_batch(1), 1)
+        for follower in (2, 3):
+            p.update_follower(follower, 6, 0)
+        p.log.delete_before(4)
+        everyone = lambda b: True  # noqa: E731
+        assert p.low_watermark(everyone) == 0
+        waiter = asyncio.ensure_future(p.wait_for_low_watermark(4, everyone, 5))
+        p.update_follower(2, 6, 4)
+        await asyncio.sleep(0.01)
+        assert not waiter.done()  # follower 3 still starts at 0
+        p.update_follower(3, 6, 4)
+        assert await asyncio.wait_for(waiter, 1) == 4
+        assert await p.wait_for_low_watermark(2, everyone, 0) == 4  # already there: no wait
+        p.log.delete_before(5)
+        p.update_follower(2, 6, 5)
+        assert await p.wait_for_low_watermark(5, lambda b: b != 3, 1) == 5  # 3 is fenced: not waited for
+        with pytest.raises(KafkaError) as e:
+            await p.wait_for_low_watermark(5, everyone, 0.05)
+        assert e.value.code == ErrorCode.REQUEST_TIMED_OUT and "on replicas [3]" in e.value.message
         await store.close()
     run(go())
 

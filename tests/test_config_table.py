@@ -19,7 +19,8 @@ from kraft.cli.invocation import parse_configs
 from metadata.config import from_properties
 from metadata.configs import END as TOPIC_END
 from metadata.configs import START as TOPIC_START
-from metadata.configs import BROKER_CONFIGS, TOPIC_TABLE, topic_table, validate
+from metadata.configs import (BROKER_CONFIGS, TOPIC_TABLE, ConfigSource, broker_config_synonyms, topic_config_synonyms,
+                              topic_table, validate)
 from metadata.image import MetadataImage, ResourceType
 from metadata.records import MetadataRecord, config
 from metadata.topics import ConfigOp, ConfigOpType, alter_configs, describe_configs
@@ -212,3 +213,25 @@ def test_append_and_subtract_change_list_keys_item_by_item():
     assert e.value.code == ErrorCode.INVALID_REQUEST
     assert parse_configs(("cleanup.policy=[compact,delete],retention.ms=1", "flush.ms=2")) == {
         "cleanup.policy": "compact,delete", "retention.ms": "1", "flush.ms": "2"}
+
+
+def test_synonyms_list_where_a_value_comes_from_in_kafkas_order():
+    """KIP-226, as Kafka's ConfigHelper lists them: layer by layer, each layer by the key's
+    names; Kafka's default belongs to the last name of a chain; the list starts at the key
+    asked, so a value only an older name holds is left out."""
+    layers = [(ConfigSource.DYNAMIC_BROKER_CONFIG, {}),
+              (ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, {"log.retention.ms": "5"}),
+              (ConfigSource.STATIC_BROKER_CONFIG, {"log.retention.hours": "2", "log.retention.ms": "7"})]
+    chain = [(s.name, s.value, s.source.name) for s in topic_config_synonyms("retention.ms", {"retention.ms": "1"},
+                                                                              layers)]
+    assert chain == [("retention.ms", "1", "DYNAMIC_TOPIC_CONFIG"),
+                     ("log.retention.ms", "5", "DYNAMIC_DEFAULT_BROKER_CONFIG"),
+                     ("log.retention.ms", "7", "STATIC_BROKER_CONFIG"),
+                     ("log.retention.hours", "2", "STATIC_BROKER_CONFIG"),
+                     ("log.retention.hours", "168", "DEFAULT_CONFIG")]
+    assert [s.name for s in broker_config_synonyms("log.retention.hours", layers)] == ["log.retention.hours"] * 2
+    only_hours = [(ConfigSource.STATIC_BROKER_CONFIG, {"log.retention.hours": "2"})]
+    assert topic_config_synonyms("retention.ms", {}, only_hours) == []  # Kafka's dropWhile
+    assert [(s.name, s.source.name) for s in topic_config_synonyms("max.message.bytes", {}, [])] == [
+        ("message.max.bytes", "DEFAULT_CONFIG")]
+    assert topic_config_synonyms("flush.ms", {}, layers) == []  # the broker reads no key for it

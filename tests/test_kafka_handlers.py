@@ -22,6 +22,7 @@ from brokerd.kafka.codec import UnknownField, build, frame_request, read_respons
 from common.errors import ErrorCode as E
 from clients.records import build_batch
 from metadata.authorizer import STANDARD_AUTHORIZER
+from metadata.configs import ConfigSource
 from tests.brokercluster import BrokerCluster, running_cluster
 from tests.eventually import eventually
 
@@ -357,7 +358,7 @@ def alter_configs(b: Broker, v: int) -> None:
     r = b.ask(A.DESCRIBE_CONFIGS, 1, {"include_synonyms": False, "resources": [
         {"resource_type": 2, "resource_name": name, "configuration_keys": ["flush.ms", "retention.ms"]}]})
     assert {c.name: (c.value, c.config_source) for c in r.results[0].configs} == {
-        "flush.ms": ("2000", A.TOPIC_CONFIG_SOURCE), "retention.ms": ("604800000", A.DEFAULT_CONFIG_SOURCE)}
+        "flush.ms": ("2000", ConfigSource.DYNAMIC_TOPIC_CONFIG), "retention.ms": ("604800000", ConfigSource.DEFAULT_CONFIG)}
     assert codes(legacy({"flush.ms": None})) == only(E.INVALID_REQUEST)
     assert codes(legacy({"flush.ms": "1"}, f"{name}-missing")) == only(E.UNKNOWN_TOPIC_OR_PARTITION)
 
@@ -569,6 +570,45 @@ def test_every_served_api_has_a_case():
 def test_handler_answers_at_its_lowest_and_highest_version(cluster, key: int, level: str) -> None:
     version = A.VERSIONS[key][LEVELS.index(level)]
     CASES[key](Broker(cluster), version)
+
+
+def test_a_restarted_static_leader_is_told_to_skip_assignment_from_join_group_v9(cluster) -> None:
+    """KIP-814: a static leader back within its session with a new member id is told, from
+    JoinGroup v9, that it leads (with the members) and must skip the assignment; before v9 the
+    answer names the leader as it was. Either way its SyncGroup gets the old assignment and the
+    group does not rebalance; the client's reason (KIP-800) is logged."""
+    b, group = Broker(cluster), "static-leader"
+    node = b.coordinator(group)
+
+    def join(v: int, member: str = "", reason: str | None = None) -> Any:
+        return b.ask(A.JOIN_GROUP, v, {
+            "group_id": group, "session_timeout": 10_000, "rebalance_timeout": 10_000, "member_id": member,
+            "group_instance_id": "instance-a", "protocol_type": "consumer", "reason": reason,
+            "protocols": [{"name": "range", "metadata": b"subscription"}]}, node)
+
+    def sync(member: str, generation: int, assignments: dict[str, bytes]) -> bytes:
+        r = b.ask(A.SYNC_GROUP, 5, {"group_id": group, "generation_id": generation, "member_id": member,
+                                    "group_instance_id": "instance-a", "protocol_type": "consumer",
+                                    "protocol_name": "range", "assignments": [
+                                        {"member_id": m, "assignment": a} for m, a in assignments.items()]}, node)
+        assert codes(r) == only(E.NONE)
+        return r.assignment
+    first = join(9)
+    assert codes(first) == only(E.NONE) and first.leader == first.member_id and not first.skip_assignment
+    assert sync(first.member_id, first.generation_id, {first.member_id: b"mine"}) == b"mine"
+
+    back = join(9, reason="the application restarted")
+    assert codes(back) == only(E.NONE) and back.generation_id == first.generation_id  # no rebalance
+    assert back.member_id != first.member_id and back.leader == back.member_id and back.skip_assignment
+    assert [(m.member_id, m.group_instance_id, m.metadata) for m in back.members] == [
+        (back.member_id, "instance-a", b"subscription")]
+    assert sync(back.member_id, back.generation_id, {}) == b"mine"
+
+    older = join(8)  # before v9: the leader as it was, which is not the new id, and no members
+    assert codes(older) == only(E.NONE) and older.generation_id == first.generation_id
+    assert older.leader == back.member_id != older.member_id and older.members == ()
+    assert sync(older.member_id, older.generation_id, {}) == b"mine"
+    assert "client reason: the application restarted" in cluster.log_path(node).read_text()
 
 
 def test_a_misspelt_name_in_an_answer_raises_at_once():

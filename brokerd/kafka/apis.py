@@ -24,7 +24,8 @@ from common.errors import ErrorCode, KafkaError
 from metadata.acls import CLUSTER_NAME, AclOperation, AclResourceType
 from metadata.authorizer import OPERATIONS_NOT_ASKED, Access, StandardAuthorizer
 from metadata.client import BoundRpc, ControllerClient
-from metadata.configs import BROKER_CONFIGS, TOPIC_CONFIGS
+from metadata.configs import (BROKER_CONFIGS, TOPIC_CONFIGS, ConfigSource, broker_config_synonyms,
+                              topic_config_synonyms)
 from metadata.image import MetadataImage
 from metadata.principal import PrincipalMapper, Session, stream_session
 from clients.topics import INTERNAL_TOPICS
@@ -82,9 +83,7 @@ VERSIONS: dict[int, tuple[int, int]] = {
     ALTER_CONFIGS: (0, 2),
 }
 
-#: DescribeConfigs' config sources and (v3+) config types, as Kafka numbers them.
-TOPIC_CONFIG_SOURCE, DYNAMIC_BROKER_CONFIG_SOURCE, DYNAMIC_DEFAULT_BROKER_CONFIG_SOURCE = 1, 2, 3
-DEFAULT_CONFIG_SOURCE = 5
+#: DescribeConfigs' (v3+) config types, as Kafka numbers them (its sources: metadata.configs.ConfigSource).
 CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
 #: KIP-848's protocol (group.protocol=consumer) is not served: Kafka's answer when it is off
 #: (group.coordinator.rebalance.protocols without "consumer") is UNSUPPORTED_VERSION.
@@ -354,7 +353,7 @@ class KafkaApis:
         ours = rq.DeleteRecordsRequest(timeout_ms=ms(req.timeout), topics=[rq.DeleteRecordsTopic(
             name=t.name, partitions=[rq.DeleteRecordsPartition(partition=dp.partition_index, offset=dp.offset)
                                      for dp in t.partitions]) for t in req.topics])
-        resp = authorized.delete_records(self.rm, ours, access)
+        resp = await authorized.delete_records(self.rm, ours, access)
         return {"topics": [{"name": t.name, "partitions": [
             {"partition_index": a.partition, "error_code": a.error_code, "low_watermark": a.low_watermark}
             for a in t.partitions]} for t in resp.topics]}
@@ -547,10 +546,12 @@ class KafkaApis:
                                   group_instance_id=req.group_instance_id if version >= 5 else None,
                                   protocols=[gq.JoinGroupProtocol(name=p.name, metadata=p.metadata)
                                              for p in req.protocols],
-                                  client_id=_CLIENT_ID.get(), client_host=f"/{access.session.host}")
+                                  client_id=_CLIENT_ID.get(), client_host=f"/{access.session.host}",
+                                  reason=req.reason if version >= 8 else None, skip_assignment_supported=version >= 9)
         a = await self.groups.join_group(ours, access)
         return {"error_code": a.error_code, "generation_id": a.generation_id, "protocol_type": req.protocol_type,
                 "protocol_name": a.protocol_name or None, "leader": a.leader, "member_id": a.member_id,
+                "skip_assignment": a.skip_assignment,
                 "members": [{"member_id": m.member_id, "metadata": m.metadata, "group_instance_id": m.group_instance_id}
                             for m in a.members]}
 
@@ -570,7 +571,8 @@ class KafkaApis:
         return {"error_code": (await self.groups.heartbeat(ours, access)).error_code}
 
     async def leave_group(self, req: Any, version: int, access: Access) -> dict[str, Any]:
-        members = [gq.MemberIdentity(member_id=m.member_id, group_instance_id=m.group_instance_id)
+        members = [gq.MemberIdentity(member_id=m.member_id, group_instance_id=m.group_instance_id,
+                                     reason=m.reason if version >= 5 else None)
                    for m in req.members] if version >= 3 else [gq.MemberIdentity(member_id=req.member_id)]
         a = await self.groups.leave_group(gq.LeaveGroupRequest(group_id=req.group_id, members=members), access)
         code = a.error_code
@@ -778,19 +780,34 @@ class KafkaApis:
                                  "resource_name": x.resource_name} for x in req.resources]}
         results = []
         documented = version >= 3 and req.include_documentation
+        cfg, image = self.rm.config, self.rm.image
         for asked, got in zip(req.resources, r.resources, strict=True):
             keys = set(asked.configuration_keys) if asked.configuration_keys is not None else None
-            table = TOPIC_CONFIGS if got.resource_type == cpb.TOPIC else BROKER_CONFIGS
-            source = (TOPIC_CONFIG_SOURCE if got.resource_type == cpb.TOPIC else
-                      DYNAMIC_BROKER_CONFIG_SOURCE if got.resource_name else DYNAMIC_DEFAULT_BROKER_CONFIG_SOURCE)
+            topic = got.resource_type == cpb.TOPIC
+            table = TOPIC_CONFIGS if topic else BROKER_CONFIGS
+            own = {c.name: c.value for c in got.configs if not c.is_default}  # the controller's, never stale
+            layers = cfg.config_layers(image, str(cfg.node_id) if topic else got.resource_name)
+            if not topic:  # the resource's own layer as the controller answered it
+                layers = [(layers[0][0], own), *layers[1:]]
+            configs = []
+            for c in got.configs:
+                if keys is not None and c.name not in keys:
+                    continue
+                # Kafka's value and source are the first synonym's: a key not set on the resource
+                # reads the broker's dynamic config, the cluster default, the properties file, Kafka's default
+                chain = topic_config_synonyms(c.name, own, layers) if topic else \
+                    broker_config_synonyms(c.name, layers)
+                configs.append({
+                    "name": c.name, "value": chain[0].value if chain else c.value, "read_only": False,
+                    "is_sensitive": False,
+                    "config_source": chain[0].source if chain else ConfigSource.DEFAULT_CONFIG,
+                    "synonyms": [{"name": x.name, "value": x.value, "source": x.source} for x in chain]
+                    if req.include_synonyms else [],
+                    "config_type": CONFIG_TYPES[table[c.name].type] if c.name in table else 0,
+                    "documentation": table[c.name].doc if documented and c.name in table else None})
             results.append({
                 "error_code": got.error_code, "error_message": _message(got.error_code, got.error_message),
-                "resource_type": got.resource_type, "resource_name": got.resource_name,
-                "configs": [{"name": c.name, "value": c.value, "read_only": False, "is_sensitive": False,
-                             "config_source": DEFAULT_CONFIG_SOURCE if c.is_default else source, "synonyms": [],
-                             "config_type": CONFIG_TYPES[table[c.name].type] if c.name in table else 0,
-                             "documentation": table[c.name].doc if documented and c.name in table else None}
-                            for c in got.configs if keys is None or c.name in keys]})
+                "resource_type": got.resource_type, "resource_name": got.resource_name, "configs": configs})
         return {"results": results}
 
     async def incremental_alter_configs(self, req: Any, version: int, access: Access) -> dict[str, Any]:
