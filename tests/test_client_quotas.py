@@ -201,6 +201,83 @@ def test_rate_over_the_samples_throttle_time_and_a_quota_change_at_once():
     assert m.max_in_window("", "c") == 100 and m.max_in_window("", "d") is None
 
 
+def test_the_rate_kept_incrementally_measures_as_summing_every_sample_does():
+    """Rate keeps its sum and oldest start instead of walking the samples on every request;
+    what it measures is what summing them afresh gives (Kafka's SampledStat), at every step of
+    records spread over windows, gaps longer than all of them, and bytes taken back."""
+    import random
+    from brokerd.quotas import Rate
+    window, rnd, now = QuotaWindow(4, 1.0), random.Random(29), 0.0
+    rate, starts, values, current = Rate(window, now), [now], [0.0], 0
+    for step in range(3000):
+        now += rnd.choice([0.0, 0.01, 0.3, 0.9, 1.0, 2.5, 9.0]) if step % 50 else 30.0
+        value = rnd.choice([1.0, 100.0, 16384.0, -100.0])
+        if now - starts[current] >= window.size_s:  # the reference: every sample walked, every time
+            current = (current + 1) % window.samples
+            if current == len(starts):
+                starts.append(now)
+                values.append(0.0)
+            else:
+                starts[current], values[current] = now, 0.0
+        values[current] += value
+        rate.record(value, now)
+        for i, start in enumerate(starts):
+            if now - start >= window.size_s * window.samples:
+                starts[i], values[i] = now, 0.0
+        elapsed = now - min(starts)
+        if int(elapsed // window.size_s) < window.samples - 1:
+            elapsed += (window.samples - 1 - int(elapsed // window.size_s)) * window.size_s
+        elapsed = max(elapsed, 1e-3)
+        assert rate.measure(now) == pytest.approx((sum(values) / elapsed, elapsed)), step
+
+
+def test_a_produce_request_is_accounted_with_one_clock_read():
+    """The accounting every request pays (issue 29: at most 5% of an unthrottled producer's
+    rate): a produce timed for request_percentage and counted for producer_byte_rate reads the
+    clock once, its response's encoding charged without another read, and its throttle time is
+    the rates' as before."""
+    from brokerd.kafka.throttling import HandlerTime
+    reads = [0]
+    image = quotas_of(alteration((("client-id", None),), producer_byte_rate=1000, request_percentage=1))
+
+    def clock() -> float:
+        reads[0] += 1
+        return 0.0
+
+    throttling = KafkaThrottling(ClientQuotas(lambda: image, QuotaWindow(4, 1.0), clock))
+    session = Session("User:alice", "127.0.0.1")
+
+    @dataclasses.dataclass(frozen=True)
+    class Partition:
+        records: bytes = b"x" * 1000
+
+    @dataclasses.dataclass(frozen=True)
+    class Topic:
+        partition_data: tuple = (Partition(),) * 3
+
+    @dataclasses.dataclass(frozen=True)
+    class Produce:  # the field the throttling reads of kio's ProduceRequest
+        topic_data: tuple = (Topic(),)
+
+    async def handler() -> dict:
+        return {"responses": []}
+
+    async def produce() -> dict:
+        timer = throttling.timed(0, session, "app", handler())
+        assert isinstance(timer, HandlerTime)
+        answer = await timer
+        timer.spent = 0.01
+        throttling.after(0, Produce(), answer, session, "app", MetadataImage.empty(), timer)
+        throttling.charge(timer, 0.01)
+        return answer
+
+    first = asyncio.run(produce())  # 3,000 bytes of 3 windows' 3,000; 10 ms (+10 encoding) of 30 ms
+    reads[0] = 0
+    second = asyncio.run(produce())  # 6,000 bytes over 3 s: twice the quota, 3 s (request time: at most 1 s)
+    assert "throttle_time" not in first and second["throttle_time"] == 3000
+    assert reads[0] == 1, f"the clock was read {reads[0]} times for one request"
+
+
 def test_a_throttled_fetch_is_answered_empty_and_its_bytes_taken_back():
     image = quotas_of(alteration((("client-id", "reader"),), consumer_byte_rate=100))
     throttling = KafkaThrottling(ClientQuotas(lambda: image, QuotaWindow(2, 1.0)))
