@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
+from typing import Any
 
 from metadata.client_quotas import (CLIENT_ID, CONSUMER_BYTE_RATE, CONTROLLER_MUTATION_RATE, PRODUCER_BYTE_RATE,
                                     REQUEST_PERCENTAGE, USER)
@@ -148,14 +149,27 @@ class ClientQuotaManager:
         self.clock = clock
         self._seen: ClientQuotasImage | None = None
         self._resolved: dict[tuple[str, str], Sensor | None] = {}
+        self._anyone = False
         self._rates: dict[tuple[str, str], Rate] = {}
         self._swept = clock()
+
+    def anyone(self) -> bool:
+        """Whether the key is set for any entity (else nothing need be measured)."""
+        image = self._quotas()
+        if image is not self._seen:
+            self._see(image)
+        return self._anyone
+
+    def _see(self, image: ClientQuotasImage) -> None:
+        """A metadata delta changed quotas: every client is resolved again."""
+        self._seen, self._resolved = image, {}
+        self._anyone = any(self.key in keys for keys in image.entities.values())
 
     def sensor(self, user: str, client_id: str) -> Sensor | None:
         """The client's sensor; None: no quota of this key applies to it."""
         image = self._quotas()
-        if image is not self._seen:  # a metadata delta changed quotas: resolve every client again
-            self._seen, self._resolved = image, {}
+        if image is not self._seen:
+            self._see(image)
         try:
             return self._resolved[(user, client_id)]
         except KeyError:
@@ -274,6 +288,37 @@ class MutationQuotaManager(ClientQuotaManager):
             return 0
         found[0][0] -= value
         return self.throttle_ms(user, client_id)
+
+
+class HandlerTime:
+    """A handler awaited while the seconds its own steps run on the event loop are summed: the
+    time it waits (a long-polling fetch, an acks=all produce waiting for its replicas) costs the
+    broker nothing, as Kafka's purgatory costs no request handler thread. ``sensor``: the
+    client's ``request_percentage`` sensor the time goes to."""
+
+    __slots__ = ("_work", "spent", "sensor")
+
+    def __init__(self, work: Awaitable[Any], sensor: Sensor | None = None) -> None:
+        self._work = work
+        self.spent = 0.0
+        self.sensor = sensor
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        steps = self._work.__await__()
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            start = time.perf_counter()
+            try:
+                step = steps.send(value) if error is None else steps.throw(error)
+            except StopIteration as done:
+                return done.value
+            finally:
+                self.spent += time.perf_counter() - start
+            try:
+                value, error = (yield step), None
+            except BaseException as e:  # a cancellation goes on into the handler
+                value, error = None, e
 
 
 class ClientQuotas:

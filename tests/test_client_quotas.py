@@ -37,6 +37,7 @@ from metadata.snapshot import image_records
 from tests.brokercluster import BrokerCluster, running_cluster
 from protos import controller_pb2 as cpb
 from tests.controllers import InProcessQuorum
+from tests.eventually import eventually
 
 ALICE = (("user", "alice"),)
 ALICE_ANY_CLIENT = (("user", "alice"), ("client-id", None))
@@ -607,6 +608,52 @@ def test_our_clients_over_grpc_are_held_to_their_quotas(cluster):
             print(f"our consumer: {got:.0f} B/s for a quota of {quota}, last throttle {c.throttle_time_ms} ms")
             # held to its quota; under it by the time its fetches take on a loaded machine
             assert 0.5 * quota <= got <= 1.15 * quota and c.throttle_time_ms > 0
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(go())
+    finally:
+        loop.close()
+
+
+def test_over_grpc_request_percentage_holds_our_producer_back_and_empties_a_fetch(cluster):
+    """request_percentage on the gRPC listener: the time of each call's handler counts for the
+    request's client id. Our producer as "grpc-busy" (request_percentage=1) and as "grpc-calm"
+    (no quota), each producing as fast as it can at the same time: busy is answered
+    throttle_time_ms and holds back, so far fewer of its records are acknowledged; busy's next
+    fetch is answered empty with the throttle time, calm's is never throttled."""
+    from clients import Consumer, Producer
+
+    async def go() -> None:
+        await cluster.create_topic("quota-grpc-time", 1, rf=1)
+        await set_client_quota(cluster, "grpc-busy", "request_percentage", 1)
+        acked: dict[str, list[float]] = {"grpc-busy": [], "grpc-calm": []}
+        start = loop.time()
+
+        async def flood(client_id: str) -> int:
+            async with Producer(cluster.bootstrap_servers, client_id=client_id, acks=1, linger_ms=0) as p:
+                pending: set[asyncio.Future] = set()
+                while loop.time() < start + 5:
+                    if len(pending) < 50:
+                        f = await p.send("quota-grpc-time", b"v" * 100)
+                        f.add_done_callback(lambda f: f.exception() or acked[client_id].append(loop.time()))
+                        pending.add(f)
+                        f.add_done_callback(pending.discard)
+                    else:
+                        await asyncio.sleep(0.005)
+                await p.flush()
+                return p.metrics["produce-throttle-time-max"]
+
+        busy_max, calm_max = await asyncio.gather(flood("grpc-busy"), flood("grpc-calm"))
+        busy, calm = (sum(1 for t in acked[c] if t >= start + 3) for c in ("grpc-busy", "grpc-calm"))
+        print(f"from 3 s to 5 s: busy {busy} acknowledged (throttled up to {busy_max} ms), calm {calm}")
+        assert busy_max > 0 and calm_max == 0
+        assert busy * 2 < calm, (busy, calm)
+        for client_id in ("grpc-busy", "grpc-calm"):
+            async with Consumer(cluster.bootstrap_servers, client_id=client_id, auto_offset_reset="earliest") as c:
+                await c.assign([("quota-grpc-time", 0)])
+                records = await eventually(lambda: c.poll(200), 20, what=f"{client_id}'s records")
+                assert records and (c.throttle_time_ms > 0) == (client_id == "grpc-busy"), client_id
 
     loop = asyncio.new_event_loop()
     try:

@@ -3,7 +3,7 @@ a produce counts its record bytes, a fetch the bytes it answers with, CreateTopi
 CreatePartitions and DeleteTopics the partitions they create or delete
 (``controller_mutation_rate``, KIP-599); a client over its quota gets ``throttle_time_ms``, and
 the listener mutes its connection for that long (KIP-219). ``request_percentage`` (KIP-124)
-counts the time the handler of each request runs on the event loop (``HandlerTime``), except
+counts the time the handler of each request runs on the event loop (``quotas.HandlerTime``), except
 for the requests Kafka exempts: inter-broker ones (WriteTxnMarkers here) and the SASL exchange
 (which the listener answers before this boundary); a client over both quotas is throttled for
 the longer time.
@@ -19,15 +19,14 @@ through and throttled, as Kafka does."""
 from __future__ import annotations
 
 import dataclasses
-import time
-from collections.abc import Awaitable, Generator
+from collections.abc import Awaitable
 from typing import Any
 
 from common.errors import ErrorCode
 from metadata.image import MetadataImage
 from metadata.principal import Session
 
-from ..quotas import ClientQuotas, Sensor, user_of
+from ..quotas import ClientQuotas, HandlerTime, user_of
 
 PRODUCE, FETCH, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, WRITE_TXN_MARKERS = 0, 1, 19, 20, 37, 27
 #: Requests whose time no client is charged for (Kafka: cluster actions, sent by brokers).
@@ -37,37 +36,6 @@ CLIENT_THROTTLES = {PRODUCE: 6, FETCH: 8, CREATE_TOPICS: 3, DELETE_TOPICS: 2, CR
 #: The first version of each mutation that may be refused THROTTLING_QUOTA_EXCEEDED (KIP-599).
 STRICT = {CREATE_TOPICS: 6, DELETE_TOPICS: 5, CREATE_PARTITIONS: 3}
 EXCEEDED = "The throttling quota has been exceeded."
-
-
-class HandlerTime:
-    """A handler awaited while the seconds its own steps run on the event loop are summed: the
-    time it waits (a long-polling fetch, an acks=all produce waiting for its replicas) costs the
-    broker nothing, as Kafka's purgatory costs no request handler thread. ``sensor``: the
-    client's ``request_percentage`` sensor the time goes to."""
-
-    __slots__ = ("_work", "spent", "sensor")
-
-    def __init__(self, work: Awaitable[Any], sensor: Sensor | None = None) -> None:
-        self._work = work
-        self.spent = 0.0
-        self.sensor = sensor
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        steps = self._work.__await__()
-        value: Any = None
-        error: BaseException | None = None
-        while True:
-            start = time.perf_counter()
-            try:
-                step = steps.send(value) if error is None else steps.throw(error)
-            except StopIteration as done:
-                return done.value
-            finally:
-                self.spent += time.perf_counter() - start
-            try:
-                value, error = (yield step), None
-            except BaseException as e:  # a cancellation goes on into the handler
-                value, error = None, e
 
 
 class KafkaThrottling:
