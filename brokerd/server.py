@@ -202,7 +202,8 @@ class BrokerServer:
         self.client_quotas = ClientQuotas(lambda: self.rm.image.client_quotas, bcfg.quota_window)
         connections = ConnectionQuotas(bcfg.max_connections, bcfg.max_connections_per_ip,
                                        parse_overrides(bcfg.max_connections_per_ip_overrides),
-                                       lambda: self.rm.image.client_quotas, bcfg.quota_window)
+                                       lambda: self.rm.image.client_quotas, bcfg.quota_window,
+                                       bcfg.max_connection_creation_rate, bcfg.listener_connection_creation_rates)
         for name, (host, port) in cfg.listeners.items():
             if name == cfg.controller_listener:
                 continue

@@ -396,6 +396,73 @@ def test_connection_creation_rate_of_an_ip_holds_connections_over_it_uncounted()
     assert ConnectionQuotas(1, 1).creation_throttle_ms("10.0.0.1") == 0  # no quotas: nothing counted
 
 
+def test_connection_creation_rates_of_the_broker_and_of_a_listener_delay_serving():
+    """KIP-612's max.connection.creation.rate (the broker's, over every Kafka listener) and
+    listener.name.<l>.max.connection.creation.rate (one listener's): 15 connections opened at
+    once on real sockets are all served, the first (samples - 1) windows' allowance at once and
+    the others held, unread, at about the rate (5/s: the last 2 s later); a listener without a
+    limit of its own serves its 15 at once, until the broker's limit covers it too."""
+    from brokerd.connection_quotas import ConnectionQuotas
+    from brokerd.kafka.apis import api_version_list
+    from brokerd.kafka.codec import build, frame_request, request_schema, response_schema
+    from brokerd.kafka.listener import KafkaListener
+
+    class Apis:  # what the listener asks of KafkaApis to answer ApiVersions
+        def session(self, writer: Any) -> Session:
+            return Session("User:ANONYMOUS", "127.0.0.1")
+
+        async def handle(self, header: Any, request: Any, session: Session) -> Any:
+            return build(response_schema(18, header.api_version), {"error_code": 0, "api_keys": api_version_list()})
+
+    hello = frame_request(18, 3, 1, "burst", build(request_schema(18, 3), {
+        "client_software_name": "pytest", "client_software_version": "1"}))
+
+    async def spread(port: int) -> float:
+        """Seconds from the first of 15 connections (opened at once) answered to the last."""
+        async def one() -> float:
+            r, w = await asyncio.open_connection("127.0.0.1", port)
+            w.write(hello)
+            assert len(await asyncio.wait_for(r.readexactly(4), 20)) == 4  # served, never closed
+            w.close()
+            return time.monotonic()
+        answered = await asyncio.gather(*(one() for _ in range(15)))
+        return max(answered) - min(answered)
+
+    async def go(quotas: ConnectionQuotas) -> tuple[float, float]:
+        listeners = [KafkaListener(name, "127.0.0.1", 0, Apis(), 1 << 20, connections=quotas)  # type: ignore[arg-type]
+                     for name in ("SLOW", "FAST")]
+        for listener in listeners:
+            await listener.bind()
+            await listener.start()
+        try:
+            ports = [listener._server.sockets[0].getsockname()[1] for listener in listeners]  # type: ignore[union-attr]
+            return await spread(ports[0]), await spread(ports[1])
+        finally:
+            for listener in listeners:
+                await listener.stop()
+
+    window = QuotaWindow(2, 1.0)  # an allowance of one window: 5 connections at once
+    slow, fast = asyncio.run(go(ConnectionQuotas(1000, 1000, window=window, listener_creation_rates={"SLOW": 5})))
+    print(f"listener SLOW (5/s): 15 served over {slow:.2f} s; FAST (no limit): over {fast:.2f} s")
+    assert 1.2 <= slow <= 4 and fast < 1.0  # (15 - 5) / 5 s = 2 s
+    slow, fast = asyncio.run(go(ConnectionQuotas(1000, 1000, window=window, max_creation_rate=5)))
+    print(f"the broker's 5/s: SLOW's 15 served over {slow:.2f} s, then FAST's over {fast:.2f} s")
+    assert slow >= 1.2 and fast >= 1.2  # FAST's come after SLOW's 15 were counted: all held
+
+
+def test_connection_creation_rate_keys_are_read_per_broker_and_per_kafka_listener():
+    from brokerd.config import BrokerConfig
+    from common.config_def import ConfigError
+    from metadata.config import from_properties
+    props = {"node.id": "1", "process.roles": "broker", "controller.quorum.voters": "9@127.0.0.1:9093",
+             "listeners": "PLAINTEXT://127.0.0.1:9092,KAFKA://127.0.0.1:9094", "log.dirs": "/tmp/x",
+             "max.connection.creation.rate": "100", "listener.name.kafka.max.connection.creation.rate": "7"}
+    b = BrokerConfig.from_server(from_properties(props))
+    assert (b.max_connection_creation_rate, b.listener_connection_creation_rates) == (100, {"KAFKA": 7})
+    with pytest.raises(ConfigError, match=r"Invalid value 0 .*\(listener.name.kafka.max.connection.creation.rate\)"):
+        BrokerConfig.from_server(from_properties({**props, "listener.name.kafka.max.connection.creation.rate": "0"}))
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[BrokerCluster]:
     # quota windows of 4 samples of 1 s (Kafka: 11) keep the producers' test short
