@@ -569,7 +569,7 @@ class PacedProducer:
         from confluent_kafka import Producer
         self.delivered: list[tuple[float, int]] = []
         self.throttles: list[float] = []
-        self.producer = Producer({"bootstrap.servers": c.kafka_bootstrap_servers, "client.id": client_id,
+        self.producer: Any = Producer({"bootstrap.servers": c.kafka_bootstrap_servers, "client.id": client_id,
                                   "acks": 1, "linger.ms": 5, "batch.size": 16384,
                                   "throttle_cb": lambda e: self.throttles.append(e.throttle_time)})
         self.topic, self.rate = topic, rate
@@ -634,6 +634,7 @@ def test_a_producer_over_its_quota_is_held_to_it_and_told_while_another_is_unaff
             p.stop.set()
         for p in (slow, fast):
             p.thread.join(20)
+            p.producer = None  # destroyed now: not left reconnecting to the stopped cluster until the run ends
 
 
 def test_our_clients_over_grpc_are_held_to_their_quotas(cluster):
