@@ -142,9 +142,11 @@ def confluent_produce(bootstrap: str, topic: str, args: argparse.Namespace,
     return row
 
 
-def confluent_consume(bootstrap: str, topic: str, expected: int, value: int) -> dict[str, Any]:
+def confluent_consume(bootstrap: str, topic: str, expected: int, value: int,
+                      security: dict[str, str] | None = None) -> dict[str, Any]:
+    """``security``: librdkafka's TLS and SASL settings (bench.security)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-readers", "auto.offset.reset": "earliest",
-                  "enable.auto.commit": True})
+                  "enable.auto.commit": True, **(security or {})})
     c.subscribe([topic])
     n = size = 0
     errors: list[str] = []

@@ -8,7 +8,9 @@ the other, on this machine:
 - ``plaintext``: no TLS, no authorizer (what the rest of bench/ measures);
 - ``tls``: every listener SSL with ``ssl.client.auth=required`` (the controllers' Raft traffic,
   the brokers' gRPC and Kafka listeners, replication), certificates from deploy/make_certs.py;
-- ``tls+acls``: the same with ``authorizer.class.name`` set. The nodes and the admin are super
+- ``sasl_ssl``: as ``tls``, with the Kafka listeners SASL_SSL (PLAIN, users in the listener's
+  JAAS config): librdkafka logs in as ``bench`` on each connection, after the TLS handshake;
+- ``tls+acls``: the same as ``tls`` with ``authorizer.class.name`` set. The nodes and the admin are super
   users; the benchmark's client (``User:bench``) is not: ACLs allow it CREATE and
   IDEMPOTENT_WRITE on the cluster and WRITE on the topics prefixed ``bench``, so every request
   it makes is checked against the ACL index.
@@ -19,10 +21,14 @@ In each, JSON lines (``bench`` = ``security``, ``mode`` as above):
 - ``produce``: our idempotent producer (gRPC), acks=all, ``--value``-byte records, flat out for
   ``--seconds`` into a 6-partition topic, with bench.kafka_clients' workload and settings (4 MiB
   buffer, linger.ms 5): msgs/s, MB/s, and p50/p99 ms from a record queued to its acknowledgement;
-- ``produce_kafka``: the same with confluent-kafka (librdkafka) through the Kafka listener.
+- ``produce_kafka``: the same with confluent-kafka (librdkafka) through the Kafka listener;
+- ``consume_kafka``: librdkafka reading those records back through the Kafka listener.
 Each mode runs ``--rounds`` times, in order and then in reverse (A B C C B A), and the
-``relative`` rows give each workload's mean throughput in ``tls`` and ``tls+acls`` over
-``plaintext``'s (the issue's target: ``tls+acls`` at least 0.85).
+``relative`` rows give each workload's mean throughput in the other modes over ``plaintext``'s
+(the issue's target: ``tls+acls`` at least 0.85), and ``sasl_ssl``'s over ``tls``'s (issue 29:
+at least 0.9).
+
+    python -m bench.security --modes tls,sasl_ssl --seconds 5 --topics 50 --rounds 2
 
 Every process (six servers, the client, this one) shares this machine's cores; the three modes
 run back to back so that the ratios compare like with like (``load_average`` is in every row).
@@ -47,11 +53,13 @@ from protos import controller_pb2 as cpb
 from common.tls import TLSConfig
 
 from .common import REPO, emit, free_ports
-from .kafka_clients import confluent_produce, pykraft_produce
+from .kafka_clients import confluent_consume, confluent_produce, pykraft_produce
 
 PARTITIONS = 6
 NODES = ("controller-1", "controller-2", "controller-3", "broker-101", "broker-102", "broker-103")
 RULE = "RULE:^CN=([^,]+).*$/$1/,DEFAULT"  # User:<CN>, as deploy/docker-compose.tls.yml maps them
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="bench" password="bench-secret" '
+        'user_bench="bench-secret";')
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,7 @@ class Mode:
     name: str
     tls: bool
     acls: bool
+    sasl: bool = False  # the Kafka listeners SASL_SSL (PLAIN) rather than SSL
 
     def _props(self, certs: Path, protocols: str) -> dict[str, str]:
         props: dict[str, str] = {}
@@ -76,6 +85,9 @@ class Mode:
         return self._props(certs, "CONTROLLER:SSL")
 
     def broker_props(self, certs: Path) -> dict[str, str]:
+        if self.sasl:
+            return {**self._props(certs, "CONTROLLER:SSL,PLAINTEXT:SSL,KAFKA:SASL_SSL"),
+                    "sasl.enabled.mechanisms": "PLAIN", "listener.name.kafka.plain.sasl.jaas.config": JAAS}
         return self._props(certs, "CONTROLLER:SSL,PLAINTEXT:SSL,KAFKA:SSL")
 
     def node_props(self, certs: Path) -> dict[int, dict[str, str]]:
@@ -95,8 +107,12 @@ class Mode:
     def librdkafka(self, certs: Path) -> dict[str, str]:
         if not self.tls:
             return {}
-        return {"security.protocol": "ssl", "ssl.ca.location": str(certs / "ca.crt"),
-                "ssl.certificate.location": str(certs / "bench.crt"), "ssl.key.location": str(certs / "bench.key")}
+        tls = {"ssl.ca.location": str(certs / "ca.crt"), "ssl.certificate.location": str(certs / "bench.crt"),
+               "ssl.key.location": str(certs / "bench.key")}
+        if self.sasl:
+            return {"security.protocol": "sasl_ssl", "sasl.mechanism": "PLAIN", "sasl.username": "bench",
+                    "sasl.password": "bench-secret", **tls}
+        return {"security.protocol": "ssl", **tls}
 
     def grant(self, q: DevQuorum, certs: Path) -> None:
         """The benchmark's client is no super user: ACLs allow it what it does."""
@@ -111,7 +127,10 @@ class Mode:
                            cwd=REPO, check=True, capture_output=True)
 
 
-MODES = (Mode("plaintext", False, False), Mode("tls", True, False), Mode("tls+acls", True, True))
+MODES = (Mode("plaintext", False, False), Mode("tls", True, False), Mode("sasl_ssl", True, False, sasl=True),
+         Mode("tls+acls", True, True))
+#: What each mode is compared with beside plaintext: SASL_SSL with SSL (issue 29's target, 0.9).
+ALSO_OVER = {"sasl_ssl": "tls"}
 
 
 def _pct(xs: list[float], q: float) -> float | None:
@@ -172,6 +191,10 @@ async def run_mode(mode: Mode, args: argparse.Namespace, certs: Path, base: Path
         rows.append(_row(mode.name, "produce_kafka", value_bytes=args.value, partitions=PARTITIONS,
                          **_produced(await asyncio.to_thread(confluent_produce, q.kafka_bootstrap_servers,
                                                             "bench-kafka", workload, mode.librdkafka(certs)))))
+        consumed = await asyncio.to_thread(confluent_consume, q.kafka_bootstrap_servers, "bench-kafka",
+                                           rows[-1]["messages"], args.value, mode.librdkafka(certs))
+        rows.append(_row(mode.name, "consume_kafka", value_bytes=args.value, **{
+            k: consumed[k] for k in ("messages", "msgs_per_s", "MBps", "complete", "errors") if k in consumed}))
     finally:
         q.stop()
     for row in rows:
@@ -206,13 +229,15 @@ def main() -> None:
     finally:
         shutil.rmtree(base, ignore_errors=True)
     for (name, workload), runs in results.items():
-        plain = results.get(("plaintext", workload))
-        if name == "plaintext" or not plain:
-            continue
-        mean, plain_mean = sum(runs) / len(runs), sum(plain) / len(plain)
-        emit(_row(name, "relative", workload=workload, of="ops_per_s" if workload == "create_topics" else "msgs_per_s",
-                  mean=round(mean, 1), plaintext_mean=round(plain_mean, 1), runs=len(runs),
-                  ratio=round(mean / plain_mean, 3) if plain_mean else None))
+        for other in ("plaintext", ALSO_OVER.get(name)):
+            base_runs = results.get((other, workload)) if other else None
+            if name == other or not base_runs:
+                continue
+            mean, base_mean = sum(runs) / len(runs), sum(base_runs) / len(base_runs)
+            emit(_row(name, "relative", workload=workload, over=other,
+                      of="ops_per_s" if workload == "create_topics" else "msgs_per_s", mean=round(mean, 1),
+                      **{f"{other}_mean": round(base_mean, 1)}, runs=len(runs),
+                      ratio=round(mean / base_mean, 3) if base_mean else None))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from clients.security import ListenerSecurity
+from clients.security import ListenerSecurity, listener_props
 from common.config_def import ConfigError
 from common.server_keys import RACK_AWARE_REPLICA_SELECTOR, SERVER_KEYS
 from common.tls import TLSConfig
@@ -94,6 +94,9 @@ class BrokerConfig:
     max_connections: int = 2 ** 31 - 1  # max.connections
     max_connections_per_ip: int = 2 ** 31 - 1  # max.connections.per.ip
     max_connections_per_ip_overrides: str = ""  # max.connections.per.ip.overrides
+    max_connection_creation_rate: int = 2 ** 31 - 1  # max.connection.creation.rate (KIP-612)
+    #: listener.name.<l>.max.connection.creation.rate of the Kafka listeners that set one
+    listener_connection_creation_rates: dict[str, int] = field(default_factory=dict)
     fetch_session_cache_slots: int = 1000  # max.incremental.fetch.session.cache.slots
     static_configs: Mapping[str, str] = field(default_factory=dict)  # the properties file, as written
 
@@ -159,6 +162,8 @@ class BrokerConfig:
             max_connections=cfg.int("max.connections"),
             max_connections_per_ip=cfg.int("max.connections.per.ip"),
             max_connections_per_ip_overrides=cfg.str("max.connections.per.ip.overrides") or "",
+            max_connection_creation_rate=cfg.int("max.connection.creation.rate"),
+            listener_connection_creation_rates=_listener_creation_rates(cfg, kafka),
             auto_create=AutoCreateConfig(
                 enable=cfg.bool("auto.create.topics.enable"),
                 num_partitions=cfg.int("num.partitions"),
@@ -227,3 +232,17 @@ def _retention_ms(cfg: ServerConfig) -> int:
         return -1 if minutes < 0 else minutes * 60_000
     hours = cfg.int("log.retention.hours")
     return -1 if hours < 0 else hours * HOUR_MS
+
+
+def _listener_creation_rates(cfg: ServerConfig, kafka_listeners: tuple[str, ...]) -> dict[str, int]:
+    """``listener.name.<l>.max.connection.creation.rate`` of each Kafka listener that sets one,
+    checked by the key's rule (a listener's own limit, beside the broker's, as KIP-612's)."""
+    key = "max.connection.creation.rate"
+    out = {}
+    for name in kafka_listeners:
+        if f"listener.name.{name.lower()}.{key}" in cfg.props:
+            try:
+                out[name] = SERVER_KEYS.value(listener_props(cfg.props, name), key)
+            except ConfigError as e:
+                raise ConfigError(f"{e} (listener.name.{name.lower()}.{key})") from None
+    return out

@@ -9,7 +9,14 @@ the default IP's), limits the connections an address opens per second, measured 
 quotas' rates are: a connection over it is held, unread, for the time that brings the rate back
 to the quota and then closed, and is not counted in the rate (as Kafka delays closing it), so a
 client reconnecting in a loop waits; held connections count towards ``max.connections.per.ip``,
-which bounds what a flood holds."""
+which bounds what a flood holds.
+
+``max.connection.creation.rate`` (KIP-612), the broker's, and
+``listener.name.<l>.max.connection.creation.rate``, a listener's own, limit the connections
+accepted per second however many addresses they come from: as Kafka's acceptor waits before
+accepting more, a connection over either is held, unread, for the time that brings the rate
+back to it and then served (it is counted: it will be served). They are checked after the
+connection counts, so ``max.connections`` bounds what waits."""
 from __future__ import annotations
 
 import ipaddress
@@ -25,6 +32,8 @@ from metadata.image import ClientQuotasImage
 from .quotas import QuotaWindow, Rate
 
 log = logging.getLogger("brokerd.kafka")
+
+INT_MAX = 2 ** 31 - 1  # the keys' default: no limit
 
 #: One log line per address this often while its connections are refused (a flood logs little).
 LOG_INTERVAL_S = 10.0
@@ -52,10 +61,13 @@ class ConnectionQuotas:
     overrides: dict[str, int] = field(default_factory=dict)
     quotas: Callable[[], ClientQuotasImage] | None = None  # connection_creation_rate of ip entities
     window: QuotaWindow = QuotaWindow()
+    max_creation_rate: int = INT_MAX  # max.connection.creation.rate
+    listener_creation_rates: dict[str, int] = field(default_factory=dict)  # listener -> its own rate
     total: int = 0
     by_ip: dict[str, int] = field(default_factory=dict)
     _logged: dict[str, float] = field(default_factory=dict)
     _rates: dict[str, Rate] = field(default_factory=dict)
+    _accepted: dict[str, Rate] = field(default_factory=dict)  # "" (the broker's) or a listener -> its rate
 
     def admit(self, ip: str) -> bool:
         """Count a new connection from ``ip``; False (counted nowhere) when it is over a limit."""
@@ -68,6 +80,21 @@ class ConnectionQuotas:
         self.by_ip[ip] = have + 1
         self.total += 1
         return True
+
+    def accept_delay_ms(self, listener: str) -> int:
+        """Count a new connection on ``listener`` in the broker's and the listener's
+        connection creation rates; how long to hold it before serving it (0: at once)."""
+        delay = 0
+        now = time.monotonic()
+        for name, bound in (("", self.max_creation_rate), (listener, self.listener_creation_rates.get(listener))):
+            if bound is None or bound >= INT_MAX:
+                continue
+            rate = self._accepted.get(name)
+            if rate is None:
+                rate = self._accepted[name] = Rate(self.window, now)
+            rate.record(1, now)
+            delay = max(delay, rate.throttle_ms(bound, now))
+        return delay
 
     def creation_throttle_ms(self, ip: str) -> int:
         """Count a new connection from ``ip`` in its ``connection_creation_rate``; how long to

@@ -18,9 +18,11 @@ changed by a metadata delta applies to the next request.
 """
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
+from typing import Any
 
 from metadata.client_quotas import (CLIENT_ID, CONSUMER_BYTE_RATE, CONTROLLER_MUTATION_RATE, PRODUCER_BYTE_RATE,
                                     REQUEST_PERCENTAGE, USER)
@@ -41,46 +43,73 @@ class QuotaWindow:
 class Rate:
     """Kafka's ``Rate`` over a ``SampledStat``: the sum of the live samples over the time they
     span, which is padded to ``samples - 1`` windows while younger (a new client may send one
-    window's worth less than a quota's full window at once, and is then held to the rate)."""
+    window's worth less than a quota's full window at once, and is then held to the rate).
 
-    __slots__ = ("_window", "_starts", "_values", "_current", "used")
+    Counted on every request, so the sum and the oldest sample's start are kept rather than
+    recomputed: a request within the current sample, with no sample to expire, adds a number
+    and divides; the samples are walked only when one starts or expires (once a window)."""
+
+    __slots__ = ("_size", "_samples", "_expired", "_starts", "_values", "_current", "_total", "_oldest",
+                 "used")
 
     def __init__(self, window: QuotaWindow, now: float) -> None:
-        self._window = window
+        self._size, self._samples = window.size_s, window.samples
+        self._expired = window.size_s * window.samples
         self._starts = [now]
         self._values = [0.0]
         self._current = 0
+        self._total = 0.0
+        self._oldest = now
         self.used = now
 
     def record(self, value: float, now: float) -> None:
-        w = self._window
         self.used = now
-        if now - self._starts[self._current] >= w.size_s:
-            self._current = (self._current + 1) % w.samples
+        if now - self._starts[self._current] >= self._size:  # a new sample, over the oldest one
+            self._current = (self._current + 1) % self._samples
             if self._current == len(self._starts):
                 self._starts.append(now)
                 self._values.append(0.0)
             else:
                 self._starts[self._current], self._values[self._current] = now, 0.0
+            self._settle()
         self._values[self._current] += value
+        self._total += value
 
     def measure(self, now: float) -> tuple[float, float]:
         """(bytes per second, the seconds the rate is taken over)."""
-        w = self._window
-        expired = w.size_s * w.samples
-        for i, start in enumerate(self._starts):
-            if now - start >= expired:
-                self._starts[i], self._values[i] = now, 0.0
-        elapsed = now - min(self._starts)
-        full = int(elapsed // w.size_s)
-        if full < w.samples - 1:
-            elapsed += (w.samples - 1 - full) * w.size_s
-        elapsed = max(elapsed, 1e-3)
-        return sum(self._values) / elapsed, elapsed
+        elapsed = self._elapsed(now)
+        return self._total / elapsed, elapsed
+
+    def throttle_ms(self, bound: float, now: float) -> int:
+        """The time that brings the rate back to ``bound``, in ms (0: within it):
+        ``(rate - bound) / bound * window``, Kafka's ``throttleTime``."""
+        elapsed = self._elapsed(now)
+        observed = self._total / elapsed
+        return 0 if observed <= bound else round((observed - bound) / bound * elapsed * 1000)
+
+    def _elapsed(self, now: float) -> float:
+        if now - self._oldest >= self._expired:  # samples older than the whole window count nothing
+            for i, start in enumerate(self._starts):
+                if now - start >= self._expired:
+                    self._starts[i], self._values[i] = now, 0.0
+            self._settle()
+        elapsed = now - self._oldest
+        full = int(elapsed // self._size)
+        if full < self._samples - 1:
+            elapsed += (self._samples - 1 - full) * self._size
+        return max(elapsed, 1e-3)
+
+    def _settle(self) -> None:
+        """After a sample started or expired: the sum (summed afresh, so no rounding drifts) and
+        the oldest start."""
+        self._total = sum(self._values)
+        self._oldest = min(self._starts)
 
 
+@functools.lru_cache(maxsize=4096)
 def user_of(principal: str) -> str:
-    """The quota user of a principal: ``User:alice`` -> ``alice`` (Kafka's sanitized name)."""
+    """The quota user of a principal: ``User:alice`` -> ``alice`` (Kafka's sanitized name);
+    asked on every request, of few principals."""
     return principal.split(":", 1)[1] if ":" in principal else principal
 
 
@@ -91,78 +120,113 @@ def _levels(user: str, client_id: str) -> list[QuotaEntity]:
     return [(c, u), (dc, u), (u,), (c, du), (dc, du), (du,), (c,), (dc,)]
 
 
+class Sensor:
+    """A client's quota as the current image sets it: the bound, and the rate of the group of
+    clients that share it (Kafka's quota sensor)."""
+
+    __slots__ = ("group", "bound", "rate")
+
+    def __init__(self, group: tuple[str, str], bound: float, rate: Rate) -> None:
+        self.group, self.bound, self.rate = group, bound, rate
+
+    def record(self, value: float, now: float) -> int:
+        """Count ``value``; the throttle time in ms (0 within the quota)."""
+        self.rate.record(value, now)
+        return self.rate.throttle_ms(self.bound, now)
+
+
 class ClientQuotaManager:
-    """One quota key (``producer_byte_rate`` or ``consumer_byte_rate``) over every client."""
+    """One quota key (``producer_byte_rate`` or ``consumer_byte_rate``) over every client.
+
+    A client's sensor is resolved once and kept until a metadata delta changes the quotas (the
+    image is then another object), so a request costs a dictionary lookup, not eight."""
 
     def __init__(self, key: str, quotas: Callable[[], ClientQuotasImage], window: QuotaWindow = QuotaWindow(),
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.key = key
         self._quotas = quotas
         self.window = window
-        self._clock = clock
+        self.clock = clock
         self._seen: ClientQuotasImage | None = None
-        self._resolved: dict[tuple[str, str], tuple[tuple[str, str], float] | None] = {}
+        self._resolved: dict[tuple[str, str], Sensor | None] = {}
+        self._anyone = False
         self._rates: dict[tuple[str, str], Rate] = {}
         self._swept = clock()
 
-    def quota(self, user: str, client_id: str) -> tuple[tuple[str, str], float] | None:
-        """(the measured group's (user, client id), the quota) of a client; None: unlimited."""
+    def anyone(self) -> bool:
+        """Whether the key is set for any entity (else nothing need be measured)."""
         image = self._quotas()
-        if image is not self._seen:  # a metadata delta changed quotas: resolve every client again
-            self._seen, self._resolved = image, {}
-        if not image.entities:
-            return None
-        if (user, client_id) in self._resolved:
+        if image is not self._seen:
+            self._see(image)
+        return self._anyone
+
+    def _see(self, image: ClientQuotasImage) -> None:
+        """A metadata delta changed quotas: every client is resolved again."""
+        self._seen, self._resolved = image, {}
+        self._anyone = any(self.key in keys for keys in image.entities.values())
+
+    def sensor(self, user: str, client_id: str) -> Sensor | None:
+        """The client's sensor; None: no quota of this key applies to it."""
+        image = self._quotas()
+        if image is not self._seen:
+            self._see(image)
+        try:
             return self._resolved[(user, client_id)]
+        except KeyError:
+            return self._resolve(image, user, client_id)
+
+    def _resolve(self, image: ClientQuotasImage, user: str, client_id: str) -> Sensor | None:
         found = None
-        for entity in _levels(user, client_id):
-            bound = image.of(entity).get(self.key)
-            if bound is not None:
-                types = {t for t, _ in entity}
-                found = ((user if USER in types else "", client_id if CLIENT_ID in types else ""), bound)
-                break
+        if image.entities:
+            for entity in _levels(user, client_id):
+                bound = image.of(entity).get(self.key)
+                if bound is not None:
+                    types = {t for t, _ in entity}
+                    group = (user if USER in types else "", client_id if CLIENT_ID in types else "")
+                    rate = self._rates.get(group)
+                    if rate is None:
+                        now = self.clock()
+                        self._sweep(now)
+                        rate = self._rates[group] = Rate(self.window, now)
+                    found = Sensor(group, bound, rate)
+                    break
         if len(self._resolved) > 100_000:  # a flood of client ids: resolving again is cheap
             self._resolved.clear()
         self._resolved[(user, client_id)] = found
         return found
 
+    def quota(self, user: str, client_id: str) -> tuple[tuple[str, str], float] | None:
+        """(the measured group's (user, client id), the quota) of a client; None: unlimited."""
+        s = self.sensor(user, client_id)
+        return (s.group, s.bound) if s is not None else None
+
     def record(self, user: str, client_id: str, value: float) -> int:
         """Count ``value`` bytes for the client; the throttle time in ms (0 within its quota)."""
-        q = self.quota(user, client_id)
-        if q is None:
-            return 0
-        group, bound = q
-        now = self._clock()
-        rate = self._rates.get(group)
-        if rate is None:
-            self._sweep(now)
-            rate = self._rates[group] = Rate(self.window, now)
-        rate.record(value, now)
-        observed, window_s = rate.measure(now)
-        if observed <= bound:
-            return 0
-        return round((observed - bound) / bound * window_s * 1000)
+        s = self.sensor(user, client_id)
+        return 0 if s is None else s.record(value, self.clock())
 
     def unrecord(self, user: str, client_id: str, value: float) -> None:
         """Take back bytes counted but not sent (a fetch answered empty because it was throttled)."""
-        q = self.quota(user, client_id)
-        rate = self._rates.get(q[0]) if q is not None else None
-        if rate is not None:
-            rate.record(-value, self._clock())
+        s = self.sensor(user, client_id)
+        if s is not None:
+            s.rate.record(-value, self.clock())
 
     def max_in_window(self, user: str, client_id: str) -> int | None:
         """The most bytes one fetch may return (Kafka's getMaxValueInQuotaWindow); None: no quota."""
-        q = self.quota(user, client_id)
-        if q is None:
+        s = self.sensor(user, client_id)
+        if s is None:
             return None
-        return max(1, int(q[1] * max(1, self.window.samples - 1) * self.window.size_s))
+        return max(1, int(s.bound * max(1, self.window.samples - 1) * self.window.size_s))
 
     def _sweep(self, now: float) -> None:
         if now - self._swept < 60:
             return
         self._swept = now
-        for group in [g for g, r in self._rates.items() if now - r.used > IDLE_EXPIRY_S]:
+        idle = [g for g, r in self._rates.items() if now - r.used > IDLE_EXPIRY_S]
+        for group in idle:
             del self._rates[group]
+        if idle:  # sensors resolved before hold the dropped rates
+            self._resolved = {}
 
 
 class RequestQuotaManager(ClientQuotaManager):
@@ -177,7 +241,12 @@ class RequestQuotaManager(ClientQuotaManager):
 
     def record(self, user: str, client_id: str, value: float) -> int:
         """Count ``value`` seconds of the broker's time; the throttle time in ms (0: within quota)."""
-        return min(super().record(user, client_id, value * 100), round(self.window.size_s * 1000))
+        s = self.sensor(user, client_id)
+        return 0 if s is None else self.spent(s, value, self.clock())
+
+    def spent(self, sensor: Sensor, seconds: float, now: float) -> int:
+        """Count ``seconds`` of the broker's time in a client's sensor; its throttle time in ms."""
+        return min(sensor.record(seconds * 100, now), round(self.window.size_s * 1000))
 
 
 class MutationQuotaManager(ClientQuotaManager):
@@ -196,7 +265,7 @@ class MutationQuotaManager(ClientQuotaManager):
         if q is None:
             return None
         group, rate = q
-        now, burst = self._clock(), rate * self.window.samples * self.window.size_s
+        now, burst = self.clock(), rate * self.window.samples * self.window.size_s
         bucket = self._buckets.get(group)
         if bucket is None:
             if len(self._buckets) > 100_000:  # a flood of client ids: a full bucket is what a new one gets
@@ -221,11 +290,43 @@ class MutationQuotaManager(ClientQuotaManager):
         return self.throttle_ms(user, client_id)
 
 
+class HandlerTime:
+    """A handler awaited while the seconds its own steps run on the event loop are summed: the
+    time it waits (a long-polling fetch, an acks=all produce waiting for its replicas) costs the
+    broker nothing, as Kafka's purgatory costs no request handler thread. ``sensor``: the
+    client's ``request_percentage`` sensor the time goes to."""
+
+    __slots__ = ("_work", "spent", "sensor")
+
+    def __init__(self, work: Awaitable[Any], sensor: Sensor | None = None) -> None:
+        self._work = work
+        self.spent = 0.0
+        self.sensor = sensor
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        steps = self._work.__await__()
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            start = time.perf_counter()
+            try:
+                step = steps.send(value) if error is None else steps.throw(error)
+            except StopIteration as done:
+                return done.value
+            finally:
+                self.spent += time.perf_counter() - start
+            try:
+                value, error = (yield step), None
+            except BaseException as e:  # a cancellation goes on into the handler
+                value, error = None, e
+
+
 class ClientQuotas:
     """The broker's quota managers, one per key, over the broker's metadata image."""
 
     def __init__(self, quotas: Callable[[], ClientQuotasImage], window: QuotaWindow = QuotaWindow(),
                  clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
         self.produce = ClientQuotaManager(PRODUCER_BYTE_RATE, quotas, window, clock)
         self.fetch = ClientQuotaManager(CONSUMER_BYTE_RATE, quotas, window, clock)
         self.mutations = MutationQuotaManager(quotas, window, clock)

@@ -47,6 +47,7 @@ from .auto_topics import TopicAutoCreator, create_topic
 from .cluster_metadata import replica_status
 from .config import BrokerConfig
 from .connection_quotas import ConnectionQuotas, parse_overrides
+from .grpc_throttling import RequestTimeQuotas
 from .group_coordinator import OFFSETS_TOPIC, GroupCoordinator
 from .isr import IsrManager
 from .kafka.apis import KafkaApis
@@ -201,7 +202,8 @@ class BrokerServer:
         self.client_quotas = ClientQuotas(lambda: self.rm.image.client_quotas, bcfg.quota_window)
         connections = ConnectionQuotas(bcfg.max_connections, bcfg.max_connections_per_ip,
                                        parse_overrides(bcfg.max_connections_per_ip_overrides),
-                                       lambda: self.rm.image.client_quotas, bcfg.quota_window)
+                                       lambda: self.rm.image.client_quotas, bcfg.quota_window,
+                                       bcfg.max_connection_creation_rate, bcfg.listener_connection_creation_rates)
         for name, (host, port) in cfg.listeners.items():
             if name == cfg.controller_listener:
                 continue
@@ -225,7 +227,8 @@ class BrokerServer:
             server = grpc.aio.server(options=[("grpc.max_receive_message_length", bcfg.request_max_bytes),
                                               ("grpc.max_send_message_length", 256 << 20),
                                               EXCLUSIVE_BIND],
-                                     interceptors=[*([requests.interceptor(name)] if requests else []), self.gate])
+                                     interceptors=[*([requests.interceptor(name)] if requests else []), self.gate,
+                                                   RequestTimeQuotas(self.client_quotas, mapper)])
             add_service(server, broker_pb2_grpc.add_BrokerServicer_to_server,
                         BrokerService(self.rm, name, lambda: self.client.last_controller_id, self.describe,
                                       producer_ids, self.groups, authorizer, mapper, auto_topics,

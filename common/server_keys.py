@@ -112,6 +112,9 @@ SERVER_KEYS = ConfigDef([
          "accepted (a flood from one address leaves the others served)", 0, INT_MAX, role=BROKER),
     ConfigKey("max.connections.per.ip.overrides", "string", "", "`IP:COUNT,...`: other limits for some addresses",
               role=BROKER),
+    _int("max.connection.creation.rate", INT_MAX, "new connections per second a broker's Kafka listeners accept in "
+         "all (KIP-612); more wait, unread, to be served (also `listener.name.<l>.max.connection.creation.rate`, "
+         "one listener's own)", 1, INT_MAX, role=BROKER),
     _int("quota.window.num", 11, "samples a client quota's rate is measured over (see \"Quotas\")", 1, INT_MAX,
          role=BROKER),
     _int("quota.window.size.seconds", 1, "the time span of one quota sample", 1, INT_MAX, role=BROKER),

@@ -37,6 +37,7 @@ from metadata.snapshot import image_records
 from tests.brokercluster import BrokerCluster, running_cluster
 from protos import controller_pb2 as cpb
 from tests.controllers import InProcessQuorum
+from tests.eventually import eventually
 
 ALICE = (("user", "alice"),)
 ALICE_ANY_CLIENT = (("user", "alice"), ("client-id", None))
@@ -201,6 +202,83 @@ def test_rate_over_the_samples_throttle_time_and_a_quota_change_at_once():
     assert m.max_in_window("", "c") == 100 and m.max_in_window("", "d") is None
 
 
+def test_the_rate_kept_incrementally_measures_as_summing_every_sample_does():
+    """Rate keeps its sum and oldest start instead of walking the samples on every request;
+    what it measures is what summing them afresh gives (Kafka's SampledStat), at every step of
+    records spread over windows, gaps longer than all of them, and bytes taken back."""
+    import random
+    from brokerd.quotas import Rate
+    window, rnd, now = QuotaWindow(4, 1.0), random.Random(29), 0.0
+    rate, starts, values, current = Rate(window, now), [now], [0.0], 0
+    for step in range(3000):
+        now += rnd.choice([0.0, 0.01, 0.3, 0.9, 1.0, 2.5, 9.0]) if step % 50 else 30.0
+        value = rnd.choice([1.0, 100.0, 16384.0, -100.0])
+        if now - starts[current] >= window.size_s:  # the reference: every sample walked, every time
+            current = (current + 1) % window.samples
+            if current == len(starts):
+                starts.append(now)
+                values.append(0.0)
+            else:
+                starts[current], values[current] = now, 0.0
+        values[current] += value
+        rate.record(value, now)
+        for i, start in enumerate(starts):
+            if now - start >= window.size_s * window.samples:
+                starts[i], values[i] = now, 0.0
+        elapsed = now - min(starts)
+        if int(elapsed // window.size_s) < window.samples - 1:
+            elapsed += (window.samples - 1 - int(elapsed // window.size_s)) * window.size_s
+        elapsed = max(elapsed, 1e-3)
+        assert rate.measure(now) == pytest.approx((sum(values) / elapsed, elapsed)), step
+
+
+def test_a_produce_request_is_accounted_with_one_clock_read():
+    """The accounting every request pays (issue 29: at most 5% of an unthrottled producer's
+    rate): a produce timed for request_percentage and counted for producer_byte_rate reads the
+    clock once, its response's encoding charged without another read, and its throttle time is
+    the rates' as before."""
+    from brokerd.kafka.throttling import HandlerTime
+    reads = [0]
+    image = quotas_of(alteration((("client-id", None),), producer_byte_rate=1000, request_percentage=1))
+
+    def clock() -> float:
+        reads[0] += 1
+        return 0.0
+
+    throttling = KafkaThrottling(ClientQuotas(lambda: image, QuotaWindow(4, 1.0), clock))
+    session = Session("User:alice", "127.0.0.1")
+
+    @dataclasses.dataclass(frozen=True)
+    class Partition:
+        records: bytes = b"x" * 1000
+
+    @dataclasses.dataclass(frozen=True)
+    class Topic:
+        partition_data: tuple = (Partition(),) * 3
+
+    @dataclasses.dataclass(frozen=True)
+    class Produce:  # the field the throttling reads of kio's ProduceRequest
+        topic_data: tuple = (Topic(),)
+
+    async def handler() -> dict:
+        return {"responses": []}
+
+    async def produce() -> dict:
+        timer = throttling.timed(0, session, "app", handler())
+        assert isinstance(timer, HandlerTime)
+        answer = await timer
+        timer.spent = 0.01
+        throttling.after(0, Produce(), answer, session, "app", MetadataImage.empty(), timer)
+        throttling.charge(timer, 0.01)
+        return answer
+
+    first = asyncio.run(produce())  # 3,000 bytes of 3 windows' 3,000; 10 ms (+10 encoding) of 30 ms
+    reads[0] = 0
+    second = asyncio.run(produce())  # 6,000 bytes over 3 s: twice the quota, 3 s (request time: at most 1 s)
+    assert "throttle_time" not in first and second["throttle_time"] == 3000
+    assert reads[0] == 1, f"the clock was read {reads[0]} times for one request"
+
+
 def test_a_throttled_fetch_is_answered_empty_and_its_bytes_taken_back():
     image = quotas_of(alteration((("client-id", "reader"),), consumer_byte_rate=100))
     throttling = KafkaThrottling(ClientQuotas(lambda: image, QuotaWindow(2, 1.0)))
@@ -318,6 +396,73 @@ def test_connection_creation_rate_of_an_ip_holds_connections_over_it_uncounted()
     assert ConnectionQuotas(1, 1).creation_throttle_ms("10.0.0.1") == 0  # no quotas: nothing counted
 
 
+def test_connection_creation_rates_of_the_broker_and_of_a_listener_delay_serving():
+    """KIP-612's max.connection.creation.rate (the broker's, over every Kafka listener) and
+    listener.name.<l>.max.connection.creation.rate (one listener's): 15 connections opened at
+    once on real sockets are all served, the first (samples - 1) windows' allowance at once and
+    the others held, unread, at about the rate (5/s: the last 2 s later); a listener without a
+    limit of its own serves its 15 at once, until the broker's limit covers it too."""
+    from brokerd.connection_quotas import ConnectionQuotas
+    from brokerd.kafka.apis import api_version_list
+    from brokerd.kafka.codec import build, frame_request, request_schema, response_schema
+    from brokerd.kafka.listener import KafkaListener
+
+    class Apis:  # what the listener asks of KafkaApis to answer ApiVersions
+        def session(self, writer: Any) -> Session:
+            return Session("User:ANONYMOUS", "127.0.0.1")
+
+        async def handle(self, header: Any, request: Any, session: Session) -> Any:
+            return build(response_schema(18, header.api_version), {"error_code": 0, "api_keys": api_version_list()})
+
+    hello = frame_request(18, 3, 1, "burst", build(request_schema(18, 3), {
+        "client_software_name": "pytest", "client_software_version": "1"}))
+
+    async def spread(port: int) -> float:
+        """Seconds from the first of 15 connections (opened at once) answered to the last."""
+        async def one() -> float:
+            r, w = await asyncio.open_connection("127.0.0.1", port)
+            w.write(hello)
+            assert len(await asyncio.wait_for(r.readexactly(4), 20)) == 4  # served, never closed
+            w.close()
+            return time.monotonic()
+        answered = await asyncio.gather(*(one() for _ in range(15)))
+        return max(answered) - min(answered)
+
+    async def go(quotas: ConnectionQuotas) -> tuple[float, float]:
+        listeners = [KafkaListener(name, "127.0.0.1", 0, Apis(), 1 << 20, connections=quotas)  # type: ignore[arg-type]
+                     for name in ("SLOW", "FAST")]
+        for listener in listeners:
+            await listener.bind()
+            await listener.start()
+        try:
+            ports = [listener._server.sockets[0].getsockname()[1] for listener in listeners]  # type: ignore[union-attr]
+            return await spread(ports[0]), await spread(ports[1])
+        finally:
+            for listener in listeners:
+                await listener.stop()
+
+    window = QuotaWindow(2, 1.0)  # an allowance of one window: 5 connections at once
+    slow, fast = asyncio.run(go(ConnectionQuotas(1000, 1000, window=window, listener_creation_rates={"SLOW": 5})))
+    print(f"listener SLOW (5/s): 15 served over {slow:.2f} s; FAST (no limit): over {fast:.2f} s")
+    assert 1.2 <= slow <= 4 and fast < 1.0  # (15 - 5) / 5 s = 2 s
+    slow, fast = asyncio.run(go(ConnectionQuotas(1000, 1000, window=window, max_creation_rate=5)))
+    print(f"the broker's 5/s: SLOW's 15 served over {slow:.2f} s, then FAST's over {fast:.2f} s")
+    assert slow >= 1.2 and fast >= 1.2  # FAST's come after SLOW's 15 were counted: all held
+
+
+def test_connection_creation_rate_keys_are_read_per_broker_and_per_kafka_listener():
+    from brokerd.config import BrokerConfig
+    from common.config_def import ConfigError
+    from metadata.config import from_properties
+    props = {"node.id": "1", "process.roles": "broker", "controller.quorum.voters": "9@127.0.0.1:9093",
+             "listeners": "PLAINTEXT://127.0.0.1:9092,KAFKA://127.0.0.1:9094", "log.dirs": "/tmp/x",
+             "max.connection.creation.rate": "100", "listener.name.kafka.max.connection.creation.rate": "7"}
+    b = BrokerConfig.from_server(from_properties(props))
+    assert (b.max_connection_creation_rate, b.listener_connection_creation_rates) == (100, {"KAFKA": 7})
+    with pytest.raises(ConfigError, match=r"Invalid value 0 .*\(listener.name.kafka.max.connection.creation.rate\)"):
+        BrokerConfig.from_server(from_properties({**props, "listener.name.kafka.max.connection.creation.rate": "0"}))
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[BrokerCluster]:
     # quota windows of 4 samples of 1 s (Kafka: 11) keep the producers' test short
@@ -424,7 +569,7 @@ class PacedProducer:
         from confluent_kafka import Producer
         self.delivered: list[tuple[float, int]] = []
         self.throttles: list[float] = []
-        self.producer = Producer({"bootstrap.servers": c.kafka_bootstrap_servers, "client.id": client_id,
+        self.producer: Any = Producer({"bootstrap.servers": c.kafka_bootstrap_servers, "client.id": client_id,
                                   "acks": 1, "linger.ms": 5, "batch.size": 16384,
                                   "throttle_cb": lambda e: self.throttles.append(e.throttle_time)})
         self.topic, self.rate = topic, rate
@@ -489,6 +634,7 @@ def test_a_producer_over_its_quota_is_held_to_it_and_told_while_another_is_unaff
             p.stop.set()
         for p in (slow, fast):
             p.thread.join(20)
+            p.producer = None  # destroyed now: not left reconnecting to the stopped cluster until the run ends
 
 
 def test_our_clients_over_grpc_are_held_to_their_quotas(cluster):
@@ -530,6 +676,52 @@ def test_our_clients_over_grpc_are_held_to_their_quotas(cluster):
             print(f"our consumer: {got:.0f} B/s for a quota of {quota}, last throttle {c.throttle_time_ms} ms")
             # held to its quota; under it by the time its fetches take on a loaded machine
             assert 0.5 * quota <= got <= 1.15 * quota and c.throttle_time_ms > 0
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(go())
+    finally:
+        loop.close()
+
+
+def test_over_grpc_request_percentage_holds_our_producer_back_and_empties_a_fetch(cluster):
+    """request_percentage on the gRPC listener: the time of each call's handler counts for the
+    request's client id. Our producer as "grpc-busy" (request_percentage=1) and as "grpc-calm"
+    (no quota), each producing as fast as it can at the same time: busy is answered
+    throttle_time_ms and holds back, so far fewer of its records are acknowledged; busy's next
+    fetch is answered empty with the throttle time, calm's is never throttled."""
+    from clients import Consumer, Producer
+
+    async def go() -> None:
+        await cluster.create_topic("quota-grpc-time", 1, rf=1)
+        await set_client_quota(cluster, "grpc-busy", "request_percentage", 1)
+        acked: dict[str, list[float]] = {"grpc-busy": [], "grpc-calm": []}
+        start = loop.time()
+
+        async def flood(client_id: str) -> int:
+            async with Producer(cluster.bootstrap_servers, client_id=client_id, acks=1, linger_ms=0) as p:
+                pending: set[asyncio.Future] = set()
+                while loop.time() < start + 5:
+                    if len(pending) < 50:
+                        f = await p.send("quota-grpc-time", b"v" * 100)
+                        f.add_done_callback(lambda f: f.exception() or acked[client_id].append(loop.time()))
+                        pending.add(f)
+                        f.add_done_callback(pending.discard)
+                    else:
+                        await asyncio.sleep(0.005)
+                await p.flush()
+                return p.metrics["produce-throttle-time-max"]
+
+        busy_max, calm_max = await asyncio.gather(flood("grpc-busy"), flood("grpc-calm"))
+        busy, calm = (sum(1 for t in acked[c] if t >= start + 3) for c in ("grpc-busy", "grpc-calm"))
+        print(f"from 3 s to 5 s: busy {busy} acknowledged (throttled up to {busy_max} ms), calm {calm}")
+        assert busy_max > 0 and calm_max == 0
+        assert busy * 2 < calm, (busy, calm)
+        for client_id in ("grpc-busy", "grpc-calm"):
+            async with Consumer(cluster.bootstrap_servers, client_id=client_id, auto_offset_reset="earliest") as c:
+                await c.assign([("quota-grpc-time", 0)])
+                records = await eventually(lambda: c.poll(200), 20, what=f"{client_id}'s records")
+                assert records and (c.throttle_time_ms > 0) == (client_id == "grpc-busy"), client_id
 
     loop = asyncio.new_event_loop()
     try:

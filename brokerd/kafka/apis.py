@@ -205,7 +205,7 @@ class KafkaApis:
             return build(response_schema(header.api_key, header.api_version), answer)
         start = time.perf_counter()  # the response's encoding counts too, towards the client's next request
         response = build(response_schema(header.api_key, header.api_version), answer)
-        self.throttling.charge(session, header.client_id or "", time.perf_counter() - start)
+        self.throttling.charge(timer, time.perf_counter() - start)
         return response
 
     # -- versions and metadata -------------------------------------------------------------------

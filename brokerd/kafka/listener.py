@@ -106,6 +106,8 @@ class KafkaListener:
             self._connections.discard(me)
             return
         try:
+            if self.connections is not None and (wait := self.connections.accept_delay_ms(self.name)):
+                await asyncio.sleep(wait / 1000)  # KIP-612: the broker's or listener's rate; served after
             if self.connections is not None and (held := self.connections.creation_throttle_ms(ip)):
                 await asyncio.sleep(held / 1000)  # KIP-612: closed after the throttle, so a reconnect loop waits
                 writer.transport.abort()

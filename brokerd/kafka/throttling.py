@@ -3,7 +3,7 @@ a produce counts its record bytes, a fetch the bytes it answers with, CreateTopi
 CreatePartitions and DeleteTopics the partitions they create or delete
 (``controller_mutation_rate``, KIP-599); a client over its quota gets ``throttle_time_ms``, and
 the listener mutes its connection for that long (KIP-219). ``request_percentage`` (KIP-124)
-counts the time the handler of each request runs on the event loop (``HandlerTime``), except
+counts the time the handler of each request runs on the event loop (``quotas.HandlerTime``), except
 for the requests Kafka exempts: inter-broker ones (WriteTxnMarkers here) and the SASL exchange
 (which the listener answers before this boundary); a client over both quotas is throttled for
 the longer time.
@@ -19,15 +19,14 @@ through and throttled, as Kafka does."""
 from __future__ import annotations
 
 import dataclasses
-import time
-from collections.abc import Awaitable, Generator
+from collections.abc import Awaitable
 from typing import Any
 
 from common.errors import ErrorCode
 from metadata.image import MetadataImage
 from metadata.principal import Session
 
-from ..quotas import ClientQuotas, user_of
+from ..quotas import ClientQuotas, HandlerTime, user_of
 
 PRODUCE, FETCH, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, WRITE_TXN_MARKERS = 0, 1, 19, 20, 37, 27
 #: Requests whose time no client is charged for (Kafka: cluster actions, sent by brokers).
@@ -39,44 +38,16 @@ STRICT = {CREATE_TOPICS: 6, DELETE_TOPICS: 5, CREATE_PARTITIONS: 3}
 EXCEEDED = "The throttling quota has been exceeded."
 
 
-class HandlerTime:
-    """A handler awaited while the seconds its own steps run on the event loop are summed: the
-    time it waits (a long-polling fetch, an acks=all produce waiting for its replicas) costs the
-    broker nothing, as Kafka's purgatory costs no request handler thread."""
-
-    __slots__ = ("_work", "spent")
-
-    def __init__(self, work: Awaitable[Any]) -> None:
-        self._work = work
-        self.spent = 0.0
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        steps = self._work.__await__()
-        value: Any = None
-        error: BaseException | None = None
-        while True:
-            start = time.perf_counter()
-            try:
-                step = steps.send(value) if error is None else steps.throw(error)
-            except StopIteration as done:
-                return done.value
-            finally:
-                self.spent += time.perf_counter() - start
-            try:
-                value, error = (yield step), None
-            except BaseException as e:  # a cancellation goes on into the handler
-                value, error = None, e
-
-
 class KafkaThrottling:
     def __init__(self, quotas: ClientQuotas) -> None:
         self.quotas = quotas
 
     def timed(self, api_key: int, session: Session, client_id: str, work: Awaitable[Any]) -> HandlerTime | None:
         """The handler timed when the client has a ``request_percentage``; None: not counted."""
-        if api_key in EXEMPT or self.quotas.request.quota(user_of(session.principal), client_id) is None:
+        if api_key in EXEMPT:
             return None
-        return HandlerTime(work)
+        sensor = self.quotas.request.sensor(user_of(session.principal), client_id)
+        return None if sensor is None else HandlerTime(work, sensor)
 
     def before(self, api_key: int, request: Any, session: Session, client_id: str) -> Any:
         """The request as handled: a fetch asks for no more than the client's quota window."""
@@ -104,31 +75,39 @@ class KafkaThrottling:
         names = [t.name for t in request.topics] if version >= 6 else list(request.topic_names)
         return {"throttle_time": throttle, "responses": [{"name": n, **refused} for n in names]}
 
-    def charge(self, session: Session, client_id: str, seconds: float) -> None:
+    def charge(self, timer: HandlerTime, seconds: float) -> None:
         """Count time spent after the throttle was decided (encoding the response, as Kafka
-        counts its network thread's time): it weighs on the client's next request."""
-        self.quotas.request.record(user_of(session.principal), client_id, seconds)
+        counts its network thread's time): it weighs on the client's next request. Counted at
+        the time the handler's was (the clock is read once a request)."""
+        if timer.sensor is not None:
+            timer.sensor.rate.record(seconds * 100, timer.sensor.rate.used)
 
     def after(self, api_key: int, request: Any, answer: dict[str, Any], session: Session, client_id: str,
               image: MetadataImage, timer: HandlerTime | None = None) -> None:
         """Count the bytes, partitions or handler time and put the throttle time in the answer
-        (trimming a throttled fetch); ``image``: the metadata as the request found it."""
+        (trimming a throttled fetch); ``image``: the metadata as the request found it. The
+        bytes are summed only for a client that has a quota of them."""
         if "throttle_time" in answer:  # refused above
             return
-        user = user_of(session.principal)
-        busy = self.quotas.request.record(user, client_id, timer.spent) if timer is not None else 0
+        quotas = self.quotas
+        now = quotas.clock()
+        busy = quotas.request.spent(timer.sensor, timer.spent, now) if timer is not None and timer.sensor else 0
         throttle = 0
-        if api_key in STRICT:
-            throttle = self.quotas.mutations.record(user, client_id, _mutated(api_key, request, answer, image))
-        elif api_key == PRODUCE:
-            size = sum(len(p.records or b"") for t in request.topic_data for p in t.partition_data)
-            throttle = self.quotas.produce.record(user, client_id, size)
+        if api_key == PRODUCE:
+            if (sensor := quotas.produce.sensor(user_of(session.principal), client_id)) is not None:
+                throttle = sensor.record(sum(len(p.records or b"") for t in request.topic_data
+                                             for p in t.partition_data), now)
         elif api_key == FETCH:
-            size = sum(len(p["records"]) for t in answer["responses"] for p in t["partitions"])
-            throttle = self.quotas.fetch.record(user, client_id, size)
+            if (sensor := quotas.fetch.sensor(user_of(session.principal), client_id)) is not None:
+                size = sum(len(p["records"]) for t in answer["responses"] for p in t["partitions"])
+                throttle = sensor.record(size, now)
+                if throttle or busy:
+                    sensor.rate.record(-size, now)  # answered empty: fetched again after the throttle
             if throttle or busy:
-                self.quotas.fetch.unrecord(user, client_id, size)
                 answer["responses"] = []
+        elif api_key in STRICT:
+            throttle = quotas.mutations.record(user_of(session.principal), client_id,
+                                               _mutated(api_key, request, answer, image))
         if throttle or busy:
             answer["throttle_time"] = max(throttle, busy)
 

@@ -1,0 +1,68 @@
+"""``request_percentage`` (KIP-124) at the brokers' gRPC listeners, as a server interceptor: the
+time each call's handler runs on the event loop (``quotas.HandlerTime``, as on the Kafka
+listener) is counted for its user (the call's principal) and client id (the request's
+``client_id``, which Produce, Fetch and JoinGroup carry; else the empty one, as a Kafka client
+without one). The byte rates are counted by the service itself (``service.py``).
+
+gRPC multiplexes a connection, so nothing is muted: a client over its quota is told on the
+answers that carry ``throttle_time_ms`` (Produce and Fetch, the longer of it and a byte rate's
+throttle), and our producer and consumer hold back from that broker for that long; a Fetch
+throttled so is answered empty, its bytes taken back from the consumer rate, as on the Kafka
+listener. Other calls' time is counted and weighs on the client's next Produce or Fetch.
+Calls between brokers cost no client anything: replicas' fetches, OffsetsForLeaderEpoch,
+WriteTxnMarkers, VerifyTxnPartitions (Kafka's cluster actions)."""
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from metadata.principal import PrincipalError, PrincipalMapper, grpc_session
+from protos import broker_pb2 as pb
+
+from .quotas import ClientQuotas, HandlerTime, user_of
+
+#: Sent by brokers, never charged to a client.
+EXEMPT = frozenset({"OffsetsForLeaderEpoch", "WriteTxnMarkers", "VerifyTxnPartitions"})
+
+
+class RequestTimeQuotas(grpc.aio.ServerInterceptor):
+    def __init__(self, quotas: ClientQuotas, mapper: PrincipalMapper) -> None:
+        self.quotas = quotas
+        self.mapper = mapper
+
+    async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
+                                details: grpc.HandlerCallDetails) -> Any:
+        handler = await continuation(details)
+        if handler is None or handler.unary_unary is None or details.method.rpartition("/")[2] in EXEMPT:
+            return handler  # ProduceNoAck's stream is not a request one can time
+        inner = handler.unary_unary
+
+        async def timed(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            if not self.quotas.request.anyone() or getattr(request, "replica_id", -1) >= 0:
+                return await inner(request, context)
+            try:
+                user = user_of(grpc_session(context, self.mapper).principal)
+            except PrincipalError:  # the service ends the call with one line
+                return await inner(request, context)
+            client_id = getattr(request, "client_id", "")
+            sensor = self.quotas.request.sensor(user, client_id)
+            if sensor is None:
+                return await inner(request, context)
+            timer = HandlerTime(inner(request, context), sensor)
+            answer = await timer
+            now = self.quotas.clock()
+            busy = self.quotas.request.spent(sensor, timer.spent, now)
+            if busy and isinstance(answer, pb.FetchResponse):
+                size = sum(len(a.records) for t in answer.topics for a in t.partitions)
+                fetched = self.quotas.fetch.sensor(user, client_id)
+                if size and fetched is not None:
+                    fetched.rate.record(-size, now)  # answered empty: fetched again after the throttle
+                return pb.FetchResponse(throttle_time_ms=max(busy, answer.throttle_time_ms))
+            if busy and isinstance(answer, pb.ProduceResponse):
+                answer.throttle_time_ms = max(busy, answer.throttle_time_ms)
+            return answer
+
+        return grpc.unary_unary_rpc_method_handler(timed, request_deserializer=handler.request_deserializer,
+                                                   response_serializer=handler.response_serializer)
