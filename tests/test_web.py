@@ -165,6 +165,13 @@ def click(driver: object, element_id: str) -> None:
         driver.find_element(By.ID, element_id).click()  # type: ignore[attr-defined]
 
 
+def chart_lines(driver: object, chart: str, attribute: str) -> dict[str, float]:
+    """Each line of a chart (an SVG polyline per series) and its ``data-last`` or ``data-max``."""
+    from selenium.webdriver.common.by import By
+    return {e.get_attribute("data-name"): float(e.get_attribute(attribute))
+            for e in driver.find_elements(By.CSS_SELECTOR, f"#{chart} polyline.series")}  # type: ignore[attr-defined]
+
+
 def test_the_overview_shows_three_controllers_the_leader_and_the_brokers(console: Console, browser):
     browser.get(console.url + "/")
     rows = texts(browser, "#controllers tr.controller")
@@ -353,11 +360,16 @@ def test_a_groups_lag_per_partition_shows_and_drops_to_0_after_consuming(console
     assert texts(browser, "#lag .lag") == ["5", "5"]
     assert texts(browser, "#total-lag") == ["10"]
     assert "No active members." in texts(browser, "#members")[0]
+    assert chart_lines(browser, "lag-chart", "data-last") == {"web-lag": 10.0}
 
     asyncio.run(commit_start_then(consume=True))
     browser.get(console.url + "/groups/web-group")
     assert texts(browser, "#lag .lag") == ["0", "0"]
     assert texts(browser, "#total-lag") == ["0"]
+    # the chart of its lag over time: it was 10, and its last point is 0
+    assert chart_lines(browser, "lag-chart", "data-max") == {"web-lag": 10.0}
+    assert chart_lines(browser, "lag-chart", "data-last") == {"web-lag": 0.0}
+    assert texts(browser, "#lag-chart .legend")[0] == "web-lag: 0 messages"
 
 
 async def _extend(got: list, consumer: object) -> bool:
