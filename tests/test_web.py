@@ -516,6 +516,63 @@ def test_acls_are_listed_added_and_deleted_after_confirmation(console: Console, 
     assert console.get("/topics/web-denied")[0] == 200
 
 
+def test_client_quotas_are_listed_set_and_removed_and_a_denied_change_is_kafkas_error(console: Console, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+    bootstrap = console.cluster.quorum.bootstrap
+
+    def described(*entity: str) -> str:
+        return kraft("configs", "--bootstrap-controller", bootstrap, *entity, "--describe").stdout
+    browser.get(console.url + "/quotas")
+    fill(browser, {"quota-user": "web-alice", "quota-client-id": "web-app", "quota-value": "1048576"})
+    Select(browser.find_element(By.ID, "quota-key")).select_by_visible_text("producer_byte_rate")
+    click(browser, "set-quota")
+    assert texts(browser, "#notice") == ["Set producer_byte_rate=1048576.0 for user-principal 'web-alice', "
+                                         "client-id 'web-app'."]
+    fill(browser, {"quota-user": "<default>", "quota-value": "50"})
+    Select(browser.find_element(By.ID, "quota-key")).select_by_visible_text("request_percentage")
+    click(browser, "set-quota")
+    rows = [r.split()[:5] for r in texts(browser, "#quotas tr.quota")]
+    assert ["web-alice", "web-app", "producer_byte_rate", "1048576.0", "Remove"] in rows, rows
+    assert ["<default>", "request_percentage", "50.0", "Remove"] in [r[:4] for r in rows], rows
+    assert described("--entity-type", "users", "--entity-name", "web-alice", "--entity-type", "clients",
+                     "--entity-name", "web-app") == ("Quota configs for user-principal 'web-alice', client-id "
+                                                     "'web-app' are producer_byte_rate=1048576.0\n")
+
+    # the controller's checks are one line: a user cannot go with an IP
+    fill(browser, {"quota-user": "web-alice", "quota-ip": "10.0.0.1", "quota-value": "1"})
+    click(browser, "set-quota")
+    assert texts(browser, "#error") == ["INVALID_REQUEST: Invalid quota entity combination, IP entity should not be "
+                                        "combined with User or ClientId"]
+    browser.get(console.url + "/quotas")
+    for row in [e for e in browser.find_elements(By.CSS_SELECTOR, "#quotas tr.quota")]:
+        if row.text.startswith("<default> request_percentage"):
+            with navigating(browser):
+                row.find_element(By.CSS_SELECTOR, "button.remove").click()
+            break
+    assert texts(browser, "#notice") == ["Removed request_percentage of the default user-principal."]
+    assert not [r for r in texts(browser, "#quotas tr.quota") if "request_percentage" in r]
+
+    # what the ACLs deny the console's principal is Kafka's error on the page (and 403). Once the
+    # cluster has an ACL, allow.everyone.if.no.acl.found no longer lets the rest through: an
+    # Allow of All for User:ANONYMOUS (the brokers' principal too) first, then the Deny
+    allow = {"resource_type": "Cluster", "principal": "User:ANONYMOUS", "operation": "All", "permission": "Allow"}
+    deny = {**allow, "operation": "AlterConfigs", "permission": "Deny"}
+    assert console.request("/acls", allow)[0] == 200
+    try:
+        assert console.request("/acls", deny)[0] == 200
+        browser.get(console.url + "/quotas")
+        fill(browser, {"quota-client-id": "web-denied", "quota-value": "1024"})
+        click(browser, "set-quota")
+        assert texts(browser, "#error")[0].startswith("CLUSTER_AUTHORIZATION_FAILED: "), texts(browser, "#error")
+        status, _ = console.request("/quotas", {"client_id": "web-denied", "key": "producer_byte_rate", "value": "1"})
+        assert status == 403
+    finally:
+        assert console.request("/acls/delete", deny)[0] in (200, 404)  # 404: it was not added
+        assert console.request("/acls/delete", allow)[0] == 200
+    assert "web-denied" not in console.get("/quotas")[1]
+
+
 def test_a_groups_offsets_are_reset_after_a_dry_run_as_the_cli_does(console: Console, browser):
     from clients import Consumer, Producer
     bs = console.cluster.bootstrap_servers
@@ -826,10 +883,10 @@ def test_read_only_mode_hides_every_form_and_refuses_every_change(console: Conso
     try:
         ro.wait_up()
         without_search = ("/", "/topics/web-ro", "/groups", "/groups/web-ro-group", "/acls", "/quorum",
-                          "/reassignments")
+                          "/reassignments", "/quotas")
         for path in ("/", "/topics", "/topics/web-ro", "/topics/web-ro/partitions/0", "/groups",
                      "/groups/web-ro-group", "/acls", "/metadata", "/metadata/changes?path=/topics/web-ro",
-                     "/quorum", "/reassignments"):
+                     "/quorum", "/reassignments", "/quotas"):
             browser.get(ro.url + path)
             assert texts(browser, "#read-only") == ["read-only"], path
             assert browser.find_elements(By.CSS_SELECTOR, "form[method=post], #create-topic, #delete, "
@@ -846,7 +903,8 @@ def test_read_only_mode_hides_every_form_and_refuses_every_change(console: Conso
                            ("/acls/delete", acl), ("/groups/web-ro-group/reset", reset),
                            ("/groups/web-ro-group/reset/execute", reset),
                            ("/quorum/add", {"id": "4", "directory_id": "x", "endpoint": "CONTROLLER://h:1"}),
-                           ("/quorum/remove?id=1", None), ("/quorum/remove", {"id": "1", "directory_id": "x"})]:
+                           ("/quorum/remove?id=1", None), ("/quorum/remove", {"id": "1", "directory_id": "x"}),
+                           ("/quotas", {"user": "bob", "key": "producer_byte_rate", "value": "1"})]:
             status, body = ro.request(path, form)
             assert (status, refusal in body) == (403, True), (path, status, body[-300:])
         assert console.get("/topics/ro-created")[0] == 404

@@ -16,7 +16,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import acls, charts, groups, lag, messages, overview, quorum, reassignments, time_travel, topics, transactions
+from . import acls, charts, groups, lag, messages, overview, quorum, quotas, reassignments, time_travel, topics, transactions
 from .auth import BasicAuth
 from .cluster import CLUSTER_ERRORS, Cluster, error_status
 from .csrf import CsrfProtection
@@ -125,6 +125,8 @@ def create_app(cluster: Cluster, *, read_only: bool = False, metrics: list[str] 
         Route("/acls/new", acls.acl_new, name="acl_new"),
         Route("/acls/delete", acls.acl_delete_confirm, name="acl_delete_confirm"),
         Route("/acls/delete", acls.acl_delete, methods=["POST"], name="acl_delete"),
+        Route("/quotas", quotas.quota_list, name="quotas"),
+        Route("/quotas", quotas.quota_alter, methods=["POST"], name="quota_alter"),
         Route("/quorum", quorum.quorum_page, name="quorum"),
         Route("/quorum/add", quorum.controller_add, methods=["POST"], name="controller_add"),
         Route("/quorum/remove", quorum.controller_remove_confirm, name="controller_remove_confirm"),
