@@ -652,6 +652,59 @@ def test_a_reassignments_progress_bar_moves_until_it_completes(console: Console,
     assert len(set(seen)) >= 2 and seen == sorted(seen) and seen[0] < 100, seen  # it moved, forward
 
 
+def test_a_reassignment_is_reviewed_started_and_cancelled_from_the_page(console: Console, browser):
+    from clients import Producer
+    c = console.cluster
+
+    async def filled() -> None:  # ~300 kB for broker 102 to copy at 10 kB/s: still moving when cancelled
+        await c.create_topic("web-move", assignments=[[101]])
+        async with Producer(c.bootstrap_servers, linger_ms=5) as p:
+            await asyncio.gather(*[await p.send("web-move", b"x" * 1000) for _ in range(300)])
+    asyncio.run(filled())
+
+    def replicas() -> list[int]:
+        return list(asyncio.run(c.describe_topic("web-move")).partitions[0].replicas)
+    browser.get(console.url + "/reassignments")
+    fill(browser, {"move-topic": "web-move", "move-replicas": "101,999"})
+    click(browser, "review")  # a broker that is not registered: refused before anything moves
+    assert texts(browser, "#error") == ["INVALID_REPLICA_ASSIGNMENT: replicas 101,999 name brokers [999], which "
+                                        "are not registered"]
+    browser.get(console.url + "/reassignments")
+    fill(browser, {"move-topic": "web-move", "move-replicas": "101,102", "move-throttle": "10000"})
+    click(browser, "review")  # the dry run: the current and proposed plans, nothing moved yet
+    assert (texts(browser, "#current"), texts(browser, "#target")) == (["101"], ["101,102"])
+    assert json.loads(texts(browser, "#proposed-json")[0])["partitions"][0]["replicas"] == [101, 102]
+    assert replicas() == [101] and not asyncio.run(_moving(c))
+    try:
+        click(browser, "start")
+        assert texts(browser, "#notice") == ["Successfully started partition reassignments for web-move-0 "
+                                             "(throttled to 10000 B/s: remove the throttles once it is done)."]
+        row = next(r for r in texts(browser, "#reassignments tr.reassignment") if r.startswith("web-move-0"))
+        assert row.split()[1:4] == ["101", "101,102", "102"], row
+        from selenium.webdriver.common.by import By
+        with navigating(browser):
+            next(e for e in browser.find_elements(By.CSS_SELECTOR, "#reassignments tr.reassignment")
+                 if e.text.startswith("web-move-0")).find_element(By.CSS_SELECTOR, "button.cancel").click()
+        assert texts(browser, "#notice") == ["Successfully cancelled partition reassignments for web-move-0."]
+        assert not [r for r in texts(browser, "#reassignments tr.reassignment") if r.startswith("web-move-0")]
+        async def back() -> bool:
+            return list((await c.describe_topic("web-move")).partitions[0].replicas) == [101]
+        asyncio.run(eventually(back, 30, interval=0.3, what="web-move-0 back on 101"))
+    finally:
+        browser.get(console.url + "/reassignments")
+        click(browser, "unthrottle")
+    assert texts(browser, "#notice") == ["Clearing broker-level throttles on brokers 101,102,103."]
+    described = kraft("configs", "--bootstrap-controller", c.quorum.bootstrap, "--entity-type", "brokers",
+                      "--entity-name", "102", "--describe").stdout
+    assert "replication.throttled.rate=10000" not in described, described
+
+
+async def _moving(cluster: BrokerCluster) -> dict:
+    from kraft import reassign
+    async with cluster.controller() as client:
+        return await reassign.ongoing(client, None)
+
+
 def test_transactions_are_listed_described_and_a_hanging_one_is_found(console: Console, browser):
     from selenium.webdriver.common.by import By
 
@@ -904,7 +957,11 @@ def test_read_only_mode_hides_every_form_and_refuses_every_change(console: Conso
                            ("/groups/web-ro-group/reset/execute", reset),
                            ("/quorum/add", {"id": "4", "directory_id": "x", "endpoint": "CONTROLLER://h:1"}),
                            ("/quorum/remove?id=1", None), ("/quorum/remove", {"id": "1", "directory_id": "x"}),
-                           ("/quotas", {"user": "bob", "key": "producer_byte_rate", "value": "1"})]:
+                           ("/quotas", {"user": "bob", "key": "producer_byte_rate", "value": "1"}),
+                           ("/reassignments/review", {"topic": "web-ro", "replicas": "101"}),
+                           ("/reassignments/start", {"topic": "web-ro", "replicas": "101"}),
+                           ("/reassignments/cancel", {"topic": "web-ro", "partition": "0"}),
+                           ("/reassignments/unthrottle", {})]:
             status, body = ro.request(path, form)
             assert (status, refusal in body) == (403, True), (path, status, body[-300:])
         assert console.get("/topics/ro-created")[0] == 404
