@@ -183,6 +183,12 @@ def test_the_overview_shows_three_controllers_the_leader_and_the_brokers(console
     assert [b.split()[:2] for b in brokers] == [["101", "active"], ["102", "active"], ["103", "active"]]
     assert console.cluster.quorum.cluster_id in texts(browser, "#cluster-id")[0]
     assert "0 offline partitions" in texts(browser, "#health")[0]
+    # each broker's log directory, from its DescribeLogDirs: what its replicas take, and the room left
+    disks = texts(browser, "#brokers tr.broker .log-dir")
+    assert len(disks) == 3, disks
+    for broker, disk in zip((101, 102, 103), disks, strict=True):
+        assert re.fullmatch(re.escape(f"{console.cluster.log_dir(broker)}: ") +
+                            r"[\d.]+ [KMG]?i?B in \d+ replicas, [\d.]+ [KMG]?i?B free of [\d.]+ [KMG]?i?B", disk), disk
 
 
 def test_a_killed_broker_shows_fenced_and_its_partitions_under_replicated_with_links(console: Console, browser):
