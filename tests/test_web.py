@@ -841,16 +841,21 @@ def test_a_controller_is_added_as_a_voter_and_removed_through_the_quorum_page(br
     assert_no_tracebacks(tmp_path)
 
 
-def test_live_charts_show_messages_and_bytes_in_request_and_raft_commit_latency(console: Console, browser):
+def test_live_charts_show_messages_and_bytes_in_and_out_request_and_raft_commit_latency(console: Console, browser):
     from selenium.webdriver.common.by import By
 
-    from clients import Producer
+    from clients import Consumer, Producer
 
     async def burst() -> None:
         await console.cluster.create_topic("web-charts", partitions=1, rf=3)
         async with Producer(console.cluster.bootstrap_servers) as p:
             for _ in range(50):
                 await p.send_and_wait("web-charts", b"x" * 100)
+        async with Consumer(console.cluster.bootstrap_servers, group_id="web-charts-reader") as c:
+            await c.assign([("web-charts", 0)])
+            c.seek_to_beginning()
+            got: list = []
+            await eventually(lambda: _extend(got, c), 30, what="the burst consumed")
 
     def lines(chart: str) -> dict[str, float]:
         """Each series of the chart and the highest value it reached."""
@@ -861,12 +866,15 @@ def test_live_charts_show_messages_and_bytes_in_request_and_raft_commit_latency(
 
     def charted() -> bool:
         browser.get(console.url + "/charts")
-        return lines("messages-in-topic").get("web-charts", 0) > 0 and lines("bytes-in-topic").get("web-charts", 0) > 0
-    asyncio.run(eventually(charted, 30, interval=1, what="web-charts' messages in charted"))
+        return all(lines(chart).get("web-charts", 0) > 0 for chart in ("messages-in-topic", "bytes-in-topic",
+                                                                        "bytes-out-topic"))
+    asyncio.run(eventually(charted, 30, interval=1, what="web-charts' messages in and bytes out charted"))
     brokers = lines("messages-in-broker")
     assert set(brokers) <= set(console.args[console.args.index("--metrics") + 1].split(","))  # one line per node
     assert max(brokers.values()) > 0  # the leader's endpoint counted the burst
     assert len(lines("request-latency")) >= 4  # every node answers requests
+    assert max(lines("bytes-out-broker").values()) > 0 and max(lines("replication-bytes-out-broker").values()) > 0
+    assert {"Produce", "Fetch"} <= set(lines("request-latency-type"))  # one line per request type
     assert lines("commit-latency") and all(v > 0 for v in lines("commit-latency").values())
     assert browser.find_elements(By.CSS_SELECTOR, "meta[http-equiv=refresh]")  # it reloads itself to move on
 
@@ -1198,6 +1206,11 @@ def test_rates_and_means_are_computed_between_rounds_across_a_gap_and_a_restart(
     assert rates(rounds, counter, "topic", per_node=True) == {
         "n1": [(2.0, 12.0), (4.0, 10.0), (6.0, 3.0)], "n2": [(6.0, 10.0)]}
     assert means(rounds, hist) == {"n1": [(2.0, 100.0), (6.0, pytest.approx(100.0))]}  # ms; no requests: no point
+    # per request type, over every node together: n1's restart counts from 0
+    by_type = [Round(0.0, {"n1": samples(0, 0, 0, 0), "n2": samples(0, 0, 0, 0)}),
+               Round(2.0, {"n1": samples(0, 0, 1.0, 10), "n2": samples(0, 0, 3.0, 10)}),
+               Round(4.0, {"n1": samples(0, 0, 0.2, 2), "n2": samples(0, 0, 3.0, 10)})]  # n1 restarted
+    assert means(by_type, hist, by="request") == {"Produce": [(2.0, 200.0), (4.0, pytest.approx(100.0))]}
 
 
 def test_read_only_refuses_every_request_that_can_change_the_cluster():
