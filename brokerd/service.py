@@ -325,6 +325,13 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 d.topics.add(name=topic, partitions=indexes)
         return resp
 
+    async def DescribeLogDirs(self, request: pb.DescribeLogDirsRequest,
+                              context: grpc.aio.ServicerContext) -> pb.DescribeLogDirsResponse:
+        topics = [r.DescribeLogDirsTopic(name=t.name, partitions=list(t.partitions)) for t in request.topics]
+        resp = authorized.describe_log_dirs(self.rm, r.DescribeLogDirsRequest(topics=topics or None),
+                                            await self._access(context))
+        return to_wire(pb.DescribeLogDirsResponse, resp)
+
     async def DescribeBroker(self, request: pb.DescribeBrokerRequest,
                              context: grpc.aio.ServicerContext) -> pb.DescribeBrokerResponse:
         return authorized.describe_broker(self.describe, lambda code, message: pb.DescribeBrokerResponse(

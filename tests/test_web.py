@@ -165,6 +165,13 @@ def click(driver: object, element_id: str) -> None:
         driver.find_element(By.ID, element_id).click()  # type: ignore[attr-defined]
 
 
+def chart_lines(driver: object, chart: str, attribute: str) -> dict[str, float]:
+    """Each line of a chart (an SVG polyline per series) and its ``data-last`` or ``data-max``."""
+    from selenium.webdriver.common.by import By
+    return {e.get_attribute("data-name"): float(e.get_attribute(attribute))
+            for e in driver.find_elements(By.CSS_SELECTOR, f"#{chart} polyline.series")}  # type: ignore[attr-defined]
+
+
 def test_the_overview_shows_three_controllers_the_leader_and_the_brokers(console: Console, browser):
     browser.get(console.url + "/")
     rows = texts(browser, "#controllers tr.controller")
@@ -176,6 +183,12 @@ def test_the_overview_shows_three_controllers_the_leader_and_the_brokers(console
     assert [b.split()[:2] for b in brokers] == [["101", "active"], ["102", "active"], ["103", "active"]]
     assert console.cluster.quorum.cluster_id in texts(browser, "#cluster-id")[0]
     assert "0 offline partitions" in texts(browser, "#health")[0]
+    # each broker's log directory, from its DescribeLogDirs: what its replicas take, and the room left
+    disks = texts(browser, "#brokers tr.broker .log-dir")
+    assert len(disks) == 3, disks
+    for broker, disk in zip((101, 102, 103), disks, strict=True):
+        assert re.fullmatch(re.escape(f"{console.cluster.log_dir(broker)}: ") +
+                            r"[\d.]+ [KMG]?i?B in \d+ replicas, [\d.]+ [KMG]?i?B free of [\d.]+ [KMG]?i?B", disk), disk
 
 
 def test_a_killed_broker_shows_fenced_and_its_partitions_under_replicated_with_links(console: Console, browser):
@@ -353,11 +366,16 @@ def test_a_groups_lag_per_partition_shows_and_drops_to_0_after_consuming(console
     assert texts(browser, "#lag .lag") == ["5", "5"]
     assert texts(browser, "#total-lag") == ["10"]
     assert "No active members." in texts(browser, "#members")[0]
+    assert chart_lines(browser, "lag-chart", "data-last") == {"web-lag": 10.0}
 
     asyncio.run(commit_start_then(consume=True))
     browser.get(console.url + "/groups/web-group")
     assert texts(browser, "#lag .lag") == ["0", "0"]
     assert texts(browser, "#total-lag") == ["0"]
+    # the chart of its lag over time: it was 10, and its last point is 0
+    assert chart_lines(browser, "lag-chart", "data-max") == {"web-lag": 10.0}
+    assert chart_lines(browser, "lag-chart", "data-last") == {"web-lag": 0.0}
+    assert texts(browser, "#lag-chart .legend")[0] == "web-lag: 0 messages"
 
 
 async def _extend(got: list, consumer: object) -> bool:
@@ -504,6 +522,63 @@ def test_acls_are_listed_added_and_deleted_after_confirmation(console: Console, 
     assert console.get("/topics/web-denied")[0] == 200
 
 
+def test_client_quotas_are_listed_set_and_removed_and_a_denied_change_is_kafkas_error(console: Console, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+    bootstrap = console.cluster.quorum.bootstrap
+
+    def described(*entity: str) -> str:
+        return kraft("configs", "--bootstrap-controller", bootstrap, *entity, "--describe").stdout
+    browser.get(console.url + "/quotas")
+    fill(browser, {"quota-user": "web-alice", "quota-client-id": "web-app", "quota-value": "1048576"})
+    Select(browser.find_element(By.ID, "quota-key")).select_by_visible_text("producer_byte_rate")
+    click(browser, "set-quota")
+    assert texts(browser, "#notice") == ["Set producer_byte_rate=1048576.0 for user-principal 'web-alice', "
+                                         "client-id 'web-app'."]
+    fill(browser, {"quota-user": "<default>", "quota-value": "50"})
+    Select(browser.find_element(By.ID, "quota-key")).select_by_visible_text("request_percentage")
+    click(browser, "set-quota")
+    rows = [r.split()[:5] for r in texts(browser, "#quotas tr.quota")]
+    assert ["web-alice", "web-app", "producer_byte_rate", "1048576.0", "Remove"] in rows, rows
+    assert ["<default>", "request_percentage", "50.0", "Remove"] in [r[:4] for r in rows], rows
+    assert described("--entity-type", "users", "--entity-name", "web-alice", "--entity-type", "clients",
+                     "--entity-name", "web-app") == ("Quota configs for user-principal 'web-alice', client-id "
+                                                     "'web-app' are producer_byte_rate=1048576.0\n")
+
+    # the controller's checks are one line: a user cannot go with an IP
+    fill(browser, {"quota-user": "web-alice", "quota-ip": "10.0.0.1", "quota-value": "1"})
+    click(browser, "set-quota")
+    assert texts(browser, "#error") == ["INVALID_REQUEST: Invalid quota entity combination, IP entity should not be "
+                                        "combined with User or ClientId"]
+    browser.get(console.url + "/quotas")
+    for row in [e for e in browser.find_elements(By.CSS_SELECTOR, "#quotas tr.quota")]:
+        if row.text.startswith("<default> request_percentage"):
+            with navigating(browser):
+                row.find_element(By.CSS_SELECTOR, "button.remove").click()
+            break
+    assert texts(browser, "#notice") == ["Removed request_percentage of the default user-principal."]
+    assert not [r for r in texts(browser, "#quotas tr.quota") if "request_percentage" in r]
+
+    # what the ACLs deny the console's principal is Kafka's error on the page (and 403). Once the
+    # cluster has an ACL, allow.everyone.if.no.acl.found no longer lets the rest through: an
+    # Allow of All for User:ANONYMOUS (the brokers' principal too) first, then the Deny
+    allow = {"resource_type": "Cluster", "principal": "User:ANONYMOUS", "operation": "All", "permission": "Allow"}
+    deny = {**allow, "operation": "AlterConfigs", "permission": "Deny"}
+    assert console.request("/acls", allow)[0] == 200
+    try:
+        assert console.request("/acls", deny)[0] == 200
+        browser.get(console.url + "/quotas")
+        fill(browser, {"quota-client-id": "web-denied", "quota-value": "1024"})
+        click(browser, "set-quota")
+        assert texts(browser, "#error")[0].startswith("CLUSTER_AUTHORIZATION_FAILED: "), texts(browser, "#error")
+        status, _ = console.request("/quotas", {"client_id": "web-denied", "key": "producer_byte_rate", "value": "1"})
+        assert status == 403
+    finally:
+        assert console.request("/acls/delete", deny)[0] in (200, 404)  # 404: it was not added
+        assert console.request("/acls/delete", allow)[0] == 200
+    assert "web-denied" not in console.get("/quotas")[1]
+
+
 def test_a_groups_offsets_are_reset_after_a_dry_run_as_the_cli_does(console: Console, browser):
     from clients import Consumer, Producer
     bs = console.cluster.bootstrap_servers
@@ -581,6 +656,59 @@ def test_a_reassignments_progress_bar_moves_until_it_completes(console: Console,
         asyncio.run(unthrottle())
     assert texts(browser, "#none") == ["No partition reassignments found."]
     assert len(set(seen)) >= 2 and seen == sorted(seen) and seen[0] < 100, seen  # it moved, forward
+
+
+def test_a_reassignment_is_reviewed_started_and_cancelled_from_the_page(console: Console, browser):
+    from clients import Producer
+    c = console.cluster
+
+    async def filled() -> None:  # ~300 kB for broker 102 to copy at 10 kB/s: still moving when cancelled
+        await c.create_topic("web-move", assignments=[[101]])
+        async with Producer(c.bootstrap_servers, linger_ms=5) as p:
+            await asyncio.gather(*[await p.send("web-move", b"x" * 1000) for _ in range(300)])
+    asyncio.run(filled())
+
+    def replicas() -> list[int]:
+        return list(asyncio.run(c.describe_topic("web-move")).partitions[0].replicas)
+    browser.get(console.url + "/reassignments")
+    fill(browser, {"move-topic": "web-move", "move-replicas": "101,999"})
+    click(browser, "review")  # a broker that is not registered: refused before anything moves
+    assert texts(browser, "#error") == ["INVALID_REPLICA_ASSIGNMENT: replicas 101,999 name brokers [999], which "
+                                        "are not registered"]
+    browser.get(console.url + "/reassignments")
+    fill(browser, {"move-topic": "web-move", "move-replicas": "101,102", "move-throttle": "10000"})
+    click(browser, "review")  # the dry run: the current and proposed plans, nothing moved yet
+    assert (texts(browser, "#current"), texts(browser, "#target")) == (["101"], ["101,102"])
+    assert json.loads(texts(browser, "#proposed-json")[0])["partitions"][0]["replicas"] == [101, 102]
+    assert replicas() == [101] and not asyncio.run(_moving(c))
+    try:
+        click(browser, "start")
+        assert texts(browser, "#notice") == ["Successfully started partition reassignments for web-move-0 "
+                                             "(throttled to 10000 B/s: remove the throttles once it is done)."]
+        row = next(r for r in texts(browser, "#reassignments tr.reassignment") if r.startswith("web-move-0"))
+        assert row.split()[1:4] == ["101", "101,102", "102"], row
+        from selenium.webdriver.common.by import By
+        with navigating(browser):
+            next(e for e in browser.find_elements(By.CSS_SELECTOR, "#reassignments tr.reassignment")
+                 if e.text.startswith("web-move-0")).find_element(By.CSS_SELECTOR, "button.cancel").click()
+        assert texts(browser, "#notice") == ["Successfully cancelled partition reassignments for web-move-0."]
+        assert not [r for r in texts(browser, "#reassignments tr.reassignment") if r.startswith("web-move-0")]
+        async def back() -> bool:
+            return list((await c.describe_topic("web-move")).partitions[0].replicas) == [101]
+        asyncio.run(eventually(back, 30, interval=0.3, what="web-move-0 back on 101"))
+    finally:
+        browser.get(console.url + "/reassignments")
+        click(browser, "unthrottle")
+    assert texts(browser, "#notice") == ["Clearing broker-level throttles on brokers 101,102,103."]
+    described = kraft("configs", "--bootstrap-controller", c.quorum.bootstrap, "--entity-type", "brokers",
+                      "--entity-name", "102", "--describe").stdout
+    assert "replication.throttled.rate=10000" not in described, described
+
+
+async def _moving(cluster: BrokerCluster) -> dict:
+    from kraft import reassign
+    async with cluster.controller() as client:
+        return await reassign.ongoing(client, None)
 
 
 def test_transactions_are_listed_described_and_a_hanging_one_is_found(console: Console, browser):
@@ -713,16 +841,21 @@ def test_a_controller_is_added_as_a_voter_and_removed_through_the_quorum_page(br
     assert_no_tracebacks(tmp_path)
 
 
-def test_live_charts_show_messages_and_bytes_in_request_and_raft_commit_latency(console: Console, browser):
+def test_live_charts_show_messages_and_bytes_in_and_out_request_and_raft_commit_latency(console: Console, browser):
     from selenium.webdriver.common.by import By
 
-    from clients import Producer
+    from clients import Consumer, Producer
 
     async def burst() -> None:
         await console.cluster.create_topic("web-charts", partitions=1, rf=3)
         async with Producer(console.cluster.bootstrap_servers) as p:
             for _ in range(50):
                 await p.send_and_wait("web-charts", b"x" * 100)
+        async with Consumer(console.cluster.bootstrap_servers, group_id="web-charts-reader") as c:
+            await c.assign([("web-charts", 0)])
+            c.seek_to_beginning()
+            got: list = []
+            await eventually(lambda: _extend(got, c), 30, what="the burst consumed")
 
     def lines(chart: str) -> dict[str, float]:
         """Each series of the chart and the highest value it reached."""
@@ -733,12 +866,15 @@ def test_live_charts_show_messages_and_bytes_in_request_and_raft_commit_latency(
 
     def charted() -> bool:
         browser.get(console.url + "/charts")
-        return lines("messages-in-topic").get("web-charts", 0) > 0 and lines("bytes-in-topic").get("web-charts", 0) > 0
-    asyncio.run(eventually(charted, 30, interval=1, what="web-charts' messages in charted"))
+        return all(lines(chart).get("web-charts", 0) > 0 for chart in ("messages-in-topic", "bytes-in-topic",
+                                                                        "bytes-out-topic"))
+    asyncio.run(eventually(charted, 30, interval=1, what="web-charts' messages in and bytes out charted"))
     brokers = lines("messages-in-broker")
     assert set(brokers) <= set(console.args[console.args.index("--metrics") + 1].split(","))  # one line per node
     assert max(brokers.values()) > 0  # the leader's endpoint counted the burst
     assert len(lines("request-latency")) >= 4  # every node answers requests
+    assert max(lines("bytes-out-broker").values()) > 0 and max(lines("replication-bytes-out-broker").values()) > 0
+    assert {"Produce", "Fetch"} <= set(lines("request-latency-type"))  # one line per request type
     assert lines("commit-latency") and all(v > 0 for v in lines("commit-latency").values())
     assert browser.find_elements(By.CSS_SELECTOR, "meta[http-equiv=refresh]")  # it reloads itself to move on
 
@@ -814,10 +950,10 @@ def test_read_only_mode_hides_every_form_and_refuses_every_change(console: Conso
     try:
         ro.wait_up()
         without_search = ("/", "/topics/web-ro", "/groups", "/groups/web-ro-group", "/acls", "/quorum",
-                          "/reassignments")
+                          "/reassignments", "/quotas")
         for path in ("/", "/topics", "/topics/web-ro", "/topics/web-ro/partitions/0", "/groups",
                      "/groups/web-ro-group", "/acls", "/metadata", "/metadata/changes?path=/topics/web-ro",
-                     "/quorum", "/reassignments"):
+                     "/quorum", "/reassignments", "/quotas"):
             browser.get(ro.url + path)
             assert texts(browser, "#read-only") == ["read-only"], path
             assert browser.find_elements(By.CSS_SELECTOR, "form[method=post], #create-topic, #delete, "
@@ -834,7 +970,12 @@ def test_read_only_mode_hides_every_form_and_refuses_every_change(console: Conso
                            ("/acls/delete", acl), ("/groups/web-ro-group/reset", reset),
                            ("/groups/web-ro-group/reset/execute", reset),
                            ("/quorum/add", {"id": "4", "directory_id": "x", "endpoint": "CONTROLLER://h:1"}),
-                           ("/quorum/remove?id=1", None), ("/quorum/remove", {"id": "1", "directory_id": "x"})]:
+                           ("/quorum/remove?id=1", None), ("/quorum/remove", {"id": "1", "directory_id": "x"}),
+                           ("/quotas", {"user": "bob", "key": "producer_byte_rate", "value": "1"}),
+                           ("/reassignments/review", {"topic": "web-ro", "replicas": "101"}),
+                           ("/reassignments/start", {"topic": "web-ro", "replicas": "101"}),
+                           ("/reassignments/cancel", {"topic": "web-ro", "partition": "0"}),
+                           ("/reassignments/unthrottle", {})]:
             status, body = ro.request(path, form)
             assert (status, refusal in body) == (403, True), (path, status, body[-300:])
         assert console.get("/topics/ro-created")[0] == 404
@@ -1065,6 +1206,11 @@ def test_rates_and_means_are_computed_between_rounds_across_a_gap_and_a_restart(
     assert rates(rounds, counter, "topic", per_node=True) == {
         "n1": [(2.0, 12.0), (4.0, 10.0), (6.0, 3.0)], "n2": [(6.0, 10.0)]}
     assert means(rounds, hist) == {"n1": [(2.0, 100.0), (6.0, pytest.approx(100.0))]}  # ms; no requests: no point
+    # per request type, over every node together: n1's restart counts from 0
+    by_type = [Round(0.0, {"n1": samples(0, 0, 0, 0), "n2": samples(0, 0, 0, 0)}),
+               Round(2.0, {"n1": samples(0, 0, 1.0, 10), "n2": samples(0, 0, 3.0, 10)}),
+               Round(4.0, {"n1": samples(0, 0, 0.2, 2), "n2": samples(0, 0, 3.0, 10)})]  # n1 restarted
+    assert means(by_type, hist, by="request") == {"Produce": [(2.0, 200.0), (4.0, pytest.approx(100.0))]}
 
 
 def test_read_only_refuses_every_request_that_can_change_the_cluster():

@@ -16,7 +16,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import acls, charts, groups, messages, overview, quorum, reassignments, time_travel, topics, transactions
+from . import acls, charts, groups, lag, messages, overview, quorum, quotas, reassignments, time_travel, topics, transactions
 from .auth import BasicAuth
 from .cluster import CLUSTER_ERRORS, Cluster, error_status
 from .csrf import CsrfProtection
@@ -79,21 +79,26 @@ class OneLineErrors:
 
 
 def create_app(cluster: Cluster, *, read_only: bool = False, metrics: list[str] | None = None,
-               users: dict[str, str] | None = None) -> Any:
+               users: dict[str, str] | None = None, lag_every: float | None = None) -> Any:
     """The console for ``cluster`` (started with the app, closed with it); ``read_only``: no
     forms that change the cluster, and 403 for their requests; ``metrics``: the nodes'
     Prometheus endpoints (HOST:PORT) to scrape for the live charts; ``users``: {user:
-    password} that HTTP basic auth admits (None: no login)."""
+    password} that HTTP basic auth admits (None: no login); ``lag_every``: sample every
+    group's lag this often, in seconds (None: only when a group's page is shown)."""
     scraper = charts.Scraper(metrics) if metrics else None
+    lags = lag.LagHistory(cluster, every=lag_every or lag.SAMPLE_EVERY_S)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await cluster.start()
         if scraper is not None:
             scraper.start()
+        if lag_every is not None:
+            lags.start()
         try:
             yield
         finally:
+            await lags.close()
             if scraper is not None:
                 await scraper.close()
             await cluster.close()
@@ -120,11 +125,19 @@ def create_app(cluster: Cluster, *, read_only: bool = False, metrics: list[str] 
         Route("/acls/new", acls.acl_new, name="acl_new"),
         Route("/acls/delete", acls.acl_delete_confirm, name="acl_delete_confirm"),
         Route("/acls/delete", acls.acl_delete, methods=["POST"], name="acl_delete"),
+        Route("/quotas", quotas.quota_list, name="quotas"),
+        Route("/quotas", quotas.quota_alter, methods=["POST"], name="quota_alter"),
         Route("/quorum", quorum.quorum_page, name="quorum"),
         Route("/quorum/add", quorum.controller_add, methods=["POST"], name="controller_add"),
         Route("/quorum/remove", quorum.controller_remove_confirm, name="controller_remove_confirm"),
         Route("/quorum/remove", quorum.controller_remove, methods=["POST"], name="controller_remove"),
         Route("/reassignments", reassignments.reassignment_list, name="reassignments"),
+        Route("/reassignments/review", reassignments.reassignment_review, methods=["POST"],
+              name="reassignment_review"),
+        Route("/reassignments/start", reassignments.reassignment_start, methods=["POST"], name="reassignment_start"),
+        Route("/reassignments/cancel", reassignments.reassignment_cancel, methods=["POST"],
+              name="reassignment_cancel"),
+        Route("/reassignments/unthrottle", reassignments.throttles_remove, methods=["POST"], name="throttles_remove"),
         Route("/transactions", transactions.transaction_list, name="transactions"),
         Route("/transactions/hanging", transactions.transaction_hanging, name="transactions_hanging"),
         Route("/transactions/{transactional_id}", transactions.transaction_detail, name="transaction"),
@@ -139,5 +152,6 @@ def create_app(cluster: Cluster, *, read_only: bool = False, metrics: list[str] 
     app.state.cluster = cluster
     app.state.read_only = read_only
     app.state.scraper = scraper
+    app.state.lags = lags
     console = OneLineErrors(CsrfProtection(app))
     return BasicAuth(console, users) if users else console

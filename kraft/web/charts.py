@@ -1,6 +1,7 @@
 """Live charts from the nodes' Prometheus endpoints (``kraft web --metrics``, each node's
-``prometheus.listener``): messages and bytes in per broker and per topic, the mean request
-latency of each node and the Raft commit latency of each controller, over the last minutes.
+``prometheus.listener``): messages and bytes in, and bytes out to consumers, per broker and per
+topic, bytes out to followers per broker, the mean request latency of each node and of each
+request type, and the Raft commit latency of each controller, over the last minutes.
 
 The console scrapes every endpoint every few seconds for as long as it runs and keeps the
 rounds in memory; a chart is a rate (a counter's increase per second) or a mean (a histogram's
@@ -135,20 +136,26 @@ def rates(rounds: Iterable[Round], name: str, by: str | None, per_node: bool) ->
     return series
 
 
-def means(rounds: Iterable[Round], histogram: str, scale: float = 1000.0) -> Series:
-    """A histogram's mean over each interval (its sum's increase over its count's), per node."""
+def means(rounds: Iterable[Round], histogram: str, scale: float = 1000.0, by: str | None = None) -> Series:
+    """A histogram's mean over each interval (its sum's increase over its count's): one series
+    per node, or with ``by`` one per value of that label over every node together."""
     series: Series = {}
     for before, after in pairwise(rounds):
+        sums: dict[str, float] = {}
+        counts: dict[str, float] = {}
         for node, now in after.nodes.items():
             then = before.nodes.get(node)
             if now is None or then is None:
                 continue
-            count = sum(_sum(now, histogram + "_count", None).values()) - \
-                sum(_sum(then, histogram + "_count", None).values())
+            for totals, suffix in ((sums, "_sum"), (counts, "_count")):
+                old = _sum(then, histogram + suffix, by)
+                for key, value in _sum(now, histogram + suffix, by).items():
+                    before_ = old.get(key, 0.0)
+                    label = key if by else node
+                    totals[label] = totals.get(label, 0.0) + (value - before_ if value >= before_ else value)
+        for label, count in counts.items():
             if count > 0:
-                total = sum(_sum(now, histogram + "_sum", None).values()) - \
-                    sum(_sum(then, histogram + "_sum", None).values())
-                series.setdefault(node, []).append((after.at, scale * total / count))
+                series.setdefault(label, []).append((after.at, scale * sums.get(label, 0.0) / count))
     return series
 
 
@@ -202,8 +209,16 @@ CHARTS: tuple[tuple[str, str, str, Callable[[Iterable[Round]], Series]], ...] = 
      lambda r: rates(r, "kafka_server_brokertopicmetrics_bytesin_total", "topic", per_node=True)),
     ("bytes-in-topic", "Bytes in per topic", "B/s",
      lambda r: rates(r, "kafka_server_brokertopicmetrics_bytesin_total", "topic", per_node=False)),
+    ("bytes-out-broker", "Bytes out to consumers per broker", "B/s",
+     lambda r: rates(r, "kafka_server_brokertopicmetrics_bytesout_total", "topic", per_node=True)),
+    ("bytes-out-topic", "Bytes out to consumers per topic", "B/s",
+     lambda r: rates(r, "kafka_server_brokertopicmetrics_bytesout_total", "topic", per_node=False)),
+    ("replication-bytes-out-broker", "Bytes out to follower replicas per broker", "B/s",
+     lambda r: rates(r, "kafka_server_brokertopicmetrics_replicationbytesout_total", "topic", per_node=True)),
     ("request-latency", "Request latency per node (mean of every request)", "ms",
      lambda r: means(r, "kafka_network_requestmetrics_total_time_seconds")),
+    ("request-latency-type", "Request latency per request type (mean over every node)", "ms",
+     lambda r: means(r, "kafka_network_requestmetrics_total_time_seconds", by="request")),
     ("commit-latency", "Raft commit latency per controller (mean)", "ms",
      lambda r: means(r, "kafka_server_raftmetrics_commit_latency_seconds")),
 )

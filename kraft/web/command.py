@@ -76,6 +76,7 @@ def web(bootstrap_controller: str, bootstrap_server: str, listen: str, read_only
     import uvicorn
 
     from .app import create_app
+    from .lag import SAMPLE_EVERY_S
     from .auth import AuthFileError, read_auth_file
     from .cluster import Cluster
 
@@ -91,7 +92,7 @@ def web(bootstrap_controller: str, bootstrap_server: str, listen: str, read_only
     serving = listen_tls(listen_config) if listen_config else None
     sock = bind(listen)
     app = create_app(Cluster(bootstrap_controller, bootstrap_server, command_tls()), read_only=read_only,
-                     metrics=endpoints, users=users)
+                     metrics=endpoints, users=users, lag_every=SAMPLE_EVERY_S)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     click.echo(f"Console at {'https' if serving else 'http'}://{listen}/ (Ctrl-C stops it)", err=True)
     # A browser's idle https connections close only after their TLS shutdown (close_notify),

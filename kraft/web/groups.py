@@ -28,12 +28,15 @@ async def group_detail(request: Request) -> Response:
     group_id = request.path_params["group"]
     admin = await cluster_of(request).brokers()
     group, rows = await describe_group(admin, group_id)
+    lags = request.app.state.lags
+    lags.record(group_id, rows)
     assigned: dict[str, list[str]] = {m.member_id: [] for m in group.members}
     for r in rows:
         if r.member is not None:
             assigned[r.member.member_id].append(f"{r.topic}-{r.partition}")
     return render(request, "group.html", group_id=group_id, group=group, rows=rows, assigned=assigned,
-                  total_lag=sum(r.lag or 0 for r in rows), topics=sorted({r.topic for r in rows}), resets=RESETS)
+                  total_lag=sum(r.lag or 0 for r in rows), topics=sorted({r.topic for r in rows}), resets=RESETS,
+                  lag_chart=lags.chart(group_id), lag_every=lags.every)
 
 
 async def _reset(request: Request, execute: bool) -> tuple[str, str, str, list[str]]:
