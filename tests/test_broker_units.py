@@ -662,12 +662,8 @@ def test_every_domain_request_has_the_shape_of_its_protobuf_message():
 
     from brokerd import group_requests, requests
     unused = {"ProduceRequest": {"client_id"}}
-    # served on the Kafka listener only (kraft log-dirs asks DescribeBroker over gRPC)
-    kafka_only = {"DescribeLogDirsTopic", "DescribeLogDirsRequest", "LogDirPartition", "LogDirTopic", "LogDir",
-                  "DescribeLogDirsResponse"}
     classes = [c for m in (requests, group_requests) for c in vars(m).values()
-               if isinstance(c, type) and dataclasses.is_dataclass(c) and c.__module__ == m.__name__
-               and c.__name__ not in kafka_only]
+               if isinstance(c, type) and dataclasses.is_dataclass(c) and c.__module__ == m.__name__]
     assert len(classes) > 40
     for cls in classes:
         proto = getattr(pb, cls.__name__)  # one message per dataclass, of the same name
