@@ -6,6 +6,7 @@ records of aborted transactions."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import sys
 import time
@@ -355,53 +356,136 @@ def test_kafka_python_and_aiokafka_transactional_producers(cluster):
     assert _committed_values(cluster, "others", b"aio-last") == [b"kp-committed", b"aio-committed", b"aio-last"]
 
 
-def test_the_coordinators_broker_killed_mid_transaction(cluster):
-    """kill -9 of the transaction coordinator's broker with a transaction open: the new leader
-    of its __transaction_state partition reloads the transaction, the producer finds it and
-    commits, and a read_committed reader sees every record exactly once. (Last in the module:
-    it kills a broker, restarted at the end.)"""
+EOS_PER_PARTITION = 40
+
+
+def _coordinator_of(cluster: BrokerCluster, transactional_id: str) -> int:
+    """The broker a live broker names as the transaction coordinator of ``transactional_id``."""
     from brokerd.kafka import apis as A
     from tests.test_kafka_handlers import Broker
 
-    asyncio.run(cluster.create_topic("failover", partitions=2, rf=3))
-    p = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "transactional.id": "tx-failover"})
-    p.init_transactions(30)
-    p.begin_transaction()
-    for i in range(6):
-        p.produce("failover", b"r-%d" % i, partition=i % 2)
-    p.flush(30)
-    found = Broker(cluster).ask(A.FIND_COORDINATOR, 1, {"key": "tx-failover", "key_type": 1}, cluster.ids[0])
-    coordinator = found.node_id
-    assert found.error_code.value == 0 and coordinator in cluster.ids
-    cluster.kill(coordinator)
+    asker = next(b for b in cluster.ids if cluster.procs[b].poll() is None)
+    found = Broker(cluster).ask(A.FIND_COORDINATOR, 1, {"key": transactional_id, "key_type": 1}, asker)
+    assert found.error_code.value == 0 and found.node_id in cluster.ids, found
+    return found.node_id
+
+
+def _read_partitions(cluster: BrokerCluster, topic: str, partitions: int, isolation: str, expected: int,
+                     timeout: float = 60) -> dict[int, list[bytes]]:
+    """Every value of ``topic`` a consumer with ``isolation`` reads, by partition, once it has
+    read ``expected`` and reached the end of every partition."""
+    c = Consumer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "group.id": f"check-{time.time()}",
+                  "isolation.level": isolation, "enable.partition.eof": True, "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, i, 0) for i in range(partitions)])
+    got: dict[int, list[bytes]] = {i: [] for i in range(partitions)}
+    eof: set[int] = set()
+    deadline = time.monotonic() + timeout
     try:
-        p.commit_transaction(60)
-        p.begin_transaction()
-        p.produce("failover", b"after", partition=0)
-        p.commit_transaction(60)
-        c = Consumer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "group.id": "failover-check",
-                      "isolation.level": "read_committed", "enable.partition.eof": True})
-        c.assign([TopicPartition("failover", i, 0) for i in range(2)])
-        got: list[bytes] = []
-        eof: set[int] = set()
-        deadline = time.monotonic() + 60
-        try:
-            while not (b"after" in got and len(eof) == 2):
-                assert time.monotonic() < deadline, f"read {got}"
-                m = c.poll(0.2)
-                if m is None:
-                    continue
-                if m.error():
-                    eof.add(m.partition())
-                    continue
-                eof.discard(m.partition())
-                got.append(m.value())
-        finally:
-            c.close()
-        assert sorted(got) == sorted([b"r-%d" % i for i in range(6)] + [b"after"])
+        while not (sum(map(len, got.values())) >= expected and len(eof) == partitions):
+            assert time.monotonic() < deadline, f"read {got}"
+            m = c.poll(0.2)
+            if m is None:
+                continue
+            if m.error():
+                assert m.error().code() == KafkaError._PARTITION_EOF, m.error().str()
+                eof.add(m.partition())
+                continue
+            eof.discard(m.partition())
+            got[m.partition()].append(m.value())
     finally:
-        cluster.start_broker(coordinator)
+        c.close()
+    return got
+
+
+def test_exactly_once_through_a_killed_coordinator_and_a_stopped_leader(cluster):
+    """Consume-transform-produce in a group (librdkafka), every fourth transaction aborted,
+    while the transaction coordinator's broker is killed with kill -9 mid-transaction (and
+    restarted) and then the leader of an output partition is SIGSTOPped mid-transaction (and
+    continued): a read_committed reader of the output sees every input exactly once, in order
+    per partition, and none of the aborted records, which a read_uncommitted reader does see.
+    (It kills and stops brokers; each is back and unfenced at its end.)"""
+    n, parts, tid = EOS_PER_PARTITION, 2, "tx-eos"
+    for t in ("eos-in", "eos-out"):
+        asyncio.run(cluster.create_topic(t, partitions=parts, rf=3))
+    src = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "enable.idempotence": True})
+    for i in range(n):
+        for part in range(parts):
+            src.produce("eos-in", b"%d-%d" % (part, i), partition=part)
+    assert src.flush(30) == 0
+    src.close()
+    # A stopped broker answers nothing: librdkafka gives up on a request to it after these
+    # timeouts (60 and 30 s by default) and then asks the new leader or coordinator.
+    patience = {"socket.timeout.ms": 5000, "request.timeout.ms": 5000}
+    p = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "transactional.id": tid,
+                  "transaction.timeout.ms": 60000, **patience})
+    p.init_transactions(60)
+    c = Consumer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "group.id": "eos", "auto.offset.reset":
+                  "earliest", "enable.auto.commit": False, "isolation.level": "read_committed", "socket.timeout.ms": 5000})
+    c.subscribe(["eos-in"])
+    aborted: list[bytes] = []  # flushed, then aborted on purpose: read_uncommitted sees them
+    killed = stopped = None
+    cycle = committed = 0
+
+    def rewind() -> None:
+        """After an abort, back to the group's committed offsets (as an application does)."""
+        for tp in c.committed(c.assignment(), timeout=30):
+            c.seek(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else 0))
+
+    try:
+        deadline = time.monotonic() + 120
+        while committed < n * parts:
+            assert time.monotonic() < deadline, f"{committed} of {n * parts} inputs committed by cycle {cycle}"
+            batch = [m for m in c.consume(5, 0.5) if not m.error()]
+            if not batch:
+                continue
+            cycle += 1
+            p.begin_transaction()
+            values = [b"%s@%d" % (m.value(), cycle) for m in batch]
+            for m, v in zip(batch, values):
+                p.produce("eos-out", v, partition=m.partition())
+            if cycle == 3:  # the coordinator dies with the transaction open and its records written
+                assert p.flush(30) == 0
+                killed = _coordinator_of(cluster, tid)
+                cluster.kill(killed)
+            if cycle == 9:  # the leader of an output partition stops with records in flight to it
+                asyncio.run(cluster.wait_unfenced(timeout=60))
+                stopped = asyncio.run(cluster.describe_topic("eos-out")).partitions[batch[0].partition()].leader
+                cluster.signal(stopped, signal.SIGSTOP)
+            try:
+                offsets = [tp for tp in c.position(c.assignment()) if tp.offset >= 0]
+                p.send_offsets_to_transaction(offsets, c.consumer_group_metadata(), 60)
+                if cycle % 4 == 0:
+                    assert p.flush(60) == 0
+                    p.abort_transaction(60)
+                    aborted += values
+                    rewind()
+                else:
+                    p.commit_transaction(60)
+                    committed += len(batch)
+            except KafkaException as e:
+                assert e.args[0].txn_requires_abort(), e
+                p.abort_transaction(60)
+                rewind()
+            if cycle == 6 and killed is not None:
+                cluster.start_broker(killed)
+            if cycle == 13 and stopped is not None:
+                cluster.signal(stopped, signal.SIGCONT)
+                stopped = None
+    finally:
+        c.close()
+        p.close()
+        if stopped is not None:
+            cluster.signal(stopped, signal.SIGCONT)
+        if killed is not None and cluster.procs[killed].poll() is not None:
+            cluster.start_broker(killed)
         asyncio.run(cluster.wait_unfenced(timeout=60))
+    assert killed is not None and cycle >= 13 and aborted
+    seen = _read_partitions(cluster, "eos-out", parts, "read_committed", n * parts)
+    for part in range(parts):
+        assert [v.split(b"@")[0] for v in seen[part]] == [b"%d-%d" % (part, i) for i in range(n)], seen[part]
+    assert not set(aborted) & {v for vs in seen.values() for v in vs}
+    everything = _read_partitions(cluster, "eos-out", parts, "read_uncommitted", n * parts + len(aborted))
+    assert set(aborted) <= {v for vs in everything.values() for v in vs}
 
 
 # -- our Producer's transactional API (clients.Producer(transactional_id=...)) ------------------------
@@ -670,3 +754,4 @@ def test_a_fenced_producers_txn_offset_commit_is_refused(cluster):
                     return offset if offset >= 0 else None
                 assert await eventually(committed, 10) == 2  # the zombie's 5 never counts
     asyncio.run(go())
+
