@@ -755,3 +755,53 @@ def test_a_fenced_producers_txn_offset_commit_is_refused(cluster):
                 assert await eventually(committed, 10) == 2  # the zombie's 5 never counts
     asyncio.run(go())
 
+
+def test_a_txn_offset_commit_for_a_group_not_added_is_refused(cluster):
+    """KIP-890 part 1 for offsets: the group coordinator asks the transaction coordinator
+    before a producer's first transactional offsets in the group's partition; a
+    TxnOffsetCommit without AddOffsetsToTxn (in an open transaction, or a late retry after
+    the transaction ended) is INVALID_TXN_STATE and not written, so it neither opens a
+    transaction no marker would close nor ever counts."""
+    from clients import Producer as OurProducer
+    from clients.consumer_coordinator import ConsumerGroupMetadata
+    from common.errors import ErrorCode
+    from protos import broker_pb2 as bpb
+    from tests.brokercluster import _stub
+
+    asyncio.run(cluster.create_topic("kip890-in", partitions=1, rf=3))
+    group = ConsumerGroupMetadata("kip890-group")
+
+    async def go() -> None:
+        async with OurProducer(cluster.bootstrap_servers, transactional_id="tx-kip890-offsets") as p:
+            await p.init_transactions()
+            async with _stub(cluster.address(cluster.ids[0])) as s:
+                found = await s.FindCoordinator(bpb.FindCoordinatorRequest(key=group.group_id))
+            async with _stub(f"{found.host}:{found.port}") as s:
+                async def txn_offset_commit(offset: int) -> int:
+                    r = await s.TxnOffsetCommit(bpb.TxnOffsetCommitRequest(
+                        transactional_id="tx-kip890-offsets", producer_id=p.producer_id,
+                        producer_epoch=p.producer_epoch, offsets=bpb.OffsetCommitRequest(
+                            group_id=group.group_id, generation_id=-1, topics=[bpb.OffsetCommitTopic(
+                                name="kip890-in", partitions=[bpb.OffsetCommitPartition(
+                                    partition=0, offset=offset, leader_epoch=-1)])])))
+                    return r.topics[0].partitions[0].error_code
+
+                async def committed() -> int | None:
+                    """The group's offset once no transaction has offsets of it pending."""
+                    r = await s.OffsetFetch(bpb.OffsetFetchRequest(group_id=group.group_id, require_stable=True,
+                                                                   topics=[bpb.OffsetFetchTopic(
+                                                                       name="kip890-in", partitions=[0])]))
+                    part = r.topics[0].partitions[0]
+                    return None if part.error_code == ErrorCode.UNSTABLE_OFFSET_COMMIT else part.offset
+
+                p.begin_transaction()
+                await p.send("kip890-in", b"v", partition=0)  # the transaction is open, the group not in it
+                assert ErrorCode.of(await txn_offset_commit(7)) == ErrorCode.INVALID_TXN_STATE
+                await p.send_offsets_to_transaction({("kip890-in", 0): 1}, group)  # AddOffsetsToTxn first
+                await p.commit_transaction()
+                assert await eventually(committed, 10) == 1
+                # a late TxnOffsetCommit of the ended transaction
+                assert ErrorCode.of(await txn_offset_commit(9)) == ErrorCode.INVALID_TXN_STATE
+                assert await committed() == 1
+    asyncio.run(go())
+
