@@ -805,3 +805,26 @@ def test_a_txn_offset_commit_for_a_group_not_added_is_refused(cluster):
                 assert await committed() == 1
     asyncio.run(go())
 
+
+def test_a_retried_epoch_bump_gets_the_same_epoch(cluster):
+    """KIP-360: a producer that bumps its epoch after an abortable error (InitProducerId with
+    its producer id and epoch) and retries because the answer was lost gets the epoch of the
+    first bump, not PRODUCER_FENCED (Kafka's prepareIncrementProducerEpoch); once a new
+    producer initialized with the id, that old epoch is fenced."""
+    from brokerd.kafka import apis as A
+    from common.errors import ErrorCode
+    from tests.test_kafka_handlers import Broker
+
+    b = Broker(cluster)
+    node, pid, epoch = b.transaction("tx-bump")
+
+    def init(producer_id: int, producer_epoch: int) -> tuple[ErrorCode, int]:
+        r = b.ask(A.INIT_PRODUCER_ID, 4, {"transactional_id": "tx-bump", "transaction_timeout": 60_000,
+                                          "producer_id": producer_id, "producer_epoch": producer_epoch}, node)
+        return ErrorCode.of(r.error_code.value), r.producer_epoch
+
+    assert init(pid, epoch) == (ErrorCode.NONE, epoch + 1)
+    assert init(pid, epoch) == (ErrorCode.NONE, epoch + 1)  # the retry
+    assert init(pid, epoch + 1) == (ErrorCode.NONE, epoch + 2)  # the next bump
+    assert init(-1, -1) == (ErrorCode.NONE, epoch + 3)  # a new producer
+    assert init(pid, epoch + 1)[0] == ErrorCode.PRODUCER_FENCED
