@@ -6,6 +6,7 @@ records of aborted transactions."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import subprocess
 import sys
@@ -361,13 +362,16 @@ EOS_PER_PARTITION = 40
 
 def _coordinator_of(cluster: BrokerCluster, transactional_id: str) -> int:
     """The broker a live broker names as the transaction coordinator of ``transactional_id``."""
-    from brokerd.kafka import apis as A
-    from tests.test_kafka_handlers import Broker
+    from protos import broker_pb2 as bpb
+    from tests.brokercluster import _stub
 
-    asker = next(b for b in cluster.ids if cluster.procs[b].poll() is None)
-    found = Broker(cluster).ask(A.FIND_COORDINATOR, 1, {"key": transactional_id, "key_type": 1}, asker)
-    assert found.error_code.value == 0 and found.node_id in cluster.ids, found
-    return found.node_id
+    async def find() -> int:
+        asker = next(b for b in cluster.ids if cluster.procs[b].poll() is None)
+        async with _stub(cluster.address(asker)) as s:
+            found = await s.FindCoordinator(bpb.FindCoordinatorRequest(key=transactional_id, key_type=1), timeout=10)
+        assert found.error_code == 0 and found.node_id in cluster.ids, found
+        return found.node_id
+    return asyncio.run(find())
 
 
 def _read_partitions(cluster: BrokerCluster, topic: str, partitions: int, isolation: str, expected: int,
@@ -473,7 +477,8 @@ def test_exactly_once_through_a_killed_coordinator_and_a_stopped_leader(cluster)
                 stopped = None
     finally:
         c.close()
-        p.close()
+        with contextlib.suppress(KafkaException):  # a fatal error: the failure raised above says more
+            p.close()
         if stopped is not None:
             cluster.signal(stopped, signal.SIGCONT)
         if killed is not None and cluster.procs[killed].poll() is not None:
