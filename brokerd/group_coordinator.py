@@ -584,8 +584,37 @@ class GroupCoordinator:
 
     async def txn_offset_commit(self, req: TxnOffsetCommitRequest) -> OffsetCommitResponse:
         """Offsets written as part of a transaction: kept pending until its marker reaches the
-        group's partition (``marker_written``), then committed or dropped."""
+        group's partition (``marker_written``), then committed or dropped. The producer's first
+        ones in the partition are verified with its transaction coordinator first (KIP-890)."""
+        refused = await self._verify_txn(req)
+        if refused is not None:
+            return _refused(req.offsets, refused)
         return await self._commit_offsets(req.offsets, (req.producer_id, req.producer_epoch))
+
+    async def _verify_txn(self, req: TxnOffsetCommitRequest) -> KafkaError | None:
+        """KIP-890 part 1 for offsets, as Kafka 3.x's GroupCoordinator does: a producer with no
+        transaction open in the group's partition of __consumer_offsets may write there only
+        if AddOffsetsToTxn added that partition to its ongoing transaction under this producer
+        id and epoch; otherwise a late or stray TxnOffsetCommit would open a transaction no
+        marker closes (holding the partition's last stable offset, and the offsets pending,
+        forever). The verifier's errors are mapped as Kafka's maybeConvertOffsetCommitError."""
+        verifier, n = self.rm.txn_verifier, self._offsets_partitions()
+        if verifier is None or not n or not req.offsets.group_id:
+            return None  # _commit_offsets answers what is wrong
+        index = partition_for(req.offsets.group_id, n)
+        p = self.rm.by_name.get((OFFSETS_TOPIC, index))
+        if p is None or not p.is_leader or req.producer_id in p.log.producers.ongoing:
+            return None
+        missing, error = await verifier.not_added(req.transactional_id, req.producer_id, req.producer_epoch,
+                                                  [(OFFSETS_TOPIC, index)])
+        if error is not None:
+            return KafkaError(_OFFSET_COMMIT_ERRORS.get(error.code, error.code), error.message or None)
+        if missing:
+            return KafkaError(ErrorCode.INVALID_TXN_STATE,
+                              f"group {req.offsets.group_id} is not in the ongoing transaction of "
+                              f"{req.transactional_id} (producer {req.producer_id}, epoch {req.producer_epoch}): "
+                              f"add it first (AddOffsetsToTxn)")
+        return None
 
     def marker_written(self, topic: str, index: int, producer_id: int, commit: bool) -> None:
         """A transaction marker was written to a partition this broker leads."""
@@ -871,3 +900,19 @@ def _join_members(g: Group) -> list[JoinGroupMember]:
 def _reason(reason: str | None) -> str:
     """A client's reason (KIP-800) as Kafka's log lines end with it, or nothing."""
     return f"; client reason: {reason}" if reason else ""
+
+
+#: Kafka's GroupMetadataManager.maybeConvertOffsetCommitError: what a failed verification of
+#: a TxnOffsetCommit answers, in the errors a client expects from a group coordinator.
+_OFFSET_COMMIT_ERRORS = {ErrorCode.NETWORK_EXCEPTION: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                         ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                         ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                         ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR}
+
+
+def _refused(req: OffsetCommitRequest, error: KafkaError) -> OffsetCommitResponse:
+    """Every partition of ``req`` answered ``error``."""
+    return OffsetCommitResponse(topics=[OffsetCommitTopicResponse(name=t.name, partitions=[
+        OffsetCommitPartitionResponse(partition=x.partition, error_code=int(error.code), error_message=error.message)
+        for x in t.partitions]) for t in req.topics])

@@ -17,6 +17,14 @@ for ``delete.retention.ms`` more (counted from the pass that first found its tra
 empty, kept in memory: a restart only keeps it longer), so that a reader who saw the records
 also sees how their transaction ended.
 
+Producer state survives compaction (Kafka's "last batch of each active producer"): the last
+data batch of every producer the partition still remembers stays, emptied of the records
+that go, because it carries the producer's epoch and last sequence; a follower that copies the
+log, or a log rebuilt after a truncation, then knows the producer, whose next batch is
+accepted instead of failing with UNKNOWN_PRODUCER_ID or OUT_OF_ORDER_SEQUENCE_NUMBER. A
+producer whose last entry is a marker (a bump of its epoch) keeps that marker. A transaction's
+marker stays while any batch of it does, emptied or not.
+
 A pass runs when at least ``min.cleanable.dirty.ratio`` of the cleanable bytes were written
 since the last pass (``PartitionLog.first_dirty_offset``), or when a tombstone the last pass
 kept has since passed ``delete.retention.ms`` (and once after a restart, to find out). It works on the event loop in
@@ -32,7 +40,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from clients.compression import Codec, compress
+from clients.compression import CODEC_MASK, Codec, compress
 from clients.records import (Record, batch_crc, codec_of, decode_records, encode_record, is_control,
                              is_transactional, records_bytes)
 from protos import broker_pb2 as pb
@@ -71,6 +79,7 @@ async def clean(plog: PartitionLog, cfg: LogConfig, now_ms: int) -> CleanResult 
         return None
     truncations = plog.truncations
     aborted = _aborted(plog)
+    last_of_producer = _last_of_producer(plog)
     # 1. The offset of each key's latest record (of plain and committed data).
     latest: dict[bytes, int] = {}
     for i, h in enumerate(heads):
@@ -92,7 +101,7 @@ async def clean(plog: PartitionLog, cfg: LogConfig, now_ms: int) -> CleanResult 
         if batch is None:
             continue
         if is_control(batch):
-            if alive.pop(batch.producer_id, False):
+            if alive.pop(batch.producer_id, False) or last_of_producer(batch):
                 plog.empty_markers.pop(batch.base_offset, None)
                 continue
             since = plog.empty_markers.setdefault(batch.base_offset, now_ms)  # its transaction is empty
@@ -102,22 +111,20 @@ async def clean(plog: PartitionLog, cfg: LogConfig, now_ms: int) -> CleanResult 
             else:
                 oldest_tombstone = min(oldest_tombstone, since)  # a pass is due when it may go
             continue
-        if aborted(batch):
-            removed += batch.record_count
-            replacements[h.base_offset] = None
-            continue
         records = _records(batch)
-        kept = [r for r in records
-                if r.key is not None and latest.get(r.key) == batch.base_offset + r.offset_delta
-                and (r.value is not None or batch.base_timestamp + r.timestamp_delta >= horizon)]
+        kept = [] if aborted(batch) else [
+            r for r in records
+            if r.key is not None and latest.get(r.key) == batch.base_offset + r.offset_delta
+            and (r.value is not None or batch.base_timestamp + r.timestamp_delta >= horizon)]
         for r in kept:
             if r.value is None:
                 oldest_tombstone = min(oldest_tombstone, batch.base_timestamp + r.timestamp_delta)
-        if is_transactional(batch) and kept:
+        stays = bool(kept) or last_of_producer(batch)
+        if is_transactional(batch) and stays:
             alive[batch.producer_id] = True
-        if len(kept) < len(records):
+        if len(kept) < len(records) or not stays:  # (an emptied batch goes once it is no producer's last)
             removed += len(records) - len(kept)
-            replacements[h.base_offset] = _rewritten(batch, kept) if kept else None
+            replacements[h.base_offset] = _rewritten(batch, kept) if stays else None
         if i % STEP == STEP - 1:
             await asyncio.sleep(0)
     if plog.truncations != truncations:
@@ -142,10 +149,30 @@ def _aborted(plog: PartitionLog) -> Callable[[pb.RecordBatch], bool]:
     return aborted
 
 
+def _last_of_producer(plog: PartitionLog) -> Callable[[pb.RecordBatch], bool]:
+    """Whether a batch is the last of a producer the partition remembers (Kafka's
+    isBatchLastRecordOfProducer): its last data batch, or, when a marker started its current
+    epoch, a marker of that epoch."""
+    producers = plog.producers.producers
+
+    def last(batch: pb.RecordBatch) -> bool:
+        e = producers.get(batch.producer_id) if batch.producer_id >= 0 else None
+        if e is None:
+            return False
+        if e.batches:
+            return not is_control(batch) and batch.base_offset + batch.last_offset_delta == e.batches[-1].last_offset
+        return is_control(batch) and batch.producer_epoch == e.epoch
+    return last
+
+
 def _rewritten(batch: pb.RecordBatch, kept: list[Record]) -> pb.RecordBatch:
     out = pb.RecordBatch()
     out.CopyFrom(batch)
     out.record_count = len(kept)
-    out.records = compress(Codec(codec_of(batch)), b"".join(encode_record(*r) for r in kept))
+    if kept:
+        out.records = compress(Codec(codec_of(batch)), b"".join(encode_record(*r) for r in kept))
+    else:  # only its producer fields are kept: a bare header, uncompressed, as Kafka writes one
+        out.records = b""
+        out.attributes &= ~CODEC_MASK
     out.crc = batch_crc(out)
     return out

@@ -287,9 +287,17 @@ class TransactionCoordinator:
             await self._end(p, self._bumped(m), commit=False)
             raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS,
                               f"aborting the open transaction of {m.transactional_id}'s previous producer")
-        m = self._bumped(m)
-        return await self._write(p, m.but(state=TxnState.EMPTY, partitions=frozenset(), last_update_ms=now,
-                                          timeout_ms=req.transaction_timeout_ms, last_producer_epoch=-1))
+        ready = m.but(state=TxnState.EMPTY, partitions=frozenset(), last_update_ms=now,
+                      timeout_ms=req.transaction_timeout_ms)
+        if req.producer_id >= 0 and req.producer_epoch != m.producer_epoch:
+            # Kafka's prepareIncrementProducerEpoch: the epoch it had before the last bump is a
+            # retry of that bump whose answer was lost (or the producer the coordinator fenced
+            # on its timeout, KIP-588): it gets the current epoch, not another bump.
+            return await self._write(p, ready)
+        # A returning producer (KIP-360) keeps its epoch as the last one, for such a retry; a
+        # new producer (no epoch given) fences every earlier one.
+        return await self._write(p, self._bumped(ready).but(
+            last_producer_epoch=m.producer_epoch if req.producer_id >= 0 else -1))
 
     def _bumped(self, m: TransactionMetadata) -> TransactionMetadata:
         """The next epoch; a new producer id would be needed past the last (not reached here:

@@ -661,3 +661,71 @@ def test_compaction_keeps_the_latest_value_of_every_key_on_every_replica(cluster
             cluster.start_broker(leader)
             await cluster.wait_unfenced([leader], timeout=60)
     run(go(), timeout=180)
+
+
+
+def test_an_idempotent_producers_state_survives_compaction_and_a_restart(cluster):
+    """Kafka's cleaner keeps each active producer's last batch (emptied of the records that
+    go): an idempotent producer's records, overwritten and compacted away while a follower was
+    down, still leave its epoch and last sequence in the log, so the restarted follower, once
+    it leads, accepts the producer's next sequence (not UNKNOWN_PRODUCER_ID)."""
+    from clients.records import set_producer
+
+    a, b = cluster.ids[0], cluster.ids[1]
+
+    def keyed(value: bytes, pid: int = -1, seq: int = 0):
+        batch = build_batch([(b"k%d" % i, value, int(time.time() * 1000), ()) for i in range(2)])
+        if pid >= 0:
+            set_producer(batch, pid, 0, seq)
+        return batch
+
+    async def replica(bid: int, role: str) -> bool:
+        leader, _, isr = await leader_of(cluster, "pstate")
+        return leader == bid if role == "leader" else bid in isr
+
+    def _librdkafka_read(topic: str, until: int) -> list:
+        """What librdkafka reads of partition 0 of ``topic``, up to offset ``until``."""
+        from confluent_kafka import Consumer as RdConsumer, TopicPartition
+        c = RdConsumer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "group.id": "pstate"})
+        c.assign([TopicPartition(topic, 0, 0)])
+        try:
+            got: list = []
+            deadline = time.monotonic() + 30
+            while not got or got[-1].offset() < until:
+                assert time.monotonic() < deadline, [m.offset() for m in got]
+                got += [m for m in c.consume(10, 0.5) if not m.error()]
+            return got
+        finally:
+            c.close()
+
+    async def go():
+        await cluster.create_topic("pstate", assignments=[[a, b]], configs={
+            "cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"})
+        cluster.kill(b)
+        try:
+            async with _stub(cluster.address(a)) as s:
+                pid = (await s.InitProducerId(bpb.InitProducerIdRequest())).producer_id
+                for batch in (keyed(b"idempotent", pid, 0), keyed(b"plain")):  # offsets 0-1, then 2-3
+                    r = await s.Produce(produce_request("pstate", batch))
+                    assert r.topics[0].partitions[0].error_code == 0
+
+            async def compacted() -> bool:
+                return [r.offset for r in await consume_all(cluster.bootstrap_servers, "pstate", 2, 300)] == [2, 3]
+            await eventually(compacted, 30, what="the idempotent producer's records compacted away")
+        finally:
+            cluster.start_broker(b)
+        await eventually(lambda: replica(b, "in-sync"), 60, what=f"broker {b} back in the ISR")
+        cluster.kill(a)  # b, which copied the compacted log, leads
+        try:
+            await eventually(lambda: replica(b, "leader"), 30, what=f"broker {b} leading pstate")
+            async with _stub(cluster.address(b)) as s:
+                r = await s.Produce(produce_request("pstate", keyed(b"next", pid, 2)))
+            assert ErrorCode.of(r.topics[0].partitions[0].error_code) == ErrorCode.NONE, \
+                r.topics[0].partitions[0].error_message
+            # librdkafka steps over the emptied batch at offsets 0-1 as over any gap
+            read = [(m.offset(), m.value()) for m in _librdkafka_read("pstate", 5)]
+            assert read[-2:] == [(4, b"next"), (5, b"next")] and {o for o, _ in read[:-2]} <= {2, 3}, read
+        finally:
+            cluster.start_broker(a)
+            await cluster.wait_unfenced(timeout=60)
+    run(go(), timeout=180)

@@ -169,6 +169,9 @@ def test_compaction_follows_kafkas_rules_for_transactions(tmp_path):
         await plog.append_as_leader(_batch([(b"k5", b"new")], now), 0)                      # 10
         plog.set_high_watermark(plog.log_end_offset)
         assert plog.last_stable_offset == 8
+        # Producers forgotten (producer.id.expiration.ms), so that none of their batches is kept
+        # as their last (test_compaction_keeps_each_producers_last_batch); open transactions stay.
+        plog.expire_producers(now, 0)
         cfg = LogConfig(cleanup_policy="compact", delete_retention_ms=60_000, min_cleanable_dirty_ratio=0.01)
         assert await clean(plog, cfg, now) is not None
         data = [(o, k, v) for o, k, v in _read(plog)]
@@ -184,5 +187,49 @@ def test_compaction_follows_kafkas_rules_for_transactions(tmp_path):
         await clean(plog, cfg, now + 61_000)
         assert markers() == [6]  # the commit's marker stays with its transaction's k1
         assert [o for o, _, _ in _read(plog)] == [3, 7, 8, 9, 10]
+        await store.close()
+    run(go())
+
+
+def test_compaction_keeps_each_producers_last_batch(tmp_path):
+    """Kafka's cleaner keeps the last batch of every producer the partition remembers, emptied
+    of the records that go, so that producer state survives compaction: a follower that copies
+    the compacted log, the log rebuilt after a truncation, and the log after a restart all
+    accept the producer's next sequence (not UNKNOWN_PRODUCER_ID), and readers see no record
+    of it."""
+    from clients.records import set_producer
+
+    def idempotent(pairs: list[tuple[bytes, bytes]], pid: int, seq: int, ts: int):
+        batch = _batch(pairs, ts, Codec.LZ4)
+        set_producer(batch, pid, 0, seq)
+        return batch
+
+    async def go():
+        store = LogStore(str(tmp_path))
+        leader = PartitionLog(store, uuid.uuid4(), 0)
+        follower = PartitionLog(store, uuid.uuid4(), 0)
+        now = int(time.time() * 1000)
+        await leader.append_as_leader(idempotent([(b"k1", b"a"), (b"k2", b"a")], 7, 0, now), 0)  # 0-1
+        await leader.append_as_leader(idempotent([(b"k1", b"b"), (b"k2", b"b")], 7, 2, now), 0)  # 2-3
+        await leader.append_as_leader(_batch([(b"k1", b"c"), (b"k2", b"c")], now), 0)          # 4-5
+        leader.set_high_watermark(leader.log_end_offset)
+        cfg = LogConfig(cleanup_policy="compact", delete_retention_ms=60_000, min_cleanable_dirty_ratio=0.01)
+        assert (await clean(leader, cfg, now)).records_removed == 4
+        assert _read(leader) == [(4, b"k1", b"c"), (5, b"k2", b"c")]  # 0-3 emptied; 2-3 stays, empty
+
+        def next_batch(seq: int):
+            return idempotent([(b"k3", b"d")], 7, seq, now)
+        frames, _ = leader.read(0, 1 << 30, leader.log_end_offset)
+        await follower.append_as_follower([b for f in frames for b in batches(bytes(f))])
+        assert _read(follower) == _read(leader)
+        assert (await follower.append_as_leader(next_batch(4), 0)).first_offset == 6  # a follower that leads
+        await leader.append_as_leader(next_batch(4), 0)  # 6
+        await leader.append_as_leader(idempotent([(b"k4", b"e")], 8, 0, now), 0)  # 7, of another producer
+        await leader.truncate_to(6)  # producer state rebuilt from the batches that remain
+        assert (await leader.append_as_leader(next_batch(4), 0)).first_offset == 6
+        await store.close()
+        store = LogStore(str(tmp_path))  # and after a restart
+        leader = PartitionLog(store, leader.topic_id, 0)
+        assert (await leader.append_as_leader(next_batch(5), 0)).first_offset == 7
         await store.close()
     run(go())

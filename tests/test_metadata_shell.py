@@ -55,8 +55,8 @@ def lines(*args: object, input: str | None = None) -> list[str]:
 
 def test_plain_snapshot_shows_the_whole_image(files: SimpleNamespace) -> None:
     s = ["-s", files.plain, "-c"]
-    assert lines(*s, "ls /") == ["acls", "brokers", "clientQuotas", "cluster", "configs", "features", "producerIds",
-                                 "quorum", "scram", "topicIds", "topics"]
+    assert lines(*s, "ls /") == ["acls", "brokers", "clientQuotas", "cluster", "configs", "coordinators", "features",
+                                 "producerIds", "quorum", "scram", "topicIds", "topics"]
     assert lines(*s, "ls /topics") == ["orders-1", "orders-2", "payments"]  # old-topic deleted
     assert lines(*s, "ls /brokers") == ["1", "2", "3"]
     assert lines(*s, "ls /brokers/2") == ["endpoints", "epoch", "fenced", "inControlledShutdown",
@@ -479,3 +479,30 @@ def test_interactive_completion_and_persistent_history(files: SimpleNamespace,
     child.send("\x04")                  # Ctrl-D leaves
     finish(child)
     assert "+cat /cluster/id" in history.read_text()
+
+
+def test_coordinators_are_the_leaders_of_the_internal_topics(tmp_path: Path) -> None:
+    """/coordinators/groups/<n> and /coordinators/transactions/<n>: the leader of partition n
+    of __consumer_offsets and __transaction_state, which coordinates the groups and
+    transactional ids placed there; empty before a client had the topic created."""
+    import uuid
+
+    from metadata import records as R
+    from metadata.delta import MetadataDelta
+    from metadata.image import MetadataImage
+    from metadata.snapshot import write_snapshot
+
+    empty = tmp_path / "empty.snapshot"
+    write_snapshot(MetadataImage.empty("c"), empty, created_ms=1)
+    assert lines("--snapshot", empty, "-c", "ls /coordinators") == ["groups", "transactions"]
+    assert lines("--snapshot", empty, "-c", "ls /coordinators/transactions") == []
+    offsets, txns = uuid.UUID(int=1), uuid.UUID(int=2)
+    delta = MetadataDelta(MetadataImage.empty("c"))
+    delta.replay_batch([R.topic("__consumer_offsets", offsets), R.partition(offsets, 0, [2, 1]),
+                        R.topic("__transaction_state", txns)]
+                       + [R.partition(txns, n, [1 + (n + k) % 3 for k in range(3)]) for n in range(3)]
+                       + [R.partition_change(txns, 2, leader=R.NO_LEADER, isr=[3])], 1, 1)
+    snapshot = tmp_path / "meta.snapshot"
+    write_snapshot(delta.apply(), snapshot, created_ms=1)
+    assert lines("--snapshot", snapshot, "-c", "tree /coordinators") == [
+        "/coordinators/", "  groups/", "    0: 2", "  transactions/", "    0: 1", "    1: 2", "    2: -1"]

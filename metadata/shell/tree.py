@@ -16,12 +16,16 @@ costs nothing until someone lists them. Files hold JSON values. The layout is do
     /acls/byId/<uuid>              one ACL each
     /scram/<user>/<mechanism>      {"mechanism", "iterations"} of a SCRAM credential (never its keys)
     /clientQuotas/<entity>/<key>   a client quota, the entity as user=alice,client-id=<default>
+    /coordinators/{groups,transactions}/<n>   the leader of partition n of __consumer_offsets
+                                   or __transaction_state: the coordinator of the ids hashing to n
 """
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
+
+from clients.topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 from ..acls import StandardAcl
 from ..client_quotas import entity_label
@@ -94,6 +98,8 @@ def metadata_tree(image: MetadataImage, quorum: Callable[[], QuorumState]) -> Di
         ])),
         ("configs", Directory(lambda: [(name, _configs(image, rtype))
                                        for rtype, name in _CONFIG_DIRS.items()])),
+        ("coordinators", Directory(lambda: [(name, _coordinators(image, topic))
+                                            for name, topic in _COORDINATOR_TOPICS])),
         ("features", Directory(lambda: [(name, File(level))
                                         for name, level in sorted(image.features.items())])),
         ("producerIds", Directory(lambda: [("nextProducerId", File(image.next_producer_id))])),
@@ -105,6 +111,20 @@ def metadata_tree(image: MetadataImage, quorum: Callable[[], QuorumState]) -> Di
         ("topics", Directory(lambda: _sorted(
             (t.name, _topic(image, t)) for t in image.topics_by_name.values()))),
     ])
+
+
+#: Where each kind of coordinator lives: the group coordinator of a group and the transaction
+#: coordinator of a transactional id are the leader of the id's partition of these topics
+#: (abs(hash(id)) % partitions, as Kafka places them).
+_COORDINATOR_TOPICS = (("groups", OFFSETS_TOPIC), ("transactions", TRANSACTION_STATE_TOPIC))
+
+
+def _coordinators(image: MetadataImage, topic: str) -> Directory:
+    """Each partition of an internal topic with its leader, the coordinator of the ids placed
+    on it (-1: none now; empty before the first client created the topic)."""
+    t = image.topics_by_name.get(topic)
+    return Directory(lambda: [] if t is None else [(str(n), File(t.partitions[n].leader))
+                                                   for n in sorted(t.partitions)])
 
 
 def _broker(b: BrokerRegistration) -> Directory:
