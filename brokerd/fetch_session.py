@@ -244,3 +244,43 @@ def _topics(partitions: Iterable[CachedPartition]) -> list[FetchTopic]:
             out.append(FetchTopic(name=c.name, topic_id=c.topic_id))
         out[-1].partitions.append(c.fetch)
     return out
+
+
+Asked = tuple[int, ...]  # what a fetcher asks of a partition (offset, epoch, ...): sent when it changes
+
+
+@dataclass(slots=True)
+class FetchSessionHandler:
+    """The fetching side of a session (Kafka's FetchSessionHandler), as followers use it: which
+    partitions a request must carry given what the leader's session already holds, and what
+    it must tell the leader to forget. A failed request (an error, no answer) starts over
+    with a full fetch that closes the old session."""
+    session_id: int = NO_SESSION
+    epoch: int = INITIAL_EPOCH
+    #: What the leader's session holds, once the request in flight is answered.
+    held: dict[PartitionKey, Asked] = field(default_factory=dict)
+    _next: dict[PartitionKey, Asked] = field(default_factory=dict)
+
+    def build(self, wanted: dict[PartitionKey, Asked]) -> tuple[list[PartitionKey], list[PartitionKey]]:
+        """(the partitions to send, those to forget) for a request fetching ``wanted``: all of
+        them in a full fetch, else those added or changed since the session last heard."""
+        self._next = wanted
+        if self.epoch == INITIAL_EPOCH:
+            return list(wanted), []
+        held = self.held
+        return ([k for k, v in wanted.items() if held.get(k) != v], [k for k in held if k not in wanted])
+
+    def answered(self, session_id: int) -> None:
+        """The request was answered without a session error, with ``session_id``."""
+        if self.epoch == INITIAL_EPOCH:
+            self.session_id = session_id
+            if session_id == NO_SESSION:  # no room in the leader's cache: full fetches until there is
+                self.held = {}
+                return
+        self.epoch = next_epoch(self.epoch)
+        self.held = self._next
+
+    def reset(self) -> None:
+        """The request failed (a session error, or no answer): the next one is full."""
+        self.epoch = INITIAL_EPOCH
+        self.held = {}

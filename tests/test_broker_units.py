@@ -626,11 +626,14 @@ def test_a_stopping_kafka_listener_ends_every_request_in_flight():
 
 def test_every_domain_request_has_the_shape_of_its_protobuf_message():
     """Field for field by name, so that ``proto_codec`` translates each both ways; the one
-    protobuf field the broker has no use for is the client id our producer sends."""
+    protobuf field the broker has no use for is the client id our producer sends; a fetch
+    session's fields (KIP-227) are the codec's, served around the domain fetch as the Kafka
+    listener serves them."""
     import dataclasses
 
     from brokerd import group_requests, requests
-    unused = {"ProduceRequest": {"client_id"}}
+    unused = {"ProduceRequest": {"client_id"}, "FetchRequest": {"session_id", "session_epoch", "forgotten_topics"},
+              "FetchResponse": {"session_id", "error_code"}}
     # served on the Kafka listener only (kraft log-dirs asks DescribeBroker over gRPC)
     kafka_only = {"DescribeLogDirsTopic", "DescribeLogDirsRequest", "LogDirPartition", "LogDirTopic", "LogDir",
                   "DescribeLogDirsResponse"}
