@@ -109,11 +109,13 @@ def _changed(cached: CachedPartition, a: FetchPartitionResponse) -> bool:
     error or a preferred read replica (KIP-392) is always sent, as Kafka's FetchSession does;
     an error forgets the high watermark, so that the partition is sent again once it is gone."""
     must = bool(a.records) or bool(a.error_code) or a.preferred_read_replica >= 0  # KIP-392: always told
-    for name in ("high_watermark", "last_stable_offset", "log_start_offset"):
-        value = getattr(a, name)
-        if getattr(cached, name) != value:
-            setattr(cached, name, value)
-            must = True
+    # field by field, not by name: a follower's session runs this for each of its partitions
+    if cached.high_watermark != a.high_watermark:
+        cached.high_watermark, must = a.high_watermark, True
+    if cached.last_stable_offset != a.last_stable_offset:
+        cached.last_stable_offset, must = a.last_stable_offset, True
+    if cached.log_start_offset != a.log_start_offset:
+        cached.log_start_offset, must = a.log_start_offset, True
     if a.error_code:
         cached.high_watermark = -1
     return must
