@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from common.errors import ErrorCode, KafkaError
 from .requests import FetchPartition, FetchPartitionResponse, FetchRequest, FetchResponse, FetchTopic
@@ -251,8 +252,11 @@ def _topics(partitions: Iterable[CachedPartition]) -> list[FetchTopic]:
 Asked = tuple[int, ...]  # what a fetcher asks of a partition (offset, epoch, ...): sent when it changes
 
 
+K = TypeVar("K", bound=Hashable)  # how a fetcher names a partition, e.g. (topic id, index)
+
+
 @dataclass(slots=True)
-class FetchSessionHandler:
+class FetchSessionHandler(Generic[K]):
     """The fetching side of a session (Kafka's FetchSessionHandler), as followers use it: which
     partitions a request must carry given what the leader's session already holds, and what
     it must tell the leader to forget. A failed request (an error, no answer) starts over
@@ -260,10 +264,10 @@ class FetchSessionHandler:
     session_id: int = NO_SESSION
     epoch: int = INITIAL_EPOCH
     #: What the leader's session holds, once the request in flight is answered.
-    held: dict[PartitionKey, Asked] = field(default_factory=dict)
-    _next: dict[PartitionKey, Asked] = field(default_factory=dict)
+    held: dict[K, Asked] = field(default_factory=dict)
+    _next: dict[K, Asked] = field(default_factory=dict)
 
-    def build(self, wanted: dict[PartitionKey, Asked]) -> tuple[list[PartitionKey], list[PartitionKey]]:
+    def build(self, wanted: dict[K, Asked]) -> tuple[list[K], list[K]]:
         """(the partitions to send, those to forget) for a request fetching ``wanted``: all of
         them in a full fetch, else those added or changed since the session last heard."""
         self._next = wanted

@@ -62,7 +62,8 @@ class ReplicaFetcher:
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._warned = False
-        self.session = FetchSessionHandler()  # the fetch session with the leader (KIP-227)
+        #: The fetch session with the leader (KIP-227), partitions named (topic id, index).
+        self.session: FetchSessionHandler[tuple[bytes, int]] = FetchSessionHandler()
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{self.leader_id}")
