@@ -17,6 +17,16 @@ window, ``broker_cpu_s`` (user + system time of the broker process over the wind
 ``broker_cpu_us_per_fetch``, and kafka-python's own averages over the window:
 ``request_bytes_avg`` (bytes per request sent, fetches nearly all) and ``response_bytes_per_s``.
 The producer is a process of its own.
+
+``--follower``: the same trickle on a topic of ``--partitions`` partitions, replication factor
+2, every partition led by broker 101 and followed by broker 102 (issue 27 item 6's follower
+half): one window per round, in which the follower copies what the trickle writes. The row
+gives ``follower_cpu_us_per_msg`` and ``leader_cpu_us_per_msg`` (each broker's CPU over the
+window per message replicated), ``fetches`` (the Fetch requests the leader answered, the
+follower's) with each broker's CPU per fetch, and ``label`` (``--label``: which code ran, e.g. a commit). Run
+it from two checkouts alternating for a before/after::
+
+    python -m bench.fetch_sessions --follower --partitions 1000 --seconds 10 --rounds 2 --label after
 """
 from __future__ import annotations
 
@@ -100,7 +110,72 @@ def window(bootstrap: str, partitions: int, sessions: bool, seconds: float, pid:
         consumer.close()
 
 
+FOLLOWER = 102
+
+
+def log_ends(metrics_port: int) -> list[int]:
+    """The log end offsets of a broker's replicas of TOPIC (its metrics)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    return [int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines()
+            if line.startswith("kafka_log_log_logendoffset{") and f'topic="{TOPIC}"' in line]
+
+
+def replicated(metrics_port: int) -> int:
+    """The messages a broker's replicas of TOPIC hold."""
+    return sum(log_ends(metrics_port))
+
+
+def run_follower(args: argparse.Namespace) -> None:
+    """Broker 101 leads every partition, broker 102 follows them all."""
+    base = Path(tempfile.mkdtemp(prefix="fetchsessions"))
+    ports = dict(zip((BROKER, FOLLOWER), free_ports(2), strict=True))
+    cluster = DevQuorum(str(base), free_ports(1)[0], brokers=2, broker_extra={"broker.heartbeat.interval.ms": "1000"},
+                        node_extra={b: {"prometheus.listener": f"127.0.0.1:{port}"} for b, port in ports.items()})
+    cluster.start()
+    producer: multiprocessing.Process | None = None
+    try:
+        asyncio.run(cluster.wait_for_brokers(timeout=120))
+        bootstrap = cluster.kafka_bootstrap_servers
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+        admin.create_topics([NewTopic(TOPIC, -1, -1, replica_assignments={
+            p: [BROKER, FOLLOWER] for p in range(args.partitions)})])
+        admin.close()
+        deadline = time.monotonic() + 180
+        while len(log_ends(ports[FOLLOWER])) < args.partitions and time.monotonic() < deadline:
+            time.sleep(1)  # until every follower replica exists
+        step = max(1, args.partitions // max(1, args.active))
+        active = list(range(0, args.partitions, step))[:args.active]
+        producer = multiprocessing.Process(target=trickle, args=(bootstrap, active, args.rate), daemon=True)
+        producer.start()
+        time.sleep(3)  # the producer connected and writing
+        pids = {b: cluster.broker_procs[b].pid for b in ports}
+        for _ in range(args.rounds):
+            n0, f0 = replicated(ports[FOLLOWER]), fetch_requests(ports[BROKER])
+            cpu0, t0 = {b: cpu_seconds(pid) for b, pid in pids.items()}, time.monotonic()
+            time.sleep(args.seconds)
+            cpu = {b: cpu_seconds(pid) - cpu0[b] for b, pid in pids.items()}
+            elapsed = time.monotonic() - t0
+            n, fetches = replicated(ports[FOLLOWER]) - n0, fetch_requests(ports[BROKER]) - f0
+            emit({"label": args.label, "phase": "follower", "partitions": args.partitions, "active": len(active),
+                  "rate": args.rate, "seconds": round(elapsed, 1), "messages": n,
+                  "follower_cpu_s": round(cpu[FOLLOWER], 2), "leader_cpu_s": round(cpu[BROKER], 2),
+                  "follower_cpu_us_per_msg": round(cpu[FOLLOWER] / n * 1e6) if n else None,
+                  "leader_cpu_us_per_msg": round(cpu[BROKER] / n * 1e6) if n else None, "fetches": fetches,
+                  "follower_cpu_us_per_fetch": round(cpu[FOLLOWER] / fetches * 1e6) if fetches else None,
+                  "leader_cpu_us_per_fetch": round(cpu[BROKER] / fetches * 1e6) if fetches else None})
+    finally:
+        if producer is not None:
+            producer.kill()
+            producer.join()
+        cluster.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def run(args: argparse.Namespace) -> None:
+    if args.follower:
+        run_follower(args)
+        return
     base = Path(tempfile.mkdtemp(prefix="fetchsessions"))
     metrics_port = free_ports(1)[0]
     cluster = DevQuorum(str(base), free_ports(1)[0], brokers=1, broker_extra={"broker.heartbeat.interval.ms": "1000"},
@@ -143,6 +218,8 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=200, help="records per second over the active partitions")
     ap.add_argument("--seconds", type=float, default=10, help="length of each measured window")
     ap.add_argument("--rounds", type=int, default=2, help="windows with sessions on, then off, this many times")
+    ap.add_argument("--follower", action="store_true", help="measure a follower of every partition instead")
+    ap.add_argument("--label", default="", help="--follower: a name for the code measured, copied into each row")
     run(ap.parse_args())
 
 

@@ -12,6 +12,8 @@ may read from a follower, and the leader may send it to one (KIP-392, ``replica_
 from __future__ import annotations
 
 import asyncio
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from common.errors import ErrorCode, KafkaError
@@ -52,13 +54,14 @@ async def fetch(rm: ReplicaManager, req: FetchRequest) -> FetchResponse:
     for t in req.topics:
         tr = FetchTopicResponse(name=t.name, topic_id=t.topic_id)
         resp.topics.append(tr)
+        partition = _lookup(rm, t.name, t.topic_id)
         for fp in t.partitions:
             answer = FetchPartitionResponse(partition=fp.partition)
             tr.partitions.append(answer)
             epoch = fp.current_leader_epoch
             p = None
             try:
-                p = rm.partition(t.name, fp.partition, t.topic_id)
+                p = partition(fp.partition)
                 if not tr.name:
                     tr.name = p.topic
                 if any_replica:
@@ -127,6 +130,19 @@ async def fetch(rm: ReplicaManager, req: FetchRequest) -> FetchResponse:
         if follower and replica in r.partition.adding:
             rm.leader_quota.record(n)
     return resp
+
+
+def _lookup(rm: ReplicaManager, name: str, topic_id: bytes) -> Callable[[int], Partition]:
+    """``rm.partition`` for the partitions of one topic of a fetch, its id made a UUID once:
+    a follower names up to thousands of partitions of a topic in each fetch."""
+    if len(topic_id) == 16:
+        tid, partitions = uuid.UUID(bytes=topic_id), rm.partitions
+
+        def by_id(index: int) -> Partition:
+            p = partitions.get((tid, index))
+            return p if p is not None else rm.partition(name, index, topic_id)
+        return by_id
+    return lambda index: rm.partition(name, index, topic_id)
 
 
 def _count(resp: FetchResponse) -> int:

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from common.errors import ErrorCode, KafkaError
 from .requests import FetchPartition, FetchPartitionResponse, FetchRequest, FetchResponse, FetchTopic
@@ -109,11 +110,13 @@ def _changed(cached: CachedPartition, a: FetchPartitionResponse) -> bool:
     error or a preferred read replica (KIP-392) is always sent, as Kafka's FetchSession does;
     an error forgets the high watermark, so that the partition is sent again once it is gone."""
     must = bool(a.records) or bool(a.error_code) or a.preferred_read_replica >= 0  # KIP-392: always told
-    for name in ("high_watermark", "last_stable_offset", "log_start_offset"):
-        value = getattr(a, name)
-        if getattr(cached, name) != value:
-            setattr(cached, name, value)
-            must = True
+    # field by field, not by name: a follower's session runs this for each of its partitions
+    if cached.high_watermark != a.high_watermark:
+        cached.high_watermark, must = a.high_watermark, True
+    if cached.last_stable_offset != a.last_stable_offset:
+        cached.last_stable_offset, must = a.last_stable_offset, True
+    if cached.log_start_offset != a.log_start_offset:
+        cached.log_start_offset, must = a.log_start_offset, True
     if a.error_code:
         cached.high_watermark = -1
     return must
@@ -244,3 +247,46 @@ def _topics(partitions: Iterable[CachedPartition]) -> list[FetchTopic]:
             out.append(FetchTopic(name=c.name, topic_id=c.topic_id))
         out[-1].partitions.append(c.fetch)
     return out
+
+
+Asked = tuple[int, ...]  # what a fetcher asks of a partition (offset, epoch, ...): sent when it changes
+
+
+K = TypeVar("K", bound=Hashable)  # how a fetcher names a partition, e.g. (topic id, index)
+
+
+@dataclass(slots=True)
+class FetchSessionHandler(Generic[K]):
+    """The fetching side of a session (Kafka's FetchSessionHandler), as followers use it: which
+    partitions a request must carry given what the leader's session already holds, and what
+    it must tell the leader to forget. A failed request (an error, no answer) starts over
+    with a full fetch that closes the old session."""
+    session_id: int = NO_SESSION
+    epoch: int = INITIAL_EPOCH
+    #: What the leader's session holds, once the request in flight is answered.
+    held: dict[K, Asked] = field(default_factory=dict)
+    _next: dict[K, Asked] = field(default_factory=dict)
+
+    def build(self, wanted: dict[K, Asked]) -> tuple[list[K], list[K]]:
+        """(the partitions to send, those to forget) for a request fetching ``wanted``: all of
+        them in a full fetch, else those added or changed since the session last heard."""
+        self._next = wanted
+        if self.epoch == INITIAL_EPOCH:
+            return list(wanted), []
+        held = self.held
+        return ([k for k, v in wanted.items() if held.get(k) != v], [k for k in held if k not in wanted])
+
+    def answered(self, session_id: int) -> None:
+        """The request was answered without a session error, with ``session_id``."""
+        if self.epoch == INITIAL_EPOCH:
+            self.session_id = session_id
+            if session_id == NO_SESSION:  # no room in the leader's cache: full fetches until there is
+                self.held = {}
+                return
+        self.epoch = next_epoch(self.epoch)
+        self.held = self._next
+
+    def reset(self) -> None:
+        """The request failed (a session error, or no answer): the next one is full."""
+        self.epoch = INITIAL_EPOCH
+        self.held = {}

@@ -152,11 +152,12 @@ class PartitionLog:
 
     # -- appends ------------------------------------------------------------------------------
 
-    def _stage(self, wb: WriteBatch, batch: pb.RecordBatch) -> int:
-        data = batch.SerializeToString()
+    def _stage(self, wb: WriteBatch, batch: pb.RecordBatch, framed: memoryview | None = None) -> int:
+        """Put ``batch`` in ``wb`` (``framed``: its frame as the leader sent it, stored as is)."""
         last = batch.base_offset + batch.last_offset_delta
         pid = batch.producer_id if batch.HasField("producer_id") else NO_PRODUCER_ID
-        value = frame(data, _HEAD.pack(last, batch.max_timestamp, pid, batch.producer_epoch, batch.base_sequence))
+        head = _HEAD.pack(last, batch.max_timestamp, pid, batch.producer_epoch, batch.base_sequence)
+        value = frame(batch.SerializeToString(), head) if framed is None else b"".join((head, framed))
         wb.put(self._key(batch.base_offset), value)
         if pid != NO_PRODUCER_ID:
             if is_control(batch):
@@ -206,39 +207,64 @@ class PartitionLog:
         return await self._commit(wb, base, batch.record_count, size)
 
     async def append_as_follower(self, batches: Sequence[pb.RecordBatch]) -> AppendInfo | None:
-        """Append batches copied from the leader, with their offsets, epochs and producer
-        fields. Batches the log already has are skipped; one that starts before the log end
+        """Append batches copied from the leader (``stage_as_follower``), in a write of their own."""
+        wb = WriteBatch(raw_mode=True)
+        staged = self.stage_as_follower(wb, batches)
+        if staged is None:
+            return None
+        pending = self.store.write(wb, staged.records)
+        if pending is not None:
+            await pending
+        return self.appended(staged)
+
+    def stage_as_follower(self, wb: WriteBatch, batches: Sequence[pb.RecordBatch],
+                          framed: Sequence[memoryview] | None = None) -> AppendInfo | None:
+        """Put batches copied from the leader, with their offsets, epochs and producer fields,
+        in ``wb`` (``framed``: each batch's frame as fetched, stored without serializing it
+        again), so that a fetch answer's partitions share one write; ``appended`` once it is
+        written. Batches the log already has are skipped; one that starts before the log end
         is refused (ValueError) before anything changes. Gaps between batches are the leader's
         compaction (``log_cleaner``): offsets only have to increase, as in Kafka."""
-        new = [b for b in batches if b.base_offset + b.last_offset_delta >= self.next_offset]
+        new = [i for i, b in enumerate(batches) if b.base_offset + b.last_offset_delta >= self.next_offset]
         if not new:
             return None
         expected = self.next_offset
-        for b in new:
+        for i in new:
+            b = batches[i]
             if b.base_offset < expected:
                 raise ValueError(f"batch at offset {b.base_offset} overlaps the log end {expected}")
             expected = b.base_offset + b.last_offset_delta + 1
-        wb = WriteBatch(raw_mode=True)
         size = records = 0
-        for b in new:
+        for i in new:
+            b = batches[i]
             if self.epochs.assign(b.partition_leader_epoch, b.base_offset):
                 wb.put(self._epoch_key(b.partition_leader_epoch), _EPOCH.pack(b.base_offset))
-            size += self._stage(wb, b)
+            size += self._stage(wb, b, None if framed is None else framed[i])
             records += b.record_count
-        return await self._commit(wb, new[0].base_offset, records, size, end=expected)
+        first = batches[new[0]].base_offset
+        self._staged(wb, size, expected)
+        return AppendInfo(first, expected - 1, records, size)
 
-    async def _commit(self, wb: WriteBatch, first: int, records: int, size: int, end: int | None = None) -> AppendInfo:
-        end = first + records if end is None else end
+    def _staged(self, wb: WriteBatch, size: int, end: int) -> None:
+        """The log's new end and size, in the write that appends up to ``end``."""
         self.next_offset = end
         self.size_bytes += size
         wb.put(self._state_key, self._state())
         self._hw_dirty = False
+
+    def appended(self, info: AppendInfo) -> AppendInfo:
+        """An append staged in a write that is now written: its records are readable."""
+        if info.last_offset + 1 > self.log_end_offset:
+            self.log_end_offset = info.last_offset + 1
+        return info
+
+    async def _commit(self, wb: WriteBatch, first: int, records: int, size: int) -> AppendInfo:
+        end = first + records
+        self._staged(wb, size, end)
         pending = self.store.write(wb, records)
         if pending is not None:
             await pending
-        if end > self.log_end_offset:
-            self.log_end_offset = end
-        return AppendInfo(first, end - 1, records, size)
+        return self.appended(AppendInfo(first, end - 1, records, size))
 
     def assign_epoch(self, epoch: int, start_offset: int) -> None:
         """A new leader starts its epoch at its log end (Kafka does it in makeLeader)."""

@@ -14,10 +14,11 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import grpc
+from rocksdict import WriteBatch
 
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc
@@ -25,11 +26,13 @@ from common.channels import dial
 
 from .config import BrokerConfig
 from common.errors import ErrorCode, KafkaError
+from .fetch_session import FetchSessionHandler
 from .leader_epochs import UNDEFINED_EPOCH, UNDEFINED_OFFSET
-from .log_store import StorageFailure
+from .log_store import LogStore, StorageFailure
 from .partition import Partition
+from .partition_log import AppendInfo
 from .replication_quota import ReplicationQuota
-from clients.records import batches, check_crc
+from clients.records import batches, check_crc, frames
 
 log = logging.getLogger("brokerd.replica")
 
@@ -59,6 +62,8 @@ class ReplicaFetcher:
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._warned = False
+        #: The fetch session with the leader (KIP-227), partitions named (topic id, index).
+        self.session: FetchSessionHandler[tuple[bytes, int]] = FetchSessionHandler()
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{self.leader_id}")
@@ -179,27 +184,53 @@ class ReplicaFetcher:
     # -- fetching -----------------------------------------------------------------------------
 
     async def _fetch(self, states: list[FetchState]) -> None:
+        """One Fetch for ``states``, in the fetch session with the leader (KIP-227): after the
+        first, a request carries only the partitions whose fetch offset (or epoch, or log
+        start) moved, and the answer only those with news, so a follower of many quiet
+        partitions costs both brokers little per fetch."""
         cfg = self.config
-        topics: dict[uuid.UUID, pb.FetchTopic] = {}
-        sent: dict[tuple[uuid.UUID, int], tuple[FetchState, int]] = {}
+        wanted: dict[tuple[bytes, int], tuple[int, ...]] = {}
+        sent: dict[tuple[bytes, int], tuple[FetchState, int]] = {}
         for s in states:
             p = s.partition
-            t = topics.get(p.topic_id)
-            if t is None:
-                t = topics[p.topic_id] = pb.FetchTopic(name=p.topic, topic_id=p.topic_id.bytes)
+            key = (p.topic_id.bytes, p.index)
             offset = p.log.log_end_offset
+            wanted[key] = (offset, s.leader_epoch, p.log.log_start_offset)
+            sent[key] = (s, offset)
+        send, forget = self.session.build(wanted)
+        topics: dict[bytes, pb.FetchTopic] = {}
+        for key in send:
+            s, offset = sent[key]
+            p = s.partition
+            t = topics.get(key[0])
+            if t is None:
+                t = topics[key[0]] = pb.FetchTopic(name=p.topic, topic_id=key[0])
             t.partitions.add(partition=p.index, current_leader_epoch=s.leader_epoch, fetch_offset=offset,
                              log_start_offset=p.log.log_start_offset, partition_max_bytes=cfg.replica_fetch_max_bytes)
-            sent[(p.topic_id, p.index)] = (s, offset)
+        forgotten: dict[bytes, pb.ForgottenTopic] = {}
+        for topic_id, index in forget:
+            forgotten.setdefault(topic_id, pb.ForgottenTopic(topic_id=topic_id)).partitions.append(index)
         req = pb.FetchRequest(replica_id=cfg.node_id, replica_epoch=self.broker_epoch(),
                               max_wait_ms=cfg.replica_fetch_wait_max_ms, min_bytes=cfg.replica_fetch_min_bytes,
-                              max_bytes=cfg.replica_fetch_response_max_bytes, topics=topics.values())
-        resp = await self.stub.Fetch(req, timeout=cfg.replica_fetch_wait_max_ms / 1000 + 10)
+                              max_bytes=cfg.replica_fetch_response_max_bytes, topics=topics.values(),
+                              session_id=self.session.session_id, session_epoch=self.session.epoch,
+                              forgotten_topics=forgotten.values())
+        try:
+            resp = await self.stub.Fetch(req, timeout=cfg.replica_fetch_wait_max_ms / 1000 + 10)
+        except BaseException:
+            self.session.reset()  # answered or not, the leader's session may have moved on: start over
+            raise
         self._warned = False
+        if resp.error_code:  # the session was evicted, or the leader restarted: a full fetch next
+            log.debug("fetch session %d with broker %d: %s; starting a new one", self.session.session_id,
+                      self.leader_id, ErrorCode.of(resp.error_code).name)
+            self.session.reset()
+            return
+        self.session.answered(resp.session_id)
+        fetched: list[tuple[FetchState, pb.FetchPartitionResponse, Sequence[pb.RecordBatch]]] = []
         for t in resp.topics:
-            tid = uuid.UUID(bytes=t.topic_id)
             for r in t.partitions:
-                entry = sent.get((tid, r.partition))
+                entry = sent.get((t.topic_id, r.partition))
                 if entry is None or not self._current(entry[0]):
                     continue
                 s, offset = entry
@@ -207,28 +238,55 @@ class ReplicaFetcher:
                     self.quota.record(len(r.records))
                 if s.truncating or s.partition.log.log_end_offset != offset:
                     continue  # truncated meanwhile
-                await self._handle(s, offset, r)
+                if r.error_code == ErrorCode.NONE:
+                    got = batches(r.records)
+                    for b in got:
+                        check_crc(b)  # all checked before any is staged: a corrupt batch changes nothing
+                    fetched.append((s, r, got))
+                else:
+                    await self._failed(s, offset, r)
+        await self._append(fetched)
 
-    async def _handle(self, s: FetchState, offset: int, r: pb.FetchPartitionResponse) -> None:
-        p = s.partition
-        code = ErrorCode.of(r.error_code)
-        if code == ErrorCode.NONE:
-            got = batches(r.records)
+    async def _append(self, fetched: list[tuple[FetchState, pb.FetchPartitionResponse,
+                                                 Sequence[pb.RecordBatch]]]) -> None:
+        """Append what a fetch answered: one write per log directory for all its partitions,
+        each batch stored as the leader's frame; then the high watermarks the leader sent."""
+        writes: dict[LogStore, tuple[WriteBatch, list[int]]] = {}
+        done: list[tuple[FetchState, pb.FetchPartitionResponse, AppendInfo | None]] = []
+        for s, r, got in fetched:
+            info = None
             if got:
-                for b in got:
-                    check_crc(b)
+                plog = s.partition.log
+                wb, records = writes.get(plog.store) or writes.setdefault(plog.store, (WriteBatch(raw_mode=True), []))
                 try:
-                    await p.log.append_as_follower(got)
+                    info = plog.stage_as_follower(wb, got, frames(r.records))
                 except ValueError as e:
-                    log.warning("%s: %s; truncating against the leader again", p.name, e)
+                    log.warning("%s: %s; truncating against the leader again", s.partition.name, e)
                     s.truncating = True
-                    return
+                    continue
+                if info is not None:
+                    records.append(info.records)
+            done.append((s, r, info))
+        for store, (wb, records) in writes.items():
+            if not records:
+                continue  # every batch was one the log already had
+            pending = store.write(wb, sum(records))
+            if pending is not None:
+                await pending
+        for s, r, info in done:
+            p = s.partition
             plog = p.log
+            if info is not None:
+                plog.appended(info)
             if r.log_start_offset > plog.log_start_offset:
                 plog.delete_before(min(r.log_start_offset, r.high_watermark))
             plog.set_high_watermark(min(r.high_watermark, plog.log_end_offset))
             p.notify()
-        elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
+
+    async def _failed(self, s: FetchState, offset: int, r: pb.FetchPartitionResponse) -> None:
+        p = s.partition
+        code = ErrorCode.of(r.error_code)
+        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             if offset < r.log_start_offset:
                 log.info("%s: offset %d is below the leader's log start %d; starting over there",
                          p.name, offset, r.log_start_offset)

@@ -187,7 +187,7 @@ class BrokerServer:
         self.rm.isr = IsrManager(self.client, cfg.node_id, lambda: self.lifecycle.epoch,
                                  bcfg.replica_lag_time_max_ms, self.rm.leaders, eligible=self._isr_eligible)
         self.groups = GroupCoordinator(self.rm, bcfg, self._create_offsets_topic)
-        self.fetch_sessions = FetchSessionCache(bcfg.fetch_session_cache_slots)  # shared by the Kafka listeners
+        self.fetch_sessions = FetchSessionCache(bcfg.fetch_session_cache_slots)  # shared by every listener
         requests = self.metrics.requests if self.metrics.enabled else None
         self.producer_ids = producer_ids = ProducerIdManager(self.client, cfg.node_id, lambda: self.lifecycle.epoch)
         self.transactions = TransactionCoordinator(self.rm, bcfg, producer_ids, self._create_transaction_state_topic,
@@ -232,7 +232,7 @@ class BrokerServer:
             add_service(server, broker_pb2_grpc.add_BrokerServicer_to_server,
                         BrokerService(self.rm, name, lambda: self.client.last_controller_id, self.describe,
                                       producer_ids, self.groups, authorizer, mapper, auto_topics,
-                                      self.transactions, self.client_quotas))
+                                      self.transactions, self.client_quotas, self.fetch_sessions))
             if not add_port(server, address, security.tls):
                 raise cannot_listen(address, name, "the port is in use or the address is not local")
             self.servers.append(server)

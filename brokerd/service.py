@@ -15,7 +15,7 @@ import grpc
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc
 
-from common.errors import ErrorCode
+from common.errors import ErrorCode, KafkaError
 from metadata.authorizer import Access, StandardAuthorizer
 from metadata.principal import PrincipalMapper, caller
 
@@ -24,6 +24,7 @@ from . import group_requests as g
 from . import requests as r
 from . import transaction_requests as txn
 from .auto_topics import TopicAutoCreator
+from .fetch_session import NO_SESSION, FetchSessionCache
 from .group_coordinator import GroupCoordinator
 from .group_requests import COORDINATOR_GROUP, COORDINATOR_TRANSACTION
 from .log_store import StorageFailure
@@ -37,15 +38,24 @@ from .transaction_coordinator import TransactionCoordinator
 log = logging.getLogger("brokerd.service")
 T = TypeVar("T")
 
+def _fetched(resp: r.FetchResponse, session_id: int) -> pb.FetchResponse:
+    answer = to_wire(pb.FetchResponse, resp)
+    answer.session_id = session_id
+    return answer
+
+
 class BrokerService(broker_pb2_grpc.BrokerServicer):
     def __init__(self, rm: ReplicaManager, listener: str, controller_id: Callable[[], int],
                  describe: Callable[[], pb.DescribeBrokerResponse], producer_ids: ProducerIdManager,
                  groups: GroupCoordinator, authorizer: StandardAuthorizer | None = None,
                  mapper: PrincipalMapper | None = None, auto_topics: TopicAutoCreator | None = None,
-                 transactions: TransactionCoordinator | None = None, quotas: ClientQuotas | None = None) -> None:
+                 transactions: TransactionCoordinator | None = None, quotas: ClientQuotas | None = None,
+                 fetch_sessions: FetchSessionCache | None = None) -> None:
         """``authorizer`` None: every request is allowed (no ``authorizer.class.name``);
-        ``auto_topics`` None: Metadata creates no topic; ``quotas`` None: no client quotas."""
+        ``auto_topics`` None: Metadata creates no topic; ``quotas`` None: no client quotas;
+        ``fetch_sessions`` None: no fetch sessions (every fetch is a full one)."""
         self.rm = rm
+        self.fetch_sessions = fetch_sessions or FetchSessionCache(0)
         self.quotas = quotas
         self.transactions = transactions
         self.txn = authorized.TransactionAccess(transactions) if transactions is not None else None
@@ -117,15 +127,27 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         most = quota.max_in_window(user, ours.client_id) if quota is not None and ours.replica_id < 0 else None
         if most is not None and (ours.max_bytes <= 0 or ours.max_bytes > most):
             ours.max_bytes = most
-        resp = await self._guard(context, authorized.fetch(self.rm, ours, access))
+        session_id = NO_SESSION
+        if request.HasField("session_epoch"):  # KIP-227: a full fetch opening a session, or an incremental one
+            try:
+                session = self.fetch_sessions.begin(
+                    request.session_id, request.session_epoch, ours,
+                    [(t.topic_id if t.topic_id else t.name, t.partitions) for t in request.forgotten_topics],
+                    uses_topic_ids=ours.replica_id >= 0)
+            except KafkaError as e:
+                return pb.FetchResponse(error_code=int(e.code))
+            session_id, resp = session.finish(await self._guard(context, authorized.fetch(self.rm, session.request,
+                                                                                          access)))
+        else:
+            resp = await self._guard(context, authorized.fetch(self.rm, ours, access))
         if most is None or quota is None:
-            return to_wire(pb.FetchResponse, resp)
+            return _fetched(resp, session_id)
         size = sum(len(a.records) for t in resp.topics for a in t.partitions)
         throttle = quota.record(user, ours.client_id, size)
         if not throttle:
-            return to_wire(pb.FetchResponse, resp)
+            return _fetched(resp, session_id)
         quota.unrecord(user, ours.client_id, size)  # answered empty, as Kafka: fetched again after the throttle
-        return pb.FetchResponse(throttle_time_ms=throttle)
+        return pb.FetchResponse(throttle_time_ms=throttle, session_id=session_id)
 
     async def ListOffsets(self, request: pb.ListOffsetsRequest, context: grpc.aio.ServicerContext) -> pb.ListOffsetsResponse:
         resp = authorized.list_offsets(self.rm, to_domain(r.ListOffsetsRequest, request), await self._access(context))

@@ -426,6 +426,32 @@ def frame(batch_bytes: bytes, prefix: bytes = b"") -> bytes:
     return b"".join((prefix, _FRAME_TAG, _varint(len(batch_bytes)), batch_bytes))
 
 
+def frames(data: bytes | memoryview) -> list[memoryview]:
+    """Each batch's frame in a RecordBatchSet (tag, length, batch), as views of ``data``:
+    what a follower stores as it came, without serializing the batch again."""
+    view = memoryview(data)
+    out = []
+    i, end = 0, len(view)
+    while i < end:
+        if view[i] != 0x0A:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "fetched record batches cannot be decoded")
+        j, n, shift = i + 1, 0, 0
+        while True:
+            if j >= end:
+                raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "fetched record batches cannot be decoded")
+            b = view[j]
+            n |= (b & 0x7F) << shift
+            j += 1
+            if b < 0x80:
+                break
+            shift += 7
+        out.append(view[i:j + n])
+        i = j + n
+    if i != end:
+        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "fetched record batches cannot be decoded")
+    return out
+
+
 def batches(data: bytes) -> Sequence[pb.RecordBatch]:
     """The batches of a fetch answer (concatenated frames)."""
     if not data:

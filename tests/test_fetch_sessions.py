@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from brokerd.fetch_session import EVICTION_MS, FetchSessionCache
+from brokerd.fetch_session import EVICTION_MS, FetchSessionCache, FetchSessionHandler
 from brokerd.kafka import apis as A
 from brokerd.kafka.batches import to_wire
 from brokerd.kafka.codec import build, frame_request, read_response, request_schema
@@ -107,6 +107,45 @@ def test_a_preferred_read_replica_is_always_answered_in_a_session():
     _, resp = ctx.finish(FetchResponse(topics=[FetchTopicResponse("t", partitions=[
         FetchPartitionResponse(partition=0), FetchPartitionResponse(partition=1, preferred_read_replica=102)])]))
     assert [(p.partition, p.preferred_read_replica) for t in resp.topics for p in t.partitions] == [(1, 102)]
+
+def test_a_followers_handler_sends_only_what_moved_and_starts_over_after_a_failure():
+    """The fetching side (Kafka's FetchSessionHandler, as followers use it over gRPC) against
+    the cache: a full fetch opens the session, then a request carries only the partitions
+    whose offset or epoch moved and forgets those no longer fetched; a failed request makes
+    the next one full, which replaces the old session."""
+    cache, handler = FetchSessionCache(10), FetchSessionHandler()
+    tid = b"t" * 16
+
+    def fetch(wanted: dict[int, tuple[int, int]], changed: set[int] = frozenset()) -> tuple[list[int], list[int]]:
+        send, forget = handler.build({(tid, i): v for i, v in wanted.items()})
+        req = FetchRequest(replica_id=7, topics=[FetchTopic("t", tid, [
+            FetchPartition(partition=i, current_leader_epoch=wanted[i][1], fetch_offset=wanted[i][0])
+            for _, i in send])] if send else [])
+        ctx = cache.begin(handler.session_id, handler.epoch, req, [(tid, [i for _, i in forget])] if forget else [],
+                          privileged=True, uses_topic_ids=True)
+        # the leader reads every partition of the session; those in ``changed`` got records
+        read = {(fp.partition, fp.fetch_offset) for t in ctx.request.topics for fp in t.partitions}
+        assert read == {(i, o) for i, (o, _) in wanted.items()}
+        sid, _ = ctx.finish(FetchResponse(topics=[FetchTopicResponse("t", tid, [
+            FetchPartitionResponse(partition=i, records=b"x" if i in changed else b"", high_watermark=0)
+            for i, _ in sorted(read)])]))
+        handler.answered(sid)
+        return sorted(i for _, i in send), sorted(i for _, i in forget)
+
+    assert fetch({0: (0, 1), 1: (0, 1), 2: (0, 1)}) == ([0, 1, 2], [])
+    first = handler.session_id
+    assert first in cache.sessions and cache.sessions[first].privileged
+    assert fetch({0: (0, 1), 1: (0, 1), 2: (0, 1)}) == ([], [])
+    assert fetch({0: (5, 1), 1: (0, 1), 2: (0, 2)}) == ([0, 2], [])  # an offset and an epoch moved
+    assert fetch({0: (5, 1), 1: (0, 1)}) == ([], [2])
+    assert cache.incremental_fetches == 3
+    handler.reset()  # e.g. the leader did not answer
+    assert fetch({0: (5, 1), 1: (0, 1)}) == ([0, 1], [])
+    assert handler.session_id != first and list(cache.sessions) == [handler.session_id]
+    # no room in the leader's cache: full fetches, each asking again
+    handler, cache = FetchSessionHandler(), FetchSessionCache(0)
+    assert fetch({0: (0, 1)}) == ([0], []) and fetch({0: (0, 1)}) == ([0], []) and handler.session_id == 0
+
 
 # -- raw Fetch requests against a broker ------------------------------------------------------------
 

@@ -146,6 +146,30 @@ def test_writes_and_requests_move_the_counters(cluster):
     assert totals("kafka_server_brokertopicmetrics_replicationbytesout_total", topic="metered") > 0
 
 
+def test_followers_replicate_through_fetch_sessions(cluster):
+    """KIP-227 between brokers: a follower keeps one fetch session with each leader it copies
+    from and fetches incrementally (only what moved), and every replica still gets every
+    record; the leaders' cache metrics show the followers' sessions."""
+    fsc = "kafka_server_fetchsessioncache_"
+    asyncio.run(cluster.create_topic("replicated", partitions=3, rf=3))
+    asyncio.run(cluster.wait_topic("replicated", 3))
+
+    async def produce() -> None:
+        async with Producer(cluster.bootstrap_servers, acks="all", linger_ms=2) as p:
+            for i in range(60):
+                await p.send("replicated", f"v{i}".encode(), partition=i % 3)
+            await p.flush()
+    asyncio.run(produce())
+    leaders = {p.leader for p in asyncio.run(cluster.describe_topic("replicated")).partitions}
+
+    async def through_sessions() -> bool:
+        samples = {b: scrape(ports(cluster)[b]) for b in BROKERS}
+        return sum(value(samples[b], "kafka_log_log_highwatermark", topic="replicated") for b in BROKERS) == 3 * 60 \
+            and all(value(samples[b], fsc + "numincrementalfetchsessions") >= 2  # one per follower
+                    and value(samples[b], fsc + "incrementalfetches_total") > 0 for b in leaders)
+    asyncio.run(eventually(through_sessions, 20, what="every replica at 60 records, fetched through sessions"))
+
+
 def test_the_group_coordinator_reports_consumer_lag(cluster):
     """A group's committed offset behind the high watermark, on its coordinator (which leads
     the partition here, as the lag is reported for partitions the coordinator leads)."""
@@ -248,7 +272,8 @@ def test_a_killed_broker_shows_as_fenced_offline_and_under_replicated(cluster):
         """Every partition with more than one replica (all include the victim: three brokers)
         lost the victim from its ISR and is under-replicated on its leader, a survivor."""
         expected = 0
-        made = ("everywhere", "metered", "transacted", "__consumer_offsets", "__transaction_state")  # earlier tests'
+        made = ("everywhere", "metered", "replicated", "transacted", "__consumer_offsets",  # earlier tests'
+                "__transaction_state")
         for name in made:
             t = await cluster.describe_topic(name)
             expected += sum(1 for p in t.partitions if len(p.replicas) > 1 and p.leader >= 0)
