@@ -21,6 +21,7 @@ from metadata.operations import TopicDescription, TopicsDescription
 from metadata.records import decode_batch, encode_batch, partition, topic as topic_record
 from metadata.topics import MAX_RECORDS_PER_USER_OP
 from protos import controller_pb2 as pb
+from tests.brokercluster import format_controllers
 from tests.controllers import InProcessQuorum, TestBroker, start_brokers
 from tests.eventually import eventually
 from tests.kvcluster import consecutive_ports
@@ -88,6 +89,7 @@ def test_a_10000_partition_create_blocks_no_controller_loop(tmp_path):
     """Controllers as processes, each with its own probe that logs every stall over 100 ms
     (metadata/server.py); brokers as TestBrokers here."""
     q = DevQuorum(str(tmp_path / "q"), consecutive_ports(3))
+    format_controllers(q)
     q.start()
 
     async def go():
