@@ -127,22 +127,24 @@ def created_partitions(results: list[ItemResult]) -> pb.CreatePartitionsResponse
 
 
 def topics_description(d: TopicsDescription) -> pb.DescribeTopicsResponse:
-    """Built in the controller's worker: it scales with the cluster."""
-    out = []
+    """Built in the controller's worker, as it scales with the cluster, and in place: a
+    message given a list of 10,000 PartitionInfos copies them in one C call that holds the
+    GIL throughout (75-140 ms on a loaded machine), and the event loop waits for it; one
+    ``add`` per partition lets the loop take the GIL between two of them."""
+    out = pb.DescribeTopicsResponse(status=OK, metadata_offset=d.metadata_offset)
     for entry in d.topics:
         t = entry.topic
         if t is None:
-            out.append(pb.TopicDescription(name=entry.name, error_code=_code(entry.error)[0],
-                                           error_message=_code(entry.error)[1]))
+            code, message = _code(entry.error)
+            out.topics.add(name=entry.name, error_code=code, error_message=message)
             continue
-        out.append(pb.TopicDescription(
-            name=entry.name, topic_id=t.id.bytes, configs=entry.configs,
-            partitions=[pb.PartitionInfo(partition=pid, leader=p.leader, leader_epoch=p.leader_epoch,
-                                         partition_epoch=p.partition_epoch, replicas=p.replicas, isr=p.isr,
-                                         offline_replicas=[r for r in p.replicas if r not in d.live],
-                                         adding_replicas=p.adding, removing_replicas=p.removing)
-                        for pid, p in sorted(t.partitions.items())]))
-    return pb.DescribeTopicsResponse(status=OK, topics=out, metadata_offset=d.metadata_offset)
+        add = out.topics.add(name=entry.name, topic_id=t.id.bytes, configs=entry.configs).partitions.add
+        for pid in sorted(t.partitions):  # the ids alone: ints sort in a fraction of the time pairs take
+            p = t.partitions[pid]
+            add(partition=pid, leader=p.leader, leader_epoch=p.leader_epoch, partition_epoch=p.partition_epoch,
+                replicas=p.replicas, isr=p.isr, offline_replicas=[r for r in p.replicas if r not in d.live],
+                adding_replicas=p.adding, removing_replicas=p.removing)
+    return out
 
 
 # ------------------------------------------------------------------------------ partitions

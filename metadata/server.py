@@ -2,6 +2,7 @@
 top of it, and the controller's gRPC service on the controller listener."""
 from __future__ import annotations
 
+import gc
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -158,6 +159,13 @@ class ControllerServer:
     async def start(self) -> None:
         if self._own_metrics:
             self.metrics.start()  # first: a bad prometheus.listener fails before anything runs
+        # What start-up made (modules, classes) lives as long as the process: frozen out of
+        # the cyclic GC's generations (its garbage collected first), it is no longer walked by
+        # every full collection, which a big batch's allocations set off in whichever thread
+        # makes them and which holds the GIL throughout: ~35 ms of CPU with it, ~2 ms without
+        # (docs/operations.md, "Bounded work per request"). Before the node runs on the loop.
+        gc.collect()
+        gc.freeze()
         await self.node.start()
         # Every stall over 100 ms is logged: no request may hold the loop that long (docs/operations.md).
         self.probe = LoopStallProbe(0.02, warn_ms=100, name=f"controller {self.cfg.node_id} event loop").start()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import os
 import signal
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from metadata.client import ControllerClient, QuorumUnreachable
+from metadata.ids import random_id
 from kraft.dev_quorum import DevQuorum
 from protos import broker_pb2 as bpb
 from protos import broker_pb2_grpc
@@ -88,6 +90,8 @@ class BrokerCluster:
         return path
 
     def start(self) -> "BrokerCluster":
+        if not (self.quorum.base_dir / "cluster.id").exists():
+            format_controllers(self.quorum)
         self.quorum.start()
         for bid in self.ids:
             self.write_config(bid)
@@ -198,6 +202,21 @@ class BrokerCluster:
                 p.kill()
                 p.wait(5)
         self.quorum.stop()
+
+
+def format_controllers(q: DevQuorum) -> None:
+    """``kraft storage format`` for each controller of ``q``, as DevQuorum.start runs it but in
+    this process: three Python start-ups fewer per cluster (~1.3 s of CPU). DevQuorum.start
+    then finds the cluster id and only starts the servers."""
+    from kraft.cli.storage import storage_format
+    q.write_configs()
+    cluster_id = random_id()
+    voters = ["--initial-controllers", q.initial_controllers] if q.directory_ids else []
+    for nid in q.ports:
+        with contextlib.redirect_stdout(io.StringIO()):
+            storage_format.main(["--cluster-id", cluster_id, "--config", str(q.config_path(nid)), *voters],
+                                standalone_mode=False)
+    (q.base_dir / "cluster.id").write_text(cluster_id)
 
 
 async def write_acked(bootstrap_servers: str, topic: str, stop: asyncio.Event, acked: list[int],
