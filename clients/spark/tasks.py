@@ -62,15 +62,17 @@ def _batch(records: list[ConsumerRecord]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
 
 
-def read_range(bootstrap: str, r: OffsetRange, *, fail_on_data_loss: bool, poll_timeout_ms: int
-               ) -> Iterator[pa.RecordBatch]:
+def read_range(bootstrap: str, r: OffsetRange, *, fail_on_data_loss: bool, poll_timeout_ms: int,
+               isolation_level: str = "read_committed") -> Iterator[pa.RecordBatch]:
     """The records of ``r`` from the partition's leader, in offset order (a compacted topic
-    has gaps). Offsets retention has removed fail the task with ``fail_on_data_loss``, and
-    are skipped without it."""
+    has gaps; so do transaction markers, and with read_committed, aborted transactions).
+    Offsets retention has removed fail the task with ``fail_on_data_loss``, and are skipped
+    without it."""
     if r.end <= r.start:
         return
     consumer = Consumer(bootstrap, auto_offset_reset="none" if fail_on_data_loss else "earliest",
-                        enable_auto_commit=False, max_poll_records=BATCH_ROWS, max_partition_fetch_bytes=8 << 20)
+                        enable_auto_commit=False, max_poll_records=BATCH_ROWS, max_partition_fetch_bytes=8 << 20,
+                        isolation_level=isolation_level)
     tp = (r.topic, r.partition)
     try:
         run(consumer.start())
@@ -82,7 +84,7 @@ def read_range(bootstrap: str, r: OffsetRange, *, fail_on_data_loss: bool, poll_
             position = consumer.position(*tp)
             if position is not None and position >= r.end:
                 break
-            got = run(consumer.poll(1000))
+            got = run(consumer.poll(200))  # short: a range may end in records that are skipped
             if got:
                 progress = time.monotonic()
                 pending += [x for x in got if x.offset < r.end]
