@@ -29,6 +29,9 @@ The messages are produced first, as fast as our producer goes (``bench.kafka_cli
 - ``per-core`` ``compare``: each reader's msgs/s per core it had (our consumer: one process,
   one core; Spark: its task slots, ``local[*]``'s or the executors' cores), and the standalone
   cluster's against our consumer's (``standalone_over_consumer``; target >= 0.8, issue 31);
+  and the same per CPU second the reader used (``msgs_per_cpu_s``, ``*_over_consumer_cpu``:
+  our consumer's process; Spark's JVM and Python workers, ``local[*]``'s whole JVM or the
+  standalone executors, from /proc), which a machine shared with other work does not skew;
 - ``cluster`` ``logs``: WARNING/ERROR/Traceback lines in the controllers' and brokers' logs.
 
 Spark runs ``local[*]``; the benchmark, Spark's JVM and Python workers, 3 controllers and 3
@@ -68,6 +71,36 @@ def _row(system: str, phase: str, n: int, nbytes: int, seconds: float, **extra: 
             **TARGET, "load_average": round(os.getloadavg()[0], 2)}
 
 
+def _processes() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, CPU seconds: user + system, its reaped children's included), /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                fields = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # gone meanwhile
+                continue
+            out[int(name)] = (int(fields[1]), sum(int(f) for f in fields[11:15]) / tick)
+    return out
+
+
+def tree_cpu_seconds(roots: list[int], *, include_roots: bool = True) -> float:
+    """CPU seconds used so far by ``roots``' descendants (and ``roots`` themselves unless told
+    not to): a Spark JVM and its Python workers, or a standalone worker's executors."""
+    table = _processes()
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+    total, todo = 0.0, list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid in table and (include_roots or pid not in roots):
+            total += table[pid][1]
+        todo += children.get(pid, [])
+    return total
+
+
 def consume(bootstrap: str, expected: int, value: int) -> dict[str, Any]:
     """``bench.broker``'s catch-up consumer, in its own process."""
     p = subprocess.run([sys.executable, "-m", "bench.broker", "--role", "catch-up", "--bootstrap", bootstrap,
@@ -77,7 +110,7 @@ def consume(bootstrap: str, expected: int, value: int) -> dict[str, Any]:
         raise RuntimeError(f"the catch-up consumer failed: {p.stderr.strip()[-2000:]}")
     c = json.loads(p.stdout.strip().splitlines()[-1])
     return _row("pykraft-consumer", "consume", c["consumed"], c["bytes"], c["elapsed"], expected=expected,
-                complete=c["consumed"] == expected)
+                complete=c["consumed"] == expected, cpu_s=round(c["cpu_s"], 2))
 
 
 def _topic(spark: SparkSession, bootstrap: str, most: int, **options: str) -> DataFrame:
@@ -90,9 +123,11 @@ def _topic(spark: SparkSession, bootstrap: str, most: int, **options: str) -> Da
 
 
 def spark_reads(bootstrap: str, args: argparse.Namespace, expected: int, spark_box: list[Any],
-                system: str = "spark-kraft-topic", master: str | None = None, parquet: bool = True) -> dict[str, Any]:
+                system: str = "spark-kraft-topic", master: str | None = None, parquet: bool = True,
+                executors: StandaloneCluster | None = None) -> dict[str, Any]:
     """Start a session on ``master`` (None: ``local[*]``), warm it up, then time the reads;
-    returns the ``count`` row."""
+    returns the ``count`` row, with the CPU seconds Spark used for it (``executors``' processes,
+    or without them the session's JVM and its Python workers)."""
     from pyspark.sql import functions as F
 
     from metadata.analytics import session
@@ -112,11 +147,17 @@ def spark_reads(bootstrap: str, args: argparse.Namespace, expected: int, spark_b
           "warmup_s": round(warm, 2), "seconds": round(started + warm, 2),
           "load_average": round(os.getloadavg()[0], 2)})
 
-    start = time.perf_counter()
+    def cpu() -> float:
+        if executors is not None:
+            return tree_cpu_seconds(executors.worker_pids(), include_roots=False)
+        gateway = spark.sparkContext._gateway  # its JVM, which py4j started as a child of ours
+        return tree_cpu_seconds([gateway.proc.pid]) if gateway is not None else 0.0
+
+    start, cpu_start = time.perf_counter(), cpu()
     n, nbytes = _topic(spark, bootstrap, args.max_records_per_partition).agg(
         F.count(F.lit(1)), F.sum(F.length("value"))).collect()[0]
     count = _row(system, "count", n, nbytes or 0, time.perf_counter() - start, expected=expected,
-                 complete=n == expected, **spark_row)
+                 complete=n == expected, cpu_s=round(cpu() - cpu_start, 2), **spark_row)
     emit(count)
     if not parquet:
         return count
@@ -142,8 +183,16 @@ def per_core(consumer: dict[str, Any], local: dict[str, Any], standalone: dict[s
              **({"spark_standalone": round(standalone["msgs_per_s"] / standalone["cores"])} if standalone else {})}
     row: dict[str, Any] = {"system": "per-core", "phase": "compare", "msgs_per_s_per_core": rates,
                            "local_over_consumer": round(rates["spark_local"] / rates["pykraft_consumer"], 2)}
+    readers = {"pykraft_consumer": consumer, "spark_local": local, **({"spark_standalone": standalone}
+                                                                        if standalone else {})}
+    per_cpu = {name: round(r["messages"] / r["cpu_s"]) if r.get("cpu_s") else 0 for name, r in readers.items()}
+    row["msgs_per_cpu_s"] = per_cpu
+    if per_cpu["pykraft_consumer"]:
+        row["local_over_consumer_cpu"] = round(per_cpu["spark_local"] / per_cpu["pykraft_consumer"], 2)
     if standalone:
         row["standalone_over_consumer"] = round(rates["spark_standalone"] / rates["pykraft_consumer"], 2)
+        if per_cpu["pykraft_consumer"]:
+            row["standalone_over_consumer_cpu"] = round(per_cpu["spark_standalone"] / per_cpu["pykraft_consumer"], 2)
         row["target_standalone_over_consumer"] = 0.8
     return {**row, "load_average": round(os.getloadavg()[0], 2)}
 
@@ -182,7 +231,7 @@ def run(args: argparse.Namespace) -> None:
         if standalone_up is not None:
             spark_box.pop().stop()  # one SparkContext per driver: local mode's ends first
             on_cluster = spark_reads(grpc, args, expected, spark_box, "spark-standalone", standalone_up.result(),
-                                     parquet=False)
+                                     parquet=False, executors=standalone)
         emit(per_core(consumer, local, on_cluster))
     finally:
         for spark in spark_box:

@@ -75,13 +75,16 @@ class Admin:
         answers = await asyncio.gather(*(one(a) for a in addresses.values()))
         return {b: r for b, r in zip(addresses, answers, strict=True) if r is not None}
 
-    async def offsets(self, which: dict[TopicPartition, int]) -> dict[TopicPartition, tuple[int, int]]:
-        """ListOffsets for each partition: -2 its log start, -1 its high watermark, else the
-        first offset whose record is at or after that time in ms (-1 when none is). Answers
-        ``(offset, timestamp)``. A leader that is gone or moving is waited for (new metadata,
-        then again) until ``timeout_ms``; any other error raises KafkaError."""
+    async def offsets(self, which: dict[TopicPartition, int], *, read_committed: bool = False
+                      ) -> dict[TopicPartition, tuple[int, int]]:
+        """ListOffsets for each partition: -2 its log start, -1 its high watermark (with
+        ``read_committed``, its last stable offset), else the first offset whose record is at
+        or after that time in ms (-1 when none is). Answers ``(offset, timestamp)``. A leader
+        that is gone or moving is waited for (new metadata, then again) until ``timeout_ms``;
+        any other error raises KafkaError."""
         out: dict[TopicPartition, tuple[int, int]] = {}
-        await self._at_leaders("ListOffsets", dict(which), lambda pending: self._list_offsets(pending, out))
+        await self._at_leaders("ListOffsets", dict(which),
+                               lambda pending: self._list_offsets(pending, out, read_committed))
         return out
 
     async def delete_records(self, which: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
@@ -113,12 +116,13 @@ class Admin:
                 pass
             await asyncio.sleep(RETRY_BACKOFF_S)
 
-    async def _list_offsets(self, pending: dict[TopicPartition, int], out: dict[TopicPartition, tuple[int, int]]) -> str:
+    async def _list_offsets(self, pending: dict[TopicPartition, int], out: dict[TopicPartition, tuple[int, int]],
+                            read_committed: bool = False) -> str:
         """One round: answered partitions move from ``pending`` to ``out``; returns why the
         others are still pending."""
         last = "no leader"
         for leader, group in (await self._by_leader(pending)).items():
-            req = pb.ListOffsetsRequest()
+            req = pb.ListOffsetsRequest(isolation_level=int(read_committed))
             topics: dict[str, Any] = {}
             for t, p in group:
                 (topics.get(t) or topics.setdefault(t, req.topics.add(name=t))).partitions.add(

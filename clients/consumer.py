@@ -526,7 +526,12 @@ class Consumer:
                 chunk = self._deserialized(chunk, q)
             if chunk:
                 out.extend(chunk)
-                self.positions[tp] = chunk[-1].offset + 1
+                pos = self.positions[tp] = chunk[-1].offset + 1
+            skipped_to = self._next_fetch.get(tp)
+            if not q and skipped_to is not None and skipped_to > pos:
+                # what the fetches skipped (transaction markers, aborted transactions) is consumed
+                # too: the position moves past it, as Kafka's consumer's does
+                self.positions[tp] = skipped_to
             if len(out) >= self.max_poll_records or self._error is not None:
                 break
         return out

@@ -1,6 +1,7 @@
 """Spark over topics (issue 16): the ``kraft-topic`` source reads what was produced, exactly,
 by offsets, by time, while a leader is killed, and as a streaming query that is killed with
-kill -9 and restarted from its checkpoint; the sink writes; bad options fail with one line."""
+kill -9 and restarted from its checkpoint; only committed transactions unless told otherwise
+(issue 28); the sink writes; bad options fail with one line."""
 from __future__ import annotations
 
 import asyncio
@@ -21,7 +22,8 @@ from tests.eventually import eventually
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[BrokerCluster]:
-    with running_cluster(tmp_path_factory.mktemp("spark-topics"), {"log.retention.check.interval.ms": "300"}) as c:
+    with running_cluster(tmp_path_factory.mktemp("spark-topics"), {"log.retention.check.interval.ms": "300",
+                                                                   "transaction.state.log.num.partitions": "1"}) as c:
         yield c
 
 
@@ -122,6 +124,8 @@ def test_writes_round_trip(cluster, spark):
     ({"assign": '["sp-batch"]'}, "option 'assign' must be JSON like {\"topicA\":[0,1],\"topicB\":[2,4]}"),
     ({"subscribe": "sp-batch", "startingOffsets": "latest"},
      "startingOffsets 'latest' is not valid for a batch read (it would read nothing)"),
+    ({"subscribe": "sp-batch", "kafka.isolation.level": "committed"},
+     "option 'isolation.level' must be read_committed or read_uncommitted, not 'committed'"),
 ])
 def test_bad_options_fail_with_one_line(cluster, spark, options, line):
     with pytest.raises(Exception) as e:
@@ -139,6 +143,54 @@ def test_a_read_while_a_partition_leader_is_killed(cluster, spark):
     finally:
         cluster.start_broker(leader)
         asyncio.run(cluster.wait_unfenced(timeout=60))
+
+
+def test_transactions_are_read_committed_unless_told_otherwise(cluster, spark):
+    """librdkafka commits a transaction, aborts one and leaves one open: by default, batch and
+    streaming reads see the committed records only (they stop at the last stable offset and
+    step over the aborted records and the markers); read_uncommitted sees every record. When
+    the open transaction commits, the running stream reads it."""
+    from confluent_kafka import Producer as KafkaProducer
+
+    asyncio.run(cluster.create_topic("sp-txn", partitions=1))
+    p = KafkaProducer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "transactional.id": "sp-txn"})
+    p.init_transactions(30)
+    for outcome, n in (("committed", 5), ("aborted", 4), ("open", 3)):
+        p.begin_transaction()
+        for i in range(n):
+            p.produce("sp-txn", b"%s-%d" % (outcome.encode(), i))
+        p.flush(30)
+        if outcome == "committed":
+            p.commit_transaction(30)
+        elif outcome == "aborted":
+            p.abort_transaction(30)
+    committed = [b"committed-%d" % i for i in range(5)]
+    everything = committed + [b"aborted-%d" % i for i in range(4)] + [b"open-%d" % i for i in range(3)]
+
+    def values(**options: str) -> list[bytes]:
+        return [r.value for r in reader(spark, cluster, subscribe="sp-txn", **options).orderBy("offset").collect()]
+
+    assert values() == committed
+    assert values(**{"isolation.level": "read_committed"}) == committed
+    assert values(**{"kafka.isolation.level": "read_uncommitted"}) == everything
+
+    query = (spark.readStream.format("kraft-topic").option("bootstrap.servers", cluster.bootstrap_servers)
+             .option("subscribe", "sp-txn").option("startingOffsets", "earliest").load()
+             .writeStream.format("memory").queryName("sp_txn").start())
+    try:
+        query.processAllAvailable()
+        assert [r.value for r in spark.sql("SELECT value FROM sp_txn ORDER BY offset").collect()] == committed
+        p.commit_transaction(30)
+        opened = [b"open-%d" % i for i in range(3)]
+
+        def streamed() -> bool:
+            query.processAllAvailable()
+            got = [r.value for r in spark.sql("SELECT value FROM sp_txn ORDER BY offset").collect()]
+            return got == committed + opened
+        asyncio.run(eventually(streamed, timeout=60, what="the open transaction's records, once committed"))
+    finally:
+        query.stop()
+    assert values() == committed + opened
 
 
 async def add_partitions(c: BrokerCluster, topic: str, count: int) -> None:

@@ -35,6 +35,7 @@ class TopicOptions:
     max_offsets_per_trigger: int = 0       # 0: every micro-batch reads all there is
     fail_on_data_loss: bool = True
     poll_timeout_ms: int = 120_000         # kafkaConsumer.pollTimeoutMs
+    isolation_level: str = "read_committed"  # isolation.level: up to the LSO, no aborted transactions
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool = False) -> "TopicOptions":
@@ -74,7 +75,12 @@ class TopicOptions:
         kw["fail_on_data_loss"] = fail == "true"
         if o.get("kafkaconsumer.polltimeoutms"):
             kw["poll_timeout_ms"] = _count(o, "kafkaconsumer.polltimeoutms")
+        kw["isolation_level"] = _isolation_level(o)
         return cls(**kw)
+
+    @property
+    def read_committed(self) -> bool:
+        return self.isolation_level == "read_committed"
 
 
 def lowered(options: Mapping[str, str]) -> dict[str, str]:
@@ -88,6 +94,16 @@ def bootstrap_of(o: Mapping[str, str]) -> str:
     if not bootstrap:
         raise TopicSourceError('option "bootstrap.servers" must be specified (the brokers\' HOST:PORT list)')
     return bootstrap
+
+
+def _isolation_level(o: Mapping[str, str]) -> str:
+    """``isolation.level`` (or ``kafka.isolation.level``, as Spark's Kafka source passes it to its
+    consumer); read_committed unless told otherwise, so that a job never counts records of a
+    transaction that was aborted or is still open (issue 28)."""
+    level = (o.get("isolation.level") or o.get("kafka.isolation.level") or "read_committed").strip().lower()
+    if level not in ("read_committed", "read_uncommitted"):
+        raise TopicSourceError(f"option 'isolation.level' must be read_committed or read_uncommitted, not {level!r}")
+    return level
 
 
 def _count(o: Mapping[str, str], key: str) -> int:

@@ -56,9 +56,12 @@ async def partitions(admin: Admin, opts: TopicOptions, *, missing_ok: bool = Fal
     return sorted(out)
 
 
-async def resolve(admin: Admin, spec: OffsetSpec, tps: list[TopicPartition], *, default: int) -> dict[TopicPartition, int]:
+async def resolve(admin: Admin, spec: OffsetSpec, tps: list[TopicPartition], *, default: int,
+                  read_committed: bool) -> dict[TopicPartition, int]:
     """Each partition's offset for ``spec``; a partition the JSON leaves out gets ``default``
-    (-2 earliest, -1 latest), a time no record reaches yet gets the high watermark."""
+    (-2 earliest, -1 latest), a time no record reaches yet gets the latest offset. The latest
+    offset is the high watermark, or with ``read_committed`` the last stable offset: a read
+    ends before the first transaction still open."""
     if not tps:
         return {}
     if spec in ("earliest", "latest"):
@@ -74,10 +77,12 @@ async def resolve(admin: Admin, spec: OffsetSpec, tps: list[TopicPartition], *, 
         which = {tp: spec.get(tp[0], {}).get(tp[1], default) for tp in tps}
     fixed = {tp: off for tp, off in which.items() if off >= 0 and not isinstance(spec, tuple)}
     asked = {tp: off for tp, off in which.items() if tp not in fixed}
-    found = {tp: off for tp, (off, _) in (await admin.offsets(asked) if asked else {}).items()}
+    found = {tp: off for tp, (off, _) in
+             (await admin.offsets(asked, read_committed=read_committed) if asked else {}).items()}
     beyond = [tp for tp, off in found.items() if off < 0]  # a time no record reaches yet
     if beyond:
-        found.update({tp: off for tp, (off, _) in (await admin.offsets({tp: LATEST for tp in beyond})).items()})
+        latest = await admin.offsets({tp: LATEST for tp in beyond}, read_committed=read_committed)
+        found.update({tp: off for tp, (off, _) in latest.items()})
     return {**found, **fixed}
 
 

@@ -62,7 +62,7 @@ class TopicDataSource(DataSource):
 def _read(opts: TopicOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     assert isinstance(partition, OffsetRange)
     return read_range(opts.bootstrap, partition, fail_on_data_loss=opts.fail_on_data_loss,
-                      poll_timeout_ms=opts.poll_timeout_ms)
+                      poll_timeout_ms=opts.poll_timeout_ms, isolation_level=opts.isolation_level)
 
 
 class TopicReader(DataSourceReader):
@@ -76,8 +76,9 @@ class TopicReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         async def plan(admin: Admin) -> list[OffsetRange]:
             tps = await partitions(admin, self.opts)
-            starts = await resolve(admin, self.opts.starting, tps, default=EARLIEST)
-            ends = await resolve(admin, self.opts.ending, tps, default=LATEST)
+            committed = self.opts.read_committed
+            starts = await resolve(admin, self.opts.starting, tps, default=EARLIEST, read_committed=committed)
+            ends = await resolve(admin, self.opts.ending, tps, default=LATEST, read_committed=committed)
             for tp in tps:
                 if ends[tp] < starts[tp]:
                     raise TopicSourceError(f"the ending offset {ends[tp]} of {tp[0]}-{tp[1]} is before its starting "
@@ -100,13 +101,15 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         async def now(admin: Admin) -> dict[TopicPartition, int]:
-            return await resolve(admin, "latest", await partitions(admin, self.opts), default=LATEST)
+            tps = await partitions(admin, self.opts)
+            return await resolve(admin, "latest", tps, default=LATEST, read_committed=self.opts.read_committed)
         self.target = _with_admin(self.opts.bootstrap, now)
 
     def initialOffset(self) -> Offsets:
         async def first(admin: Admin) -> Offsets:
             tps = await partitions(admin, self.opts)
-            return to_json(await resolve(admin, self.opts.starting, tps, default=EARLIEST))
+            return to_json(await resolve(admin, self.opts.starting, tps, default=EARLIEST,
+                                         read_committed=self.opts.read_committed))
         return _with_admin(self.opts.bootstrap, first)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -126,9 +129,10 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if not tps and not done:
                 raise TopicSourceError("no partition to read: the topics do not exist")
             new = [tp for tp in tps if tp not in done]
-            starts = {**{tp: done[tp] for tp in tps if tp in done},
-                      **(await resolve(admin, "earliest", new, default=EARLIEST))}  # new partitions: from the start
-            ends = await resolve(admin, "latest", tps, default=LATEST)
+            committed = self.opts.read_committed
+            starts = {**{tp: done[tp] for tp in tps if tp in done},  # new partitions: from the start
+                      **(await resolve(admin, "earliest", new, default=EARLIEST, read_committed=committed))}
+            ends = await resolve(admin, "latest", tps, default=LATEST, read_committed=committed)
             if self.target is not None:
                 ends = {tp: min(end, self.target[tp]) for tp, end in ends.items()}
             for tp in tps:
@@ -147,8 +151,8 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         starts, ends = from_json(start), from_json(end)
         new = [tp for tp in ends if tp not in starts]
         if new:  # appeared in this micro-batch: from where their logs start (as planned)
-            starts.update(_with_admin(self.opts.bootstrap,
-                                      lambda admin: resolve(admin, "earliest", new, default=EARLIEST)))
+            starts.update(_with_admin(self.opts.bootstrap, lambda admin: resolve(
+                admin, "earliest", new, default=EARLIEST, read_committed=self.opts.read_committed)))
         return split(starts, ends, self.opts.max_records_per_partition)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -49,28 +49,36 @@ SCHEMA = StructType([
 ])
 ARROW_SCHEMA = to_arrow_schema(SCHEMA, timezone="UTC")
 _TYPES = [f.type for f in ARROW_SCHEMA]
+_MS = pa.timestamp("ms", tz="UTC")  # a record's timestamp, before Spark's microseconds
 
 
-def _batch(records: list[ConsumerRecord]) -> pa.RecordBatch:
-    """Rows as Spark's Kafka source has them: ``headers`` null for a record without any."""
-    topic, partition, offset, ts, key, value, headers, _ = zip(*records, strict=True)
-    when = pa.array(ts, pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(_TYPES[5])
-    listed = [[{"key": k, "value": v} for k, v in h] if h else None for h in headers]
-    columns = [pa.array(key, _TYPES[0]), pa.array(value, _TYPES[1]), pa.array(topic, _TYPES[2]),
-               pa.array(partition, _TYPES[3]), pa.array(offset, _TYPES[4]), when,
-               pa.array([CREATE_TIME] * len(records), _TYPES[6]), pa.array(listed, _TYPES[7])]
+def _batch(records: list[ConsumerRecord], topic: str, partition: int) -> pa.RecordBatch:
+    """Rows as Spark's Kafka source has them: ``headers`` null for a record without any. Why
+    it looks the way it does: it runs once per 8192 rows of every read, so each column is built
+    in one call into Arrow and the columns every row shares are repeated, not listed."""
+    n = len(records)
+    _, _, offset, ts, key, value, headers, _ = zip(*records, strict=True)
+    if any(headers):
+        listed = pa.array([[{"key": k, "value": v} for k, v in h] if h else None for h in headers], _TYPES[7])
+    else:
+        listed = pa.nulls(n, _TYPES[7])
+    columns = [pa.array(key, _TYPES[0]), pa.array(value, _TYPES[1]), pa.repeat(pa.scalar(topic, _TYPES[2]), n),
+               pa.repeat(pa.scalar(partition, _TYPES[3]), n), pa.array(offset, _TYPES[4]),
+               pa.array(ts, _MS).cast(_TYPES[5]), pa.repeat(pa.scalar(CREATE_TIME, _TYPES[6]), n), listed]
     return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
 
 
-def read_range(bootstrap: str, r: OffsetRange, *, fail_on_data_loss: bool, poll_timeout_ms: int
-               ) -> Iterator[pa.RecordBatch]:
+def read_range(bootstrap: str, r: OffsetRange, *, fail_on_data_loss: bool, poll_timeout_ms: int,
+               isolation_level: str = "read_committed") -> Iterator[pa.RecordBatch]:
     """The records of ``r`` from the partition's leader, in offset order (a compacted topic
-    has gaps). Offsets retention has removed fail the task with ``fail_on_data_loss``, and
-    are skipped without it."""
+    has gaps; so do transaction markers, and with read_committed, aborted transactions).
+    Offsets retention has removed fail the task with ``fail_on_data_loss``, and are skipped
+    without it."""
     if r.end <= r.start:
         return
     consumer = Consumer(bootstrap, auto_offset_reset="none" if fail_on_data_loss else "earliest",
-                        enable_auto_commit=False, max_poll_records=BATCH_ROWS, max_partition_fetch_bytes=8 << 20)
+                        enable_auto_commit=False, max_poll_records=BATCH_ROWS, max_partition_fetch_bytes=8 << 20,
+                        isolation_level=isolation_level)
     tp = (r.topic, r.partition)
     try:
         run(consumer.start())
@@ -82,18 +90,18 @@ def read_range(bootstrap: str, r: OffsetRange, *, fail_on_data_loss: bool, poll_
             position = consumer.position(*tp)
             if position is not None and position >= r.end:
                 break
-            got = run(consumer.poll(1000))
+            got = run(consumer.poll(200))  # short: a range may end in records that are skipped
             if got:
                 progress = time.monotonic()
-                pending += [x for x in got if x.offset < r.end]
+                pending += got if got[-1].offset < r.end else [x for x in got if x.offset < r.end]
                 if len(pending) >= BATCH_ROWS:
-                    yield _batch(pending)
+                    yield _batch(pending, *tp)
                     pending = []
             elif time.monotonic() - progress > poll_timeout_ms / 1000:
                 raise TopicSourceError(f"no record of {r.topic}-{r.partition} at offsets {position}..{r.end} "
                                        f"arrived within {poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs)")
         if pending:
-            yield _batch(pending)
+            yield _batch(pending, *tp)
     except TopicSourceError:
         raise
     except CLIENT_ERRORS as e:

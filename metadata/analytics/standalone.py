@@ -96,6 +96,12 @@ class StandaloneCluster:
                                  start_new_session=True)
         return p.pid
 
+    def worker_pids(self) -> list[int]:
+        """The workers' processes (their executors are their children), e.g. to measure what
+        the executors cost; empty when the cluster is not running."""
+        pid_file = self.directory / PIDS
+        return json.loads(pid_file.read_text())[1:] if pid_file.exists() else []
+
     def alive_workers(self) -> int:
         """Workers the master counts as ALIVE (its web UI's JSON); 0 while it is not up."""
         try:
