@@ -278,9 +278,11 @@ class ReplicaFetcher:
             plog = p.log
             if info is not None:
                 plog.appended(info)
+            # the high watermark first, as Kafka's ReplicaFetcherThread.processPartitionData: a log
+            # start moves at most to it, and in a fetch session the leader tells a new log start once
+            plog.set_high_watermark(min(r.high_watermark, plog.log_end_offset))
             if r.log_start_offset > plog.log_start_offset:
                 plog.delete_before(min(r.log_start_offset, r.high_watermark))
-            plog.set_high_watermark(min(r.high_watermark, plog.log_end_offset))
             p.notify()
 
     async def _failed(self, s: FetchState, offset: int, r: pb.FetchPartitionResponse) -> None:
