@@ -876,6 +876,11 @@ def test_live_charts_show_messages_and_bytes_in_and_out_request_and_raft_commit_
     assert max(lines("bytes-out-broker").values()) > 0 and max(lines("replication-bytes-out-broker").values()) > 0
     assert {"Produce", "Fetch"} <= set(lines("request-latency-type"))  # one line per request type
     assert lines("commit-latency") and all(v > 0 for v in lines("commit-latency").values())
+    # the controllers' event queue: each controller's size, and the active one's wait (heartbeats are writes)
+    controllers = set(console.args[console.args.index("--metrics") + 1].split(",")[:3])
+    assert set(lines("event-queue-size")) == controllers and all(v >= 0 for v in lines("event-queue-size").values())
+    assert set(lines("event-queue-time")) and set(lines("event-queue-time")) <= controllers
+    assert max(lines("event-queue-time").values()) > 0
     assert browser.find_elements(By.CSS_SELECTOR, "meta[http-equiv=refresh]")  # it reloads itself to move on
 
 
@@ -1189,7 +1194,7 @@ def test_ten_thousand_topics_list_in_under_a_second():
 
 
 def test_rates_and_means_are_computed_between_rounds_across_a_gap_and_a_restart():
-    from kraft.web.charts import Round, means, rates
+    from kraft.web.charts import Round, means, rates, values
     counter, hist = "kafka_server_brokertopicmetrics_messagesin_total", "kafka_network_requestmetrics_total_time_seconds"
 
     def samples(a: float, b: float, s: float, n: float) -> dict:
@@ -1211,6 +1216,12 @@ def test_rates_and_means_are_computed_between_rounds_across_a_gap_and_a_restart(
                Round(2.0, {"n1": samples(0, 0, 1.0, 10), "n2": samples(0, 0, 3.0, 10)}),
                Round(4.0, {"n1": samples(0, 0, 0.2, 2), "n2": samples(0, 0, 3.0, 10)})]  # n1 restarted
     assert means(by_type, hist, by="request") == {"Produce": [(2.0, 200.0), (4.0, pytest.approx(100.0))]}
+    # a gauge (the controllers' event queue) as each round found it, where the node serves it
+    size = "kafka_controller_controllereventmanager_eventqueuesize"
+    gauges = [Round(0.0, {"c1": {(size, ()): 0.0}, "b1": samples(0, 0, 0, 0)}),
+              Round(2.0, {"c1": None, "b1": samples(0, 0, 0, 0)}),
+              Round(4.0, {"c1": {(size, ()): 2.0}, "b1": samples(0, 0, 0, 0)})]
+    assert values(gauges, size) == {"c1": [(0.0, 0.0), (4.0, 2.0)]}
 
 
 def test_read_only_refuses_every_request_that_can_change_the_cluster():
