@@ -762,6 +762,16 @@ def test_transactions_are_listed_described_and_a_hanging_one_is_found(console: C
         found = [r.split() for r in texts(browser, "#hanging tr.hanging")]
         assert [(f[0], f[1], f[5]) for f in found] == [("web-txn", "0", str(hanging_offset))], found
 
+        # its Abort button is kraft transactions abort --start-offset: an abort marker ends it
+        with navigating(browser):
+            browser.find_element(By.CSS_SELECTOR, "#hanging tr.hanging button.abort").click()
+        assert texts(browser, "#notice") == [f"Aborted the transaction of producer {found[0][2]} (epoch 0) open in "
+                                             f"web-txn-0 from offset {hanging_offset}."]
+        assert texts(browser, "#hanging tr.hanging") == []
+        producers = kraft("transactions", "--bootstrap-server", c.bootstrap_servers, "describe-producers",
+                          "--topic", "web-txn", "--partition", "0").stdout.splitlines()[1:]
+        assert [(r.split()[0], r.split()[-1]) for r in producers] == [(found[0][2], "-1")], producers
+
         loop.run_until_complete(p.commit_transaction())
         # EndTxn answers at PrepareCommit; CompleteCommit follows once the markers are written
         final = loop.run_until_complete(eventually(lambda: (r := row())[1] == "CompleteCommit" and r, 30,
@@ -980,7 +990,8 @@ def test_read_only_mode_hides_every_form_and_refuses_every_change(console: Conso
                            ("/reassignments/review", {"topic": "web-ro", "replicas": "101"}),
                            ("/reassignments/start", {"topic": "web-ro", "replicas": "101"}),
                            ("/reassignments/cancel", {"topic": "web-ro", "partition": "0"}),
-                           ("/reassignments/unthrottle", {})]:
+                           ("/reassignments/unthrottle", {}),
+                           ("/transactions/abort", {"topic": "web-ro", "partition": "0", "start_offset": "0"})]:
             status, body = ro.request(path, form)
             assert (status, refusal in body) == (403, True), (path, status, body[-300:])
         assert console.get("/topics/ro-created")[0] == 404
@@ -1244,6 +1255,67 @@ def test_read_only_refuses_every_request_that_can_change_the_cluster():
             got = client.post(path, data={"csrf_token": token}) if r in posts else client.get(path)
             assert (r.name, got.status_code) == (r.name, 403), got.text[-300:]
             assert "this console is read-only" in got.text
+
+
+class _HangingAdmin:
+    """A broker admin client whose one partition holds a transaction no coordinator knows."""
+
+    def __init__(self) -> None:
+        from types import SimpleNamespace
+        self.producer = SimpleNamespace(producer_id=7, producer_epoch=2, coordinator_epoch=-1, last_sequence=0,
+                                        last_timestamp=0, current_txn_start_offset=40)
+        self.topic = SimpleNamespace(partitions=[SimpleNamespace(partition=0, replicas=[1])])
+        self.aborted: list[tuple] = []
+
+    async def topics(self) -> dict:
+        return {"orders": self.topic}
+
+    async def describe_producers(self, tps: list) -> dict:
+        return {tp: [] if self.aborted else [self.producer] for tp in tps}
+
+    async def list_transactions(self, producer_ids: list[int] | None = None) -> list:
+        return []
+
+    async def abort_transaction(self, tp: tuple[str, int], producer_id: int, epoch: int, coordinator_epoch: int) -> None:
+        self.aborted.append((tp, producer_id, epoch, coordinator_epoch))
+
+
+class _HangingCluster(_InMemoryCluster):
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.admin = _HangingAdmin()
+
+    async def brokers(self) -> _HangingAdmin:
+        return self.admin
+
+
+def test_a_hanging_transaction_is_aborted_by_its_button_as_kraft_transactions_abort_does():
+    """The button posts the partition and start offset; the console aborts with the tool's code
+    (its producer looked up by that offset); read-only shows no button and refuses the post."""
+    from starlette.testclient import TestClient
+
+    from kraft.web.app import create_app
+    for read_only in (False, True):
+        cluster = _HangingCluster()
+        with TestClient(create_app(cluster, read_only=read_only)) as client:  # type: ignore[arg-type]
+            page = client.get("/transactions/hanging?max_timeout=0").text
+            assert ('<button type="submit" class="abort">Abort</button>' in page) != read_only, page[-800:]
+            token = re.search(r'<meta name="csrf-token" content="(\w+)">', page)[1]
+            form = {"topic": "orders", "partition": "0", "start_offset": "40", "max_timeout": "0"}
+            r = client.post("/transactions/abort", data={**form, "csrf_token": token})
+            if read_only:
+                assert r.status_code == 403 and cluster.admin.aborted == []
+                continue
+            assert r.status_code == 200, r.text[-300:]  # the hanging transactions again, after the redirect
+            assert cluster.admin.aborted == [(("orders", 0), 7, 2, 0)]  # the coordinator epoch as the tool sends it
+            assert "Aborted the transaction of producer 7 (epoch 2) open in orders-0 from offset 40." in r.text
+            assert "No hanging transactions open longer than 0 minutes." in r.text
+            r = client.post("/transactions/abort", data={**form, "start_offset": "41", "csrf_token": token})
+            assert r.status_code == 404 and "Could not find any open transactions starting at offset 41 on " \
+                "partition orders-0" in r.text
+            r = client.post("/transactions/abort", data={"topic": "orders", "csrf_token": token})
+            assert r.status_code == 400 and \
+                "give the hanging transaction's topic, partition and start_offset" in html.unescape(r.text)
 
 
 class _BrokenCluster(_InMemoryCluster):
