@@ -8,7 +8,7 @@ GEN    := $(PROTOS:.proto=_pb2.py)
 SEEDS  ?= 20000
 STEPS  ?= 3000
 
-.PHONY: venv protos lint test test-slow compose-test demo report topics-example sim bench-core bench-raft anchors clean
+.PHONY: venv protos lint test test-slow compose-test demo console report topics-example sim bench-core bench-raft anchors clean
 
 venv: $(STAMP) $(GEN)
 
@@ -51,6 +51,11 @@ compose-test: venv
 
 demo: venv
 	$(PY) -m kraft.demo
+
+# A local quorum (3 controllers, 3 brokers on loopback, every node's metrics on) and the web
+# console over it at http://127.0.0.1:8080/, until Ctrl-C (docs/web.md).
+console: venv
+	$(VENV)/bin/kraft dev-quorum --console
 
 # The main job, keeping its data in .demo/, then the Spark health report on a controller's
 # metadata log directory (docs/analytics.md), at the offset where every broker still ran (the

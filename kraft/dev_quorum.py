@@ -9,6 +9,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from common.config_def import ConfigError
@@ -24,18 +26,21 @@ REPO = Path(__file__).resolve().parent.parent
 
 class DevQuorum:
     """Controllers 1-3 on base_port..base_port+2; brokers 101.. on the ports after them (gRPC),
-    then the brokers' Kafka listeners: 3 + 2 x brokers consecutive ports in all."""
+    then the brokers' Kafka listeners: 3 + 2 x brokers consecutive ports in all; with
+    ``metrics``, every node's Prometheus metrics on the 3 + brokers ports after those. A
+    console (``kraft web``) over them is one more process, started with ``start_console``."""
 
     def __init__(self, base_dir: str | None = None, base_port: int = 19093, *, election_timeout_ms: int = 500,
                  session_timeout_ms: int = 9000, extra: dict[str, str] | None = None, brokers: int = 0,
                  broker_extra: dict[str, str] | None = None, node_extra: dict[int, dict[str, str]] | None = None,
-                 dynamic: bool = False, client_tls: TLSConfig | None = None) -> None:
+                 dynamic: bool = False, client_tls: TLSConfig | None = None, metrics: bool = False) -> None:
         """``extra`` goes into every controller's properties, ``broker_extra`` into every
         broker's, ``node_extra[id]`` into node ``id``'s alone (e.g. its prometheus.listener).
         ``dynamic``: servers find the quorum through controller.quorum.bootstrap.servers and
         the controllers are formatted with --initial-controllers, so that the voter set can
         change while it runs (KIP-853); otherwise controller.quorum.voters, a static one.
-        ``client_tls``: what this object's own checks dial the controllers with (TLS listeners)."""
+        ``client_tls``: what this object's own checks dial the controllers with (TLS listeners).
+        ``metrics``: every node serves its metrics (prometheus.listener), for the console's charts."""
         self.client_tls = client_tls
         self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix="kraft-dev-"))
         self.ports = {i: base_port + i - 1 for i in (1, 2, 3)}
@@ -44,6 +49,11 @@ class DevQuorum:
         self.bootstrap_servers = ",".join(f"127.0.0.1:{p}" for p in self.broker_ports.values())
         #: what a Kafka client (librdkafka, kafka-python, ...) takes as bootstrap.servers
         self.kafka_bootstrap_servers = ",".join(f"127.0.0.1:{p}" for p in self.kafka_ports.values())
+        first_metrics = base_port + 3 + 2 * brokers
+        self.metrics_ports = {nid: first_metrics + i for i, nid in enumerate([*self.ports, *self.broker_ports])} \
+            if metrics else {}
+        self.console: subprocess.Popen | None = None
+        self._console_log_from = 0
         self.broker_extra = broker_extra or {}
         self.broker_procs: dict[int, subprocess.Popen] = {}
         self.voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in self.ports.items())
@@ -76,7 +86,7 @@ class DevQuorum:
                      "metadata.log.dir": str(self.base_dir / f"controller-{nid}"),
                      "controller.quorum.election.timeout.ms": str(self.election_timeout_ms),
                      "broker.session.timeout.ms": str(self.session_timeout_ms), **self.extra,
-                     **self.node_extra.get(nid, {})}
+                     **self._metrics_props(nid), **self.node_extra.get(nid, {})}
             self.config_path(nid).write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
         for bid, port in self.broker_ports.items():
             lines = {"node.id": str(bid), "process.roles": "broker", **self.quorum_props(),
@@ -84,8 +94,11 @@ class DevQuorum:
                      "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,KAFKA:PLAINTEXT",
                      "log.dirs": str(self.base_dir / f"broker-{bid}"),
                      "broker.rack": f"rack-{'abc'[(bid - 101) % 3]}", "broker.heartbeat.interval.ms": "500",
-                     **self.broker_extra, **self.node_extra.get(bid, {})}
+                     **self.broker_extra, **self._metrics_props(bid), **self.node_extra.get(bid, {})}
             self.config_path(bid).write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
+
+    def _metrics_props(self, nid: int) -> dict[str, str]:
+        return {"prometheus.listener": f"127.0.0.1:{self.metrics_ports[nid]}"} if nid in self.metrics_ports else {}
 
     def kraft(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "kraft.cli", *args], cwd=REPO, capture_output=True, text=True)
@@ -148,17 +161,71 @@ class DevQuorum:
                                       f"see the broker logs in {self.base_dir}")
                 await asyncio.sleep(0.2)
 
+    def start_console(self, listen: str) -> subprocess.Popen:
+        """``kraft web`` over this quorum's controllers and brokers at ``listen`` (HOST:PORT),
+        charting every node's metrics when they serve them; it logs to web.log."""
+        args = ["web", "--bootstrap-controller", self.bootstrap, "--bootstrap-server", self.bootstrap_servers,
+                "--listen", listen]
+        if self.metrics_ports:
+            args += ["--metrics", ",".join(f"127.0.0.1:{p}" for p in self.metrics_ports.values())]
+        log = open(self.base_dir / "web.log", "a")
+        self._console_log_from = log.tell()  # where this console's lines begin
+        # a session of its own, as the servers: Ctrl-C reaches only the caller, which stops it
+        self.console = subprocess.Popen([sys.executable, "-m", "kraft.cli", *args], cwd=REPO, stdout=log,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+        return self.console
+
+    def wait_for_console(self, listen: str, timeout: float = 60.0) -> None:
+        """Until the console holds ``listen`` (it says so once bound, exclusively: not another
+        server on that port) and answers there; ConfigError, with its last line, if it exits."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.console is None or self.console.poll() is not None:
+                raise ConfigError(f"the console stopped: {self._console_said()}")
+            if "Console at " in self._console_output():
+                try:
+                    with urllib.request.urlopen(f"http://{listen}/", timeout=5):
+                        return
+                except urllib.error.HTTPError:
+                    return  # it answers (a page's error is the page's to show)
+                except OSError:
+                    pass
+            if time.monotonic() > deadline:
+                raise ConfigError(f"the console did not answer at http://{listen}/ within {timeout:.0f}s; "
+                                  f"see {self.base_dir}/web.log")
+            time.sleep(0.2)
+
+    def _console_output(self) -> str:
+        with open(self.base_dir / "web.log", errors="replace") as f:
+            f.seek(self._console_log_from)
+            return f.read()
+
+    def _console_said(self) -> str:
+        """The console's last line (its one-line error), else where its log is."""
+        lines = self._console_output().strip().splitlines()
+        return lines[-1].removeprefix("Error: ") if lines else f"see {self.base_dir}/web.log"
+
     def wait(self) -> None:
-        """Block until a server exits (or Ctrl-C)."""
+        """Block until a server or the console exits (or Ctrl-C)."""
         everyone = {**self.procs, **self.broker_procs}
-        while all(p.poll() is None for p in everyone.values()):
+        while all(p.poll() is None for p in everyone.values()) and (self.console is None or self.console.poll() is None):
             time.sleep(0.5)
+        if self.console is not None and self.console.poll() is not None:
+            raise ConfigError(f"the console stopped: {self._console_said()}")
         dead = [n for n, p in everyone.items() if p.poll() is not None][0]
         kind = "controller" if dead in self.ports else "broker"
         raise ConfigError(f"{kind} {dead} exited; see {self.base_dir}/{kind}-{dead}.log")
 
     def stop(self) -> None:
-        """Brokers first (their controlled shutdown needs the controllers), then controllers."""
+        """The console first (a client), then brokers (their controlled shutdown needs the
+        controllers), then controllers."""
+        if self.console is not None and self.console.poll() is None:
+            self.console.terminate()
+            try:
+                self.console.wait(20)
+            except subprocess.TimeoutExpired:
+                self.console.kill()
+                self.console.wait()
         for group in (self.broker_procs, self.procs):
             for p in group.values():
                 if p.poll() is None:
@@ -169,3 +236,4 @@ class DevQuorum:
                     p.wait(30)
                 except subprocess.TimeoutExpired:
                     p.kill()
+                    p.wait()

@@ -14,9 +14,11 @@ there is no metadata to reload, which is the point of KRaft (KIP-500).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -69,6 +71,11 @@ class QuorumController:
         self.brokers = BrokerLifecycle(config.session_timeout_ms / 1000)
         self._pending: list[tuple[int, asyncio.Future, MetadataImage]] = []
         self._building = asyncio.Lock()  # one write is built and appended at a time
+        #: Writes that arrived and wait for their turn or are being built: the controller's
+        #: event queue (Kafka's EventQueueSize); reads never wait in it.
+        self.queued_writes = 0
+        #: Called with each write's wait from its arrival to the start of its build, in seconds.
+        self.queue_time_observer: Callable[[float], None] | None = None
         # One thread for work that scales with a request: more would fight the event loop for
         # the GIL, and the loop would wake late (metadata/loop_stall.py measures it).
         self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"controller-{node.id}-worker")
@@ -164,8 +171,7 @@ class QuorumController:
         ``in_thread`` builds, checks and encodes in a worker thread, for user operations that
         scale with their input (up to MAX_RECORDS_PER_USER_OP records): the event loop keeps
         answering heartbeats meanwhile. ``build`` then reads only the view it is given."""
-        await self.ensure_active()
-        async with self._building:
+        async with self._turn():
             view, term, index = self.view, self.node.term, self.node.next_index
             if in_thread:
                 result, data, after = await self.in_worker(self._prepare, build, view, index, term, validate_only)
@@ -219,6 +225,23 @@ class QuorumController:
             if entry in self._pending:
                 self._pending.remove(entry)
         return result
+
+    @contextlib.asynccontextmanager
+    async def _turn(self) -> AsyncIterator[None]:
+        """A write's turn to be built, after the writes that arrived before it: counted in
+        ``queued_writes`` from its arrival until its batch is appended (or it fails), and its
+        wait until the build starts reported to ``queue_time_observer``, as Kafka's controller
+        event queue reports EventQueueSize and EventQueueTimeMs."""
+        arrived = time.monotonic()
+        self.queued_writes += 1
+        try:
+            await self.ensure_active()
+            async with self._building:
+                if self.queue_time_observer is not None:
+                    self.queue_time_observer(time.monotonic() - arrived)
+                yield
+        finally:
+            self.queued_writes -= 1
 
     async def in_worker(self, fn: Callable[..., T], *args: object) -> T:
         """Run ``fn`` in the controller's worker thread; it must read only immutable state."""

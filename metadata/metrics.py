@@ -76,10 +76,20 @@ class RaftMetrics(StateCollector):
 class ControllerMetrics(StateCollector):
     """``kafka_controller_kafkacontroller_*`` of one controller, from its committed metadata
     image when scraped. Every controller replays the same log, so the standbys report the same
-    partition and broker counts; ActiveControllerCount is 1 on the active one only."""
+    partition and broker counts; ActiveControllerCount is 1 on the active one only.
+
+    ``kafka_controller_controllereventmanager_*``: Kafka's controller event queue. Ours handles
+    operations on one event loop, where only writes (broker heartbeats and registrations,
+    AlterPartition, every change a tool asks for) wait for a turn, one built at a time: the
+    queue's size is those waiting or being built, its time their wait from arrival to build."""
 
     def __init__(self, controller: QuorumController, registry: CollectorRegistry) -> None:
         self.controller = controller
+        self.event_queue_time = Histogram(
+            "kafka_controller_controllereventmanager_event_queue_time_seconds",
+            "Time from a write's arrival at the controller to the start of its build, after the writes before it "
+            "(Kafka's EventQueueTimeMs)", registry=registry, buckets=LATENCY_BUCKETS)
+        controller.queue_time_observer = self.event_queue_time.observe
         super().__init__(registry)
 
     def collect(self) -> Iterator[Metric]:
@@ -110,3 +120,6 @@ class ControllerMetrics(StateCollector):
                     image.offset)
         yield gauge(prefix + "lastcommittedrecordoffset", "The highest committed metadata offset",
                     c.node.commit_index)
+        yield gauge("kafka_controller_controllereventmanager_eventqueuesize",
+                    "Writes waiting for their turn at the controller or being built (Kafka's EventQueueSize)",
+                    c.queued_writes)

@@ -11,6 +11,8 @@ import re
 import socket
 import subprocess
 import sys
+import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -296,6 +298,50 @@ def test_a_killed_broker_shows_as_fenced_offline_and_under_replicated(cluster):
                 and sum(value(b, "kafka_server_replicamanager_underreplicatedpartitions") for b in brokers) == 0
                 and sum(value(b, "kafka_server_replicamanager_isrexpands_total") for b in brokers) >= 3)
     asyncio.run(eventually(healed, 60, interval=0.2, what="the restarted broker back in every ISR"))
+
+
+def test_the_controller_event_queue_counts_the_writes_waiting_and_times_their_wait(tmp_path: Path):
+    """Kafka's EventQueueSize and EventQueueTimeMs of the active controller (in one process, so
+    that a write can be held mid-build): writes that arrive while one is built wait for it,
+    counted as they wait, and each one's wait from arrival to the start of its build is timed."""
+    from tests.controllers import InProcessQuorum
+    queue = "kafka_controller_controllereventmanager_"
+
+    async def go() -> None:
+        q = InProcessQuorum(tmp_path)
+        await q.start()
+        release = threading.Event()
+        try:
+            server = await q.active()
+            c, registry = server.controller, server.metrics.registry
+
+            def sample(name: str) -> float | None:
+                return registry.get_sample_value(queue + name)
+            # its first write (metadata.version) done: nothing waits
+            await eventually(lambda: c.sm.image.metadata_version and sample("eventqueuesize") == 0, 10,
+                             what="an idle event queue")
+            count, total = sample("event_queue_time_seconds_count"), sample("event_queue_time_seconds_sum")
+
+            def held(view: object) -> tuple[list, None]:  # built in the worker thread until released
+                release.wait(30)
+                return [], None
+            writes = [asyncio.create_task(c.write(held, in_thread=True))]
+            writes += [asyncio.create_task(c.write(lambda view: ([], None))) for _ in range(2)]
+            await eventually(lambda: sample("eventqueuesize") == 3, 10, what="one write built, two waiting")
+            seen = time.monotonic()
+            await eventually(lambda: sample("event_queue_time_seconds_count") == count + 1, 10,
+                             what="the first write's build started, the others' not")
+            held_for = time.monotonic() - seen
+            release.set()
+            await asyncio.gather(*writes)
+            assert sample("eventqueuesize") == 0
+            assert sample("event_queue_time_seconds_count") == count + 3
+            # the two that waited, waited at least from when they were seen waiting until released
+            assert sample("event_queue_time_seconds_sum") - total >= 2 * held_for
+        finally:
+            release.set()
+            await q.stop()
+    asyncio.run(go())
 
 
 def _one_line_failure(cmd: list[str], expected: str) -> None:

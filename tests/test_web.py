@@ -11,6 +11,7 @@ import http.cookiejar
 import json
 import os
 import re
+import signal
 import ssl
 import subprocess
 import sys
@@ -762,6 +763,16 @@ def test_transactions_are_listed_described_and_a_hanging_one_is_found(console: C
         found = [r.split() for r in texts(browser, "#hanging tr.hanging")]
         assert [(f[0], f[1], f[5]) for f in found] == [("web-txn", "0", str(hanging_offset))], found
 
+        # its Abort button is kraft transactions abort --start-offset: an abort marker ends it
+        with navigating(browser):
+            browser.find_element(By.CSS_SELECTOR, "#hanging tr.hanging button.abort").click()
+        assert texts(browser, "#notice") == [f"Aborted the transaction of producer {found[0][2]} (epoch 0) open in "
+                                             f"web-txn-0 from offset {hanging_offset}."]
+        assert texts(browser, "#hanging tr.hanging") == []
+        producers = kraft("transactions", "--bootstrap-server", c.bootstrap_servers, "describe-producers",
+                          "--topic", "web-txn", "--partition", "0").stdout.splitlines()[1:]
+        assert [(r.split()[0], r.split()[-1]) for r in producers] == [(found[0][2], "-1")], producers
+
         loop.run_until_complete(p.commit_transaction())
         # EndTxn answers at PrepareCommit; CompleteCommit follows once the markers are written
         final = loop.run_until_complete(eventually(lambda: (r := row())[1] == "CompleteCommit" and r, 30,
@@ -876,6 +887,11 @@ def test_live_charts_show_messages_and_bytes_in_and_out_request_and_raft_commit_
     assert max(lines("bytes-out-broker").values()) > 0 and max(lines("replication-bytes-out-broker").values()) > 0
     assert {"Produce", "Fetch"} <= set(lines("request-latency-type"))  # one line per request type
     assert lines("commit-latency") and all(v > 0 for v in lines("commit-latency").values())
+    # the controllers' event queue: each controller's size, and the active one's wait (heartbeats are writes)
+    controllers = set(console.args[console.args.index("--metrics") + 1].split(",")[:3])
+    assert set(lines("event-queue-size")) == controllers and all(v >= 0 for v in lines("event-queue-size").values())
+    assert set(lines("event-queue-time")) and set(lines("event-queue-time")) <= controllers
+    assert max(lines("event-queue-time").values()) > 0
     assert browser.find_elements(By.CSS_SELECTOR, "meta[http-equiv=refresh]")  # it reloads itself to move on
 
 
@@ -975,7 +991,8 @@ def test_read_only_mode_hides_every_form_and_refuses_every_change(console: Conso
                            ("/reassignments/review", {"topic": "web-ro", "replicas": "101"}),
                            ("/reassignments/start", {"topic": "web-ro", "replicas": "101"}),
                            ("/reassignments/cancel", {"topic": "web-ro", "partition": "0"}),
-                           ("/reassignments/unthrottle", {})]:
+                           ("/reassignments/unthrottle", {}),
+                           ("/transactions/abort", {"topic": "web-ro", "partition": "0", "start_offset": "0"})]:
             status, body = ro.request(path, form)
             assert (status, refusal in body) == (403, True), (path, status, body[-300:])
         assert console.get("/topics/ro-created")[0] == 404
@@ -1112,6 +1129,58 @@ def test_a_second_console_on_the_same_address_stops_with_one_line(console: Conso
     assert r.stderr == f"Error: cannot listen on {console.listen}: the address is already in use\n"
 
 
+def _processes_naming(*markers: str) -> dict[int, str]:
+    """The live processes whose command line names one of ``markers``: pid -> command line."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue  # not a process, or gone meanwhile
+        if entry.name.isdigit() and state != "Z" and any(m in cmdline for m in markers):
+            found[int(entry.name)] = cmdline
+    return found
+
+
+def test_make_console_serves_the_console_over_a_local_quorum_until_ctrl_c(tmp_path: Path):
+    """``make console`` is ``kraft dev-quorum --console``: run as a process here (on free ports,
+    one broker to stay cheap), it prints the console's URL once that answers, charts every
+    node's metrics, and Ctrl-C stops every process it started, in one line."""
+    from tests.kvcluster import consecutive_ports
+    recipe = re.search(r"^console:.*\n\t(.+)$", (REPO / "Makefile").read_text(), re.M)
+    assert recipe and recipe[1] == "$(VENV)/bin/kraft dev-quorum --console", recipe
+    base = consecutive_ports(3 + 2 * 1 + 4)  # controllers, the broker's two listeners, four nodes' metrics
+    listen = f"127.0.0.1:{free_ports(1, set(range(base, base + 9)))[0]}"
+    data, out = tmp_path / "quorum", tmp_path / "console.out"
+    proc = subprocess.Popen([sys.executable, "-m", "kraft.cli", "dev-quorum", "--console", "--brokers", "1",
+                             "--base-port", str(base), "--listen", listen, "--dir", str(data)],
+                            cwd=REPO, stdout=open(out, "w"), stderr=subprocess.STDOUT)
+    try:
+        def printed() -> bool:
+            assert proc.poll() is None, out.read_text()
+            return f"console:     http://{listen}/  (kraft web" in out.read_text()
+        asyncio.run(eventually(printed, 60, interval=0.2, what=f"the console's URL printed (see {out})"))
+        with urllib.request.urlopen(f"http://{listen}/", timeout=30) as r:
+            assert r.status == 200 and len(re.findall(r'<tr class="controller"', r.read().decode())) == 3
+        with urllib.request.urlopen(f"http://{listen}/charts", timeout=30) as r:
+            assert f"127.0.0.1:{base + 5}" in r.read().decode()  # the first node's metrics, scraped
+        started = _processes_naming(str(data), listen)
+        assert len(started) == 6, started  # the command, three controllers, the broker and the console
+        proc.send_signal(signal.SIGINT)
+        proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in _processes_naming(str(data), listen):
+            os.kill(pid, signal.SIGKILL)  # only if the test failed: stopping them was the command's job
+    said = out.read_text()
+    assert (proc.returncode, said.splitlines()[-1]) == (0, "stopped."), said
+    assert "Traceback" not in said
+    assert _processes_naming(str(data), listen) == {}
+    assert_no_tracebacks(data)
+
+
 # ------------------------------------------------------------------------------ without a cluster
 
 @pytest.mark.parametrize("listen, line", [
@@ -1189,7 +1258,7 @@ def test_ten_thousand_topics_list_in_under_a_second():
 
 
 def test_rates_and_means_are_computed_between_rounds_across_a_gap_and_a_restart():
-    from kraft.web.charts import Round, means, rates
+    from kraft.web.charts import Round, means, rates, values
     counter, hist = "kafka_server_brokertopicmetrics_messagesin_total", "kafka_network_requestmetrics_total_time_seconds"
 
     def samples(a: float, b: float, s: float, n: float) -> dict:
@@ -1211,6 +1280,12 @@ def test_rates_and_means_are_computed_between_rounds_across_a_gap_and_a_restart(
                Round(2.0, {"n1": samples(0, 0, 1.0, 10), "n2": samples(0, 0, 3.0, 10)}),
                Round(4.0, {"n1": samples(0, 0, 0.2, 2), "n2": samples(0, 0, 3.0, 10)})]  # n1 restarted
     assert means(by_type, hist, by="request") == {"Produce": [(2.0, 200.0), (4.0, pytest.approx(100.0))]}
+    # a gauge (the controllers' event queue) as each round found it, where the node serves it
+    size = "kafka_controller_controllereventmanager_eventqueuesize"
+    gauges = [Round(0.0, {"c1": {(size, ()): 0.0}, "b1": samples(0, 0, 0, 0)}),
+              Round(2.0, {"c1": None, "b1": samples(0, 0, 0, 0)}),
+              Round(4.0, {"c1": {(size, ()): 2.0}, "b1": samples(0, 0, 0, 0)})]
+    assert values(gauges, size) == {"c1": [(0.0, 0.0), (4.0, 2.0)]}
 
 
 def test_read_only_refuses_every_request_that_can_change_the_cluster():
@@ -1233,6 +1308,67 @@ def test_read_only_refuses_every_request_that_can_change_the_cluster():
             got = client.post(path, data={"csrf_token": token}) if r in posts else client.get(path)
             assert (r.name, got.status_code) == (r.name, 403), got.text[-300:]
             assert "this console is read-only" in got.text
+
+
+class _HangingAdmin:
+    """A broker admin client whose one partition holds a transaction no coordinator knows."""
+
+    def __init__(self) -> None:
+        from types import SimpleNamespace
+        self.producer = SimpleNamespace(producer_id=7, producer_epoch=2, coordinator_epoch=-1, last_sequence=0,
+                                        last_timestamp=0, current_txn_start_offset=40)
+        self.topic = SimpleNamespace(partitions=[SimpleNamespace(partition=0, replicas=[1])])
+        self.aborted: list[tuple] = []
+
+    async def topics(self) -> dict:
+        return {"orders": self.topic}
+
+    async def describe_producers(self, tps: list) -> dict:
+        return {tp: [] if self.aborted else [self.producer] for tp in tps}
+
+    async def list_transactions(self, producer_ids: list[int] | None = None) -> list:
+        return []
+
+    async def abort_transaction(self, tp: tuple[str, int], producer_id: int, epoch: int, coordinator_epoch: int) -> None:
+        self.aborted.append((tp, producer_id, epoch, coordinator_epoch))
+
+
+class _HangingCluster(_InMemoryCluster):
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.admin = _HangingAdmin()
+
+    async def brokers(self) -> _HangingAdmin:
+        return self.admin
+
+
+def test_a_hanging_transaction_is_aborted_by_its_button_as_kraft_transactions_abort_does():
+    """The button posts the partition and start offset; the console aborts with the tool's code
+    (its producer looked up by that offset); read-only shows no button and refuses the post."""
+    from starlette.testclient import TestClient
+
+    from kraft.web.app import create_app
+    for read_only in (False, True):
+        cluster = _HangingCluster()
+        with TestClient(create_app(cluster, read_only=read_only)) as client:  # type: ignore[arg-type]
+            page = client.get("/transactions/hanging?max_timeout=0").text
+            assert ('<button type="submit" class="abort">Abort</button>' in page) != read_only, page[-800:]
+            token = re.search(r'<meta name="csrf-token" content="(\w+)">', page)[1]
+            form = {"topic": "orders", "partition": "0", "start_offset": "40", "max_timeout": "0"}
+            r = client.post("/transactions/abort", data={**form, "csrf_token": token})
+            if read_only:
+                assert r.status_code == 403 and cluster.admin.aborted == []
+                continue
+            assert r.status_code == 200, r.text[-300:]  # the hanging transactions again, after the redirect
+            assert cluster.admin.aborted == [(("orders", 0), 7, 2, 0)]  # the coordinator epoch as the tool sends it
+            assert "Aborted the transaction of producer 7 (epoch 2) open in orders-0 from offset 40." in r.text
+            assert "No hanging transactions open longer than 0 minutes." in r.text
+            r = client.post("/transactions/abort", data={**form, "start_offset": "41", "csrf_token": token})
+            assert r.status_code == 404 and "Could not find any open transactions starting at offset 41 on " \
+                "partition orders-0" in r.text
+            r = client.post("/transactions/abort", data={"topic": "orders", "csrf_token": token})
+            assert r.status_code == 400 and \
+                "give the hanging transaction's topic, partition and start_offset" in html.unescape(r.text)
 
 
 class _BrokenCluster(_InMemoryCluster):

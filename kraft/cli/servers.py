@@ -134,45 +134,61 @@ async def _health_problems(cfg) -> list[str]:
 @click.command("dev-quorum")
 @click.option("--dir", "base_dir", default=None, help="where configs and data go (default: a new temp dir)")
 @click.option("--base-port", type=int, default=19093, show_default=True,
-              help="controllers listen on P..P+2, brokers on P+3... (gRPC), then on the ports after (Kafka)")
+              help="controllers listen on P..P+2, brokers on P+3... (gRPC), then on the ports after (Kafka), "
+                   "then, with --console, every node's metrics")
 @click.option("--brokers", type=int, default=3, show_default=True, help="broker processes (ids 101...)")
-def dev_quorum(base_dir: str | None, base_port: int, brokers: int) -> None:
-    """Three controllers (and brokers) on loopback as processes; prints the bootstrap strings;
-    Ctrl-C stops them."""
+@click.option("--console", is_flag=True, help="also serve the web console (kraft web) over them at --listen, "
+                                               "charting every node's metrics (make console)")
+@click.option("--listen", default="127.0.0.1:8080", show_default=True, help="HOST:PORT the --console serves on")
+def dev_quorum(base_dir: str | None, base_port: int, brokers: int, console: bool, listen: str) -> None:
+    """Three controllers (and brokers, and a console) on loopback as processes; prints the
+    bootstrap strings; Ctrl-C stops them."""
+    import asyncio
+
     from common.config_def import ConfigError
+    from common.errors import KafkaError
     from kraft.dev_quorum import DevQuorum
     from raft.errors import RaftError
-    q = DevQuorum(base_dir, base_port, brokers=brokers)
+    if console and not brokers:
+        fail("--console needs brokers (--brokers 1 or more)")
+    q = DevQuorum(base_dir, base_port, brokers=brokers, metrics=console)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stop the servers on SIGTERM too
+    error = None
     try:
         q.start()
-        leader = run(q.wait_for_leader())
+        leader = asyncio.run(q.wait_for_leader())
         if brokers:
-            run(q.wait_for_brokers())
-    except (ConfigError, RaftError, OSError) as e:
-        q.stop()
-        fail(str(e))
-        return
-    click.echo(f"3 controllers and {brokers} brokers running in {q.base_dir} (cluster id {q.cluster_id}); "
-               f"active controller: node {leader}")
-    click.echo(f"controllers: {q.bootstrap}")
-    if brokers:
-        click.echo(f"brokers:     {q.bootstrap_servers}  (gRPC: kraft tools, clients/)")
-        click.echo(f"Kafka:       {q.kafka_bootstrap_servers}  (bootstrap.servers for any Kafka client)")
-    click.echo(f"try:  kraft topics --bootstrap-controller {q.bootstrap} create --topic demo --partitions 3"
-               f"{' --replication-factor 3' if brokers >= 3 else ''}")
-    click.echo(f"      kraft quorum --bootstrap-controller {q.bootstrap} describe --status")
-    if brokers:
-        click.echo(f"      echo hello | kraft console-producer --bootstrap-server {q.bootstrap_servers} --topic demo")
-        click.echo(f"      kraft console-consumer --bootstrap-server {q.bootstrap_servers} --topic demo --from-beginning")
-        click.echo(f"      kraft web --bootstrap-controller {q.bootstrap} --bootstrap-server {q.bootstrap_servers}"
-                   f"   (a console at http://127.0.0.1:8080/)")
-    click.echo("Ctrl-C stops them.")
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stop the controllers on SIGTERM too
-    try:
+            asyncio.run(q.wait_for_brokers())
+        if console:
+            q.start_console(listen)
+            q.wait_for_console(listen)
+        click.echo(f"3 controllers and {brokers} brokers running in {q.base_dir} (cluster id {q.cluster_id}); "
+                   f"active controller: node {leader}")
+        click.echo(f"controllers: {q.bootstrap}")
+        if brokers:
+            click.echo(f"brokers:     {q.bootstrap_servers}  (gRPC: kraft tools, clients/)")
+            click.echo(f"Kafka:       {q.kafka_bootstrap_servers}  (bootstrap.servers for any Kafka client)")
+        if console:
+            click.echo(f"console:     http://{listen}/  (kraft web, charting every node's metrics)")
+        click.echo(f"try:  kraft topics --bootstrap-controller {q.bootstrap} create --topic demo --partitions 3"
+                   f"{' --replication-factor 3' if brokers >= 3 else ''}")
+        click.echo(f"      kraft quorum --bootstrap-controller {q.bootstrap} describe --status")
+        if brokers:
+            click.echo(f"      echo hello | kraft console-producer --bootstrap-server {q.bootstrap_servers} --topic demo")
+            click.echo(f"      kraft console-consumer --bootstrap-server {q.bootstrap_servers} --topic demo "
+                       "--from-beginning")
+        if brokers and not console:
+            click.echo(f"      kraft web --bootstrap-controller {q.bootstrap} --bootstrap-server {q.bootstrap_servers}"
+                       f"   (a console at http://127.0.0.1:8080/)")
+        click.echo("Ctrl-C stops them.")
         q.wait()
-    except (KeyboardInterrupt, ConfigError) as e:
-        if isinstance(e, ConfigError):
-            click.echo(f"Error: {e}", err=True)
+    except KeyboardInterrupt:
+        pass
+    except (ConfigError, KafkaError, RaftError, OSError) as e:
+        error = str(e)
     finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C does not leave servers behind
         q.stop()
-        click.echo("stopped.")
+    if error is not None:
+        fail(error)
+    click.echo("stopped.")

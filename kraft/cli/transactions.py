@@ -34,7 +34,7 @@ def _ask(bootstrap: str, work: Any) -> Any:
             return await work(admin)
     try:
         return run(go())
-    except CLIENT_ERRORS as e:
+    except (*CLIENT_ERRORS, NoOpenTransaction) as e:
         fail(str(e))
 
 
@@ -98,18 +98,31 @@ def abort(bootstrap: str, topic: str, partition: int, start_offset: int | None, 
     if by_offset == by_producer or (by_offset and any(explicit)) or (not by_offset and not by_producer):
         fail("give either --start-offset, or --producer-id, --producer-epoch and --coordinator-epoch")
 
-    async def work(admin: Any) -> None:
-        nonlocal producer_id, producer_epoch, coordinator_epoch
-        from clients.cluster_view import ClientError
-        if start_offset is not None:
-            producers = (await admin.describe_producers([(topic, partition)]))[(topic, partition)]
-            p = next((p for p in producers if p.current_txn_start_offset == start_offset), None)
-            if p is None:
-                raise ClientError(f"Could not find any open transactions starting at offset {start_offset} on "
-                                  f"partition {topic}-{partition}")
-            producer_id, producer_epoch, coordinator_epoch = p.producer_id, p.producer_epoch, max(0, p.coordinator_epoch)
-        await admin.abort_transaction((topic, partition), producer_id, producer_epoch, coordinator_epoch)
-    _ask(bootstrap, work)
+    producer = None
+    if producer_id is not None and producer_epoch is not None and coordinator_epoch is not None:
+        producer = (producer_id, producer_epoch, coordinator_epoch)
+    _ask(bootstrap, lambda admin: abort_transaction(admin, topic, partition, start_offset, producer))
+
+
+class NoOpenTransaction(LookupError):
+    """No open transaction starts at the offset given to abort (it ended, or never began there)."""
+
+
+async def abort_transaction(admin: Any, topic: str, partition: int, start_offset: int | None,
+                            producer: tuple[int, int, int] | None = None) -> tuple[int, int, int]:
+    """Write an abort marker for the transaction open in ``topic``-``partition`` from
+    ``start_offset`` (its producer looked up with DescribeProducers), or for ``producer`` (id,
+    epoch, coordinator epoch); the producer it aborted for. ``abort``'s logic, and the console's."""
+    if start_offset is not None:
+        producers = (await admin.describe_producers([(topic, partition)]))[(topic, partition)]
+        p = next((p for p in producers if p.current_txn_start_offset == start_offset), None)
+        if p is None:
+            raise NoOpenTransaction(f"Could not find any open transactions starting at offset {start_offset} on "
+                                    f"partition {topic}-{partition}")
+        producer = (p.producer_id, p.producer_epoch, max(0, p.coordinator_epoch))
+    assert producer is not None, "a start offset or a producer"
+    await admin.abort_transaction((topic, partition), *producer)
+    return producer
 
 
 async def hanging(admin: Any, max_minutes: int, broker_id: int | None = None) -> list[list[Any]]:

@@ -140,6 +140,7 @@ def create_app(cluster: Cluster, *, read_only: bool = False, metrics: list[str] 
         Route("/reassignments/unthrottle", reassignments.throttles_remove, methods=["POST"], name="throttles_remove"),
         Route("/transactions", transactions.transaction_list, name="transactions"),
         Route("/transactions/hanging", transactions.transaction_hanging, name="transactions_hanging"),
+        Route("/transactions/abort", transactions.transaction_abort, methods=["POST"], name="transaction_abort"),
         Route("/transactions/{transactional_id}", transactions.transaction_detail, name="transaction"),
         Route("/charts", charts.charts_page, name="charts"),
         Route("/metadata", time_travel.tree, name="metadata"),

@@ -1,14 +1,15 @@
 """Live charts from the nodes' Prometheus endpoints (``kraft web --metrics``, each node's
 ``prometheus.listener``): messages and bytes in, and bytes out to consumers, per broker and per
 topic, bytes out to followers per broker, the mean request latency of each node and of each
-request type, and the Raft commit latency of each controller, over the last minutes.
+request type, each controller's event queue (its size, and the mean wait in it) and Raft commit
+latency, over the last minutes.
 
 The console scrapes every endpoint every few seconds for as long as it runs and keeps the
 rounds in memory; a chart is a rate (a counter's increase per second) or a mean (a histogram's
-sum over its count) between consecutive rounds. Charts are inline SVG drawn here, on the
-server, and the page reloads itself to move on: Debian does package JavaScript chart
-libraries (libjs-chart.js), but a line per series needs none, and server-side SVG keeps the
-console free of JavaScript and of one more install step."""
+sum over its count) between consecutive rounds, or a gauge as each round found it. Charts are
+inline SVG drawn here, on the server, and the page reloads itself to move on: Debian does
+package JavaScript chart libraries (libjs-chart.js), but a line per series needs none, and
+server-side SVG keeps the console free of JavaScript and of one more install step."""
 from __future__ import annotations
 
 import asyncio
@@ -159,6 +160,16 @@ def means(rounds: Iterable[Round], histogram: str, scale: float = 1000.0, by: st
     return series
 
 
+def values(rounds: Iterable[Round], gauge: str) -> Series:
+    """A gauge as each round found it: one series per node that serves it."""
+    series: Series = {}
+    for r in rounds:
+        for node, samples in r.nodes.items():
+            if samples is not None and (found := _sum(samples, gauge, None)):
+                series.setdefault(node, []).append((r.at, found[""]))
+    return series
+
+
 @dataclass(frozen=True, slots=True)
 class Chart:
     """One chart of the page: its id, title, unit and series, drawn as inline SVG."""
@@ -219,6 +230,10 @@ CHARTS: tuple[tuple[str, str, str, Callable[[Iterable[Round]], Series]], ...] = 
      lambda r: means(r, "kafka_network_requestmetrics_total_time_seconds")),
     ("request-latency-type", "Request latency per request type (mean over every node)", "ms",
      lambda r: means(r, "kafka_network_requestmetrics_total_time_seconds", by="request")),
+    ("event-queue-size", "Controller event queue per controller (writes waiting for their turn or being built)",
+     "writes", lambda r: values(r, "kafka_controller_controllereventmanager_eventqueuesize")),
+    ("event-queue-time", "Controller event queue time per controller (mean wait from a write's arrival to its build)",
+     "ms", lambda r: means(r, "kafka_controller_controllereventmanager_event_queue_time_seconds")),
     ("commit-latency", "Raft commit latency per controller (mean)", "ms",
      lambda r: means(r, "kafka_server_raftmetrics_commit_latency_seconds")),
 )

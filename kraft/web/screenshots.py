@@ -11,7 +11,6 @@ import asyncio
 import json
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -131,11 +130,10 @@ def main(out: Path) -> None:
 
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="kraft-screenshots-"))
-    ports = free_ports(3 + 2 * 3 + 6 + 1)
-    metrics = dict(zip([1, 2, 3, 101, 102, 103], ports[9:15], strict=True))
-    q = DevQuorum(str(work / "cluster"), ports[0], brokers=3,
-                  node_extra={n: {"prometheus.listener": f"127.0.0.1:{p}"} for n, p in metrics.items()})
-    console = driver = None
+    ports = free_ports(3 + 2 * 3 + 6 + 1)  # the quorum's, every node's metrics, the console's
+    q = DevQuorum(str(work / "cluster"), ports[0], brokers=3, metrics=True)
+    listen = f"127.0.0.1:{ports[15]}"
+    driver = None
     stop = threading.Event()
     moving = threading.Thread(target=lambda: asyncio.run(traffic(q.bootstrap_servers, stop)), daemon=True)
     try:
@@ -143,11 +141,7 @@ def main(out: Path) -> None:
         asyncio.run(q.wait_for_leader())
         asyncio.run(q.wait_for_brokers())
         asyncio.run(seed(q.bootstrap, q.bootstrap_servers))
-        listen = f"127.0.0.1:{ports[15]}"
-        console = subprocess.Popen(
-            [sys.executable, "-m", "kraft.cli", "web", "--bootstrap-controller", q.bootstrap, "--bootstrap-server",
-             q.bootstrap_servers, "--listen", listen, "--metrics", ",".join(f"127.0.0.1:{p}" for p in metrics.values())],
-            stdout=open(work / "web.log", "w"), stderr=subprocess.STDOUT)
+        q.start_console(listen)
         moving.start()
         options = webdriver.ChromeOptions()
         options.binary_location = CHROMIUM
@@ -173,10 +167,7 @@ def main(out: Path) -> None:
             moving.join(30)
         if driver is not None:
             driver.quit()
-        if console is not None:
-            console.terminate()
-            console.wait(15)
-        q.stop()
+        q.stop()  # the console too
         shutil.rmtree(work, ignore_errors=True)
 
 
