@@ -10,6 +10,7 @@ import contextlib
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
@@ -499,6 +500,107 @@ def test_exactly_once_through_a_killed_coordinator_and_a_stopped_leader(cluster)
     assert not set(aborted) & {v for vs in seen.values() for v in vs}
     everything = _read_partitions(cluster, "eos-out", parts, "read_uncommitted", n * parts + len(aborted))
     assert set(aborted) <= {v for vs in everything.values() for v in vs}
+
+
+#: Less than the brokers' 3 s session: the stopped broker stays the coordinator. (Stopped past
+#: it, the broker is fenced and leaves the Metadata answers, and librdkafka 2.16's
+#: send_offsets_to_transaction was seen waiting for its cached group coordinator for minutes,
+#: past its timeout: confluentinc/librdkafka issues 5456 and 5511.)
+STOP_S = 2
+
+
+@contextlib.contextmanager
+def _stopped_for(cluster: BrokerCluster, bids: set[int], seconds: float) -> Iterator[None]:
+    """Brokers ``bids`` SIGSTOPped now and continued ``seconds`` later, whatever the body is
+    waiting for meanwhile; on exit, once they are continued."""
+    def cont() -> None:
+        for bid in bids:
+            cluster.signal(bid, signal.SIGCONT)
+    timer = threading.Timer(seconds, cont)
+    for bid in bids:
+        cluster.signal(bid, signal.SIGSTOP)
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.join()
+        cont()
+
+
+def test_send_offsets_and_commit_through_a_stopped_coordinators_broker(cluster):
+    """The transaction and the group coordinators' brokers (one or two) are SIGSTOPped for
+    STOP_S while librdkafka sends the consumer's offsets and commits, then continued: the
+    requests it got meanwhile are answered, each call returns within its timeout (done, or an
+    abortable error after which the application aborts and tries again), and the committed
+    transaction's output and offsets are there exactly once."""
+    for t in ("stop-in", "stop-out"):
+        asyncio.run(cluster.create_topic(t, partitions=1, rf=3))
+    src = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers})
+    for i in range(5):
+        src.produce("stop-in", b"in-%d" % i, partition=0)
+    assert src.flush(30) == 0
+    patience = {"socket.timeout.ms": 5000, "request.timeout.ms": 5000}
+    c = Consumer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "group.id": "stop-group",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False, "isolation.level": "read_committed",
+                  **patience})
+    c.subscribe(["stop-in"])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(got) < 5:
+        assert time.monotonic() < deadline, f"read {got}"
+        got += [m.value() for m in c.consume(5, 0.5) if not m.error()]
+    tid = "tx-stop"
+    p = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "transactional.id": tid,
+                  "transaction.timeout.ms": 60000, **patience})
+    p.init_transactions(30)
+    stopped = {_coordinator_of(cluster, tid), _coordinator_of(cluster, "stop-group", 0)}
+
+    def timed(what: str, call, *args, timeout: float = 30) -> None:
+        """``call(*args, timeout)``, which must return (or raise) within its timeout."""
+        began = time.monotonic()
+        try:
+            call(*args, timeout)
+        finally:
+            took = time.monotonic() - began
+            assert took < timeout + 5, f"{what} returned after {took:.1f} s, past its timeout of {timeout} s"
+
+    def transaction(values: list[bytes], offset: int, stop: contextlib.ExitStack | None = None) -> None:
+        """Until one commits: the outputs of ``values`` and the input's offset; with ``stop``,
+        the coordinators' brokers are stopped (until that stack closes, or STOP_S) once the
+        first attempt's outputs are written."""
+        for attempt in range(3):
+            p.begin_transaction()
+            for v in values:
+                p.produce("stop-out", v.replace(b"in", b"out"), partition=0)
+            assert p.flush(30) == 0
+            if stop is not None and attempt == 0:
+                stop.enter_context(_stopped_for(cluster, stopped, STOP_S))
+            try:
+                timed("send_offsets_to_transaction", p.send_offsets_to_transaction,
+                      [TopicPartition("stop-in", 0, offset)], c.consumer_group_metadata())
+                timed("commit_transaction", p.commit_transaction)
+                return
+            except KafkaException as e:
+                assert e.args[0].txn_requires_abort(), e
+                timed("abort_transaction", p.abort_transaction)
+        raise AssertionError("no transaction committed in 3 attempts")
+
+    try:
+        with contextlib.ExitStack() as stop:
+            transaction(got[:2], 2)  # librdkafka has met the group's coordinator, as a running application has
+            transaction(got[2:], 5, stop)
+    finally:
+        c.close()
+        with contextlib.suppress(KafkaException):
+            p.close()
+    asyncio.run(cluster.wait_unfenced(timeout=60))
+    check = Consumer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "group.id": "stop-group",
+                      "isolation.level": "read_committed"})
+    try:
+        assert check.committed([TopicPartition("stop-in", 0)], timeout=30)[0].offset == 5
+    finally:
+        check.close()
+    assert _committed_values(cluster, "stop-out", b"out-4") == [b"out-%d" % i for i in range(5)]
 
 
 # -- our Producer's transactional API (clients.Producer(transactional_id=...)) ------------------------
