@@ -46,8 +46,9 @@ class LoopStallProbe:
         return self
 
     async def _run(self) -> None:
+        ran, waited = schedstat_ms()  # read once per wake: the end of one interval starts the next
         while True:
-            due, (ran, waited) = time.perf_counter() + self.interval_s, schedstat_ms()
+            due = time.perf_counter() + self.interval_s
             await asyncio.sleep(self.interval_s)
             late_ms = (time.perf_counter() - due) * 1000
             now_ran, now_waited = schedstat_ms()
@@ -57,6 +58,7 @@ class LoopStallProbe:
             if self.warn_ms is not None and late_ms > self.warn_ms:
                 log.warning("the %s was blocked for %.0f ms (%.0f ms of it running on the loop, %.0f ms waiting "
                             "for a CPU)", self.name, late_ms, now_ran - ran, cpu_wait_ms)
+            ran, waited = now_ran, now_waited
 
     async def stop(self) -> None:
         if self._task is not None:
