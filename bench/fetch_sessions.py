@@ -32,12 +32,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import tempfile
 import multiprocessing
 import urllib.request
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -126,16 +128,42 @@ def replicated(metrics_port: int) -> int:
     return sum(log_ends(metrics_port))
 
 
-def run_follower(args: argparse.Namespace) -> None:
-    """Broker 101 leads every partition, broker 102 follows them all."""
+@contextlib.contextmanager
+def bench_cluster(metrics_ports: dict[int, int]) -> Iterator[DevQuorum]:
+    """A dev quorum with a broker per entry of ``metrics_ports`` (its Prometheus port), up;
+    stopped and its directory removed afterwards."""
     base = Path(tempfile.mkdtemp(prefix="fetchsessions"))
-    ports = dict(zip((BROKER, FOLLOWER), free_ports(2), strict=True))
-    cluster = DevQuorum(str(base), free_ports(1)[0], brokers=2, broker_extra={"broker.heartbeat.interval.ms": "1000"},
-                        node_extra={b: {"prometheus.listener": f"127.0.0.1:{port}"} for b, port in ports.items()})
+    cluster = DevQuorum(str(base), free_ports(1)[0], brokers=len(metrics_ports),
+                        broker_extra={"broker.heartbeat.interval.ms": "1000"},
+                        node_extra={b: {"prometheus.listener": f"127.0.0.1:{port}"} for b, port in metrics_ports.items()})
     cluster.start()
-    producer: multiprocessing.Process | None = None
     try:
         asyncio.run(cluster.wait_for_brokers(timeout=120))
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def trickling(bootstrap: str, args: argparse.Namespace) -> Iterator[list[int]]:
+    """A producer writing ``args.rate`` records/s over ``args.active`` evenly spread partitions
+    (which it yields), killed afterwards."""
+    step = max(1, args.partitions // max(1, args.active))
+    active = list(range(0, args.partitions, step))[:args.active]
+    producer = multiprocessing.Process(target=trickle, args=(bootstrap, active, args.rate), daemon=True)
+    producer.start()
+    try:
+        yield active
+    finally:
+        producer.kill()
+        producer.join()
+
+
+def run_follower(args: argparse.Namespace) -> None:
+    """Broker 101 leads every partition, broker 102 follows them all."""
+    ports = dict(zip((BROKER, FOLLOWER), free_ports(2), strict=True))
+    with bench_cluster(ports) as cluster:
         bootstrap = cluster.kafka_bootstrap_servers
         admin = KafkaAdminClient(bootstrap_servers=bootstrap)
         admin.create_topics([NewTopic(TOPIC, -1, -1, replica_assignments={
@@ -144,46 +172,31 @@ def run_follower(args: argparse.Namespace) -> None:
         deadline = time.monotonic() + 180
         while len(log_ends(ports[FOLLOWER])) < args.partitions and time.monotonic() < deadline:
             time.sleep(1)  # until every follower replica exists
-        step = max(1, args.partitions // max(1, args.active))
-        active = list(range(0, args.partitions, step))[:args.active]
-        producer = multiprocessing.Process(target=trickle, args=(bootstrap, active, args.rate), daemon=True)
-        producer.start()
-        time.sleep(3)  # the producer connected and writing
-        pids = {b: cluster.broker_procs[b].pid for b in ports}
-        for _ in range(args.rounds):
-            n0, f0 = replicated(ports[FOLLOWER]), fetch_requests(ports[BROKER])
-            cpu0, t0 = {b: cpu_seconds(pid) for b, pid in pids.items()}, time.monotonic()
-            time.sleep(args.seconds)
-            cpu = {b: cpu_seconds(pid) - cpu0[b] for b, pid in pids.items()}
-            elapsed = time.monotonic() - t0
-            n, fetches = replicated(ports[FOLLOWER]) - n0, fetch_requests(ports[BROKER]) - f0
-            emit({"label": args.label, "phase": "follower", "partitions": args.partitions, "active": len(active),
-                  "rate": args.rate, "seconds": round(elapsed, 1), "messages": n,
-                  "follower_cpu_s": round(cpu[FOLLOWER], 2), "leader_cpu_s": round(cpu[BROKER], 2),
-                  "follower_cpu_us_per_msg": round(cpu[FOLLOWER] / n * 1e6) if n else None,
-                  "leader_cpu_us_per_msg": round(cpu[BROKER] / n * 1e6) if n else None, "fetches": fetches,
-                  "follower_cpu_us_per_fetch": round(cpu[FOLLOWER] / fetches * 1e6) if fetches else None,
-                  "leader_cpu_us_per_fetch": round(cpu[BROKER] / fetches * 1e6) if fetches else None})
-    finally:
-        if producer is not None:
-            producer.kill()
-            producer.join()
-        cluster.stop()
-        shutil.rmtree(base, ignore_errors=True)
+        with trickling(bootstrap, args) as active:
+            time.sleep(3)  # the producer connected and writing
+            pids = {b: cluster.broker_procs[b].pid for b in ports}
+            for _ in range(args.rounds):
+                n0, f0 = replicated(ports[FOLLOWER]), fetch_requests(ports[BROKER])
+                cpu0, t0 = {b: cpu_seconds(pid) for b, pid in pids.items()}, time.monotonic()
+                time.sleep(args.seconds)
+                cpu = {b: cpu_seconds(pid) - cpu0[b] for b, pid in pids.items()}
+                elapsed = time.monotonic() - t0
+                n, fetches = replicated(ports[FOLLOWER]) - n0, fetch_requests(ports[BROKER]) - f0
+                emit({"label": args.label, "phase": "follower", "partitions": args.partitions, "active": len(active),
+                      "rate": args.rate, "seconds": round(elapsed, 1), "messages": n,
+                      "follower_cpu_s": round(cpu[FOLLOWER], 2), "leader_cpu_s": round(cpu[BROKER], 2),
+                      "follower_cpu_us_per_msg": round(cpu[FOLLOWER] / n * 1e6) if n else None,
+                      "leader_cpu_us_per_msg": round(cpu[BROKER] / n * 1e6) if n else None, "fetches": fetches,
+                      "follower_cpu_us_per_fetch": round(cpu[FOLLOWER] / fetches * 1e6) if fetches else None,
+                      "leader_cpu_us_per_fetch": round(cpu[BROKER] / fetches * 1e6) if fetches else None})
 
 
 def run(args: argparse.Namespace) -> None:
     if args.follower:
         run_follower(args)
         return
-    base = Path(tempfile.mkdtemp(prefix="fetchsessions"))
     metrics_port = free_ports(1)[0]
-    cluster = DevQuorum(str(base), free_ports(1)[0], brokers=1, broker_extra={"broker.heartbeat.interval.ms": "1000"},
-                        node_extra={BROKER: {"prometheus.listener": f"127.0.0.1:{metrics_port}"}})
-    cluster.start()
-    producer: multiprocessing.Process | None = None
-    try:
-        asyncio.run(cluster.wait_for_brokers(timeout=120))
+    with bench_cluster({BROKER: metrics_port}) as cluster:
         bootstrap = cluster.kafka_bootstrap_servers
         admin = KafkaAdminClient(bootstrap_servers=bootstrap)
         admin.create_topics([NewTopic(TOPIC, args.partitions, 1)])
@@ -193,22 +206,13 @@ def run(args: argparse.Namespace) -> None:
         while len(probe.partitions_for_topic(TOPIC) or ()) < args.partitions and time.monotonic() < deadline:
             time.sleep(0.5)
         probe.close()
-        step = max(1, args.partitions // max(1, args.active))
-        active = list(range(0, args.partitions, step))[:args.active]
-        producer = multiprocessing.Process(target=trickle, args=(bootstrap, active, args.rate), daemon=True)
-        producer.start()
-        pid = cluster.broker_procs[BROKER].pid
-        for _ in range(args.rounds):
-            for sessions in (True, False):
-                emit({**window(bootstrap, args.partitions, sessions, args.seconds, pid, metrics_port),
-                      "active": len(active),
-                      "rate": args.rate})
-    finally:
-        if producer is not None:
-            producer.kill()
-            producer.join()
-        cluster.stop()
-        shutil.rmtree(base, ignore_errors=True)
+        with trickling(bootstrap, args) as active:
+            pid = cluster.broker_procs[BROKER].pid
+            for _ in range(args.rounds):
+                for sessions in (True, False):
+                    emit({**window(bootstrap, args.partitions, sessions, args.seconds, pid, metrics_port),
+                          "active": len(active),
+                          "rate": args.rate})
 
 
 def main() -> None:
