@@ -56,9 +56,8 @@ class RequestTimeQuotas(grpc.aio.ServerInterceptor):
             busy = self.quotas.request.spent(sensor, timer.spent, now)
             if busy and isinstance(answer, pb.FetchResponse):
                 size = sum(len(a.records) for t in answer.topics for a in t.partitions)
-                fetched = self.quotas.fetch.sensor(user, client_id)
-                if size and fetched is not None:
-                    fetched.rate.record(-size, now)  # answered empty: fetched again after the throttle
+                if size:  # answered empty: fetched again after the throttle
+                    self.quotas.fetch.unrecord(user, client_id, size)
                 return pb.FetchResponse(throttle_time_ms=max(busy, answer.throttle_time_ms))
             if busy and isinstance(answer, pb.ProduceResponse):
                 answer.throttle_time_ms = max(busy, answer.throttle_time_ms)
