@@ -306,7 +306,8 @@ class MutationQuotaManager(ClientQuotaManager):
     token bucket of ``rate * quota.window.num * quota.window.size.seconds`` tokens refilled at
     ``rate`` (a ``Backlog`` of that allowance: the tokens taken beyond it are the debt). A
     request is let through while the bucket is not in debt and takes its partitions from it,
-    which may leave it in debt; the debt is the throttle time, ``debt / rate``."""
+    which may leave it in debt; the debt is the throttle time, ``debt / rate``. A quota change
+    keeps the partitions owed (Kafka's ``TokenBucket`` keeps its tokens, up to the new burst)."""
 
     def __init__(self, quotas: Callable[[], ClientQuotasImage], window: QuotaWindow = QuotaWindow(),
                  clock: Callable[[], float] = time.monotonic) -> None:
