@@ -41,7 +41,7 @@ test: venv lint
 	$(PY) -m pytest -q
 	$(MAKE) compose-test
 
-# the tests marked slow (a Spark standalone cluster of three JVMs), kept out of `make test`'s 30 minutes
+# the tests marked slow (a Spark standalone cluster of three JVMs, a 30 s quota measurement), kept out of `make test`'s 30 minutes
 test-slow: venv
 	$(PY) -m pytest -q -m slow
 

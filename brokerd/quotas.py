@@ -9,10 +9,15 @@ user (the principal's name) and client id, in Kafka's order of precedence:
 
 Clients that the matched entity groups share one measured rate: a quota set for ``user=alice``
 alone is shared by all of alice's clients, one for the default user is had by each user on its
-own. The rate is measured, as Kafka's ``Rate`` over a ``SampledStat`` measures it, over
-``quota.window.num`` samples of ``quota.window.size.seconds``; a client over its quota is
-throttled for ``(rate - quota) / quota * window`` (the time that brings its rate back to the
-quota), answered as ``throttle_time_ms``. The codecs apply the throttle (``brokerd.kafka.listener``
+own. The byte rates are kept as a ``Backlog`` (a leaky bucket: the bytes a client sent beyond
+the allowance of ``quota.window.num - 1`` windows of ``quota.window.size.seconds`` a new client
+has under Kafka's ``Rate``, draining at the quota), not as Kafka's windowed ``Rate``: a
+client over its quota is throttled for the time the backlog takes to drain back to the
+allowance, answered as ``throttle_time_ms``. Under Kafka's ``Rate`` the windows' worth a
+client sent at once counts until its sample expires and is then allowed again at once, every
+``quota.window.num`` windows, so a throttled client's rate over 30 s swings by +-20% around its
+quota; a backlog holds it there. ``request_percentage`` and the connection rates are measured
+as Kafka's ``Rate``, over the same samples. The codecs apply the throttle (``brokerd.kafka.listener``
 mutes the connection for that long, KIP-219). The image is read on every request, so a quota
 changed by a metadata delta applies to the next request.
 """
@@ -106,6 +111,44 @@ class Rate:
         self._oldest = min(self._starts)
 
 
+class Backlog:
+    """A byte rate as a leaky bucket: the bytes a client sent beyond its quota's allowance,
+    draining at the quota (the shape of KIP-599's token bucket, in bytes owed rather than tokens
+    left, so that a quota change re-prices what was sent, as Kafka's ``Rate`` does). Its
+    interface is ``Rate``'s, as a sensor uses it.
+
+    Why not ``Rate`` (issue 29): a client that sent its allowance at once has it counted in one
+    sample until that sample expires, is then let send it again at once, and so on every
+    ``quota.window.num`` windows; its rate over 30 s swings by +-20% around the quota. Drained
+    continuously, a throttled client's rate is its quota over any span."""
+
+    __slots__ = ("_allowance_s", "_quota", "_owed", "_at", "used")
+
+    def __init__(self, allowance_s: float, quota: float, now: float) -> None:
+        self._allowance_s, self._quota = allowance_s, quota
+        self._owed = 0.0
+        self._at = self.used = now
+
+    def record(self, value: float, now: float) -> None:
+        """Count ``value`` bytes (negative: taken back), after draining at the quota until now."""
+        self._drain(now)
+        self._owed = max(0.0, self._owed + value)
+        self.used = now
+
+    def throttle_ms(self, bound: float, now: float) -> int:
+        """The time the bytes owed take to drain back to ``bound``'s allowance, in ms (0: within
+        it); ``bound`` drains from now on (the time before drained at the bound it replaces)."""
+        self._drain(now)
+        self._quota = bound
+        over = self._owed - bound * self._allowance_s
+        return 0 if over <= 0 else max(1, round(over / bound * 1000))
+
+    def _drain(self, now: float) -> None:
+        if now > self._at:
+            self._owed = max(0.0, self._owed - self._quota * (now - self._at))
+            self._at = now
+
+
 @functools.lru_cache(maxsize=4096)
 def user_of(principal: str) -> str:
     """The quota user of a principal: ``User:alice`` -> ``alice`` (Kafka's sanitized name);
@@ -121,12 +164,12 @@ def _levels(user: str, client_id: str) -> list[QuotaEntity]:
 
 
 class Sensor:
-    """A client's quota as the current image sets it: the bound, and the rate of the group of
-    clients that share it (Kafka's quota sensor)."""
+    """A client's quota as the current image sets it: the bound, and the rate (or backlog) of
+    the group of clients that share it (Kafka's quota sensor)."""
 
     __slots__ = ("group", "bound", "rate")
 
-    def __init__(self, group: tuple[str, str], bound: float, rate: Rate) -> None:
+    def __init__(self, group: tuple[str, str], bound: float, rate: Rate | Backlog) -> None:
         self.group, self.bound, self.rate = group, bound, rate
 
     def record(self, value: float, now: float) -> int:
@@ -150,7 +193,7 @@ class ClientQuotaManager:
         self._seen: ClientQuotasImage | None = None
         self._resolved: dict[tuple[str, str], Sensor | None] = {}
         self._anyone = False
-        self._rates: dict[tuple[str, str], Rate] = {}
+        self._rates: dict[tuple[str, str], Rate | Backlog] = {}
         self._swept = clock()
 
     def anyone(self) -> bool:
@@ -187,13 +230,18 @@ class ClientQuotaManager:
                     if rate is None:
                         now = self.clock()
                         self._sweep(now)
-                        rate = self._rates[group] = Rate(self.window, now)
+                        rate = self._rates[group] = self._measure(bound, now)
                     found = Sensor(group, bound, rate)
                     break
         if len(self._resolved) > 100_000:  # a flood of client ids: resolving again is cheap
             self._resolved.clear()
         self._resolved[(user, client_id)] = found
         return found
+
+    def _measure(self, bound: float, now: float) -> Rate | Backlog:
+        """A new group's measure: bytes owed beyond the allowance of ``quota.window.num - 1``
+        windows, the bytes a new client may send at once under Kafka's ``Rate``."""
+        return Backlog(max(1, self.window.samples - 1) * self.window.size_s, bound, now)
 
     def quota(self, user: str, client_id: str) -> tuple[tuple[str, str], float] | None:
         """(the measured group's (user, client id), the quota) of a client; None: unlimited."""
@@ -239,6 +287,10 @@ class RequestQuotaManager(ClientQuotaManager):
                  clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(REQUEST_PERCENTAGE, quotas, window, clock)
 
+    def _measure(self, bound: float, now: float) -> Rate | Backlog:
+        """Kafka's ``Rate``, as Kafka measures request time (its throttle is at most one window)."""
+        return Rate(self.window, now)
+
     def record(self, user: str, client_id: str, value: float) -> int:
         """Count ``value`` seconds of the broker's time; the throttle time in ms (0: within quota)."""
         s = self.sensor(user, client_id)
@@ -252,42 +304,22 @@ class RequestQuotaManager(ClientQuotaManager):
 class MutationQuotaManager(ClientQuotaManager):
     """``controller_mutation_rate`` (KIP-599): partitions created or deleted per second, as a
     token bucket of ``rate * quota.window.num * quota.window.size.seconds`` tokens refilled at
-    ``rate``. A request is let through while the bucket is not in debt and takes its partitions
-    from it, which may leave it in debt; the debt is the throttle time, ``-tokens / rate``."""
+    ``rate`` (a ``Backlog`` of that allowance: the tokens taken beyond it are the debt). A
+    request is let through while the bucket is not in debt and takes its partitions from it,
+    which may leave it in debt; the debt is the throttle time, ``debt / rate``. A quota change
+    keeps the partitions owed (Kafka's ``TokenBucket`` keeps its tokens, up to the new burst)."""
 
     def __init__(self, quotas: Callable[[], ClientQuotasImage], window: QuotaWindow = QuotaWindow(),
                  clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(CONTROLLER_MUTATION_RATE, quotas, window, clock)
-        self._buckets: dict[tuple[str, str], list[float]] = {}  # group -> [tokens, last refill]
 
-    def _tokens(self, user: str, client_id: str) -> tuple[list[float], float] | None:
-        q = self.quota(user, client_id)
-        if q is None:
-            return None
-        group, rate = q
-        now, burst = self.clock(), rate * self.window.samples * self.window.size_s
-        bucket = self._buckets.get(group)
-        if bucket is None:
-            if len(self._buckets) > 100_000:  # a flood of client ids: a full bucket is what a new one gets
-                self._buckets.clear()
-            bucket = self._buckets[group] = [burst, now]
-        bucket[0], bucket[1] = min(burst, bucket[0] + (now - bucket[1]) * rate), now
-        return bucket, rate
+    def _measure(self, bound: float, now: float) -> Rate | Backlog:
+        return Backlog(self.window.samples * self.window.size_s, bound, now)
 
     def throttle_ms(self, user: str, client_id: str) -> int:
         """How long the client must wait before it may mutate again (0: it may now)."""
-        found = self._tokens(user, client_id)
-        if found is None or found[0][0] >= 0:
-            return 0
-        return max(1, round(-found[0][0] / found[1] * 1000))
-
-    def record(self, user: str, client_id: str, value: float) -> int:
-        """Take ``value`` partitions; the throttle time that leaves (0: none)."""
-        found = self._tokens(user, client_id)
-        if found is None:
-            return 0
-        found[0][0] -= value
-        return self.throttle_ms(user, client_id)
+        s = self.sensor(user, client_id)
+        return 0 if s is None else s.rate.throttle_ms(s.bound, self.clock())
 
 
 class HandlerTime:

@@ -202,6 +202,57 @@ def test_rate_over_the_samples_throttle_time_and_a_quota_change_at_once():
     assert m.max_in_window("", "c") == 100 and m.max_in_window("", "d") is None
 
 
+def simulated_client(m: ClientQuotaManager, now: list[float], fetching: bool, seconds: float = 100.0,
+                     size: int = 16384, in_flight: int = 5, service: float = 0.002,
+                     latency: float = 0.0005) -> list[tuple[float, int]]:
+    """A librdkafka client wanting more than its quota, against the broker's accounting on a
+    fake clock: up to ``in_flight`` requests of ``size`` bytes (a producer's batch, or what a
+    fetch is answered with), none sent while a throttle it was told lasts; the broker handles
+    them in turn and reads nothing from a connection it throttled until the throttle ends
+    (KIP-219). A throttled fetch is answered empty, its bytes taken back (as
+    ``throttling.after``). The bytes each answer carried, by when it arrived."""
+    import heapq
+    moved: list[tuple[float, int]] = []
+    events = [(0.0, i) for i in range(in_flight)]  # (time, slot): when the client may send on a slot
+    broker_free = throttled_until = 0.0
+    while events:
+        t, slot = heapq.heappop(events)
+        if t > seconds:
+            break
+        if t < throttled_until:  # librdkafka holds requests to a broker back while it is throttled
+            heapq.heappush(events, (throttled_until, slot))
+            continue
+        handled = max(t + latency, broker_free)
+        now[0] = handled + service
+        throttle = m.record("", "c", size)
+        if throttle and fetching:
+            m.unrecord("", "c", size)
+        answered = now[0] + latency
+        broker_free = now[0] + throttle / 1000  # muted
+        if not (throttle and fetching):
+            moved.append((answered, size))
+        throttled_until = max(throttled_until, answered + throttle / 1000)
+        heapq.heappush(events, (answered, slot))
+    return moved
+
+
+@pytest.mark.parametrize("key", ["producer_byte_rate", "consumer_byte_rate"])
+def test_a_client_over_its_quota_is_held_within_10_percent_over_any_30_s(key):
+    """Issue 29: a client with a byte-rate quota, wanting more, moves within 10% of its quota
+    over any 30 s once its first allowance is spent, with Kafka's default windows (11 of 1 s).
+    Kafka's windowed Rate lets the (samples - 1) windows' worth a client sent at once go again
+    when that sample expires, every ~11 s: a 30 s span held two or three such bursts (0.73 to
+    1.11 of the quota; Kafka 3.8's Rate swings alike)."""
+    quota, now = 1_000_000, [0.0]
+    image = quotas_of(alteration((("client-id", "c"),), **{key: quota}))
+    m = ClientQuotaManager(key, lambda: image, QuotaWindow(), lambda: now[0])
+    moved = simulated_client(m, now, fetching=key == "consumer_byte_rate")
+    spans = {start: sum(n for t, n in moved if start <= t < start + 30) / 30 / quota for start in range(12, 71)}
+    worst = max(spans.items(), key=lambda s: abs(s[1] - 1))
+    print(f"{key}: worst {worst[1]:.3f} of the quota over the 30 s from {worst[0]} s")
+    assert abs(worst[1] - 1) <= 0.10, f"{worst[1]:.3f} of the quota over the 30 s from {worst[0]} s"
+
+
 def test_the_rate_kept_incrementally_measures_as_summing_every_sample_does():
     """Rate keeps its sum and oldest start instead of walking the samples on every request;
     what it measures is what summing them afresh gives (Kafka's SampledStat), at every step of
@@ -591,38 +642,79 @@ class PacedProducer:
                 except BufferError:
                     pass
             self.producer.poll(0.01)
+        self.producer.purge(in_queue=True, in_flight=True)  # what a throttled producer still holds: not waited for
         self.producer.flush(10)
 
     def rate_between(self, t0: float, t1: float) -> float:
         return sum(n for t, n in self.delivered if t0 <= t < t1) / (t1 - t0)
 
 
-def test_a_producer_over_its_quota_is_held_to_it_and_told_while_another_is_unaffected(cluster):
-    """Two librdkafka producers: "slow" with producer_byte_rate 100 kB/s (offering 400 kB/s) is
-    measured at its quota and sees throttle_time_ms; "fast" (no quota, 300 kB/s) gets all it
-    offers and no throttle; raising slow's quota applies within seconds."""
-    asyncio.run(cluster.create_topic("quota-t", 1, rf=1))
-    quota = 100_000
+class ReadingConsumer:
+    """A librdkafka consumer reading a partition from its start in its own thread, in fetches
+    of at most ``fetch_bytes``, keeping when each record arrived and the throttle times it was told."""
 
-    def set_quota(rate: int) -> None:
-        asyncio.run(set_client_quota(cluster, "slow", "producer_byte_rate", rate))
+    def __init__(self, c: BrokerCluster, client_id: str, topic: str, fetch_bytes: int = 16384) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+        self.read: list[tuple[float, int]] = []
+        self.throttles: list[float] = []
+        self.consumer: Any = Consumer({"bootstrap.servers": c.kafka_bootstrap_servers, "client.id": client_id,
+                                       "group.id": client_id, "enable.auto.commit": False,
+                                       "max.partition.fetch.bytes": fetch_bytes,
+                                       "throttle_cb": lambda e: self.throttles.append(e.throttle_time)})
+        self.consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
 
-    set_quota(quota)
-    slow, fast = PacedProducer(cluster, "slow", "quota-t", 4 * quota), PacedProducer(cluster, "fast", "quota-t",
-                                                                                       3 * quota)
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            for m in self.consumer.consume(100, 0.1):
+                if m.error() is None:
+                    self.read.append((time.monotonic(), len(m.value())))
+        self.consumer.close()
+
+    def rate_between(self, t0: float, t1: float) -> float:
+        return sum(n for t, n in self.read if t0 <= t < t1) / (t1 - t0)
+
+
+@pytest.mark.parametrize("seconds, tolerance", [(8, 0.12), pytest.param(30, 0.10, marks=pytest.mark.slow)])
+def test_a_producer_and_a_consumer_over_their_quotas_are_held_to_them_while_another_is_unaffected(
+        cluster, seconds: int, tolerance: float):
+    """Issue 29: librdkafka clients: "slow" with producer_byte_rate 100 kB/s (offering 400 kB/s)
+    and "reader" with consumer_byte_rate 100 kB/s (reading what the producers wrote) each move
+    their quota over ``seconds`` once their allowance is spent, and see throttle_time_ms; "fast"
+    (no quota, 300 kB/s) gets all it offers and no throttle; raising slow's quota applies within
+    seconds. The issue's 30 s within 10% is marked slow; ``make test`` measures 8 s, within 12%
+    (the values are 98.6% of the batches' bytes the broker counts, and on a loaded machine 8 s
+    held 0.92 to 1.0 of the quota)."""
+    topic, quota = f"quota-t-{seconds}", 100_000
+    slow_id, fast_id, reader_id = f"slow-{seconds}", f"fast-{seconds}", f"reader-{seconds}"
+    asyncio.run(cluster.create_topic(topic, 1, rf=1))
+
+    def set_quota(client_id: str, key: str, rate: int) -> None:
+        asyncio.run(set_client_quota(cluster, client_id, key, rate))
+
+    set_quota(slow_id, "producer_byte_rate", quota)
+    set_quota(reader_id, "consumer_byte_rate", quota)
+    slow, fast = PacedProducer(cluster, slow_id, topic, 4 * quota), PacedProducer(cluster, fast_id, topic, 3 * quota)
+    reader = ReadingConsumer(cluster, reader_id, topic)
     start = time.monotonic()
-    slow.thread.start()
-    fast.thread.start()
+    for p in (slow, fast, reader):
+        p.thread.start()
     try:
-        # after the first (samples - 1) windows' allowance, slow is held to its quota
-        while time.monotonic() < start + 12:
+        # after the first allowance ((samples - 1) windows, 3 s of the quota here), each is held to its quota
+        measured_from = start + 4
+        while time.monotonic() < measured_from + seconds:
             time.sleep(0.2)
-        measured, offered = slow.rate_between(start + 4, start + 12), fast.rate_between(start + 4, start + 12)
-        print(f"slow {measured:.0f} B/s (quota {quota}), fast {offered:.0f} B/s, throttles {slow.throttles[:5]}")
-        assert abs(measured - quota) <= 0.12 * quota, f"slow: {measured:.0f} B/s for a quota of {quota}"
+        span = (measured_from, measured_from + seconds)
+        written, offered, read = slow.rate_between(*span), fast.rate_between(*span), reader.rate_between(*span)
+        print(f"over {seconds} s: slow {written:.0f} B/s, reader {read:.0f} B/s (quotas {quota}), "
+              f"fast {offered:.0f} B/s; throttles: slow {slow.throttles[:3]}, reader {reader.throttles[:3]}")
+        assert abs(written - quota) <= tolerance * quota, f"slow: {written:.0f} B/s for a quota of {quota}"
+        assert abs(read - quota) <= tolerance * quota, f"reader: {read:.0f} B/s for a quota of {quota}"
         assert offered >= 0.9 * 3 * quota, f"fast: {offered:.0f} B/s of the {3 * quota} it offered"
         assert slow.throttles and max(slow.throttles) > 0 and not fast.throttles
-        set_quota(4 * quota)
+        assert reader.throttles and max(reader.throttles) > 0
+        set_quota(slow_id, "producer_byte_rate", 4 * quota)
         changed = time.monotonic()
         while time.monotonic() < changed + 6:
             time.sleep(0.2)
@@ -630,11 +722,11 @@ def test_a_producer_over_its_quota_is_held_to_it_and_told_while_another_is_unaff
         print(f"slow after the quota was raised to {4 * quota}: {raised:.0f} B/s")
         assert raised >= 1.5 * quota, f"the raised quota did not apply: {raised:.0f} B/s"  # held at 1.0 before
     finally:
-        for p in (slow, fast):
+        for p in (slow, fast, reader):
             p.stop.set()
-        for p in (slow, fast):
+        for p in (slow, fast, reader):
             p.thread.join(20)
-            p.producer = None  # destroyed now: not left reconnecting to the stopped cluster until the run ends
+        slow.producer = fast.producer = reader.consumer = None  # destroyed now: not left reconnecting to the stopped cluster
 
 
 def test_our_clients_over_grpc_are_held_to_their_quotas(cluster):
