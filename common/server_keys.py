@@ -115,7 +115,7 @@ SERVER_KEYS = ConfigDef([
     _int("max.connection.creation.rate", INT_MAX, "new connections per second a broker's Kafka listeners accept in "
          "all (KIP-612); more wait, unread, to be served (also `listener.name.<l>.max.connection.creation.rate`, "
          "one listener's own)", 1, INT_MAX, role=BROKER),
-    _int("quota.window.num", 11, "samples a client quota's rate is measured over (see \"Quotas\")", 1, INT_MAX,
+    _int("quota.window.num", 11, "samples request_percentage is measured over; byte rates allow (this - 1) windows at once (see \"Quotas\")", 1, INT_MAX,
          role=BROKER),
     _int("quota.window.size.seconds", 1, "the time span of one quota sample", 1, INT_MAX, role=BROKER),
     _int("connections.max.reauth.ms", 0, "the SASL session lifetime clients are told (KIP-368): a connection "
