@@ -717,6 +717,101 @@ def test_our_consume_transform_produce_commits_offsets_with_the_transaction(clus
         [f"out-{i}".encode() for i in range(5)]
 
 
+def test_exactly_once_with_our_clients_through_a_killed_coordinator_and_a_stopped_leader(cluster):
+    """The librdkafka fault test above with our clients: our Consumer in a group
+    (read_committed) and our Producer (transactional_id) consume, transform and produce, every
+    fourth transaction aborted, through a kill -9 of the transaction coordinator's broker with
+    a transaction's records written (restarted three transactions later) and a 5 s SIGSTOP of
+    an output partition's leader with records in flight to it (past the brokers' 3 s session,
+    so the partition's leadership moves, and the coordinators' if it was theirs: our producer
+    finds them again within its request timeout): a read_committed reader of the output sees
+    every input exactly once and in order, and none of the aborted records, which a
+    read_uncommitted reader does see."""
+    from clients import Consumer as OurConsumer, Producer as OurProducer
+    from clients.transactions import TransactionAbortableError
+
+    n, parts, tid = 20, 2, "ours-eos"
+    for t in ("ours-eos-in", "ours-eos-out"):
+        asyncio.run(cluster.create_topic(t, partitions=parts, rf=3))
+    aborted: list[bytes] = []  # flushed, then aborted on purpose: read_uncommitted sees them
+    faults: dict[str, int] = {}
+
+    async def go(stop: contextlib.ExitStack) -> None:
+        async with OurProducer(cluster.bootstrap_servers) as src:
+            for i in range(n):
+                for part in range(parts):
+                    await src.send("ours-eos-in", b"%d-%d" % (part, i), partition=part)
+        # A stopped broker answers nothing: our clients give up on a request to it after
+        # request_timeout_ms (30 s by default) and then ask the new leader or coordinator.
+        async with OurProducer(cluster.bootstrap_servers, transactional_id=tid, request_timeout_ms=5000,
+                               linger_ms=5) as p, \
+                OurConsumer(cluster.bootstrap_servers, group_id="ours-eos", auto_offset_reset="earliest",
+                            enable_auto_commit=False, isolation_level="read_committed", request_timeout_ms=5000,
+                            max_poll_records=5, fetch_max_wait_ms=100) as c:
+            await p.init_transactions()
+            await c.subscribe(["ours-eos-in"])
+            cycle = committed = 0
+
+            async def rewind() -> None:
+                """After an abort, back to the group's committed offsets (as an application does)."""
+                for topic, part in c.assignment():
+                    c.seek(topic, part, await c.committed(topic, part) or 0)
+
+            deadline = time.monotonic() + 60
+            while committed < n * parts:
+                assert time.monotonic() < deadline, f"{committed} of {n * parts} inputs committed by cycle {cycle}"
+                batch = await c.poll(500)
+                if not batch:
+                    continue
+                cycle += 1
+                if cycle == 7:  # the killed broker is back; the leader of the first record's output
+                    # partition stops (whatever coordinator it also is) for longer than its session
+                    await cluster.wait_unfenced(timeout=60)
+                    out = (await cluster.describe_topic("ours-eos-out")).partitions
+                    faults["stopped"] = next(x.leader for x in out if x.partition == batch[0].partition)
+                    stop.enter_context(_stopped_for(cluster, {faults["stopped"]}, 5))
+                p.begin_transaction()
+                values = [b"%s@%d" % (r.value, cycle) for r in batch]
+                try:
+                    for r, v in zip(batch, values, strict=True):
+                        await p.send("ours-eos-out", v, partition=r.partition)
+                    if cycle == 3:  # the coordinator dies with the transaction open and its records written
+                        await p.flush()
+                        faults["killed"] = await asyncio.to_thread(_coordinator_of, cluster, tid)
+                        cluster.kill(faults["killed"])
+                    await p.send_offsets_to_transaction(
+                        {tp: pos for tp in c.assignment() if (pos := c.position(*tp)) is not None}, c.group_metadata())
+                    if cycle % 4 == 0:
+                        await p.flush()
+                        await p.abort_transaction()
+                        aborted.extend(values)
+                        await rewind()
+                    else:
+                        await p.commit_transaction()
+                        committed += len(batch)
+                except TransactionAbortableError:
+                    await p.abort_transaction()
+                    await rewind()
+                if cycle == 6:
+                    cluster.start_broker(faults["killed"])
+            assert cycle >= 7
+
+    try:
+        with contextlib.ExitStack() as stop:
+            asyncio.run(go(stop))
+    finally:
+        if "killed" in faults and cluster.procs[faults["killed"]].poll() is not None:
+            cluster.start_broker(faults["killed"])
+        asyncio.run(cluster.wait_unfenced(timeout=60))
+    assert {"killed", "stopped"} <= set(faults) and aborted
+    seen = _read_partitions(cluster, "ours-eos-out", parts, "read_committed", n * parts)
+    for part in range(parts):
+        assert [v.split(b"@")[0] for v in seen[part]] == [b"%d-%d" % (part, i) for i in range(n)], seen[part]
+    assert not set(aborted) & {v for vs in seen.values() for v in vs}
+    everything = _read_partitions(cluster, "ours-eos-out", parts, "read_uncommitted", n * parts + len(aborted))
+    assert set(aborted) <= {v for vs in everything.values() for v in vs}
+
+
 # -- kraft transactions (kafka-transactions.sh) ----------------------------------------------------------
 
 async def _send_plain(cluster: BrokerCluster, topic: str, value: bytes) -> None:
