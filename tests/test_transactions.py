@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import signal
 import subprocess
 import sys
@@ -456,9 +457,10 @@ def test_exactly_once_through_a_killed_coordinator_and_a_stopped_leader(cluster)
                 killed = _coordinator_of(cluster, tid)
                 cluster.kill(killed)
             if cycle == 9:  # an output partition's leader stops with records in flight to it
-                # Not a coordinator's broker: with the transaction and group coordinators
-                # stopped too, librdkafka's send_offsets_to_transaction was seen to block past
-                # its timeout (not diagnosed; the coordinators' failover is the kill above).
+                # Not a coordinator's broker: stopped past its session, a group coordinator's
+                # broker is dropped by librdkafka and never asked about again, and
+                # send_offsets_to_transaction blocks past its timeout (librdkafka issues 5511
+                # and 5456, docs/brokers.md "Transactions"; the coordinators' failover is the kill above).
                 coordinators = {_coordinator_of(cluster, tid), _coordinator_of(cluster, "eos", 0)}
                 leaders = [x.leader for x in asyncio.run(cluster.describe_topic("eos-out")).partitions
                            if x.partition in {m.partition() for m in batch}]
@@ -601,6 +603,74 @@ def test_send_offsets_and_commit_through_a_stopped_coordinators_broker(cluster):
     finally:
         check.close()
     assert _committed_values(cluster, "stop-out", b"out-4") == [b"out-%d" % i for i in range(5)]
+
+
+def test_brokers_name_live_coordinators_while_the_coordinators_broker_is_stopped_past_its_session(cluster):
+    """Our brokers' side of what librdkafka was seen blocking on (docs/brokers.md
+    "Transactions"): a group's coordinator's broker (and a transactional id's, if it leads a
+    partition of __transaction_state) is SIGSTOPped past its session: once it is fenced, the
+    other brokers' Metadata answers (Kafka protocol) leave it out, as Kafka leaves out a fenced
+    broker, and their FindCoordinator answers name a live broker for the group (and the id);
+    continued, it is back in the Metadata answers and names the same coordinators as the
+    others."""
+    from confluent_kafka.admin import AdminClient
+    from protos import broker_pb2 as bpb, controller_pb2 as cpb
+    from tests.brokercluster import _stub
+
+    async def named(asker: int, key: str, key_type: int) -> int | None:
+        """The coordinator ``asker`` names for ``key``, None while it answers an error."""
+        async with _stub(cluster.address(asker)) as s:
+            r = await s.FindCoordinator(bpb.FindCoordinatorRequest(key=key, key_type=key_type), timeout=5)
+        return r.node_id if r.error_code == 0 else None
+
+    def metadata_brokers(bid: int) -> set[int]:
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{cluster.kafka_ports[bid]}"})
+        return set(admin.list_topics(timeout=10).brokers)
+
+    def coordinator(key: str, key_type: int) -> int:
+        """Once there is one (the internal topics may be being created)."""
+        return asyncio.run(eventually(lambda: named(cluster.ids[0], key, key_type), 20,
+                                      what=f"a coordinator of {key}"))
+
+    group = "stopped-group"
+    stopped = coordinator(group, 0)
+    # and a transactional id it coordinates, if it leads a partition of __transaction_state
+    keys = [(group, 0)] + [(t, 1) for t in (f"tx-stopped-{k}" for k in range(30)) if coordinator(t, 1) == stopped][:1]
+    live = [b for b in cluster.ids if b != stopped]
+
+    async def while_stopped() -> None:
+        async def fenced() -> bool:
+            async with cluster.controller() as cc:
+                brokers = (await cc.describe_cluster(cpb.DescribeClusterRequest())).brokers
+            return next(b for b in brokers if b.id == stopped).fenced
+        async def names_a_live_one(asker: int, key: str, key_type: int) -> bool:
+            return await named(asker, key, key_type) in live
+
+        async def leaves_it_out(asker: int) -> bool:
+            return await asyncio.to_thread(metadata_brokers, asker) == set(live)
+
+        await eventually(fenced, 20, interval=0.1, what=f"broker {stopped} fenced")
+        for asker in live:
+            for key, key_type in keys:
+                await eventually(functools.partial(names_a_live_one, asker, key, key_type), 20, interval=0.1,
+                                 what=f"broker {asker} naming a live coordinator of {key}")
+            await eventually(functools.partial(leaves_it_out, asker), 20,
+                             what=f"broker {asker}'s Metadata without {stopped}")
+
+    cluster.signal(stopped, signal.SIGSTOP)
+    try:
+        asyncio.run(while_stopped())
+    finally:
+        cluster.signal(stopped, signal.SIGCONT)
+    asyncio.run(cluster.wait_unfenced(timeout=60))
+
+    async def agreed() -> bool:
+        for key, key_type in keys:
+            answers = {await named(b, key, key_type) for b in cluster.ids}
+            if len(answers) != 1 or None in answers:
+                return False
+        return metadata_brokers(stopped) == set(cluster.ids)
+    asyncio.run(eventually(agreed, 30, interval=0.2, what=f"broker {stopped} back and naming the others' coordinators"))
 
 
 # -- our Producer's transactional API (clients.Producer(transactional_id=...)) ------------------------
