@@ -10,6 +10,8 @@ import shutil
 
 from common.errors import ErrorCode, KafkaError
 
+from .log_store import LogStore
+from .partition import Partition
 from .replica_manager import ReplicaManager
 from .requests import (AlterReplicaLogDirsPartitionResult, AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse,
                        AlterReplicaLogDirsTopicResult, DescribeLogDirsRequest, DescribeLogDirsResponse, LogDir,
@@ -47,8 +49,8 @@ def describe_log_dirs(rm: ReplicaManager, request: DescribeLogDirsRequest) -> De
 def alter_replica_log_dirs(rm: ReplicaManager, request: AlterReplicaLogDirsRequest) -> AlterReplicaLogDirsResponse:
     """Start moving each named replica to its directory, as Kafka answers: LOG_DIR_NOT_FOUND for a
     path not in ``log.dirs``, KAFKA_STORAGE_ERROR for an offline directory (destination or
-    current), REPLICA_NOT_AVAILABLE for a partition this broker does not host,
-    UNKNOWN_TOPIC_OR_PARTITION for one that does not exist; NONE once the move has started (or
+    current), REPLICA_NOT_AVAILABLE for a partition this broker does not host (yet: should it
+    get a replica, it goes to that directory), UNKNOWN_TOPIC_OR_PARTITION for one that does not exist; NONE once the move has started (or
     the replica is already there). The answer does not wait for the copy."""
     stores = {os.path.abspath(s.log_dir): s for s in rm.logs.stores}
     results: dict[str, AlterReplicaLogDirsTopicResult] = {}
@@ -63,7 +65,7 @@ def alter_replica_log_dirs(rm: ReplicaManager, request: AlterReplicaLogDirsReque
                         raise KafkaError(ErrorCode.LOG_DIR_NOT_FOUND, f"Log dir {d.path} is not found in the config.")
                     if dest.failure is not None:
                         raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"Log directory {dest.log_dir} is offline")
-                    p = rm.partition(t.name, index)
+                    p = _hosted(rm, t.name, index, dest)
                     if p.log.store.failure is not None:
                         raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
                                          f"Partition {p.name} is in an offline log directory")
@@ -75,3 +77,15 @@ def alter_replica_log_dirs(rm: ReplicaManager, request: AlterReplicaLogDirsReque
                 out.partitions.append(AlterReplicaLogDirsPartitionResult(partition=index, error_code=int(code),
                                                                          error_message=message))
     return AlterReplicaLogDirsResponse(topics=list(results.values()))
+
+
+def _hosted(rm: ReplicaManager, topic: str, index: int, dest: LogStore) -> Partition:
+    """The local replica; if the partition exists but is not here (yet), its log will be created
+    in ``dest`` when it comes (Kafka's maybeUpdatePreferredLogDir), and NOT_LEADER_OR_FOLLOWER."""
+    try:
+        return rm.partition(topic, index)
+    except KafkaError as e:
+        t = rm.image.topics_by_name.get(topic)
+        if e.code == ErrorCode.NOT_LEADER_OR_FOLLOWER and t is not None:
+            rm.logs.prefer(t.id, index, dest)
+        raise

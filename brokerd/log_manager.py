@@ -41,6 +41,9 @@ class LogManager:
         self.stores = [LogStore(d, policy) for d in log_dirs]
         self._where: dict[TopicPartitionId, LogStore] = {}
         self._future: dict[TopicPartitionId, LogStore] = {}
+        #: Where a replica this broker does not host yet goes when it comes (AlterReplicaLogDirs
+        #: ahead of a reassignment; Kafka's preferred log dirs, kept in memory as Kafka does).
+        self._preferred: dict[TopicPartitionId, LogStore] = {}
         moved: list[tuple[TopicPartitionId, LogStore]] = []
         for s in self.stores:
             futures, moving = set(_marked(s, _FUTURE)), set(_marked(s, _MOVED))
@@ -86,13 +89,13 @@ class LogManager:
 
     def open(self, topic_id: uuid.UUID, partition: int) -> PartitionLog:
         tp = (topic_id, partition)
-        store = self._where.get(tp)
+        store = self._where.get(tp) or self._preferred.pop(tp, None)
         if store is None:
             counts = {id(s): 0 for s in self.stores}
             for s in self._where.values():
                 counts[id(s)] += 1
             store = min(self.stores, key=lambda s: counts[id(s)])
-            self._where[tp] = store
+        self._where[tp] = store
         return PartitionLog(store, topic_id, partition)
 
     def delete(self, topic_id: uuid.UUID, partition: int, log: PartitionLog | None = None) -> None:
@@ -100,6 +103,10 @@ class LogManager:
         store = self._where.pop((topic_id, partition), None)
         if store is not None:
             (log or PartitionLog(store, topic_id, partition)).delete_all()
+
+    def prefer(self, topic_id: uuid.UUID, partition: int, store: LogStore) -> None:
+        """Create the partition's log in ``store`` when this broker gets a replica of it."""
+        self._preferred[(topic_id, partition)] = store
 
     # -- future logs (AlterReplicaLogDirs) ---------------------------------------------------------
 

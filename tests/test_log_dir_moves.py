@@ -1,10 +1,12 @@
 """AlterReplicaLogDirs (Kafka's API 34): a replica moved to another of its broker's log dirs
 while producers write with acks=all, its future log seen in DescribeLogDirs, nothing lost or
 duplicated, the old directory emptied; Kafka's errors; a broker killed (kill -9) mid-move and
-restarted loses nothing; and the swap's crash points, each recovered at start (in process)."""
+restarted loses nothing; the swap's crash points, each recovered at start (in process); and
+``kraft reassign-partitions`` honouring a plan's log_dirs."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import uuid
 from collections.abc import Iterator
@@ -27,6 +29,7 @@ from protos import controller_pb2 as cpb
 from tests.brokercluster import BrokerCluster, running_cluster, write_acked
 from tests.eventually import eventually
 from tests.test_kafka_handlers import Broker
+from tests.test_reassignment import kraft
 
 RATE = "replica.alter.log.dirs.io.max.bytes.per.second"
 
@@ -289,3 +292,36 @@ def test_a_future_log_found_at_start_is_kept_for_the_move_to_resume(tmp_path: Pa
         assert logs.future_store(TID, 0) is None and stored_state(logs.stores[1].db, TID, 0) is None
         await logs.close()
     asyncio.run(restart())
+
+
+# -- kraft reassign-partitions with log_dirs -------------------------------------------------------------
+
+def test_reassign_partitions_puts_replicas_in_the_plans_log_dirs(cluster: BrokerCluster, tmp_path: Path) -> None:
+    """A plan's log_dirs, as kafka-reassign-partitions.sh honours them: the replica broker 101
+    has moves to its other dir; the one the plan adds on 102 is created in its dir at once."""
+    c, topic = cluster, "cli-moved"
+    asyncio.run(c.create_topic(topic, assignments=[[101]]))
+    values = preload(c, topic, 200)
+    _, dest101 = current_dir(c, 101, topic)
+    dest102 = str(c.log_dirs(102)[1])
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [101, 102], "log_dirs": [dest101, dest102]}]}))
+    tool = ["reassign-partitions", "--bootstrap-controller", c.quorum.bootstrap, "--reassignment-json-file", str(plan)]
+
+    r = kraft(c, *tool, "--execute")
+    assert (r.returncode, r.stderr) == (1, "Error: the plan's log_dirs need --bootstrap-server: each broker is asked "
+                                           "to move its replicas between its log dirs\n")
+    r = kraft(c, *tool, "--bootstrap-server", c.bootstrap_servers, "--execute")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == f"Successfully started log directory moves for: {topic}-0-101,{topic}-0-102"
+
+    def verified() -> str | None:
+        v = kraft(c, *tool, "--bootstrap-server", c.bootstrap_servers, "--verify")
+        return v.stdout if v.returncode == 0 else None
+    out = asyncio.run(eventually(verified, 60, interval=0.5, what="--verify to pass"))
+    assert f"Reassignment of replica {topic}-0-101 completed successfully." in out
+    assert f"Reassignment of replica {topic}-0-102 completed successfully." in out
+    assert list(replicas(c, 102, topic)) == [(dest102, False)]
+    assert f"{topic}-0: moving from" not in c.log_path(102).read_text()  # created there, not moved
+    assert read_all(c, topic) == values
