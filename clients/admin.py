@@ -89,7 +89,10 @@ class Admin:
         req = pb.AlterReplicaLogDirsRequest(dirs=[pb.AlterReplicaLogDir(path=path, topics=[
             pb.AlterReplicaLogDirsTopic(name=t, partitions=ps) for t, ps in topics.items()])
             for path, topics in by_dir.items()])
-        r = await self.connections.stub(address).AlterReplicaLogDirs(req, timeout=self.timeout_ms / 1000)
+        try:
+            r = await self.connections.stub(address).AlterReplicaLogDirs(req, timeout=self.timeout_ms / 1000)
+        except grpc.aio.AioRpcError as e:
+            raise ClientError(f"broker {broker} at {address} did not answer: {e.details()}") from None
         return {(t.name, x.partition): KafkaError(ErrorCode.of(x.error_code), x.error_message or None)
                 if x.error_code else None for t in r.topics for x in t.partitions}
 
@@ -98,8 +101,11 @@ class Admin:
         address = self.cluster.brokers.get(broker)
         if address is None:
             raise ClientError(f"broker {broker} is not in the cluster's metadata")
-        r = await self.connections.stub(address).DescribeLogDirs(pb.DescribeLogDirsRequest(),
-                                                                  timeout=self.timeout_ms / 1000)
+        try:
+            r = await self.connections.stub(address).DescribeLogDirs(pb.DescribeLogDirsRequest(),
+                                                                      timeout=self.timeout_ms / 1000)
+        except grpc.aio.AioRpcError as e:
+            raise ClientError(f"broker {broker} at {address} did not answer: {e.details()}") from None
         if r.error_code:
             raise KafkaError(ErrorCode.of(r.error_code), r.error_message or None)
         return r

@@ -159,6 +159,12 @@ def test_a_leader_replica_moves_while_producers_write_with_acks_all(cluster: Bro
     assert stored_in(src, topic_id) is None
     assert stored_in(dest, topic_id) is not None
     assert alter(c, bid, dest, topic) == E.NONE and list(replicas(c, bid, topic)) == [(dest, False)]  # already there
+    r = kraft(c, "log-dirs", "--bootstrap-server", c.bootstrap_servers, "--describe", "--broker-list", str(bid),
+              "--topic-list", topic)
+    assert r.returncode == 0, r.stderr
+    [broker] = json.loads(r.stdout.splitlines()[-1])["brokers"]
+    assert {d["logDir"]: [(p["partition"], p["isFuture"]) for p in d["partitions"]] for d in broker["logDirs"]} == {
+        src: [], dest: [(f"{topic}-0", False)]}
     asyncio.run(set_rate(c, bid, 0))
 
 
