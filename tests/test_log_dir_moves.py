@@ -66,17 +66,26 @@ def current_dir(c: BrokerCluster, bid: int, topic: str) -> tuple[str, str]:
 
 
 async def set_rate(c: BrokerCluster, bid: int, rate: int) -> None:
+    """The broker's copy rate, once the broker has applied it (a move asked for before it might
+    copy everything at once)."""
     async with c.controller() as ctl:
         r = await ctl.incremental_alter_configs(cpb.IncrementalAlterConfigsRequest(resources=[
             cpb.AlterConfigsResource(resource_type=cpb.BROKER, resource_name=str(bid), configs=[
                 cpb.AlterableConfig(name=RATE, value=str(rate))])]))
         assert [x.error_code for x in r.resources] == [0]
+        committed = (await ctl.describe_quorum(cpb.DescribeQuorumRequest())).high_watermark
+
+    async def applied() -> bool:
+        return (await c.describe_broker(bid)).metadata_offset >= committed - 1
+    await eventually(applied, 20, what=f"broker {bid} applying {RATE}")
 
 
 def preload(c: BrokerCluster, topic: str, n: int, size: int = 1000) -> list[bytes]:
     from confluent_kafka import Producer
     values = [b"pre-%06d-" % i + b"x" * size for i in range(n)]
-    p = Producer({"bootstrap.servers": c.kafka_bootstrap_servers, "acks": "all", "linger.ms": 20})
+    # batches of ~20 records: a move copies whole batches, and a throttled one a batch at a time
+    p = Producer({"bootstrap.servers": c.kafka_bootstrap_servers, "acks": "all", "linger.ms": 5,
+                  "batch.size": 20 * (size + 100)})
     for v in values:
         while True:
             try:
@@ -131,8 +140,8 @@ def test_a_leader_replica_moves_while_producers_write_with_acks_all(cluster: Bro
     and takes over: every acknowledged record is read once, and the old dir holds no trace."""
     c, bid, topic = cluster, 101, "moving"
     asyncio.run(c.create_topic(topic, assignments=[[bid, 102]]))
-    values = preload(c, topic, 3000)  # ~3 MB: three seconds at the rate below
-    asyncio.run(set_rate(c, bid, 1 << 20))
+    values = preload(c, topic, 3000)  # ~3 MB: five seconds at the rate below (its first second at once)
+    asyncio.run(set_rate(c, bid, 500_000))
     src, dest = current_dir(c, bid, topic)
 
     async def move() -> tuple[list[int], list[int]]:
@@ -144,7 +153,9 @@ def test_a_leader_replica_moves_while_producers_write_with_acks_all(cluster: Bro
                                          if future and d == dest], 30, interval=0.1, what="the future log")
         during = len(acked)
         await moved(c, bid, topic, dest)
-        await eventually(lambda: len(acked) >= during + 50, 30, what="writes acknowledged after the swap")
+        assert len(acked) > during, "no write was acknowledged while the replica moved"
+        after = len(acked)
+        await eventually(lambda: len(acked) >= after + 50, 30, what="writes acknowledged after the swap")
         stop.set()
         await writer
         return seen, acked
@@ -180,6 +191,16 @@ def test_errors_are_kafkas(cluster: BrokerCluster) -> None:
     assert alter(c, 102, here, "only-on-102") == E.NONE  # where it is: nothing to do
     assert list(replicas(c, 102, "only-on-102")) == [(here, False)]
 
+    # a move back to where the replica is cancels the move under way, and its future log goes
+    preload(c, "only-on-102", 500)
+    asyncio.run(set_rate(c, 102, 50_000))  # ten seconds to copy 0.5 MB
+    other = current_dir(c, 102, "only-on-102")[1]
+    assert alter(c, 102, other, "only-on-102") == E.NONE
+    assert {d for d, future in replicas(c, 102, "only-on-102") if future} == {other}
+    assert alter(c, 102, here, "only-on-102") == E.NONE
+    assert list(replicas(c, 102, "only-on-102")) == [(here, False)]
+    asyncio.run(set_rate(c, 102, 0))
+
 
 def test_an_offline_destination_is_a_storage_error(tmp_path: Path) -> None:
     """KAFKA_STORAGE_ERROR for a failed (offline) dir, before the partition is looked at."""
@@ -206,13 +227,21 @@ def test_an_offline_destination_is_a_storage_error(tmp_path: Path) -> None:
 
 def test_a_broker_killed_mid_move_loses_nothing(cluster: BrokerCluster) -> None:
     """kill -9 while the future log is half copied; at restart the move resumes from the future
-    log and completes; every record is readable."""
+    log and completes; every record is readable. The move is asked for with kafka-python's
+    admin client."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import NoError
     c, bid, topic = cluster, 101, "crash-moving"
     asyncio.run(c.create_topic(topic, assignments=[[bid, 102]]))
     values = preload(c, topic, 2000)
     asyncio.run(set_rate(c, bid, 400_000))  # five seconds to copy 2 MB
     src, dest = current_dir(c, bid, topic)
-    assert alter(c, bid, dest, topic) == E.NONE
+    admin = KafkaAdminClient(bootstrap_servers=c.kafka_bootstrap_servers, request_timeout_ms=10_000)
+    try:
+        answers = admin.alter_replica_log_dirs({(topic, 0, bid): dest})
+    finally:
+        admin.close()
+    assert [(tuple(r), e) for r, e in answers.items()] == [((topic, 0, bid), NoError)]
 
     async def half_copied() -> bool:
         lags = [lag for (d, future), lag in (await asyncio.to_thread(replicas, c, bid, topic)).items() if future]
