@@ -3,8 +3,8 @@ ReplicaAlterLogDirsManager and its ReplicaAlterLogDirsThread).
 
 A move copies the current log into a *future* log in the destination directory while the
 current one keeps serving produce and fetch, then follows its appends like a follower follows
-its leader (the same ``append_as_follower``), mirroring its log start, high watermark and
-truncations. Once the future log has everything and no append is in flight, the partition
+its leader (the same ``stage_as_follower``, batches stored as read), mirroring its log start,
+high watermark and truncations. Once the future log has everything and no append is in flight, the partition
 switches to it in one step of the event loop (``LogManager.swap``) and the old copy is
 deleted. A broker stopped mid-move resumes it at start from what the future log holds.
 The copy is throttled by ``replica.alter.log.dirs.io.max.bytes.per.second`` (a dynamic
@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+
+from rocksdict import WriteBatch
 
 from clients.records import batches
 
@@ -85,6 +87,7 @@ class LogDirMoves:
 
     async def _run(self, p: Partition, future: PartitionLog) -> None:
         key = (p.topic_id, p.index)
+        mine = asyncio.current_task()
         try:
             await self._copy(p, future)
         except asyncio.CancelledError:
@@ -92,27 +95,35 @@ class LogDirMoves:
         except Exception as e:  # StorageFailure, or a bug: one line, the replica stays
             log.error("%s: moving to %s failed, the replica stays in %s: %s", p.name, future.store.log_dir,
                       p.log.store.log_dir, e)
-            if self._moves.get(key, (None,))[0] is future:
+            if self._moves.get(key, (None, None))[1] is mine:
                 del self._moves[key]
                 self.logs.drop_future(p.topic_id, p.index)
             return
-        if self._moves.get(key, (None,))[0] is future:
+        if self._moves.get(key, (None, None))[1] is mine:
             del self._moves[key]
 
+    def _restart(self, p: Partition, future: PartitionLog) -> PartitionLog:
+        """An empty future log in the same directory, to copy into again."""
+        self.logs.drop_future(p.topic_id, p.index)
+        fresh = self.logs.open_future(p.topic_id, p.index, future.store)
+        task = asyncio.current_task()
+        assert task is not None
+        self._moves[(p.topic_id, p.index)] = (fresh, task)
+        return fresh
+
     async def _copy(self, p: Partition, future: PartitionLog) -> None:
-        """Catch ``future`` up with ``p``'s current log, then swap them."""
+        """Catch ``future`` up with ``p``'s current log, then swap them. Every write to the
+        future log is done before the call that makes it returns (``write_now``, never a queued
+        write), so that a cancelled move leaves nothing written after its log was deleted."""
         current = p.log
         truncations = current.truncations  # the current log's truncations the future log has seen
         if not _same_history(current, future):
-            await future.truncate_fully_and_start_at(current.log_start_offset)
+            future = self._restart(p, future)
         while not p.stopped:
             current = p.log
-            if current.truncations != truncations or future.log_end_offset > current.log_end_offset \
-                    or future.log_end_offset < current.log_start_offset:
-                # The current log was truncated, or its start moved past what was copied: copy
-                # again from its start.
-                truncations = current.truncations
-                await future.truncate_fully_and_start_at(current.log_start_offset)
+            if current.truncations != truncations or future.log_end_offset > current.log_end_offset:
+                truncations = current.truncations  # the current log was truncated: copy it again
+                future = self._restart(p, future)
                 continue
             future.set_high_watermark(current.high_watermark)
             if current.log_start_offset > future.log_start_offset:
@@ -123,14 +134,18 @@ class LogDirMoves:
                     await asyncio.sleep(wait)
                     continue
                 step = min(STEP_BYTES, self.quota.rate) if self.quota.rate else STEP_BYTES
-                frames, size = current.read(future.log_end_offset, step, current.log_end_offset)
+                frames, size = current.read(max(future.log_end_offset, current.log_start_offset), step,
+                                            current.log_end_offset)
                 if frames:
-                    await future.append_as_follower(batches(b"".join(frames)))
+                    try:
+                        _append(future, frames)
+                    except ValueError:  # overlaps what the future log has: copy again
+                        future = self._restart(p, future)
+                        continue
                     self.quota.record(size)
                 await asyncio.sleep(0 if frames else RETRY_S)
                 continue
-            if current.log_end_offset != current.next_offset or future.log_end_offset != future.next_offset \
-                    or future.log_start_offset != current.log_start_offset:
+            if current.log_end_offset != current.next_offset or future.log_start_offset != current.log_start_offset:
                 await asyncio.sleep(RETRY_S)  # an append in flight: the swap waits for it
                 continue
             # Caught up, nothing in flight: swap, without yielding to the loop in between.
@@ -140,6 +155,16 @@ class LogDirMoves:
             log.info("%s: moved from %s to %s (log end %d)", p.name, before, p.log.store.log_dir,
                      p.log.log_end_offset)
             return
+
+
+
+def _append(future: PartitionLog, frames: list[memoryview]) -> None:
+    """The batches of ``frames`` (read from the current log), stored as they are."""
+    wb = WriteBatch(raw_mode=True)
+    staged = future.stage_as_follower(wb, batches(b"".join(frames)), frames)
+    if staged is not None:
+        future.store.write_now(wb)
+        future.appended(staged)
 
 
 def _same_history(current: PartitionLog, future: PartitionLog) -> bool:

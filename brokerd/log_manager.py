@@ -137,15 +137,21 @@ class LogManager:
 
     def swap(self, current: PartitionLog, future: PartitionLog) -> PartitionLog:
         """Make the caught-up ``future`` log the current one and delete ``current`` (steps 1-3
-        above, each a write in this call: nothing is appended in between). Returns the new
-        current log, read back from its store."""
+        above, each a write in this call: nothing is appended in between; with
+        ``log.flush.interval.messages=1`` steps 1 and 2 are fsynced, blocking the loop twice per
+        move). Returns the new current log, read back from its store."""
         tp = (current.topic_id, current.partition)
         old, new = current.store, future.store
         current.checkpoint()  # the high watermark a restart after step 1 promotes with
         wb = WriteBatch(raw_mode=True)
         wb.put(_MOVED + tp_prefix(*tp), b"")
         old.write_now(wb)
+        durable = old.policy.sync_every_write  # log.flush.interval.messages=1: each step fsynced in order
+        if durable:
+            old.db.flush_wal(True)
         _promote(tp, old, new, current.log_start_offset, current.high_watermark)
+        if durable:
+            new.db.flush_wal(True)  # the copied log too, before the old one goes
         self._future.pop(tp, None)
         self._where[tp] = new
         current.truncations += 1  # a compaction pass still reading the old log gives up

@@ -265,9 +265,10 @@ def test_a_broker_killed_mid_move_loses_nothing(cluster: BrokerCluster) -> None:
 TID = uuid.uuid4()
 
 
-async def _two_dirs_with_a_copy(base: Path) -> tuple[LogManager, PartitionLog, PartitionLog]:
+async def _two_dirs_with_a_copy(base: Path, policy: FlushPolicy = FlushPolicy()
+                                ) -> tuple[LogManager, PartitionLog, PartitionLog]:
     """A log of 5 batches in dir a, and its complete future log in dir b."""
-    logs = LogManager((str(base / "a"), str(base / "b")), FlushPolicy())
+    logs = LogManager((str(base / "a"), str(base / "b")), policy)
     current = logs.open(TID, 0)
     for i in range(5):
         await current.append_as_leader(build_batch([(b"k", b"v%d" % i, 0, ())]), 3)
@@ -360,3 +361,16 @@ def test_reassign_partitions_puts_replicas_in_the_plans_log_dirs(cluster: Broker
     assert list(replicas(c, 102, topic)) == [(dest102, False)]
     assert f"{topic}-0: moving from" not in c.log_path(102).read_text()  # created there, not moved
     assert read_all(c, topic) == values
+
+
+def test_a_swap_with_every_write_synced(tmp_path: Path) -> None:
+    """log.flush.interval.messages=1: the swap fsyncs its marks and the copy, and the new log has
+    everything."""
+    async def swap() -> None:
+        logs, current, future = await _two_dirs_with_a_copy(tmp_path, FlushPolicy(interval_messages=1))
+        new = logs.swap(current, future)
+        assert (new.store, new.log_end_offset, new.high_watermark, len(new.stored_batches())) == (
+            logs.stores[1], 5, 5, 5)
+        assert logs.future_store(TID, 0) is None and stored_state(logs.stores[0].db, TID, 0) is None
+        await logs.close()
+    asyncio.run(swap())
