@@ -235,7 +235,8 @@ async def move_log_dirs(admin: Admin, moves: LogDirPlan, timeout_s: float, *, re
     started. A replica the reassignment has not created yet answers REPLICA_NOT_AVAILABLE (its
     broker will create it in that dir) and is asked again (``retry`` False: asked once, before
     the reassignment); any other error raises KafkaError."""
-    pending = dict(moves)
+    # before the reassignment, a broker not registered is left to it to refuse
+    pending = {k: d for k, d in moves.items() if retry or k[2] in admin.cluster.brokers}
     deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
         for broker in sorted({b for _, _, b in pending}):

@@ -348,6 +348,12 @@ def test_reassign_partitions_puts_replicas_in_the_plans_log_dirs(cluster: Broker
     r = kraft(c, *tool, "--execute")
     assert (r.returncode, r.stderr) == (1, "Error: the plan's log_dirs need --bootstrap-server: each broker is asked "
                                            "to move its replicas between its log dirs\n")
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [101, 999], "log_dirs": [dest101, "/data/x"]}]}))
+    r = kraft(c, *tool[:-1], str(bad), "--bootstrap-server", c.bootstrap_servers, "--execute")
+    assert r.returncode == 1 and r.stderr.startswith("Error: INVALID_REPLICA_ASSIGNMENT: ") and \
+        len(r.stderr.splitlines()) == 1, r.stderr  # the reassignment's refusal, nothing moved
     r = kraft(c, *tool, "--bootstrap-server", c.bootstrap_servers, "--execute")
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[-1] == f"Successfully started log directory moves for: {topic}-0-101,{topic}-0-102"

@@ -99,7 +99,12 @@ def reassign_partitions(bootstrap: str, bootstrap_server: str | None, action: st
         lines, done = await r.verify(client, plan, describes, preserve_throttles)
         return lines + dir_lines, done and dirs_done
 
-    lines, ok = with_client(bootstrap, timeout, work)
+    from clients.cluster_view import ClientError
+    try:
+        lines, ok = with_client(bootstrap, timeout, work)
+    except ClientError as e:  # the brokers of --bootstrap-server
+        fail(str(e))
+        return
     click.echo("\n".join(lines))
     if not ok:
         sys.exit(1)
