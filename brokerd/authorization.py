@@ -34,6 +34,7 @@ from . import requests as r
 from .cluster_metadata import live_brokers, metadata_answer
 from .delete_records import delete_records as delete_records_of
 from .describe_producers import describe_producers as describe_producers_of
+from .log_dirs import alter_replica_log_dirs as alter_replica_log_dirs_of
 from .log_dirs import describe_log_dirs as describe_log_dirs_of
 from .fetch import fetch as fetch_records
 from . import transaction_requests as txn
@@ -193,6 +194,22 @@ def describe_log_dirs(rm: ReplicaManager, req: r.DescribeLogDirsRequest,
         return r.DescribeLogDirsResponse(error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
                                          error_message=access.cluster_denied(O.DESCRIBE))
     return describe_log_dirs_of(rm, req)
+
+
+def alter_replica_log_dirs(rm: ReplicaManager, req: r.AlterReplicaLogDirsRequest,
+                           access: Access) -> r.AlterReplicaLogDirsResponse:
+    """ALTER on the cluster (Kafka's): without it, every partition is refused."""
+    if not access.cluster(O.ALTER):
+        denied = access.cluster_denied(O.ALTER)
+        topics: dict[str, r.AlterReplicaLogDirsTopicResult] = {}
+        for d in req.dirs:
+            for t in d.topics:
+                out = topics.setdefault(t.name, r.AlterReplicaLogDirsTopicResult(name=t.name))
+                out.partitions += [r.AlterReplicaLogDirsPartitionResult(
+                    partition=i, error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), error_message=denied)
+                    for i in t.partitions]
+        return r.AlterReplicaLogDirsResponse(topics=list(topics.values()))
+    return alter_replica_log_dirs_of(rm, req)
 
 
 def describe_broker(describe: Callable[[], D], denied: Callable[[int, str], D], access: Access) -> D:

@@ -23,6 +23,7 @@ from common.errors import ErrorCode, KafkaError
 from .isr import IsrManager
 from .log_manager import LogManager
 from .log_cleaner import clean
+from .log_dir_moves import IO_RATE, LogDirMoves
 from .partition import Change, Partition
 from .topic_stats import BrokerTopicStats
 from .replica_fetcher import ReplicaFetcherManager
@@ -40,6 +41,7 @@ class ReplicaManager:
         self.config = config
         self.broker_id = config.node_id
         self.logs = logs
+        self.moves = LogDirMoves(logs)  # replicas moving between log.dirs (AlterReplicaLogDirs)
         self.fetchers = fetchers
         self.fenced = fenced
         self.isr: IsrManager | None = None
@@ -69,6 +71,7 @@ class ReplicaManager:
             self._reconfigure(p for p in self.partitions.values())
             self.leader_quota.set_rate(throttled_rate(image, self.broker_id, LEADER_RATE))
             self.fetchers.quota.set_rate(throttled_rate(image, self.broker_id, FOLLOWER_RATE))
+            self.moves.quota.set_rate(throttled_rate(image, self.broker_id, IO_RATE))
         else:
             names = {r.name for r in changes.configs_changed if r.type == ResourceType.TOPIC}
             if names:
@@ -95,6 +98,7 @@ class ReplicaManager:
         p = Partition(self.broker_id, topic.name, topic.id, index, plog, self.config.log_config(self.image, topic.name))
         self.partitions[(topic.id, index)] = p
         self.by_name[(topic.name, index)] = p
+        self.moves.resume(p)
         return p
 
     def _act(self, p: Partition, change: Change) -> None:
@@ -122,6 +126,7 @@ class ReplicaManager:
 
     def _remove(self, p: Partition, why: str) -> None:
         self.fetchers.unfollow(p)
+        self.moves.cancel(p)
         p.stop()
         self.partitions.pop((p.topic_id, p.index), None)
         if self.by_name.get((p.topic, p.index)) is p:
@@ -269,6 +274,7 @@ class ReplicaManager:
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.moves.stop()
         for p in self.partitions.values():
             p.stop()
         self.checkpoint()

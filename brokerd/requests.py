@@ -275,7 +275,7 @@ class LogDirPartition:
     partition: int = 0
     size_bytes: int = 0
     offset_lag: int = 0  # Kafka's: how far the log end is below the high watermark
-    is_future: bool = False  # always False: no replica is being moved between directories
+    is_future: bool = False  # a future log (AlterReplicaLogDirs): offset_lag is then how far it is behind the current one
 
 
 @dataclass(slots=True)
@@ -298,6 +298,43 @@ class DescribeLogDirsResponse:
     error_code: int = 0
     error_message: str = ""
     log_dirs: list[LogDir] = field(default_factory=list)
+
+
+# -- alter replica log dirs (Kafka's AlterReplicaLogDirs, API 34) -----------------------------------------
+
+@dataclass(slots=True)
+class AlterReplicaLogDirsTopic:
+    name: str = ""
+    partitions: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class AlterReplicaLogDir:
+    path: str = ""  # the absolute path of one of the broker's log.dirs
+    topics: list[AlterReplicaLogDirsTopic] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class AlterReplicaLogDirsRequest:
+    dirs: list[AlterReplicaLogDir] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class AlterReplicaLogDirsPartitionResult:
+    partition: int = 0
+    error_code: int = 0
+    error_message: str = ""
+
+
+@dataclass(slots=True)
+class AlterReplicaLogDirsTopicResult:
+    name: str = ""
+    partitions: list[AlterReplicaLogDirsPartitionResult] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class AlterReplicaLogDirsResponse:
+    topics: list[AlterReplicaLogDirsTopicResult] = field(default_factory=list)
 
 
 # -- offsets for leader epoch (KIP-101/279/320) -----------------------------------------------------

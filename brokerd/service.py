@@ -354,6 +354,12 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                                             await self._access(context))
         return to_wire(pb.DescribeLogDirsResponse, resp)
 
+    async def AlterReplicaLogDirs(self, request: pb.AlterReplicaLogDirsRequest,
+                                  context: grpc.aio.ServicerContext) -> pb.AlterReplicaLogDirsResponse:
+        resp = authorized.alter_replica_log_dirs(self.rm, to_domain(r.AlterReplicaLogDirsRequest, request),
+                                                 await self._access(context))
+        return to_wire(pb.AlterReplicaLogDirsResponse, resp)
+
     async def DescribeBroker(self, request: pb.DescribeBrokerRequest,
                              context: grpc.aio.ServicerContext) -> pb.DescribeBrokerResponse:
         return authorized.describe_broker(self.describe, lambda code, message: pb.DescribeBrokerResponse(

@@ -75,6 +75,41 @@ class Admin:
         answers = await asyncio.gather(*(one(a) for a in addresses.values()))
         return {b: r for b, r in zip(addresses, answers, strict=True) if r is not None}
 
+    async def alter_replica_log_dirs(self, broker: int, moves: dict[TopicPartition, str]
+                                     ) -> dict[TopicPartition, KafkaError | None]:
+        """AlterReplicaLogDirs at ``broker``: each replica to the log dir named (an absolute path
+        of its ``log.dirs``). Answers each replica's error (None: moving, or already there);
+        REPLICA_NOT_AVAILABLE means the broker does not host it yet and will create it there."""
+        address = self.cluster.brokers.get(broker)
+        if address is None:
+            raise ClientError(f"broker {broker} is not in the cluster's metadata")
+        by_dir: dict[str, dict[str, list[int]]] = {}
+        for (topic, partition), path in moves.items():
+            by_dir.setdefault(path, {}).setdefault(topic, []).append(partition)
+        req = pb.AlterReplicaLogDirsRequest(dirs=[pb.AlterReplicaLogDir(path=path, topics=[
+            pb.AlterReplicaLogDirsTopic(name=t, partitions=ps) for t, ps in topics.items()])
+            for path, topics in by_dir.items()])
+        try:
+            r = await self.connections.stub(address).AlterReplicaLogDirs(req, timeout=self.timeout_ms / 1000)
+        except grpc.aio.AioRpcError as e:
+            raise ClientError(f"broker {broker} at {address} did not answer: {e.details()}") from None
+        return {(t.name, x.partition): KafkaError(ErrorCode.of(x.error_code), x.error_message or None)
+                if x.error_code else None for t in r.topics for x in t.partitions}
+
+    async def describe_log_dirs(self, broker: int) -> pb.DescribeLogDirsResponse:
+        """DescribeLogDirs at ``broker``: its log dirs with the replicas (and future replicas) in each."""
+        address = self.cluster.brokers.get(broker)
+        if address is None:
+            raise ClientError(f"broker {broker} is not in the cluster's metadata")
+        try:
+            r = await self.connections.stub(address).DescribeLogDirs(pb.DescribeLogDirsRequest(),
+                                                                      timeout=self.timeout_ms / 1000)
+        except grpc.aio.AioRpcError as e:
+            raise ClientError(f"broker {broker} at {address} did not answer: {e.details()}") from None
+        if r.error_code:
+            raise KafkaError(ErrorCode.of(r.error_code), r.error_message or None)
+        return r
+
     async def offsets(self, which: dict[TopicPartition, int], *, read_committed: bool = False
                       ) -> dict[TopicPartition, tuple[int, int]]:
         """ListOffsets for each partition: -2 its log start, -1 its high watermark (with

@@ -19,6 +19,7 @@ class ErrorCode(IntEnum):
     NOT_LEADER_OR_FOLLOWER = 6
     REQUEST_TIMED_OUT = 7
     BROKER_NOT_AVAILABLE = 8
+    REPLICA_NOT_AVAILABLE = 9
     RECORD_TOO_LARGE = 10  # Kafka's MESSAGE_TOO_LARGE, raised as RecordTooLargeException
     OFFSET_METADATA_TOO_LARGE = 12
     NETWORK_EXCEPTION = 13
@@ -63,6 +64,7 @@ class ErrorCode(IntEnum):
     SECURITY_DISABLED = 54
     OPERATION_NOT_ATTEMPTED = 55
     KAFKA_STORAGE_ERROR = 56
+    LOG_DIR_NOT_FOUND = 57
     SASL_AUTHENTICATION_FAILED = 58
     UNKNOWN_PRODUCER_ID = 59
     TOPIC_DELETION_DISABLED = 73
@@ -153,6 +155,8 @@ DEFAULT_MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.INVALID_REQUEST: "This most likely occurs because of a request being malformed by the client "
                                "library or the message was sent to an incompatible broker.",
     ErrorCode.KAFKA_STORAGE_ERROR: "Disk error when trying to access log file on the disk.",
+    ErrorCode.LOG_DIR_NOT_FOUND: "The user-specified log directory is not found in the broker config.",
+    ErrorCode.REPLICA_NOT_AVAILABLE: "The replica is not available for the requested topic-partition.",
     ErrorCode.FENCED_LEADER_EPOCH: "The leader epoch in the request is older than the epoch on the broker.",
     ErrorCode.UNKNOWN_LEADER_EPOCH: "The leader epoch in the request is newer than the epoch on the broker.",
     ErrorCode.INVALID_RECORD: "This record has failed the validation on broker and hence will be rejected.",
@@ -197,7 +201,7 @@ RETRIABLE = frozenset({
     ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH,
     ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR, ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
     ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, ErrorCode.THROTTLING_QUOTA_EXCEEDED, ErrorCode.INCONSISTENT_TOPIC_ID,
-    ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.UNSTABLE_OFFSET_COMMIT,
+    ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.UNSTABLE_OFFSET_COMMIT, ErrorCode.REPLICA_NOT_AVAILABLE,
 })
 
 #: Errors that mean "your metadata is stale: refresh it before trying again".

@@ -203,4 +203,6 @@ SERVER_KEYS = ConfigDef([
          "(0: unthrottled)", 0, role=BROKER, dynamic=True),
     _int("follower.replication.throttled.rate", 0, "bytes/s a replica being added by a reassignment fetches "
          "(0: unthrottled)", 0, role=BROKER, dynamic=True),
+    _int("replica.alter.log.dirs.io.max.bytes.per.second", 0, "bytes/s replicas moving between this broker's "
+         "log dirs copy (AlterReplicaLogDirs; 0: unthrottled)", 0, role=BROKER, dynamic=True),
 ])

@@ -1,12 +1,16 @@
 """``kraft reassign-partitions`` (kafka-reassign-partitions.sh): generate a plan, execute it
 with an optional replication throttle, verify it (with the bytes and offsets each moving
 replica still has to copy), cancel it, list what is moving. Plans are Kafka's JSON:
-``{"version": 1, "partitions": [{"topic": "t", "partition": 0, "replicas": [1, 2, 3]}]}``.
+``{"version": 1, "partitions": [{"topic": "t", "partition": 0, "replicas": [1, 2, 3]}]}``, with
+``"log_dirs"`` (one per replica, "any" or an absolute path) moving replicas between a broker's
+log dirs as Kafka's tool does (AlterReplicaLogDirs at each broker, ``move_log_dirs``).
 See docs/operations.md, "Moving partitions"."""
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from protos import broker_pb2 as bpb
 from protos import controller_pb2 as pb
@@ -14,7 +18,10 @@ from protos import controller_pb2 as pb
 from metadata.client import ControllerClient, error_code
 from common.errors import ErrorCode, KafkaError
 from metadata.placement import UsableBroker, balanced_moves
-from metadata.reassignments import Plan, PlanError, load_json, plan_json
+from metadata.reassignments import LogDirPlan, Plan, PlanError, load_json, plan_json
+
+if TYPE_CHECKING:
+    from clients.admin import Admin
 
 THROTTLES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
 
@@ -216,3 +223,66 @@ def list_lines(moving: dict[tuple[str, int], pb.OngoingReassignment]) -> list[st
         lines.append(f"{t}-{p}: replicas: {','.join(map(str, o.replicas))}. adding: "
                      f"{','.join(map(str, o.adding_replicas))}. removing: {','.join(map(str, o.removing_replicas))}.")
     return lines
+
+
+def _replica(key: tuple[str, int, int]) -> str:
+    """Kafka's TopicPartitionReplica: topic-partition-broker."""
+    return f"{key[0]}-{key[1]}-{key[2]}"
+
+
+async def move_log_dirs(admin: Admin, moves: LogDirPlan, timeout_s: float, *, retry: bool = True) -> list[str]:
+    """Kafka's executeMoves: AlterReplicaLogDirs at each replica's broker until each move has
+    started. A replica the reassignment has not created yet answers REPLICA_NOT_AVAILABLE (its
+    broker will create it in that dir) and is asked again (``retry`` False: asked once, before
+    the reassignment); any other error raises KafkaError."""
+    # before the reassignment, a broker not registered is left to it to refuse
+    pending = {k: d for k, d in moves.items() if retry or k[2] in admin.cluster.brokers}
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        for broker in sorted({b for _, _, b in pending}):
+            asked = {(t, p): d for (t, p, b), d in pending.items() if b == broker}
+            for (t, p), err in (await admin.alter_replica_log_dirs(broker, asked)).items():
+                if err is None:
+                    pending.pop((t, p, broker), None)
+                elif err.code != ErrorCode.REPLICA_NOT_AVAILABLE:
+                    raise KafkaError(err.code, f"failed to alter the log dir of {_replica((t, p, broker))} to "
+                                               f"{asked[(t, p)]}: {err.message}")
+        if not retry:
+            return []
+        if not pending:
+            return ["Successfully started log directory moves for: " + ",".join(map(_replica, sorted(moves)))]
+        if asyncio.get_running_loop().time() > deadline:
+            raise KafkaError(ErrorCode.REPLICA_NOT_AVAILABLE, "timed out before the log directory moves of "
+                             f"{','.join(map(_replica, sorted(pending)))} started (the replicas are not on their "
+                             "brokers yet)")
+        await asyncio.sleep(0.1)
+
+
+async def verify_log_dirs(admin: Admin, moves: LogDirPlan) -> tuple[list[str], bool]:
+    """Kafka's verifyReplicaMoves lines (from each broker's DescribeLogDirs), and whether every
+    replica is in its log dir."""
+    where: dict[tuple[str, int, int], tuple[str | None, str | None]] = {}  # (current dir, future dir)
+    for broker in sorted({b for _, _, b in moves}):
+        r = await admin.describe_log_dirs(broker)
+        for d in r.log_dirs:
+            for t in d.topics:
+                for x in t.partitions:
+                    key = (t.name, x.partition, broker)
+                    if key in moves:
+                        now, future = where.get(key, (None, None))
+                        where[key] = (now, d.log_dir) if x.is_future else (d.log_dir, future)
+    lines, done = [], True
+    for key, target in sorted(moves.items()):
+        now, future = where.get(key, (None, None))
+        if now == target:
+            lines.append(f"Reassignment of replica {_replica(key)} completed successfully.")
+            continue
+        done = False
+        if future == target:
+            lines.append(f"Reassignment of replica {_replica(key)} is still in progress.")
+        elif now is None:
+            lines.append(f"Partition {key[0]}-{key[1]} cannot be found in any live log directory on broker {key[2]}.")
+        else:
+            lines.append(f"Partition {key[0]}-{key[1]} on broker {key[2]} is not being moved from log dir {now} "
+                         f"to {target}.")
+    return lines, done

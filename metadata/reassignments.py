@@ -152,14 +152,26 @@ def load_json(path: str, what: str) -> Any:
         raise PlanError(f"{what} {path} is not JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
 
 
+#: (topic, partition, broker) -> the log dir (an absolute path of its ``log.dirs``) the broker
+#: keeps that replica in: a plan's ``log_dirs`` other than "any".
+LogDirPlan = dict[tuple[str, int, int], str]
+
+
 def read_plan(path: str) -> Plan:
-    """A reassignment JSON file; ``log_dirs`` may be absent or all "any" (one log dir per broker)."""
+    """A reassignment JSON file's replicas (its ``log_dirs``: ``read_plan_with_log_dirs``)."""
+    return read_plan_with_log_dirs(path)[0]
+
+
+def read_plan_with_log_dirs(path: str) -> tuple[Plan, LogDirPlan]:
+    """A reassignment JSON file: each partition's replicas and, where ``log_dirs`` names one
+    (one entry per replica, "any" or an absolute path), the log dir of a replica."""
     doc = load_json(path, "--reassignment-json-file")
     entries = doc.get("partitions") if isinstance(doc, dict) else None
     if not isinstance(entries, list) or not entries:
         raise PlanError(f'{path}: expected {{"version": 1, "partitions": [{{"topic": ..., "partition": ..., '
                         f'"replicas": [...]}}, ...]}}')
     plan: Plan = {}
+    log_dirs: LogDirPlan = {}
     for i, e in enumerate(entries):
         ok = (isinstance(e, dict) and isinstance(e.get("topic"), str) and type(e.get("partition")) is int
               and isinstance(e.get("replicas"), list) and all(type(r) is int for r in e["replicas"]))
@@ -167,14 +179,18 @@ def read_plan(path: str) -> Plan:
             raise PlanError(f"{path}: entry {i} needs a topic (string), a partition (integer) and replicas "
                             f"(a list of broker ids)")
         dirs = e.get("log_dirs")
-        if dirs is not None and (not isinstance(dirs, list) or any(d != "any" for d in dirs)):
-            raise PlanError(f"{path}: entry {i}: log_dirs other than \"any\" are not supported (one log "
-                            f"directory per broker)")
+        if dirs is not None and (not isinstance(dirs, list) or len(dirs) != len(e["replicas"]) or not all(
+                isinstance(d, str) and (d == "any" or d.startswith("/")) for d in dirs)):
+            raise PlanError(f"{path}: entry {i}: log_dirs needs one entry per replica, each \"any\" or an "
+                            f"absolute path")
         key = (e["topic"], e["partition"])
         if key in plan:
             raise PlanError(f"{path}: partition {key[0]}-{key[1]} appears more than once")
         plan[key] = tuple(e["replicas"])
-    return plan
+        for broker, d in zip(e["replicas"], dirs or ()):
+            if d != "any":
+                log_dirs[(*key, broker)] = d
+    return plan, log_dirs
 
 
 def plan_json(plan: Plan) -> str:

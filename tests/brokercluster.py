@@ -37,11 +37,11 @@ class BrokerCluster:
                  heartbeat_ms: int = 300, broker_props: dict[str, str] | None = None,
                  controller_props: dict[str, str] | None = None,
                  node_props: dict[int, dict[str, str]] | None = None, client_tls: TLSConfig | None = None,
-                 dynamic: bool = False) -> None:
+                 dynamic: bool = False, log_dirs: int = 1) -> None:
         """``node_props[id]``: properties of controller or broker ``id`` alone; ``client_tls``:
         what the test's own clients dial the controllers and brokers with (TLS listeners).
         ``dynamic``: a quorum formatted with --initial-controllers, found through bootstrap
-        servers (KIP-853)."""
+        servers (KIP-853). ``log_dirs``: how many directories each broker's ``log.dirs`` lists."""
         self.base = base_dir
         self.client_tls = client_tls
         self.node_props = node_props or {}
@@ -56,6 +56,7 @@ class BrokerCluster:
         self.heartbeat_ms = heartbeat_ms
         self.props = broker_props or {}
         self.procs: dict[int, subprocess.Popen] = {}
+        self.dirs_per_broker = log_dirs
 
     @property
     def bootstrap_servers(self) -> str:
@@ -72,6 +73,10 @@ class BrokerCluster:
     def log_dir(self, bid: int) -> Path:
         return self.base / f"broker-{bid}"
 
+    def log_dirs(self, bid: int) -> list[Path]:
+        """Its ``log.dirs``: ``log_dir(bid)`` first."""
+        return [self.log_dir(bid)] + [self.base / f"broker-{bid}-dir{i}" for i in range(1, self.dirs_per_broker)]
+
     def config_path(self, bid: int) -> Path:
         return self.base / f"broker-{bid}.properties"
 
@@ -81,7 +86,7 @@ class BrokerCluster:
     def write_config(self, bid: int, **extra: str) -> Path:
         props = {"node.id": str(bid), "process.roles": "broker", **self.quorum.quorum_props(),
                  "listeners": f"PLAINTEXT://127.0.0.1:{self.ports[bid]},KAFKA://127.0.0.1:{self.kafka_ports[bid]}",
-                 "log.dirs": str(self.log_dir(bid)),
+                 "log.dirs": ",".join(str(d) for d in self.log_dirs(bid)),
                  "broker.heartbeat.interval.ms": str(self.heartbeat_ms), "replica.fetch.backoff.ms": "100",
                  "metadata.log.max.snapshot.interval.ms": "500", **self.props, **self.node_props.get(bid, {}),
                  **extra}
@@ -95,7 +100,8 @@ class BrokerCluster:
         self.quorum.start()
         for bid in self.ids:
             self.write_config(bid)
-            format_storage(str(self.log_dir(bid)), self.quorum.cluster_id, bid)
+            for d in self.log_dirs(bid):
+                format_storage(str(d), self.quorum.cluster_id, bid)
             self.start_broker(bid)
         return self
 

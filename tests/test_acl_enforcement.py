@@ -536,7 +536,8 @@ def test_authorized_operations_are_the_callers_own(node: CombinedNode, kafka_pri
 
 def test_admin_apis_need_their_operations(node: CombinedNode, kafka_principal: dict[str, str]) -> None:
     """DeleteRecords DELETE on the topic, DescribeProducers READ on it, OffsetDelete DELETE on
-    the group, DescribeLogDirs DESCRIBE on the cluster (Kafka's), with kafka-python."""
+    the group, DescribeLogDirs DESCRIBE on the cluster and AlterReplicaLogDirs ALTER on it (Kafka's), with
+    kafka-python."""
     import asyncio
 
     import kafka.errors as Errors
@@ -544,7 +545,8 @@ def test_admin_apis_need_their_operations(node: CombinedNode, kafka_principal: d
     from kafka import TopicPartition as KTP
 
     from brokerd import authorization
-    from brokerd.requests import DescribeLogDirsRequest
+    from brokerd.requests import (AlterReplicaLogDir, AlterReplicaLogDirsRequest, AlterReplicaLogDirsTopic,
+                                  DescribeLogDirsRequest)
     from metadata.authorizer import Access
     from tests.eventually import eventually
     kafka_principal["principal"] = "User:rita"
@@ -576,3 +578,8 @@ def test_admin_apis_need_their_operations(node: CombinedNode, kafka_principal: d
     rita = Access(node.broker.authorizer, Session("User:rita", "127.0.0.1"))
     refused = authorization.describe_log_dirs(node.broker.rm, DescribeLogDirsRequest(), rita)
     assert (ErrorCode(refused.error_code), refused.log_dirs) == (CLUSTER_DENIED, [])
+    # AlterReplicaLogDirs: ALTER on the cluster, each partition refused without it
+    move = AlterReplicaLogDirsRequest(dirs=[AlterReplicaLogDir(path=str(node.broker.cfg.log_dirs[0]), topics=[
+        AlterReplicaLogDirsTopic(name="a-orders", partitions=[0])])])
+    [t] = authorization.alter_replica_log_dirs(node.broker.rm, move, rita).topics
+    assert [(p.partition, ErrorCode(p.error_code)) for p in t.partitions] == [(0, CLUSTER_DENIED)]

@@ -535,6 +535,18 @@ def describe_log_dirs(b: Broker, v: int) -> None:
         [(TOPIC, [0])]
 
 
+def alter_replica_log_dirs(b: Broker, v: int) -> None:
+    """A replica asked to its own log dir is already there (NONE); a dir not in log.dirs is
+    LOG_DIR_NOT_FOUND (moves themselves: test_log_dir_moves)."""
+    leader = b.leader()
+    [here] = b.ask(A.DESCRIBE_LOG_DIRS, 4, {"topics": [{"topic": TOPIC, "partitions": [0]}]}, leader).results
+    r = b.ask(A.ALTER_REPLICA_LOG_DIRS, v, {"dirs": [
+        {"path": here.log_dir, "topics": [{"name": TOPIC, "partitions": [0]}]},
+        {"path": "/not/a/log/dir", "topics": [{"name": TOPIC, "partitions": [0]}]}]}, leader)
+    assert [(t.topic_name, [(p.partition_index, p.error_code.value) for p in t.partitions]) for t in r.results] == [
+        (TOPIC, [(0, E.NONE), (0, E.LOG_DIR_NOT_FOUND)])]
+
+
 CASES: dict[int, Case] = {
     A.API_VERSIONS: api_versions, A.METADATA: metadata, A.PRODUCE: produce, A.FETCH: fetch,
     A.LIST_OFFSETS: list_offsets, A.OFFSET_FOR_LEADER_EPOCH: offset_for_leader_epoch,
@@ -557,7 +569,7 @@ CASES: dict[int, Case] = {
     A.ADD_OFFSETS_TO_TXN: add_offsets_to_txn, A.TXN_OFFSET_COMMIT: txn_offset_commit,
     A.LIST_TRANSACTIONS: list_transactions, A.DESCRIBE_TRANSACTIONS: describe_transactions,
     A.DELETE_RECORDS: delete_records, A.OFFSET_DELETE: offset_delete, A.DESCRIBE_PRODUCERS: describe_producers,
-    A.DESCRIBE_LOG_DIRS: describe_log_dirs,
+    A.DESCRIBE_LOG_DIRS: describe_log_dirs, A.ALTER_REPLICA_LOG_DIRS: alter_replica_log_dirs,
 }
 
 

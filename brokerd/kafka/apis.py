@@ -60,7 +60,7 @@ SASL_HANDSHAKE, SASL_AUTHENTICATE, CONSUMER_GROUP_HEARTBEAT = 17, 36, 68
 ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, WRITE_TXN_MARKERS, TXN_OFFSET_COMMIT = 24, 25, 26, 27, 28
 DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
 DELETE_RECORDS, OFFSET_DELETE, DESCRIBE_PRODUCERS, DESCRIBE_LOG_DIRS = 21, 47, 61, 35
-ALTER_CONFIGS = 33
+ALTER_CONFIGS, ALTER_REPLICA_LOG_DIRS = 33, 34
 
 #: api key -> (min version, max version) served.
 VERSIONS: dict[int, tuple[int, int]] = {
@@ -80,7 +80,7 @@ VERSIONS: dict[int, tuple[int, int]] = {
     DESCRIBE_TRANSACTIONS: (0, 0), LIST_TRANSACTIONS: (0, 1),
     DELETE_RECORDS: (0, 2), OFFSET_DELETE: (0, 0), DESCRIBE_PRODUCERS: (0, 0),
     DESCRIBE_LOG_DIRS: (1, 4),
-    ALTER_CONFIGS: (0, 2),
+    ALTER_CONFIGS: (0, 2), ALTER_REPLICA_LOG_DIRS: (1, 2),
 }
 
 #: DescribeConfigs' (v3+) config types, as Kafka numbers them (its sources: metadata.configs.ConfigSource).
@@ -165,7 +165,7 @@ class KafkaApis:
             LIST_TRANSACTIONS: self.list_transactions,
             DELETE_RECORDS: self.delete_records, OFFSET_DELETE: self.offset_delete,
             DESCRIBE_PRODUCERS: self.describe_producers, DESCRIBE_LOG_DIRS: self.describe_log_dirs,
-            ALTER_CONFIGS: self.alter_configs,
+            ALTER_CONFIGS: self.alter_configs, ALTER_REPLICA_LOG_DIRS: self.alter_replica_log_dirs,
         }
         self._api_names = {key: "".join(w.capitalize() for w in fn.__name__.split("_"))
                            for key, fn in self.handlers.items()}
@@ -380,6 +380,15 @@ class KafkaApis:
                  {"partition_index": x.partition, "partition_size": x.size_bytes, "offset_lag": x.offset_lag,
                   "is_future_key": x.is_future} for x in t.partitions]} for t in d.topics]}
             for d in resp.log_dirs]}
+
+    async def alter_replica_log_dirs(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        ours = rq.AlterReplicaLogDirsRequest(dirs=[rq.AlterReplicaLogDir(path=d.path, topics=[
+            rq.AlterReplicaLogDirsTopic(name=t.name, partitions=list(t.partitions)) for t in d.topics])
+            for d in req.dirs])
+        resp = authorized.alter_replica_log_dirs(self.rm, ours, access)
+        return {"results": [{"topic_name": t.name, "partitions": [
+            {"partition_index": x.partition, "error_code": x.error_code} for x in t.partitions]}
+            for t in resp.topics]}
 
     async def offset_for_leader_epoch(self, req: Any, version: int, access: Access) -> dict[str, Any]:
         """A consumer validating its position after a leader change (KIP-320): where its

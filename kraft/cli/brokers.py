@@ -112,10 +112,12 @@ def _offsets_to_delete(path: str) -> dict[tuple[str, int], int]:
 @click.option("--broker-list", help="only these broker ids, e.g. 1,2")
 @click.option("--topic-list", help="only these topics, e.g. a,b")
 def log_dirs(bootstrap_server: str, describe: bool, broker_list: str | None, topic_list: str | None) -> None:
-    """Bytes per partition per broker, as JSON (kafka-log-dirs.sh --describe). offsetLag is how
-    far a replica's log end is behind its leader's."""
+    """Bytes per partition per log dir per broker, as JSON (kafka-log-dirs.sh --describe).
+    offsetLag is how far a replica's log end is behind its leader's; a replica moving to another
+    log dir is also listed there with isFuture true, its offsetLag behind the current one."""
     from clients.admin import Admin
     from clients.cluster_view import CLIENT_ERRORS
+    from common.errors import ErrorCode
     try:
         ids = [int(b) for b in broker_list.split(",")] if broker_list else None
     except ValueError:
@@ -123,11 +125,12 @@ def log_dirs(bootstrap_server: str, describe: bool, broker_list: str | None, top
         return
     topics = set(topic_list.split(",")) if topic_list else None
 
-    async def ask() -> dict[int, Any]:
+    async def ask() -> tuple[dict[int, Any], dict[int, Any]]:
         async with Admin(bootstrap_server, tls=command_tls()) as admin:
-            return await admin.describe_brokers(ids)
+            found = await admin.describe_brokers(ids)
+            return found, {bid: await admin.describe_log_dirs(bid) for bid in found}
     try:
-        found = run(ask())
+        found, dirs = run(ask())
     except CLIENT_ERRORS as e:
         fail(str(e))
         return
@@ -135,12 +138,18 @@ def log_dirs(bootstrap_server: str, describe: bool, broker_list: str | None, top
                   if s.role == "leader"}
     brokers = []
     for bid, d in sorted(found.items()):
-        parts = [{"partition": f"{s.topic}-{s.partition}", "size": s.size_bytes,
-                  "offsetLag": max(0, leader_end.get((s.topic, s.partition), s.log_end_offset) - s.log_end_offset),
-                  "isFuture": False}
-                 for s in d.replicas if topics is None or s.topic in topics]
-        brokers.append({"broker": bid, "logDirs": [{"logDir": d.log_dirs[0] if d.log_dirs else "", "error": None,
-                                                    "partitions": parts}]})
+        ends = {(s.topic, s.partition): s.log_end_offset for s in d.replicas}
+        log_dirs = []
+        for ld in dirs[bid].log_dirs:
+            parts = [{"partition": f"{t.name}-{x.partition}", "size": x.size_bytes,
+                      # a future replica: behind the current one (Kafka's); else behind its leader
+                      "offsetLag": x.offset_lag if x.is_future else max(
+                          0, leader_end.get((t.name, x.partition), 0) - ends.get((t.name, x.partition), 0)),
+                      "isFuture": x.is_future}
+                     for t in ld.topics if topics is None or t.name in topics for x in t.partitions]
+            log_dirs.append({"logDir": ld.log_dir, "error": ErrorCode(ld.error_code).name if ld.error_code else None,
+                             "partitions": parts})
+        brokers.append({"broker": bid, "logDirs": log_dirs})
     missing = sorted(set(ids or ()) - set(found))
     if missing:
         click.echo(f"Error: brokers {missing} did not answer", err=True)

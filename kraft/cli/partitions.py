@@ -45,7 +45,7 @@ def reassign_partitions(bootstrap: str, bootstrap_server: str | None, action: st
                         preserve_throttles: bool, timeout: float) -> None:
     """Move partitions between brokers (kafka-reassign-partitions.sh); docs/operations.md."""
     from kraft import reassign as r
-    from metadata.reassignments import PlanError, plan_json, read_plan
+    from metadata.reassignments import PlanError, plan_json, read_plan_with_log_dirs
     if action is None:
         fail("give one of --generate, --execute, --verify, --cancel, --list")
     try:
@@ -58,7 +58,10 @@ def reassign_partitions(bootstrap: str, bootstrap_server: str | None, action: st
         elif action != "list":
             if not reassignment_json_file:
                 raise PlanError(f"--{action} needs --reassignment-json-file")
-            plan = read_plan(reassignment_json_file)
+            plan, log_dirs = read_plan_with_log_dirs(reassignment_json_file)
+            if log_dirs and action in ("execute", "verify") and not bootstrap_server:
+                raise PlanError(f"the plan's log_dirs need --bootstrap-server: each broker is asked to move "
+                                f"its replicas between its log dirs")
     except PlanError as e:
         fail(str(e))
         return
@@ -72,19 +75,36 @@ def reassign_partitions(bootstrap: str, bootstrap_server: str | None, action: st
             return (["Current partition replica assignment", plan_json(current), "",
                      "Proposed partition reassignment configuration", plan_json(proposed)], True)
         if action == "execute":
-            return await r.execute(client, plan, throttle), True
+            if not log_dirs:
+                return await r.execute(client, plan, throttle), True
+            from clients.admin import Admin
+            async with Admin(bootstrap_server or "", tls=command_tls()) as admin:
+                # first, so that replicas the reassignment adds are created in their dirs
+                await r.move_log_dirs(admin, log_dirs, timeout, retry=False)
+                lines = await r.execute(client, plan, throttle)
+                return lines + await r.move_log_dirs(admin, log_dirs, timeout), True
         if action == "cancel":
             return await r.cancel(client, plan), True
         if action == "list":
             return r.list_lines(await r.ongoing(client, None)), True
         describes = None
+        dir_lines: list[str] = []
+        dirs_done = True
         if bootstrap_server:
             from clients.admin import Admin
             async with Admin(bootstrap_server, tls=command_tls()) as admin:
                 describes = await admin.describe_brokers()
-        return await r.verify(client, plan, describes, preserve_throttles)
+                if log_dirs:
+                    dir_lines, dirs_done = await r.verify_log_dirs(admin, log_dirs)
+        lines, done = await r.verify(client, plan, describes, preserve_throttles)
+        return lines + dir_lines, done and dirs_done
 
-    lines, ok = with_client(bootstrap, timeout, work)
+    from clients.cluster_view import ClientError
+    try:
+        lines, ok = with_client(bootstrap, timeout, work)
+    except ClientError as e:  # the brokers of --bootstrap-server
+        fail(str(e))
+        return
     click.echo("\n".join(lines))
     if not ok:
         sys.exit(1)
