@@ -60,8 +60,8 @@ def reassign_partitions(bootstrap: str, bootstrap_server: str | None, action: st
                 raise PlanError(f"--{action} needs --reassignment-json-file")
             plan, log_dirs = read_plan_with_log_dirs(reassignment_json_file)
             if log_dirs and action in ("execute", "verify") and not bootstrap_server:
-                raise PlanError(f"the plan's log_dirs need --bootstrap-server: each broker is asked to move "
-                                f"its replicas between its log dirs")
+                raise PlanError("the plan's log_dirs need --bootstrap-server: each broker is asked to move "
+                                "its replicas between its log dirs")
     except PlanError as e:
         fail(str(e))
         return
