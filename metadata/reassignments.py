@@ -187,7 +187,7 @@ def read_plan_with_log_dirs(path: str) -> tuple[Plan, LogDirPlan]:
         if key in plan:
             raise PlanError(f"{path}: partition {key[0]}-{key[1]} appears more than once")
         plan[key] = tuple(e["replicas"])
-        for broker, d in zip(e["replicas"], dirs or ()):
+        for broker, d in zip(e["replicas"], dirs or (), strict=False):
             if d != "any":
                 log_dirs[(*key, broker)] = d
     return plan, log_dirs

@@ -265,10 +265,10 @@ def test_a_broker_killed_mid_move_loses_nothing(cluster: BrokerCluster) -> None:
 TID = uuid.uuid4()
 
 
-async def _two_dirs_with_a_copy(base: Path, policy: FlushPolicy = FlushPolicy()
+async def _two_dirs_with_a_copy(base: Path, policy: FlushPolicy | None = None
                                 ) -> tuple[LogManager, PartitionLog, PartitionLog]:
     """A log of 5 batches in dir a, and its complete future log in dir b."""
-    logs = LogManager((str(base / "a"), str(base / "b")), policy)
+    logs = LogManager((str(base / "a"), str(base / "b")), policy or FlushPolicy())
     current = logs.open(TID, 0)
     for i in range(5):
         await current.append_as_leader(build_batch([(b"k", b"v%d" % i, 0, ())]), 3)
