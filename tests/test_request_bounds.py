@@ -66,7 +66,8 @@ def test_oversized_requests_are_refused_before_any_work(tmp_path):
                 assert msg.startswith("Excessively large number of partitions per request: 2147483647")
                 for rpc, request in requests:
                     await refused(c, rpc, request)
-            assert probe.max_stall_ms < 100, probe.max_stall_ms
+            # work the loop did (or the GIL it waited for), not the waits of a loaded host for a CPU
+            assert probe.max_work_stall_ms < 100, (probe.max_work_stall_ms, probe.max_stall_ms)
             assert (await q.active()).sm.image.offset - before < 5  # heartbeats at most: nothing was written
             assert sorted(await describe(c)) == ["small"]
         finally:
