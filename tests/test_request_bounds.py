@@ -66,7 +66,8 @@ def test_oversized_requests_are_refused_before_any_work(tmp_path):
                 assert msg.startswith("Excessively large number of partitions per request: 2147483647")
                 for rpc, request in requests:
                     await refused(c, rpc, request)
-            assert probe.max_stall_ms < 100, probe.max_stall_ms
+            # work the loop did (or the GIL it waited for), not the waits of a loaded host for a CPU
+            assert probe.max_work_stall_ms < 100, (probe.max_work_stall_ms, probe.max_stall_ms)
             assert (await q.active()).sm.image.offset - before < 5  # heartbeats at most: nothing was written
             assert sorted(await describe(c)) == ["small"]
         finally:
@@ -92,17 +93,21 @@ def test_the_probe_reports_a_stall(caplog):
 def test_the_probe_leaves_out_the_time_the_machine_gave_the_loop_no_cpu():
     """A loop ready to run while busier processes hold its core is late by the machine, not by
     its own work: the probe says so (Linux's run-queue wait of the loop's thread). The probe
-    runs in a process of the lowest CPU priority (SCHED_IDLE) beside two busy loops on one core."""
+    runs in a process of the lowest CPU priority (SCHED_IDLE) beside two busy loops on one core;
+    it ends them itself once measured, else on a loaded host the rest of its run (printing,
+    exiting) waited behind them past the timeout (70 s at load 14)."""
     assert schedstat_ms()[0] > 0, "the kernel reports no per-thread schedstat"
     core = min(os.sched_getaffinity(0))
     pin = f"import os; os.sched_setaffinity(0, {{{core}}})"
     hogs = [subprocess.Popen([sys.executable, "-c", pin + "\nwhile True: pass"]) for _ in range(2)]
     try:
-        probe = subprocess.run([sys.executable, "-c", pin + "\nimport asyncio\nfrom metadata.loop_stall import "
+        probe = subprocess.run([sys.executable, "-c", pin + "\nimport asyncio, signal\nfrom metadata.loop_stall import "
                                 "LoopStallProbe\nasync def go():\n"
                                 "    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n"
                                 "    async with LoopStallProbe(0.005) as p:\n"
-                                "        await asyncio.sleep(1.5)\n    print(p.max_stall_ms, p.max_work_stall_ms)\n"
+                                "        await asyncio.sleep(1.5)\n"
+                                f"    for hog in {[h.pid for h in hogs]}:\n        os.kill(hog, signal.SIGKILL)\n"
+                                "    print(p.max_stall_ms, p.max_work_stall_ms)\n"
                                 "asyncio.run(go())"], capture_output=True, text=True, timeout=60, cwd=REPO)
     finally:
         for h in hogs:

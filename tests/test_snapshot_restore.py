@@ -35,7 +35,14 @@ from tests.test_node_inprocess import VOTERS, cluster, in_loop, leader_of
 
 #: Big enough that decoding it on the loop stalls it for well over a second here.
 PARTITIONS = 100_000
+#: Bounds the probe's max_work_stall_ms: a stall the process made, without the time a loaded
+#: machine gave the loop's thread no CPU (266 ms of that once failed a run at load 15).
 STALL_LIMIT_MS = 250
+
+
+def stalled(probe: LoopStallProbe) -> str:
+    return (f"the loop stalled for {probe.max_work_stall_ms:.0f} ms of its own "
+            f"({probe.max_stall_ms:.0f} ms with the waits for a CPU)")
 
 
 class GatedMachine(StateMachine):
@@ -199,7 +206,7 @@ async def test_a_follower_restores_a_big_metadata_snapshot_without_stalling_its_
                              what="the follower installed the leader's snapshot")
             await asyncio.sleep(0.05)  # one more turn of the probe after the swap
         assert follower_sm.image.partition_count() == PARTITIONS
-        assert probe.max_stall_ms < STALL_LIMIT_MS, f"the loop stalled for {probe.max_stall_ms:.0f} ms"
+        assert probe.max_work_stall_ms < STALL_LIMIT_MS, stalled(probe)
     finally:
         await follower.stop(transfer=False)
         await leader.stop(transfer=False)
@@ -232,4 +239,4 @@ async def test_a_broker_loads_a_big_metadata_snapshot_and_its_changes_off_the_ev
     assert fetcher.image.partition_count() == PARTITIONS
     # The listeners (the replica manager) get what changed, worked out in the thread too.
     assert seen and seen[0] is not None and len(seen[0].topics_created) == PARTITIONS // 100
-    assert probe.max_stall_ms < STALL_LIMIT_MS, f"the loop stalled for {probe.max_stall_ms:.0f} ms"
+    assert probe.max_work_stall_ms < STALL_LIMIT_MS, stalled(probe)

@@ -1267,16 +1267,21 @@ class _InMemoryCluster:
 
 
 def test_ten_thousand_topics_list_in_under_a_second():
+    """The page's cost is what is bounded: the CPU seconds this process (the app runs in the
+    TestClient's thread) spends on one request, the best of three tries. Wall time measured the
+    host's load instead (1.07 s once at load 22); a quadratic page still costs seconds of CPU."""
     from starlette.testclient import TestClient
 
     from kraft.web.app import create_app
     with TestClient(create_app(_InMemoryCluster(10_000))) as client:  # type: ignore[arg-type]
         for query in ("/topics", "/topics?page=100", "/topics?q=topic-09"):
-            began = time.perf_counter()
-            r = client.get(query)
-            took = time.perf_counter() - began
-            assert r.status_code == 200, r.text
-            assert took < 1.0, f"{query} took {took:.2f}s"
+            costs = []
+            for _ in range(3):
+                began = time.process_time()
+                r = client.get(query)
+                costs.append(time.process_time() - began)
+                assert r.status_code == 200, r.text
+            assert min(costs) < 1.0, f"{query} took {min(costs):.2f} CPU seconds at best of 3 ({costs})"
         assert "10000 topics" in client.get("/topics").text
         assert client.get("/topics?page=101").status_code == 404
 
