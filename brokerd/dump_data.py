@@ -136,7 +136,7 @@ def topic_id_of(log_dir: str, topic: str, bootstrap: str | None, timeout: float)
 
 async def _topic_id_from_controllers(bootstrap: str, topic: str, timeout: float) -> uuid.UUID:
     from common.errors import ErrorCode, KafkaError
-    from metadata.client import ControllerClient, error_code
+    from metadata.client import ControllerClient
     from protos import controller_pb2 as cpb
     try:
         async with ControllerClient(bootstrap, timeout=timeout, give_up_unconnectable=True) as client:
@@ -144,7 +144,7 @@ async def _topic_id_from_controllers(bootstrap: str, topic: str, timeout: float)
     except KafkaError as e:
         raise DumpError(f"cannot look topic '{topic}' up at {bootstrap}: {e}") from None
     for t in resp.topics:
-        code = error_code(t.error_code)
+        code = ErrorCode.of(t.error_code)
         if code != ErrorCode.NONE:
             raise DumpError(f"{code.name}: {t.error_message or f'topic {topic}'}")
         return uuid.UUID(bytes=t.topic_id)

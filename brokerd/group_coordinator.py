@@ -40,6 +40,7 @@ from clients.topics import OFFSETS_TOPIC
 from protos import broker_pb2 as pb
 
 from .config import BrokerConfig
+from .coordinator_partitions import CoordinatorPartitions
 from .group_requests import (DeletedGroup, DeleteGroupsRequest, DeleteGroupsResponse, DescribedGroup,
                              DescribedGroupMember, DescribeGroupsRequest, DescribeGroupsResponse,
                              FindCoordinatorRequest, FindCoordinatorResponse, HeartbeatRequest, HeartbeatResponse,
@@ -132,8 +133,7 @@ class GroupCoordinator:
         self.config = config
         self.create_offsets_topic = create_offsets_topic
         self.groups: dict[str, Group] = {}
-        self._loaded: dict[int, int] = {}  # offsets partition -> the leader epoch it was loaded in
-        self._loading: dict[int, asyncio.Task] = {}
+        self._partitions = CoordinatorPartitions(rm, OFFSETS_TOPIC, self._load)
         self._creating: asyncio.Task | None = None
         self._task: asyncio.Task | None = None
         self._writes: set[asyncio.Task] = set()  # group metadata persisted in the background
@@ -145,7 +145,7 @@ class GroupCoordinator:
         self._task = asyncio.get_running_loop().create_task(self._tick_forever(), name="group-coordinator")
 
     async def stop(self) -> None:
-        tasks = [t for t in [self._task, self._creating, *self._loading.values(), *self._writes] if t is not None]
+        tasks = [t for t in [self._task, self._creating, *self._partitions.loading.values(), *self._writes] if t is not None]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -188,16 +188,8 @@ class GroupCoordinator:
         n = self._offsets_partitions()
         if not n:
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        index = partition_for(group_id, n)
-        p = self.rm.by_name.get((OFFSETS_TOPIC, index))
-        if p is None or not p.is_leader:
-            raise KafkaError(ErrorCode.NOT_COORDINATOR,
-                              f"broker {self.rm.broker_id} is not the coordinator of group {group_id}")
-        if self._loaded.get(index) != p.leader_epoch:
-            if index not in self._loading:
-                self._loading[index] = asyncio.get_running_loop().create_task(self._load(p, p.leader_epoch))
-            raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
-        return p
+        return self._partitions.require(partition_for(group_id, n),
+                                        f"broker {self.rm.broker_id} is not the coordinator of group {group_id}")
 
     # -- loading and writing the partition ---------------------------------------------------------
 
@@ -229,14 +221,14 @@ class GroupCoordinator:
                     m.last_heartbeat = now  # a full session to find the new coordinator
                 self.groups[g.group_id] = g
             self._txn_offsets[p.index] = pending
-            self._loaded[p.index] = epoch
+            self._partitions.loaded[p.index] = epoch
             log.info("%s-%d: loaded %d groups from %d records in %.2fs", OFFSETS_TOPIC, p.index, len(groups),
                      records, time.monotonic() - start)
         finally:
-            self._loading.pop(p.index, None)
+            self._partitions.loading.pop(p.index, None)
 
     def _unload(self, index: int, why: str) -> None:
-        self._loaded.pop(index, None)
+        self._partitions.loaded.pop(index, None)
         self._txn_offsets.pop(index, None)
         for gid in [gid for gid, g in self.groups.items() if g.partition == index]:
             g = self.groups.pop(gid)
@@ -565,9 +557,8 @@ class GroupCoordinator:
 
     def _tick(self) -> None:
         """Drop partitions no longer led here, expire members, finish rebalances that timed out."""
-        for index, epoch in list(self._loaded.items()):
-            p = self.rm.by_name.get((OFFSETS_TOPIC, index))
-            if p is None or not p.is_leader or p.leader_epoch != epoch:
+        for index, epoch in list(self._partitions.loaded.items()):
+            if not self._partitions.serves(index, epoch):
                 self._unload(index, "this broker is no longer its coordinator")
         now = time.monotonic()
         for g in list(self.groups.values()):
@@ -730,8 +721,7 @@ class GroupCoordinator:
     def list_groups(self) -> ListGroupsResponse:
         resp = ListGroupsResponse()
         for g in sorted(self.groups.values(), key=lambda g: g.group_id):
-            p = self.rm.by_name.get((OFFSETS_TOPIC, g.partition))
-            if p is not None and p.is_leader and self._loaded.get(g.partition) == p.leader_epoch:
+            if self._partitions.serves(g.partition, self._partitions.loaded.get(g.partition)):
                 resp.groups.append(ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type, state=g.state.value))
         return resp
 

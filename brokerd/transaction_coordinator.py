@@ -38,6 +38,7 @@ from clients.records import build_batch, records_of
 from clients.topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 from .config import BrokerConfig
+from .coordinator_partitions import CoordinatorPartitions
 from .group_coordinator import partition_for
 from .group_requests import FindCoordinatorResponse
 from .partition import Partition, replay_batches
@@ -74,8 +75,7 @@ class TransactionCoordinator:
         self.create_state_topic = create_state_topic
         self.markers = MarkerSender(rm, markers_written)
         self.txns: dict[str, TransactionMetadata] = {}
-        self._loaded: dict[int, int] = {}  # state partition -> the leader epoch it was loaded in
-        self._loading: dict[int, asyncio.Task] = {}
+        self._partitions = CoordinatorPartitions(rm, TRANSACTION_STATE_TOPIC, self._load)
         self._creating: asyncio.Task | None = None
         self._completing: dict[str, asyncio.Task] = {}  # markers being written, by transactional id
         self._locks: dict[str, asyncio.Lock] = {}
@@ -88,7 +88,7 @@ class TransactionCoordinator:
         self._expiry = loop.create_task(self._expire_forever(), name="transactional-id-expiration")
 
     async def stop(self) -> None:
-        tasks = [t for t in [self._task, self._expiry, self._creating, *self._loading.values(), *self._completing.values()] if t is not None]
+        tasks = [t for t in [self._task, self._expiry, self._creating, *self._partitions.loading.values(), *self._completing.values()] if t is not None]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -128,16 +128,9 @@ class TransactionCoordinator:
         n = self._state_partitions()
         if not n:
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        index = txn_partition_for(transactional_id, n)
-        p = self.rm.by_name.get((TRANSACTION_STATE_TOPIC, index))
-        if p is None or not p.is_leader:
-            raise KafkaError(ErrorCode.NOT_COORDINATOR, f"broker {self.rm.broker_id} is not the transaction "
-                                                         f"coordinator of {transactional_id}")
-        if self._loaded.get(index) != p.leader_epoch:
-            if index not in self._loading:
-                self._loading[index] = asyncio.get_running_loop().create_task(self._load(p, p.leader_epoch))
-            raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
-        return p
+        return self._partitions.require(txn_partition_for(transactional_id, n),
+                                        f"broker {self.rm.broker_id} is not the transaction coordinator of "
+                                        f"{transactional_id}")
 
     # -- loading and writing the partition ---------------------------------------------------------
 
@@ -159,16 +152,16 @@ class TransactionCoordinator:
             if not p.is_leader or p.leader_epoch != epoch:
                 return
             self.txns.update(found)
-            self._loaded[p.index] = epoch
+            self._partitions.loaded[p.index] = epoch
             log.info("%s-%d: loaded %d transactional ids", TRANSACTION_STATE_TOPIC, p.index, len(found))
             for m in found.values():
                 if m.state.preparing:
                     self._complete_in_background(p, m)
         finally:
-            self._loading.pop(p.index, None)
+            self._partitions.loading.pop(p.index, None)
 
     def _unload(self, index: int) -> None:
-        self._loaded.pop(index, None)
+        self._partitions.loaded.pop(index, None)
         n = self._state_partitions()
         for tid in [tid for tid in self.txns if n and txn_partition_for(tid, n) == index]:
             del self.txns[tid]
@@ -420,16 +413,15 @@ class TransactionCoordinator:
         state, zeros too, so that a chart of one starts at 0): the metrics' view. Called from
         the metrics' HTTP thread, so the dicts the event loop changes are copied first."""
         counts = dict.fromkeys(TxnState, 0)
-        for m in self._coordinated(dict(self._loaded), list(self.txns.values())):
+        for m in self._coordinated(dict(self._partitions.loaded), list(self.txns.values())):
             counts[m.state] += 1
         return counts
 
     def _coordinated(self, loaded: dict[int, int] | None = None,
                      txns: list[TransactionMetadata] | None = None) -> list[TransactionMetadata]:
         n = self._state_partitions()
-        led = {index for index, epoch in (self._loaded if loaded is None else loaded).items()
-               if (p := self.rm.by_name.get((TRANSACTION_STATE_TOPIC, index))) is not None and p.is_leader
-               and p.leader_epoch == epoch}
+        led = {index for index, epoch in (self._partitions.loaded if loaded is None else loaded).items()
+               if self._partitions.serves(index, epoch)}
         return [m for m in (self.txns.values() if txns is None else txns)
                 if n and txn_partition_for(m.transactional_id, n) in led]
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from protos import broker_pb2 as bpb
 from protos import controller_pb2 as pb
 
-from metadata.client import ControllerClient, error_code
+from metadata.client import ControllerClient
 from common.errors import ErrorCode, KafkaError
 from metadata.placement import UsableBroker, balanced_moves
 from metadata.reassignments import LogDirPlan, Plan, PlanError, load_json, plan_json
@@ -47,7 +47,7 @@ def parse_broker_list(text: str) -> list[int]:
 
 
 def _check(code: int, message: str, what: str) -> None:
-    c = error_code(code)
+    c = ErrorCode.of(code)
     if c != ErrorCode.NONE:
         raise KafkaError(c, message or what)
 
@@ -110,8 +110,8 @@ async def execute(client: ControllerClient, plan: Plan, throttle: int | None) ->
             await set_throttle(client, involved, None)
         refused = [x for x in failed if x.error_code != ErrorCode.INVALID_REQUEST or "all or nothing" not in
                    x.error_message]
-        raise KafkaError(error_code((refused or failed)[0].error_code), "; ".join(
-            f"{x.topic}-{x.partition}: {error_code(x.error_code).name}: {x.error_message}"
+        raise KafkaError(ErrorCode.of((refused or failed)[0].error_code), "; ".join(
+            f"{x.topic}-{x.partition}: {ErrorCode.of(x.error_code).name}: {x.error_message}"
             for x in refused or failed) + "; nothing was moved")
     lines = ["Current partition replica assignment", "", plan_json({k: current[k] for k in plan}), "",
              "Save this to use as the --reassignment-json-file option during rollback"]

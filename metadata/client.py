@@ -65,13 +65,6 @@ class BoundRpc(Generic[Req, Resp]):
                                       on_behalf_of=on_behalf_of)
 
 
-def error_code(value: int) -> ErrorCode:
-    try:
-        return ErrorCode(value)
-    except ValueError:
-        return ErrorCode.UNKNOWN_SERVER_ERROR
-
-
 class QuorumUnreachable(KafkaError):
     def __init__(self, message: str) -> None:
         super().__init__(ErrorCode.REQUEST_TIMED_OUT, message)
@@ -188,7 +181,7 @@ class ControllerClient(LeaderClient):
                         (FORWARDED_HOST, on_behalf_of.host.encode()))
 
         def check(address: str, resp: Resp) -> Resp:
-            code = error_code(resp.status.error_code)
+            code = ErrorCode.of(resp.status.error_code)
             if code == ErrorCode.NONE:
                 self.last_controller_id = resp.status.controller_id
                 return resp

@@ -109,8 +109,7 @@ def controller_group(fn: Callable[[], None]) -> click.Group:
 def check_error(code: int, message: str, what: str) -> None:
     """One line with the Kafka error name of a per-item error code (``what`` when no message)."""
     from common.errors import ErrorCode
-    from metadata.client import error_code
-    c = error_code(code)
+    c = ErrorCode.of(code)
     if c != ErrorCode.NONE:
         fail(f"{c.name}: {message or what}")
 

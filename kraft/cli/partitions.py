@@ -123,7 +123,6 @@ def leader_election(bootstrap: str, election_type: str, all_topic_partitions: bo
                     partition: int | None, timeout: float) -> None:
     """Elect leaders (kafka-leader-election.sh); exits 1 when a partition could not be elected."""
     from common.errors import ErrorCode
-    from metadata.client import error_code
     if all_topic_partitions == bool(topic) or (partition is not None and not topic):
         fail("give either --all-topic-partitions, or --topic (and optionally --partition)")
         return
@@ -154,6 +153,6 @@ def leader_election(bootstrap: str, election_type: str, all_topic_partitions: bo
         click.echo(f"No partition needed a leader election ({kind})")
     for r in failed:
         click.echo(f"Error completing leader election ({kind}) for partition: {r.topic}-{r.partition}: "
-                   f"{error_code(r.error_code).name}: {r.error_message}", err=True)
+                   f"{ErrorCode.of(r.error_code).name}: {r.error_message}", err=True)
     if failed:
         sys.exit(1)

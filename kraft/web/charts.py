@@ -13,7 +13,6 @@ server-side SVG keeps the console free of JavaScript and of one more install ste
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import urllib.request
@@ -21,12 +20,14 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import pairwise
+from typing import ClassVar
 
 from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import Response
 
 from .pages import render
+from .periodic import Periodic
 
 log = logging.getLogger("kraft.web")
 
@@ -59,36 +60,25 @@ def _fetch(endpoint: str, timeout: float) -> str:
 
 
 @dataclass
-class Scraper:
+class Scraper(Periodic):
     """Scrapes ``endpoints`` every ``every`` seconds into the last ``keep`` rounds."""
+
+    TASK_NAME: ClassVar[str] = "kraft-web-scraper"
 
     endpoints: list[str]
     every: float = SCRAPE_EVERY_S
     keep: int = KEEP_ROUNDS
     rounds: deque[Round] = field(default_factory=deque)
     problems: dict[str, str] = field(default_factory=dict)  # endpoint -> why its last scrape failed
-    _task: asyncio.Task[None] | None = None
 
     def __post_init__(self) -> None:
         self.rounds = deque(maxlen=self.keep)
 
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="kraft-web-scraper")
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _run(self) -> None:
-        while True:
-            await self.scrape()
-            await asyncio.sleep(self.every)
-
     async def scrape(self) -> None:
         got = await asyncio.gather(*(self._one(e) for e in self.endpoints))
         self.rounds.append(Round(time.time(), dict(zip(self.endpoints, got, strict=True))))
+
+    step = scrape
 
     async def _one(self, endpoint: str) -> Samples | None:
         try:

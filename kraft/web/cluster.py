@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from clients import Producer
 from clients.consumer_groups import GroupAdmin
 from clients.cluster_view import ClientError
-from metadata.client import ControllerClient, error_code
+from metadata.client import ControllerClient
 from common.errors import KafkaError, ErrorCode
 from metadata.shell.source import MetadataSource, SourceError
 from protos import controller_pb2 as pb
@@ -131,7 +131,7 @@ class Cluster:
 
 def check(code: int, message: str) -> None:
     """Raise Kafka's error for a non-zero ``code``, as the ``kraft`` tools report it."""
-    c = error_code(code)
+    c = ErrorCode.of(code)
     if c != ErrorCode.NONE:
         raise KafkaError(c, message)
 

@@ -5,18 +5,19 @@ history (a group's lag is the log end offsets minus its commits, computed by who
 the console is the one to remember it: a chart starts when the console does."""
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from clients.consumer_groups import PartitionLag, describe_group
 
 from .charts import Chart, Series
 from .cluster import CLUSTER_ERRORS, Cluster
+from .periodic import Periodic
 
 log = logging.getLogger("kraft.web")
 
@@ -34,16 +35,18 @@ def lag_by_topic(rows: Iterable[PartitionLag]) -> dict[str, int]:
 
 
 @dataclass
-class LagHistory:
+class LagHistory(Periodic):
     """Each group's lag per topic over time: sampled every ``every`` seconds (``start``) and
     whenever a group's page is shown (``record``), the last ``keep`` samples of each group."""
+
+    TASK_NAME: ClassVar[str] = "kraft-web-lag"
+    WAIT_FIRST: ClassVar[bool] = True
 
     cluster: Cluster
     every: float = SAMPLE_EVERY_S
     keep: int = KEEP_SAMPLES
     samples: dict[str, deque[tuple[float, dict[str, int]]]] = field(default_factory=dict)
     problem: str | None = None  # why the last round failed, said once in the log
-    _task: asyncio.Task[None] | None = None
 
     def record(self, group_id: str, rows: Iterable[PartitionLag], at: float | None = None) -> None:
         kept = self.samples.setdefault(group_id, deque(maxlen=self.keep))
@@ -56,20 +59,6 @@ class LagHistory:
             for topic, lag in topics.items():
                 series.setdefault(topic, []).append((at, float(lag)))
         return Chart("lag-chart", f"Lag of {group_id} per topic", "messages", series)
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="kraft-web-lag")
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.every)
-            await self.sample()
 
     async def sample(self) -> None:
         """One round: every group's lag (a group that went away is skipped)."""
@@ -86,3 +75,5 @@ class LagHistory:
             self.problem = str(e)
             return
         self.problem = None
+
+    step = sample
