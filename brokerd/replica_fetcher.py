@@ -81,6 +81,15 @@ class ReplicaFetcher:
     def remove(self, p: Partition) -> None:
         self.states.pop(p, None)
 
+    def rethrottled(self) -> None:
+        """The throttle's rate changed: a replica held back for what the old rate allowed is
+        fetched again now (Kafka applies a new throttle at the next fetch)."""
+        now = time.monotonic()
+        for s in self.states.values():
+            if s.partition.being_added:
+                s.delayed_until = min(s.delayed_until, now)
+        self._wake.set()
+
     # -- the loop -----------------------------------------------------------------------------
 
     async def _run(self) -> None:
@@ -325,6 +334,13 @@ class ReplicaFetcherManager:
             f.start()
         f.add(p)
         self._following[p] = key
+
+    def set_rate(self, rate: int) -> None:
+        """follower.replication.throttled.rate in force now."""
+        if rate != self.quota.rate:
+            self.quota.set_rate(rate)
+            for f in self.fetchers.values():
+                f.rethrottled()
 
     def source(self, p: Partition) -> tuple[int, str] | None:
         """The (leader, address) ``p`` is fetched from."""

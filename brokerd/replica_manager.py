@@ -70,7 +70,7 @@ class ReplicaManager:
         if any(r.type == ResourceType.BROKER for r in changes.configs_changed):
             self._reconfigure(p for p in self.partitions.values())
             self.leader_quota.set_rate(throttled_rate(image, self.broker_id, LEADER_RATE))
-            self.fetchers.quota.set_rate(throttled_rate(image, self.broker_id, FOLLOWER_RATE))
+            self.fetchers.set_rate(throttled_rate(image, self.broker_id, FOLLOWER_RATE))
             self.moves.quota.set_rate(throttled_rate(image, self.broker_id, IO_RATE))
         else:
             names = {r.name for r in changes.configs_changed if r.type == ResourceType.TOPIC}

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from brokerd.config import LogConfig
+from brokerd.config import BrokerConfig, LogConfig
 from common.errors import ErrorCode, KafkaError
 from brokerd.fetch import fetch
 from brokerd.requests import FetchPartition, FetchRequest, FetchTopic
@@ -410,8 +410,6 @@ def test_a_follower_truncates_the_suffix_the_new_leader_never_had(tmp_path):
     """KIP-101: the old leader wrote offsets 5-8 in epoch 1 that nobody else got; the new
     leader (epoch 2) has offsets 0-4 of epoch 0 only. Asked where epoch 1 ends, it answers
     (0, 5): the old leader truncates to 5, then copies the new leader's batches."""
-    from brokerd.config import BrokerConfig
-    from brokerd.log_store import FlushPolicy
     from brokerd.replica_fetcher import FetchState, ReplicaFetcher
 
     async def go():
@@ -428,9 +426,7 @@ def test_a_follower_truncates_the_suffix_the_new_leader_never_had(tmp_path):
         answer = new_leader.end_offset_for_epoch(old_leader.epochs.latest_epoch)
         assert answer == (0, 5)
 
-        cfg = BrokerConfig(7, "", "PLAINTEXT", (), {}, None, 2000, 30000, 500, 1, 1 << 20, 10 << 20, 100, 300000, 5000, 3600000,
-                           1 << 20, 86_400_000, 600_000, True, 15_000, 50, 3, 6000, 1_800_000, 3000, 4096,
-                           FlushPolicy(), LogConfig())
+        cfg = _broker_config()
         p = Partition(7, "t", tid, 1, old_leader, LogConfig())
         p.update(PartitionRegistration((7, 8), (8,), 8, 2, 3))
         fetcher = ReplicaFetcher(cfg, 8, "127.0.0.1:1", lambda: 1, lambda _: None)
@@ -453,6 +449,12 @@ def test_a_follower_truncates_the_suffix_the_new_leader_never_had(tmp_path):
         await fetcher.stop()
         await store.close()
     run(go())
+
+
+def _broker_config() -> BrokerConfig:
+    return BrokerConfig(7, "", "PLAINTEXT", (), {}, None, 2000, 30000, 500, 1, 1 << 20, 10 << 20, 100, 300000, 5000,
+                        3600000, 1 << 20, 86_400_000, 600_000, True, 15_000, 50, 3, 6000, 1_800_000, 3000, 4096,
+                        FlushPolicy(), LogConfig())
 
 
 def test_consumer_hands_out_buffered_records_from_its_position_fairly():
@@ -578,6 +580,33 @@ def test_a_throttled_long_poll_is_answered_once_the_bucket_refills(tmp_path):
         assert len(first) > 5000 and quota.wait_seconds() > 0  # in debt: the next read waits
         again = (await _fetch(rm, 3, 0, wait=5000)).topics[0].partitions[0].records
         assert again == first
+        await store.close()
+    run(go())
+
+
+def test_a_raised_follower_throttle_applies_at_the_next_fetch(tmp_path):
+    """follower.replication.throttled.rate raised mid-move: the replica being added, held back
+    for what the old rate allowed (262 s after a 256 KiB fetch at 1,000 B/s), is fetched again at
+    once, as Kafka applies a new throttle at the next fetch (tests/test_reassignment's move once
+    stalled so). The leader here is a closed port: the fetcher's warning shows that it tried."""
+    from brokerd.replica_fetcher import ReplicaFetcherManager
+
+    async def go():
+        store = LogStore(str(tmp_path))
+        p = Partition(3, "first", uuid.uuid4(), 0, PartitionLog(store, uuid.uuid4(), 0), LogConfig())
+        p.update(PartitionRegistration((1, 2, 3), (1, 2), 1, 0, 0, adding=(3,)))
+        assert p.being_added
+        manager = ReplicaFetcherManager(_broker_config(), lambda: 1, lambda _: None)
+        manager.set_rate(1000)
+        manager.quota.record(262_144 + 1000)
+        manager.follow(p, 1, "127.0.0.1:1")
+        fetcher = manager.fetchers[(1, "127.0.0.1:1")]
+        state = fetcher.states[p]
+        state.truncating = False  # (before the fetcher first runs) it would ask the closed port first
+        await eventually(lambda: state.delayed_until > time.monotonic() + 200)
+        manager.set_rate(200_000)
+        await eventually(lambda: fetcher._warned, timeout=5)
+        await manager.stop()
         await store.close()
     run(go())
 
