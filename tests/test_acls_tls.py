@@ -45,7 +45,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, certs: Path) -> Iterator[B
                 "ssl.truststore.location": str(certs / "ca.crt"), "ssl.client.auth": "required",
                 "ssl.principal.mapping.rules": MAPPING, "authorizer.class.name": STANDARD_AUTHORIZER,
                 "super.users": ";".join(f"User:{n}" for n in [*NODES, "admin"])}
-    node = {int(n.split("-")[1]): {"ssl.keystore.location": str(certs / f"{n}.keystore.pem")} for n in NODES}
+    node: dict[int, dict[str, str]] = {int(n.split("-")[1]): {"ssl.keystore.location": str(certs / f"{n}.keystore.pem")}
+                                       for n in NODES}
+    for bid in (101, 102):  # followers replicate over the leader's Kafka listener, with their certificates
+        node[bid]["replica.fetch.protocol"] = "kafka"
     with running_cluster(tmp_path_factory.mktemp("acls-tls"), security, node, brokers=2, controller_props=security,
                          client_tls=client_tls(client_props(certs, "admin"))) as c:
         yield c

@@ -1,8 +1,10 @@
 """Follower fetching (KIP-392, docs/brokers.md "Follower fetching"): three brokers in racks a,
-b, b with the RackAwareReplicaSelector. A librdkafka consumer with client.rack=b reads a
-partition led in rack a from a rack-b follower (the brokers' own bytes-out counters say which),
-and when that follower is killed goes back to the leader and reads the rest; the requests'
-rules (who serves what, up to which offset) checked one by one over gRPC."""
+b, b with the RackAwareReplicaSelector, replicating over Kafka's protocol
+(replica.fetch.protocol=kafka). A librdkafka consumer with client.rack=b reads a partition led
+in rack a from a rack-b follower (the brokers' own bytes-out counters say which), and when that
+follower is killed goes back to the leader and reads the rest; the requests' rules (who serves
+what, up to which offset) checked one by one over gRPC; the followers' own fetches reach the
+leader's Kafka listener, not its gRPC one."""
 from __future__ import annotations
 
 import asyncio
@@ -30,7 +32,8 @@ def cluster(tmp_path_factory) -> Iterator[BrokerCluster]:
     first = consecutive_ports(3)
     nodes = {bid: {"broker.rack": rack, "prometheus.listener": f"127.0.0.1:{first + i}"}
              for i, (bid, rack) in enumerate(RACKS.items())}
-    props = {"replica.selector.class": RACK_AWARE_REPLICA_SELECTOR, "replica.lag.time.max.ms": "2000"}
+    props = {"replica.selector.class": RACK_AWARE_REPLICA_SELECTOR, "replica.lag.time.max.ms": "2000",
+             "replica.fetch.protocol": "kafka"}
     with running_cluster(tmp_path_factory.mktemp("racks"), props, nodes) as c:
         yield c
 
@@ -151,7 +154,7 @@ def test_our_consumer_with_a_client_rack_reads_from_the_follower_its_leader_name
 
 
 def test_followers_replicate_over_the_leaders_kafka_listener(cluster):
-    """replica.fetch.protocol=kafka (the default): a new partition's followers ask the leader's
+    """replica.fetch.protocol=kafka (this module's brokers): a new partition's followers ask the leader's
     Kafka listener where their epoch ends (OffsetsForLeaderEpoch) and fetch there as replicas
     (Fetch with their broker ids), in a fetch session; none of it goes to the leader's gRPC
     listener, and every replica ends with the leader's batches byte for byte."""
