@@ -30,7 +30,8 @@ JSON lines (``system`` is ``confluent-kafka`` or ``pykraft-client``):
 
 ``--base COMMIT --rounds N`` runs all of it from ``COMMIT``'s tree and from this one in turn, N
 times each, and ends with one ``summary`` row per system and phase: medians and paired ratios
-(this / base) of throughput, p99, and brokers' CPU per message and per MB (``compare``).
+(this / base) of throughput, p99, and brokers' CPU per message and per MB (``compare``);
+``--broker-config KEY=VALUE`` sets a broker key (with ``--base``, for this tree's runs only).
 
 Each row carries the issue's targets (``target_produce_msgs_per_s``,
 ``target_consume_msgs_per_s``). The benchmark, 3 controllers and 3 brokers share this
@@ -294,8 +295,9 @@ def log_summary(base: Path) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> None:
     emit(fetch_conversion(args.value))
     base = Path(tempfile.mkdtemp(prefix="kafkabench"))
+    extra = dict(kv.split("=", 1) for kv in args.broker_config)
     cluster = DevQuorum(str(base), free_ports(1)[0], brokers=3, session_timeout_ms=9000,
-                        broker_extra={"broker.heartbeat.interval.ms": "1000"})
+                        broker_extra={"broker.heartbeat.interval.ms": "1000", **extra})
     cluster.start()
     try:
         asyncio.run(cluster.wait_for_brokers(timeout=90))
@@ -354,12 +356,14 @@ def compare(args: argparse.Namespace) -> None:
     base = base_tree(args.base)
     passed = ["--seconds", str(args.seconds), "--messages", str(args.messages), "--value", str(args.value),
               "--partitions", str(args.partitions)]
+    ours = [a for kv in args.broker_config for a in ("--broker-config", kv)]  # the base's bench may lack it
     rows: dict[tuple[str, str, str, int], dict[str, Any]] = {}
     try:
         for r in range(args.rounds):
             order = [("base", base), ("this", REPO)]
             for label, tree in order if r % 2 == 0 else order[::-1]:
-                out = subprocess.run([sys.executable, "-m", "bench.kafka_clients", *passed], cwd=tree,
+                out = subprocess.run([sys.executable, "-m", "bench.kafka_clients", *passed,
+                                      *(ours if label == "this" else [])], cwd=tree,
                                      env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True)
                 if out.returncode:
                     emit({"tree": label, "round": r, "error": out.stderr.strip().splitlines()[-1:]})
@@ -396,6 +400,8 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the cluster's directory (logs, data)")
     ap.add_argument("--base", help="a commit to compare with: its tree and this one run in turn (see compare)")
     ap.add_argument("--rounds", type=int, default=3, help="with --base: runs of each tree")
+    ap.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker setting (with --base: for this tree's runs only), e.g. replica.fetch.protocol=kafka")
     args = ap.parse_args()
     if args.base:
         compare(args)
