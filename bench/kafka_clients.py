@@ -28,6 +28,11 @@ JSON lines (``system`` is ``confluent-kafka`` or ``pykraft-client``):
   ``brokers_cpu_s_per_MB`` (for a produce: the leader's append and both followers' copies);
 - ``logs``: WARNING/ERROR/Traceback lines in the controllers' and brokers' logs during the run.
 
+``--base COMMIT --rounds N`` runs all of it from ``COMMIT``'s tree and from this one in turn, N
+times each, and ends with one ``summary`` row per system and phase: medians and paired ratios
+(this / base) of throughput, p99, and brokers' CPU per message and per MB (``compare``);
+``--broker-config KEY=VALUE`` sets a broker key (with ``--base``, for this tree's runs only).
+
 Each row carries the issue's targets (``target_produce_msgs_per_s``,
 ``target_consume_msgs_per_s``). The benchmark, 3 controllers and 3 brokers share this
 machine's cores, which bounds what is measured here.
@@ -37,8 +42,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -288,8 +295,9 @@ def log_summary(base: Path) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> None:
     emit(fetch_conversion(args.value))
     base = Path(tempfile.mkdtemp(prefix="kafkabench"))
+    extra = dict(kv.split("=", 1) for kv in args.broker_config)
     cluster = DevQuorum(str(base), free_ports(1)[0], brokers=3, session_timeout_ms=9000,
-                        broker_extra={"broker.heartbeat.interval.ms": "1000"})
+                        broker_extra={"broker.heartbeat.interval.ms": "1000", **extra})
     cluster.start()
     try:
         asyncio.run(cluster.wait_for_brokers(timeout=90))
@@ -319,6 +327,70 @@ def stop_cluster(cluster: DevQuorum, base: Path, keep: bool) -> None:
         shutil.rmtree(base, ignore_errors=True)
 
 
+# -- before and after in one session -------------------------------------------------------------
+
+#: The figures compared between the base and this tree.
+COMPARED = ("msgs_per_s", "p99_ms", "brokers_cpu_us_per_msg", "brokers_cpu_s_per_MB")
+
+
+def base_tree(commit: str) -> Path:
+    """``commit``'s files in a temporary directory, with their generated protobuf modules, to
+    run the benchmark's clusters from (the base of a before/after comparison)."""
+    tree = Path(tempfile.mkdtemp(prefix="kafkabench-base-"))
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", commit], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    protos = [str(p.relative_to(tree)) for d in ("protos", "raft/proto", "raft/examples/kv")
+              for p in sorted((tree / d).glob("*.proto"))]
+    for proto in protos:
+        subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I.", "--python_out=.", "--grpc_python_out=.",
+                        "--pyi_out=.", proto], cwd=tree, check=True)
+    return tree
+
+
+def compare(args: argparse.Namespace) -> None:
+    """``--base COMMIT``: the benchmark run from ``COMMIT``'s tree and from this one in turn,
+    ``--rounds`` times each, in one session (base, this, this, base, ...: a drift of the
+    machine's load weighs on both alike); every row tagged ``tree`` (base or this) and
+    ``round``, then per system and phase the medians of each figure and the median and range of
+    the paired ratios (this / base, round by round)."""
+    base = base_tree(args.base)
+    passed = ["--seconds", str(args.seconds), "--messages", str(args.messages), "--value", str(args.value),
+              "--partitions", str(args.partitions)]
+    ours = [a for kv in args.broker_config for a in ("--broker-config", kv)]  # the base's bench may lack it
+    rows: dict[tuple[str, str, str, int], dict[str, Any]] = {}
+    try:
+        for r in range(args.rounds):
+            order = [("base", base), ("this", REPO)]
+            for label, tree in order if r % 2 == 0 else order[::-1]:
+                out = subprocess.run([sys.executable, "-m", "bench.kafka_clients", *passed,
+                                      *(ours if label == "this" else [])], cwd=tree,
+                                     env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True)
+                if out.returncode:
+                    emit({"tree": label, "round": r, "error": out.stderr.strip().splitlines()[-1:]})
+                for line in out.stdout.splitlines():
+                    row = {**json.loads(line), "tree": label, "round": r}
+                    emit(row)
+                    rows[(label, row["system"], row["phase"], r)] = row
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    for system, phase in sorted({(k[1], k[2]) for k in rows if k[2] in ("produce", "consume")}):
+        summary: dict[str, Any] = {"system": system, "phase": phase, "summary": f"this / base, {args.rounds} rounds"}
+        for name in COMPARED:
+            pairs: list[tuple[float, float]] = []
+            for r in range(args.rounds):
+                b, t = (rows.get((tree, system, phase, r), {}).get(name) for tree in ("base", "this"))
+                if b and t:
+                    pairs.append((b, t))
+            if not pairs:
+                continue
+            ratios = sorted(t / b for b, t in pairs)
+            summary[name] = {"base": statistics.median(b for b, _ in pairs),
+                             "this": statistics.median(t for _, t in pairs),
+                             "paired_ratio": round(statistics.median(ratios), 2),
+                             "range": [round(ratios[0], 2), round(ratios[-1], 2)]}
+        emit(summary)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=10, help="seconds of producing per client")
@@ -326,7 +398,15 @@ def main() -> None:
     ap.add_argument("--value", type=int, default=256, help="value bytes")
     ap.add_argument("--partitions", type=int, default=6)
     ap.add_argument("--keep", action="store_true", help="keep the cluster's directory (logs, data)")
-    run(ap.parse_args())
+    ap.add_argument("--base", help="a commit to compare with: its tree and this one run in turn (see compare)")
+    ap.add_argument("--rounds", type=int, default=3, help="with --base: runs of each tree")
+    ap.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker setting (with --base: for this tree's runs only), e.g. replica.fetch.protocol=kafka")
+    args = ap.parse_args()
+    if args.base:
+        compare(args)
+    else:
+        run(args)
 
 
 if __name__ == "__main__":

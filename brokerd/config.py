@@ -51,6 +51,21 @@ class LogConfig:
         return "delete" in self.cleanup_policy
 
 
+def replica_kafka_listener(security: Mapping[str, ListenerSecurity], inter_broker: str,
+                           kafka: tuple[str, ...]) -> str | None:
+    """The Kafka listener followers fetch over (replica.fetch.protocol=kafka): the first without
+    SASL (a broker has no SASL credentials of its own) that is as safe as the inter-broker
+    listener (the same protocol, and client certificates required when that listener requires
+    them, so that the leader sees the follower's certificate principal); None: none is."""
+    ours = security[inter_broker]
+    for name in kafka:
+        s = security[name]
+        if s.sasl is None and s.protocol == ours.protocol and (s.client_auth == "required"
+                                                                or ours.client_auth != "required"):
+            return name
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerConfig:
     node_id: int
@@ -98,6 +113,10 @@ class BrokerConfig:
     #: listener.name.<l>.max.connection.creation.rate of the Kafka listeners that set one
     listener_connection_creation_rates: dict[str, int] = field(default_factory=dict)
     fetch_session_cache_slots: int = 1000  # max.incremental.fetch.session.cache.slots
+    #: replica.fetch.protocol=kafka: the Kafka listener followers fetch over, and the TLS material
+    #: they dial it with; None: over the gRPC inter-broker listener
+    replica_listener: str | None = None
+    replica_tls: TLSConfig | None = None
     static_configs: Mapping[str, str] = field(default_factory=dict)  # the properties file, as written
 
     def security_protocol(self, listener: str) -> str:
@@ -121,7 +140,11 @@ class BrokerConfig:
                               f"brokers replicate over a gRPC listener")
         for n in grpc_listeners:
             cfg.security[n].check_grpc(n)
+        replica_listener = replica_kafka_listener(cfg.security, name, kafka) \
+            if cfg.str("replica.fetch.protocol") == "kafka" else None
         return cls(
+            replica_listener=replica_listener,
+            replica_tls=cfg.security[replica_listener].tls if replica_listener else None,
             node_id=cfg.node_id,
             rack=cfg.str("broker.rack"),
             listener=name,

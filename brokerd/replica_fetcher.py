@@ -27,6 +27,7 @@ from common.channels import dial
 from .config import BrokerConfig
 from common.errors import ErrorCode, KafkaError
 from .fetch_session import FetchSessionHandler
+from .kafka.replica_client import KafkaLeaderClient, LeaderUnreachable
 from .leader_epochs import UNDEFINED_EPOCH, UNDEFINED_OFFSET
 from .log_store import LogStore, StorageFailure
 from .partition import Partition
@@ -49,15 +50,24 @@ class FetchState:
 
 class ReplicaFetcher:
     def __init__(self, config: BrokerConfig, leader_id: int, address: str, broker_epoch: Callable[[], int],
-                 on_fatal: Callable[[BaseException], None], quota: ReplicationQuota | None = None) -> None:
+                 on_fatal: Callable[[BaseException], None], quota: ReplicationQuota | None = None,
+                 kafka: bool = False) -> None:
+        """``kafka``: ``address`` is the leader's Kafka listener (replica.fetch.protocol=kafka),
+        else its broker gRPC service."""
         self.config = config
         self.quota = quota or ReplicationQuota()  # follower.replication.throttled.rate (none: unthrottled)
         self.leader_id = leader_id
         self.address = address
         self.broker_epoch = broker_epoch
         self.on_fatal = on_fatal
-        self.channel = dial(address, config.inter_broker_tls, GRPC_OPTIONS)
-        self.stub = broker_pb2_grpc.BrokerStub(self.channel)
+        #: the leader's Fetch and OffsetsForLeaderEpoch, over either protocol, in the gRPC service's messages
+        self.stub: broker_pb2_grpc.BrokerStub | KafkaLeaderClient
+        self.channel: grpc.aio.Channel | None = None
+        if kafka:
+            self.stub = KafkaLeaderClient(address, config.replica_tls, config.node_id)
+        else:
+            self.channel = dial(address, config.inter_broker_tls, GRPC_OPTIONS)
+            self.stub = broker_pb2_grpc.BrokerStub(self.channel)
         self.states: dict[Partition, FetchState] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -72,7 +82,10 @@ class ReplicaFetcher:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        await self.channel.close()
+        if self.channel is not None:
+            await self.channel.close()
+        elif isinstance(self.stub, KafkaLeaderClient):
+            await self.stub.close()
 
     def add(self, p: Partition) -> None:
         self.states[p] = FetchState(p, p.leader_epoch)
@@ -119,10 +132,10 @@ class ReplicaFetcher:
                     pass
             except asyncio.CancelledError:
                 raise
-            except grpc.aio.AioRpcError as e:
+            except (grpc.aio.AioRpcError, LeaderUnreachable) as e:
                 if not self._warned:
                     log.warning("cannot fetch from broker %d at %s: %s", self.leader_id, self.address,
-                                e.details() or e.code().name)
+                                e.details() or e.code().name if isinstance(e, grpc.aio.AioRpcError) else e)
                     self._warned = True
                 await asyncio.sleep(min(backoff, 0.5))
             except StorageFailure as e:
@@ -323,14 +336,15 @@ class ReplicaFetcherManager:
         self._following: dict[Partition, tuple[int, str]] = {}
         self.quota = ReplicationQuota()  # follower.replication.throttled.rate, set by the ReplicaManager
 
-    def follow(self, p: Partition, leader_id: int, address: str) -> None:
-        """(Re)start fetching ``p`` from its leader, truncating first."""
+    def follow(self, p: Partition, leader_id: int, address: str, kafka: bool = False) -> None:
+        """(Re)start fetching ``p`` from its leader, truncating first; ``kafka``: ``address`` is
+        the leader's Kafka listener."""
         self.unfollow(p)
         key = (leader_id, address)
         f = self.fetchers.get(key)
         if f is None:
             f = self.fetchers[key] = ReplicaFetcher(self.config, leader_id, address, self.broker_epoch, self.on_fatal,
-                                                          self.quota)
+                                                          self.quota, kafka)
             f.start()
         f.add(p)
         self._following[p] = key

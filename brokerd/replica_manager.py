@@ -107,22 +107,22 @@ class ReplicaManager:
             log.info("%s: leader at epoch %d (log end %d, high watermark %d, ISR %s)", p.name, p.leader_epoch,
                      p.log.log_end_offset, p.log.high_watermark, list(p.isr))
         elif change == Change.BECAME_FOLLOWER:
-            address = self.address_of(p.leader)
-            if address is None:
+            source = self.replica_source(p.leader)
+            if source is None:
                 self.fetchers.unfollow(p)
                 log.info("%s: no leader (epoch %d)", p.name, p.leader_epoch)
             else:
-                self.fetchers.follow(p, p.leader, address)
-                log.info("%s: following broker %d at epoch %d (log end %d)", p.name, p.leader, p.leader_epoch,
-                         p.log.log_end_offset)
+                self.fetchers.follow(p, p.leader, *source)
+                log.info("%s: following broker %d at epoch %d (log end %d) over %s at %s", p.name, p.leader,
+                         p.leader_epoch, p.log.log_end_offset, "Kafka's protocol" if source[1] else "gRPC", source[0])
 
     def _leader_moved(self, broker_id: int) -> None:
         """A broker re-registered, maybe at another address: follow it there."""
-        address = self.address_of(broker_id)
+        source = self.replica_source(broker_id)
         for p in self.partitions.values():
             key = self.fetchers.source(p)
-            if p.leader == broker_id and not p.is_leader and address is not None and key != (broker_id, address):
-                self.fetchers.follow(p, broker_id, address)
+            if p.leader == broker_id and not p.is_leader and source is not None and key != (broker_id, source[0]):
+                self.fetchers.follow(p, broker_id, *source)
 
     def _remove(self, p: Partition, why: str) -> None:
         self.fetchers.unfollow(p)
@@ -150,14 +150,26 @@ class ReplicaManager:
                 self.logs.delete(tid, index)
                 log.info("deleted the stray log of partition %d of topic id %s", index, tid)
 
-    def address_of(self, broker_id: int) -> str | None:
+    def address_of(self, broker_id: int, listener: str | None = None) -> str | None:
+        """``broker_id``'s address on ``listener`` (the inter-broker gRPC listener by default)."""
         b = self.image.brokers.get(broker_id)
         if b is None:
             return None
         for e in b.endpoints:
-            if e.name == self.config.listener:
+            if e.name == (listener or self.config.listener):
                 return f"{e.host}:{e.port}"
         return None
+
+    def replica_source(self, broker_id: int) -> tuple[str, bool] | None:
+        """Where this broker fetches from ``broker_id`` as its follower, and whether over Kafka's
+        protocol: its Kafka listener of ``replica_listener``'s name (replica.fetch.protocol=kafka)
+        when it has one, else its gRPC inter-broker listener (a leader configured otherwise)."""
+        if self.config.replica_listener is not None:
+            address = self.address_of(broker_id, self.config.replica_listener)
+            if address is not None:
+                return address, True
+        address = self.address_of(broker_id)
+        return None if address is None else (address, False)
 
     # -- lookups --------------------------------------------------------------------------------
 

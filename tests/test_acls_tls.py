@@ -4,7 +4,8 @@ and an admin in super.users, principals User:<CN> by ssl.principal.mapping.rules
 certificate without ACLs (User:alice) is refused for produce, fetch, create and describe, over
 gRPC (the kraft tools, our producer and consumer) and the Kafka listener (kcat), each with one
 line; after `kraft acls --add` the same commands succeed; the ACLs hold through a `kill -9` of
-the active controller and a restart of every node."""
+the active controller and a restart of every node. A follower's Fetch on the Kafka listener is
+served to a broker's certificate only (CLUSTER_ACTION)."""
 from __future__ import annotations
 
 import asyncio
@@ -15,10 +16,15 @@ from pathlib import Path
 
 import pytest
 
+from brokerd.kafka.replica_client import KafkaLeaderClient
 from clients.security import client_tls
+from common.errors import ErrorCode
+from common.tls import TLSConfig
 from metadata.authorizer import STANDARD_AUTHORIZER
+from protos import broker_pb2 as bpb
 from protos import controller_pb2 as cpb
 from tests.brokercluster import BrokerCluster, running_cluster
+from tests.eventually import eventually
 from tests.test_tls import client_props, kraft, make_certs, one_line_error, write_props
 
 NODES = ["controller-1", "controller-2", "controller-3", "broker-101", "broker-102"]
@@ -39,7 +45,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, certs: Path) -> Iterator[B
                 "ssl.truststore.location": str(certs / "ca.crt"), "ssl.client.auth": "required",
                 "ssl.principal.mapping.rules": MAPPING, "authorizer.class.name": STANDARD_AUTHORIZER,
                 "super.users": ";".join(f"User:{n}" for n in [*NODES, "admin"])}
-    node = {int(n.split("-")[1]): {"ssl.keystore.location": str(certs / f"{n}.keystore.pem")} for n in NODES}
+    node: dict[int, dict[str, str]] = {int(n.split("-")[1]): {"ssl.keystore.location": str(certs / f"{n}.keystore.pem")}
+                                       for n in NODES}
+    for bid in (101, 102):  # followers replicate over the leader's Kafka listener, with their certificates
+        node[bid]["replica.fetch.protocol"] = "kafka"
     with running_cluster(tmp_path_factory.mktemp("acls-tls"), security, node, brokers=2, controller_props=security,
                          client_tls=client_tls(client_props(certs, "admin"))) as c:
         yield c
@@ -130,3 +139,37 @@ def test_a_certificate_without_acls_is_refused_then_allowed(cluster: BrokerClust
     listed = ok(kraft("acls", "--bootstrap-controller", bc, "--command-config", admin, "--list",
                       "--principal", "User:alice"))
     assert listed.count("principal=User:alice") == 3
+
+
+def test_only_a_broker_certificate_fetches_as_a_replica_on_the_kafka_listener(cluster: BrokerCluster, certs: Path,
+                                                                             tmp_path: Path) -> None:
+    """Followers fetch over the leader's Kafka listener (replica.fetch.protocol=kafka): a Fetch
+    naming a replica id needs CLUSTER_ACTION on the cluster (a broker's certificate here), as in
+    Kafka, whose answer to anyone else is TOPIC_AUTHORIZATION_FAILED; READ on the topic lets a
+    client fetch as a consumer, not as a replica."""
+    admin = str(write_props(tmp_path / "admin.properties", client_props(certs, "admin")))
+    asyncio.run(cluster.create_topic("replicated", partitions=1, rf=2))
+    asyncio.run(cluster.wait_topic("replicated", 1))
+    ok(kraft("acls", "--bootstrap-controller", cluster.quorum.bootstrap, "--command-config", admin, "--add",
+             "--allow-principal", "User:alice", "--operation", "Read", "--topic", "replicated"))
+    p = asyncio.run(cluster.describe_topic("replicated")).partitions[0]
+    follower = next(b for b in p.replicas if b != p.leader)
+
+    async def fetch_as(name: str, replica_id: int) -> int:
+        tls = TLSConfig(cert=str(certs / f"{name}.crt"), key=str(certs / f"{name}.key"), ca=str(certs / "ca.crt"))
+        leader = KafkaLeaderClient(f"127.0.0.1:{cluster.kafka_ports[p.leader]}", tls, follower)
+        try:
+            r = await leader.Fetch(bpb.FetchRequest(
+                replica_id=replica_id, max_wait_ms=0, session_epoch=-1, topics=[bpb.FetchTopic(
+                    name="replicated", partitions=[bpb.FetchPartition(partition=0, fetch_offset=0,
+                                                                      current_leader_epoch=p.leader_epoch)])]),
+                timeout=10)
+        finally:
+            await leader.close()
+        return r.topics[0].partitions[0].error_code
+
+    async def alice_reads() -> bool:
+        return await fetch_as("alice", -1) == ErrorCode.NONE
+    asyncio.run(eventually(alice_reads, 30, interval=0.5, what="the leader to apply alice's READ"))
+    assert asyncio.run(fetch_as("alice", follower)) == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    assert asyncio.run(fetch_as(f"broker-{follower}", follower)) == ErrorCode.NONE

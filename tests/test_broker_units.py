@@ -722,3 +722,45 @@ def test_the_grpc_codec_round_trips_a_request_and_an_answer():
     wire = to_wire(pb.JoinGroupResponse, joined)
     assert [m.HasField("group_instance_id") for m in wire.members] == [False, True]
     assert to_domain(g.JoinGroupResponse, wire) == joined
+
+
+def test_a_kafka_fetch_answer_becomes_the_leaders_stored_frames_byte_for_byte():
+    """A follower fetching over Kafka's protocol stores what the leader stored: Kafka's wire
+    batches turn back into the same frames (offsets, epochs, producer fields); a batch cut
+    short at the end of an answer is dropped, a batch of another magic is corrupt."""
+    from brokerd.kafka.batches import stored_to_wire, wire_to_stored
+    from clients.records import frame, set_producer
+
+    first = build_batch([(None, b"x" * 10, 0, ())] * 3)
+    first.base_offset, first.partition_leader_epoch = 5, 2
+    set_producer(first, 7, 1, 0)
+    second = build_batch([(b"k", b"y", 0, ())])
+    second.base_offset, second.partition_leader_epoch = 8, 3
+    stored = frame(first.SerializeToString()) + frame(second.SerializeToString())
+    wire = stored_to_wire(stored)
+    assert wire_to_stored(wire, "t-0") == stored
+    assert wire_to_stored(wire[:-3], "t-0") == frame(first.SerializeToString())
+    assert wire_to_stored(b"", "t-0") == b""
+    bad = bytearray(wire)
+    bad[16] = 1  # the first batch's magic
+    with pytest.raises(KafkaError) as e:
+        wire_to_stored(bytes(bad), "t-0")
+    assert e.value.code == ErrorCode.CORRUPT_MESSAGE
+
+
+def test_followers_use_a_kafka_listener_only_as_safe_as_the_inter_broker_one():
+    from brokerd.config import replica_kafka_listener
+    from clients.security import ListenerSecurity, SaslSettings
+    from common.tls import TLSConfig
+
+    tls = TLSConfig("cert.pem", "key.pem", "ca.pem")
+    plain, sasl = ListenerSecurity(), ListenerSecurity("SASL_PLAINTEXT", sasl=SaslSettings(("PLAIN",), {}))
+    mtls, one_way = ListenerSecurity("SSL", tls, "required"), ListenerSecurity("SSL", tls, "none")
+    pick = replica_kafka_listener
+    assert pick({"PLAINTEXT": plain, "KAFKA": plain}, "PLAINTEXT", ("KAFKA",)) == "KAFKA"
+    assert pick({"PLAINTEXT": plain, "K1": sasl, "K2": plain}, "PLAINTEXT", ("K1", "K2")) == "K2"
+    assert pick({"PLAINTEXT": plain, "KAFKA": sasl}, "PLAINTEXT", ("KAFKA",)) is None
+    assert pick({"SSL": mtls, "KAFKA": one_way}, "SSL", ("KAFKA",)) is None  # no certificate: no principal
+    assert pick({"SSL": mtls, "KAFKA": mtls}, "SSL", ("KAFKA",)) == "KAFKA"
+    assert pick({"SSL": mtls, "KAFKA": plain}, "SSL", ("KAFKA",)) is None  # plaintext beside TLS
+    assert pick({"PLAINTEXT": plain}, "PLAINTEXT", ()) is None

@@ -1,19 +1,22 @@
 """Follower fetching (KIP-392, docs/brokers.md "Follower fetching"): three brokers in racks a,
-b, b with the RackAwareReplicaSelector. A librdkafka consumer with client.rack=b reads a
-partition led in rack a from a rack-b follower (the brokers' own bytes-out counters say which),
-and when that follower is killed goes back to the leader and reads the rest; the requests'
-rules (who serves what, up to which offset) checked one by one over gRPC."""
+b, b with the RackAwareReplicaSelector, replicating over Kafka's protocol
+(replica.fetch.protocol=kafka). A librdkafka consumer with client.rack=b reads a partition led
+in rack a from a rack-b follower (the brokers' own bytes-out counters say which), and when that
+follower is killed goes back to the leader and reads the rest; the requests' rules (who serves
+what, up to which offset) checked one by one over gRPC; the followers' own fetches reach the
+leader's Kafka listener, not its gRPC one."""
 from __future__ import annotations
 
 import asyncio
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
+from clients.records import batches
 from common.errors import ErrorCode
 from common.server_keys import RACK_AWARE_REPLICA_SELECTOR
 from protos import broker_pb2 as bpb
@@ -29,7 +32,8 @@ def cluster(tmp_path_factory) -> Iterator[BrokerCluster]:
     first = consecutive_ports(3)
     nodes = {bid: {"broker.rack": rack, "prometheus.listener": f"127.0.0.1:{first + i}"}
              for i, (bid, rack) in enumerate(RACKS.items())}
-    props = {"replica.selector.class": RACK_AWARE_REPLICA_SELECTOR, "replica.lag.time.max.ms": "2000"}
+    props = {"replica.selector.class": RACK_AWARE_REPLICA_SELECTOR, "replica.lag.time.max.ms": "2000",
+             "replica.fetch.protocol": "kafka"}
     with running_cluster(tmp_path_factory.mktemp("racks"), props, nodes) as c:
         yield c
 
@@ -147,3 +151,45 @@ def test_our_consumer_with_a_client_rack_reads_from_the_follower_its_leader_name
     asyncio.run(asyncio.wait_for(go(), 60))
     served = {bid: bytes_out(cluster, bid, "ours") for bid in RACKS}
     assert served[LEADER] == 0 and served[102] + served[103] > 0, served
+
+
+def test_followers_replicate_over_the_leaders_kafka_listener(cluster):
+    """replica.fetch.protocol=kafka (this module's brokers): a new partition's followers ask the leader's
+    Kafka listener where their epoch ends (OffsetsForLeaderEpoch) and fetch there as replicas
+    (Fetch with their broker ids), in a fetch session; none of it goes to the leader's gRPC
+    listener, and every replica ends with the leader's batches byte for byte."""
+    count = "kafka_network_requestmetrics_total_time_seconds_count"
+
+    def counts() -> tuple[float, float, float]:
+        return (metric(cluster, LEADER, count, request="Fetch", listener="KAFKA"),
+                metric(cluster, LEADER, count, request="OffsetForLeaderEpoch", listener="KAFKA"),
+                metric(cluster, LEADER, count, request="Fetch", listener="PLAINTEXT")
+                + metric(cluster, LEADER, count, request="OffsetsForLeaderEpoch", listener="PLAINTEXT"))
+
+    kafka_fetches, kafka_epochs, grpc_calls = counts()
+    asyncio.run(cluster.create_topic("replicated", assignments=[[LEADER, 102, 103]]))
+    produce(cluster, "replicated", range(300))  # acks=all: both followers fetched every batch
+
+    after = counts()
+    assert after[0] > kafka_fetches and after[1] >= kafka_epochs + 2, (kafka_fetches, kafka_epochs, after)
+    assert after[2] == grpc_calls, "followers replicated over the leader's gRPC listener"
+    sessions = metric(cluster, LEADER, "kafka_server_fetchsessioncache_numincrementalfetchsessions")
+    assert sessions >= 2, f"{sessions} fetch sessions on the leader: each follower should hold one"
+
+    async def stored(bid: int) -> bytes:
+        """The stored batches broker ``bid`` serves (a follower: a fetch naming a rack)."""
+        async with _stub(cluster.address(bid)) as stub:
+            r = await stub.Fetch(bpb.FetchRequest(replica_id=-1, max_bytes=1 << 20, topics=[bpb.FetchTopic(
+                name="replicated", partitions=[bpb.FetchPartition(partition=0, fetch_offset=0)])],
+                **({} if bid == LEADER else {"rack_id": RACKS[bid]})))
+        return r.topics[0].partitions[0].records
+
+    leaders = asyncio.run(stored(LEADER))
+    assert len(batches(leaders)) > 0 and sum(b.record_count for b in batches(leaders)) == 300
+    for bid in (102, 103):  # a follower serves up to the high watermark it learned in its next fetch
+        asyncio.run(eventually(lambda b=bid: _same(stored(b), leaders), 20,
+                               what=f"broker {bid} to serve the leader's batches byte for byte"))
+
+
+async def _same(got: Awaitable[bytes], want: bytes) -> bool:
+    return await got == want

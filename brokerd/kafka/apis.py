@@ -109,6 +109,11 @@ def _uuid_bytes(u: uuid.UUID | None) -> bytes:
     return u.bytes if u is not None and u.int else b""
 
 
+def _replica_fetch(api_key: int, request: Any) -> bool:
+    """A follower's Fetch (its broker id as replica_id)."""
+    return api_key == FETCH and request.replica_id >= 0
+
+
 def _message(code: int, message: str) -> str | None:
     return message if code and message else None
 
@@ -187,25 +192,27 @@ class KafkaApis:
         """The response entity for a request (None: no response, acks=0)."""
         _CLIENT_ID.set(header.client_id or "")
         answer, image = None, self.image
-        if self.throttling is not None:  # client quotas: counted and answered at the request boundary
-            request = self.throttling.before(header.api_key, request, session, header.client_id or "")
-            answer = self.throttling.refusal(header.api_key, header.api_version, request, session,
-                                             header.client_id or "")
+        # client quotas: counted and answered at the request boundary; a follower's fetch is
+        # replication, which Kafka's client quotas leave alone (replication quotas bound it)
+        throttling = self.throttling if not _replica_fetch(header.api_key, request) else None
+        if throttling is not None:
+            request = throttling.before(header.api_key, request, session, header.client_id or "")
+            answer = throttling.refusal(header.api_key, header.api_version, request, session, header.client_id or "")
         timer = None
         if answer is None:
             work = self.handlers[header.api_key](request, header.api_version, Access(self.authorizer, session))
-            if self.throttling is not None:  # request_percentage: the handler's time on the loop
-                timer = self.throttling.timed(header.api_key, session, header.client_id or "", work)
+            if throttling is not None:  # request_percentage: the handler's time on the loop
+                timer = throttling.timed(header.api_key, session, header.client_id or "", work)
             answer = await (timer or work)
         if answer is None:
             return None
-        if self.throttling is not None:
-            self.throttling.after(header.api_key, request, answer, session, header.client_id or "", image, timer)
-        if timer is None or self.throttling is None:
+        if throttling is not None:
+            throttling.after(header.api_key, request, answer, session, header.client_id or "", image, timer)
+        if timer is None or throttling is None:
             return build(response_schema(header.api_key, header.api_version), answer)
         start = time.perf_counter()  # the response's encoding counts too, towards the client's next request
         response = build(response_schema(header.api_key, header.api_version), answer)
-        self.throttling.charge(timer, time.perf_counter() - start)
+        throttling.charge(timer, time.perf_counter() - start)
         return response
 
     # -- versions and metadata -------------------------------------------------------------------
@@ -311,13 +318,18 @@ class KafkaApis:
         return {"responses": [{"name": n, "partition_responses": ps} for n, ps in by_topic.items()]}
 
     async def fetch(self, req: Any, version: int, access: Access) -> dict[str, Any]:
+        """A consumer's fetch, or a follower's (replica_id: its broker id; replica.fetch.protocol=kafka),
+        which reads up to the log end and tells the leader its log end and log start."""
+        follower = req.replica_id >= 0
         topics = [rq.FetchTopic(name=t.topic, partitions=[
-            rq.FetchPartition(partition=fp.partition, fetch_offset=fp.fetch_offset, log_start_offset=-1,
+            rq.FetchPartition(partition=fp.partition, fetch_offset=fp.fetch_offset,
+                              log_start_offset=fp.log_start_offset if follower and version >= 5 else -1,
                               partition_max_bytes=max(1, fp.partition_max_bytes),
                               current_leader_epoch=_epoch(fp.current_leader_epoch) if version >= 9 else None)
             for fp in t.partitions]) for t in req.topics]
-        ours = rq.FetchRequest(replica_id=-1, max_wait_ms=ms(req.max_wait), min_bytes=req.min_bytes,
-                               max_bytes=max(1, req.max_bytes), topics=topics, isolation_level=req.isolation_level,
+        ours = rq.FetchRequest(replica_id=req.replica_id if follower else -1, max_wait_ms=ms(req.max_wait),
+                               min_bytes=req.min_bytes, max_bytes=max(1, req.max_bytes), topics=topics,
+                               isolation_level=req.isolation_level,
                                rack_id=req.rack_id if version >= 11 else None)
         # KIP-227: v7+ may continue a session (v4-v6 are sessionless, as epoch -1 is)
         forgotten = [(t.topic, t.partitions) for t in req.forgotten_topics_data] if version >= 7 else []
@@ -391,12 +403,13 @@ class KafkaApis:
             for t in resp.topics]}
 
     async def offset_for_leader_epoch(self, req: Any, version: int, access: Access) -> dict[str, Any]:
-        """A consumer validating its position after a leader change (KIP-320): where its
-        epoch ends on the current leader (followers replicate over gRPC, not here)."""
-        ours = rq.OffsetsForLeaderEpochRequest(replica_id=-1, topics=[rq.OffsetForLeaderTopic(name=t.topic, partitions=[
-            rq.OffsetForLeaderPartition(partition=p.partition, leader_epoch=p.leader_epoch,
-                                       current_leader_epoch=_epoch(p.current_leader_epoch))
-            for p in t.partitions]) for t in req.topics])
+        """A consumer validating its position after a leader change (KIP-320), or a follower
+        before it fetches under a new leader epoch (KIP-101): where an epoch ends on the leader."""
+        ours = rq.OffsetsForLeaderEpochRequest(replica_id=req.replica_id if version >= 3 else -1, topics=[
+            rq.OffsetForLeaderTopic(name=t.topic, partitions=[
+                rq.OffsetForLeaderPartition(partition=p.partition, leader_epoch=p.leader_epoch,
+                                            current_leader_epoch=_epoch(p.current_leader_epoch))
+                for p in t.partitions]) for t in req.topics])
         resp = authorized.offsets_for_leader_epoch(self.rm, ours, access)
         return {"topics": [{"topic": t.name, "partitions": [
             {"error_code": a.error_code, "partition": a.partition, "leader_epoch": a.leader_epoch,

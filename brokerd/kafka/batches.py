@@ -67,3 +67,31 @@ def from_wire(data: bytes, where: str) -> pb.RecordBatch:
     if pid != NO_PRODUCER_ID:
         batch.producer_id = pid
     return batch
+
+
+def wire_to_stored(data: bytes, where: str) -> bytes:
+    """A fetch answer's Kafka batches (a follower's, from its leader's Kafka listener) as the
+    stored frames a follower appends (a RecordBatchSet), with the leader's offsets, epochs and
+    producer fields; the inverse of ``stored_to_wire``. A partial batch at the end is dropped,
+    as Kafka's clients drop one cut short by the fetch's size limit; the CRC is checked by the
+    caller, as for a gRPC fetch."""
+    out = pb.RecordBatchSet()
+    view = memoryview(data)
+    pos, end = 0, len(view)
+    while end - pos >= HEADER_BYTES:
+        (base_offset, length, epoch, magic, crc, attributes, last_delta, base_ts, max_ts, pid, producer_epoch,
+         base_sequence, count) = _HEAD.unpack_from(view, pos)
+        stop = pos + _LENGTH_FIELDS + length
+        if magic != MAGIC or length < HEADER_BYTES - _LENGTH_FIELDS:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"Record batch for {where} at offset {base_offset} has "
+                                                         f"magic {magic} and length {length}")
+        if stop > end:
+            break
+        b = out.batches.add(base_offset=base_offset, partition_leader_epoch=epoch, last_offset_delta=last_delta,
+                            base_timestamp=base_ts, max_timestamp=max_ts, record_count=count, crc=crc,
+                            records=bytes(view[pos + HEADER_BYTES:stop]), attributes=attributes,
+                            producer_epoch=producer_epoch, base_sequence=base_sequence)
+        if pid != NO_PRODUCER_ID:
+            b.producer_id = pid
+        pos = stop
+    return out.SerializeToString() if out.batches else b""

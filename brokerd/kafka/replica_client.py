@@ -1,0 +1,145 @@
+"""A follower's connection to its leader's Kafka listener (Kafka's ReplicaFetcherThread and
+its NetworkClient): Fetch and OffsetsForLeaderEpoch sent as replica ``replica_id``, one request
+at a time on one connection (TLS when the listener is SSL, the broker's certificate making it
+the principal the leader authorizes CLUSTER_ACTION for).
+
+Why: replicating over the broker gRPC service cost a fixed amount per call in gRPC's native
+code and its poller thread, most of the brokers' CPU under load (docs/brokers.md, "Data path
+performance"); a request on a plain socket the leader's listener already serves costs its
+codec and one read and write. It offers the methods the fetcher calls on the gRPC stub, with
+the gRPC service's messages, so that the fetch session, truncation and append logic
+(``replica_fetcher``) is one for both transports; the batches go back to the stored frames the
+follower appends (``batches.wire_to_stored``), byte for byte what the leader stored.
+"""
+from __future__ import annotations
+
+import asyncio
+import ssl
+import struct
+from typing import Any
+
+from common.tls import TLSConfig, ssl_context
+from protos import broker_pb2 as pb
+
+from .batches import wire_to_stored
+from .codec import MalformedRequest, build, frame_request, read_response, request_schema
+
+FETCH, OFFSET_FOR_LEADER_EPOCH = 1, 23
+#: The versions a follower sends: the newest the listener serves that still name topics
+#: (Fetch v13+ names them by id), both with replica_id and KIP-227's sessions.
+FETCH_VERSION, OFFSETS_VERSION = 12, 4
+_SIZE = struct.Struct(">i")
+
+
+class LeaderUnreachable(ConnectionError):
+    """The leader's listener could not be reached or its answer read: the connection is
+    dropped and the next request dials again."""
+
+
+class KafkaLeaderClient:
+    def __init__(self, address: str, tls: TLSConfig | None, node_id: int) -> None:
+        self.address = address
+        self.host, _, port = address.rpartition(":")
+        self.port = int(port)
+        self.tls = tls
+        self.server_name = (tls.server_name if tls is not None else None) or self.host.strip("[]")
+        self.node_id = node_id
+        self.client_id = f"broker-{node_id}-replica-fetcher"
+        self._conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        self._correlation = 0
+        #: Topic names by id and ids by name: the fetcher names topics by id (its session's
+        #: keys), Fetch v12 by name.
+        self._names: dict[bytes, str] = {}
+        self._ids: dict[str, bytes] = {}
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn[1].close()
+
+    async def _call(self, api_key: int, version: int, fields: dict[str, Any], timeout: float) -> Any:
+        """One request and its answer; LeaderUnreachable (the connection closed) on any failure,
+        so that a late answer can never be taken for the next request's."""
+        try:
+            async with asyncio.timeout(timeout):
+                if self._conn is None:  # TLS material read at each dial: a renewed certificate is used
+                    context = ssl_context(self.tls, server=False) if self.tls is not None else None
+                    self._conn = await asyncio.open_connection(
+                        self.host.strip("[]"), self.port, ssl=context,
+                        server_hostname=self.server_name if context is not None else None, limit=1 << 20)
+                reader, writer = self._conn
+                self._correlation = (self._correlation + 1) & 0x7FFFFFFF
+                request = build(request_schema(api_key, version), fields)
+                writer.write(frame_request(api_key, version, self._correlation, self.client_id, request))
+                size = _SIZE.unpack(await reader.readexactly(4))[0]
+                if size < 4:
+                    raise MalformedRequest(f"an answer of {size} bytes")
+                correlation, response = read_response(await reader.readexactly(size), api_key, version)
+                if correlation != self._correlation:
+                    raise MalformedRequest(f"the answer's correlation id {correlation} is not {self._correlation}")
+                return response
+        except (OSError, EOFError, TimeoutError, MalformedRequest) as e:
+            await self.close()
+            raise LeaderUnreachable(_why(e)) from None
+        except BaseException:  # cancelled mid-request: the answer may still come, on a connection we drop
+            await self.close()
+            raise
+
+    def _learn(self, name: str, topic_id: bytes) -> None:
+        self._names[topic_id] = name
+        self._ids[name] = topic_id
+
+    async def Fetch(self, req: pb.FetchRequest, timeout: float) -> pb.FetchResponse:  # noqa: N802 (the stub's name)
+        for t in req.topics:
+            self._learn(t.name, t.topic_id)
+        fields = {
+            "replica_id": req.replica_id, "max_wait": req.max_wait_ms, "min_bytes": req.min_bytes,
+            "max_bytes": req.max_bytes, "isolation_level": 0, "session_id": req.session_id,
+            "session_epoch": req.session_epoch,
+            "topics": [{"topic": t.name, "partitions": [
+                {"partition": p.partition, "current_leader_epoch": p.current_leader_epoch,
+                 "fetch_offset": p.fetch_offset, "log_start_offset": p.log_start_offset,
+                 "partition_max_bytes": p.partition_max_bytes} for p in t.partitions]} for t in req.topics],
+            "forgotten_topics_data": [{"topic": self._names.get(t.topic_id, ""), "partitions": list(t.partitions)}
+                                      for t in req.forgotten_topics]}
+        r = await self._call(FETCH, FETCH_VERSION, fields, timeout)
+        resp = pb.FetchResponse(error_code=r.error_code.value, session_id=r.session_id)
+        for t in r.responses:
+            topic_id = self._ids.get(t.topic, b"")
+            out = resp.topics.add(name=t.topic, topic_id=topic_id)
+            for a in t.partitions:
+                records = wire_to_stored(a.records, f"{t.topic}-{a.partition_index}") if a.records else b""
+                out.partitions.add(partition=a.partition_index, error_code=a.error_code.value,
+                                   high_watermark=a.high_watermark, log_start_offset=a.log_start_offset,
+                                   last_stable_offset=a.last_stable_offset, records=records)
+        return resp
+
+    async def OffsetsForLeaderEpoch(self, req: pb.OffsetsForLeaderEpochRequest,  # noqa: N802
+                                    timeout: float) -> pb.OffsetsForLeaderEpochResponse:
+        for t in req.topics:
+            self._learn(t.name, t.topic_id)
+        fields = {"replica_id": req.replica_id, "topics": [{"topic": t.name, "partitions": [
+            {"partition": p.partition, "current_leader_epoch": p.current_leader_epoch, "leader_epoch": p.leader_epoch}
+            for p in t.partitions]} for t in req.topics]}
+        r = await self._call(OFFSET_FOR_LEADER_EPOCH, OFFSETS_VERSION, fields, timeout)
+        resp = pb.OffsetsForLeaderEpochResponse()
+        for t in r.topics:
+            out = resp.topics.add(name=t.topic, topic_id=self._ids.get(t.topic, b""))
+            for a in t.partitions:
+                out.partitions.add(partition=a.partition, error_code=a.error_code.value, leader_epoch=a.leader_epoch,
+                                   end_offset=a.end_offset)
+        return resp
+
+
+
+def _why(e: BaseException) -> str:
+    """One line on a failed request: its reason, not the exception's repr."""
+    if isinstance(e, asyncio.IncompleteReadError):  # an EOFError
+        return "the leader closed the connection"
+    if isinstance(e, TimeoutError):
+        return "no answer in time"
+    if isinstance(e, ssl.SSLError):  # an OSError
+        return f"TLS handshake failed: {e.reason or e}"
+    if isinstance(e, MalformedRequest):
+        return f"the answer cannot be read: {e}"
+    return e.strerror or str(e) if isinstance(e, OSError) else str(e)
