@@ -56,13 +56,12 @@ class Columns:
         low, high = piece.start, min(piece.stop, end)
         if b.base_offset >= low and b.base_offset + b.last_offset_delta < high:
             low = high = -1  # the whole batch: no record is compared with the bounds
-        where = f"{b.base_offset}"
         try:
             _decode(records_bytes(b), b.record_count, b.base_offset, b.base_timestamp,
                     b.max_timestamp if b.attributes & LOG_APPEND_TIME_FLAG else None, low, high, self)
         except (ValueError, IndexError) as e:
             detail = "the bytes end inside a record" if isinstance(e, IndexError) else e
-            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"Record batch at offset {where} holds records that cannot "
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"Record batch at offset {b.base_offset} holds records that cannot "
                                                         f"be decoded: {detail}") from None
 
     def arrow(self, schema: pa.Schema, topic: str, partition: int, create_time: int) -> pa.RecordBatch:
