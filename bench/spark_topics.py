@@ -19,10 +19,14 @@ The messages are produced first, as fast as our producer goes (``bench.kafka_cli
   records per partition (starts the Python workers); excluded from the rows below;
 - ``spark-kraft-topic`` ``count``: ``load()`` then ``agg(count(*), sum(length(value)))``, which
   makes every row's value cross from the Python workers into the JVM (a bare ``count()`` over
-  a pruned column could skip that);
+  a pruned column could skip that); ``cpu_s`` the CPU seconds Spark used for it, split into
+  ``jvm_cpu_s`` (of which ``jit_cpu_s``, the JIT compiler threads') and ``python_cpu_s`` (the
+  Python workers);
+- ``spark-kraft-topic`` ``count-again``: the same count once more, on a JVM whose JIT has
+  compiled the read path in the first (steady state: what a longer job pays per record);
 - ``spark-kraft-topic`` ``parquet``: ``load()`` written to Parquet in a temporary directory;
   its row count, read back afterwards (not timed), must equal the messages produced;
-- ``spark-standalone`` ``startup`` and ``count``: the same count on a Spark standalone cluster
+- ``spark-standalone`` ``startup``, ``count`` and ``count-again``: the same counts on a Spark standalone cluster
   on loopback (``metadata.analytics.standalone``: a master and ``--workers`` workers of one core
   and 512 MiB each, started while the topic is filled), in cluster mode (executors of their
   own; with ``--no-standalone``, skipped);
@@ -32,6 +36,7 @@ The messages are produced first, as fast as our producer goes (``bench.kafka_cli
   and the same per CPU second the reader used (``msgs_per_cpu_s``, ``*_over_consumer_cpu``:
   our consumer's process; Spark's JVM and Python workers, ``local[*]``'s whole JVM or the
   standalone executors, from /proc), which a machine shared with other work does not skew;
+  ``standalone_again_over_consumer_cpu`` for the standalone ``count-again``;
 - ``cluster`` ``logs``: WARNING/ERROR/Traceback lines in the controllers' and brokers' logs.
 
 Spark runs ``local[*]``; the benchmark, Spark's JVM and Python workers, 3 controllers and 3
@@ -71,34 +76,68 @@ def _row(system: str, phase: str, n: int, nbytes: int, seconds: float, **extra: 
             **TARGET, "load_average": round(os.getloadavg()[0], 2)}
 
 
-def _processes() -> dict[int, tuple[int, float]]:
-    """pid -> (parent pid, CPU seconds: user + system, its reaped children's included), /proc."""
-    tick = os.sysconf("SC_CLK_TCK")
+#: Threads of a JVM whose CPU is its JIT compilers' (Linux truncates names to 15 characters).
+JIT_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
+
+
+def _cpu(stat: str) -> float:
+    """utime + stime, and the reaped children's, of a /proc stat line, in seconds."""
+    return sum(int(f) for f in stat.rsplit(")", 1)[1].split()[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def _processes() -> dict[int, tuple[int, float, str]]:
+    """pid -> (parent pid, CPU seconds: user + system, its reaped children's included, command
+    name), /proc."""
     out = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
-                fields = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
+                stat = Path(f"/proc/{name}/stat").read_text()
             except OSError:  # gone meanwhile
                 continue
-            out[int(name)] = (int(fields[1]), sum(int(f) for f in fields[11:15]) / tick)
+            out[int(name)] = (int(stat.rsplit(")", 1)[1].split()[1]), _cpu(stat), stat[stat.index("(") + 1:stat.rindex(")")])
     return out
 
 
-def tree_cpu_seconds(roots: list[int], *, include_roots: bool = True) -> float:
+def _jit_seconds(pid: int) -> float:
+    """CPU seconds of a JVM's JIT compiler threads."""
+    total = 0.0
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+            except OSError:
+                continue
+            if stat[stat.index("(") + 1:stat.rindex(")")].startswith(JIT_THREADS):
+                total += _cpu(stat)
+    except OSError:
+        pass
+    return total
+
+
+def tree_cpu(roots: list[int], *, include_roots: bool = True) -> dict[str, float]:
     """CPU seconds used so far by ``roots``' descendants (and ``roots`` themselves unless told
-    not to): a Spark JVM and its Python workers, or a standalone worker's executors."""
+    not to): a Spark JVM and its Python workers, or a standalone worker's executors. ``jvm``
+    and ``python`` split ``total`` by process; ``jit`` is the JVMs' compiler threads' part of
+    ``jvm``, a cost of fresh JVMs (and of new generated code) rather than of each record."""
     table = _processes()
     children: dict[int, list[int]] = {}
-    for pid, (parent, _) in table.items():
+    for pid, (parent, _, _) in table.items():
         children.setdefault(parent, []).append(pid)
-    total, todo = 0.0, list(roots)
+    out = {"total": 0.0, "jvm": 0.0, "jit": 0.0, "python": 0.0}
+    todo = list(roots)
     while todo:
         pid = todo.pop()
         if pid in table and (include_roots or pid not in roots):
-            total += table[pid][1]
+            _, cpu, name = table[pid]
+            out["total"] += cpu
+            if name == "java":
+                out["jvm"] += cpu
+                out["jit"] += _jit_seconds(pid)
+            elif name.startswith("python"):
+                out["python"] += cpu
         todo += children.get(pid, [])
-    return total
+    return out
 
 
 def consume(bootstrap: str, expected: int, value: int) -> dict[str, Any]:
@@ -147,18 +186,25 @@ def spark_reads(bootstrap: str, args: argparse.Namespace, expected: int, spark_b
           "warmup_s": round(warm, 2), "seconds": round(started + warm, 2),
           "load_average": round(os.getloadavg()[0], 2)})
 
-    def cpu() -> float:
+    def cpu() -> dict[str, float]:
         if executors is not None:
-            return tree_cpu_seconds(executors.worker_pids(), include_roots=False)
+            return tree_cpu(executors.worker_pids(), include_roots=False)
         gateway = spark.sparkContext._gateway  # its JVM, which py4j started as a child of ours
-        return tree_cpu_seconds([gateway.proc.pid]) if gateway is not None else 0.0
+        return tree_cpu([gateway.proc.pid]) if gateway is not None else {}
 
-    start, cpu_start = time.perf_counter(), cpu()
-    n, nbytes = _topic(spark, bootstrap, args.max_records_per_partition).agg(
-        F.count(F.lit(1)), F.sum(F.length("value"))).collect()[0]
-    count = _row(system, "count", n, nbytes or 0, time.perf_counter() - start, expected=expected,
-                 complete=n == expected, cpu_s=round(cpu() - cpu_start, 2), **spark_row)
-    emit(count)
+    def timed_count(phase: str) -> dict[str, Any]:
+        start, cpu_start = time.perf_counter(), cpu()
+        n, nbytes = _topic(spark, bootstrap, args.max_records_per_partition).agg(
+            F.count(F.lit(1)), F.sum(F.length("value"))).collect()[0]
+        elapsed, used = time.perf_counter() - start, cpu()
+        split = {f"{k}_cpu_s": round(v - cpu_start[k], 2) for k, v in used.items() if k != "total"}
+        row = _row(system, phase, n, nbytes or 0, elapsed, expected=expected, complete=n == expected,
+                   cpu_s=round(used.get("total", 0.0) - cpu_start.get("total", 0.0), 2), **split, **spark_row)
+        emit(row)
+        return row
+
+    count = timed_count("count")
+    count["again"] = timed_count("count-again")
     if not parquet:
         return count
 
@@ -192,7 +238,11 @@ def per_core(consumer: dict[str, Any], local: dict[str, Any], standalone: dict[s
     if standalone:
         row["standalone_over_consumer"] = round(rates["spark_standalone"] / rates["pykraft_consumer"], 2)
         if per_cpu["pykraft_consumer"]:
+            again = standalone["again"]
             row["standalone_over_consumer_cpu"] = round(per_cpu["spark_standalone"] / per_cpu["pykraft_consumer"], 2)
+            if again.get("cpu_s"):  # the same count on executors whose JIT has compiled the read path
+                row["standalone_again_over_consumer_cpu"] = round(
+                    again["messages"] / again["cpu_s"] / per_cpu["pykraft_consumer"], 2)
         row["target_standalone_over_consumer"] = 0.8
     return {**row, "load_average": round(os.getloadavg()[0], 2)}
 

@@ -23,7 +23,7 @@ import logging
 import re
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import grpc
@@ -646,10 +646,7 @@ class Consumer:
                                     aborting.discard(b.producer_id)  # the abort marker: its transaction ends
                                 next_offset = max(next_offset, min(end, hw))
                                 continue
-                        if end <= hw:
-                            q.extend(records_of(b, tp[0], tp[1], offset))
-                        else:  # never served below the HW, but a consumer must not trust that
-                            q.extend(r for r in records_of(b, tp[0], tp[1], offset) if r.offset < hw)
+                        q.extend(self._buffered(b, tp, offset, hw))
                         next_offset = max(next_offset, min(end, hw))
                     self._next_fetch[tp] = next_offset
                 elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
@@ -662,6 +659,16 @@ class Consumer:
                     self.cluster.request_update()
                 else:
                     raise ClientError(f"Fetch for {tp[0]}-{tp[1]} failed: {code.name}: {a.error_message}")
+
+    def _buffered(self, batch: pb.RecordBatch, tp: TopicPartition, start: int, stop: int) -> Iterable[Any]:
+        """What the buffer holds of a fetched batch: its records from ``start`` (a fetch may
+        begin inside a batch) and below ``stop`` (the high watermark or last stable offset). A
+        reader that decodes batches itself (the Spark source's, clients/spark/columns.py)
+        buffers something else that has an ``offset``: the last one it covers."""
+        records = records_of(batch, tp[0], tp[1], start)
+        if batch.base_offset + batch.last_offset_delta < stop:
+            return records
+        return (r for r in records if r.offset < stop)  # never served above it, but a consumer must not trust that
 
 
 async def _call_back(fn: Callable[[list[TopicPartition]], Any] | None, tps: list[TopicPartition]) -> None:

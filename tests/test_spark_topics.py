@@ -285,3 +285,75 @@ def test_offsets_that_retention_removed_fail_the_read_unless_told_to_skip(cluste
     assert "of sp-retention-0 are no longer in the log" in str(e.value)
     kept = rows(reader(spark, cluster, failOnDataLoss="false", **from_zero))
     assert min(o for _, o in kept) >= first and max(o for _, o in kept) == 119
+
+
+def test_a_task_reads_fetched_batches_into_columns_without_making_records(cluster, monkeypatch):
+    """A task's read (clients/spark/tasks.py read_range) decodes the fetched batches straight
+    into Arrow columns: the consumer's per-record path (a ConsumerRecord per record, then taken
+    apart into columns) cost as much as decoding itself, and made the task's Python worker
+    slower per record than our consumer (issue 31 item 4)."""
+    from clients import consumer
+    from clients.spark.ranges import OffsetRange
+    from clients.spark.tasks import read_range
+
+    asyncio.run(cluster.create_topic("sp-columns", partitions=1))
+    sent = produce(cluster, "sp-columns", 120, partition=0)
+
+    def per_record(*args, **kwargs):
+        raise AssertionError("a ConsumerRecord per record")
+    monkeypatch.setattr(consumer, "records_of", per_record)
+    batches = list(read_range(cluster.bootstrap_servers, OffsetRange("sp-columns", 0, 10, 110),
+                              fail_on_data_loss=True, poll_timeout_ms=5000))
+    got = {(0, r["offset"]): (r["key"], r["value"], [(h["key"], h["value"]) for h in r["headers"]],
+                              int(r["timestamp"].timestamp() * 1000))
+           for b in batches for r in b.to_pylist()}
+    assert got == {k: v for k, v in sent.items() if 10 <= k[1] < 110}
+
+
+def _columns_rows(pieces, end: int) -> list[tuple]:
+    from clients.spark.columns import Columns
+    from clients.spark.tasks import ARROW_SCHEMA, CREATE_TIME
+    cols = Columns()
+    for piece in pieces:
+        cols.add(piece, end)
+    table = cols.arrow(ARROW_SCHEMA, "t", 3, CREATE_TIME).to_pylist()
+    return [(r["offset"], int(r["timestamp"].timestamp() * 1000), r["key"], r["value"],
+             [(h["key"], h["value"]) for h in r["headers"]] if r["headers"] is not None else []) for r in table]
+
+
+def test_batches_decoded_into_columns_are_the_consumers_records():
+    """The source's tasks decode fetched batches straight into Arrow columns
+    (clients/spark/columns.py): the same rows as the consumer's records, whatever the batch
+    holds (null and long keys and values, varints of every length, headers on some records,
+    compression, LogAppendTime), the part of a batch a slice and the task's range take, and
+    one line for bytes that are not records."""
+    from clients.compression import Codec
+    from clients.records import LOG_APPEND_TIME_FLAG, build_batch, marker_batch, records_of, set_log_append_time
+    from clients.spark.columns import batch_slice
+    from common.errors import KafkaError
+
+    entries = [(None if i % 7 == 0 else b"k%d" % i * (1 + i % 300),  # keys of 1 to 3 varint bytes
+                None if i % 11 == 0 else bytes([i % 256]) * (i * 37 % 20000),  # values up to 20 KB
+                1_700_000_000_000 + (i * 997 % 3_000_000) - 1000,  # timestamp deltas of every length, < 0 too
+                [("h%d" % i, b"x" * i), ("n", None)] if i % 5 == 0 and i else []) for i in range(400)]
+    batches = []
+    for codec, log_append in ((Codec.NONE, False), (Codec.LZ4, False), (Codec.NONE, True)):
+        b = build_batch(entries, codec)
+        b.base_offset = 10_000 * (len(batches) + 1)
+        if log_append:
+            set_log_append_time(b, 1_800_000_000_000)
+            assert b.attributes & LOG_APPEND_TIME_FLAG
+        batches.append(b)
+    for b in batches:
+        base = b.base_offset
+        for start, stop, end in ((0, 1 << 62, 1 << 62), (base + 30, base + 350, 1 << 62), (0, 1 << 62, base + 5)):
+            expected = [(r.offset, r.timestamp, r.key, r.value, [(k, v) for k, v in r.headers])
+                        for r in records_of(b, "t", 3, start) if r.offset < min(stop, end)]
+            assert _columns_rows([batch_slice(b, start, stop)], end) == expected
+    assert [r[4] for r in _columns_rows([batch_slice(batches[0], 0, 10_004)], 1 << 62)] == [[], [], [], []]
+    assert batch_slice(marker_batch(1, 0, True, 0, 0), 0, 1 << 62) is None
+
+    garbled = build_batch(entries[:3])
+    garbled.records = garbled.records[:-1]
+    with pytest.raises(KafkaError, match="CORRUPT_MESSAGE.*cannot be decoded"):
+        _columns_rows([batch_slice(garbled, 0, 1 << 62)], 1 << 62)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, Awaitable, TypeVar
 
 import pyarrow as pa
@@ -16,10 +16,12 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType,
                                TimestampType)
 
+from protos import broker_pb2 as pb
+
 from ..cluster_view import CLIENT_ERRORS
-from ..consumer import Consumer
+from ..consumer import Consumer, TopicPartition
 from ..producer import Producer
-from ..records import ConsumerRecord
+from .columns import Columns, batch_slice
 from .options import TopicSourceError
 from .ranges import OffsetRange
 
@@ -48,60 +50,57 @@ SCHEMA = StructType([
                                                  StructField("value", BinaryType(), True)]), False), True),
 ])
 ARROW_SCHEMA = to_arrow_schema(SCHEMA, timezone="UTC")
-_TYPES = [f.type for f in ARROW_SCHEMA]
-_MS = pa.timestamp("ms", tz="UTC")  # a record's timestamp, before Spark's microseconds
 
 
-def _batch(records: list[ConsumerRecord], topic: str, partition: int) -> pa.RecordBatch:
-    """Rows as Spark's Kafka source has them: ``headers`` null for a record without any. Why
-    it looks the way it does: it runs once per 8192 rows of every read, so each column is built
-    in one call into Arrow and the columns every row shares are repeated, not listed."""
-    n = len(records)
-    _, _, offset, ts, key, value, headers, _ = zip(*records, strict=True)
-    if any(headers):
-        listed = pa.array([[{"key": k, "value": v} for k, v in h] if h else None for h in headers], _TYPES[7])
-    else:
-        listed = pa.nulls(n, _TYPES[7])
-    columns = [pa.array(key, _TYPES[0]), pa.array(value, _TYPES[1]), pa.repeat(pa.scalar(topic, _TYPES[2]), n),
-               pa.repeat(pa.scalar(partition, _TYPES[3]), n), pa.array(offset, _TYPES[4]),
-               pa.array(ts, _MS).cast(_TYPES[5]), pa.repeat(pa.scalar(CREATE_TIME, _TYPES[6]), n), listed]
-    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+class _BatchConsumer(Consumer):
+    """The consumer, buffering fetched batches as slices for ``Columns`` to decode rather
+    than as records (its fetching, positions, retries and read_committed filtering as they are)."""
+
+    def _buffered(self, batch: pb.RecordBatch, tp: TopicPartition, start: int, stop: int) -> Iterable[Any]:
+        piece = batch_slice(batch, start, stop)
+        return () if piece is None else (piece,)
+
+
+#: Batch slices a poll returns at most: a fetch answer's worth (8 MiB, some 30 batches of our
+#: producer's), so that one Arrow batch holds the rows of about one fetch.
+POLL_SLICES = 64
 
 
 def read_range(bootstrap: str, r: OffsetRange, *, fail_on_data_loss: bool, poll_timeout_ms: int,
                isolation_level: str = "read_committed") -> Iterator[pa.RecordBatch]:
     """The records of ``r`` from the partition's leader, in offset order (a compacted topic
-    has gaps; so do transaction markers, and with read_committed, aborted transactions).
-    Offsets retention has removed fail the task with ``fail_on_data_loss``, and are skipped
-    without it."""
+    has gaps; so do transaction markers, and with read_committed, aborted transactions), as
+    Arrow batches of at least ``BATCH_ROWS`` rows (the last one fewer). Offsets retention has
+    removed fail the task with ``fail_on_data_loss``, and are skipped without it."""
     if r.end <= r.start:
         return
-    consumer = Consumer(bootstrap, auto_offset_reset="none" if fail_on_data_loss else "earliest",
-                        enable_auto_commit=False, max_poll_records=BATCH_ROWS, max_partition_fetch_bytes=8 << 20,
-                        isolation_level=isolation_level)
+    consumer = _BatchConsumer(bootstrap, auto_offset_reset="none" if fail_on_data_loss else "earliest",
+                              enable_auto_commit=False, max_poll_records=POLL_SLICES,
+                              max_partition_fetch_bytes=8 << 20, isolation_level=isolation_level)
     tp = (r.topic, r.partition)
     try:
         run(consumer.start())
         run(consumer.assign([tp]))
         consumer.seek(r.topic, r.partition, r.start)
-        pending: list[ConsumerRecord] = []
+        rows = Columns()
         progress = time.monotonic()
         while True:
             position = consumer.position(*tp)
             if position is not None and position >= r.end:
                 break
-            got = run(consumer.poll(200))  # short: a range may end in records that are skipped
+            got: list[Any] = run(consumer.poll(200))  # short: a range may end in records that are skipped
             if got:
                 progress = time.monotonic()
-                pending += got if got[-1].offset < r.end else [x for x in got if x.offset < r.end]
-                if len(pending) >= BATCH_ROWS:
-                    yield _batch(pending, *tp)
-                    pending = []
+                for piece in got:
+                    rows.add(piece, r.end)
+                if len(rows) >= BATCH_ROWS:
+                    yield rows.arrow(ARROW_SCHEMA, r.topic, r.partition, CREATE_TIME)
+                    rows = Columns()
             elif time.monotonic() - progress > poll_timeout_ms / 1000:
                 raise TopicSourceError(f"no record of {r.topic}-{r.partition} at offsets {position}..{r.end} "
                                        f"arrived within {poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs)")
-        if pending:
-            yield _batch(pending, *tp)
+        if len(rows):
+            yield rows.arrow(ARROW_SCHEMA, r.topic, r.partition, CREATE_TIME)
     except TopicSourceError:
         raise
     except CLIENT_ERRORS as e:
