@@ -128,11 +128,11 @@ SERVER_KEYS = ConfigDef([
               f"reads from (KIP-392): `{RACK_AWARE_REPLICA_SELECTOR}` (an in-sync replica in the consumer's "
               "`client.rack`); see \"Follower fetching\"", one_of("", RACK_AWARE_REPLICA_SELECTOR), role=BROKER,
               default_doc="unset (the leader)"),
-    ConfigKey("replica.fetch.protocol", "string", "kafka", "how followers fetch from leaders: `kafka`, Kafka's "
-              "Fetch and OffsetsForLeaderEpoch on the leaders' Kafka listener (the first of `kafka.listener.names` "
-              "without SASL whose protocol, and client certificates, match the inter-broker listener's; else "
-              "gRPC), or `grpc`, the broker gRPC service on the inter-broker listener; see \"Replication\" in "
-              "docs/brokers.md", one_of("kafka", "grpc"), role=BROKER),
+    ConfigKey("replica.fetch.protocol", "string", "grpc", "how followers fetch from leaders: `grpc`, the broker "
+              "gRPC service on the inter-broker listener, or `kafka`, Kafka's Fetch and OffsetsForLeaderEpoch on "
+              "the leaders' Kafka listener (the first of `kafka.listener.names` without SASL whose protocol, and "
+              "client certificates, match the inter-broker listener's; else gRPC), whose advertised address every "
+              "broker must reach; see \"Replication\" in docs/brokers.md", one_of("kafka", "grpc"), role=BROKER),
     _int("replica.fetch.wait.max.ms", 500, "how long a follower's fetch waits for data", 0, role=BROKER),
     _int("replica.fetch.min.bytes", 1, "bytes a follower's fetch waits for", 0, role=BROKER),
     _int("replica.fetch.max.bytes", 1 << 20, "bytes a follower fetches per partition", 1, role=BROKER),
