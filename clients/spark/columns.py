@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from protos import broker_pb2 as pb
 
-from ..records import CONTROL_FLAG, LOG_APPEND_TIME_FLAG, Header, records_bytes
+from ..records import CONTROL_FLAG, LOG_APPEND_TIME_FLAG, Header, _read_zz, records_bytes
 from common.errors import ErrorCode, KafkaError
 
 
@@ -83,26 +83,12 @@ class Columns:
 _MS = pa.timestamp("ms", tz="UTC")  # a record's timestamp, before Spark's microseconds
 
 
-def _zz(data: bytes, pos: int) -> tuple[int, int]:
-    """A zigzag varint of any length at ``pos``, and the position after it."""
-    z, shift = 0, 0
-    while True:
-        b = data[pos]
-        pos += 1
-        z |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (z >> 1) ^ -(z & 1), pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("a varint longer than 10 bytes")
-
-
 def _decode(data: bytes, count: int, base: int, base_ts: int, appended: int | None, low: int, high: int,
             out: Columns) -> None:
     """Append the ``count`` records of ``data`` whose offsets lie in [low, high) (every one
     when ``low`` is -1) to ``out``. ValueError or IndexError when the bytes do not hold
     exactly ``count`` well-formed records. Every varint is decoded inline when it is one or
-    two bytes long (a record's length, deltas and lengths below 8192), through ``_zz`` else."""
+    two bytes long (a record's length, deltas and lengths below 8192), through ``_read_zz`` else."""
     offsets, stamps, keys, values, headers = out.offsets, out.timestamps, out.keys, out.values, out.headers
     add_offset, add_stamp, add_key, add_value = offsets.append, stamps.append, keys.append, values.append
     pos, n = 0, len(data)
@@ -114,7 +100,7 @@ def _decode(data: bytes, count: int, base: int, base_ts: int, appended: int | No
             z = (b & 0x7F) | data[pos + 1] << 7
             length, pos = (z >> 1) ^ -(z & 1), pos + 2
         else:
-            length, pos = _zz(data, pos)
+            length, pos = _read_zz(data, pos)
         end = pos + length
         if length < 1 or end > n:
             raise ValueError(f"a record length of {length}")
@@ -126,7 +112,7 @@ def _decode(data: bytes, count: int, base: int, base_ts: int, appended: int | No
             z = (b & 0x7F) | data[p + 1] << 7
             ts, p = (z >> 1) ^ -(z & 1), p + 2
         else:
-            ts, p = _zz(data, p)
+            ts, p = _read_zz(data, p)
         b = data[p]
         if b < 0x80:
             od, p = (b >> 1) ^ -(b & 1), p + 1
@@ -134,14 +120,14 @@ def _decode(data: bytes, count: int, base: int, base_ts: int, appended: int | No
             z = (b & 0x7F) | data[p + 1] << 7
             od, p = (z >> 1) ^ -(z & 1), p + 2
         else:
-            od, p = _zz(data, p)
+            od, p = _read_zz(data, p)
         b = data[p]
         key: bytes | None
         value: bytes | None
         if b == 1:  # zigzag(-1): a null key
             key, p = None, p + 1
         else:
-            kl, p = _zz(data, p)
+            kl, p = _read_zz(data, p)
             key, p = _blob(data, p, kl, end)
         b = data[p]
         if b < 0x80:
@@ -150,7 +136,7 @@ def _decode(data: bytes, count: int, base: int, base_ts: int, appended: int | No
             z = (b & 0x7F) | data[p + 1] << 7
             vl, p = (z >> 1) ^ -(z & 1), p + 2
         else:
-            vl, p = _zz(data, p)
+            vl, p = _read_zz(data, p)
         if 0 <= vl and p + vl <= end:
             value, p = data[p:p + vl], p + vl
         else:
@@ -188,14 +174,14 @@ def _blob(data: bytes, p: int, length: int, end: int) -> tuple[bytes | None, int
 
 def _headers(data: bytes, p: int, end: int) -> tuple[Header, ...]:
     """A record's headers from its header count at ``p`` to its ``end``."""
-    nh, p = _zz(data, p)
+    nh, p = _read_zz(data, p)
     if not 0 <= nh <= end - p:
         raise ValueError(f"{nh} headers")
     hs = []
     for _ in range(nh):
-        kl, p = _zz(data, p)
+        kl, p = _read_zz(data, p)
         hk, p = _blob(data, p, kl, end)
-        vl, p = _zz(data, p)
+        vl, p = _read_zz(data, p)
         hv, p = _blob(data, p, vl, end)
         if hk is None:
             raise ValueError("a null header key")
