@@ -2,12 +2,13 @@
 metrics, consumer groups' lag) is one task each, started with the app and cancelled with it."""
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 from typing import ClassVar
 
 
-class Periodic:
+class Periodic(abc.ABC):
     """Calls ``step`` every ``every`` seconds from ``start`` until ``close``: at once and then
     after each wait, or (``WAIT_FIRST``) only after a first wait. A step says its own failures
     (an exception would end the task)."""
@@ -17,8 +18,9 @@ class Periodic:
     WAIT_FIRST: ClassVar[bool] = False
     _task: asyncio.Task[None] | None = None
 
+    @abc.abstractmethod
     async def step(self) -> None:
-        raise NotImplementedError
+        """One sample."""
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=self.TASK_NAME)
