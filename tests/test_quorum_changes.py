@@ -273,7 +273,11 @@ def test_standalone_grown_to_three_then_bad_input_is_refused_and_writes_nothing(
     addr = {i: f"127.0.0.1:{p}" for i, p in q.ports.items()}
     try:
         q.start_node(1)
-        st = asyncio.run(eventually(lambda: try_status(addr[1]), 30, what="controller 1 leading"))
+        # leading, and the controller's own first write committed: entries 1 (the leader's no-op), 2 (the
+        # bootstrap voters) and 3 (metadata.version's FeatureLevelRecord, written once the controller is active),
+        # so that the log is quiet before `unchanged` compares high watermarks
+        st = asyncio.run(eventually(lambda: (s := try_status(addr[1])) and int(str(s["HighWatermark"])) >= 4 and s,
+                                    30, what="controller 1 leading with metadata.version written"))
         assert st["LeaderId"] == "1" and voters(st) == {1: dirs[1]}
         refused(kraft("quorum", "--bootstrap-controller", addr[1], "remove-controller", "--controller-id", "1",
                       "--controller-directory-id", dirs[1]), "INVALID_REQUEST", "cannot remove the last voter")
