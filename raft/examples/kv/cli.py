@@ -26,7 +26,7 @@ from common.tls import TLSConfig
 from raft.config import NodeOptions
 from raft.errors import RaftError
 from raft.storage import format_storage
-from raft.transport import grpc_errors_in_one_line
+from raft.transport import calls_ended, grpc_errors_in_one_line
 
 from .client import KVClient, KVError
 
@@ -146,6 +146,7 @@ def serve(obj: dict, node_id: int, voters: str, data_dir: str, address: str | No
                 click.echo(f"raft-kv: error: {err}", err=True)
                 return 1
         await node.stop()
+        await calls_ended()  # before the loop ends under them
         return 0
 
     sys.exit(asyncio.run(run()))
