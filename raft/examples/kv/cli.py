@@ -140,13 +140,12 @@ def serve(obj: dict, node_id: int, voters: str, data_dir: str, address: str | No
             loop.add_signal_handler(sig, stop.set)
         stopped = loop.create_task(node.wait_stopped())
         await asyncio.wait([loop.create_task(stop.wait()), stopped], return_when=asyncio.FIRST_COMPLETED)
-        if stopped.done():
-            err = stopped.result()
-            if err is not None:
-                click.echo(f"raft-kv: error: {err}", err=True)
-                return 1
-        await node.stop()
+        err = stopped.result() if stopped.done() else None  # it stopped by itself
+        await node.stop()  # (then returns at once)
         await calls_ended()  # before the loop ends under them
+        if err is not None:
+            click.echo(f"raft-kv: error: {err}", err=True)
+            return 1
         return 0
 
     sys.exit(asyncio.run(run()))
