@@ -73,8 +73,9 @@ async def calls_ended(timeout: float = 2.0) -> None:
     process whose servers have stopped awaits before its event loop ends. grpc.aio's
     ``server.stop()`` returns once its core has ended every call, while the tasks running them
     may still be unwinding (handlers cancelled at the end of the grace period); ``asyncio.run``
-    would cancel them as it ends, and grpc catches that cancel with a bare ``except`` and prints
-    a CancelledError traceback on stderr, the server's log (seen at a controller's teardown)."""
+    would cancel them as it ends, and grpc catches that cancel with a bare ``except``, logs it
+    (folded to one line above) and prints its traceback on stderr, the server's log, with
+    ``traceback.print_exc()``, which no logging filter sees (seen at a controller's teardown)."""
     calls = [t for t in asyncio.all_tasks() if _runs_a_call(t)]
     if calls:
         await asyncio.wait(calls, timeout=timeout)

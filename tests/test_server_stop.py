@@ -64,3 +64,13 @@ def test_a_stopped_nodes_calls_end_before_the_process_does():
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout == "5 of 5 handlers cleaned up\n", p.stdout + p.stderr
     assert "Traceback" not in p.stderr, p.stderr
+
+
+def test_every_server_entry_point_waits_for_its_calls():
+    import inspect
+
+    import brokerd.main
+    import kraft.cli.servers
+    import raft.examples.kv.cli
+    for module in (kraft.cli.servers, brokerd.main, raft.examples.kv.cli):
+        assert "await calls_ended()" in inspect.getsource(module), module.__name__
