@@ -132,7 +132,7 @@ async def clean(plog: PartitionLog, cfg: LogConfig, now_ms: int) -> CleanResult 
     freed = plog.replace_batches(replacements, end)
     plog.oldest_tombstone_ms = oldest_tombstone
     if replacements:
-        await asyncio.to_thread(plog.reclaim_space)
+        await plog.store.in_thread(plog.reclaim_space)  # close() waits for it
     return CleanResult(sum(1 for b in replacements.values() if b is not None),
                        sum(1 for b in replacements.values() if b is None), removed, freed, end)
 

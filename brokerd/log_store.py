@@ -28,12 +28,16 @@ import asyncio
 import logging
 import os
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 from rocksdict import DBCompressionType, Options, Rdict, WriteBatch, WriteOptions
 
 log = logging.getLogger("brokerd.log")
+
+T = TypeVar("T")
 
 LONG_MAX = (1 << 63) - 1
 PARTITIONS_DIR = "partitions"
@@ -93,6 +97,8 @@ class LogStore:
         # Flushes started by log.flush.interval.messages, kept until they end (the loop holds
         # only weak references to tasks); close() awaits them.
         self._flushes: set[asyncio.Task] = set()
+        # Calls on the database running in threads; close() waits for them.
+        self._in_threads: set[asyncio.Future] = set()
         self.failure: StorageFailure | None = None
         self.closed = False
 
@@ -133,12 +139,11 @@ class LogStore:
 
     async def _drain(self) -> None:
         """Group commit: everything queued while the previous fsync ran shares the next one."""
-        loop = asyncio.get_running_loop()
         try:
             while self._queue:
                 group, self._queue = self._queue, []
                 try:
-                    await loop.run_in_executor(self._executor, self._write_group, [wb for wb, _ in group])
+                    await self._in_thread(self._executor, self._write_group, [wb for wb, _ in group])
                 except StorageFailure as e:
                     for _, fut in group:
                         if not fut.done():
@@ -171,7 +176,7 @@ class LogStore:
             return
         self._flushing = True
         try:
-            await asyncio.get_running_loop().run_in_executor(self._executor, self.db.flush_wal, True)
+            await self._in_thread(self._executor, self.db.flush_wal, True)
         except Exception as e:
             log.error("fsync of %s failed: %s", self.path, e)
         finally:
@@ -185,6 +190,19 @@ class LogStore:
         while True:
             await asyncio.sleep(period)
             await self.flush()
+
+    async def in_thread(self, call: Callable[..., T], *args: object) -> T:
+        """Run a blocking call on the database (a compaction) in a thread, so the loop keeps serving."""
+        return await self._in_thread(None, call, *args)
+
+    async def _in_thread(self, executor: Executor | None, call: Callable[..., T], *args: object) -> T:
+        """``call`` in ``executor``, tracked until it ends even if the caller is cancelled (the
+        broker's stop cancels the cleaner and the periodic flush mid-call): RocksDB cannot be
+        closed under a running call (rocksdict refuses with "Already borrowed")."""
+        fut = asyncio.get_running_loop().run_in_executor(executor, call, *args)
+        self._in_threads.add(fut)
+        fut.add_done_callback(self._in_threads.discard)
+        return await asyncio.shield(fut)  # (shield retrieves its outcome when the caller is gone)
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -210,6 +228,8 @@ class LogStore:
         while (drainer := self._drainer) is not None:  # writes queued meanwhile start another
             await asyncio.wait([drainer])  # not cancelled if close() is
         await asyncio.gather(*self._flushes, return_exceptions=True)
+        while self._in_threads:  # calls whose callers were cancelled still run
+            await asyncio.wait(list(self._in_threads))
         self.closed = True
         try:
             self.db.flush_wal(True)

@@ -16,7 +16,7 @@ from common.errors import KafkaError
 from metadata.config import load
 from common.config_def import ConfigError
 from raft.errors import StorageError
-from raft.transport import grpc_errors_in_one_line
+from raft.transport import calls_ended, grpc_errors_in_one_line
 
 from .log_store import StorageFailure
 
@@ -49,6 +49,13 @@ async def _until_done_or(task: asyncio.Task, stop: asyncio.Event) -> None:
     finally:
         stopping.cancel()
         await asyncio.gather(stopping, return_exceptions=True)
+
+
+async def _serve_until_calls_ended(server: BrokerServer) -> int:
+    try:
+        return await serve(server)
+    finally:
+        await calls_ended()  # before the loop ends under them (raft.transport)
 
 
 async def serve(server: BrokerServer) -> int:
@@ -97,7 +104,7 @@ def main(config_path: str, log_level: str) -> None:
     logging.basicConfig(level=log_level, stream=sys.stderr,
                         format=f"%(asctime)s [broker {cfg.node_id}] %(levelname)s %(name)s: %(message)s")
     grpc_errors_in_one_line()
-    sys.exit(asyncio.run(serve(server)))
+    sys.exit(asyncio.run(_serve_until_calls_ended(server)))
 
 
 if __name__ == "__main__":

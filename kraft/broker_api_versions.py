@@ -9,9 +9,6 @@ import ssl
 import struct
 from typing import Any
 
-from kio.index import api_key_map
-
-from brokerd.kafka.codec import build, frame_request, read_response, request_schema
 from common.host_ports import host_ports
 
 METADATA, API_VERSIONS = 3, 18
@@ -30,6 +27,11 @@ async def _call(host: str, port: int, api_key: int, version: int, fields: dict[s
         raise KafkaToolError(f"TLS handshake with {host}:{port} failed: {e.reason or e}") from None
     except (OSError, asyncio.TimeoutError) as e:
         raise KafkaToolError(f"cannot connect to {host}:{port}: {e or 'timed out'}") from None
+    # Kafka's codec (kio) only once a broker answers: importing it costs ~1.2 s of CPU (kio loads
+    # hypothesis when installed), which a mistyped or unreachable address need not pay.
+    from kio.index import api_key_map
+
+    from brokerd.kafka.codec import build, frame_request, read_response, request_schema
     try:
         request = build(request_schema(api_key, version), fields)
         writer.write(frame_request(api_key, version, 1, "kraft-broker-api-versions", request))
@@ -53,6 +55,7 @@ async def broker_api_versions(bootstrap: str, timeout: float = 10.0, context: ss
     except (ValueError, IndexError):
         raise KafkaToolError(f"bad --bootstrap-server {bootstrap!r}: expected HOST:PORT") from None
     md = await _call(host, int(port), METADATA, 12, {"topics": ()}, timeout, context)
+    from kio.index import api_key_map
     lines = []
     for b in sorted(md.brokers, key=lambda b: b.node_id):
         answer = await _call(b.host, b.port, API_VERSIONS, 3, {"client_software_name": "kraft",

@@ -68,6 +68,24 @@ def grpc_errors_in_one_line() -> None:
         handler.addFilter(_grpc_one_line)         # CancelledError traceback still reached a log once
 
 
+async def calls_ended(timeout: float = 2.0) -> None:
+    """Wait (up to ``timeout``) until the tasks running gRPC server calls have ended: what a
+    process whose servers have stopped awaits before its event loop ends. grpc.aio's
+    ``server.stop()`` returns once its core has ended every call, while the tasks running them
+    may still be unwinding (handlers cancelled at the end of the grace period); ``asyncio.run``
+    would cancel them as it ends, and grpc catches that cancel with a bare ``except``, logs it
+    (folded to one line above) and prints its traceback on stderr, the server's log, with
+    ``traceback.print_exc()``, which no logging filter sees (seen at a controller's teardown)."""
+    calls = [t for t in asyncio.all_tasks() if _runs_a_call(t)]
+    if calls:
+        await asyncio.wait(calls, timeout=timeout)
+
+
+def _runs_a_call(task: asyncio.Task) -> bool:
+    """grpc.aio has no public handle on a call's task: it runs grpc's ``_schedule_rpc_coro``."""
+    return getattr(task.get_coro(), "__name__", "") == "_schedule_rpc_coro"
+
+
 class Transport(Protocol):
     """How a node's messages reach its peers (hashicorp/raft's Transport). ``RaftNode`` uses
     :class:`PeerTransport` (gRPC) unless given another, such as

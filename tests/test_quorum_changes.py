@@ -153,7 +153,10 @@ def test_a_static_quorum_refuses_changes(tmp_path):
         q = InProcessQuorum(tmp_path)
         await q.start()
         try:
-            await q.active()
+            active = await q.active()
+            # active is set before the controller's own first write (metadata.version) commits:
+            # compare high watermarks once it has, when nothing else writes (no brokers)
+            await eventually(lambda: active.sm.image.metadata_version != 0, 10, what="metadata.version recorded")
             async with q.client(timeout=10) as c:
                 before = (await c.describe_quorum(pb.DescribeQuorumRequest())).high_watermark
                 for method, req in [(ControllerClient.add_raft_voter, pb.AddRaftVoterRequest(

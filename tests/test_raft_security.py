@@ -67,6 +67,11 @@ def test_bad_peer_requests_are_refused_counted_and_harmless(tmp_path):
     async def go():
         nodes, ports, lid = await _cluster(tmp_path, max_message_bytes=64 * 1024)
         target = nodes[0]
+        # a node knows the leader before it has the leader's first entry (its no-op): compare
+        # logs once every node has committed it, when nothing else writes
+        leader = nodes[lid - 1]
+        await eventually(lambda: all(n.status().commit_index == leader.status().last_index for n in nodes), 10,
+                         what="every node committed the new leader's first entry")
         before = target.status()
         hb = Message(MessageType.HEARTBEAT, 1, 2, 99, commit=10**9)
         cases = [

@@ -37,6 +37,7 @@ async def _serve_roles(cfg) -> int:
     from brokerd.main import STARTUP_ERRORS, skip_test_strategies
     from common.metrics import MetricsEndpoint
     from metadata.server import ControllerServer
+    from raft.transport import calls_ended
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -82,6 +83,7 @@ async def _serve_roles(cfg) -> int:
             await controller.stop()
         if shared is not None:
             shared.stop()
+        await calls_ended()  # before the loop ends under them (raft.transport)
 
 
 @click.command()

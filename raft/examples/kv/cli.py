@@ -26,7 +26,7 @@ from common.tls import TLSConfig
 from raft.config import NodeOptions
 from raft.errors import RaftError
 from raft.storage import format_storage
-from raft.transport import grpc_errors_in_one_line
+from raft.transport import calls_ended, grpc_errors_in_one_line
 
 from .client import KVClient, KVError
 
@@ -140,12 +140,12 @@ def serve(obj: dict, node_id: int, voters: str, data_dir: str, address: str | No
             loop.add_signal_handler(sig, stop.set)
         stopped = loop.create_task(node.wait_stopped())
         await asyncio.wait([loop.create_task(stop.wait()), stopped], return_when=asyncio.FIRST_COMPLETED)
-        if stopped.done():
-            err = stopped.result()
-            if err is not None:
-                click.echo(f"raft-kv: error: {err}", err=True)
-                return 1
-        await node.stop()
+        err = stopped.result() if stopped.done() else None  # it stopped by itself
+        await node.stop()  # (then returns at once)
+        await calls_ended()  # before the loop ends under them
+        if err is not None:
+            click.echo(f"raft-kv: error: {err}", err=True)
+            return 1
         return 0
 
     sys.exit(asyncio.run(run()))
