@@ -296,8 +296,16 @@ class StaticMember:
 
     @property
     def owned(self) -> set[int]:
-        assigned = self.of("assigned")
-        return set(assigned[-1]) if assigned else set()
+        """Its partitions now: the last assignment less what was revoked since. A rebalance
+        revokes first, so a member that has not printed its new assignment yet owns nothing,
+        rather than the partitions of the generation before."""
+        owned: set[int] = set()
+        for e in list(self.events):
+            if "assigned" in e:
+                owned = set(e["assigned"])
+            elif "revoked" in e:
+                owned -= set(e["revoked"])
+        return owned
 
     def stop(self) -> None:
         self.proc.terminate()

@@ -258,6 +258,15 @@ def test_restart_from_snapshot_and_log_reproduces_the_image_byte_for_byte(tmp_pa
                                      for s in q.servers.values()), 10, what="every controller applied and snapshotted")
         for b in brokers:
             await b.stop()
+
+        async def quiet() -> bool:
+            """The stopped brokers fenced (the controller's last write, once their sessions
+            expire) and applied by every controller: nothing is written after the images taken
+            below, before or after the restart."""
+            image = (await q.active()).sm.image
+            return all(image.brokers[b.lifecycle.broker_id].fenced for b in brokers) and \
+                all(s.sm.image.offset == image.offset for s in q.servers.values())
+        await eventually(quiet, 10, what="the stopped brokers fenced on every controller")
         before = {}
         for nid, s in q.servers.items():
             buf = io.BytesIO()
