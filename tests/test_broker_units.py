@@ -606,7 +606,7 @@ def test_a_raised_follower_throttle_applies_at_the_next_fetch(tmp_path):
         state.truncating = False  # (before the fetcher first runs) it would ask the closed port first
         await eventually(lambda: state.delayed_until > time.monotonic() + 200)
         manager.set_rate(200_000)
-        await eventually(lambda: fetcher._warned, timeout=5)
+        await eventually(lambda: fetcher._warned_at is not None, timeout=5)
         await manager.stop()
         await store.close()
     run(go())
@@ -821,3 +821,61 @@ def test_a_replica_listener_less_safe_than_the_inter_broker_one_is_refused():
         pick({"SSL": mtls, "KAFKA": mtls, "REPL": one_way}, "SSL", ("KAFKA", "REPL"), "REPL")
     assert pick({"SSL": mtls, "KAFKA": one_way, "REPL": mtls}, "SSL", ("KAFKA", "REPL"), "REPL") == "REPL"
     assert pick({"SSL": one_way, "REPL": mtls}, "SSL", ("REPL",), "REPL") == "REPL"  # safer is fine
+
+
+def test_an_unreachable_leader_is_one_line_naming_the_address_and_the_key(tmp_path, caplog):
+    """A follower that cannot reach its leader's advertised replica listener logs one line naming
+    the address, the listener and the key to set, not one per retry (every replica.fetch.backoff.ms)
+    nor one per flap of a connection that comes and goes."""
+    import dataclasses
+    import logging
+
+    from brokerd.kafka.replica_client import LeaderUnreachable
+    from brokerd.replica_fetcher import ReplicaFetcher
+
+    class Flapping:
+        """Refused, answered (with nothing), refused again, ..."""
+        calls = 0
+
+        async def OffsetsForLeaderEpoch(self, req, timeout):  # noqa: N802 (the stub's name)
+            self.calls += 1
+            if self.calls % 2:
+                raise LeaderUnreachable("Connection refused")
+            return pb.OffsetsForLeaderEpochResponse()
+
+        async def close(self) -> None:
+            pass
+
+    async def go(stub: Flapping | None) -> None:
+        store = LogStore(str(tmp_path / str(stub is None)))
+        p = Partition(7, "t", uuid.uuid4(), 0, PartitionLog(store, uuid.uuid4(), 0), LogConfig())
+        p.update(PartitionRegistration((7, 8), (7, 8), 8, 1, 1))
+        cfg = dataclasses.replace(_broker_config(), replica_listener="REPLICATION", replica_fetch_backoff_ms=10)
+        fetcher = ReplicaFetcher(cfg, 8, "127.0.0.1:1", lambda: 1, lambda _: None, kafka=True)
+        real = fetcher.stub
+        fetcher.stub = stub or real
+        calls = 0
+        if stub is None:  # the real client dialling a closed port: count its attempts
+            dial = real.OffsetsForLeaderEpoch
+
+            async def counting(req, timeout):
+                nonlocal calls
+                calls += 1
+                return await dial(req, timeout)
+            real.OffsetsForLeaderEpoch = counting
+        fetcher.add(p)
+        fetcher.start()
+        await eventually(lambda: (stub.calls if stub else calls) >= 8, what="retries")
+        await fetcher.stop()
+        await real.close()
+        await store.close()
+
+    with caplog.at_level(logging.WARNING, logger="brokerd.replica"):
+        for stub in (None, Flapping()):
+            caplog.clear()
+            run(go(stub))
+            lines = [r.getMessage() for r in caplog.records if "cannot fetch" in r.getMessage()]
+            assert len(lines) == 1, lines
+            assert lines[0].startswith("cannot fetch from broker 8 at 127.0.0.1:1, its REPLICATION listener as "
+                                       "advertised: ") and "replica.fetch.listener.name" in lines[0], lines[0]
+            assert "\n" not in lines[0]
