@@ -129,7 +129,7 @@ SERVER_KEYS = ConfigDef([
               f"reads from (KIP-392): `{RACK_AWARE_REPLICA_SELECTOR}` (an in-sync replica in the consumer's "
               "`client.rack`); see \"Follower fetching\"", one_of("", RACK_AWARE_REPLICA_SELECTOR), role=BROKER,
               default_doc="unset (the leader)"),
-    ConfigKey("replica.fetch.protocol", "string", "grpc", "how followers fetch from leaders: `kafka`, Kafka's "
+    ConfigKey("replica.fetch.protocol", "string", "kafka", "how followers fetch from leaders: `kafka`, Kafka's "
               "Fetch and OffsetsForLeaderEpoch on the leaders' Kafka listener (`replica.fetch.listener.name`), or "
               "`grpc`, the broker gRPC service on the inter-broker listener (also what `kafka` falls back to when "
               "no Kafka listener is eligible, or a leader lacks it); see \"Replication\" in docs/brokers.md",
