@@ -51,19 +51,36 @@ class LogConfig:
         return "delete" in self.cleanup_policy
 
 
-def replica_kafka_listener(security: Mapping[str, ListenerSecurity], inter_broker: str,
-                           kafka: tuple[str, ...]) -> str | None:
-    """The Kafka listener followers fetch over (replica.fetch.protocol=kafka): the first without
-    SASL (a broker has no SASL credentials of its own) that is as safe as the inter-broker
-    listener (the same protocol, and client certificates required when that listener requires
-    them, so that the leader sees the follower's certificate principal); None: none is."""
-    ours = security[inter_broker]
-    for name in kafka:
-        s = security[name]
-        if s.sasl is None and s.protocol == ours.protocol and (s.client_auth == "required"
-                                                                or ours.client_auth != "required"):
-            return name
+def replica_listener_problem(security: Mapping[str, ListenerSecurity], inter_broker: str, name: str) -> str | None:
+    """Why followers may not fetch over Kafka listener ``name``, or None when they may: it must
+    be as safe as the inter-broker listener (the same protocol, and client certificates required
+    when that listener requires them, so that the leader sees the follower's certificate
+    principal) and have no SASL (a broker has no SASL credentials of its own)."""
+    s, ours = security[name], security[inter_broker]
+    if s.sasl is not None:
+        return f"it is a {s.protocol} listener and a broker has no SASL credentials of its own"
+    if s.protocol != ours.protocol:
+        return f"it speaks {s.protocol} and the inter-broker listener {inter_broker} {ours.protocol}"
+    if ours.client_auth == "required" and s.client_auth != "required":
+        return (f"it does not require client certificates as the inter-broker listener {inter_broker} does "
+                f"(ssl.client.auth=required), so a leader could not tell a follower's principal")
     return None
+
+
+def replica_kafka_listener(security: Mapping[str, ListenerSecurity], inter_broker: str,
+                           kafka: tuple[str, ...], named: str | None = None) -> str | None:
+    """The Kafka listener followers fetch over (replica.fetch.protocol=kafka): ``named``
+    (replica.fetch.listener.name) when set, a ConfigError when it is not an eligible Kafka
+    listener; else the first eligible one (``replica_listener_problem``); None: none is."""
+    if named:
+        if named not in kafka:
+            raise ConfigError(f"replica.fetch.listener.name={named} is not one of the broker's Kafka listeners "
+                              f"(kafka.listener.names: {', '.join(kafka) or 'none'})")
+        problem = replica_listener_problem(security, inter_broker, named)
+        if problem is not None:
+            raise ConfigError(f"replica.fetch.listener.name={named}: followers cannot fetch over it: {problem}")
+        return named
+    return next((n for n in kafka if replica_listener_problem(security, inter_broker, n) is None), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,8 +130,8 @@ class BrokerConfig:
     #: listener.name.<l>.max.connection.creation.rate of the Kafka listeners that set one
     listener_connection_creation_rates: dict[str, int] = field(default_factory=dict)
     fetch_session_cache_slots: int = 1000  # max.incremental.fetch.session.cache.slots
-    #: replica.fetch.protocol=kafka: the Kafka listener followers fetch over, and the TLS material
-    #: they dial it with; None: over the gRPC inter-broker listener
+    #: replica.fetch.protocol=kafka: the Kafka listener followers fetch over (replica.fetch.listener.name,
+    #: or the first eligible), and the TLS material they dial it with; None: over the gRPC inter-broker listener
     replica_listener: str | None = None
     replica_tls: TLSConfig | None = None
     static_configs: Mapping[str, str] = field(default_factory=dict)  # the properties file, as written
@@ -137,11 +154,14 @@ class BrokerConfig:
                               f"({', '.join(listeners)})")
         if name in kafka:
             raise ConfigError(f"inter.broker.listener.name={name} speaks Kafka's protocol (kafka.listener.names); "
-                              f"brokers replicate over a gRPC listener")
+                              f"it names the brokers' gRPC listener: name the Kafka listener followers fetch "
+                              f"over with replica.fetch.listener.name")
         for n in grpc_listeners:
             cfg.security[n].check_grpc(n)
-        replica_listener = replica_kafka_listener(cfg.security, name, kafka) \
-            if cfg.str("replica.fetch.protocol") == "kafka" else None
+        replica_listener = replica_kafka_listener(  # checked even under grpc: a mistake shows at once
+            cfg.security, name, kafka, (cfg.value("replica.fetch.listener.name") or "").upper() or None)
+        if cfg.str("replica.fetch.protocol") != "kafka":
+            replica_listener = None
         return cls(
             replica_listener=replica_listener,
             replica_tls=cfg.security[replica_listener].tls if replica_listener else None,

@@ -38,6 +38,9 @@ from clients.records import batches, check_crc, frames
 log = logging.getLogger("brokerd.replica")
 
 GRPC_OPTIONS = [("grpc.max_receive_message_length", 256 << 20), ("grpc.max_send_message_length", 256 << 20)]
+#: A fetcher that cannot reach its leader says so once per this many seconds, not once per retry
+#: (every replica.fetch.backoff.ms) nor once per flap of a connection that comes and goes.
+UNREACHABLE_LOG_INTERVAL_S = 300.0
 
 
 @dataclass(slots=True)
@@ -71,7 +74,11 @@ class ReplicaFetcher:
         self.states: dict[Partition, FetchState] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
-        self._warned = False
+        #: When "cannot fetch from broker N" was last logged (UNREACHABLE_LOG_INTERVAL_S apart)
+        self._warned_at: float | None = None
+        #: The listener dialled, and the key naming it, for the operator reading that line
+        self._listener = (config.replica_listener, "replica.fetch.listener.name") if kafka \
+            else (config.listener, "inter.broker.listener.name")
         #: The fetch session with the leader (KIP-227), partitions named (topic id, index).
         self.session: FetchSessionHandler[tuple[bytes, int]] = FetchSessionHandler()
 
@@ -133,10 +140,7 @@ class ReplicaFetcher:
             except asyncio.CancelledError:
                 raise
             except (grpc.aio.AioRpcError, LeaderUnreachable) as e:
-                if not self._warned:
-                    log.warning("cannot fetch from broker %d at %s: %s", self.leader_id, self.address,
-                                e.details() or e.code().name if isinstance(e, grpc.aio.AioRpcError) else e)
-                    self._warned = True
+                self._unreachable(e.details() or e.code().name if isinstance(e, grpc.aio.AioRpcError) else str(e))
                 await asyncio.sleep(min(backoff, 0.5))
             except StorageFailure as e:
                 self.on_fatal(e)
@@ -147,6 +151,19 @@ class ReplicaFetcher:
             except Exception as e:  # a bug: keep the broker up and say so
                 log.exception("replica fetcher for broker %d: %s", self.leader_id, e)
                 await asyncio.sleep(backoff)
+
+    def _unreachable(self, why: str) -> None:
+        """One line, rate-limited, naming the address and the key behind it: a leader advertising
+        an address this broker cannot reach stalls replication, and the operator must see why."""
+        now = time.monotonic()
+        if self._warned_at is not None and now - self._warned_at < UNREACHABLE_LOG_INTERVAL_S:
+            return
+        self._warned_at = now
+        listener, key = self._listener
+        log.warning("cannot fetch from broker %d at %s, its %s listener as advertised: %s; its partitions' "
+                    "replicas here stall until this broker reaches it (every broker must: advertise an address "
+                    "they all reach, or name such a listener with %s); logged at most every %.0f s",
+                    self.leader_id, self.address, listener, why, key, UNREACHABLE_LOG_INTERVAL_S)
 
     def _delay(self, s: FetchState) -> None:
         s.delayed_until = time.monotonic() + self.config.replica_fetch_backoff_ms / 1000
@@ -167,7 +184,6 @@ class ReplicaFetcher:
                              leader_epoch=p.log.epochs.latest_epoch)
         resp = await self.stub.OffsetsForLeaderEpoch(
             pb.OffsetsForLeaderEpochRequest(replica_id=self.config.node_id, topics=topics.values()), timeout=10)
-        self._warned = False
         by_key = {(s.partition.topic_id, s.partition.index): s for s in states}
         for t in resp.topics:
             tid = uuid.UUID(bytes=t.topic_id)
@@ -242,7 +258,6 @@ class ReplicaFetcher:
         except BaseException:
             self.session.reset()  # answered or not, the leader's session may have moved on: start over
             raise
-        self._warned = False
         if resp.error_code:  # the session was evicted, or the leader restarted: a full fetch next
             log.debug("fetch session %d with broker %d: %s; starting a new one", self.session.session_id,
                       self.leader_id, ErrorCode.of(resp.error_code).name)

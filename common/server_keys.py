@@ -120,7 +120,8 @@ SERVER_KEYS = ConfigDef([
     _int("quota.window.size.seconds", 1, "the time span of one quota sample", 1, INT_MAX, role=BROKER),
     _int("connections.max.reauth.ms", 0, "the SASL session lifetime clients are told (KIP-368): a connection "
          "not re-authenticated by then is closed; 0: sessions do not expire", 0, role=BROKER),
-    ConfigKey("inter.broker.listener.name", "string", None, "the gRPC listener brokers replicate over",
+    ConfigKey("inter.broker.listener.name", "string", None, "the gRPC listener brokers call each other and "
+              "the tools call them on (replication too under `replica.fetch.protocol=grpc`)",
               role=BROKER, default_doc="the first gRPC listener"),
     _int("replica.lag.time.max.ms", 30_000, "a follower behind for longer leaves the ISR", 1, role=BROKER,
          dynamic=True),
@@ -128,11 +129,16 @@ SERVER_KEYS = ConfigDef([
               f"reads from (KIP-392): `{RACK_AWARE_REPLICA_SELECTOR}` (an in-sync replica in the consumer's "
               "`client.rack`); see \"Follower fetching\"", one_of("", RACK_AWARE_REPLICA_SELECTOR), role=BROKER,
               default_doc="unset (the leader)"),
-    ConfigKey("replica.fetch.protocol", "string", "grpc", "how followers fetch from leaders: `grpc`, the broker "
-              "gRPC service on the inter-broker listener, or `kafka`, Kafka's Fetch and OffsetsForLeaderEpoch on "
-              "the leaders' Kafka listener (the first of `kafka.listener.names` without SASL whose protocol, and "
-              "client certificates, match the inter-broker listener's; else gRPC), whose advertised address every "
-              "broker must reach; see \"Replication\" in docs/brokers.md", one_of("kafka", "grpc"), role=BROKER),
+    ConfigKey("replica.fetch.protocol", "string", "kafka", "how followers fetch from leaders: `kafka`, Kafka's "
+              "Fetch and OffsetsForLeaderEpoch on the leaders' Kafka listener (`replica.fetch.listener.name`), or "
+              "`grpc`, the broker gRPC service on the inter-broker listener (also what `kafka` falls back to when "
+              "no Kafka listener is eligible, or a leader lacks it); see \"Replication\" in docs/brokers.md",
+              one_of("kafka", "grpc"), role=BROKER),
+    ConfigKey("replica.fetch.listener.name", "string", None, "the Kafka listener followers fetch over "
+              "(`replica.fetch.protocol=kafka`), whose advertised address every broker must reach, like Kafka's "
+              "inter-broker listener: no SASL, the inter-broker listener's protocol, and client certificates "
+              "required if that listener requires them", role=BROKER,
+              default_doc="the first such listener of `kafka.listener.names`"),
     _int("replica.fetch.wait.max.ms", 500, "how long a follower's fetch waits for data", 0, role=BROKER),
     _int("replica.fetch.min.bytes", 1, "bytes a follower's fetch waits for", 0, role=BROKER),
     _int("replica.fetch.max.bytes", 1 << 20, "bytes a follower fetches per partition", 1, role=BROKER),

@@ -3,9 +3,10 @@
 Builds the image (offline: wheels from the host, a local base image when python:3.11-slim is
 not available), brings three controllers and three brokers up, waits for their health
 checks, creates a topic with replication factor 3 and produces to it with acks=all from
-inside a container, scrapes every node's Prometheus metrics and has the compose Prometheus
-(the `monitoring` profile) scrape them too, stops the active controller and checks a new one answers with the topics
-intact, stops a broker that leads partitions and checks every acknowledged message is still
+inside a container, checks every replica is in sync with the followers fetching over Kafka's
+protocol from the REPLICATION listeners (advertised by container name), scrapes every node's
+Prometheus metrics and has the compose Prometheus (the `monitoring` profile) scrape them too,
+stops the active controller and checks a new one answers with the topics intact, stops a broker that leads partitions and checks every acknowledged message is still
 consumed, starts both again and checks they catch up, then tears everything down. Then the TLS
 variant (docker-compose.tls.yml: mutual TLS on every listener, certificates from
 deploy/make_certs.py, the authorizer on): health checks, the tools with --command-config,
@@ -238,6 +239,27 @@ def kafka_client_round_trip(messages: int = 200, security: dict[str, str] | None
     log(f"confluent-kafka on the host: {len(sent)} messages of {topic} produced and consumed via {KAFKA_SERVERS}")
 
 
+def check_replication(brokers: list[str], topic: str, admin: tuple[str, ...] = ()) -> None:
+    """Followers fetch over Kafka's protocol from the leaders' REPLICATION listener (advertised
+    by container name, replica.fetch.listener.name), and every replica of ``topic`` is in sync."""
+    deadline = time.monotonic() + 60
+    while True:
+        desc = exec_in("controller-1", "kraft", "topics", "--bootstrap-controller", BOOTSTRAP, *admin, "describe",
+                       "--topic", topic).stdout
+        rows = re.findall(r"Replicas: ([\d,]+)\tIsr: ([\d,]*)", desc)
+        if rows and all(sorted(r.split(",")) == sorted(i.split(",")) for r, i in rows):
+            break
+        if time.monotonic() > deadline:
+            raise SystemExit(f"compose-test: the replicas of {topic} are not all in sync within 60s:\n{desc}")
+        time.sleep(1)
+    logs = compose("logs", "--no-color", *brokers).stdout
+    over = set(re.findall(r"following broker \d+ at epoch \d+ \(log end \d+\) over (.+?) at (\S+)", logs))
+    if not over or any(how != "Kafka's protocol" or not address.startswith("broker-") for how, address in over):
+        raise SystemExit(f"compose-test: followers do not fetch over the REPLICATION listeners: {sorted(over)}")
+    log(f"{topic}: every replica in sync; followers fetch over Kafka's protocol at "
+        f"{', '.join(sorted({a for _, a in over}))}")
+
+
 def make_certs(services: list[str]) -> None:
     """A test CA, a certificate per node and one for the admin (deploy/make_certs.py), readable
     by the image's uid 1000; the admin's client properties, as seen inside the containers."""
@@ -278,6 +300,7 @@ def tls_phase(controllers: list[str], brokers: list[str]) -> None:
                       "--consumer.config", admin).stdout.split()
         if sorted(out) != sorted(lines):
             raise SystemExit(f"compose-test: over TLS {len(set(lines) - set(out))} of {MESSAGES} messages are missing")
+        check_replication(brokers, "secure-orders", ("--command-config", admin))
     with step("TLS: the authorizer refuses User:alice until kraft acls --add allows her"):
         alice = f"{CONTAINER_CERTS}/clients/alice.properties"
 
@@ -346,6 +369,9 @@ def main() -> int:
                 produced = [f"m{i}" for i in range(MESSAGES)]
                 exec_in(brokers[0], "kraft", "console-producer", "--bootstrap-server", SERVERS, "--topic",
                         "orders", "--acks", "all", input="\n".join(produced) + "\n")
+            if len(brokers) >= 3:
+                with step("followers replicate over the REPLICATION listeners (Kafka's protocol)"):
+                    check_replication(brokers, "orders")
 
         if brokers:
             with step("a Kafka client on the host (confluent-kafka) creates, produces and consumes"):

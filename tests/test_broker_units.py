@@ -11,6 +11,7 @@ import pytest
 
 from brokerd.config import BrokerConfig, LogConfig
 from common.errors import ErrorCode, KafkaError
+from common.config_def import ConfigError
 from brokerd.fetch import fetch
 from brokerd.requests import FetchPartition, FetchRequest, FetchTopic
 from brokerd.leader_epochs import UNDEFINED_EPOCH, LeaderEpochCache
@@ -605,7 +606,7 @@ def test_a_raised_follower_throttle_applies_at_the_next_fetch(tmp_path):
         state.truncating = False  # (before the fetcher first runs) it would ask the closed port first
         await eventually(lambda: state.delayed_until > time.monotonic() + 200)
         manager.set_rate(200_000)
-        await eventually(lambda: fetcher._warned, timeout=5)
+        await eventually(lambda: fetcher._warned_at is not None, timeout=5)
         await manager.stop()
         await store.close()
     run(go())
@@ -764,3 +765,117 @@ def test_followers_use_a_kafka_listener_only_as_safe_as_the_inter_broker_one():
     assert pick({"SSL": mtls, "KAFKA": mtls}, "SSL", ("KAFKA",)) == "KAFKA"
     assert pick({"SSL": mtls, "KAFKA": plain}, "SSL", ("KAFKA",)) is None  # plaintext beside TLS
     assert pick({"PLAINTEXT": plain}, "PLAINTEXT", ()) is None
+
+
+def test_replica_fetch_listener_name_must_name_an_eligible_kafka_listener():
+    """replica.fetch.listener.name: the Kafka listener followers fetch over; an unknown or gRPC
+    listener, a SASL one, or one less safe than the inter-broker listener is one ConfigError
+    at start, also under replica.fetch.protocol=grpc (the mistake shows before it matters)."""
+    from brokerd.config import BrokerConfig
+    from metadata.config import from_properties
+    props = {"node.id": "1", "process.roles": "broker", "controller.quorum.voters": "9@127.0.0.1:9093",
+             "log.dirs": "/tmp/x", "replica.fetch.protocol": "kafka",
+             "listeners": "PLAINTEXT://127.0.0.1:9092,KAFKA://127.0.0.1:9094,REPLICATION://127.0.0.1:9095,"
+                          "SECRET://127.0.0.1:9096",
+             "kafka.listener.names": "KAFKA,REPLICATION,SECRET",
+             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,KAFKA:PLAINTEXT,REPLICATION:PLAINTEXT,"
+                                               "SECRET:SASL_PLAINTEXT",
+             "listener.name.secret.plain.sasl.jaas.config":
+                 'org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="pw";',
+             "sasl.enabled.mechanisms": "PLAIN"}
+
+    def replica_listener(**extra: str) -> str | None:
+        return BrokerConfig.from_server(from_properties({**props, **extra})).replica_listener
+
+    assert replica_listener() == "KAFKA"  # unset: the first eligible
+    assert replica_listener(**{"replica.fetch.listener.name": "replication"}) == "REPLICATION"
+    assert replica_listener(**{"replica.fetch.listener.name": "REPLICATION", "replica.fetch.protocol": "grpc"}) is None
+    for name, why in [("NOPE", r"replica.fetch.listener.name=NOPE is not one of the broker's Kafka listeners "
+                               r"\(kafka.listener.names: KAFKA, REPLICATION, SECRET\)"),
+                      ("PLAINTEXT", r"PLAINTEXT is not one of the broker's Kafka listeners"),
+                      ("SECRET", r"replica.fetch.listener.name=SECRET: followers cannot fetch over it: it is a "
+                                 r"SASL_PLAINTEXT listener and a broker has no SASL credentials of its own")]:
+        for protocol in ("kafka", "grpc"):
+            with pytest.raises(ConfigError, match=why) as e:
+                replica_listener(**{"replica.fetch.listener.name": name, "replica.fetch.protocol": protocol})
+            assert "\n" not in str(e.value)
+    with pytest.raises(ConfigError, match=r"inter.broker.listener.name=REPLICATION speaks Kafka's protocol .*"
+                                          r"name the Kafka listener followers fetch over with replica.fetch.listener.name"):
+        replica_listener(**{"inter.broker.listener.name": "REPLICATION"})
+
+
+def test_a_replica_listener_less_safe_than_the_inter_broker_one_is_refused():
+    from brokerd.config import replica_kafka_listener
+    from clients.security import ListenerSecurity
+    from common.tls import TLSConfig
+
+    tls = TLSConfig("cert.pem", "key.pem", "ca.pem")
+    plain = ListenerSecurity()
+    mtls, one_way = ListenerSecurity("SSL", tls, "required"), ListenerSecurity("SSL", tls, "none")
+    pick = replica_kafka_listener
+    with pytest.raises(ConfigError, match=r"REPL: followers cannot fetch over it: it speaks PLAINTEXT and the "
+                                          r"inter-broker listener SSL SSL"):
+        pick({"SSL": mtls, "REPL": plain}, "SSL", ("REPL",), "REPL")
+    with pytest.raises(ConfigError, match=r"REPL: followers cannot fetch over it: it does not require client "
+                                          r"certificates as the inter-broker listener SSL does"):
+        pick({"SSL": mtls, "KAFKA": mtls, "REPL": one_way}, "SSL", ("KAFKA", "REPL"), "REPL")
+    assert pick({"SSL": mtls, "KAFKA": one_way, "REPL": mtls}, "SSL", ("KAFKA", "REPL"), "REPL") == "REPL"
+    assert pick({"SSL": one_way, "REPL": mtls}, "SSL", ("REPL",), "REPL") == "REPL"  # safer is fine
+
+
+def test_an_unreachable_leader_is_one_line_naming_the_address_and_the_key(tmp_path, caplog):
+    """A follower that cannot reach its leader's advertised replica listener logs one line naming
+    the address, the listener and the key to set, not one per retry (every replica.fetch.backoff.ms)
+    nor one per flap of a connection that comes and goes."""
+    import dataclasses
+    import logging
+
+    from brokerd.kafka.replica_client import LeaderUnreachable
+    from brokerd.replica_fetcher import ReplicaFetcher
+
+    class Flapping:
+        """Refused, answered (with nothing), refused again, ..."""
+        calls = 0
+
+        async def OffsetsForLeaderEpoch(self, req, timeout):  # noqa: N802 (the stub's name)
+            self.calls += 1
+            if self.calls % 2:
+                raise LeaderUnreachable("Connection refused")
+            return pb.OffsetsForLeaderEpochResponse()
+
+        async def close(self) -> None:
+            pass
+
+    async def go(stub: Flapping | None) -> None:
+        store = LogStore(str(tmp_path / str(stub is None)))
+        p = Partition(7, "t", uuid.uuid4(), 0, PartitionLog(store, uuid.uuid4(), 0), LogConfig())
+        p.update(PartitionRegistration((7, 8), (7, 8), 8, 1, 1))
+        cfg = dataclasses.replace(_broker_config(), replica_listener="REPLICATION", replica_fetch_backoff_ms=10)
+        fetcher = ReplicaFetcher(cfg, 8, "127.0.0.1:1", lambda: 1, lambda _: None, kafka=True)
+        real = fetcher.stub
+        fetcher.stub = stub or real
+        calls = 0
+        if stub is None:  # the real client dialling a closed port: count its attempts
+            dial = real.OffsetsForLeaderEpoch
+
+            async def counting(req, timeout):
+                nonlocal calls
+                calls += 1
+                return await dial(req, timeout)
+            real.OffsetsForLeaderEpoch = counting
+        fetcher.add(p)
+        fetcher.start()
+        await eventually(lambda: (stub.calls if stub else calls) >= 8, what="retries")
+        await fetcher.stop()
+        await real.close()
+        await store.close()
+
+    with caplog.at_level(logging.WARNING, logger="brokerd.replica"):
+        for stub in (None, Flapping()):
+            caplog.clear()
+            run(go(stub))
+            lines = [r.getMessage() for r in caplog.records if "cannot fetch" in r.getMessage()]
+            assert len(lines) == 1, lines
+            assert lines[0].startswith("cannot fetch from broker 8 at 127.0.0.1:1, its REPLICATION listener as "
+                                       "advertised: ") and "replica.fetch.listener.name" in lines[0], lines[0]
+            assert "\n" not in lines[0]
