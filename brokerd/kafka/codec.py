@@ -31,8 +31,12 @@ from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeade
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
+from .data_path_codec import REQUEST_ENCODERS, RESPONSE_ENCODERS, EncodedResponse
+
 API_VERSIONS_KEY = 18
 _KEY_VERSION = struct.Struct(">hh")
+_SIZE_CORRELATION = struct.Struct(">ii")
+_SIZE = struct.Struct(">i")
 _EPOCH = datetime.datetime.fromtimestamp(0, datetime.timezone.utc)
 
 
@@ -105,15 +109,39 @@ def _framed(head: bytes, entity: Any) -> bytes:
     return bytes(data)
 
 
+def encode_response(header: RequestHeader, answer: dict[str, Any]) -> Any:
+    """The response to a request from its handler's answer: the data path's messages
+    (Fetch, Produce) encoded by hand at once (``data_path_codec``), any other a kio entity
+    built from it (``build``), encoded when framed."""
+    fast = RESPONSE_ENCODERS.get((header.api_key, header.api_version))
+    if fast is not None:
+        return fast(answer, header.api_version)
+    return build(response_schema(header.api_key, header.api_version), answer)
+
+
 def frame_response(header: RequestHeader, response: Any) -> bytes:
     """The response's bytes on the wire, size prefix included."""
     no_tags = b"\0" if header.flexible and header.api_key != API_VERSIONS_KEY else b""  # flexible: no tagged fields
+    if isinstance(response, EncodedResponse):
+        size = 4 + len(no_tags) + sum(map(len, response.parts))
+        return b"".join((_SIZE_CORRELATION.pack(size, header.correlation_id), no_tags, *response.parts))
     return _framed(struct.pack(">i", header.correlation_id) + no_tags, response)
 
 
-# -- the client's side: for tools (kraft broker-api-versions) --------------------------------------
+# -- the client's side: for tools (kraft broker-api-versions) and followers (replica_client) ------
 
 def frame_request(api_key: int, version: int, correlation: int, client_id: str, request: Any) -> bytes:
+    """A request's bytes on the wire, size prefix included: a follower's Fetch encoded by hand
+    (``data_path_codec``), any other by kio."""
+    fast = REQUEST_ENCODERS.get((api_key, version))
+    if fast is not None:
+        parts = fast(request, version, correlation, client_id)
+        return b"".join((_SIZE.pack(sum(map(len, parts))), *parts))
+    return frame_request_by_kio(api_key, version, correlation, client_id, request)
+
+
+def frame_request_by_kio(api_key: int, version: int, correlation: int, client_id: str, request: Any) -> bytes:
+    """Any request encoded by kio: the reference the hand encoders are tested and measured against."""
     header_cls = RequestHeaderV2 if request_schema(api_key, version).__flexible__ else RequestHeaderV1
     head = io.BytesIO()
     _writer(header_cls)(head, header_cls(request_api_key=i16(api_key), request_api_version=i16(version),
