@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from brokerd.kafka.codec import (RequestHeader, build, encode_response, frame_request, frame_request_by_kio,
+from brokerd.kafka.codec import (RequestHeader, UnknownField, build, encode_response, frame_request, frame_request_by_kio,
                                  frame_response, read_request, read_response, request_schema, response_schema)
 from brokerd.kafka.data_path_codec import (FETCH, FETCH_VERSIONS, PRODUCE, PRODUCE_VERSIONS, EncodedResponse)
 from kio.schema.errors import ErrorCode as KioErrorCode
@@ -169,3 +169,22 @@ def test_fetch_requests_are_encoded_as_kio_encodes_them(version: int) -> None:
         assert wire == frame_request_by_kio(FETCH, version, i, client_id, r), (version, i, r)
         header, read = read_request(wire[4:], FETCH, version)
         assert (header.correlation_id, header.client_id, read) == (i, client_id, r)
+
+
+def test_a_misspelt_name_in_an_answer_encoded_by_hand_raises_as_build_does() -> None:
+    """The hand encoders read the names they know; a name no version of the message has (a
+    handler's typo) raises UnknownField, as ``build`` does, instead of vanishing."""
+    header = RequestHeader(FETCH, 12, 1, "c", True)
+    good = {"responses": [{"topic": "t", "partitions": [{"partition_index": 0, "records": b"",
+                                                         "current_leader": {"leader_id": 1}}]}]}
+    encode_response(header, good)
+    for bad in ({**good, "sesion_id": 1},
+                {"responses": [{"topic": "t", "partitions": [{"partition": 0}]}]},
+                {"responses": [{"topic": "t", "partitions": [{"current_leader": {"leader": 1}}]}]}):
+        with pytest.raises(UnknownField):
+            encode_response(header, bad)
+    with pytest.raises(UnknownField):
+        encode_response(RequestHeader(PRODUCE, 9, 1, "c", True),
+                        {"responses": [{"name": "t", "partition_responses": [{"idx": 0}]}]})
+    # a name another version has is left out, as build leaves it out
+    assert encode_response(RequestHeader(FETCH, 4, 1, "c", False), {**good, "session_id": 5}).parts

@@ -5,7 +5,9 @@ client id, and tagged fields when the API version is flexible) then the body; a 
 ``int32 size``, the correlation id (and tagged fields when flexible, except for ApiVersions,
 whose response header is always v0 so that a client can read it before it knows our versions)
 and the body. The bodies' schemas come from ``kio``, generated from Kafka's own message JSON
-files (clients/src/main/resources/common/message), one dataclass per API version.
+files (clients/src/main/resources/common/message), one dataclass per API version; the data
+path's messages (Fetch and Produce responses, a follower's Fetch requests) are encoded by hand
+in ``data_path_codec``, byte for byte as kio encodes them, and kio reads everything.
 
 Handlers answer with plain dicts of field names (``build``): a field the version does not
 have is left out, one it has but the dict does not is its schema default or zero, so one
@@ -115,8 +117,25 @@ def encode_response(header: RequestHeader, answer: dict[str, Any]) -> Any:
     built from it (``build``), encoded when framed."""
     fast = RESPONSE_ENCODERS.get((header.api_key, header.api_version))
     if fast is not None:
+        _check_first_names(response_schema(header.api_key, header.api_version), answer)
         return fast(answer, header.api_version)
     return build(response_schema(header.api_key, header.api_version), answer)
+
+
+def _check_first_names(cls: type, data: dict[str, Any]) -> None:
+    """UnknownField for a name no version of ``cls`` has, as ``build`` checks, in ``data`` and
+    the first item of each list of entities in it (a handler builds the items of a list alike),
+    for what is encoded without ``build``."""
+    _check_names(cls, data)
+    for name, target, many in _nested(cls):
+        if (value := data.get(name)) is not None and (not many or value):
+            _check_first_names(target, value[0] if many else value)
+
+
+@cache
+def _nested(cls: type) -> tuple[tuple[str, type, bool], ...]:
+    """The fields of ``cls`` that hold entities: (name, their schema, a list of them or not)."""
+    return tuple((f.name, f.target, f.kind == "entities") for f in _fields(cls) if f.kind in ("entity", "entities"))
 
 
 def frame_response(header: RequestHeader, response: Any) -> bytes:
