@@ -44,7 +44,7 @@ from ..replica_manager import ReplicaManager
 from .. import transaction_requests as tq
 from ..transaction_coordinator import TransactionCoordinator
 from .batches import from_wire, stored_to_wire
-from .codec import RequestHeader, build, ms, response_schema
+from .codec import RequestHeader, build, encode_response, ms, response_schema
 from .sasl import AuthenticationFailed, SaslAuthenticator
 from .throttling import KafkaThrottling
 
@@ -209,9 +209,9 @@ class KafkaApis:
         if throttling is not None:
             throttling.after(header.api_key, request, answer, session, header.client_id or "", image, timer)
         if timer is None or throttling is None:
-            return build(response_schema(header.api_key, header.api_version), answer)
+            return encode_response(header, answer)
         start = time.perf_counter()  # the response's encoding counts too, towards the client's next request
-        response = build(response_schema(header.api_key, header.api_version), answer)
+        response = encode_response(header, answer)
         throttling.charge(timer, time.perf_counter() - start)
         return response
 

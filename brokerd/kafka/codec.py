@@ -5,7 +5,9 @@ client id, and tagged fields when the API version is flexible) then the body; a 
 ``int32 size``, the correlation id (and tagged fields when flexible, except for ApiVersions,
 whose response header is always v0 so that a client can read it before it knows our versions)
 and the body. The bodies' schemas come from ``kio``, generated from Kafka's own message JSON
-files (clients/src/main/resources/common/message), one dataclass per API version.
+files (clients/src/main/resources/common/message), one dataclass per API version; the data
+path's messages (Fetch and Produce responses, a follower's Fetch requests) are encoded by hand
+in ``data_path_codec``, byte for byte as kio encodes them, and kio reads everything.
 
 Handlers answer with plain dicts of field names (``build``): a field the version does not
 have is left out, one it has but the dict does not is its schema default or zero, so one
@@ -31,8 +33,12 @@ from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeade
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
+from .data_path_codec import REQUEST_ENCODERS, RESPONSE_ENCODERS, EncodedResponse
+
 API_VERSIONS_KEY = 18
 _KEY_VERSION = struct.Struct(">hh")
+_SIZE_CORRELATION = struct.Struct(">ii")
+_SIZE = struct.Struct(">i")
 _EPOCH = datetime.datetime.fromtimestamp(0, datetime.timezone.utc)
 
 
@@ -105,15 +111,56 @@ def _framed(head: bytes, entity: Any) -> bytes:
     return bytes(data)
 
 
+def encode_response(header: RequestHeader, answer: dict[str, Any]) -> Any:
+    """The response to a request from its handler's answer: the data path's messages
+    (Fetch, Produce) encoded by hand at once (``data_path_codec``), any other a kio entity
+    built from it (``build``), encoded when framed."""
+    fast = RESPONSE_ENCODERS.get((header.api_key, header.api_version))
+    if fast is not None:
+        _check_first_names(response_schema(header.api_key, header.api_version), answer)
+        return fast(answer, header.api_version)
+    return build(response_schema(header.api_key, header.api_version), answer)
+
+
+def _check_first_names(cls: type, data: dict[str, Any]) -> None:
+    """UnknownField for a name no version of ``cls`` has, as ``build`` checks, in ``data`` and
+    the first item of each list of entities in it (a handler builds the items of a list alike),
+    for what is encoded without ``build``."""
+    _check_names(cls, data)
+    for name, target, many in _nested(cls):
+        if (value := data.get(name)) is not None and (not many or value):
+            _check_first_names(target, value[0] if many else value)
+
+
+@cache
+def _nested(cls: type) -> tuple[tuple[str, type, bool], ...]:
+    """The fields of ``cls`` that hold entities: (name, their schema, a list of them or not)."""
+    return tuple((f.name, f.target, f.kind == "entities") for f in _fields(cls) if f.kind in ("entity", "entities"))
+
+
 def frame_response(header: RequestHeader, response: Any) -> bytes:
     """The response's bytes on the wire, size prefix included."""
     no_tags = b"\0" if header.flexible and header.api_key != API_VERSIONS_KEY else b""  # flexible: no tagged fields
+    if isinstance(response, EncodedResponse):
+        size = 4 + len(no_tags) + sum(map(len, response.parts))
+        return b"".join((_SIZE_CORRELATION.pack(size, header.correlation_id), no_tags, *response.parts))
     return _framed(struct.pack(">i", header.correlation_id) + no_tags, response)
 
 
-# -- the client's side: for tools (kraft broker-api-versions) --------------------------------------
+# -- the client's side: for tools (kraft broker-api-versions) and followers (replica_client) ------
 
 def frame_request(api_key: int, version: int, correlation: int, client_id: str, request: Any) -> bytes:
+    """A request's bytes on the wire, size prefix included: a follower's Fetch encoded by hand
+    (``data_path_codec``), any other by kio."""
+    fast = REQUEST_ENCODERS.get((api_key, version))
+    if fast is not None:
+        parts = fast(request, version, correlation, client_id)
+        return b"".join((_SIZE.pack(sum(map(len, parts))), *parts))
+    return frame_request_by_kio(api_key, version, correlation, client_id, request)
+
+
+def frame_request_by_kio(api_key: int, version: int, correlation: int, client_id: str, request: Any) -> bytes:
+    """Any request encoded by kio: the reference the hand encoders are tested and measured against."""
     header_cls = RequestHeaderV2 if request_schema(api_key, version).__flexible__ else RequestHeaderV1
     head = io.BytesIO()
     _writer(header_cls)(head, header_cls(request_api_key=i16(api_key), request_api_version=i16(version),
