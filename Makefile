@@ -8,7 +8,7 @@ GEN    := $(PROTOS:.proto=_pb2.py)
 SEEDS  ?= 20000
 STEPS  ?= 3000
 
-.PHONY: venv protos lint test test-slow compose-test demo console report topics-example sim bench-core bench-raft anchors clean
+.PHONY: venv protos lint test test-slow compose-test compose-test-spark demo console report topics-example sim bench-core bench-raft anchors clean
 
 venv: $(STAMP) $(GEN)
 
@@ -48,6 +48,13 @@ test-slow: venv
 compose-test: venv
 	./deploy/ensure-docker.sh || echo "no Docker engine could be started; the compose test will say why"
 	$(PY) deploy/compose_test.py
+
+# Spark as compose services (deploy/docker-compose.spark.yml: a master and two workers): the docs'
+# word count and streaming aggregation in cluster mode against the compose brokers. Minutes of
+# image build and JVM start-up, so neither `make test` nor `make compose-test` runs it.
+compose-test-spark: venv
+	./deploy/ensure-docker.sh || echo "no Docker engine could be started; the compose test will say why"
+	$(PY) deploy/compose_spark_test.py
 
 demo: venv
 	$(PY) -m kraft.demo

@@ -62,11 +62,13 @@ def compose_cmd() -> list[str]:
 
 
 FILES = [COMPOSE_FILE]  # the TLS phase adds TLS_FILE
+PROFILES = ["monitoring"]
 
 
 def compose(*args: str, **kw) -> subprocess.CompletedProcess:
     files = [a for f in FILES for a in ("-f", str(f))]
-    return sh(*compose_cmd(), *files, "-p", PROJECT, "--profile", "monitoring", *args, **kw)
+    profiles = [a for p in PROFILES for a in ("--profile", p)]
+    return sh(*compose_cmd(), *files, "-p", PROJECT, *profiles, *args, **kw)
 
 
 def exec_in(service: str, *cmd: str, **kw) -> subprocess.CompletedProcess:
@@ -103,7 +105,7 @@ def image_exists(tag: str) -> bool:
     return subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0
 
 
-def build_image() -> None:
+def build_image(prometheus: bool = True) -> None:
     base = os.environ.get("BASE_IMAGE")
     if not base:
         base = "python:3.11-slim" if image_exists("python:3.11-slim") else LOCAL_BASE
@@ -120,6 +122,8 @@ def build_image() -> None:
         if p.returncode != 0:  # an older client without BuildKit: the classic builder
             sh("docker", "build", "-q", "-f", "deploy/Dockerfile", "--build-arg", f"BASE_IMAGE={base}",
                "-t", "pykraft:latest", ".", timeout=900)
+    if not prometheus:
+        return
     with step(f"build the Prometheus image on {base} (Debian's package)"):
         sh("docker", "build", "-q", "-f", "deploy/prometheus.Dockerfile", "--build-arg", f"BASE_IMAGE={base}",
            "-t", "pykraft-prometheus:latest", ".", timeout=900)

@@ -155,14 +155,17 @@ else
     echo "$PROG: starting dockerd ${FLAGS[*]} (log: $LOG)" >&2
     # setsid: its own session, so the daemon outlives this script, its shell and
     # whatever process group runs it; stdin closed, output appended to $LOG.
-    # fd 8 (the lock) must not leak into the daemon, or it would hold the lock forever.
+    # fd 8 (the lock) must not leak into the daemon, or it would hold the lock forever; nor
+    # any descriptor our caller left open: `flock /tmp/docker.lock make compose-test` runs us
+    # with flock's lock open, and a daemon keeping it would lock every later docker user out.
     echo "=== $(date -u +%FT%TZ) dockerd ${FLAGS[*]}" | as_root tee -a "$LOG" >/dev/null
     # Not through the as_root function: a backgrounded function keeps a bash subshell
     # alive as dockerd's parent, holding our stdout/stderr open -- a caller reading
     # them (`$(...)`, `| tee`) would then never see EOF. Same for every fd here: the
     # daemon gets /dev/null and $LOG only.
-    # shellcheck disable=SC2016  # $@ and $0 are for the inner sh
-    launch=(setsid sh -c 'exec dockerd "$@" >>"$0" 2>&1' "$LOG" "${FLAGS[@]}")
+    # shellcheck disable=SC2016  # $@, $0 and $$ are for the inner bash
+    launch=(setsid bash -c 'for fd in /proc/$$/fd/*; do fd=${fd##*/}; [ "$fd" -gt 2 ] && eval "exec $fd>&-"; done
+                            exec dockerd "$@" >>"$0" 2>&1' "$LOG" "${FLAGS[@]}")
     if [ "$ROOT" = yes ]; then
         "${launch[@]}" </dev/null >/dev/null 2>&1 8>&- &
     else

@@ -535,6 +535,22 @@ def test_without_java_the_cli_says_so(crafted, tmp_path: Path) -> None:
                                     "install it or set JAVA_HOME\n")
 
 
+def test_the_foreground_daemons_say_in_one_line_that_java_is_missing(tmp_path: Path) -> None:
+    """``standalone master`` and ``worker`` (a compose service each) run the command lines
+    ``standalone start`` runs; without Java they stop with one line, as the report does."""
+    from metadata.analytics.standalone import master_command, worker_command
+    assert master_command("spark-master", 7077, 8080)[1:] == [
+        "org.apache.spark.deploy.master.Master", "--host", "spark-master", "--port", "7077", "--webui-port", "8080"]
+    assert worker_command("spark://spark-master:7077", "w1", 1, "512m", tmp_path, 8081)[1:] == [
+        "org.apache.spark.deploy.worker.Worker", "--host", "w1", "--cores", "1", "--memory", "512m",
+        "--webui-port", "8081", "--work-dir", str(tmp_path), "spark://spark-master:7077"]
+    for args in (["master", "--host", "spark-master", "--local-dir", str(tmp_path / "m")],
+                 ["worker", "spark://spark-master:7077", "--work-dir", str(tmp_path / "w")]):
+        result = CliRunner().invoke(analytics, ["standalone", *args], env={"JAVA_HOME": str(tmp_path / "no-jdk")})
+        assert result.exit_code == 1 and result.output.count("\n") == 1, (args, result.output)
+        assert result.output.startswith("error: JAVA_HOME is") and "Java 17" in result.output
+
+
 def test_a_worker_traceback_is_reduced_to_its_error() -> None:
     from metadata.analytics.report import explain
 

@@ -39,6 +39,7 @@ OUTPUT = "what a command prints (or the error it stops with), not a command"
 LISTING = "a listing or a picture, not a command"
 ONE_HOST = "one node's steps on its own host; the kraft dev-quorum this test starts takes them for every node"
 DOCKER = "docker compose: make compose-test (deploy/compose_test.py) runs it"
+DOCKER_SPARK = "docker compose with Spark: make compose-test-spark (deploy/compose_spark_test.py) runs it"
 SPARK = ("Spark (a JVM, minutes): tests/test_analytics.py, tests/test_spark_topics.py and "
          "tests/test_spark_standalone.py run these")
 DEMO = "reads the .demo/ data of make report (the demo, then Spark): tests/test_metadata_shell.py runs these commands"
@@ -77,6 +78,7 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("docs/analytics.md", "tables (parquet)"): OUTPUT,
     ("docs/analytics.md", "PYSPARK_PYTHON="): SPARK,
     ("docs/analytics.md", "kraft analytics standalone start"): SPARK,
+    ("docs/analytics.md", "deploy/build-wheels.sh && deploy/build-wheels.sh spark"): DOCKER_SPARK,
     ("docs/brokers.md", "Produce / Fetch"): LISTING,
     ("docs/brokers.md", 'kraft storage format --cluster-id "$(cat cluster.id)"'): ONE_HOST,
     ("docs/brokers.md", "Error: cannot listen"): OUTPUT,

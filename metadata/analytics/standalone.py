@@ -7,6 +7,9 @@ what the tests run the data sources on in cluster mode.
     python -m metadata.analytics.standalone start --dir /tmp/kraft-spark   # prints the master URL
     python -m metadata.analytics.standalone stop --dir /tmp/kraft-spark
 
+``master`` and ``worker`` run one daemon in the foreground instead (the same command line,
+``exec``'d: the compose services of deploy/docker-compose.spark.yml, one daemon a container).
+
 Each daemon leads a process group of its own (its executors join it), so ``stop`` ends the
 workers, their executors and the master, and nothing is left running. The executors' Python
 is the driver's ``PYSPARK_PYTHON`` (``session.start`` sets it to its own interpreter for a
@@ -36,12 +39,37 @@ DAEMON_MEMORY = "256m"
 #: ... and a quick start on a busy machine: one GC thread, no optimising JIT (they are idle).
 DAEMON_JAVA_OPTS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 PIDS = "pids.json"
+MASTER_CLASS = "org.apache.spark.deploy.master.Master"
+WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 
 
 def spark_home() -> Path:
     """PySpark's installation: its ``bin/spark-class`` and ``jars/`` make a Spark distribution."""
     import pyspark
     return Path(pyspark.__file__).resolve().parent
+
+
+def master_command(host: str, port: int, webui_port: int) -> list[str]:
+    """The master's command line (``spark-class``, as Spark's own ``start-master.sh`` runs it)."""
+    return [str(spark_home() / "bin" / "spark-class"), MASTER_CLASS, "--host", host, "--port", str(port),
+            "--webui-port", str(webui_port)]
+
+
+def worker_command(master_url: str, host: str, cores: int, memory: str, work_dir: Path,
+                   webui_port: int = 0) -> list[str]:
+    """A worker's command line: ``cores`` and ``memory`` are what it offers its executors."""
+    return [str(spark_home() / "bin" / "spark-class"), WORKER_CLASS, "--host", host, "--cores", str(cores),
+            "--memory", memory, "--webui-port", str(webui_port), "--work-dir", str(work_dir), master_url]
+
+
+def daemon_env(host: str, local_dirs: Path) -> dict[str, str]:
+    """The environment a daemon runs in: small and quick JVMs bound to ``host``, the executors'
+    scratch space in ``local_dirs`` (theirs to remove) and their Python this interpreter unless
+    ``PYSPARK_PYTHON`` says otherwise."""
+    env = {**os.environ, "SPARK_HOME": str(spark_home()), "SPARK_DAEMON_MEMORY": DAEMON_MEMORY,
+           "SPARK_DAEMON_JAVA_OPTS": DAEMON_JAVA_OPTS, "SPARK_LOCAL_IP": host, "SPARK_LOCAL_DIRS": str(local_dirs)}
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    return env
 
 
 @dataclass
@@ -68,16 +96,14 @@ class StandaloneCluster:
         self.directory.mkdir(parents=True, exist_ok=True)
         if (self.directory / PIDS).exists():
             raise AnalyticsError(f"{self.directory} already holds a running cluster ({PIDS}); stop it first")
-        pids = [self._daemon("master", "org.apache.spark.deploy.master.Master", "--host", self.host,
-                             "--port", str(self.port), "--webui-port", str(self.webui_port))]
+        pids = [self._daemon("master", master_command(self.host, self.port, self.webui_port))]
         (self.directory / PIDS).write_text(json.dumps(pids))
         try:
             for n in range(1, self.workers + 1):
                 work = self.directory / f"worker-{n}"
                 work.mkdir(exist_ok=True)
-                pids.append(self._daemon(f"worker-{n}", "org.apache.spark.deploy.worker.Worker", "--host",
-                                         self.host, "--cores", str(self.cores), "--memory", self.memory,
-                                         "--webui-port", "0", "--work-dir", str(work), self.master_url))
+                pids.append(self._daemon(f"worker-{n}", worker_command(self.master_url, self.host, self.cores,
+                                                                       self.memory, work)))
                 (self.directory / PIDS).write_text(json.dumps(pids))
             self._wait_for_workers(timeout, pids)
         except BaseException:
@@ -85,13 +111,9 @@ class StandaloneCluster:
             raise
         return self.master_url
 
-    def _daemon(self, name: str, cls: str, *args: str) -> int:
-        env = {**os.environ, "SPARK_HOME": str(spark_home()), "SPARK_DAEMON_MEMORY": DAEMON_MEMORY,
-               "SPARK_DAEMON_JAVA_OPTS": DAEMON_JAVA_OPTS, "SPARK_LOCAL_IP": self.host,
-               "SPARK_LOCAL_DIRS": str(self.directory / "local")}  # executors' scratch space, theirs to remove
-        env.setdefault("PYSPARK_PYTHON", sys.executable)
+    def _daemon(self, name: str, command: list[str]) -> int:
         with open(self.directory / f"{name}.log", "ab") as log:
-            p = subprocess.Popen([str(spark_home() / "bin" / "spark-class"), cls, *args], env=env,
+            p = subprocess.Popen(command, env=daemon_env(self.host, self.directory / "local"),
                                  stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                  start_new_session=True)
         return p.pid
@@ -209,6 +231,43 @@ def start_command(directory: str, host: str, port: int, webui_port: int, workers
 def stop_command(directory: str) -> None:
     """Stop the workers, their executors and the master started with this directory."""
     StandaloneCluster(Path(directory)).stop()
+
+
+def _run_in_foreground(command: list[str], host: str, local_dirs: Path) -> None:
+    """Become the daemon (``exec``): its signals, output and exit status are the caller's, as a
+    container's main process must be."""
+    try:
+        find_java()
+        local_dirs.mkdir(parents=True, exist_ok=True)
+        os.execve(command[0], command, daemon_env(host, local_dirs))
+    except (AnalyticsError, OSError) as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(1)
+
+
+@standalone.command("master")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="The address the master binds, and its URL's host (e.g. a container's host name).")
+@click.option("--port", default=7077, show_default=True, help="The master's port.")
+@click.option("--webui-port", default=8080, show_default=True, help="The master's web UI port.")
+@click.option("--local-dir", default="/tmp/kraft-spark", show_default=True, help="Scratch space.")
+def master_command_line(host: str, port: int, webui_port: int, local_dir: str) -> None:
+    """Run a master in the foreground (one daemon of a cluster spread over machines or containers)."""
+    _run_in_foreground(master_command(host, port, webui_port), host, Path(local_dir))
+
+
+@standalone.command("worker")
+@click.argument("master_url")
+@click.option("--host", default="127.0.0.1", show_default=True, help="The address the worker and its executors bind.")
+@click.option("--cores", default=1, show_default=True, type=click.IntRange(min=1))
+@click.option("--memory", default=EXECUTOR_MEMORY, show_default=True, help="For its executors.")
+@click.option("--webui-port", default=8081, show_default=True, help="The worker's web UI port.")
+@click.option("--work-dir", default="/tmp/kraft-spark/work", show_default=True,
+              help="The executors' working directories and logs.")
+def worker_command_line(master_url: str, host: str, cores: int, memory: str, webui_port: int, work_dir: str) -> None:
+    """Run a worker of MASTER_URL (spark://HOST:PORT) in the foreground."""
+    work = Path(work_dir)
+    _run_in_foreground(worker_command(master_url, host, cores, memory, work, webui_port), host, work / "local")
 
 
 if __name__ == "__main__":
