@@ -140,7 +140,11 @@ class ReplicaFetcher:
             except asyncio.CancelledError:
                 raise
             except (grpc.aio.AioRpcError, LeaderUnreachable) as e:
-                self._unreachable(e.details() or e.code().name if isinstance(e, grpc.aio.AioRpcError) else str(e))
+                if isinstance(e, LeaderUnreachable) and e.dropped:  # stopping or restarting: not a wrong address
+                    log.info("broker %d at %s closed the replication connection; fetching again", self.leader_id,
+                             self.address)
+                else:
+                    self._unreachable(e.details() or e.code().name if isinstance(e, grpc.aio.AioRpcError) else str(e))
                 await asyncio.sleep(min(backoff, 0.5))
             except StorageFailure as e:
                 self.on_fatal(e)

@@ -879,3 +879,72 @@ def test_an_unreachable_leader_is_one_line_naming_the_address_and_the_key(tmp_pa
             assert lines[0].startswith("cannot fetch from broker 8 at 127.0.0.1:1, its REPLICATION listener as "
                                        "advertised: ") and "replica.fetch.listener.name" in lines[0], lines[0]
             assert "\n" not in lines[0]
+
+
+def test_a_leader_closing_a_connection_that_served_is_not_an_unreachable_address(tmp_path, caplog):
+    """A leader that stops (the end of its controlled shutdown) closes its followers' connections
+    while their metadata may still name it: the follower says so at INFO and fetches again; the
+    warning about an advertised address it cannot reach is kept for connections that never
+    served (seen at the end of bench.kafka_clients: "cannot fetch from broker 101 ... the
+    leader closed the connection" as broker 101 stopped)."""
+    import dataclasses
+    import logging
+
+    from brokerd.kafka.codec import RequestHeader, build, correlation_id, frame_response, response_schema
+    from brokerd.kafka.replica_client import OFFSET_FOR_LEADER_EPOCH, OFFSETS_VERSION, KafkaLeaderClient, LeaderUnreachable
+    from brokerd.replica_fetcher import ReplicaFetcher
+
+    async def leader(answers: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Answers ``answers`` requests (with no topics), then closes the connection."""
+        for _ in range(answers):
+            body = await reader.readexactly(int.from_bytes(await reader.readexactly(4), "big"))
+            header = RequestHeader(OFFSET_FOR_LEADER_EPOCH, OFFSETS_VERSION, correlation_id(body), None, True)
+            writer.write(frame_response(header, build(response_schema(OFFSET_FOR_LEADER_EPOCH, OFFSETS_VERSION),
+                                                      {"topics": []})))
+        await reader.read(1 << 16)  # the next request, unanswered
+        writer.close()
+
+    async def outcomes(answers: int) -> list[bool]:
+        server = await asyncio.start_server(lambda r, w: leader(answers, r, w), "127.0.0.1", 0)
+        client = KafkaLeaderClient(f"127.0.0.1:{server.sockets[0].getsockname()[1]}", None, 7)
+        dropped = []
+        for _ in range(answers + 1):
+            try:
+                await client.OffsetsForLeaderEpoch(pb.OffsetsForLeaderEpochRequest(), timeout=5)
+            except LeaderUnreachable as e:
+                dropped.append(e.dropped)
+        await client.close()
+        server.close()
+        return dropped
+
+    assert run(outcomes(0)) == [False]  # closed before it ever answered: maybe not our leader at all
+    assert run(outcomes(1)) == [True]   # answered, then closed: the leader went away
+
+    class Stopping:
+        calls = 0
+
+        async def OffsetsForLeaderEpoch(self, req, timeout):  # noqa: N802 (the stub's name)
+            self.calls += 1
+            raise LeaderUnreachable("the leader closed the connection", dropped=True)
+
+        async def close(self) -> None:
+            pass
+
+    async def go(stub: Stopping) -> None:
+        store = LogStore(str(tmp_path / "s"))
+        p = Partition(7, "t", uuid.uuid4(), 0, PartitionLog(store, uuid.uuid4(), 0), LogConfig())
+        p.update(PartitionRegistration((7, 8), (7, 8), 8, 1, 1))
+        cfg = dataclasses.replace(_broker_config(), replica_listener="REPLICATION", replica_fetch_backoff_ms=10)
+        fetcher = ReplicaFetcher(cfg, 8, "127.0.0.1:1", lambda: 1, lambda _: None, kafka=True)
+        real, fetcher.stub = fetcher.stub, stub
+        fetcher.add(p)
+        fetcher.start()
+        await eventually(lambda: stub.calls >= 2, what="retries")
+        await fetcher.stop()
+        await real.close()
+        await store.close()
+
+    with caplog.at_level(logging.INFO, logger="brokerd.replica"):
+        run(go(Stopping()))
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    assert "broker 8 at 127.0.0.1:1 closed the replication connection; fetching again" in caplog.text

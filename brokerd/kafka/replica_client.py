@@ -33,7 +33,13 @@ _SIZE = struct.Struct(">i")
 
 class LeaderUnreachable(ConnectionError):
     """The leader's listener could not be reached or its answer read: the connection is
-    dropped and the next request dials again."""
+    dropped and the next request dials again. ``dropped``: the leader closed a connection that
+    had served earlier requests (it is stopping or restarting, e.g. at the end of its
+    controlled shutdown), not an address this broker cannot reach."""
+
+    def __init__(self, why: str, dropped: bool = False) -> None:
+        super().__init__(why)
+        self.dropped = dropped
 
 
 class KafkaLeaderClient:
@@ -60,6 +66,7 @@ class KafkaLeaderClient:
     async def _call(self, api_key: int, version: int, fields: dict[str, Any], timeout: float) -> Any:
         """One request and its answer; LeaderUnreachable (the connection closed) on any failure,
         so that a late answer can never be taken for the next request's."""
+        established = self._conn is not None  # it has answered before
         try:
             async with asyncio.timeout(timeout):
                 if self._conn is None:  # TLS material read at each dial: a renewed certificate is used
@@ -80,7 +87,7 @@ class KafkaLeaderClient:
                 return response
         except (OSError, EOFError, TimeoutError, MalformedRequest) as e:
             await self.close()
-            raise LeaderUnreachable(_why(e)) from None
+            raise LeaderUnreachable(_why(e), established and isinstance(e, asyncio.IncompleteReadError)) from None
         except BaseException:  # cancelled mid-request: the answer may still come, on a connection we drop
             await self.close()
             raise
