@@ -72,16 +72,11 @@ def _nullable_string(value: str | None, flexible: bool) -> bytes:
     return _string(value, flexible)
 
 
-def _array_length(items: Any, flexible: bool) -> bytes:
+def _length(items: Any, flexible: bool) -> bytes:
+    """The length prefix of a nullable array or byte string (records): compact when flexible."""
     if items is None:
         return b"\0" if flexible else b"\xff\xff\xff\xff"
     return _uvarint(len(items) + 1) if flexible else _I32.pack(len(items))
-
-
-def _records_length(records: Any, flexible: bool) -> bytes:
-    if records is None:
-        return b"\0" if flexible else b"\xff\xff\xff\xff"
-    return _uvarint(len(records) + 1) if flexible else _I32.pack(len(records))
 
 
 def _fetch_partition_tags(p: dict[str, Any]) -> bytes:
@@ -117,10 +112,10 @@ def encode_fetch_response(answer: dict[str, Any], version: int) -> EncodedRespon
         else _I32.pack(throttle)]
     fixed = _FETCH_PARTITION_V5 if version >= 5 else _FETCH_PARTITION_V4
     responses = answer.get("responses", ())
-    parts.append(_array_length(responses, flexible))
+    parts.append(_length(responses, flexible))
     for t in responses:
         partitions = t.get("partitions", ())
-        parts += (_string(t.get("topic", ""), flexible), _array_length(partitions, flexible))
+        parts += (_string(t.get("topic", ""), flexible), _length(partitions, flexible))
         for p in partitions:
             parts.append(fixed.pack(p.get("partition_index", 0), p.get("error_code", 0), p.get("high_watermark", 0),
                                     p.get("last_stable_offset", -1), p.get("log_start_offset", -1))
@@ -128,7 +123,7 @@ def encode_fetch_response(answer: dict[str, Any], version: int) -> EncodedRespon
                          fixed.pack(p.get("partition_index", 0), p.get("error_code", 0), p.get("high_watermark", 0),
                                     p.get("last_stable_offset", -1)))
             aborted = p.get("aborted_transactions")
-            parts.append(_array_length(aborted, flexible))
+            parts.append(_length(aborted, flexible))
             if aborted:
                 for a in aborted:
                     parts.append(_I64_2.pack(a.get("producer_id", 0), a.get("first_offset", 0)))
@@ -137,7 +132,7 @@ def encode_fetch_response(answer: dict[str, Any], version: int) -> EncodedRespon
             if version >= 11:
                 parts.append(_I32.pack(p.get("preferred_read_replica", -1)))
             records = p.get("records")
-            parts.append(_records_length(records, flexible))
+            parts.append(_length(records, flexible))
             if records:
                 parts.append(records)
             if flexible:
@@ -154,11 +149,11 @@ def encode_produce_response(answer: dict[str, Any], version: int) -> EncodedResp
     flexible = version >= 9
     parts: list[bytes | memoryview] = []
     responses = answer.get("responses", ())
-    parts.append(_array_length(responses, flexible))
+    parts.append(_length(responses, flexible))
     fixed = _PRODUCE_PARTITION_V5 if version >= 5 else _PRODUCE_PARTITION_V3
     for t in responses:
         partitions = t.get("partition_responses", ())
-        parts += (_string(t.get("name", ""), flexible), _array_length(partitions, flexible))
+        parts += (_string(t.get("name", ""), flexible), _length(partitions, flexible))
         for p in partitions:
             append_time = p.get("log_append_time")
             append_time = -1 if append_time is None else append_time
@@ -168,7 +163,7 @@ def encode_produce_response(answer: dict[str, Any], version: int) -> EncodedResp
                          fixed.pack(p.get("index", 0), p.get("error_code", 0), p.get("base_offset", 0), append_time))
             if version >= 8:
                 errors = p.get("record_errors", ())
-                parts.append(_array_length(errors, flexible))
+                parts.append(_length(errors, flexible))
                 for e in errors:
                     parts += (_I32.pack(e.get("batch_index", 0)),
                               _nullable_string(e.get("batch_index_error_message"), flexible))
@@ -222,9 +217,9 @@ def encode_fetch_request(request: Any, version: int, correlation: int, client_id
     else:
         parts.append(_FETCH_REQUEST_HEAD_V4.pack(request.replica_id, _ms(request.max_wait), request.min_bytes,
                                                  request.max_bytes, request.isolation_level))
-    parts.append(_array_length(request.topics, flexible))
+    parts.append(_length(request.topics, flexible))
     for t in request.topics:
-        parts += (_string(t.topic, flexible), _array_length(t.partitions, flexible))
+        parts += (_string(t.topic, flexible), _length(t.partitions, flexible))
         for p in t.partitions:
             if version >= 12:
                 parts += (_FETCH_REQUEST_PARTITION_V12.pack(p.partition, p.current_leader_epoch, p.fetch_offset,
@@ -241,9 +236,9 @@ def encode_fetch_request(request: Any, version: int, correlation: int, client_id
         if flexible:
             parts.append(_NO_TAGS)
     if version >= 7:
-        parts.append(_array_length(request.forgotten_topics_data, flexible))
+        parts.append(_length(request.forgotten_topics_data, flexible))
         for f in request.forgotten_topics_data:
-            parts += (_string(f.topic, flexible), _array_length(f.partitions, flexible),
+            parts += (_string(f.topic, flexible), _length(f.partitions, flexible),
                       struct.pack(f">{len(f.partitions)}i", *f.partitions))
             if flexible:
                 parts.append(_NO_TAGS)
