@@ -249,6 +249,79 @@ def test_bad_bytes_close_one_connection_and_nothing_else(cluster):
         assert said in log, said
 
 
+UNKNOWN_TAG = b"\x63\x03abc"  # tag 99 with 3 bytes: a field of a newer version than ours (KIP-482)
+
+
+def _tags(*fields: bytes) -> bytes:
+    """A tagged section: its count, then each field (tag, size, bytes)."""
+    return bytes([len(fields)]) + b"".join(fields)
+
+
+def _metadata_v12(topic: str, header: bytes = b"\0", nested: bytes = b"\0", top: bytes = b"\0") -> bytes:
+    """A Metadata v12 request for ``topic``, with the given tagged sections in its header, its
+    topic and itself."""
+    head = struct.pack(">hhih", 3, 12, 7, 4) + b"test" + header
+    body = b"\x02" + bytes(16) + bytes([len(topic) + 1]) + topic.encode() + nested + b"\0\0" + top
+    return struct.pack(">i", len(head) + len(body)) + head + body
+
+
+def _answer(s: socket.socket, data: bytes) -> bytes:
+    s.sendall(data)
+    size = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL) or b"\0\0\0\0")[0]
+    assert size > 0, "the connection was closed"
+    return s.recv(size, socket.MSG_WAITALL)
+
+
+def test_tags_we_do_not_know_are_skipped_and_bad_tagged_sections_close_the_connection(cluster):
+    """A newer client's tags (KIP-482) in the request header, a nested struct or the request
+    itself are skipped, as Kafka's readers skip them: the answer is byte for byte the one
+    without them. A tagged section that claims more than the frame holds still closes the
+    connection at once."""
+    create(cluster, "cf-tags", 1)
+    port = cluster.kafka_ports[cluster.ids[0]]
+    with socket.create_connection(("127.0.0.1", port), 5) as s:
+        s.settimeout(10)
+        plain = _answer(s, _metadata_v12("cf-tags"))
+        assert b"cf-tags" in plain
+        for where in ("header", "nested", "top"):
+            assert _answer(s, _metadata_v12("cf-tags", **{where: _tags(UNKNOWN_TAG)})) == plain, where
+        everywhere = _tags(b"\x64\x00", UNKNOWN_TAG)  # two unknown tags, one of them empty
+        assert _answer(s, _metadata_v12("cf-tags", everywhere, everywhere, everywhere)) == plain
+        api_versions = struct.pack(">hhih", 18, 3, 8, 4) + b"test" + _tags(UNKNOWN_TAG) + b"\x05pytk\x021" + _tags(
+            UNKNOWN_TAG)
+        assert struct.unpack_from(">ih", _answer(s, struct.pack(">i", len(api_versions)) + api_versions)) == (8, 0)
+    bad = {"a count of 2^31 tags": b"\x80\x80\x80\x80\x08" + UNKNOWN_TAG,
+           "a tag longer than the frame": _tags(b"\x63\x7fab"),
+           "a size past 32 bits": _tags(b"\x63\xff\xff\xff\xff\x7f")}
+    for what, section in bad.items():  # after an unknown tag in the header: past kio, to our skipping
+        with socket.create_connection(("127.0.0.1", port), 5) as s:
+            s.sendall(_metadata_v12("cf-tags", _tags(UNKNOWN_TAG), nested=section))
+            assert _closed(s), f"{what}: the connection stayed open"
+    with socket.create_connection(("127.0.0.1", port), 5) as s:
+        s.settimeout(10)
+        assert _answer(s, _metadata_v12("cf-tags")) == plain  # and the broker carries on
+
+
+def test_a_leaders_fetch_answer_with_tags_we_do_not_know_is_read_as_without_them():
+    """A follower reads a newer leader's Fetch answer (brokerd/kafka/replica_client.py): unknown
+    tags in the response header, a partition, the tagged struct it knows (diverging_epoch)
+    and the answer itself are skipped, and what it knows is read as without them."""
+    from brokerd.kafka.codec import MalformedRequest, read_response
+
+    def answer(unknown: tuple[bytes, ...]) -> bytes:
+        diverging = struct.pack(">iq", 3, 70) + _tags(*unknown)  # tag 0: epoch, end offset
+        partition = (struct.pack(">ihqqq", 0, 0, 100, 100, 0) + b"\x01" + struct.pack(">i", -1) + b"\x01"
+                     + _tags(b"\x00" + bytes([len(diverging)]) + diverging, *unknown))
+        topic = b"\x02t" + b"\x02" + partition + _tags(*unknown)
+        return struct.pack(">i", 9) + _tags(*unknown) + struct.pack(">ihi", 0, 0, 5) + b"\x02" + topic + _tags(*unknown)
+
+    correlation, plain = read_response(answer(()), 1, 12)
+    assert (correlation, plain.responses[0].partitions[0].diverging_epoch.end_offset) == (9, 70)
+    assert read_response(answer((UNKNOWN_TAG,)), 1, 12) == (9, plain)
+    with pytest.raises(MalformedRequest, match="tagged field 99 of 127 bytes"):
+        read_response(answer((b"\x63\x7fabc",)), 1, 12)
+
+
 def test_pipelined_requests_are_answered_in_order(cluster):
     """Requests sent back to back on one connection come back in the order sent, a slow one
     (a Fetch that long-polls) holding back the quick ones behind it."""

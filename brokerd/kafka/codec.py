@@ -34,6 +34,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
 from .data_path_codec import REQUEST_ENCODERS, RESPONSE_ENCODERS, EncodedResponse
+from .tagged_fields import without_unknown_tags
 
 API_VERSIONS_KEY = 18
 _KEY_VERSION = struct.Struct(">hh")
@@ -87,11 +88,28 @@ def read_request(body: bytes, api_key: int, version: int) -> tuple[RequestHeader
     cls = request_schema(api_key, version)
     header_cls = RequestHeaderV2 if cls.__flexible__ else RequestHeaderV1
     try:
-        header, used = _reader(header_cls)(body, 0)
-        request, _ = _reader(cls)(body, used)
+        header, request = _read_entities(body, 0, (header_cls, cls))
     except Exception as e:  # kio raises its own errors, ValueError and UnicodeDecodeError
         raise MalformedRequest(f"{cls.__name__} v{version} cannot be read: {type(e).__name__}: {e}") from None
     return RequestHeader(api_key, version, header.correlation_id, header.client_id, cls.__flexible__), request
+
+
+def _read_entities(body: bytes, offset: int, classes: tuple[type, ...]) -> list[Any]:
+    """The entities of ``classes``, one after the other from ``offset``. A tag a schema does not
+    have is skipped, as Kafka's readers skip it (``tagged_fields``); kio raises KeyError on it."""
+    try:
+        return _read_in_turn(body, offset, classes)
+    except KeyError:
+        return _read_in_turn(without_unknown_tags(body, offset, classes), offset, classes)
+
+
+def _read_in_turn(body: bytes, offset: int, classes: tuple[type, ...]) -> list[Any]:
+    out = []
+    for cls in classes:
+        entity, used = _reader(cls)(body, offset)
+        out.append(entity)
+        offset += used
+    return out
 
 
 def correlation_id(body: bytes) -> int:
@@ -173,11 +191,10 @@ def read_response(body: bytes, api_key: int, version: int) -> tuple[int, Any]:
     cls = response_schema(api_key, version)
     try:
         if cls.__flexible__ and api_key != API_VERSIONS_KEY:
-            header, used = _reader(ResponseHeaderV1)(body, 0)
-            correlation = header.correlation_id
-        else:
-            correlation, used = struct.unpack_from(">i", body)[0], 4
-        return correlation, _reader(cls)(body, used)[0]
+            header, response = _read_entities(body, 0, (ResponseHeaderV1, cls))
+            return header.correlation_id, response
+        [response] = _read_entities(body, 4, (cls,))
+        return struct.unpack_from(">i", body)[0], response
     except Exception as e:
         raise MalformedRequest(f"{cls.__name__} v{version} cannot be read: {type(e).__name__}: {e}") from None
 
