@@ -171,6 +171,48 @@ def test_fetch_requests_are_encoded_as_kio_encodes_them(version: int) -> None:
         assert (header.correlation_id, header.client_id, read) == (i, client_id, r)
 
 
+def test_the_followers_fetch_made_without_build_is_kios_request_of_the_same_fields() -> None:
+    """The follower makes its Fetch straight from the fetcher's request (no kio ``build``): on
+    the wire it is kio's encoding of what ``build`` makes of the same fields, forgotten topics
+    named, and kio reads it back as that request."""
+    import uuid
+
+    from brokerd.kafka.replica_client import FETCH_VERSION, KafkaLeaderClient
+    from protos import broker_pb2 as pb
+
+    rng = random.Random(7)
+    ids = {rng.randbytes(16): _text(rng) or "t" for _ in range(5)}
+    client = KafkaLeaderClient("127.0.0.1:1", None, 102)
+    for i in range(CASES // 3):
+        named = rng.sample(sorted(ids), rng.choice([0, 1, 3]))
+        req = pb.FetchRequest(
+            replica_id=rng.choice([0, 102, 2**31 - 1]), replica_epoch=rng.randint(0, 99),
+            max_wait_ms=rng.choice([0, 500, 30_000]), min_bytes=rng.choice([0, 1, 1 << 20]),
+            max_bytes=rng.choice([1, 10 << 20]), session_id=rng.choice([0, 7, 2**31 - 1]),
+            session_epoch=rng.choice([-1, 0, 5]),
+            topics=[pb.FetchTopic(name=ids[t], topic_id=t, partitions=[pb.FetchPartition(
+                partition=rng.randint(0, 999), current_leader_epoch=rng.choice([-1, 0, 4]),
+                fetch_offset=rng.choice([0, rng.randint(0, 2**40)]), log_start_offset=rng.choice([-1, 0, 12]),
+                partition_max_bytes=rng.choice([1, 1 << 20])) for _ in range(rng.choice([0, 1, 3, 50]))])
+                for t in named],
+            forgotten_topics=[pb.ForgottenTopic(topic_id=t, partitions=rng.sample(range(1000), rng.choice([0, 1, 4])))
+                              for t in named[:rng.choice([0, 1])]] + (
+                [pb.ForgottenTopic(topic_id=uuid.uuid4().bytes, partitions=[1])] if rng.random() < 0.2 else []))
+        wire = frame_request(FETCH, FETCH_VERSION, i, client.client_id, client.fetch_request(req))
+        kio = build(request_schema(FETCH, FETCH_VERSION), {  # what the follower built before
+            "replica_id": req.replica_id, "max_wait": req.max_wait_ms, "min_bytes": req.min_bytes,
+            "max_bytes": req.max_bytes, "isolation_level": 0, "session_id": req.session_id,
+            "session_epoch": req.session_epoch,
+            "topics": [{"topic": t.name, "partitions": [
+                {"partition": p.partition, "current_leader_epoch": p.current_leader_epoch,
+                 "fetch_offset": p.fetch_offset, "log_start_offset": p.log_start_offset,
+                 "partition_max_bytes": p.partition_max_bytes} for p in t.partitions]} for t in req.topics],
+            "forgotten_topics_data": [{"topic": ids.get(t.topic_id, ""), "partitions": list(t.partitions)}
+                                      for t in req.forgotten_topics]})
+        assert wire == frame_request_by_kio(FETCH, FETCH_VERSION, i, client.client_id, kio), (i, req)
+        assert read_request(wire[4:], FETCH, FETCH_VERSION)[1] == kio
+
+
 def test_a_misspelt_name_in_an_answer_encoded_by_hand_raises_as_build_does() -> None:
     """The hand encoders read the names they know; a name no version of the message has (a
     handler's typo) raises UnknownField, as ``build`` does, instead of vanishing."""

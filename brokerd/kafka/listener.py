@@ -14,7 +14,7 @@ import asyncio
 import logging
 import ssl
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from clients.security import ListenerSecurity
@@ -72,6 +72,9 @@ class KafkaListener:
         self.connections = connections  # max.connections, max.connections.per.ip (shared by the listeners)
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        #: Each API's request-time histogram, looked up once (a labelled child is a lookup under
+        #: a lock, and every request records one).
+        self._observers: dict[int, Callable[[float], None]] = {}
 
     async def bind(self) -> None:
         """Bind the address without listening yet (connections are refused, so clients try
@@ -227,8 +230,11 @@ class KafkaListener:
                     writer.write(frame_response(header, answer))
                     await writer.drain()
                 if self.requests is not None:
-                    self.requests.observer(self.apis.api_name(header.api_key), self.name)(
-                        time.perf_counter() - arrived)
+                    observe = self._observers.get(header.api_key)
+                    if observe is None:
+                        observe = self._observers[header.api_key] = self.requests.observer(
+                            self.apis.api_name(header.api_key), self.name)
+                    observe(time.perf_counter() - arrived)
             except CloseConnection as e:
                 log.info("closing the Kafka connection from %s after an acks=0 produce failed: %s", where, e)
                 closed = True
