@@ -181,11 +181,10 @@ class RecordAccumulator:
             dq = self.batches[(topic, partition)] = deque()
         if dq:
             last = dq[-1]
-            was_full = last.full
             i = last.try_append(key, value, ts, headers, size)
-            if i >= 0:
+            if i >= 0:  # so it was not full before (try_append refuses a full batch): did it fill up?
                 self.used += size
-                return RecordFuture(last, i, ts), last.full and not was_full
+                return RecordFuture(last, i, ts), last.size >= last.capacity
         if abort_on_new_batch:
             return None, False
         batch = ProducerBatch(topic, partition, self.batch_size, self.codec)
