@@ -160,8 +160,8 @@ def run(args: argparse.Namespace) -> None:
     from clients import cluster_view
     values = [json_line(i, args.value) for i in range(1024)]
     per_partition = args.records // PARTITIONS
-    stand_in = StandIn(_stored(values, per_partition, 4 << 20), per_partition)
-    cluster_view.Connections.stub = lambda self, address: stand_in  # type: ignore[method-assign]
+    stand_in: Any = StandIn(_stored(values, per_partition, 4 << 20), per_partition)  # a BrokerStub's stand-in
+    cluster_view.Connections.stub = lambda self, address: stand_in  # type: ignore[method-assign]  # every dial
     for phase, n, cpu in (("produce", args.records, asyncio.run(_produce(args.records, values))),
                           ("consume", per_partition * PARTITIONS, asyncio.run(_consume(per_partition * PARTITIONS)))):
         emit({"system": "pykraft-client", "phase": phase, "records": n, "value_bytes": args.value,
@@ -188,7 +188,7 @@ def compare(args: argparse.Namespace) -> None:
     finally:
         shutil.rmtree(base, ignore_errors=True)
     for phase in ("produce", "consume"):
-        ratios = sorted(t / b for b, t in zip(rows[("base", phase)], rows[("this", phase)]))
+        ratios = sorted(t / b for b, t in zip(rows[("base", phase)], rows[("this", phase)], strict=True))
         emit({"system": "pykraft-client", "phase": phase, "summary": f"this / base, {args.rounds} rounds",
               "us_per_record": {"base": round(statistics.median(rows[("base", phase)]), 3),
                                 "this": round(statistics.median(rows[("this", phase)]), 3),

@@ -529,7 +529,7 @@ def records_of(batch: pb.RecordBatch, topic: str, partition: int, from_offset: i
         return iter(())
     base, base_ts, epoch, count = batch.base_offset, batch.base_timestamp, batch.partition_leader_epoch, batch.record_count
     appended = batch.max_timestamp if batch.attributes & LOG_APPEND_TIME_FLAG else None
-    high = stop if stop is not None and stop <= base + batch.last_offset_delta else -1  # -1: no upper bound
+    bounded = stop is not None and stop <= base + batch.last_offset_delta  # else no record is compared with it
     data = records_bytes(batch)
     out: list[ConsumerRecord] = []
     add, new, record = out.append, tuple.__new__, ConsumerRecord
@@ -586,7 +586,7 @@ def records_of(batch: pb.RecordBatch, topic: str, partition: int, from_offset: i
             headers = () if data[p] == 0 and p + 1 == end else read_headers(data, p, end)
             pos = end
             offset = base + od
-            if offset < from_offset or (high >= 0 and offset >= high):
+            if offset < from_offset or (bounded and offset >= stop):  # type: ignore[operator]  # bounded: an int
                 continue
             add(new(record, (topic, partition, offset, base_ts + ts if appended is None else appended, key, value,
                              headers, epoch)))

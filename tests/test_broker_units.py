@@ -407,6 +407,7 @@ def test_the_consumer_decodes_a_batch_in_one_pass(monkeypatch):
     assert got == [ConsumerRecord("t", 2, 100 + i, ts, k, v, tuple(hs), 3)
                    for i, (k, v, ts, hs) in enumerate(sent) if 102 <= 100 + i < 107]
     assert [r.offset for r in records_of(b, "t", 2)] == list(range(100, 110))
+    assert list(records_of(b, "t", 2, stop=-1)) == [] and len(list(records_of(b, "t", 2, stop=110))) == 10
 
 
 
