@@ -20,7 +20,7 @@ from protos import broker_pb2 as pb
 
 from .cluster_view import KafkaTimeoutError
 from .compression import Codec
-from .records import Header, build_batch, set_producer
+from .records import Header, RecordsBuilder, set_producer
 
 RECORD_OVERHEAD = 24  # offset and timestamp deltas, lengths, attributes: an upper bound per record
 
@@ -36,13 +36,16 @@ class RecordMetadata:
 
 
 class ProducerBatch:
-    __slots__ = ("topic", "partition", "entries", "size", "created", "attempts", "last_attempt", "future",
+    """A partition's batch being filled (Kafka's ProducerBatch): its records are encoded as they
+    are appended (``RecordsBuilder``), so no object is kept per record."""
+
+    __slots__ = ("topic", "partition", "records", "size", "created", "attempts", "last_attempt", "future",
                  "capacity", "_encoded", "closed", "codec", "producer_epoch", "base_sequence")
 
     def __init__(self, topic: str, partition: int, capacity: int, codec: Codec = Codec.NONE) -> None:
         self.topic = topic
         self.partition = partition
-        self.entries: list[tuple[bytes | None, bytes | None, int, Sequence[Header]]] = []
+        self.records = RecordsBuilder()
         self.size = 0
         self.capacity = capacity
         self.created = time.monotonic()
@@ -64,25 +67,33 @@ class ProducerBatch:
     def full(self) -> bool:
         return self.closed or self.size >= self.capacity
 
+    @property
+    def record_count(self) -> int:
+        return self.records.count
+
     def try_append(self, key: bytes | None, value: bytes | None, ts: int, headers: Sequence[Header], size: int) -> int:
         """The record's index in the batch, or -1 when it does not fit (a first record always does)
         or the batch is closed (already sent: it goes out again as it was)."""
-        if self.closed or (self.entries and self.size + size > self.capacity):
+        if self.closed or (self.records.count and self.size + size > self.capacity):
             return -1
-        self.entries.append((key, value, ts, headers))
+        i = self.records.append(key, value, ts, headers)
         self.size += size
-        return len(self.entries) - 1
+        return i
 
     def encoded(self) -> pb.RecordBatch:
         """The wire batch, built (and compressed) once so a retry sends the same bytes and CRC."""
         if self._encoded is None:
             self.closed = True
-            self._encoded = build_batch(self.entries, self.codec)
+            self._encoded = self.records.build(self.codec)
         return self._encoded
 
     def set_producer(self, producer_id: int, epoch: int, base_sequence: int, transactional: bool = False) -> None:
         self.producer_epoch, self.base_sequence = epoch, base_sequence
-        set_producer(self.encoded(), producer_id, epoch, base_sequence, transactional)
+        if self._encoded is None:  # first sent: built with the producer's fields, one CRC
+            self.closed = True
+            self._encoded = self.records.build(self.codec, producer_id, epoch, base_sequence, transactional)
+        else:  # numbered again under a new epoch (KIP-360)
+            set_producer(self._encoded, producer_id, epoch, base_sequence, transactional)
 
     def done(self, base_offset: int) -> None:
         if not self.future.done():
@@ -96,13 +107,14 @@ class ProducerBatch:
 
 class RecordFuture:
     """What ``send`` returns: await it for the record's RecordMetadata (Kafka's
-    FutureRecordMetadata: the batch's answer plus the record's place in it)."""
+    FutureRecordMetadata: the batch's answer plus the record's place in it and timestamp)."""
 
-    __slots__ = ("batch", "index")
+    __slots__ = ("batch", "index", "timestamp")
 
-    def __init__(self, batch: ProducerBatch, index: int) -> None:
+    def __init__(self, batch: ProducerBatch, index: int, timestamp: int) -> None:
         self.batch = batch
         self.index = index
+        self.timestamp = timestamp
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
         base = yield from asyncio.shield(self.batch.future).__await__()
@@ -110,7 +122,7 @@ class RecordFuture:
 
     def _metadata(self, base: int) -> RecordMetadata:
         return RecordMetadata(self.batch.topic, self.batch.partition, base + self.index if base >= 0 else -1,
-                              self.batch.entries[self.index][2])
+                              self.timestamp)
 
     def done(self) -> bool:
         return self.batch.future.done()
@@ -169,11 +181,10 @@ class RecordAccumulator:
             dq = self.batches[(topic, partition)] = deque()
         if dq:
             last = dq[-1]
-            was_full = last.full
             i = last.try_append(key, value, ts, headers, size)
-            if i >= 0:
+            if i >= 0:  # so it was not full before (try_append refuses a full batch): did it fill up?
                 self.used += size
-                return RecordFuture(last, i), last.full and not was_full
+                return RecordFuture(last, i, ts), last.size >= last.capacity
         if abort_on_new_batch:
             return None, False
         batch = ProducerBatch(topic, partition, self.batch_size, self.codec)
@@ -181,7 +192,7 @@ class RecordAccumulator:
         dq.append(batch)
         self.incomplete.add(batch)
         self.used += size
-        return RecordFuture(batch, i), True
+        return RecordFuture(batch, i, ts), True
 
     def deallocate(self, batch: ProducerBatch) -> None:
         self.incomplete.discard(batch)

@@ -161,7 +161,8 @@ class ClusterView:
 
     def partition_count(self, topic: str) -> int | None:
         t = self.topics.get(topic)
-        return len(t.partitions) if t is not None and t.error == ErrorCode.NONE and t.partitions else None
+        # not t.error: ErrorCode.NONE is 0 (the producer asks once per record: no enum lookup)
+        return len(t.partitions) if t is not None and not t.error and t.partitions else None
 
     # -- updates ----------------------------------------------------------------------------------
 

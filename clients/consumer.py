@@ -665,10 +665,8 @@ class Consumer:
         begin inside a batch) and below ``stop`` (the high watermark or last stable offset). A
         reader that decodes batches itself (the Spark source's, clients/spark/columns.py)
         buffers something else that has an ``offset``: the last one it covers."""
-        records = records_of(batch, tp[0], tp[1], start)
-        if batch.base_offset + batch.last_offset_delta < stop:
-            return records
-        return (r for r in records if r.offset < stop)  # never served above it, but a consumer must not trust that
+        # never served above ``stop``, but a consumer must not trust that
+        return records_of(batch, tp[0], tp[1], start, stop)
 
 
 async def _call_back(fn: Callable[[list[TopicPartition]], Any] | None, tps: list[TopicPartition]) -> None:

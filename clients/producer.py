@@ -209,20 +209,27 @@ class Producer:
             raise ClientError("Cannot perform operation after producer has been closed")
         if self._txn is not None:
             self._txn.check_send()
-        record = ProducerRecord(topic, value, key, partition, timestamp_ms, tuple(headers))
         if self.interceptors:
-            record = interceptors.on_send(self.interceptors, record)
-        try:
-            fut = await self._append(record)
-        except CLIENT_ERRORS as e:
-            if self.interceptors:
-                p = record.partition if record.partition is not None else -1
-                interceptors.on_acknowledgement(self.interceptors, RecordMetadata(record.topic, p, -1, -1), e)
-            raise
-        if self.interceptors:
-            fut.add_done_callback(self._acknowledged)
+            fut = await self._append_intercepted(ProducerRecord(topic, value, key, partition, timestamp_ms,
+                                                                tuple(headers)))
+        else:  # no ProducerRecord made: the common path, once per record
+            fut = await self._append(topic, value, key, partition, timestamp_ms, tuple(headers) if headers else ())
         if self._txn is not None:
             await self._in_transaction(fut.batch.topic, fut.batch.partition)
+        return fut
+
+    async def _append_intercepted(self, record: ProducerRecord) -> RecordFuture:
+        """``_append`` of the record the interceptors' ``on_send`` return; they hear of its
+        acknowledgement, or of its failure to be queued."""
+        record = interceptors.on_send(self.interceptors, record)
+        try:
+            fut = await self._append(record.topic, record.value, record.key, record.partition, record.timestamp,
+                                     record.headers)
+        except CLIENT_ERRORS as e:
+            p = record.partition if record.partition is not None else -1
+            interceptors.on_acknowledgement(self.interceptors, RecordMetadata(record.topic, p, -1, -1), e)
+            raise
+        fut.add_done_callback(self._acknowledged)
         return fut
 
     # -- transactions (clients/transactions.py) ------------------------------------------------------
@@ -296,20 +303,24 @@ class Producer:
     def _acknowledged(self, fut: RecordFuture) -> None:
         error = fut.exception()
         metadata = (fut.result() if error is None else
-                    RecordMetadata(fut.batch.topic, fut.batch.partition, -1, fut.batch.entries[fut.index][2]))
+                    RecordMetadata(fut.batch.topic, fut.batch.partition, -1, fut.timestamp))
         interceptors.on_acknowledgement(self.interceptors, metadata, error)
 
-    async def _append(self, record: ProducerRecord) -> RecordFuture:
-        topic, partition, headers = record.topic, record.partition, record.headers
-        begin = time.monotonic()
+    async def _append(self, topic: str, value: Any, key: Any, partition: int | None, timestamp: int | None,
+                      headers: tuple[Header, ...]) -> RecordFuture:
         cluster = self.cluster
+        begin = None  # when max.block.ms started counting, if anything waits
         count = cluster.partition_count(topic)
         if count is None or (partition is not None and partition >= count):
+            begin = time.monotonic()
             await cluster.wait_on_metadata(topic, partition, self.max_block_ms)
             count = cluster.partition_count(topic)
             assert count is not None
-        k = serialize(self.key_serializer, topic, record.key, "key")
-        v = serialize(self.value_serializer, topic, record.value, "value")
+        # bytes without a serializer, and None, are what serialize() would return: not called
+        k = key if key is None or (key.__class__ is bytes and self.key_serializer is None) else \
+            serialize(self.key_serializer, topic, key, "key")
+        v = value if value is None or (value.__class__ is bytes and self.value_serializer is None) else \
+            serialize(self.value_serializer, topic, value, "value")
         size = RECORD_OVERHEAD + (len(k) if k else 0) + (len(v) if v else 0)
         for hk, hv in headers:
             size += len(hk) + (len(hv) if hv else 0)
@@ -317,16 +328,17 @@ class Producer:
             raise RecordTooLargeError(f"The message is {size} bytes when serialized which is larger than "
                                       f"{self.max_request_size}, which is the value of the max.request.size "
                                       f"configuration.")
+        acc = self.acc
         if size > self.buffer_memory:
             raise RecordTooLargeError(f"The message is {size} bytes when serialized which is larger than the total "
                                       f"memory buffer you have configured with the buffer.memory configuration.")
-        if self.acc.used + size > self.buffer_memory:
-            await self.acc.reserve(size, begin + self.max_block_ms / 1000, self.max_block_ms)
-        ts = record.timestamp if record.timestamp is not None else time.time_ns() // 1_000_000
+        if acc.used + size > self.buffer_memory:
+            await acc.reserve(size, (begin or time.monotonic()) + self.max_block_ms / 1000, self.max_block_ms)
+        ts = timestamp if timestamp is not None else time.time_ns() // 1_000_000
         sticky = partition is None and k is None and self.partitioner is None
         if partition is None:
             if self.partitioner is not None:
-                partition = self.partitioner.partition(topic, record.key, k, record.value, v, cluster)
+                partition = self.partitioner.partition(topic, key, k, value, v, cluster)
                 if not isinstance(partition, int) or not 0 <= partition < count:
                     raise ClientError(f"Invalid partition given with record: {partition} is not in the range "
                                       f"[0...{count}].")
@@ -334,10 +346,10 @@ class Producer:
                 partition = partition_for_key(k, count)
             else:
                 partition = self.sticky.partition(topic, count, cluster.topics[topic].available)
-        fut, wake = self.acc.append(topic, partition, k, v, ts, headers, size, sticky)
+        fut, wake = acc.append(topic, partition, k, v, ts, headers, size, sticky)
         if fut is None:  # the sticky partition needs a new batch: move on first (KIP-480)
             partition = self.sticky.next_partition(topic, count, cluster.topics[topic].available, partition)
-            fut, wake = self.acc.append(topic, partition, k, v, ts, headers, size, False)
+            fut, wake = acc.append(topic, partition, k, v, ts, headers, size, False)
             assert fut is not None
         if wake:
             self._wake.set()
@@ -409,7 +421,7 @@ class Producer:
             for b in self.acc.expired(now, self.delivery_timeout_s) + in_flight_expired:
                 # KIP-91: a batch in flight expires too, rather than when its request times out
                 self._in_flight_batches.discard(b)
-                self._fail(b, KafkaTimeoutError(f"Expiring {len(b.entries)} record(s) for {b.topic}-{b.partition}:"
+                self._fail(b, KafkaTimeoutError(f"Expiring {b.record_count} record(s) for {b.topic}-{b.partition}:"
                                                 f"{(now - b.created) * 1000:.0f} ms has passed since batch creation"))
             if self._stopping and not self.acc.incomplete:
                 return
@@ -584,7 +596,7 @@ class Producer:
         if b.base_sequence is None:
             seq = self._next_sequence.get(tp, 0)
             b.set_producer(self.producer_id, self.producer_epoch, seq, self._txn is not None)
-            self._next_sequence[tp] = (seq + len(b.entries)) % SEQUENCE_MODULUS
+            self._next_sequence[tp] = (seq + b.record_count) % SEQUENCE_MODULUS
         self._unresolved.setdefault(tp, set()).add(b)
 
     async def _wake_or_back_off(self) -> None:
@@ -620,7 +632,7 @@ class Producer:
             if failed:  # the sequence has a hole now: the broker would refuse what follows
                 self._epoch_bump = True
             elif b.base_sequence is not None:
-                self._acked_next[tp] = (b.base_sequence + len(b.entries)) % SEQUENCE_MODULUS
+                self._acked_next[tp] = (b.base_sequence + b.record_count) % SEQUENCE_MODULUS
 
     def _earlier_unresolved(self, b: ProducerBatch) -> bool:
         pending = self._unresolved.get((b.topic, b.partition), ())
@@ -663,7 +675,7 @@ class Producer:
         self._resolved(b, failed=False)
         b.done(base_offset)
         self.acc.deallocate(b)
-        self.metrics["record-send-total"] += len(b.entries)
+        self.metrics["record-send-total"] += b.record_count
 
     def _fail(self, b: ProducerBatch, error: BaseException) -> None:
         if b.future.done():
@@ -673,4 +685,4 @@ class Producer:
             self._txn.send_failed(error)
         b.fail(error)
         self.acc.deallocate(b)
-        self.metrics["record-error-total"] += len(b.entries)
+        self.metrics["record-error-total"] += b.record_count

@@ -84,16 +84,10 @@ def build_batch(entries: Sequence[tuple[bytes | None, bytes | None, int, Sequenc
     """A batch of ``(key, value, timestamp ms, headers)``, its records compressed with
     ``codec``; base offset and epoch left for the leader to assign, producer fields for
     ``set_producer``."""
-    if not entries:
-        raise ValueError("a record batch needs at least one record")
-    base_ts = entries[0][2]
-    max_ts = max(e[2] for e in entries)
-    n = len(entries)
-    batch = pb.RecordBatch(base_offset=0, partition_leader_epoch=-1, last_offset_delta=n - 1,
-                           base_timestamp=base_ts, max_timestamp=max_ts, record_count=n,
-                           attributes=int(codec), records=compress(codec, encode_records(entries, base_ts)))
-    batch.crc = batch_crc(batch)
-    return batch
+    builder = RecordsBuilder()
+    for key, value, ts, headers in entries:
+        builder.append(key, value, ts, headers)
+    return builder.build(codec)
 
 
 def set_producer(batch: pb.RecordBatch, producer_id: int, epoch: int, base_sequence: int,
@@ -213,19 +207,79 @@ def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None, va
 
 
 def encode_records(entries: Sequence[tuple[bytes | None, bytes | None, int, Sequence[Header]]], base_ts: int) -> bytes:
-    """The records of ``(key, value, timestamp ms, headers)`` entries, offset deltas 0, 1, ...
-    (the producer's hottest loop: ``encode_record`` inlined, small varints from a table)."""
-    parts: list[bytes] = []
-    append, small, zz = parts.append, _SMALL, _zz
-    for i, (key, value, ts, headers) in enumerate(entries):
-        d = ts - base_ts
-        body = b"".join((b"\x00", small[d << 1] if 0 <= d < 8192 else zz(d), small[i << 1] if i < 8192 else zz(i),
-                         _NULL if key is None else zz(len(key)) + key,
-                         _NULL if value is None else zz(len(value)) + value,
-                         _headers(headers) if headers else b"\x00"))
-        append(zz(len(body)))
-        append(body)
-    return b"".join(parts)
+    """The records of ``(key, value, timestamp ms, headers)`` entries, offset deltas 0, 1, ..."""
+    builder = RecordsBuilder(base_ts)
+    for key, value, ts, headers in entries:
+        builder.append(key, value, ts, headers)
+    return bytes(builder.buf)
+
+
+class RecordsBuilder:
+    """A batch's records encoded as they are appended (Kafka's MemoryRecordsBuilder): each
+    record goes straight into one bytearray, small varints from a table, so a producer keeps
+    no object per record and closing the batch is one copy and one CRC. The same bytes as
+    ``encode_record`` for each record in turn."""
+
+    __slots__ = ("buf", "count", "base_timestamp", "max_timestamp")
+
+    def __init__(self, base_timestamp: int | None = None) -> None:
+        """``base_timestamp``: the batch's, from which records' deltas count; None: the first
+        record's."""
+        self.buf = bytearray()
+        self.count = 0
+        self.base_timestamp = base_timestamp
+        self.max_timestamp = base_timestamp
+
+    def append(self, key: bytes | None, value: bytes | None, timestamp: int, headers: Sequence[Header] = ()) -> int:
+        """Encode a record after the others; returns its offset delta. Everything is encoded
+        before the buffer is touched, so a record that cannot be (a bad header) leaves it as
+        it was."""
+        i = self.count
+        base = self.base_timestamp
+        if base is None:
+            base = self.base_timestamp = self.max_timestamp = timestamp
+        elif timestamp > self.max_timestamp:  # type: ignore[operator]  # set with base_timestamp
+            self.max_timestamp = timestamp
+        d = timestamp - base
+        small = _SMALL
+        head = b"\x00" + (small[d << 1] if 0 <= d < 8192 else _zz(d)) + (small[i << 1] if i < 8192 else _zz(i))
+        if key is None:
+            head += _NULL
+        else:
+            n = len(key)
+            head += (small[n << 1] if n < 8192 else _zz(n)) + key
+        tail = _headers(headers) if headers else b"\x00"
+        if value is None:
+            head += _NULL
+            size = len(head) + len(tail)
+        else:
+            n = len(value)
+            head += small[n << 1] if n < 8192 else _zz(n)
+            size = len(head) + n + len(tail)
+        buf = self.buf
+        buf += small[size << 1] if size < 8192 else _zz(size)
+        buf += head
+        if value is not None:
+            buf += value
+        buf += tail
+        self.count = i + 1
+        return i
+
+    def build(self, codec: Codec = Codec.NONE, producer_id: int | None = None, producer_epoch: int = 0,
+              base_sequence: int = 0, transactional: bool = False) -> pb.RecordBatch:
+        """The batch of the records appended, compressed with ``codec``, its CRC computed once
+        (with an idempotent producer's fields, when given: what ``set_producer`` would stamp)."""
+        n = self.count
+        if not n:
+            raise ValueError("a record batch needs at least one record")
+        batch = pb.RecordBatch(base_offset=0, partition_leader_epoch=-1, last_offset_delta=n - 1,
+                               base_timestamp=self.base_timestamp, max_timestamp=self.max_timestamp, record_count=n,
+                               attributes=int(codec) | (TRANSACTIONAL_FLAG if transactional else 0),
+                               records=compress(codec, bytes(self.buf)))
+        if producer_id is not None:
+            batch.producer_id, batch.producer_epoch, batch.base_sequence = producer_id, producer_epoch, base_sequence
+        batch.crc = batch_crc(batch)
+        return batch
 
 
 def _undecodable(where: str, e: ValueError | IndexError) -> KafkaError:
@@ -462,15 +516,113 @@ def batches(data: bytes) -> Sequence[pb.RecordBatch]:
         raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "fetched record batches cannot be decoded") from None
 
 
-def records_of(batch: pb.RecordBatch, topic: str, partition: int, from_offset: int = 0) -> Iterator[ConsumerRecord]:
-    """The records of a batch from ``from_offset`` on (a fetch may start inside a batch); none
-    for a control batch (a transaction marker), which consumers never see."""
+def records_of(batch: pb.RecordBatch, topic: str, partition: int, from_offset: int = 0,
+               stop: int | None = None) -> Iterator[ConsumerRecord]:
+    """The records of a batch from ``from_offset`` on and below ``stop`` (a fetch may start
+    inside a batch; a consumer reads below the high watermark); none for a control batch (a
+    transaction marker), which consumers never see. Decoded in one pass straight into
+    ConsumerRecords (a consumer's hottest loop): every varint inline when it is one or two
+    bytes long (a record's length, deltas and lengths below 8192), through ``_read_zz`` else;
+    CORRUPT_MESSAGE, as ``decode_records``, when the bytes do not hold exactly the batch's
+    records."""
     if batch.attributes & CONTROL_FLAG:
-        return
-    base, base_ts, epoch = batch.base_offset, batch.base_timestamp, batch.partition_leader_epoch
+        return iter(())
+    base, base_ts, epoch, count = batch.base_offset, batch.base_timestamp, batch.partition_leader_epoch, batch.record_count
     appended = batch.max_timestamp if batch.attributes & LOG_APPEND_TIME_FLAG else None
-    for delta, ts, key, value, headers in decode_records(records_bytes(batch), batch.record_count,
-                                                         f"{topic}-{partition} at offset {base}"):
-        if base + delta >= from_offset:
-            yield ConsumerRecord(topic, partition, base + delta, base_ts + ts if appended is None else appended,
-                                 key, value, headers, epoch)
+    bounded = stop is not None and stop <= base + batch.last_offset_delta  # else no record is compared with it
+    data = records_bytes(batch)
+    out: list[ConsumerRecord] = []
+    add, new, record = out.append, tuple.__new__, ConsumerRecord
+    pos, n = 0, len(data)
+    try:
+        for _ in range(count):
+            b = data[pos]
+            if b < 0x80:
+                length, pos = (b >> 1) ^ -(b & 1), pos + 1
+            elif data[pos + 1] < 0x80:
+                z = (b & 0x7F) | data[pos + 1] << 7
+                length, pos = (z >> 1) ^ -(z & 1), pos + 2
+            else:
+                length, pos = _read_zz(data, pos)
+            end = pos + length
+            if length < 1 or end > n:
+                raise ValueError(f"a record length of {length}")
+            p = pos + 1  # after the attributes
+            b = data[p]
+            if b < 0x80:
+                ts, p = (b >> 1) ^ -(b & 1), p + 1
+            elif data[p + 1] < 0x80:
+                z = (b & 0x7F) | data[p + 1] << 7
+                ts, p = (z >> 1) ^ -(z & 1), p + 2
+            else:
+                ts, p = _read_zz(data, p)
+            b = data[p]
+            if b < 0x80:
+                od, p = (b >> 1) ^ -(b & 1), p + 1
+            elif data[p + 1] < 0x80:
+                z = (b & 0x7F) | data[p + 1] << 7
+                od, p = (z >> 1) ^ -(z & 1), p + 2
+            else:
+                od, p = _read_zz(data, p)
+            key: bytes | None
+            value: bytes | None
+            if data[p] == 1:  # zigzag(-1): a null key
+                key, p = None, p + 1
+            else:
+                kl, p = _read_zz(data, p)
+                key, p = read_field(data, p, kl, end)
+            b = data[p]
+            if b < 0x80:
+                vl, p = (b >> 1) ^ -(b & 1), p + 1
+            elif data[p + 1] < 0x80:
+                z = (b & 0x7F) | data[p + 1] << 7
+                vl, p = (z >> 1) ^ -(z & 1), p + 2
+            else:
+                vl, p = _read_zz(data, p)
+            if 0 <= vl and p + vl <= end:
+                value, p = data[p:p + vl], p + vl
+            else:
+                value, p = read_field(data, p, vl, end)
+            headers = () if data[p] == 0 and p + 1 == end else read_headers(data, p, end)
+            pos = end
+            offset = base + od
+            if offset < from_offset or (bounded and offset >= stop):  # type: ignore[operator]  # bounded: an int
+                continue
+            add(new(record, (topic, partition, offset, base_ts + ts if appended is None else appended, key, value,
+                             headers, epoch)))
+        if pos != n:
+            raise ValueError(f"{n - pos} bytes after the last of {count} records")
+    except (ValueError, IndexError) as e:
+        raise _undecodable(f"{topic}-{partition} at offset {base}", e) from None
+    return iter(out)
+
+
+def read_field(data: bytes, p: int, length: int, end: int) -> tuple[bytes | None, int]:
+    """A key or value of ``length`` bytes at ``p`` (-1: null), within its record (which ends
+    at ``end``)."""
+    if length < 0:
+        if length != -1:
+            raise ValueError(f"a length of {length}")
+        return None, p
+    if p + length > end:
+        raise ValueError(f"a length of {length} past its record")
+    return data[p:p + length], p + length
+
+
+def read_headers(data: bytes, p: int, end: int) -> tuple[Header, ...]:
+    """A record's headers, from its header count at ``p`` to its ``end``."""
+    nh, p = _read_zz(data, p)
+    if not 0 <= nh <= end - p:
+        raise ValueError(f"{nh} headers")
+    hs = []
+    for _ in range(nh):
+        kl, p = _read_zz(data, p)
+        hk, p = read_field(data, p, kl, end)
+        vl, p = _read_zz(data, p)
+        hv, p = read_field(data, p, vl, end)
+        if hk is None:
+            raise ValueError("a null header key")
+        hs.append((hk.decode(), hv))
+    if p != end:
+        raise ValueError(f"a record ending at byte {end} holding {p}")
+    return tuple(hs)

@@ -20,7 +20,7 @@ from brokerd.partition import Change, Partition
 from brokerd.partition_log import PartitionLog
 from brokerd.topic_stats import BrokerTopicStats
 from clients.partitioner import StickyPartitioner, murmur2, partition_for_key, to_positive
-from clients.records import batches, build_batch, records_of, validate_batch
+from clients.records import ConsumerRecord, batches, build_batch, records_of, validate_batch
 from metadata.image import PartitionRegistration
 from brokerd.replication_quota import ReplicationQuota
 from protos import broker_pb2 as pb
@@ -335,6 +335,8 @@ def test_records_round_trip_in_kafkas_encoding():
             [(k, v, ts, [(hk, hv) for hk, hv in hs]) for k, v, ts, hs in entries]
         batch = build_batch(entries)
         batch.base_offset = 7
+        assert [(r.offset, r.key, r.value, r.timestamp, list(r.headers)) for r in records_of(batch, "t", 0)] == \
+            [(7 + i, k, v, ts, [(hk, hv) for hk, hv in hs]) for i, (k, v, ts, hs) in enumerate(entries)]
         theirs = DefaultRecordBatch(to_wire(batch))
         assert theirs.validate_crc()
         assert [(r.offset, r.key, r.value, r.timestamp, [(hk, hv) for hk, hv in r.headers]) for r in theirs] == \
@@ -351,6 +353,61 @@ def test_garbled_records_are_corrupt_not_a_crash():
         assert e.value.code == ErrorCode.CORRUPT_MESSAGE
     with pytest.raises(KafkaError):
         decode_records(good, 3, "t-0")
+    batch = build_batch([(b"k", b"v" * 100, 5, [("h", b"x")]), (None, None, 6, [])])
+    for bad, count in [(b, 2) for b in (good[:-1], good + b"\x00", good[:10], b"\xff" * 12, b"\x02\x00\x00\x00\x7f")] + \
+            [(good, 3)]:
+        batch.records, batch.record_count = bad, count
+        with pytest.raises(KafkaError) as e:
+            list(records_of(batch, "t", 0))
+        assert e.value.code == ErrorCode.CORRUPT_MESSAGE and "t-0 at offset 0" in str(e.value)
+
+
+def test_the_producer_encodes_each_record_as_it_is_appended():
+    """Issue 31 (our client's produce): a batch keeps no object per record; each record is
+    encoded into the batch's buffer when appended (Kafka's MemoryRecordsBuilder), the same
+    bytes as Kafka's DefaultRecord, and closing the batch is one copy and one CRC, with an
+    idempotent producer's fields stamped in."""
+    from clients.accumulator import RecordAccumulator
+    from clients.records import encode_record, set_producer
+
+    async def go():
+        acc = RecordAccumulator(1 << 20, 5, 1 << 20, 100)
+        sent = [(b"k", b"v" * 300, 1_000, (("h", b"1"), ("n", None))), (None, None, 990, ()), (None, b"", 70_000, ())]
+        futures = [acc.append("t", 0, k, v, ts, hs, 50, False)[0] for k, v, ts, hs in sent]
+        batch = futures[0].batch
+        assert all(f.batch is batch for f in futures) and [f.index for f in futures] == [0, 1, 2]
+        assert bytes(batch.records.buf) == b"".join(encode_record(i, ts - 1_000, k, v, hs)
+                                                     for i, (k, v, ts, hs) in enumerate(sent))
+        assert [f.timestamp for f in futures] == [1_000, 990, 70_000]
+        batch.set_producer(7, 2, 40, transactional=True)
+        expected = build_batch(sent)
+        set_producer(expected, 7, 2, 40, transactional=True)
+        assert batch.encoded() == expected and batch.closed and batch.record_count == 3
+        assert acc.append("t", 0, b"late", b"x", 1_000, (), 50, True) == (None, False)  # closed: a new batch
+        with pytest.raises(AttributeError):  # a header key that is not a str: the batch is left as it was
+            acc.append("u", 0, None, b"x", 1_000, ((1, b"x"),), 50, False)
+        assert not acc.batches.get(("u", 0)) and acc.incomplete == {batch} and acc.used == 150
+    asyncio.run(go())
+
+
+def test_the_consumer_decodes_a_batch_in_one_pass(monkeypatch):
+    """Issue 31 (our client's consume): a fetched batch is decoded straight into
+    ConsumerRecords, one pass with its varints inline, no intermediate Record per record;
+    from the fetch offset on and below the high watermark."""
+    import clients.records as records_mod
+
+    def per_record(*args):
+        raise AssertionError("a Record per record")
+    monkeypatch.setattr(records_mod, "decode_records", per_record)
+    sent = [(b"k%d" % i if i % 3 else None, None if i == 4 else b"v" * (i * 50), 5_000 + i * 10_000,
+             (("h", b"%d" % i),) if i % 2 else ()) for i in range(10)]
+    b = build_batch(sent)
+    b.base_offset, b.partition_leader_epoch = 100, 3
+    got = list(records_of(b, "t", 2, from_offset=102, stop=107))
+    assert got == [ConsumerRecord("t", 2, 100 + i, ts, k, v, tuple(hs), 3)
+                   for i, (k, v, ts, hs) in enumerate(sent) if 102 <= 100 + i < 107]
+    assert [r.offset for r in records_of(b, "t", 2)] == list(range(100, 110))
+    assert list(records_of(b, "t", 2, stop=-1)) == [] and len(list(records_of(b, "t", 2, stop=110))) == 10
 
 
 

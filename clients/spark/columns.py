@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from protos import broker_pb2 as pb
 
-from ..records import CONTROL_FLAG, LOG_APPEND_TIME_FLAG, Header, _read_zz, records_bytes
+from ..records import CONTROL_FLAG, LOG_APPEND_TIME_FLAG, Header, _read_zz, read_field, read_headers, records_bytes
 from common.errors import ErrorCode, KafkaError
 
 
@@ -128,7 +128,7 @@ def _decode(data: bytes, count: int, base: int, base_ts: int, appended: int | No
             key, p = None, p + 1
         else:
             kl, p = _read_zz(data, p)
-            key, p = _blob(data, p, kl, end)
+            key, p = read_field(data, p, kl, end)
         b = data[p]
         if b < 0x80:
             vl, p = (b >> 1) ^ -(b & 1), p + 1
@@ -140,11 +140,11 @@ def _decode(data: bytes, count: int, base: int, base_ts: int, appended: int | No
         if 0 <= vl and p + vl <= end:
             value, p = data[p:p + vl], p + vl
         else:
-            value, p = _blob(data, p, vl, end)
+            value, p = read_field(data, p, vl, end)
         if data[p] == 0 and p + 1 == end:  # no headers
             hs = None
         else:
-            hs = _headers(data, p, end)
+            hs = read_headers(data, p, end)
         pos = end
         offset = base + od
         if low >= 0 and not low <= offset < high:
@@ -159,33 +159,3 @@ def _decode(data: bytes, count: int, base: int, base_ts: int, appended: int | No
             headers.append(hs)
     if pos != n:
         raise ValueError(f"{n - pos} bytes after the last of {count} records")
-
-
-def _blob(data: bytes, p: int, length: int, end: int) -> tuple[bytes | None, int]:
-    """A key or value of ``length`` bytes at ``p`` (-1: null), within its record."""
-    if length < 0:
-        if length != -1:
-            raise ValueError(f"a length of {length}")
-        return None, p
-    if p + length > end:
-        raise ValueError(f"a length of {length} past its record")
-    return data[p:p + length], p + length
-
-
-def _headers(data: bytes, p: int, end: int) -> tuple[Header, ...]:
-    """A record's headers from its header count at ``p`` to its ``end``."""
-    nh, p = _read_zz(data, p)
-    if not 0 <= nh <= end - p:
-        raise ValueError(f"{nh} headers")
-    hs = []
-    for _ in range(nh):
-        kl, p = _read_zz(data, p)
-        hk, p = _blob(data, p, kl, end)
-        vl, p = _read_zz(data, p)
-        hv, p = _blob(data, p, vl, end)
-        if hk is None:
-            raise ValueError("a null header key")
-        hs.append((hk.decode(), hv))
-    if p != end:
-        raise ValueError(f"a record ending at byte {end} holding {p}")
-    return tuple(hs)
