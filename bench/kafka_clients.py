@@ -24,14 +24,21 @@ JSON lines (``system`` is ``confluent-kafka`` or ``pykraft-client``):
   batches (headers packed, records untouched), beside re-encoding every record, which any
   stored record format other than Kafka's own would need (measured in this process);
 - every produce and consume row: ``brokers_cpu_s`` (the three brokers' CPU during that phase;
-  a group consumer's includes joining its group), ``brokers_cpu_us_per_msg`` and
-  ``brokers_cpu_s_per_MB`` (for a produce: the leader's append and both followers' copies);
+  a group consumer's includes joining its group), ``brokers_cpu_us_per_msg``,
+  ``brokers_cpu_s_per_MB`` (for a produce: the leader's append and both followers' copies) and
+  ``msgs_per_broker_cpu_s`` (messages per second of the brokers' CPU: throughput per core, as
+  issue 31 asks for it); ``client_cpu_s`` and ``client_cpu_us_per_msg`` (the client's process:
+  librdkafka's threads and the Python loop calling it, our producer, or our consumer's own
+  process while it reads), and ``brokers_cores`` / ``client_cores`` (CPU seconds per second of
+  the phase): a phase whose client is near one core is bounded by the client, not the brokers;
 - ``logs``: WARNING/ERROR/Traceback lines in the controllers' and brokers' logs during the run.
 
-``--base COMMIT --rounds N`` runs all of it from ``COMMIT``'s tree and from this one in turn, N
-times each, and ends with one ``summary`` row per system and phase: medians and paired ratios
-(this / base) of throughput, p99, and brokers' CPU per message and per MB (``compare``);
-``--broker-config KEY=VALUE`` sets a broker key (with ``--base``, for this tree's runs only).
+``--base COMMIT --rounds N`` runs all of it against ``COMMIT``'s servers and clients and this
+tree's in turn, N times each, with this tree's harness (``bench/``) on both sides, and ends with
+one ``summary`` row per system and phase: medians and paired ratios (this / base) of
+throughput, p99, the brokers' CPU per message and per MB, messages per broker-CPU second and
+the client's CPU per message (``compare``); ``--broker-config KEY=VALUE`` sets a broker key
+(with ``--base``, for this tree's runs only).
 
 Each row carries the issue's targets (``target_produce_msgs_per_s``,
 ``target_consume_msgs_per_s``). The benchmark, 3 controllers and 3 brokers share this
@@ -44,6 +51,7 @@ import asyncio
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -51,6 +59,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer
@@ -232,7 +241,7 @@ def pykraft_consume(bootstrap: str, topic: str, expected: int, value: int) -> di
         raise RuntimeError(f"the catch-up consumer failed: {p.stderr.strip()[-2000:]}")
     c = json.loads(p.stdout.strip().splitlines()[-1])
     return _row("pykraft-client", "consume", c["consumed"], c["bytes"], c["elapsed"], expected=expected,
-                complete=c["consumed"] == expected)
+                complete=c["consumed"] == expected, client_cpu_s=c["cpu_s"])
 
 
 # -- the run ------------------------------------------------------------------------------------
@@ -266,24 +275,43 @@ def fetch_conversion(value: int, batches: int = 200, records: int = 500) -> dict
             "ratio": round(re_encoded / header_only, 1)}
 
 
-class BrokersCpu:
-    """The three brokers' CPU (user + system) spent during each phase, per message and per MB:
-    what bounds the throughput when the cores are shared, and far less noisy than it on a
-    busy machine. A produce's figure covers the leader's append and both followers' copies."""
+def _own_cpu() -> float:
+    """This process's CPU (user + system, every thread: librdkafka's too)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+class PhaseCpu:
+    """The CPU (user + system) a phase cost the three brokers and the client, per message and
+    per MB: what bounds the throughput when the cores are shared, and far less noisy than it on
+    a busy machine. A produce's figure covers the leader's append and both followers' copies.
+    A row that carries ``client_cpu_s`` (a client in a process of its own) keeps it; otherwise
+    the client is this process."""
 
     def __init__(self, cluster: DevQuorum) -> None:
         self.pids = [p.pid for p in cluster.broker_procs.values()]
-        self.last = self._now()
 
-    def _now(self) -> float:
+    def _brokers(self) -> float:
         return sum(_cpu_seconds(p) for p in self.pids)
 
-    def of(self, row: dict[str, Any], value: int) -> dict[str, Any]:
-        now = self._now()
-        spent, self.last = now - self.last, now
-        n, mb = max(row["messages"], 1), max(row["messages"] * value / 1e6, 1e-9)
-        return {**row, "brokers_cpu_s": round(spent, 2), "brokers_cpu_us_per_msg": round(spent / n * 1e6, 2),
-                "brokers_cpu_s_per_MB": round(spent / mb, 3)}
+    def of(self, phase: Callable[[], dict[str, Any]], value: int) -> dict[str, Any]:
+        brokers, client, start = self._brokers(), _own_cpu(), time.perf_counter()
+        row = phase()
+        wall = time.perf_counter() - start
+        brokers, client = self._brokers() - brokers, row.get("client_cpu_s", _own_cpu() - client)
+        return with_cpu(row, brokers, client, wall, value)
+
+
+def with_cpu(row: dict[str, Any], brokers: float, client: float, wall: float, value: int) -> dict[str, Any]:
+    """``row`` with the CPU figures of a phase that took ``wall`` seconds: ``brokers`` and
+    ``client`` CPU seconds."""
+    n, mb = max(row["messages"], 1), max(row["messages"] * value / 1e6, 1e-9)
+    wall = max(wall, 1e-9)
+    return {**row, "brokers_cpu_s": round(brokers, 2), "brokers_cpu_us_per_msg": round(brokers / n * 1e6, 2),
+            "brokers_cpu_s_per_MB": round(brokers / mb, 3),
+            "msgs_per_broker_cpu_s": round(row["messages"] / brokers) if brokers > 0 else None,
+            "client_cpu_s": round(client, 2), "client_cpu_us_per_msg": round(client / n * 1e6, 2),
+            "brokers_cores": round(brokers / wall, 2), "client_cores": round(client / wall, 2)}
 
 
 def log_summary(base: Path) -> dict[str, Any]:
@@ -305,14 +333,16 @@ def run(args: argparse.Namespace) -> None:
         topics = {"confluent-kafka": "bench-confluent", "pykraft-client": "bench-pykraft"}
         create_topics(kafka, list(topics.values()), args.partitions)
 
-        cpu = BrokersCpu(cluster)
-        row = cpu.of(confluent_produce(kafka, topics["confluent-kafka"], args), args.value)
+        cpu = PhaseCpu(cluster)  # each phase is called at once, inside cpu.of
+        row = cpu.of(lambda: confluent_produce(kafka, topics["confluent-kafka"], args), args.value)
         emit(row)
-        emit(cpu.of(confluent_consume(kafka, topics["confluent-kafka"], row["messages"], args.value), args.value))
+        emit(cpu.of(lambda: confluent_consume(kafka, topics["confluent-kafka"], row["messages"], args.value),
+                    args.value))
 
-        row = cpu.of(asyncio.run(pykraft_produce(grpc, topics["pykraft-client"], args)), args.value)
+        row = cpu.of(lambda: asyncio.run(pykraft_produce(grpc, topics["pykraft-client"], args)), args.value)
         emit(row)
-        emit(cpu.of(pykraft_consume(grpc, topics["pykraft-client"], row["messages"], args.value), args.value))
+        emit(cpu.of(lambda: pykraft_consume(grpc, topics["pykraft-client"], row["messages"], args.value),
+                    args.value))
     finally:
         stop_cluster(cluster, base, args.keep)
 
@@ -330,12 +360,14 @@ def stop_cluster(cluster: DevQuorum, base: Path, keep: bool) -> None:
 # -- before and after in one session -------------------------------------------------------------
 
 #: The figures compared between the base and this tree.
-COMPARED = ("msgs_per_s", "p99_ms", "brokers_cpu_us_per_msg", "brokers_cpu_s_per_MB")
+COMPARED = ("msgs_per_s", "p99_ms", "brokers_cpu_us_per_msg", "brokers_cpu_s_per_MB", "msgs_per_broker_cpu_s",
+            "client_cpu_us_per_msg")
 
 
 def base_tree(commit: str) -> Path:
-    """``commit``'s files in a temporary directory, with their generated protobuf modules, to
-    run the benchmark's clusters from (the base of a before/after comparison)."""
+    """``commit``'s files in a temporary directory, with their generated protobuf modules and
+    this tree's ``bench/`` over theirs: the base's servers and clients measured by the same
+    harness as this tree's (its ``bench.kafka_clients`` may predate the figures compared)."""
     tree = Path(tempfile.mkdtemp(prefix="kafkabench-base-"))
     archive = subprocess.run(["git", "-C", str(REPO), "archive", commit], capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
@@ -344,20 +376,21 @@ def base_tree(commit: str) -> Path:
     for proto in protos:
         subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I.", "--python_out=.", "--grpc_python_out=.",
                         "--pyi_out=.", proto], cwd=tree, check=True)
+    shutil.copytree(REPO / "bench", tree / "bench", dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
     return tree
 
 
 def compare(args: argparse.Namespace) -> None:
-    """``--base COMMIT``: the benchmark run from ``COMMIT``'s tree and from this one in turn,
+    """``--base COMMIT``: the benchmark run against ``COMMIT``'s tree and this one in turn,
     ``--rounds`` times each, in one session (base, this, this, base, ...: a drift of the
     machine's load weighs on both alike); every row tagged ``tree`` (base or this) and
-    ``round``, then per system and phase the medians of each figure and the median and range of
-    the paired ratios (this / base, round by round)."""
+    ``round``, then the ``summaries``."""
     base = base_tree(args.base)
     passed = ["--seconds", str(args.seconds), "--messages", str(args.messages), "--value", str(args.value),
               "--partitions", str(args.partitions)]
-    ours = [a for kv in args.broker_config for a in ("--broker-config", kv)]  # the base's bench may lack it
-    rows: dict[tuple[str, str, str, int], dict[str, Any]] = {}
+    ours = [a for kv in args.broker_config for a in ("--broker-config", kv)]
+    rows: list[dict[str, Any]] = []
     try:
         for r in range(args.rounds):
             order = [("base", base), ("this", REPO)]
@@ -370,15 +403,25 @@ def compare(args: argparse.Namespace) -> None:
                 for line in out.stdout.splitlines():
                     row = {**json.loads(line), "tree": label, "round": r}
                     emit(row)
-                    rows[(label, row["system"], row["phase"], r)] = row
+                    rows.append(row)
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    for system, phase in sorted({(k[1], k[2]) for k in rows if k[2] in ("produce", "consume")}):
-        summary: dict[str, Any] = {"system": system, "phase": phase, "summary": f"this / base, {args.rounds} rounds"}
+    for summary in summaries(rows, args.rounds):
+        emit(summary)
+
+
+def summaries(rows: list[dict[str, Any]], rounds: int) -> list[dict[str, Any]]:
+    """Per system and phase (produce, consume) of ``rows`` (tagged ``tree`` and ``round``), for
+    each of ``COMPARED`` that both trees reported in a round: the medians of either tree and
+    the median and range of the paired ratios (this / base, round by round)."""
+    by = {(row["tree"], row["system"], row["phase"], row["round"]): row for row in rows if "system" in row}
+    out = []
+    for system, phase in sorted({(k[1], k[2]) for k in by if k[2] in ("produce", "consume")}):
+        summary: dict[str, Any] = {"system": system, "phase": phase, "summary": f"this / base, {rounds} rounds"}
         for name in COMPARED:
             pairs: list[tuple[float, float]] = []
-            for r in range(args.rounds):
-                b, t = (rows.get((tree, system, phase, r), {}).get(name) for tree in ("base", "this"))
+            for r in range(rounds):
+                b, t = (by.get((tree, system, phase, r), {}).get(name) for tree in ("base", "this"))
                 if b and t:
                     pairs.append((b, t))
             if not pairs:
@@ -388,7 +431,8 @@ def compare(args: argparse.Namespace) -> None:
                              "this": statistics.median(t for _, t in pairs),
                              "paired_ratio": round(statistics.median(ratios), 2),
                              "range": [round(ratios[0], 2), round(ratios[-1], 2)]}
-        emit(summary)
+        out.append(summary)
+    return out
 
 
 def main() -> None:
