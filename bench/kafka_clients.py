@@ -19,12 +19,14 @@ JSON lines (``system`` is ``confluent-kafka`` or ``pykraft-client``):
 - ``consume``: everything read back from the beginning, messages/s and MB/s, and whether the
   count equals what was acknowledged. confluent-kafka uses a group consumer (the group APIs
   over the Kafka listener; the clock starts at its first record, ``join_s`` is the time before
-  it); ours is ``bench.broker``'s catch-up consumer (every partition assigned, no group).
+  it), with librdkafka's defaults unless ``--consumer-config KEY=VALUE`` says otherwise; ours is
+  ``bench.broker``'s catch-up consumer (every partition assigned, no group; the brokers' CPU
+  counted from its process's start).
 - ``fetch_conversion``: the broker's cost per record of answering a Kafka fetch from stored
   batches (headers packed, records untouched), beside re-encoding every record, which any
   stored record format other than Kafka's own would need (measured in this process);
 - every produce and consume row: ``brokers_cpu_s`` (the three brokers' CPU during that phase;
-  a group consumer's includes joining its group), ``brokers_cpu_us_per_msg``,
+  a group consumer's from its first record, not its join), ``brokers_cpu_us_per_msg``,
   ``brokers_cpu_s_per_MB`` (for a produce: the leader's append and both followers' copies) and
   ``msgs_per_broker_cpu_s`` (messages per second of the brokers' CPU: throughput per core, as
   issue 31 asks for it); ``client_cpu_s`` and ``client_cpu_us_per_msg`` (the client's process:
@@ -159,10 +161,14 @@ def confluent_produce(bootstrap: str, topic: str, args: argparse.Namespace,
 
 
 def confluent_consume(bootstrap: str, topic: str, expected: int, value: int,
-                      security: dict[str, str] | None = None) -> dict[str, Any]:
-    """``security``: librdkafka's TLS and SASL settings (bench.security)."""
+                      security: dict[str, str] | None = None, config: dict[str, str] | None = None,
+                      on_first: Callable[[], None] | None = None) -> dict[str, Any]:
+    """``security``: librdkafka's TLS and SASL settings (bench.security); ``config``: more of
+    the consumer's settings (``--consumer-config``); ``on_first`` is called as the first
+    records arrive (the group joined), where the clock starts. Each poll asks for no more than
+    what is left, so that the last one returns with the last record rather than at its timeout."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-readers", "auto.offset.reset": "earliest",
-                  "enable.auto.commit": True, **(security or {})})
+                  "enable.auto.commit": True, **(security or {}), **(config or {})})
     c.subscribe([topic])
     n = size = 0
     errors: list[str] = []
@@ -173,15 +179,19 @@ def confluent_consume(bootstrap: str, topic: str, expected: int, value: int,
             now = time.perf_counter()
             if (first and now - idle > 10) or now - begin > 120:
                 break  # nothing for 10 s after the first record, or 2 minutes in all
-            for m in c.consume(num_messages=10000, timeout=0.5):
+            got = c.consume(num_messages=min(10000, expected - n), timeout=0.05)
+            if got and not first:
+                first = now  # this poll's start: it waited at most its timeout for them
+                if on_first is not None:
+                    on_first()
+            for m in got:
                 if m.error() is not None:
                     errors.append(str(m.error()))
                     continue
                 n += 1
                 size += len(m.value() or b"")
-            if n:
+            if got:
                 idle = time.perf_counter()
-                first = first or idle
     finally:
         c.close()
     elapsed = idle - first if first else 0.0
@@ -286,20 +296,25 @@ class PhaseCpu:
     per MB: what bounds the throughput when the cores are shared, and far less noisy than it on
     a busy machine. A produce's figure covers the leader's append and both followers' copies.
     A row that carries ``client_cpu_s`` (a client in a process of its own) keeps it; otherwise
-    the client is this process."""
+    the client is this process. A phase may ``restart`` the count (a group consumer at its
+    first record: its join is not what is measured)."""
 
     def __init__(self, cluster: DevQuorum) -> None:
         self.pids = [p.pid for p in cluster.broker_procs.values()]
+        self.restart()
 
     def _brokers(self) -> float:
         return sum(_cpu_seconds(p) for p in self.pids)
 
+    def restart(self) -> None:
+        self.brokers, self.client, self.start = self._brokers(), _own_cpu(), time.perf_counter()
+
     def of(self, phase: Callable[[], dict[str, Any]], value: int) -> dict[str, Any]:
-        brokers, client, start = self._brokers(), _own_cpu(), time.perf_counter()
+        self.restart()
         row = phase()
-        wall = time.perf_counter() - start
-        brokers, client = self._brokers() - brokers, row.get("client_cpu_s", _own_cpu() - client)
-        return with_cpu(row, brokers, client, wall, value)
+        wall = time.perf_counter() - self.start
+        client = row.get("client_cpu_s", _own_cpu() - self.client)
+        return with_cpu(row, self._brokers() - self.brokers, client, wall, value)
 
 
 def with_cpu(row: dict[str, Any], brokers: float, client: float, wall: float, value: int) -> dict[str, Any]:
@@ -336,8 +351,9 @@ def run(args: argparse.Namespace) -> None:
         cpu = PhaseCpu(cluster)  # each phase is called at once, inside cpu.of
         row = cpu.of(lambda: confluent_produce(kafka, topics["confluent-kafka"], args), args.value)
         emit(row)
-        emit(cpu.of(lambda: confluent_consume(kafka, topics["confluent-kafka"], row["messages"], args.value),
-                    args.value))
+        consumer = dict(kv.split("=", 1) for kv in args.consumer_config)
+        emit(cpu.of(lambda: confluent_consume(kafka, topics["confluent-kafka"], row["messages"], args.value,
+                                              config=consumer, on_first=cpu.restart), args.value))
 
         row = cpu.of(lambda: asyncio.run(pykraft_produce(grpc, topics["pykraft-client"], args)), args.value)
         emit(row)
@@ -388,7 +404,7 @@ def compare(args: argparse.Namespace) -> None:
     ``round``, then the ``summaries``."""
     base = base_tree(args.base)
     passed = ["--seconds", str(args.seconds), "--messages", str(args.messages), "--value", str(args.value),
-              "--partitions", str(args.partitions)]
+              "--partitions", str(args.partitions), *(a for kv in args.consumer_config for a in ("--consumer-config", kv))]
     ours = [a for kv in args.broker_config for a in ("--broker-config", kv)]
     rows: list[dict[str, Any]] = []
     try:
@@ -446,6 +462,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="with --base: runs of each tree")
     ap.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE",
                     help="a broker setting (with --base: for this tree's runs only), e.g. replica.fetch.protocol=kafka")
+    ap.add_argument("--consumer-config", action="append", default=[], metavar="KEY=VALUE",
+                    help="a setting of librdkafka's consumer (with --base: for both trees), e.g. fetch.queue.backoff.ms=0")
     args = ap.parse_args()
     if args.base:
         compare(args)
