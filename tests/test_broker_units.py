@@ -725,6 +725,53 @@ def test_the_grpc_codec_round_trips_a_request_and_an_answer():
     assert to_domain(g.JoinGroupResponse, wire) == joined
 
 
+def _stored_to_wire_by_protobuf(stored: bytes) -> bytes:
+    """The reference: the stored frames parsed by protobuf, each batch's header packed."""
+    from brokerd.kafka.batches import to_wire
+    return b"".join(to_wire(b) for b in pb.RecordBatchSet.FromString(stored).batches)
+
+
+def test_stored_frames_become_kafka_batches_as_protobuf_reads_them():
+    """A fetch turns stored frames into Kafka's batches without parsing them with protobuf
+    (brokerd/kafka/batches.py): the same bytes as protobuf's reading, for random header values
+    (negative epochs and sequences, producer ids present, -1 or absent, CRCs above 2^31),
+    fields in any order or repeated (the last wins), and fields it does not know; a cut frame
+    is a DecodeError, as protobuf's."""
+    import random
+
+    from google.protobuf.message import DecodeError
+
+    from brokerd.kafka.batches import stored_to_wire
+    from clients.records import frame
+
+    rng = random.Random(31)
+    signed = {"base_offset": 63, "base_timestamp": 63, "max_timestamp": 63, "partition_leader_epoch": 31,
+              "last_offset_delta": 31, "record_count": 31, "attributes": 15, "producer_epoch": 15,
+              "base_sequence": 31}
+    for case in range(300):
+        one = pb.RecordBatch(crc=rng.getrandbits(32), records=rng.randbytes(rng.choice((0, 1, 200, 5000))),
+                             **{k: rng.randint(-(1 << bits), (1 << bits) - 1) for k, bits in signed.items()
+                                if rng.random() < 0.8})
+        if rng.random() < 0.7:
+            one.producer_id = rng.choice((-1, 0, rng.getrandbits(62)))
+        fields = [pb.RecordBatch(**{f.name: v}).SerializeToString() for f, v in one.ListFields()]
+        if rng.random() < 0.3:  # a field given twice: protobuf keeps the last
+            fields.insert(0, pb.RecordBatch(base_offset=rng.getrandbits(40), records=b"old").SerializeToString())
+        if rng.random() < 0.3:  # fields of a later schema (a varint, 64-bit, bytes, 32-bit)
+            fields.append(bytes((13 << 3,)) + b"\x96\x01" + bytes((14 << 3 | 1,)) + b"8bytes!!"
+                          + bytes((15 << 3 | 2, 3)) + b"abc" + b"\x85\x01" + b"4byt")  # b"\x85\x01": 16 << 3 | 5
+        rng.shuffle(fields)
+        stored = b"".join(frame(b"".join(fields)) for _ in range(rng.randint(1, 3)))
+        assert stored_to_wire(stored) == _stored_to_wire_by_protobuf(stored), case
+    stored = frame(build_batch([(None, b"x" * 100, 0, ())] * 3).SerializeToString())
+    assert stored_to_wire(b"") == b""
+    for cut in (1, 2, 10, len(stored) - 1):
+        with pytest.raises(DecodeError):
+            _stored_to_wire_by_protobuf(stored[:cut])
+        with pytest.raises(DecodeError):
+            stored_to_wire(stored[:cut])
+
+
 def test_a_kafka_fetch_answer_becomes_the_leaders_stored_frames_byte_for_byte():
     """A follower fetching over Kafka's protocol stores what the leader stored: Kafka's wire
     batches turn back into the same frames (offsets, epochs, producer fields); a batch cut
