@@ -429,7 +429,8 @@ def compare(args: argparse.Namespace) -> None:
 def summaries(rows: list[dict[str, Any]], rounds: int) -> list[dict[str, Any]]:
     """Per system and phase (produce, consume) of ``rows`` (tagged ``tree`` and ``round``), for
     each of ``COMPARED`` that both trees reported in a round: the medians of either tree and
-    the median and range of the paired ratios (this / base, round by round)."""
+    the median and range of the paired ratios (this / base, round by round), and how many
+    rounds paired (a run that failed pairs with nothing)."""
     by = {(row["tree"], row["system"], row["phase"], row["round"]): row for row in rows if "system" in row}
     out = []
     for system, phase in sorted({(k[1], k[2]) for k in by if k[2] in ("produce", "consume")}):
@@ -446,7 +447,7 @@ def summaries(rows: list[dict[str, Any]], rounds: int) -> list[dict[str, Any]]:
             summary[name] = {"base": statistics.median(b for b, _ in pairs),
                              "this": statistics.median(t for _, t in pairs),
                              "paired_ratio": round(statistics.median(ratios), 2),
-                             "range": [round(ratios[0], 2), round(ratios[-1], 2)]}
+                             "range": [round(ratios[0], 2), round(ratios[-1], 2)], "pairs": len(pairs)}
         out.append(summary)
     return out
 
