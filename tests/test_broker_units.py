@@ -253,6 +253,54 @@ def test_high_watermark_is_the_smallest_log_end_in_the_isr(tmp_path):
     run(go())
 
 
+class _Replicas(_OneReplica):
+    """fetch()'s view of a ReplicaManager leading several partitions of one topic."""
+
+    def __init__(self, *ps: Partition) -> None:
+        super().__init__(ps[0])
+        self.ps = {p.index: p for p in ps}
+
+    def partition(self, topic, index, topic_id=b""):
+        return self.ps[index]
+
+
+def test_fetch_max_bytes_bounds_the_answer_past_its_first_partition_with_data(tmp_path):
+    """Kafka's readFromLocalLog: only the first partition with data returns a batch larger than
+    what the limits leave (fetch.max.bytes, max.partition.fetch.bytes); a later partition whose
+    next batch does not fit what fetch.max.bytes leaves returns no records (Kafka sends the cut
+    start of that batch, which clients drop), so an answer stays within fetch.max.bytes."""
+    async def go():
+        store = LogStore(str(tmp_path))
+        tid = uuid.uuid4()
+        ps = []
+        for i in range(3):
+            p = Partition(1, "t", tid, i, PartitionLog(store, uuid.uuid4(), i), LogConfig())
+            p.update(PartitionRegistration((1,), (1,), 1, 0, 0))
+            await p.append_as_leader(_batch(10, 100), 0)  # ~1.2 kB
+            await p.append_as_leader(_batch(1, 10), 0)    # ~80 B
+            ps.append(p)
+        one, two = (len(f) for f in ps[0].log.read(0, 1 << 20, 99)[0])  # the two batches' sizes as read
+
+        def ask(max_bytes: int, partition_max_bytes: int):
+            return fetch(_Replicas(*ps), FetchRequest(replica_id=-1, max_bytes=max_bytes, topics=[FetchTopic(
+                name="t", partitions=[FetchPartition(partition=i, fetch_offset=0,
+                                                     partition_max_bytes=partition_max_bytes) for i in range(3)])]))
+
+        async def counts(max_bytes: int, partition_max_bytes: int) -> list[int]:
+            resp = await ask(max_bytes, partition_max_bytes)
+            return [sum(b.record_count for b in batches(a.records)) for a in resp.topics[0].partitions]
+        # the first partition's first batch goes over both limits; the others get nothing
+        assert await counts(100, 100) == [10, 0, 0]
+        # fetch.max.bytes: what the first partition leaves is one byte short of the second's batch
+        assert await counts(one + two + one - 1, 1 << 20) == [11, 0, 0]
+        assert await counts(one + two + one, 1 << 20) == [11, 10, 0]
+        # max.partition.fetch.bytes: over it only in the first partition with data
+        assert await counts(1 << 20, one - 1) == [10, 0, 0]
+        assert await counts(1 << 20, one + two) == [11, 11, 11]
+        await store.close()
+    run(go())
+
+
 def test_delete_records_waits_for_the_log_starts_of_the_live_followers(tmp_path):
     """Kafka's DelayedDeleteRecords: the low watermark is the smallest log start over the leader
     and its followers on live brokers, reported with each fetch; waiting for it times out."""
