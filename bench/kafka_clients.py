@@ -19,19 +19,28 @@ JSON lines (``system`` is ``confluent-kafka`` or ``pykraft-client``):
 - ``consume``: everything read back from the beginning, messages/s and MB/s, and whether the
   count equals what was acknowledged. confluent-kafka uses a group consumer (the group APIs
   over the Kafka listener; the clock starts at its first record, ``join_s`` is the time before
-  it); ours is ``bench.broker``'s catch-up consumer (every partition assigned, no group).
+  it), with librdkafka's defaults unless ``--consumer-config KEY=VALUE`` says otherwise; ours is
+  ``bench.broker``'s catch-up consumer (every partition assigned, no group; the brokers' CPU
+  counted from its process's start).
 - ``fetch_conversion``: the broker's cost per record of answering a Kafka fetch from stored
   batches (headers packed, records untouched), beside re-encoding every record, which any
   stored record format other than Kafka's own would need (measured in this process);
 - every produce and consume row: ``brokers_cpu_s`` (the three brokers' CPU during that phase;
-  a group consumer's includes joining its group), ``brokers_cpu_us_per_msg`` and
-  ``brokers_cpu_s_per_MB`` (for a produce: the leader's append and both followers' copies);
+  a group consumer's from its first record, not its join), ``brokers_cpu_us_per_msg``,
+  ``brokers_cpu_s_per_MB`` (for a produce: the leader's append and both followers' copies) and
+  ``msgs_per_broker_cpu_s`` (messages per second of the brokers' CPU: throughput per core, as
+  issue 31 asks for it); ``client_cpu_s`` and ``client_cpu_us_per_msg`` (the client's process:
+  librdkafka's threads and the Python loop calling it, our producer, or our consumer's own
+  process while it reads), and ``brokers_cores`` / ``client_cores`` (CPU seconds per second of
+  the phase): a phase whose client is near one core is bounded by the client, not the brokers;
 - ``logs``: WARNING/ERROR/Traceback lines in the controllers' and brokers' logs during the run.
 
-``--base COMMIT --rounds N`` runs all of it from ``COMMIT``'s tree and from this one in turn, N
-times each, and ends with one ``summary`` row per system and phase: medians and paired ratios
-(this / base) of throughput, p99, and brokers' CPU per message and per MB (``compare``);
-``--broker-config KEY=VALUE`` sets a broker key (with ``--base``, for this tree's runs only).
+``--base COMMIT --rounds N`` runs all of it against ``COMMIT``'s servers and clients and this
+tree's in turn, N times each, with this tree's harness (``bench/``) on both sides, and ends with
+one ``summary`` row per system and phase: medians and paired ratios (this / base) of
+throughput, p99, the brokers' CPU per message and per MB, messages per broker-CPU second and
+the client's CPU per message (``compare``); ``--broker-config KEY=VALUE`` sets a broker key
+(with ``--base``, for this tree's runs only).
 
 Each row carries the issue's targets (``target_produce_msgs_per_s``,
 ``target_consume_msgs_per_s``). The benchmark, 3 controllers and 3 brokers share this
@@ -44,6 +53,7 @@ import asyncio
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -51,6 +61,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer
@@ -150,10 +161,14 @@ def confluent_produce(bootstrap: str, topic: str, args: argparse.Namespace,
 
 
 def confluent_consume(bootstrap: str, topic: str, expected: int, value: int,
-                      security: dict[str, str] | None = None) -> dict[str, Any]:
-    """``security``: librdkafka's TLS and SASL settings (bench.security)."""
+                      security: dict[str, str] | None = None, config: dict[str, str] | None = None,
+                      on_first: Callable[[], None] | None = None) -> dict[str, Any]:
+    """``security``: librdkafka's TLS and SASL settings (bench.security); ``config``: more of
+    the consumer's settings (``--consumer-config``); ``on_first`` is called as the first
+    records arrive (the group joined), where the clock starts. Each poll asks for no more than
+    what is left, so that the last one returns with the last record rather than at its timeout."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-readers", "auto.offset.reset": "earliest",
-                  "enable.auto.commit": True, **(security or {})})
+                  "enable.auto.commit": True, **(security or {}), **(config or {})})
     c.subscribe([topic])
     n = size = 0
     errors: list[str] = []
@@ -164,15 +179,19 @@ def confluent_consume(bootstrap: str, topic: str, expected: int, value: int,
             now = time.perf_counter()
             if (first and now - idle > 10) or now - begin > 120:
                 break  # nothing for 10 s after the first record, or 2 minutes in all
-            for m in c.consume(num_messages=10000, timeout=0.5):
+            got = c.consume(num_messages=min(10000, expected - n), timeout=0.05)
+            if got and not first:
+                first = now  # this poll's start: it waited at most its timeout for them
+                if on_first is not None:
+                    on_first()
+            for m in got:
                 if m.error() is not None:
                     errors.append(str(m.error()))
                     continue
                 n += 1
                 size += len(m.value() or b"")
-            if n:
+            if got:
                 idle = time.perf_counter()
-                first = first or idle
     finally:
         c.close()
     elapsed = idle - first if first else 0.0
@@ -232,7 +251,7 @@ def pykraft_consume(bootstrap: str, topic: str, expected: int, value: int) -> di
         raise RuntimeError(f"the catch-up consumer failed: {p.stderr.strip()[-2000:]}")
     c = json.loads(p.stdout.strip().splitlines()[-1])
     return _row("pykraft-client", "consume", c["consumed"], c["bytes"], c["elapsed"], expected=expected,
-                complete=c["consumed"] == expected)
+                complete=c["consumed"] == expected, client_cpu_s=c["cpu_s"])
 
 
 # -- the run ------------------------------------------------------------------------------------
@@ -266,24 +285,48 @@ def fetch_conversion(value: int, batches: int = 200, records: int = 500) -> dict
             "ratio": round(re_encoded / header_only, 1)}
 
 
-class BrokersCpu:
-    """The three brokers' CPU (user + system) spent during each phase, per message and per MB:
-    what bounds the throughput when the cores are shared, and far less noisy than it on a
-    busy machine. A produce's figure covers the leader's append and both followers' copies."""
+def _own_cpu() -> float:
+    """This process's CPU (user + system, every thread: librdkafka's too)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+class PhaseCpu:
+    """The CPU (user + system) a phase cost the three brokers and the client, per message and
+    per MB: what bounds the throughput when the cores are shared, and far less noisy than it on
+    a busy machine. A produce's figure covers the leader's append and both followers' copies.
+    A row that carries ``client_cpu_s`` (a client in a process of its own) keeps it; otherwise
+    the client is this process. A phase may ``restart`` the count (a group consumer at its
+    first record: its join is not what is measured)."""
 
     def __init__(self, cluster: DevQuorum) -> None:
         self.pids = [p.pid for p in cluster.broker_procs.values()]
-        self.last = self._now()
+        self.restart()
 
-    def _now(self) -> float:
+    def _brokers(self) -> float:
         return sum(_cpu_seconds(p) for p in self.pids)
 
-    def of(self, row: dict[str, Any], value: int) -> dict[str, Any]:
-        now = self._now()
-        spent, self.last = now - self.last, now
-        n, mb = max(row["messages"], 1), max(row["messages"] * value / 1e6, 1e-9)
-        return {**row, "brokers_cpu_s": round(spent, 2), "brokers_cpu_us_per_msg": round(spent / n * 1e6, 2),
-                "brokers_cpu_s_per_MB": round(spent / mb, 3)}
+    def restart(self) -> None:
+        self.brokers, self.client, self.start = self._brokers(), _own_cpu(), time.perf_counter()
+
+    def of(self, phase: Callable[[], dict[str, Any]], value: int) -> dict[str, Any]:
+        self.restart()
+        row = phase()
+        wall = time.perf_counter() - self.start
+        client = row.get("client_cpu_s", _own_cpu() - self.client)
+        return with_cpu(row, self._brokers() - self.brokers, client, wall, value)
+
+
+def with_cpu(row: dict[str, Any], brokers: float, client: float, wall: float, value: int) -> dict[str, Any]:
+    """``row`` with the CPU figures of a phase that took ``wall`` seconds: ``brokers`` and
+    ``client`` CPU seconds."""
+    n, mb = max(row["messages"], 1), max(row["messages"] * value / 1e6, 1e-9)
+    wall = max(wall, 1e-9)
+    return {**row, "brokers_cpu_s": round(brokers, 2), "brokers_cpu_us_per_msg": round(brokers / n * 1e6, 2),
+            "brokers_cpu_s_per_MB": round(brokers / mb, 3),
+            "msgs_per_broker_cpu_s": round(row["messages"] / brokers) if brokers > 0 else None,
+            "client_cpu_s": round(client, 2), "client_cpu_us_per_msg": round(client / n * 1e6, 2),
+            "brokers_cores": round(brokers / wall, 2), "client_cores": round(client / wall, 2)}
 
 
 def log_summary(base: Path) -> dict[str, Any]:
@@ -305,14 +348,17 @@ def run(args: argparse.Namespace) -> None:
         topics = {"confluent-kafka": "bench-confluent", "pykraft-client": "bench-pykraft"}
         create_topics(kafka, list(topics.values()), args.partitions)
 
-        cpu = BrokersCpu(cluster)
-        row = cpu.of(confluent_produce(kafka, topics["confluent-kafka"], args), args.value)
+        cpu = PhaseCpu(cluster)  # each phase is called at once, inside cpu.of
+        row = cpu.of(lambda: confluent_produce(kafka, topics["confluent-kafka"], args), args.value)
         emit(row)
-        emit(cpu.of(confluent_consume(kafka, topics["confluent-kafka"], row["messages"], args.value), args.value))
+        consumer = dict(kv.split("=", 1) for kv in args.consumer_config)
+        emit(cpu.of(lambda: confluent_consume(kafka, topics["confluent-kafka"], row["messages"], args.value,
+                                              config=consumer, on_first=cpu.restart), args.value))
 
-        row = cpu.of(asyncio.run(pykraft_produce(grpc, topics["pykraft-client"], args)), args.value)
+        row = cpu.of(lambda: asyncio.run(pykraft_produce(grpc, topics["pykraft-client"], args)), args.value)
         emit(row)
-        emit(cpu.of(pykraft_consume(grpc, topics["pykraft-client"], row["messages"], args.value), args.value))
+        emit(cpu.of(lambda: pykraft_consume(grpc, topics["pykraft-client"], row["messages"], args.value),
+                    args.value))
     finally:
         stop_cluster(cluster, base, args.keep)
 
@@ -330,12 +376,14 @@ def stop_cluster(cluster: DevQuorum, base: Path, keep: bool) -> None:
 # -- before and after in one session -------------------------------------------------------------
 
 #: The figures compared between the base and this tree.
-COMPARED = ("msgs_per_s", "p99_ms", "brokers_cpu_us_per_msg", "brokers_cpu_s_per_MB")
+COMPARED = ("msgs_per_s", "p99_ms", "brokers_cpu_us_per_msg", "brokers_cpu_s_per_MB", "msgs_per_broker_cpu_s",
+            "client_cpu_us_per_msg")
 
 
 def base_tree(commit: str) -> Path:
-    """``commit``'s files in a temporary directory, with their generated protobuf modules, to
-    run the benchmark's clusters from (the base of a before/after comparison)."""
+    """``commit``'s files in a temporary directory, with their generated protobuf modules and
+    this tree's ``bench/`` over theirs: the base's servers and clients measured by the same
+    harness as this tree's (its ``bench.kafka_clients`` may predate the figures compared)."""
     tree = Path(tempfile.mkdtemp(prefix="kafkabench-base-"))
     archive = subprocess.run(["git", "-C", str(REPO), "archive", commit], capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
@@ -344,20 +392,21 @@ def base_tree(commit: str) -> Path:
     for proto in protos:
         subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I.", "--python_out=.", "--grpc_python_out=.",
                         "--pyi_out=.", proto], cwd=tree, check=True)
+    shutil.copytree(REPO / "bench", tree / "bench", dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
     return tree
 
 
 def compare(args: argparse.Namespace) -> None:
-    """``--base COMMIT``: the benchmark run from ``COMMIT``'s tree and from this one in turn,
+    """``--base COMMIT``: the benchmark run against ``COMMIT``'s tree and this one in turn,
     ``--rounds`` times each, in one session (base, this, this, base, ...: a drift of the
     machine's load weighs on both alike); every row tagged ``tree`` (base or this) and
-    ``round``, then per system and phase the medians of each figure and the median and range of
-    the paired ratios (this / base, round by round)."""
+    ``round``, then the ``summaries``."""
     base = base_tree(args.base)
     passed = ["--seconds", str(args.seconds), "--messages", str(args.messages), "--value", str(args.value),
-              "--partitions", str(args.partitions)]
-    ours = [a for kv in args.broker_config for a in ("--broker-config", kv)]  # the base's bench may lack it
-    rows: dict[tuple[str, str, str, int], dict[str, Any]] = {}
+              "--partitions", str(args.partitions), *(a for kv in args.consumer_config for a in ("--consumer-config", kv))]
+    ours = [a for kv in args.broker_config for a in ("--broker-config", kv)]
+    rows: list[dict[str, Any]] = []
     try:
         for r in range(args.rounds):
             order = [("base", base), ("this", REPO)]
@@ -370,15 +419,26 @@ def compare(args: argparse.Namespace) -> None:
                 for line in out.stdout.splitlines():
                     row = {**json.loads(line), "tree": label, "round": r}
                     emit(row)
-                    rows[(label, row["system"], row["phase"], r)] = row
+                    rows.append(row)
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    for system, phase in sorted({(k[1], k[2]) for k in rows if k[2] in ("produce", "consume")}):
-        summary: dict[str, Any] = {"system": system, "phase": phase, "summary": f"this / base, {args.rounds} rounds"}
+    for summary in summaries(rows, args.rounds):
+        emit(summary)
+
+
+def summaries(rows: list[dict[str, Any]], rounds: int) -> list[dict[str, Any]]:
+    """Per system and phase (produce, consume) of ``rows`` (tagged ``tree`` and ``round``), for
+    each of ``COMPARED`` that both trees reported in a round: the medians of either tree and
+    the median and range of the paired ratios (this / base, round by round), and how many
+    rounds paired (a run that failed pairs with nothing)."""
+    by = {(row["tree"], row["system"], row["phase"], row["round"]): row for row in rows if "system" in row}
+    out = []
+    for system, phase in sorted({(k[1], k[2]) for k in by if k[2] in ("produce", "consume")}):
+        summary: dict[str, Any] = {"system": system, "phase": phase, "summary": f"this / base, {rounds} rounds"}
         for name in COMPARED:
             pairs: list[tuple[float, float]] = []
-            for r in range(args.rounds):
-                b, t = (rows.get((tree, system, phase, r), {}).get(name) for tree in ("base", "this"))
+            for r in range(rounds):
+                b, t = (by.get((tree, system, phase, r), {}).get(name) for tree in ("base", "this"))
                 if b and t:
                     pairs.append((b, t))
             if not pairs:
@@ -387,8 +447,9 @@ def compare(args: argparse.Namespace) -> None:
             summary[name] = {"base": statistics.median(b for b, _ in pairs),
                              "this": statistics.median(t for _, t in pairs),
                              "paired_ratio": round(statistics.median(ratios), 2),
-                             "range": [round(ratios[0], 2), round(ratios[-1], 2)]}
-        emit(summary)
+                             "range": [round(ratios[0], 2), round(ratios[-1], 2)], "pairs": len(pairs)}
+        out.append(summary)
+    return out
 
 
 def main() -> None:
@@ -402,6 +463,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="with --base: runs of each tree")
     ap.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE",
                     help="a broker setting (with --base: for this tree's runs only), e.g. replica.fetch.protocol=kafka")
+    ap.add_argument("--consumer-config", action="append", default=[], metavar="KEY=VALUE",
+                    help="a setting of librdkafka's consumer (with --base: for both trees), e.g. fetch.queue.backoff.ms=0")
     args = ap.parse_args()
     if args.base:
         compare(args)

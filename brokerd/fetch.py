@@ -152,7 +152,9 @@ def _count(resp: FetchResponse) -> int:
 def _read_all(reads: list[_Read], max_bytes: int, replica: int, quota: ReplicationQuota,
               committed: bool = False, any_replica: bool = False) -> int:
     """Fill each answer; returns the bytes read. The first partition with data returns at
-    least one batch whatever the limits, so a fetch always makes progress; a replica being
+    least one batch whatever the limits, so a fetch always makes progress, and only it: a later
+    partition's next batch that does not fit what the limits leave is not sent (as Kafka's
+    readFromLocalLog, whose cut batch clients drop); a replica being
     added gets nothing while the leader's replication throttle is exceeded. ``any_replica``:
     a follower serves it too, up to the high watermark it learned from the leader."""
     follower = replica >= 0
@@ -172,6 +174,8 @@ def _read_all(reads: list[_Read], max_bytes: int, replica: int, quota: Replicati
         if (budget > 0 or total == 0) and not (throttled and replica in p.adding):
             frames, size = plog.read(r.offset, max(budget, 1), plog.log_end_offset if follower
                                      else lso if committed else plog.high_watermark)
+            if total and size > budget:  # a batch over the limits only for the first partition with data:
+                frames, size = [], 0     # Kafka sends the cut start of it, which clients drop
         a.records = b"".join(frames)
         if committed and plog.producers.aborted:
             a.aborted_transactions = [AbortedTransaction(producer_id=x.producer_id, first_offset=x.first_offset)

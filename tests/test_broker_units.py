@@ -253,6 +253,54 @@ def test_high_watermark_is_the_smallest_log_end_in_the_isr(tmp_path):
     run(go())
 
 
+class _Replicas(_OneReplica):
+    """fetch()'s view of a ReplicaManager leading several partitions of one topic."""
+
+    def __init__(self, *ps: Partition) -> None:
+        super().__init__(ps[0])
+        self.ps = {p.index: p for p in ps}
+
+    def partition(self, topic, index, topic_id=b""):
+        return self.ps[index]
+
+
+def test_fetch_max_bytes_bounds_the_answer_past_its_first_partition_with_data(tmp_path):
+    """Kafka's readFromLocalLog: only the first partition with data returns a batch larger than
+    what the limits leave (fetch.max.bytes, max.partition.fetch.bytes); a later partition whose
+    next batch does not fit what fetch.max.bytes leaves returns no records (Kafka sends the cut
+    start of that batch, which clients drop), so an answer stays within fetch.max.bytes."""
+    async def go():
+        store = LogStore(str(tmp_path))
+        tid = uuid.uuid4()
+        ps = []
+        for i in range(3):
+            p = Partition(1, "t", tid, i, PartitionLog(store, uuid.uuid4(), i), LogConfig())
+            p.update(PartitionRegistration((1,), (1,), 1, 0, 0))
+            await p.append_as_leader(_batch(10, 100), 0)  # ~1.2 kB
+            await p.append_as_leader(_batch(1, 10), 0)    # ~80 B
+            ps.append(p)
+        one, two = (len(f) for f in ps[0].log.read(0, 1 << 20, 99)[0])  # the two batches' sizes as read
+
+        def ask(max_bytes: int, partition_max_bytes: int):
+            return fetch(_Replicas(*ps), FetchRequest(replica_id=-1, max_bytes=max_bytes, topics=[FetchTopic(
+                name="t", partitions=[FetchPartition(partition=i, fetch_offset=0,
+                                                     partition_max_bytes=partition_max_bytes) for i in range(3)])]))
+
+        async def counts(max_bytes: int, partition_max_bytes: int) -> list[int]:
+            resp = await ask(max_bytes, partition_max_bytes)
+            return [sum(b.record_count for b in batches(a.records)) for a in resp.topics[0].partitions]
+        # the first partition's first batch goes over both limits; the others get nothing
+        assert await counts(100, 100) == [10, 0, 0]
+        # fetch.max.bytes: what the first partition leaves is one byte short of the second's batch
+        assert await counts(one + two + one - 1, 1 << 20) == [11, 0, 0]
+        assert await counts(one + two + one, 1 << 20) == [11, 10, 0]
+        # max.partition.fetch.bytes: over it only in the first partition with data
+        assert await counts(1 << 20, one - 1) == [10, 0, 0]
+        assert await counts(1 << 20, one + two) == [11, 11, 11]
+        await store.close()
+    run(go())
+
+
 def test_delete_records_waits_for_the_log_starts_of_the_live_followers(tmp_path):
     """Kafka's DelayedDeleteRecords: the low watermark is the smallest log start over the leader
     and its followers on live brokers, reported with each fetch; waiting for it times out."""
@@ -780,6 +828,53 @@ def test_the_grpc_codec_round_trips_a_request_and_an_answer():
     wire = to_wire(pb.JoinGroupResponse, joined)
     assert [m.HasField("group_instance_id") for m in wire.members] == [False, True]
     assert to_domain(g.JoinGroupResponse, wire) == joined
+
+
+def _stored_to_wire_by_protobuf(stored: bytes) -> bytes:
+    """The reference: the stored frames parsed by protobuf, each batch's header packed."""
+    from brokerd.kafka.batches import to_wire
+    return b"".join(to_wire(b) for b in pb.RecordBatchSet.FromString(stored).batches)
+
+
+def test_stored_frames_become_kafka_batches_as_protobuf_reads_them():
+    """A fetch turns stored frames into Kafka's batches without parsing them with protobuf
+    (brokerd/kafka/batches.py): the same bytes as protobuf's reading, for random header values
+    (negative epochs and sequences, producer ids present, -1 or absent, CRCs above 2^31),
+    fields in any order or repeated (the last wins), and fields it does not know; a cut frame
+    is a DecodeError, as protobuf's."""
+    import random
+
+    from google.protobuf.message import DecodeError
+
+    from brokerd.kafka.batches import stored_to_wire
+    from clients.records import frame
+
+    rng = random.Random(31)
+    signed = {"base_offset": 63, "base_timestamp": 63, "max_timestamp": 63, "partition_leader_epoch": 31,
+              "last_offset_delta": 31, "record_count": 31, "attributes": 15, "producer_epoch": 15,
+              "base_sequence": 31}
+    for case in range(300):
+        one = pb.RecordBatch(crc=rng.getrandbits(32), records=rng.randbytes(rng.choice((0, 1, 200, 5000))),
+                             **{k: rng.randint(-(1 << bits), (1 << bits) - 1) for k, bits in signed.items()
+                                if rng.random() < 0.8})
+        if rng.random() < 0.7:
+            one.producer_id = rng.choice((-1, 0, rng.getrandbits(62)))
+        fields = [pb.RecordBatch(**{f.name: v}).SerializeToString() for f, v in one.ListFields()]
+        if rng.random() < 0.3:  # a field given twice: protobuf keeps the last
+            fields.insert(0, pb.RecordBatch(base_offset=rng.getrandbits(40), records=b"old").SerializeToString())
+        if rng.random() < 0.3:  # fields of a later schema (a varint, 64-bit, bytes, 32-bit)
+            fields.append(bytes((13 << 3,)) + b"\x96\x01" + bytes((14 << 3 | 1,)) + b"8bytes!!"
+                          + bytes((15 << 3 | 2, 3)) + b"abc" + b"\x85\x01" + b"4byt")  # b"\x85\x01": 16 << 3 | 5
+        rng.shuffle(fields)
+        stored = b"".join(frame(b"".join(fields)) for _ in range(rng.randint(1, 3)))
+        assert stored_to_wire(stored) == _stored_to_wire_by_protobuf(stored), case
+    stored = frame(build_batch([(None, b"x" * 100, 0, ())] * 3).SerializeToString())
+    assert stored_to_wire(b"") == b""
+    for cut in (1, 2, 10, len(stored) - 1):
+        with pytest.raises(DecodeError):
+            _stored_to_wire_by_protobuf(stored[:cut])
+        with pytest.raises(DecodeError):
+            stored_to_wire(stored[:cut])
 
 
 def test_a_kafka_fetch_answer_becomes_the_leaders_stored_frames_byte_for_byte():

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import struct
 
+from google.protobuf.message import DecodeError
+
 from clients.records import NO_PRODUCER_ID
 from common.errors import ErrorCode, KafkaError
 from protos import broker_pb2 as pb
@@ -34,14 +36,107 @@ def to_wire(batch: pb.RecordBatch) -> bytes:
 
 
 def stored_to_wire(stored: bytes) -> bytes:
-    """A fetch answer's stored frames (a RecordBatchSet) as Kafka's concatenated batches."""
+    """A fetch answer's stored frames (a RecordBatchSet) as Kafka's concatenated batches.
+
+    The frames are walked by their protobuf fields here rather than parsed by protobuf: each
+    batch's records are sliced out of ``stored`` and copied once, into the answer, where a
+    parsed message copied them twice more (into the message, then out of it as bytes); that
+    was about 0.7 us per 256-byte record, most of a consumer's cost to the broker."""
     if not stored:
         return b""
-    parts: list[bytes] = []
-    for b in pb.RecordBatchSet.FromString(stored).batches:
-        records = b.records
-        parts += (_header(b, records), records)
+    view = memoryview(stored)
+    parts: list[bytes | memoryview] = []
+    pos, end = 0, len(stored)
+    try:
+        while pos < end:
+            key, pos = _uvarint(stored, pos)
+            if key >> 3 == 1 and key & 7 == _LENGTH_DELIMITED:  # RecordBatchSet.batches
+                length, pos = _uvarint(stored, pos)
+                if pos + length > end:
+                    raise DecodeError(f"a stored batch of {length} bytes at {pos} runs past the {end} stored")
+                parts += _batch_to_wire(stored, view, pos, pos + length)
+                pos += length
+            else:
+                pos = _skip(stored, pos, key & 7, end)
+    except IndexError:
+        raise DecodeError("stored batches cut short") from None
     return b"".join(parts)
+
+
+_LENGTH_DELIMITED = 2
+_U64, _I64_SIGN, _U32, _I32_SIGN = (1 << 64) - 1, 1 << 63, 0xFFFFFFFF, 1 << 31
+#: RecordBatch's varint fields by number (broker.proto): signed 64-bit, signed 32-bit, unsigned 32-bit
+_INT64_FIELDS, _INT32_FIELDS, _CRC = frozenset((1, 4, 5, 10)), frozenset((2, 3, 6, 9, 11, 12)), 7
+_RECORDS = 8
+
+
+def _batch_to_wire(data: bytes, view: memoryview, pos: int, stop: int) -> tuple[bytes, memoryview]:
+    """One stored RecordBatch (``data[pos:stop]``) as Kafka's header and a view of its records;
+    fields as protobuf reads them (absent: 0, producer id absent: none; the last one wins)."""
+    fields = [0] * 13
+    fields[10] = NO_PRODUCER_ID
+    records = view[0:0]
+    while pos < stop:
+        key, pos = _uvarint(data, pos)
+        number, wire_type = key >> 3, key & 7
+        if wire_type == 0 and (number in _INT64_FIELDS or number in _INT32_FIELDS or number == _CRC):
+            value, pos = _uvarint(data, pos)
+            if number == _CRC:
+                value &= _U32
+            elif number in _INT64_FIELDS:
+                value &= _U64
+                value -= (value & _I64_SIGN) << 1
+            else:
+                value &= _U32
+                value -= (value & _I32_SIGN) << 1
+            fields[number] = value
+        elif number == _RECORDS and wire_type == _LENGTH_DELIMITED:
+            length, pos = _uvarint(data, pos)
+            if pos + length > stop:
+                raise DecodeError(f"a stored batch's records of {length} bytes run past the batch")
+            records = view[pos:pos + length]
+            pos += length
+        else:
+            pos = _skip(data, pos, wire_type, stop)
+    if pos != stop:
+        raise DecodeError("a stored batch's last field runs past the batch")
+    (_, base_offset, epoch, last_delta, base_ts, max_ts, count, crc, _, attributes, pid, producer_epoch,
+     base_sequence) = fields
+    return (_HEAD.pack(base_offset, HEADER_BYTES - _LENGTH_FIELDS + len(records), epoch, MAGIC, crc, attributes,
+                       last_delta, base_ts, max_ts, pid, producer_epoch, base_sequence, count), records)
+
+
+def _uvarint(data: bytes, pos: int) -> tuple[int, int]:
+    """A protobuf varint at ``pos``: its value and the position after it (IndexError if cut short)."""
+    b = data[pos]
+    if b < 0x80:
+        return b, pos + 1
+    value, shift = b & 0x7F, 7
+    while True:
+        pos += 1
+        b = data[pos]
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos + 1
+        shift += 7
+        if shift > 63:
+            raise DecodeError("a varint longer than 10 bytes")
+
+
+def _skip(data: bytes, pos: int, wire_type: int, stop: int) -> int:
+    """Past a field this reader does not use (protobuf keeps unknown fields; a fetch drops them)."""
+    if wire_type == 0:
+        return _uvarint(data, pos)[1]
+    if wire_type == 1 or wire_type == 5:
+        pos += 8 if wire_type == 1 else 4
+    elif wire_type == _LENGTH_DELIMITED:
+        length, pos = _uvarint(data, pos)
+        pos += length
+    else:
+        raise DecodeError(f"a stored field of wire type {wire_type}")
+    if pos > stop:
+        raise DecodeError("a stored field runs past its batch")
+    return pos
 
 
 def from_wire(data: bytes, where: str) -> pb.RecordBatch:

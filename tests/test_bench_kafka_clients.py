@@ -1,0 +1,49 @@
+"""bench.kafka_clients' figures and its before/after comparison, without a cluster: the per-core
+figure issue 31 asks for (messages per broker-CPU second), the client's CPU beside the
+brokers', and a base measured by this tree's harness."""
+from __future__ import annotations
+
+import filecmp
+import shutil
+
+from bench.kafka_clients import REPO, base_tree, summaries, with_cpu
+
+ISSUE_31_BASE = "2fc9982"
+
+
+def _row(tree: str, r: int, msgs_per_s: float, brokers_cpu_s: float, client_cpu_s: float) -> dict:
+    row = {"system": "confluent-kafka", "phase": "consume", "messages": 1_000_000, "msgs_per_s": msgs_per_s}
+    return {**with_cpu(row, brokers_cpu_s, client_cpu_s, wall=5.0, value=256), "tree": tree, "round": r}
+
+
+def test_a_row_carries_throughput_per_broker_core_and_the_clients_cpu() -> None:
+    row = _row("this", 0, 200_000, brokers_cpu_s=2.0, client_cpu_s=4.5)
+    assert row["msgs_per_broker_cpu_s"] == 500_000
+    assert row["brokers_cpu_us_per_msg"] == 2.0 and row["client_cpu_us_per_msg"] == 4.5
+    assert row["brokers_cores"] == 0.4 and row["client_cores"] == 0.9  # bounded by the client here
+
+
+def test_the_summary_compares_messages_per_broker_cpu_second_round_by_round() -> None:
+    rows = [_row("base", 0, 100_000, 4.0, 5.0), _row("this", 0, 110_000, 2.0, 5.0),
+            _row("base", 1, 120_000, 5.0, 5.0), _row("this", 1, 120_000, 2.0, 4.0),
+            _row("base", 2, 90_000, 4.0, 5.0), _row("this", 2, 100_000, 4.0, 5.0),
+            {"tree": "base", "round": 1, "system": "cluster", "phase": "logs", "noteworthy_lines": 0}]
+    [summary] = summaries(rows, 3)
+    assert (summary["system"], summary["phase"]) == ("confluent-kafka", "consume")
+    per_core = summary["msgs_per_broker_cpu_s"]
+    assert per_core["base"] == 250_000 and per_core["this"] == 500_000
+    assert per_core["paired_ratio"] == 2.0 and per_core["range"] == [1.0, 2.5] and per_core["pairs"] == 3
+    assert summary["client_cpu_us_per_msg"]["paired_ratio"] == 1.0
+    assert summary["msgs_per_s"]["range"] == [1.0, 1.11]
+    [summary] = summaries(rows[1:], 3)  # the base's first run failed: two rounds pair
+    assert summary["msgs_per_broker_cpu_s"]["pairs"] == 2 and summary["msgs_per_broker_cpu_s"]["base"] == 225_000
+
+
+def test_the_base_is_measured_by_this_trees_harness() -> None:
+    tree = base_tree(ISSUE_31_BASE)
+    try:
+        assert (tree / "brokerd").is_dir() and (tree / "protos" / "broker_pb2.py").is_file()
+        for name in ("kafka_clients.py", "broker.py", "common.py"):
+            assert filecmp.cmp(tree / "bench" / name, REPO / "bench" / name, shallow=False), name
+    finally:
+        shutil.rmtree(tree)
