@@ -156,6 +156,10 @@ class DevQuorum:
                 r = await c.describe_cluster(pb.DescribeClusterRequest())
                 if want <= {b.id for b in r.brokers if not b.fenced}:
                     return
+                for nid in sorted(want):  # a broker that exited will not register: say why at once
+                    p = self.broker_procs.get(nid)
+                    if p is not None and p.poll() is not None:
+                        raise ConfigError(f"broker {nid} exited (code {p.returncode}): {self._last_line('broker', nid)}")
                 if time.monotonic() > deadline:
                     raise ConfigError(f"brokers {sorted(want)} were not all unfenced within {timeout:.0f}s; "
                                       f"see the broker logs in {self.base_dir}")
@@ -204,6 +208,15 @@ class DevQuorum:
         """The console's last line (its one-line error), else where its log is."""
         lines = self._console_output().strip().splitlines()
         return lines[-1].removeprefix("Error: ") if lines else f"see {self.base_dir}/web.log"
+
+    def _last_line(self, kind: str, nid: int) -> str:
+        """A server's last log line (its one-line error when it stopped at start), else where its log is."""
+        path = self.base_dir / f"{kind}-{nid}.log"
+        try:
+            lines = path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            lines = []
+        return lines[-1].removeprefix("Error: ") if lines else f"see {path}"
 
     def wait(self) -> None:
         """Block until a server or the console exits (or Ctrl-C)."""

@@ -12,6 +12,7 @@ import pytest
 from metadata.client import ControllerClient, QuorumUnreachable
 from common.errors import ErrorCode as E, KafkaError
 from kraft.dev_quorum import DevQuorum
+from common.config_def import ConfigError
 from protos import controller_pb2 as pb
 from tests.controllers import TestBroker
 from tests.kvcluster import REPO, consecutive_ports
@@ -151,3 +152,25 @@ def test_kill_9_of_the_active_controller_during_create_topics(quorum):
             await b.stop()
         return time.monotonic() - killed_at
     asyncio.run(go())
+
+
+def test_a_broker_that_exits_at_start_is_named_at_once_with_its_error(tmp_path):
+    """DevQuorum.wait_for_brokers (``make demo``, the benchmarks) stops waiting as soon as a
+    broker it waits for has exited, with that broker's one-line error, instead of waiting out
+    its timeout for a registration that cannot come."""
+    import socket
+    ports = consecutive_ports(5)
+    q = DevQuorum(str(tmp_path / "q"), ports, brokers=1)
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", q.kafka_ports[101]))  # another server on the broker's Kafka port
+    holder.listen()
+    try:
+        q.start()
+        began = time.monotonic()
+        with pytest.raises(ConfigError) as e:
+            asyncio.run(q.wait_for_brokers(timeout=120))
+        assert time.monotonic() - began < 60, "waited out the timeout"
+        assert str(e.value).startswith("broker 101 exited (code 1): cannot listen on 127.0.0.1:"), e.value
+    finally:
+        holder.close()
+        q.stop()
