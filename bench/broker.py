@@ -42,7 +42,7 @@ from kraft.dev_quorum import DevQuorum
 from metadata.client import ControllerClient
 from protos import controller_pb2 as cpb
 
-from .common import REPO, emit, free_ports
+from .common import REPO, consecutive_ports, emit
 
 MiB = 1 << 20
 _TS = struct.Struct(">d")
@@ -214,7 +214,7 @@ def _pct(xs: list[float], q: float) -> float | None:
 async def _run_cluster(args: argparse.Namespace, disk: float) -> None:
     base = Path(tempfile.mkdtemp(prefix="brokerbench"))
     props = {"log.flush.interval.messages": "1"} if args.flush == "sync" else {}
-    cluster = DevQuorum(str(base), free_ports(1)[0], brokers=3, session_timeout_ms=9000,
+    cluster = DevQuorum(str(base), consecutive_ports(9), brokers=3, session_timeout_ms=9000,
                         broker_extra={"broker.heartbeat.interval.ms": "1000", **props})
     cluster.start()
     try:

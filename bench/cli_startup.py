@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from .common import REPO, emit, free_ports
+from .common import REPO, consecutive_ports, emit
 
 #: What the installed ``kraft`` script runs.
 KRAFT = "import sys; from kraft.cli import main; sys.argv[0] = 'kraft'; sys.exit(main())"
@@ -59,7 +59,7 @@ def main() -> None:
     measure(checkout, "--help", ["--help"], a.runs)
 
     from kraft.dev_quorum import DevQuorum
-    q = DevQuorum(base_port=free_ports(1)[0], brokers=0)  # as the other benchmarks start theirs
+    q = DevQuorum(base_port=consecutive_ports(3), brokers=0)  # as the other benchmarks start theirs
     try:
         q.start()
         asyncio.run(q.wait_for_leader())

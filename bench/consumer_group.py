@@ -35,7 +35,7 @@ from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc
 from protos import controller_pb2 as cpb
 
-from .common import REPO, emit, free_ports
+from .common import REPO, consecutive_ports, emit
 
 SESSION_MS = 6000
 
@@ -192,7 +192,7 @@ async def offsets_load(q: DevQuorum, offsets: int) -> None:
 
 async def run(args: argparse.Namespace) -> None:
     base = Path(tempfile.mkdtemp(prefix="groupbench"))
-    q = DevQuorum(str(base), free_ports(1)[0], brokers=3, broker_extra={
+    q = DevQuorum(str(base), consecutive_ports(9), brokers=3, broker_extra={
         "broker.heartbeat.interval.ms": "1000", "group.initial.rebalance.delay.ms": "0",
         "offsets.topic.num.partitions": "6"})
     q.start()

@@ -48,7 +48,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 
 from kraft.dev_quorum import DevQuorum
 
-from .common import emit, free_ports
+from .common import consecutive_ports, emit, free_ports
 
 TOPIC = "bench-fetch-sessions"
 BROKER = 101
@@ -133,7 +133,7 @@ def bench_cluster(metrics_ports: dict[int, int]) -> Iterator[DevQuorum]:
     """A dev quorum with a broker per entry of ``metrics_ports`` (its Prometheus port), up;
     stopped and its directory removed afterwards."""
     base = Path(tempfile.mkdtemp(prefix="fetchsessions"))
-    cluster = DevQuorum(str(base), free_ports(1)[0], brokers=len(metrics_ports),
+    cluster = DevQuorum(str(base), consecutive_ports(3 + 2 * len(metrics_ports)), brokers=len(metrics_ports),
                         broker_extra={"broker.heartbeat.interval.ms": "1000"},
                         node_extra={b: {"prometheus.listener": f"127.0.0.1:{port}"} for b, port in metrics_ports.items()})
     cluster.start()

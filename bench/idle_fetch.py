@@ -34,7 +34,7 @@ from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 from kraft.dev_quorum import DevQuorum
 
 from .broker import _cpu_seconds
-from .common import emit, free_ports
+from .common import consecutive_ports, emit
 from .kafka_clients import create_topics
 
 
@@ -56,7 +56,7 @@ def _profile(cluster: DevQuorum, out: str) -> list[subprocess.Popen]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     base = Path(tempfile.mkdtemp(prefix="idlefetch"))
-    cluster = DevQuorum(str(base), free_ports(1)[0], brokers=3, session_timeout_ms=9000,
+    cluster = DevQuorum(str(base), consecutive_ports(9), brokers=3, session_timeout_ms=9000,
                         broker_extra={"broker.heartbeat.interval.ms": "1000"})
     cluster.start()
     consumers: list[Consumer] = []

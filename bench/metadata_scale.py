@@ -31,7 +31,7 @@ from metadata.records import decode_batch, encode_batch
 from metadata.snapshot import image_records, read_snapshot, write_snapshot
 from protos import controller_pb2 as pb
 
-from .common import emit, free_ports
+from .common import consecutive_ports, emit
 
 BROKERS = 100
 PARTITIONS_PER_TOPIC = 100
@@ -187,7 +187,7 @@ async def run(partitions: int, keep: bool, kills: int) -> None:
     topics = max(1, partitions // PARTITIONS_PER_TOPIC)
     base = tempfile.mkdtemp(prefix="metadatascale")
     every = max(10, topics // TOPICS_PER_REQUEST // 3)  # a few snapshots while creating
-    q = DevQuorum(base, free_ports(1)[0], extra={"metadata.log.max.records.between.snapshots": str(every),
+    q = DevQuorum(base, consecutive_ports(3), extra={"metadata.log.max.records.between.snapshots": str(every),
                                      "metadata.log.max.record.bytes.between.snapshots": str(64 << 20)})
     q.start()
     stop = asyncio.Event()

@@ -24,7 +24,7 @@ from metadata.client import ControllerClient
 from kraft.dev_quorum import DevQuorum
 from protos import controller_pb2 as pb
 
-from .common import emit, free_ports
+from .common import consecutive_ports, emit
 
 TOPIC = "gap"
 
@@ -75,7 +75,7 @@ async def round_(q: DevQuorum, k: int, acked: list[bytes]) -> dict:
 
 
 async def run(kills: int) -> None:
-    q = DevQuorum(None, free_ports(1)[0], brokers=3,
+    q = DevQuorum(None, consecutive_ports(9), brokers=3,
                   broker_extra={"broker.heartbeat.interval.ms": "2000"})
     q.start()
     acked: list[bytes] = []

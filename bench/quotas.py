@@ -40,7 +40,7 @@ from metadata.image import ClientQuotasImage, MetadataImage
 from protos import controller_pb2 as cpb
 
 from .broker import json_line
-from .common import emit, free_ports
+from .common import consecutive_ports, emit
 from .kafka_clients import create_topics, stop_cluster
 
 LINGER_MS = 5
@@ -144,7 +144,7 @@ def accounting(n: int = 20000) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> None:
     emit(accounting())
     base = Path(tempfile.mkdtemp(prefix="quotabench"))
-    cluster = DevQuorum(str(base), free_ports(1)[0], brokers=3, session_timeout_ms=9000,
+    cluster = DevQuorum(str(base), consecutive_ports(9), brokers=3, session_timeout_ms=9000,
                         broker_extra={"broker.heartbeat.interval.ms": "1000"})
     cluster.start()
     try:

@@ -60,7 +60,7 @@ from metadata.client import ControllerClient
 from protos import controller_pb2 as cpb
 
 from .broker import MiB, disk_rate
-from .common import REPO, emit, free_ports
+from .common import REPO, consecutive_ports, emit
 
 MOVING, STEADY = "moving", "steady"
 SOURCE, TARGET = (101, 102, 103), (102, 103, 104)
@@ -296,7 +296,7 @@ async def wait_deleted(q: DevQuorum, broker: int, partition: int, timeout: float
 async def run(args: argparse.Namespace, base: Path) -> None:
     total = args.size_mib * MiB
     record = args.record_kib * 1024
-    q = DevQuorum(str(base / "cluster"), free_ports(1)[0], brokers=4, session_timeout_ms=9000,
+    q = DevQuorum(str(base / "cluster"), consecutive_ports(11), brokers=4, session_timeout_ms=9000,
                   broker_extra={"broker.heartbeat.interval.ms": "1000", "replica.lag.time.max.ms": "10000",
                                 "log.retention.check.interval.ms": "5000"})
     q.start()

@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 from kraft.dev_quorum import DevQuorum
 from metadata.analytics.standalone import EXECUTOR_MEMORY, StandaloneCluster
 
-from .common import REPO, emit, free_ports
+from .common import REPO, consecutive_ports, emit, free_ports
 from .kafka_clients import create_topics, pykraft_produce, stop_cluster
 
 if TYPE_CHECKING:
@@ -249,7 +249,7 @@ def per_core(consumer: dict[str, Any], local: dict[str, Any], standalone: dict[s
 
 def run(args: argparse.Namespace) -> None:
     base = Path(tempfile.mkdtemp(prefix="sparkbench"))
-    cluster = DevQuorum(str(base), free_ports(1)[0], brokers=3, session_timeout_ms=9000,
+    cluster = DevQuorum(str(base), consecutive_ports(9), brokers=3, session_timeout_ms=9000,
                         broker_extra={"broker.heartbeat.interval.ms": "1000"})
     spark_box: list[Any] = []
     cluster.start()

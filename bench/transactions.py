@@ -37,7 +37,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from kraft.dev_quorum import DevQuorum
 
 from .broker import json_line
-from .common import emit, free_ports
+from .common import consecutive_ports, emit
 from .kafka_clients import create_topics, stop_cluster
 
 LINGER_MS = 5
@@ -129,7 +129,7 @@ def consume(bootstrap: str, topic: str, partitions: int, expected: int, isolatio
 
 def run(args: argparse.Namespace) -> None:
     base = Path(tempfile.mkdtemp(prefix="txnbench"))
-    cluster = DevQuorum(str(base), free_ports(1)[0], brokers=3, session_timeout_ms=9000,
+    cluster = DevQuorum(str(base), consecutive_ports(9), brokers=3, session_timeout_ms=9000,
                         broker_extra={"broker.heartbeat.interval.ms": "1000"})
     cluster.start()
     try:

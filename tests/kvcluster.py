@@ -15,6 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
+from bench.common import consecutive_ports  # noqa: F401  (the tests' name for it)
 from raft.examples.kv.client import KVClient
 from tests.eventually import eventually
 
@@ -38,25 +39,6 @@ def free_ports(n: int, avoid: set[int] = frozenset()) -> list[int]:
         for s in socks:
             s.close()
     return ports
-
-
-def consecutive_ports(n: int) -> int:
-    """A base port with n free ports after it (DevQuorum wants three in a row)."""
-    for _ in range(50):
-        base = free_ports(1)[0]
-        socks = []
-        try:
-            for p in range(base, base + n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free port range")
 
 
 class FaultProxy:
