@@ -224,8 +224,8 @@ class PartitionLog:
         in ``wb`` (``framed``: each batch's frame as fetched, in parts, stored without
         serializing it again: then ``batches`` need not hold the records), so that a fetch
         answer's partitions share one write; ``appended`` once it is written. Batches the log
-        already has are skipped; one that starts before the log end is refused (ValueError)
-        before anything changes. Gaps between batches are the leader's compaction
+        already has are skipped; one that starts before the log end is refused (ValueError), a
+        marker that does not decode too (KafkaError), before anything changes. Gaps between batches are the leader's compaction
         (``log_cleaner``): offsets only have to increase, as in Kafka."""
         new = [i for i, b in enumerate(batches) if b.base_offset + b.last_offset_delta >= self.next_offset]
         if not new:
@@ -235,6 +235,8 @@ class PartitionLog:
             b = batches[i]
             if b.base_offset < expected:
                 raise ValueError(f"batch at offset {b.base_offset} overlaps the log end {expected}")
+            if is_control(b) and b.HasField("producer_id"):
+                marker_commits(b)  # its marker decodes (KafkaError if not) before anything is staged
             expected = b.base_offset + b.last_offset_delta + 1
         size = records = 0
         for i in new:

@@ -308,6 +308,10 @@ class ReplicaFetcher:
                     log.warning("%s: %s; truncating against the leader again", s.partition.name, e)
                     s.truncating = True
                     continue
+                except KafkaError as e:  # a corrupt marker: nothing of it staged, the others are
+                    log.error("%s: from broker %d: %s; fetching it again later", s.partition.name, self.leader_id, e)
+                    self._delay(s)
+                    continue
                 if info is not None:
                     records.append(info.records)
             done.append((s, r, info))

@@ -903,6 +903,49 @@ def test_a_fetch_answer_a_partition_of_which_cannot_be_read_changes_no_partition
     run(go())
 
 
+def test_a_fetched_marker_that_does_not_decode_stages_nothing_of_its_partition(tmp_path):
+    """Staging a partition is all or nothing: a transaction marker whose CRC holds but whose
+    record does not decode is refused before anything of its partition is staged, and the
+    answer's other partitions are appended (it raised after one of them was staged in memory
+    and not written, whose batches the next fetch then skipped)."""
+    from brokerd.replica_fetcher import FetchState, ReplicaFetcher
+    from clients.records import batch_crc, frame, marker_batch
+
+    class Leader:
+        answer = pb.FetchResponse()
+
+        async def Fetch(self, req, timeout):  # noqa: N802 (the gRPC stub's)
+            return self.answer
+
+    async def go():
+        store = LogStore(str(tmp_path))
+        tid = uuid.uuid4()
+        fetcher = ReplicaFetcher(_broker_config(), 8, "127.0.0.1:1", lambda: 1, lambda _: None)
+        leader = fetcher.stub = Leader()
+        states = []
+        for i in range(2):
+            p = Partition(7, "t", tid, i, PartitionLog(store, tid, i), LogConfig())
+            p.update(PartitionRegistration((7, 8), (8,), 8, 2, 3))
+            states.append(FetchState(p, p.leader_epoch, truncating=False))
+            fetcher.states[p] = states[-1]
+        good = _batch(2)
+        good.partition_leader_epoch = 2
+        marker = marker_batch(5, 0, True, 1, int(time.time() * 1000))
+        marker.partition_leader_epoch, marker.records = 2, b"\xff\xff\xff"
+        marker.crc = batch_crc(marker)
+        leader.answer = pb.FetchResponse(topics=[pb.FetchTopicResponse(name="t", topic_id=tid.bytes, partitions=[
+            pb.FetchPartitionResponse(partition=0, high_watermark=2, records=frame(good.SerializeToString())),
+            pb.FetchPartitionResponse(partition=1, high_watermark=1, records=frame(marker.SerializeToString()))])])
+        await fetcher._fetch(states)
+        a, b = (s.partition.log for s in states)
+        assert (a.next_offset, a.log_end_offset, len(a.read(0, 1 << 20, 2)[0])) == (2, 2, 1)
+        assert (b.next_offset, b.log_end_offset, b.epochs.entries) == (0, 0, [])
+        assert states[1].delayed_until > time.monotonic()
+        await fetcher.stop()
+        await store.close()
+    run(go())
+
+
 def test_followers_use_a_kafka_listener_only_as_safe_as_the_inter_broker_one():
     from brokerd.config import replica_kafka_listener
     from clients.security import ListenerSecurity, SaslSettings
