@@ -161,7 +161,7 @@ class LogDirMoves:
 def _append(future: PartitionLog, frames: list[memoryview]) -> None:
     """The batches of ``frames`` (read from the current log), stored as they are."""
     wb = WriteBatch(raw_mode=True)
-    staged = future.stage_as_follower(wb, batches(b"".join(frames)), frames)
+    staged = future.stage_as_follower(wb, batches(b"".join(frames)), [(f,) for f in frames])
     if staged is not None:
         future.store.write_now(wb)
         future.appended(staged)

@@ -152,12 +152,13 @@ class PartitionLog:
 
     # -- appends ------------------------------------------------------------------------------
 
-    def _stage(self, wb: WriteBatch, batch: pb.RecordBatch, framed: memoryview | None = None) -> int:
-        """Put ``batch`` in ``wb`` (``framed``: its frame as the leader sent it, stored as is)."""
+    def _stage(self, wb: WriteBatch, batch: pb.RecordBatch, framed: Sequence[bytes | memoryview] | None = None) -> int:
+        """Put ``batch`` in ``wb`` (``framed``: its frame as the leader sent it, in parts joined
+        once after the head, stored as is)."""
         last = batch.base_offset + batch.last_offset_delta
         pid = batch.producer_id if batch.HasField("producer_id") else NO_PRODUCER_ID
         head = _HEAD.pack(last, batch.max_timestamp, pid, batch.producer_epoch, batch.base_sequence)
-        value = frame(batch.SerializeToString(), head) if framed is None else b"".join((head, framed))
+        value = frame(batch.SerializeToString(), head) if framed is None else b"".join((head, *framed))
         wb.put(self._key(batch.base_offset), value)
         if pid != NO_PRODUCER_ID:
             if is_control(batch):
@@ -218,13 +219,14 @@ class PartitionLog:
         return self.appended(staged)
 
     def stage_as_follower(self, wb: WriteBatch, batches: Sequence[pb.RecordBatch],
-                          framed: Sequence[memoryview] | None = None) -> AppendInfo | None:
+                          framed: Sequence[Sequence[bytes | memoryview]] | None = None) -> AppendInfo | None:
         """Put batches copied from the leader, with their offsets, epochs and producer fields,
-        in ``wb`` (``framed``: each batch's frame as fetched, stored without serializing it
-        again), so that a fetch answer's partitions share one write; ``appended`` once it is
-        written. Batches the log already has are skipped; one that starts before the log end
-        is refused (ValueError) before anything changes. Gaps between batches are the leader's
-        compaction (``log_cleaner``): offsets only have to increase, as in Kafka."""
+        in ``wb`` (``framed``: each batch's frame as fetched, in parts, stored without
+        serializing it again: then ``batches`` need not hold the records), so that a fetch
+        answer's partitions share one write; ``appended`` once it is written. Batches the log
+        already has are skipped; one that starts before the log end is refused (ValueError), a
+        marker that does not decode too (KafkaError), before anything changes. Gaps between batches are the leader's compaction
+        (``log_cleaner``): offsets only have to increase, as in Kafka."""
         new = [i for i, b in enumerate(batches) if b.base_offset + b.last_offset_delta >= self.next_offset]
         if not new:
             return None
@@ -233,6 +235,8 @@ class PartitionLog:
             b = batches[i]
             if b.base_offset < expected:
                 raise ValueError(f"batch at offset {b.base_offset} overlaps the log end {expected}")
+            if is_control(b) and b.HasField("producer_id"):
+                marker_commits(b)  # its marker decodes (KafkaError if not) before anything is staged
             expected = b.base_offset + b.last_offset_delta + 1
         size = records = 0
         for i in new:

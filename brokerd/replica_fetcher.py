@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
@@ -27,6 +27,7 @@ from common.channels import dial
 from .config import BrokerConfig
 from common.errors import ErrorCode, KafkaError
 from .fetch_session import FetchSessionHandler
+from .kafka.batches import FetchedBatch
 from .kafka.replica_client import KafkaLeaderClient, LeaderUnreachable
 from .leader_epochs import UNDEFINED_EPOCH, UNDEFINED_OFFSET
 from .log_store import LogStore, StorageFailure
@@ -258,7 +259,10 @@ class ReplicaFetcher:
                               session_id=self.session.session_id, session_epoch=self.session.epoch,
                               forgotten_topics=forgotten.values())
         try:
-            resp = await self.stub.Fetch(req, timeout=cfg.replica_fetch_wait_max_ms / 1000 + 10)
+            if isinstance(self.stub, KafkaLeaderClient):
+                resp, parsed = await self.stub.fetch(req, timeout=cfg.replica_fetch_wait_max_ms / 1000 + 10)
+            else:
+                resp, parsed = await self.stub.Fetch(req, timeout=cfg.replica_fetch_wait_max_ms / 1000 + 10), None
         except BaseException:
             self.session.reset()  # answered or not, the leader's session may have moved on: start over
             raise
@@ -268,28 +272,27 @@ class ReplicaFetcher:
             self.session.reset()
             return
         self.session.answered(resp.session_id)
-        fetched: list[tuple[FetchState, pb.FetchPartitionResponse, Sequence[pb.RecordBatch]]] = []
+        fetched: list[tuple[FetchState, pb.FetchPartitionResponse, list[FetchedBatch]]] = []
         for t in resp.topics:
             for r in t.partitions:
-                entry = sent.get((t.topic_id, r.partition))
+                key = (t.topic_id, r.partition)
+                entry = sent.get(key)
                 if entry is None or not self._current(entry[0]):
                     continue
                 s, offset = entry
+                got = parsed.get(key, []) if parsed is not None else None
                 if s.partition.being_added:
-                    self.quota.record(len(r.records))
+                    self.quota.record(len(r.records) if got is None else sum(len(p) for _, ps in got for p in ps))
                 if s.truncating or s.partition.log.log_end_offset != offset:
                     continue  # truncated meanwhile
                 if r.error_code == ErrorCode.NONE:
-                    got = batches(r.records)
-                    for b in got:
-                        check_crc(b)  # all checked before any is staged: a corrupt batch changes nothing
-                    fetched.append((s, r, got))
+                    # every batch read and checked before any is staged: a corrupt one changes nothing
+                    fetched.append((s, r, got if got is not None else _stored_batches(r.records)))
                 else:
                     await self._failed(s, offset, r)
         await self._append(fetched)
 
-    async def _append(self, fetched: list[tuple[FetchState, pb.FetchPartitionResponse,
-                                                 Sequence[pb.RecordBatch]]]) -> None:
+    async def _append(self, fetched: list[tuple[FetchState, pb.FetchPartitionResponse, list[FetchedBatch]]]) -> None:
         """Append what a fetch answered: one write per log directory for all its partitions,
         each batch stored as the leader's frame; then the high watermarks the leader sent."""
         writes: dict[LogStore, tuple[WriteBatch, list[int]]] = {}
@@ -300,10 +303,14 @@ class ReplicaFetcher:
                 plog = s.partition.log
                 wb, records = writes.get(plog.store) or writes.setdefault(plog.store, (WriteBatch(raw_mode=True), []))
                 try:
-                    info = plog.stage_as_follower(wb, got, frames(r.records))
+                    info = plog.stage_as_follower(wb, [b for b, _ in got], [parts for _, parts in got])
                 except ValueError as e:
                     log.warning("%s: %s; truncating against the leader again", s.partition.name, e)
                     s.truncating = True
+                    continue
+                except KafkaError as e:  # a corrupt marker: nothing of it staged, the others are
+                    log.error("%s: from broker %d: %s; fetching it again later", s.partition.name, self.leader_id, e)
+                    self._delay(s)
                     continue
                 if info is not None:
                     records.append(info.records)
@@ -341,6 +348,15 @@ class ReplicaFetcher:
         else:
             log.debug("%s: fetch from broker %d: %s: %s", p.name, self.leader_id, code.name, r.error_message)
             self._delay(s)
+
+
+def _stored_batches(data: bytes) -> list[FetchedBatch]:
+    """A gRPC fetch answer's stored frames (a RecordBatchSet), each batch decoded and its CRC
+    checked, with its frame as it came; KafkaError (CORRUPT_MESSAGE) for any that is not."""
+    got = batches(data)
+    for b in got:
+        check_crc(b)
+    return [(b, (f,)) for b, f in zip(got, frames(data), strict=True)]
 
 
 class ReplicaFetcherManager:

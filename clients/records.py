@@ -178,7 +178,7 @@ _NULL = b"\x01"  # zigzag(-1)
 def _zz(n: int) -> bytes:
     """A zigzag varint (Kafka's ByteUtils.writeVarlong)."""
     z = (n << 1) ^ (n >> 63)
-    return _SMALL[z] if z < 16384 else _varint(z)
+    return _SMALL[z] if z < 16384 else varint(z)
 
 
 def _blob(b: bytes | None) -> bytes:
@@ -463,7 +463,8 @@ def _record_starts(data: bytes, count: int, where: str) -> int:
 
 # -- frames ------------------------------------------------------------------------------------
 
-def _varint(n: int) -> bytes:
+def varint(n: int) -> bytes:
+    """``n`` (not negative) as a protobuf varint."""
     out = bytearray()
     while True:
         b = n & 0x7F
@@ -477,7 +478,12 @@ def _varint(n: int) -> bytes:
 
 def frame(batch_bytes: bytes, prefix: bytes = b"") -> bytes:
     """A serialized batch as one element of a RecordBatchSet (after ``prefix``, in one copy)."""
-    return b"".join((prefix, _FRAME_TAG, _varint(len(batch_bytes)), batch_bytes))
+    return b"".join((prefix, frame_head(len(batch_bytes)), batch_bytes))
+
+
+def frame_head(size: int) -> bytes:
+    """What precedes a serialized batch of ``size`` bytes in a RecordBatchSet: its tag and length."""
+    return _FRAME_TAG + varint(size)
 
 
 def frames(data: bytes | memoryview) -> list[memoryview]:

@@ -901,6 +901,146 @@ def test_a_kafka_fetch_answer_becomes_the_leaders_stored_frames_byte_for_byte():
     assert e.value.code == ErrorCode.CORRUPT_MESSAGE
 
 
+def test_a_fetched_batchs_frame_is_made_from_the_wire_as_protobuf_serializes_it():
+    """Issue 31 (the follower's copies): a follower makes each fetched batch's stored frame
+    from Kafka's wire bytes in parts (the records a view, not a copy), byte for byte the
+    RecordBatchSet element protobuf serializes, whatever the header holds (zeros left out,
+    negative numbers, no producer, a control batch, no records), and checks the CRC there."""
+    import random
+
+    from brokerd.kafka.batches import to_wire, wire_to_frames
+    from clients.records import CONTROL_FLAG, TRANSACTIONAL_FLAG, frame, marker_batch
+
+    rnd = random.Random(31)
+    expected, wire = [], b""
+    for i in range(300):
+        b = build_batch([(None, rnd.randbytes(rnd.randrange(0, 300)), rnd.choice([0, 1 << 40]), ())
+                         for _ in range(rnd.randrange(1, 4))])
+        if i % 7 == 0:
+            b = marker_batch(rnd.randrange(1 << 50), rnd.randrange(1 << 15), bool(i % 2), 3, 1_700_000_000_000)
+        if i % 11 == 0:
+            b.records, b.record_count, b.last_offset_delta = b"", 0, -1
+        b.base_offset = rnd.choice([0, 1, 127, 128, 1 << 35])
+        b.partition_leader_epoch = rnd.choice([-1, 0, 5, 1 << 30])
+        b.base_timestamp, b.max_timestamp = rnd.choice([(0, 0), (-1, -1), (1_700_000_000_000, 1_700_000_000_999)])
+        if i % 3 == 1:
+            b.producer_id, b.producer_epoch, b.base_sequence = rnd.choice([0, 1 << 60]), rnd.choice([0, 7]), -1
+            b.attributes |= rnd.choice([0, TRANSACTIONAL_FLAG])
+        elif i % 3 == 2:
+            b.producer_epoch, b.base_sequence = -1, -1  # a producer without an id, as Kafka's clients send it
+        from clients.records import batch_crc
+        b.crc = batch_crc(b)
+        expected.append(frame(b.SerializeToString()))
+        wire += to_wire(b)
+    got = wire_to_frames(wire, "t-0")
+    assert [b"".join(parts) for _, parts in got] == expected
+    assert all(isinstance(parts[1], memoryview) for _, parts in got)  # the records are not copied
+    for (batch, _), want in zip(got, batches(b"".join(expected)), strict=True):
+        head = pb.RecordBatch()
+        head.CopyFrom(want)
+        if not want.attributes & CONTROL_FLAG:
+            head.ClearField("records")  # staging reads a control batch's records only (its marker)
+        assert batch == head
+
+    bad = bytearray(wire)
+    bad[70] ^= 1  # in the first batch's records
+    with pytest.raises(KafkaError) as e:
+        wire_to_frames(bytes(bad), "t-0")
+    assert e.value.code == ErrorCode.CORRUPT_MESSAGE and "Record is corrupt (stored crc = " in e.value.message
+
+
+def test_a_fetch_answer_a_partition_of_which_cannot_be_read_changes_no_partition(tmp_path):
+    """A fetch answer is read and checked whole before any of its partitions is staged: one
+    whose batches cannot be read (a RecordBatchSet protobuf parses but whose frames are not
+    all batches) fails the fetch and leaves the others as they were, so the next fetch appends
+    them all (staging one first moved its log end in memory past what was written, and its
+    batches were then skipped as already there)."""
+    from brokerd.replica_fetcher import FetchState, ReplicaFetcher
+    from clients.records import frame
+
+    class Leader:
+        def __init__(self) -> None:
+            self.answers: list[pb.FetchResponse] = []
+
+        async def Fetch(self, req, timeout):  # noqa: N802 (the gRPC stub's)
+            return self.answers.pop(0)
+
+    async def go():
+        store = LogStore(str(tmp_path))
+        tid = uuid.uuid4()
+        fetcher = ReplicaFetcher(_broker_config(), 8, "127.0.0.1:1", lambda: 1, lambda _: None)
+        leader = fetcher.stub = Leader()
+        states = []
+        for i in range(2):
+            p = Partition(7, "t", tid, i, PartitionLog(store, tid, i), LogConfig())
+            p.update(PartitionRegistration((7, 8), (8,), 8, 2, 3))
+            states.append(FetchState(p, p.leader_epoch, truncating=False))
+            fetcher.states[p] = states[-1]
+        batch = _batch(2)
+        batch.partition_leader_epoch = 2
+        good = frame(batch.SerializeToString())
+
+        def answer(second: bytes) -> pb.FetchResponse:
+            return pb.FetchResponse(session_id=0, topics=[pb.FetchTopicResponse(name="t", topic_id=tid.bytes, partitions=[
+                pb.FetchPartitionResponse(partition=0, high_watermark=2, records=good),
+                pb.FetchPartitionResponse(partition=1, high_watermark=2, records=second)])])
+
+        leader.answers = [answer(good + b"\x12\x00"), answer(good)]  # then an unknown field 2, empty
+        with pytest.raises(KafkaError) as e:
+            await fetcher._fetch(states)
+        assert e.value.code == ErrorCode.CORRUPT_MESSAGE
+        assert [(s.partition.log.next_offset, s.partition.log.log_end_offset) for s in states] == [(0, 0), (0, 0)]
+        await fetcher._fetch(states)
+        assert [s.partition.log.log_end_offset for s in states] == [2, 2]
+        assert [len(s.partition.log.read(0, 1 << 20, 2)[0]) for s in states] == [1, 1]
+        await fetcher.stop()
+        await store.close()
+    run(go())
+
+
+def test_a_fetched_marker_that_does_not_decode_stages_nothing_of_its_partition(tmp_path):
+    """Staging a partition is all or nothing: a transaction marker whose CRC holds but whose
+    record does not decode is refused before anything of its partition is staged, and the
+    answer's other partitions are appended (it raised after one of them was staged in memory
+    and not written, whose batches the next fetch then skipped)."""
+    from brokerd.replica_fetcher import FetchState, ReplicaFetcher
+    from clients.records import batch_crc, frame, marker_batch
+
+    class Leader:
+        answer = pb.FetchResponse()
+
+        async def Fetch(self, req, timeout):  # noqa: N802 (the gRPC stub's)
+            return self.answer
+
+    async def go():
+        store = LogStore(str(tmp_path))
+        tid = uuid.uuid4()
+        fetcher = ReplicaFetcher(_broker_config(), 8, "127.0.0.1:1", lambda: 1, lambda _: None)
+        leader = fetcher.stub = Leader()
+        states = []
+        for i in range(2):
+            p = Partition(7, "t", tid, i, PartitionLog(store, tid, i), LogConfig())
+            p.update(PartitionRegistration((7, 8), (8,), 8, 2, 3))
+            states.append(FetchState(p, p.leader_epoch, truncating=False))
+            fetcher.states[p] = states[-1]
+        good = _batch(2)
+        good.partition_leader_epoch = 2
+        marker = marker_batch(5, 0, True, 1, int(time.time() * 1000))
+        marker.partition_leader_epoch, marker.records = 2, b"\xff\xff\xff"
+        marker.crc = batch_crc(marker)
+        leader.answer = pb.FetchResponse(topics=[pb.FetchTopicResponse(name="t", topic_id=tid.bytes, partitions=[
+            pb.FetchPartitionResponse(partition=0, high_watermark=2, records=frame(good.SerializeToString())),
+            pb.FetchPartitionResponse(partition=1, high_watermark=1, records=frame(marker.SerializeToString()))])])
+        await fetcher._fetch(states)
+        a, b = (s.partition.log for s in states)
+        assert (a.next_offset, a.log_end_offset, len(a.read(0, 1 << 20, 2)[0])) == (2, 2, 1)
+        assert (b.next_offset, b.log_end_offset, b.epochs.entries) == (0, 0, [])
+        assert states[1].delayed_until > time.monotonic()
+        await fetcher.stop()
+        await store.close()
+    run(go())
+
+
 def test_followers_use_a_kafka_listener_only_as_safe_as_the_inter_broker_one():
     from brokerd.config import replica_kafka_listener
     from clients.security import ListenerSecurity, SaslSettings

@@ -6,10 +6,10 @@ the principal the leader authorizes CLUSTER_ACTION for).
 Why: replicating over the broker gRPC service cost a fixed amount per call in gRPC's native
 code and its poller thread, most of the brokers' CPU under load (docs/brokers.md, "Data path
 performance"); a request on a plain socket the leader's listener already serves costs its
-codec and one read and write. It offers the methods the fetcher calls on the gRPC stub, with
-the gRPC service's messages, so that the fetch session, truncation and append logic
-(``replica_fetcher``) is one for both transports; the batches go back to the stored frames the
-follower appends (``batches.wire_to_stored``), byte for byte what the leader stored.
+codec and one read and write. It answers with the gRPC service's messages, so that the fetch
+session, truncation and append logic (``replica_fetcher``) is one for both transports; a
+Fetch's batches come beside the answer, each with the stored frame the follower appends
+(``batches.wire_to_frames``), byte for byte what the leader stored.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from typing import Any
 from common.tls import TLSConfig, ssl_context
 from protos import broker_pb2 as pb
 
-from .batches import wire_to_stored
+from .batches import FetchedBatch, wire_to_frames
 from .codec import MalformedRequest, build, frame_request, read_response, request_schema
 
 FETCH, OFFSET_FOR_LEADER_EPOCH = 1, 23
@@ -140,18 +140,23 @@ class KafkaLeaderClient:
         self._names[topic_id] = name
         self._ids[name] = topic_id
 
-    async def Fetch(self, req: pb.FetchRequest, timeout: float) -> pb.FetchResponse:  # noqa: N802 (the stub's name)
+    async def fetch(self, req: pb.FetchRequest,
+                    timeout: float) -> tuple[pb.FetchResponse, dict[tuple[bytes, int], list[FetchedBatch]]]:
+        """The gRPC service's answer without its records, and each partition's batches, CRC
+        checked, with their stored frames (``wire_to_frames``) by (topic id, partition)."""
         r = await self._call(FETCH, FETCH_VERSION, self.fetch_request(req), timeout)
         resp = pb.FetchResponse(error_code=r.error_code.value, session_id=r.session_id)
+        fetched: dict[tuple[bytes, int], list[FetchedBatch]] = {}
         for t in r.responses:
             topic_id = self._ids.get(t.topic, b"")
             out = resp.topics.add(name=t.topic, topic_id=topic_id)
             for a in t.partitions:
-                records = wire_to_stored(a.records, f"{t.topic}-{a.partition_index}") if a.records else b""
+                if a.records:
+                    fetched[(topic_id, a.partition_index)] = wire_to_frames(a.records, f"{t.topic}-{a.partition_index}")
                 out.partitions.add(partition=a.partition_index, error_code=a.error_code.value,
                                    high_watermark=a.high_watermark, log_start_offset=a.log_start_offset,
-                                   last_stable_offset=a.last_stable_offset, records=records)
-        return resp
+                                   last_stable_offset=a.last_stable_offset)
+        return resp, fetched
 
     def fetch_request(self, req: pb.FetchRequest) -> FetchRequestFields:
         """The Kafka Fetch the fetcher's request is (topics named, as Fetch v12 names them)."""

@@ -1,0 +1,129 @@
+"""The follower's receive path in one process: a leader's Fetch answer over Kafka's protocol
+read from the connection, its batches checked and turned into stored frames, staged and
+written to RocksDB (``ReplicaFetcher._fetch`` with ``KafkaLeaderClient``, the answer fed to
+its stream reader instead of a socket).
+
+    python -m bench.follower_fetch --seconds 1
+
+Why: the follower's fetcher was a fifth of the brokers' Python CPU while librdkafka
+produced, and each batch was copied about fifteen times on a follower (docs/brokers.md, "The
+data path's codec"). Shapes: ``replica`` (3 partitions x 2 batches x 200 records of 256
+bytes) and ``1mib`` (1 partition x 2 batches of about 1 MiB). JSON lines: this process's CPU
+per fetch answer, ``write_us`` the RocksDB write alone; medians of ``--repeats`` timings.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+import uuid
+from typing import Any
+
+from brokerd.config import BrokerConfig, LogConfig
+from brokerd.kafka.batches import to_wire
+from brokerd.kafka.codec import RequestHeader, encode_response, frame_response
+from brokerd.kafka.replica_client import KafkaLeaderClient
+from brokerd.log_store import FlushPolicy, LogStore
+from brokerd.partition import Partition
+from brokerd.partition_log import PartitionLog
+from brokerd.replica_fetcher import FetchState, ReplicaFetcher
+from clients.records import build_batch
+from metadata.image import PartitionRegistration
+
+from .common import emit
+
+SHAPES = {"replica": (3, 2, 200, 256), "1mib": (1, 2, 1000, 1024)}
+
+
+def answer(partitions: int, batches: int, records: int, size: int) -> bytes:
+    """The leader's Fetch v12 answer, framed as on the wire."""
+    parts: list[dict[str, Any]] = []
+    for i in range(partitions):
+        wire, offset = b"", 0
+        for _ in range(batches):
+            b = build_batch([(None, bytes(size), 1_700_000_000_000 + k, ()) for k in range(records)])
+            b.base_offset, b.partition_leader_epoch = offset, 2
+            offset += records
+            wire += to_wire(b)
+        parts.append({"partition_index": i, "error_code": 0, "high_watermark": offset, "last_stable_offset": offset,
+                      "log_start_offset": 0, "aborted_transactions": None, "current_leader": {}, "records": wire,
+                      "preferred_read_replica": -1})
+    header = RequestHeader(1, 12, 0, "c", True)
+    return frame_response(header, encode_response(header, {"error_code": 0, "session_id": 0, "responses": [
+        {"topic": "bench", "partitions": parts}]}))
+
+
+class _Writer:
+    def write(self, data: bytes) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def config() -> BrokerConfig:
+    return BrokerConfig(7, "", "PLAINTEXT", (), {}, None, 2000, 30000, 500, 1, 1 << 20, 10 << 20, 100, 300000, 5000,
+                        3600000, 1 << 20, 86_400_000, 600_000, True, 15_000, 50, 3, 6000, 1_800_000, 3000, 4096,
+                        FlushPolicy(), LogConfig())
+
+
+async def measure(shape: str, seconds: float, repeats: int) -> dict[str, Any]:
+    partitions = SHAPES[shape][0]
+    framed = answer(*SHAPES[shape])
+    with tempfile.TemporaryDirectory() as d:
+        store = LogStore(d)
+        tid = uuid.uuid4()
+        fetcher = ReplicaFetcher(config(), 8, "127.0.0.1:1", lambda: 1, lambda _: None, kafka=True)
+        client = fetcher.stub
+        assert isinstance(client, KafkaLeaderClient)
+        states = []
+        for i in range(partitions):
+            p = Partition(7, "bench", tid, i, PartitionLog(store, tid, i), LogConfig())
+            p.update(PartitionRegistration((7, 8), (8,), 8, 2, 3))
+            s = FetchState(p, p.leader_epoch, truncating=False)
+            fetcher.states[p] = s
+            states.append(s)
+
+        async def once() -> None:
+            for s in states:  # the same batches again each time: their keys overwritten
+                s.partition.log.next_offset = s.partition.log.log_end_offset = 0
+            fetcher.session.reset()
+            reader = asyncio.StreamReader(limit=1 << 20)
+            reader.feed_data(framed)
+            client._conn = (reader, _Writer())  # type: ignore[assignment]
+            client._correlation = -1  # the answer's correlation id is 0
+            await fetcher._fetch(states)
+            assert all(s.partition.log.log_end_offset > 0 for s in states)
+
+        n, start = 0, time.process_time()
+        while time.process_time() - start < 0.1:
+            await once()
+            n += 1
+        calls = max(1, int(n * seconds / 0.1 / repeats))
+        timings = []
+        for _ in range(repeats):
+            start = time.process_time()
+            for _ in range(calls):
+                await once()
+            timings.append((time.process_time() - start) / calls * 1e6)
+        await fetcher.stop()
+        await store.close()
+    return {"bench": "follower_fetch", "shape": shape, "answer_bytes": len(framed), "calls": calls,
+            "us_per_fetch": round(statistics.median(timings), 1), "range": [round(min(timings), 1),
+                                                                           round(max(timings), 1)]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=1.0, help="time per shape (default 1)")
+    ap.add_argument("--repeats", type=int, default=5, help="timings per shape, their median reported")
+    ap.add_argument("--shape", choices=sorted(SHAPES), action="append", help="default: all")
+    args = ap.parse_args()
+    for shape in args.shape or sorted(SHAPES, reverse=True):
+        emit(asyncio.run(measure(shape, args.seconds, args.repeats)))
+
+
+if __name__ == "__main__":
+    main()
