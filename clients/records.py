@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, NamedTuple
 
 import crc32c
@@ -522,85 +524,118 @@ def batches(data: bytes) -> Sequence[pb.RecordBatch]:
         raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "fetched record batches cannot be decoded") from None
 
 
+@dataclass
+class RecordColumns:
+    """Decoded records as columns, in offset order: what a consumer turns into ConsumerRecords
+    and the Spark source hands Arrow (clients/spark/columns.py) without an object per record."""
+
+    offsets: list[int] = field(default_factory=list)
+    timestamps: list[int] = field(default_factory=list)
+    keys: list[bytes | None] = field(default_factory=list)
+    values: list[bytes | None] = field(default_factory=list)
+    #: one entry per row, None without headers; empty while no row has any
+    headers: list[tuple[Header, ...] | None] = field(default_factory=list)
+
+
 def records_of(batch: pb.RecordBatch, topic: str, partition: int, from_offset: int = 0,
                stop: int | None = None) -> Iterator[ConsumerRecord]:
     """The records of a batch from ``from_offset`` on and below ``stop`` (a fetch may start
     inside a batch; a consumer reads below the high watermark); none for a control batch (a
-    transaction marker), which consumers never see. Decoded in one pass straight into
-    ConsumerRecords (a consumer's hottest loop): every varint inline when it is one or two
-    bytes long (a record's length, deltas and lengths below 8192), through ``_read_zz`` else;
-    CORRUPT_MESSAGE, as ``decode_records``, when the bytes do not hold exactly the batch's
-    records."""
+    transaction marker), which consumers never see. CORRUPT_MESSAGE, as ``decode_records``,
+    when the bytes do not hold exactly the batch's records."""
     if batch.attributes & CONTROL_FLAG:
         return iter(())
-    base, base_ts, epoch, count = batch.base_offset, batch.base_timestamp, batch.partition_leader_epoch, batch.record_count
-    appended = batch.max_timestamp if batch.attributes & LOG_APPEND_TIME_FLAG else None
-    bounded = stop is not None and stop <= base + batch.last_offset_delta  # else no record is compared with it
-    data = records_bytes(batch)
-    out: list[ConsumerRecord] = []
-    add, new, record = out.append, tuple.__new__, ConsumerRecord
-    pos, n = 0, len(data)
+    base, last = batch.base_offset, batch.base_offset + batch.last_offset_delta
+    high = last + 1 if stop is None else stop  # a negative stop (an unknown last stable offset): none
+    low, high = (-1, -1) if from_offset <= base and last < high else (max(from_offset, 0), high)  # -1: every record
+    cols = RecordColumns()
     try:
-        for _ in range(count):
-            b = data[pos]
-            if b < 0x80:
-                length, pos = (b >> 1) ^ -(b & 1), pos + 1
-            elif data[pos + 1] < 0x80:
-                z = (b & 0x7F) | data[pos + 1] << 7
-                length, pos = (z >> 1) ^ -(z & 1), pos + 2
-            else:
-                length, pos = _read_zz(data, pos)
-            end = pos + length
-            if length < 1 or end > n:
-                raise ValueError(f"a record length of {length}")
-            p = pos + 1  # after the attributes
-            b = data[p]
-            if b < 0x80:
-                ts, p = (b >> 1) ^ -(b & 1), p + 1
-            elif data[p + 1] < 0x80:
-                z = (b & 0x7F) | data[p + 1] << 7
-                ts, p = (z >> 1) ^ -(z & 1), p + 2
-            else:
-                ts, p = _read_zz(data, p)
-            b = data[p]
-            if b < 0x80:
-                od, p = (b >> 1) ^ -(b & 1), p + 1
-            elif data[p + 1] < 0x80:
-                z = (b & 0x7F) | data[p + 1] << 7
-                od, p = (z >> 1) ^ -(z & 1), p + 2
-            else:
-                od, p = _read_zz(data, p)
-            key: bytes | None
-            value: bytes | None
-            if data[p] == 1:  # zigzag(-1): a null key
-                key, p = None, p + 1
-            else:
-                kl, p = _read_zz(data, p)
-                key, p = read_field(data, p, kl, end)
-            b = data[p]
-            if b < 0x80:
-                vl, p = (b >> 1) ^ -(b & 1), p + 1
-            elif data[p + 1] < 0x80:
-                z = (b & 0x7F) | data[p + 1] << 7
-                vl, p = (z >> 1) ^ -(z & 1), p + 2
-            else:
-                vl, p = _read_zz(data, p)
-            if 0 <= vl and p + vl <= end:
-                value, p = data[p:p + vl], p + vl
-            else:
-                value, p = read_field(data, p, vl, end)
-            headers = () if data[p] == 0 and p + 1 == end else read_headers(data, p, end)
-            pos = end
-            offset = base + od
-            if offset < from_offset or (bounded and offset >= stop):  # type: ignore[operator]  # bounded: an int
-                continue
-            add(new(record, (topic, partition, offset, base_ts + ts if appended is None else appended, key, value,
-                             headers, epoch)))
-        if pos != n:
-            raise ValueError(f"{n - pos} bytes after the last of {count} records")
+        decode_columns(records_bytes(batch), batch.record_count, base, batch.base_timestamp,
+                       batch.max_timestamp if batch.attributes & LOG_APPEND_TIME_FLAG else None, low, high, cols)
     except (ValueError, IndexError) as e:
         raise _undecodable(f"{topic}-{partition} at offset {base}", e) from None
-    return iter(out)
+    headers = [h or () for h in cols.headers] if cols.headers else repeat(())
+    fields = zip(repeat(topic), repeat(partition), cols.offsets, cols.timestamps, cols.keys, cols.values, headers,
+                 repeat(batch.partition_leader_epoch))  # noqa: B905  (the repeats are endless; the columns agree)
+    return map(tuple.__new__, repeat(ConsumerRecord), fields)  # each a ConsumerRecord, built in C
+
+
+def decode_columns(data: bytes, count: int, base: int, base_ts: int, appended: int | None, low: int, high: int,
+                   out: RecordColumns) -> None:
+    """Append the ``count`` records of ``data`` whose offsets lie in [low, high) (every one
+    when ``low`` is -1) to ``out``. ValueError or IndexError when the bytes do not hold
+    exactly ``count`` well-formed records. Every varint is decoded inline when it is one or
+    two bytes long (a record's length, deltas and lengths below 8192), through ``_read_zz`` else."""
+    offsets, stamps, keys, values, headers = out.offsets, out.timestamps, out.keys, out.values, out.headers
+    add_offset, add_stamp, add_key, add_value = offsets.append, stamps.append, keys.append, values.append
+    pos, n = 0, len(data)
+    for _ in range(count):
+        b = data[pos]
+        if b < 0x80:
+            length, pos = (b >> 1) ^ -(b & 1), pos + 1
+        elif data[pos + 1] < 0x80:
+            z = (b & 0x7F) | data[pos + 1] << 7
+            length, pos = (z >> 1) ^ -(z & 1), pos + 2
+        else:
+            length, pos = _read_zz(data, pos)
+        end = pos + length
+        if length < 1 or end > n:
+            raise ValueError(f"a record length of {length}")
+        p = pos + 1  # after the attributes
+        b = data[p]
+        if b < 0x80:
+            ts, p = (b >> 1) ^ -(b & 1), p + 1
+        elif data[p + 1] < 0x80:
+            z = (b & 0x7F) | data[p + 1] << 7
+            ts, p = (z >> 1) ^ -(z & 1), p + 2
+        else:
+            ts, p = _read_zz(data, p)
+        b = data[p]
+        if b < 0x80:
+            od, p = (b >> 1) ^ -(b & 1), p + 1
+        elif data[p + 1] < 0x80:
+            z = (b & 0x7F) | data[p + 1] << 7
+            od, p = (z >> 1) ^ -(z & 1), p + 2
+        else:
+            od, p = _read_zz(data, p)
+        b = data[p]
+        key: bytes | None
+        value: bytes | None
+        if b == 1:  # zigzag(-1): a null key
+            key, p = None, p + 1
+        else:
+            kl, p = _read_zz(data, p)
+            key, p = read_field(data, p, kl, end)
+        b = data[p]
+        if b < 0x80:
+            vl, p = (b >> 1) ^ -(b & 1), p + 1
+        elif data[p + 1] < 0x80:
+            z = (b & 0x7F) | data[p + 1] << 7
+            vl, p = (z >> 1) ^ -(z & 1), p + 2
+        else:
+            vl, p = _read_zz(data, p)
+        if 0 <= vl and p + vl <= end:
+            value, p = data[p:p + vl], p + vl
+        else:
+            value, p = read_field(data, p, vl, end)
+        if data[p] == 0 and p + 1 == end:  # no headers
+            hs = None
+        else:
+            hs = read_headers(data, p, end)
+        pos = end
+        offset = base + od
+        if low >= 0 and not low <= offset < high:
+            continue
+        add_offset(offset)
+        add_stamp(base_ts + ts if appended is None else appended)
+        add_key(key)
+        add_value(value)
+        if hs is not None or headers:
+            if not headers:
+                headers.extend([None] * (len(offsets) - 1))  # the rows before had none
+            headers.append(hs)
+    if pos != n:
+        raise ValueError(f"{n - pos} bytes after the last of {count} records")
 
 
 def read_field(data: bytes, p: int, length: int, end: int) -> tuple[bytes | None, int]:
