@@ -172,7 +172,6 @@ def compare(args: argparse.Namespace) -> None:
     """This tree's and ``--base``'s clients in turn (this script run over each tree's code)."""
     from .kafka_clients import base_tree
     base = base_tree(args.base)
-    shutil.copy(__file__, base / "bench" / "client_cpu.py")  # the same measurement over the base's client
     rows: dict[tuple[str, str], list[float]] = {}
     try:
         for r in range(args.rounds):
