@@ -276,8 +276,10 @@ def test_fetch_max_bytes_bounds_the_answer_past_its_first_partition_with_data(tm
         for i in range(3):
             p = Partition(1, "t", tid, i, PartitionLog(store, uuid.uuid4(), i), LogConfig())
             p.update(PartitionRegistration((1,), (1,), 1, 0, 0))
-            await p.append_as_leader(_batch(10, 100), 0)  # ~1.2 kB
-            await p.append_as_leader(_batch(1, 10), 0)    # ~80 B
+            # one timestamp for all: the same bytes in every partition (a stored frame's CRC is a
+            # varint, so batches with other timestamps may differ by a byte in size)
+            await p.append_as_leader(_batch(10, 100, ts=1_700_000_000_000), 0)  # ~1.2 kB
+            await p.append_as_leader(_batch(1, 10, ts=1_700_000_000_000), 0)    # ~80 B
             ps.append(p)
         one, two = (len(f) for f in ps[0].log.read(0, 1 << 20, 99)[0])  # the two batches' sizes as read
 
