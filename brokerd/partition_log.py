@@ -295,15 +295,20 @@ class PartitionLog:
         ro.set_iterate_lower_bound(self._data)
         ro.set_iterate_upper_bound(self._key(max_offset))
         it = self.db.iter(ro)
+        v: bytes | None = None  # the value the iterator is on, once read (each read copies it)
         if not self._seek_at_or_before(it, offset):
             it.seek(self._key(offset))
-        elif _HEAD.unpack_from(it.value())[0] < offset:
-            it.next()
+        else:
+            v = it.value()
+            if _HEAD.unpack_from(v)[0] < offset:
+                v = None
+                it.next()
         out: list[memoryview] = []
         size = 0
         hs = _HEAD.size
         while it.valid():
-            v = it.value()
+            if v is None:
+                v = it.value()
             n = len(v) - hs
             if out and size + n > max_bytes:
                 break
@@ -311,6 +316,7 @@ class PartitionLog:
             size += n
             if size >= max_bytes:
                 break
+            v = None
             it.next()
         return out, size
 
