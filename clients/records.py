@@ -466,16 +466,19 @@ def _record_starts(data: bytes, count: int, where: str) -> int:
 # -- frames ------------------------------------------------------------------------------------
 
 def varint(n: int) -> bytes:
-    """``n`` (not negative) as a protobuf varint."""
+    """``n`` (not negative) as an unsigned varint (protobuf's, and Kafka's compact lengths and
+    tags); one byte from a table below 128."""
+    if n < 0x80:
+        return _ONE_BYTE[n]
     out = bytearray()
-    while True:
-        b = n & 0x7F
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
         n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
+    out.append(n)
+    return bytes(out)
+
+
+_ONE_BYTE = tuple(bytes((i,)) for i in range(0x80))
 
 
 def frame(batch_bytes: bytes, prefix: bytes = b"") -> bytes:

@@ -21,6 +21,8 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from clients.records import varint
+
 FETCH, PRODUCE = 1, 0
 FETCH_VERSIONS = range(4, 13)     # v12: flexible (compact strings and arrays, tagged fields)
 PRODUCE_VERSIONS = range(3, 10)   # v9: flexible
@@ -47,23 +49,10 @@ class EncodedResponse:
     throttle_time: datetime.timedelta
 
 
-def _uvarint(n: int) -> bytes:
-    if n < 0x80:
-        return _SMALL[n]
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-_SMALL = tuple(bytes((i,)) for i in range(0x80))
-
 
 def _string(value: str, flexible: bool) -> bytes:
     raw = value.encode()
-    return (_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
+    return (varint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
 
 
 def _nullable_string(value: str | None, flexible: bool) -> bytes:
@@ -76,7 +65,7 @@ def _length(items: Any, flexible: bool) -> bytes:
     """The length prefix of a nullable array or byte string (records): compact when flexible."""
     if items is None:
         return b"\0" if flexible else b"\xff\xff\xff\xff"
-    return _uvarint(len(items) + 1) if flexible else _I32.pack(len(items))
+    return varint(len(items) + 1) if flexible else _I32.pack(len(items))
 
 
 def _fetch_partition_tags(p: dict[str, Any]) -> bytes:
@@ -94,7 +83,7 @@ def _fetch_partition_tags(p: dict[str, Any]) -> bytes:
         tags += (b"\x02\x0d", body, _NO_TAGS)
     if not tags:
         return _NO_TAGS
-    return _SMALL[len(tags) // 3] + b"".join(tags)
+    return varint(len(tags) // 3) + b"".join(tags)
 
 
 _DEFAULT_EPOCH_OFFSET = _TAGGED_EPOCH_OFFSET.pack(-1, -1)
@@ -249,7 +238,7 @@ def encode_fetch_request(request: Any, version: int, correlation: int, client_id
             parts.append(_NO_TAGS)
         else:
             value = _string(request.cluster_id, True)
-            parts.append(b"\x01\x00" + _uvarint(len(value)) + value)
+            parts.append(b"\x01\x00" + varint(len(value)) + value)
     return parts
 
 

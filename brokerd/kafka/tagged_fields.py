@@ -26,7 +26,8 @@ from kio.serial.readers import (read_compact_array_length, read_int8, read_legac
                                 read_unsigned_varint)
 from kio.static.constants import EntityType
 
-from .data_path_codec import _uvarint
+from clients.records import varint
+
 
 Parts = list[bytes | memoryview]
 
@@ -110,11 +111,11 @@ def _tagged_section(buf: memoryview, pos: int, cls: type, tagged: dict[int, Fiel
         if tag in tagged:
             known.append((tag, pos, size))
         pos += size
-    out.append(_uvarint(len(known)))
+    out.append(varint(len(known)))
     for tag, start, size in known:  # a known tag's value may hold structs with tags of their own
         value: Parts = []
         if _field(buf[start:start + size], 0, cls, tagged[tag], True, value) != size:
             raise ValueError(f"tagged field {tag} is not {size} bytes long")
         data = b"".join(value)
-        out += (_uvarint(tag), _uvarint(len(data)), data)
+        out += (varint(tag), varint(len(data)), data)
     return pos
