@@ -951,13 +951,27 @@ def test_a_fetched_batchs_frame_is_made_from_the_wire_as_protobuf_serializes_it(
     assert e.value.code == ErrorCode.CORRUPT_MESSAGE and "Record is corrupt (stored crc = " in e.value.message
 
 
+def _following_two_partitions(store, tid, leader):
+    """A replica fetcher of broker 8 following partitions 0 and 1 of topic ``t`` from broker 7
+    (epoch 2) through ``leader`` (a stand-in for the gRPC stub); the fetcher and its states."""
+    from brokerd.replica_fetcher import FetchState, ReplicaFetcher
+    fetcher = ReplicaFetcher(_broker_config(), 8, "127.0.0.1:1", lambda: 1, lambda _: None)
+    fetcher.stub = leader
+    states = []
+    for i in range(2):
+        p = Partition(7, "t", tid, i, PartitionLog(store, tid, i), LogConfig())
+        p.update(PartitionRegistration((7, 8), (8,), 8, 2, 3))
+        states.append(FetchState(p, p.leader_epoch, truncating=False))
+        fetcher.states[p] = states[-1]
+    return fetcher, states
+
+
 def test_a_fetch_answer_a_partition_of_which_cannot_be_read_changes_no_partition(tmp_path):
     """A fetch answer is read and checked whole before any of its partitions is staged: one
     whose batches cannot be read (a RecordBatchSet protobuf parses but whose frames are not
     all batches) fails the fetch and leaves the others as they were, so the next fetch appends
     them all (staging one first moved its log end in memory past what was written, and its
     batches were then skipped as already there)."""
-    from brokerd.replica_fetcher import FetchState, ReplicaFetcher
     from clients.records import frame
 
     class Leader:
@@ -970,14 +984,7 @@ def test_a_fetch_answer_a_partition_of_which_cannot_be_read_changes_no_partition
     async def go():
         store = LogStore(str(tmp_path))
         tid = uuid.uuid4()
-        fetcher = ReplicaFetcher(_broker_config(), 8, "127.0.0.1:1", lambda: 1, lambda _: None)
-        leader = fetcher.stub = Leader()
-        states = []
-        for i in range(2):
-            p = Partition(7, "t", tid, i, PartitionLog(store, tid, i), LogConfig())
-            p.update(PartitionRegistration((7, 8), (8,), 8, 2, 3))
-            states.append(FetchState(p, p.leader_epoch, truncating=False))
-            fetcher.states[p] = states[-1]
+        fetcher, states = _following_two_partitions(store, tid, leader := Leader())
         batch = _batch(2)
         batch.partition_leader_epoch = 2
         good = frame(batch.SerializeToString())
@@ -1005,7 +1012,6 @@ def test_a_fetched_marker_that_does_not_decode_stages_nothing_of_its_partition(t
     record does not decode is refused before anything of its partition is staged, and the
     answer's other partitions are appended (it raised after one of them was staged in memory
     and not written, whose batches the next fetch then skipped)."""
-    from brokerd.replica_fetcher import FetchState, ReplicaFetcher
     from clients.records import batch_crc, frame, marker_batch
 
     class Leader:
@@ -1017,14 +1023,7 @@ def test_a_fetched_marker_that_does_not_decode_stages_nothing_of_its_partition(t
     async def go():
         store = LogStore(str(tmp_path))
         tid = uuid.uuid4()
-        fetcher = ReplicaFetcher(_broker_config(), 8, "127.0.0.1:1", lambda: 1, lambda _: None)
-        leader = fetcher.stub = Leader()
-        states = []
-        for i in range(2):
-            p = Partition(7, "t", tid, i, PartitionLog(store, tid, i), LogConfig())
-            p.update(PartitionRegistration((7, 8), (8,), 8, 2, 3))
-            states.append(FetchState(p, p.leader_epoch, truncating=False))
-            fetcher.states[p] = states[-1]
+        fetcher, states = _following_two_partitions(store, tid, leader := Leader())
         good = _batch(2)
         good.partition_leader_epoch = 2
         marker = marker_batch(5, 0, True, 1, int(time.time() * 1000))
