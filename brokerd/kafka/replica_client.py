@@ -39,7 +39,7 @@ _SIZE = struct.Struct(">i")
 # (its field names, kio's defaults): made straight from the fetcher's states, without kio's
 # ``build`` (its name checks and frozen dataclasses took about two thirds of the 100 us a
 # follower spent on each request, docs/brokers.md "Data path performance") nor a protobuf
-# request converted (a fifth of an idle fetch: "The follower's receive path").
+# request converted (about two fifths of an idle fetch's CPU: "The follower's receive path").
 
 @dataclass(slots=True)
 class FetchPartitionFields:
@@ -164,8 +164,8 @@ class KafkaLeaderClient:
 
     async def fetch_partitions(self, req: FetchRequestFields, timeout: float) -> tuple[int, int, list[PartitionAnswer]]:
         """(the answer's error code, its session id, its partitions): the follower's Fetch,
-        made by the fetcher without protobuf messages either way (they cost a tenth of an idle
-        fetch: docs/brokers.md "The follower's receive path")."""
+        made by the fetcher without protobuf messages either way (they were about two fifths of
+        an idle fetch's CPU: docs/brokers.md "The follower's receive path")."""
         for t in req.topics:
             self._learn(t.topic, t.topic_id)
         r = await self._call(FETCH, FETCH_VERSION, req, timeout)
@@ -181,8 +181,9 @@ class KafkaLeaderClient:
 
     async def fetch(self, req: pb.FetchRequest,
                     timeout: float) -> tuple[pb.FetchResponse, dict[tuple[bytes, int], list[FetchedBatch]]]:
-        """``fetch_partitions`` in the gRPC service's messages: its answer without its records,
-        and each partition's batches (``wire_to_frames``) by (topic id, partition)."""
+        """``fetch_partitions`` for a caller holding the gRPC service's messages (the fetcher does
+        not): the answer without its records and last stable offsets, and each partition's
+        batches (``wire_to_frames``) by (topic id, partition)."""
         error, session_id, answers = await self.fetch_partitions(self.fetch_request(req), timeout)
         resp = pb.FetchResponse(error_code=error, session_id=session_id)
         fetched: dict[tuple[bytes, int], list[FetchedBatch]] = {}
