@@ -11,11 +11,12 @@ never committed, which a stale high watermark could not tell apart.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 from rocksdict import WriteBatch
@@ -28,7 +29,8 @@ from .config import BrokerConfig
 from common.errors import ErrorCode, KafkaError
 from .fetch_session import FetchSessionHandler
 from .kafka.batches import FetchedBatch
-from .kafka.replica_client import KafkaLeaderClient, LeaderUnreachable
+from .kafka.replica_client import (FetchPartitionFields, FetchRequestFields, FetchTopicFields, ForgottenTopicFields,
+                                   KafkaLeaderClient, LeaderUnreachable, PartitionAnswer)
 from .leader_epochs import UNDEFINED_EPOCH, UNDEFINED_OFFSET
 from .log_store import LogStore, StorageFailure
 from .partition import Partition
@@ -50,6 +52,11 @@ class FetchState:
     leader_epoch: int
     truncating: bool = True
     delayed_until: float = 0.0
+    #: (topic id, index): how the fetch session names the partition, made once
+    key: tuple[bytes, int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.key = (self.partition.topic_id.bytes, self.partition.index)
 
 
 class ReplicaFetcher:
@@ -82,6 +89,7 @@ class ReplicaFetcher:
             else (config.listener, "inter.broker.listener.name")
         #: The fetch session with the leader (KIP-227), partitions named (topic id, index).
         self.session: FetchSessionHandler[tuple[bytes, int]] = FetchSessionHandler()
+        self._max_wait = datetime.timedelta(milliseconds=config.replica_fetch_wait_max_ms)  # Fetch's max_wait
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{self.leader_id}")
@@ -231,16 +239,79 @@ class ReplicaFetcher:
         first, a request carries only the partitions whose fetch offset (or epoch, or log
         start) moved, and the answer only those with news, so a follower of many quiet
         partitions costs both brokers little per fetch."""
-        cfg = self.config
         wanted: dict[tuple[bytes, int], tuple[int, ...]] = {}
         sent: dict[tuple[bytes, int], tuple[FetchState, int]] = {}
         for s in states:
-            p = s.partition
-            key = (p.topic_id.bytes, p.index)
-            offset = p.log.log_end_offset
-            wanted[key] = (offset, s.leader_epoch, p.log.log_start_offset)
-            sent[key] = (s, offset)
+            plog = s.partition.log
+            offset = plog.log_end_offset
+            wanted[s.key] = (offset, s.leader_epoch, plog.log_start_offset)
+            sent[s.key] = (s, offset)
         send, forget = self.session.build(wanted)
+        try:
+            if isinstance(self.stub, KafkaLeaderClient):
+                error, session_id, answers = await self.stub.fetch_partitions(
+                    self._kafka_request(self.stub, send, forget, sent), self._fetch_timeout)
+            else:
+                error, session_id, answers = await self._grpc_fetch(send, forget, sent)
+        except BaseException:
+            self.session.reset()  # answered or not, the leader's session may have moved on: start over
+            raise
+        if error:  # the session was evicted, or the leader restarted: a full fetch next
+            log.debug("fetch session %d with broker %d: %s; starting a new one", self.session.session_id,
+                      self.leader_id, ErrorCode.of(error).name)
+            self.session.reset()
+            return
+        self.session.answered(session_id)
+        fetched: list[tuple[FetchState, PartitionAnswer, list[FetchedBatch]]] = []
+        for a in answers:
+            entry = sent.get((a.topic_id, a.partition))
+            if entry is None or not self._current(entry[0]):
+                continue
+            s, offset = entry
+            got = a.batches
+            if s.partition.being_added:
+                self.quota.record(len(a.records) if got is None else sum(len(p) for _, ps in got for p in ps))
+            if s.truncating or s.partition.log.log_end_offset != offset:
+                continue  # truncated meanwhile
+            if a.error_code == ErrorCode.NONE:
+                # every batch read and checked before any is staged: a corrupt one changes nothing
+                fetched.append((s, a, got if got is not None else _stored_batches(a.records)))
+            else:
+                await self._failed(s, offset, a)
+        await self._append(fetched)
+
+    @property
+    def _fetch_timeout(self) -> float:
+        return self.config.replica_fetch_wait_max_ms / 1000 + 10
+
+    def _kafka_request(self, client: KafkaLeaderClient, send: list[tuple[bytes, int]], forget: list[tuple[bytes, int]],
+                       sent: dict[tuple[bytes, int], tuple[FetchState, int]]) -> FetchRequestFields:
+        """The Kafka Fetch of the partitions to ``send`` and ``forget``, made at once: no
+        protobuf request to convert (the gRPC path's ``pb.FetchRequest``)."""
+        cfg = self.config
+        topics: dict[bytes, FetchTopicFields] = {}
+        for key in send:
+            s, offset = sent[key]
+            p = s.partition
+            t = topics.get(key[0])
+            if t is None:
+                t = topics[key[0]] = FetchTopicFields(p.topic, [], key[0])
+            t.partitions.append(FetchPartitionFields(p.index, s.leader_epoch, offset, p.log.log_start_offset,
+                                                     cfg.replica_fetch_max_bytes))
+        forgotten: dict[bytes, ForgottenTopicFields] = {}
+        for topic_id, index in forget:
+            f = forgotten.get(topic_id)
+            if f is None:
+                f = forgotten[topic_id] = ForgottenTopicFields(client.topic_name(topic_id), [])
+            f.partitions.append(index)
+        return FetchRequestFields(cfg.node_id, self._max_wait, cfg.replica_fetch_min_bytes, cfg.replica_fetch_response_max_bytes,
+                                  self.session.session_id, self.session.epoch, list(topics.values()),
+                                  list(forgotten.values()))
+
+    async def _grpc_fetch(self, send: list[tuple[bytes, int]], forget: list[tuple[bytes, int]],
+                          sent: dict[tuple[bytes, int], tuple[FetchState, int]]) -> tuple[int, int, list[PartitionAnswer]]:
+        """The same Fetch over the broker gRPC service (replica.fetch.protocol=grpc)."""
+        cfg = self.config
         topics: dict[bytes, pb.FetchTopic] = {}
         for key in send:
             s, offset = sent[key]
@@ -258,45 +329,17 @@ class ReplicaFetcher:
                               max_bytes=cfg.replica_fetch_response_max_bytes, topics=topics.values(),
                               session_id=self.session.session_id, session_epoch=self.session.epoch,
                               forgotten_topics=forgotten.values())
-        try:
-            if isinstance(self.stub, KafkaLeaderClient):
-                resp, parsed = await self.stub.fetch(req, timeout=cfg.replica_fetch_wait_max_ms / 1000 + 10)
-            else:
-                resp, parsed = await self.stub.Fetch(req, timeout=cfg.replica_fetch_wait_max_ms / 1000 + 10), None
-        except BaseException:
-            self.session.reset()  # answered or not, the leader's session may have moved on: start over
-            raise
-        if resp.error_code:  # the session was evicted, or the leader restarted: a full fetch next
-            log.debug("fetch session %d with broker %d: %s; starting a new one", self.session.session_id,
-                      self.leader_id, ErrorCode.of(resp.error_code).name)
-            self.session.reset()
-            return
-        self.session.answered(resp.session_id)
-        fetched: list[tuple[FetchState, pb.FetchPartitionResponse, list[FetchedBatch]]] = []
-        for t in resp.topics:
-            for r in t.partitions:
-                key = (t.topic_id, r.partition)
-                entry = sent.get(key)
-                if entry is None or not self._current(entry[0]):
-                    continue
-                s, offset = entry
-                got = parsed.get(key, []) if parsed is not None else None
-                if s.partition.being_added:
-                    self.quota.record(len(r.records) if got is None else sum(len(p) for _, ps in got for p in ps))
-                if s.truncating or s.partition.log.log_end_offset != offset:
-                    continue  # truncated meanwhile
-                if r.error_code == ErrorCode.NONE:
-                    # every batch read and checked before any is staged: a corrupt one changes nothing
-                    fetched.append((s, r, got if got is not None else _stored_batches(r.records)))
-                else:
-                    await self._failed(s, offset, r)
-        await self._append(fetched)
+        assert not isinstance(self.stub, KafkaLeaderClient)
+        resp = await self.stub.Fetch(req, timeout=self._fetch_timeout)
+        return resp.error_code, resp.session_id, [
+            PartitionAnswer(t.topic_id, r.partition, r.error_code, r.high_watermark, r.log_start_offset,
+                            r.error_message, None, r.records) for t in resp.topics for r in t.partitions]
 
-    async def _append(self, fetched: list[tuple[FetchState, pb.FetchPartitionResponse, list[FetchedBatch]]]) -> None:
+    async def _append(self, fetched: list[tuple[FetchState, PartitionAnswer, list[FetchedBatch]]]) -> None:
         """Append what a fetch answered: one write per log directory for all its partitions,
         each batch stored as the leader's frame; then the high watermarks the leader sent."""
         writes: dict[LogStore, tuple[WriteBatch, list[int]]] = {}
-        done: list[tuple[FetchState, pb.FetchPartitionResponse, AppendInfo | None]] = []
+        done: list[tuple[FetchState, PartitionAnswer, AppendInfo | None]] = []
         for s, r, got in fetched:
             info = None
             if got:
@@ -333,7 +376,7 @@ class ReplicaFetcher:
                 plog.delete_before(min(r.log_start_offset, r.high_watermark))
             p.notify()
 
-    async def _failed(self, s: FetchState, offset: int, r: pb.FetchPartitionResponse) -> None:
+    async def _failed(self, s: FetchState, offset: int, r: PartitionAnswer) -> None:
         p = s.partition
         code = ErrorCode.of(r.error_code)
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:

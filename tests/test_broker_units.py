@@ -1007,6 +1007,59 @@ def test_a_fetch_answer_a_partition_of_which_cannot_be_read_changes_no_partition
     run(go())
 
 
+def test_the_followers_kafka_fetch_is_the_grpc_request_it_replaced(tmp_path):
+    """The follower makes its Kafka Fetch straight from its fetch states (no ``pb.FetchRequest``
+    converted): on the wire it is byte for byte what converting the gRPC path's request made,
+    over full and incremental fetches of a session, partitions sent, left out and forgotten."""
+    import random
+
+    from brokerd.kafka.codec import frame_request
+    from brokerd.kafka.replica_client import FETCH, FETCH_VERSION, KafkaLeaderClient
+    from brokerd.replica_fetcher import FetchState
+
+    client = KafkaLeaderClient("127.0.0.1:1", None, 8)
+    by_kafka: list[bytes] = []
+    by_grpc: list[bytes] = []
+
+    class Leader:
+        session_id = 5
+
+        async def Fetch(self, req, timeout):  # noqa: N802 (the gRPC stub's)
+            by_grpc.append(frame_request(FETCH, FETCH_VERSION, 1, client.client_id, client.fetch_request(req)))
+            return pb.FetchResponse(session_id=self.session_id, error_code=0 if self.session_id else
+                                    ErrorCode.FETCH_SESSION_ID_NOT_FOUND.value)
+
+    async def go():
+        store = LogStore(str(tmp_path))
+        fetcher, states = _following_two_partitions(store, uuid.uuid4(), leader := Leader())
+        other = uuid.uuid4()
+        for i in range(3):
+            p = Partition(7, "other", other, i, PartitionLog(store, other, i), LogConfig())
+            p.update(PartitionRegistration((7, 8), (8,), 8, 2, 3))
+            states.append(FetchState(p, p.leader_epoch, truncating=False))
+            fetcher.states[p] = states[-1]
+        grpc_fetch = fetcher._grpc_fetch
+
+        async def both(send, forget, sent):
+            by_kafka.append(frame_request(FETCH, FETCH_VERSION, 1, client.client_id,
+                                          fetcher._kafka_request(client, send, forget, sent)))
+            return await grpc_fetch(send, forget, sent)
+        fetcher._grpc_fetch = both
+        rng = random.Random(11)
+        for _ in range(60):
+            for s in rng.sample(states, rng.randint(0, 2)):
+                s.partition.log.log_end_offset = rng.choice([0, 7, 2**40])
+                s.partition.log.log_start_offset = rng.choice([0, 3])
+                s.leader_epoch = rng.choice([2, 3])
+            leader.session_id = 0 if rng.random() < 0.1 else 5
+            await fetcher._fetch(rng.sample(states, rng.randint(1, len(states))))
+        await fetcher.stop()
+        await store.close()
+    run(go())
+    assert len(by_kafka) == len(by_grpc) == 60 and by_kafka == by_grpc
+    assert any(b"other" not in w for w in by_kafka[1:])  # incremental fetches left partitions out
+
+
 def test_a_fetched_marker_that_does_not_decode_stages_nothing_of_its_partition(tmp_path):
     """Staging a partition is all or nothing: a transaction marker whose CRC holds but whose
     record does not decode is refused before anything of its partition is staged, and the

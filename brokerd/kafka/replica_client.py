@@ -6,10 +6,12 @@ the principal the leader authorizes CLUSTER_ACTION for).
 Why: replicating over the broker gRPC service cost a fixed amount per call in gRPC's native
 code and its poller thread, most of the brokers' CPU under load (docs/brokers.md, "Data path
 performance"); a request on a plain socket the leader's listener already serves costs its
-codec and one read and write. It answers with the gRPC service's messages, so that the fetch
-session, truncation and append logic (``replica_fetcher``) is one for both transports; a
-Fetch's batches come beside the answer, each with the stored frame the follower appends
-(``batches.wire_to_frames``), byte for byte what the leader stored.
+codec and one read and write. OffsetsForLeaderEpoch answers with the gRPC service's
+messages; Fetch takes the Kafka request the fetcher makes (``FetchRequestFields``) and answers
+with ``PartitionAnswer``s, as the fetcher reads a gRPC answer too, so that the fetch session,
+truncation and append logic (``replica_fetcher``) is one for both transports, with no protobuf
+message made per fetch; each partition's batches come with the stored frame the follower
+appends (``batches.wire_to_frames``), byte for byte what the leader stored.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import datetime
 import ssl
 import struct
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from common.tls import TLSConfig, ssl_context
 from protos import broker_pb2 as pb
@@ -34,9 +36,10 @@ _SIZE = struct.Struct(">i")
 
 
 # The follower's Fetch request as ``data_path_codec.encode_fetch_request`` reads a kio entity
-# (its field names, kio's defaults): made straight from the fetcher's request, without kio's
+# (its field names, kio's defaults): made straight from the fetcher's states, without kio's
 # ``build`` (its name checks and frozen dataclasses took about two thirds of the 100 us a
-# follower spent on each request, docs/brokers.md "Data path performance").
+# follower spent on each request, docs/brokers.md "Data path performance") nor a protobuf
+# request converted (about two fifths of an idle fetch's CPU: "The follower's receive path").
 
 @dataclass(slots=True)
 class FetchPartitionFields:
@@ -52,6 +55,21 @@ class FetchPartitionFields:
 class FetchTopicFields:
     topic: str
     partitions: list[FetchPartitionFields]
+    topic_id: bytes = b""  # not sent (Fetch v12 names topics): how the answer's topic is named back
+
+
+class PartitionAnswer(NamedTuple):
+    """A partition of a leader's Fetch answer as the follower applies it, over either protocol.
+    ``batches``: over Kafka's, its batches CRC checked with their stored frames
+    (``wire_to_frames``); over gRPC None, and ``records`` the stored frames as they came."""
+    topic_id: bytes
+    partition: int
+    error_code: int
+    high_watermark: int
+    log_start_offset: int
+    error_message: str = ""
+    batches: list[FetchedBatch] | None = None
+    records: bytes = b""
 
 
 @dataclass(slots=True)
@@ -140,26 +158,47 @@ class KafkaLeaderClient:
         self._names[topic_id] = name
         self._ids[name] = topic_id
 
+    def topic_name(self, topic_id: bytes) -> str:
+        """The name a topic id was last sent with ("" if never): a forgotten topic's, for Fetch v12."""
+        return self._names.get(topic_id, "")
+
+    async def fetch_partitions(self, req: FetchRequestFields, timeout: float) -> tuple[int, int, list[PartitionAnswer]]:
+        """(the answer's error code, its session id, its partitions): the follower's Fetch,
+        made by the fetcher without protobuf messages either way (they were about two fifths of
+        an idle fetch's CPU: docs/brokers.md "The follower's receive path")."""
+        for t in req.topics:
+            self._learn(t.topic, t.topic_id)
+        r = await self._call(FETCH, FETCH_VERSION, req, timeout)
+        ids = self._ids
+        answers = []
+        for t in r.responses:
+            topic_id = ids.get(t.topic, b"")
+            for a in t.partitions:
+                answers.append(PartitionAnswer(
+                    topic_id, a.partition_index, a.error_code.value, a.high_watermark, a.log_start_offset, "",
+                    wire_to_frames(a.records, f"{t.topic}-{a.partition_index}") if a.records else []))
+        return r.error_code.value, r.session_id, answers
+
     async def fetch(self, req: pb.FetchRequest,
                     timeout: float) -> tuple[pb.FetchResponse, dict[tuple[bytes, int], list[FetchedBatch]]]:
-        """The gRPC service's answer without its records, and each partition's batches, CRC
-        checked, with their stored frames (``wire_to_frames``) by (topic id, partition)."""
-        r = await self._call(FETCH, FETCH_VERSION, self.fetch_request(req), timeout)
-        resp = pb.FetchResponse(error_code=r.error_code.value, session_id=r.session_id)
+        """``fetch_partitions`` for a caller holding the gRPC service's messages (the fetcher does
+        not): the answer without its records and last stable offsets, and each partition's
+        batches (``wire_to_frames``) by (topic id, partition)."""
+        error, session_id, answers = await self.fetch_partitions(self.fetch_request(req), timeout)
+        resp = pb.FetchResponse(error_code=error, session_id=session_id)
         fetched: dict[tuple[bytes, int], list[FetchedBatch]] = {}
-        for t in r.responses:
-            topic_id = self._ids.get(t.topic, b"")
-            out = resp.topics.add(name=t.topic, topic_id=topic_id)
-            for a in t.partitions:
-                if a.records:
-                    fetched[(topic_id, a.partition_index)] = wire_to_frames(a.records, f"{t.topic}-{a.partition_index}")
-                out.partitions.add(partition=a.partition_index, error_code=a.error_code.value,
-                                   high_watermark=a.high_watermark, log_start_offset=a.log_start_offset,
-                                   last_stable_offset=a.last_stable_offset)
+        topic = None
+        for a in answers:
+            if a.batches:
+                fetched[(a.topic_id, a.partition)] = a.batches
+            if topic is None or topic.topic_id != a.topic_id:
+                topic = resp.topics.add(name=self._names.get(a.topic_id, ""), topic_id=a.topic_id)
+            topic.partitions.add(partition=a.partition, error_code=a.error_code, high_watermark=a.high_watermark,
+                                 log_start_offset=a.log_start_offset)
         return resp, fetched
 
     def fetch_request(self, req: pb.FetchRequest) -> FetchRequestFields:
-        """The Kafka Fetch the fetcher's request is (topics named, as Fetch v12 names them)."""
+        """The Kafka Fetch a gRPC request is (topics named, as Fetch v12 names them)."""
         for t in req.topics:
             self._learn(t.name, t.topic_id)
         return FetchRequestFields(
@@ -167,7 +206,7 @@ class KafkaLeaderClient:
             req.session_id, req.session_epoch,
             [FetchTopicFields(t.name, [FetchPartitionFields(p.partition, p.current_leader_epoch, p.fetch_offset,
                                                             p.log_start_offset, p.partition_max_bytes)
-                                       for p in t.partitions]) for t in req.topics],
+                                       for p in t.partitions], t.topic_id) for t in req.topics],
             [ForgottenTopicFields(self._names.get(t.topic_id, ""), list(t.partitions)) for t in req.forgotten_topics])
 
     async def OffsetsForLeaderEpoch(self, req: pb.OffsetsForLeaderEpochRequest,  # noqa: N802
