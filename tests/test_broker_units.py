@@ -498,6 +498,83 @@ def test_the_leader_steps_over_records_by_length_decoding_two(monkeypatch):
     assert e.value.code == ErrorCode.INVALID_RECORD and "offset deltas 0..5" in e.value.message
 
 
+def _walk_lines(data: bytes, count: int) -> int:
+    """Python lines the leader's walk over record lengths runs for ``data``."""
+    import sys
+    from clients import records as records_mod
+    lines = 0
+
+    def trace(frame, event, arg):
+        nonlocal lines
+        if frame.f_code.co_filename != records_mod.__file__:
+            return None
+        if event == "line":
+            lines += 1
+        return trace
+    sys.settrace(trace)
+    try:
+        records_mod._record_starts(data, count, "t-0")
+    finally:
+        sys.settrace(None)
+    return lines
+
+
+def test_the_walk_over_record_lengths_steps_over_runs_of_one_size():
+    """Issue 31: records of one size (one value size, offset and timestamp deltas of one
+    varint width) are stepped over a run at a time, by slices compared in C, not one Python
+    step per record (it was about 40 % of a 2 x 770-record Produce request in one process)."""
+    from clients.records import encode_records
+    small, large = ([(None, b"v" * 256, 7, ())] * n for n in (100, 2000))
+    assert _walk_lines(encode_records(large, 7), 2000) < 2 * _walk_lines(encode_records(small, 7), 100) < 400
+
+
+def test_the_walk_over_record_lengths_judges_as_one_step_per_record():
+    """The run-at-a-time walk answers what stepping record by record answers (where the last
+    record starts, or CORRUPT_MESSAGE), for runs of every length and width, garbled bytes,
+    cut or padded record sets and wrong counts."""
+    import random
+    from clients.records import _read_zz, _record_starts, encode_record
+
+    def one_by_one(data: bytes, count: int) -> int | None:
+        pos = start = 0
+        try:
+            for _ in range(count):
+                start = pos
+                length, pos = _read_zz(data, pos)
+                pos += length
+                if length < 1 or pos > len(data):
+                    return None
+        except (ValueError, IndexError):
+            return None
+        return start if pos == len(data) else None
+
+    rng = random.Random(31)
+    for _ in range(600):
+        count = rng.randint(1, 200)
+        sizes: list[int] = []
+        while len(sizes) < count:
+            sizes += [rng.choice((0, 1, 50, 59, 60, 61, 120, 256, 8180, 8200))] * rng.randint(1, 80)
+        data = bytearray(b"".join(encode_record(i, rng.randint(0, 90), None, b"v" * s)
+                                  for i, s in enumerate(sizes[:count])))
+        garble = rng.random()
+        if garble < 0.2:
+            for _ in range(rng.randint(1, 3)):
+                data[rng.randrange(len(data))] = rng.randrange(256)
+        elif garble < 0.3:
+            del data[rng.randrange(len(data)):]
+        elif garble < 0.4:
+            data += bytes(rng.randint(1, 3))
+        if rng.random() < 0.1:
+            count = max(1, count + rng.choice((-1, 1)))
+        expected = one_by_one(bytes(data), count)
+        if expected is None:
+            with pytest.raises(KafkaError) as e:
+                _record_starts(bytes(data), count, "t-0")
+            assert e.value.code == ErrorCode.CORRUPT_MESSAGE
+        else:
+            assert _record_starts(bytes(data), count, "t-0") == expected
+
+
 
 def test_log_append_time_stamps_the_batch_and_every_record_reads_it():
     """Issue 27 item 7: the leader's stamp (Kafka's setMaxTimestamp(LOG_APPEND_TIME, now)) sets
