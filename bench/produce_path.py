@@ -30,7 +30,7 @@ from typing import Any
 from brokerd.config import LogConfig
 from brokerd.kafka.apis import KafkaApis
 from brokerd.kafka.batches import to_wire
-from brokerd.kafka.codec import RequestHeader, build, frame_request, frame_response, read_request, request_schema
+from brokerd.kafka.codec import build, frame_request, frame_response, read_request, request_schema
 from brokerd.kafka.throttling import KafkaThrottling
 from brokerd.log_store import LogStore
 from brokerd.partition import Partition
@@ -123,7 +123,7 @@ class Harness:
 
     async def grpc(self) -> None:
         self._reset()
-        answer = await self._replicate(self.service.Produce(self.grpc_request, _Context()))  # type: ignore[arg-type]
+        answer = await self._replicate(self.service.Produce(self.grpc_request, _Context()))
         answer.SerializeToString()
 
 
