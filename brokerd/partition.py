@@ -197,7 +197,8 @@ class Partition:
 
     # -- leader: appends and acks ---------------------------------------------------------------
 
-    async def append_as_leader(self, batch: pb.RecordBatch, acks: int) -> AppendInfo:
+    async def append_as_leader(self, batch: pb.RecordBatch, acks: int, records: bytes | None = None) -> AppendInfo:
+        """Append a batch as leader (``records``: its records, already read out of it)."""
         self.check_leader()
         min_isr = self.config.min_insync_replicas
         if acks == -1 and len(self.isr) < min_isr:
@@ -205,7 +206,7 @@ class Partition:
                               f"The size of the current ISR Set({', '.join(map(str, self.isr))}) is "
                               f"insufficient to satisfy the min.isr requirement of {min_isr} for partition "
                               f"{self.name}")
-        info = await self.log.append_as_leader(batch, self.leader_epoch)
+        info = await self.log.append_as_leader(batch, self.leader_epoch, records)
         self._notify()
         self.maybe_increment_hw()
         return info

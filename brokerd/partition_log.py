@@ -30,8 +30,8 @@ from protos import broker_pb2 as pb
 from .leader_epochs import LeaderEpochCache
 from .log_store import LogStore, tp_prefix
 from .producer_state import AbortedTxn, ProducerEntry, ProducerStateManager, last_sequence
-from clients.records import (NO_PRODUCER_ID, decode_records, frame, is_control, is_transactional, marker_commits,
-                             records_bytes)
+from clients.records import (NO_PRODUCER_ID, decode_records, frame, frame_parts, is_control, is_transactional,
+                             marker_commits, records_bytes)
 
 # A stored batch: last offset, max timestamp, producer id, epoch and base sequence; then its frame.
 _HEAD = struct.Struct(">qqqhi")
@@ -183,8 +183,9 @@ class PartitionLog:
         if aborted is not None:
             wb.put(self._aborted_key + offset.to_bytes(8, "big"), aborted.encode())
 
-    async def append_as_leader(self, batch: pb.RecordBatch, epoch: int) -> AppendInfo:
-        """Assign the batch its offsets and the leader's epoch, and append it. A batch of an
+    async def append_as_leader(self, batch: pb.RecordBatch, epoch: int, records: bytes | None = None) -> AppendInfo:
+        """Assign the batch its offsets and the leader's epoch, and append it (``records``: the
+        batch's, already read out of it: stored as they are, not serialized again). A batch of an
         idempotent producer is checked against its state first: a duplicate of one of its
         last five batches is answered with the original's offsets and not written. A batch
         with a producer id but no sequence is a coordinator's (a marker, transactional
@@ -204,7 +205,7 @@ class PartitionLog:
         wb = WriteBatch(raw_mode=True)
         if self.epochs.assign(epoch, base):
             wb.put(self._epoch_key(epoch), _EPOCH.pack(base))
-        size = self._stage(wb, batch)
+        size = self._stage(wb, batch, None if records is None else frame_parts(batch, records))
         return await self._commit(wb, base, batch.record_count, size)
 
     async def append_as_follower(self, batches: Sequence[pb.RecordBatch]) -> AppendInfo | None:

@@ -46,6 +46,9 @@ log = logging.getLogger("brokerd.produce")
 DEFAULT_TIMEOUT_MS = 30_000
 VALID_ACKS = (-1, 0, 1)
 
+#: A partition's answer, the partition, its checked batch and that batch's records.
+Checked = tuple[ProducePartitionResponse, Partition, RecordBatch, bytes]
+
 
 def _error(answer: ProducePartitionResponse, e: KafkaError) -> None:
     answer.error_code = int(e.code)
@@ -70,8 +73,10 @@ async def produce(rm: ReplicaManager, req: ProduceRequest) -> ProduceResponse:
         return resp
     # Every partition's batch is checked first, then all are appended at once: each append
     # takes its offsets (and its producer's sequence) in its first step, before any await, so
-    # the batches of one request are ordered before those of the next request to arrive.
-    checked: list[tuple[ProducePartitionResponse, Partition, RecordBatch]] = []
+    # the batches of one request are ordered before those of the next request to arrive. A
+    # batch's records are read out of it once (each read of a protobuf's bytes copies them),
+    # checked and stored from there.
+    checked: list[Checked] = []
     for t in req.topics:
         tr = ProduceTopicResponse(name=t.name)
         resp.topics.append(tr)
@@ -85,19 +90,23 @@ async def produce(rm: ReplicaManager, req: ProduceRequest) -> ProduceResponse:
                 batch = pd.batch
                 if batch is None:
                     raise KafkaError(ErrorCode.INVALID_REQUEST, f"no record batch for {p.name}")
-                validate_batch(batch, p.name, p.config.max_message_bytes, require_keys=p.config.compact)
+                records = batch.records
+                validate_batch(batch, p.name, p.config.max_message_bytes, require_keys=p.config.compact,
+                               records=records)
                 if p.config.compression_type != "producer":
-                    batch = recompress(batch, Codec.named(p.config.compression_type))
+                    recompressed = recompress(batch, Codec.named(p.config.compression_type))
+                    if recompressed is not batch:
+                        batch, records = recompressed, recompressed.records
                 if p.config.log_append_time:
                     a.log_append_time = int(time.time() * 1000)
                     set_log_append_time(batch, a.log_append_time)
             except KafkaError as e:
                 _error(a, e)
                 continue
-            checked.append((a, p, batch))
+            checked.append((a, p, batch, records))
     if req.transactional_id is not None and rm.txn_verifier is not None:
         checked = await _verified(rm, req.transactional_id, checked)
-    appends = [(a, p, p.append_as_leader(batch, req.acks)) for a, p, batch in checked]
+    appends = [(a, p, p.append_as_leader(batch, req.acks, records)) for a, p, batch, records in checked]
     results = await asyncio.gather(*(c for _, _, c in appends), return_exceptions=True)
     waits: list[tuple[ProducePartitionResponse, Partition, int]] = []
     for (a, p, _), info in zip(appends, results, strict=True):
@@ -121,12 +130,11 @@ async def produce(rm: ReplicaManager, req: ProduceRequest) -> ProduceResponse:
     return resp
 
 
-async def _verified(rm: ReplicaManager, transactional_id: str,
-                    checked: list[tuple[ProducePartitionResponse, Partition, RecordBatch]]
-                    ) -> list[tuple[ProducePartitionResponse, Partition, RecordBatch]]:
+async def _verified(rm: ReplicaManager, transactional_id: str, checked: list[Checked]) -> list[Checked]:
     """KIP-890 part 1: the transactional batches that would open their producer's transaction
     in a partition go ahead only if the coordinator says the partition was added."""
-    first = [(a, p, b) for a, p, b in checked if is_transactional(b) and b.producer_id not in p.log.producers.ongoing]
+    first = [(a, p, b) for a, p, b, _ in checked
+             if is_transactional(b) and b.producer_id not in p.log.producers.ongoing]
     if not first:
         return checked
     pid, epoch = first[0][2].producer_id, first[0][2].producer_epoch
@@ -139,7 +147,7 @@ async def _verified(rm: ReplicaManager, transactional_id: str,
             _error(a, error or KafkaError(ErrorCode.INVALID_TXN_STATE,
                                            f"partition {p.name} is not in the ongoing transaction of "
                                            f"{transactional_id}: add it first (AddPartitionsToTxn)"))
-    return [(a, p, b) for a, p, b in checked if id(a) not in refused]
+    return [c for c in checked if id(c[0]) not in refused]
 
 
 async def _replicated(a: ProducePartitionResponse, p: Partition, required: int, timeout: float) -> None:

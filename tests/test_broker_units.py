@@ -498,6 +498,42 @@ def test_the_leader_steps_over_records_by_length_decoding_two(monkeypatch):
     assert e.value.code == ErrorCode.INVALID_RECORD and "offset deltas 0..5" in e.value.message
 
 
+def test_the_leader_reads_a_batchs_records_once_and_stores_them_as_protobuf_would(tmp_path):
+    """Issue 31: the leader reads a produced batch's records out of its protobuf once (each
+    read copies them) and checks and stores them from there: its size is protobuf's without
+    encoding the batch (``batch_size``), its stored frame the serialized batch's byte for
+    byte (``frame_parts``), for fields of every sign and width, and with no producer id, 0
+    or another."""
+    import random
+    from clients.records import batch_size, frame, frame_parts
+    rng = random.Random(890)
+    for _ in range(300):
+        b = pb.RecordBatch(records=bytes(rng.choice((0, 1, 127, 128, 16384, 70000))))
+        for name, bits in (("base_offset", 64), ("partition_leader_epoch", 32), ("last_offset_delta", 32),
+                           ("base_timestamp", 64), ("max_timestamp", 64), ("record_count", 32),
+                           ("attributes", 32), ("producer_epoch", 32), ("base_sequence", 32)):
+            setattr(b, name, rng.choice((0, 1, -1, 127, 128, 300, (1 << (bits - 1)) - 1, -(1 << (bits - 1)))))
+        b.crc = rng.choice((0, 1, 128, 0xFFFFFFFF))
+        if rng.random() < 0.7:
+            b.producer_id = rng.choice((0, 1, 4242, -1, (1 << 63) - 1))
+        records = b.records
+        assert batch_size(b, len(records)) == b.ByteSize()
+        assert b"".join(frame_parts(b, records)) == frame(b.SerializeToString())
+
+    async def go():
+        store = LogStore(str(tmp_path))
+        plog = PartitionLog(store, uuid.uuid4(), 0)
+        produced = build_batch([(b"k", b"v" * 300, 7, ())] * 100)
+        produced.producer_id, produced.producer_epoch, produced.base_sequence = 9, 0, 0
+        await plog.append_as_leader(produced, 3, produced.records)
+        stored = plog.batch_at(0)
+        assert stored == produced and stored.base_offset == 0 and stored.partition_leader_epoch == 3
+        frames, _ = plog.read(0, 1 << 20, plog.log_end_offset)
+        assert bytes(frames[0]) == frame(produced.SerializeToString())
+        await store.close()
+    run(go())
+
+
 def _walk_lines(data: bytes, count: int) -> int:
     """Python lines the leader's walk over record lengths runs for ``data``."""
     import sys
