@@ -33,6 +33,7 @@ import time
 
 from common.errors import ErrorCode, KafkaError
 from .partition import Partition
+from .partition_log import AppendInfo
 from clients.compression import Codec
 from clients.records import is_transactional, recompress, set_log_append_time, validate_batch
 from protos.broker_pb2 import RecordBatch
@@ -106,15 +107,33 @@ async def produce(rm: ReplicaManager, req: ProduceRequest) -> ProduceResponse:
             checked.append((a, p, batch, records))
     if req.transactional_id is not None and rm.txn_verifier is not None:
         checked = await _verified(rm, req.transactional_id, checked)
-    appends = [(a, p, p.append_as_leader(batch, req.acks, records)) for a, p, batch, records in checked]
-    results = await asyncio.gather(*(c for _, _, c in appends), return_exceptions=True)
+    # All the batches are written in this one step, each partition's outcome kept in turn;
+    # only writes that are durable once their fsync ends (log.flush.interval.messages=1) are
+    # awaited, together: no task per partition.
+    written: list[tuple[AppendInfo, asyncio.Future | None] | Exception] = []
+    for _, p, batch, records in checked:
+        try:
+            written.append(p.write_as_leader(batch, req.acks, records))
+        except Exception as e:
+            written.append(e)
+    durable = [w[1] for w in written if isinstance(w, tuple) and w[1] is not None]
+    if durable:
+        await _all_done(durable)
     waits: list[tuple[ProducePartitionResponse, Partition, int]] = []
-    for (a, p, _), info in zip(appends, results, strict=True):
-        if isinstance(info, KafkaError):
-            _error(a, info)
+    for (a, p, _, _), w in zip(checked, written, strict=True):
+        outcome: AppendInfo | BaseException
+        if isinstance(w, tuple):
+            info, fut = w
+            failed = fut.exception() if fut is not None else None
+            outcome = failed if failed is not None else p.appended_as_leader(info)
+        else:
+            outcome = w
+        if isinstance(outcome, KafkaError):
+            _error(a, outcome)
             continue
-        if isinstance(info, BaseException):
-            raise info
+        if isinstance(outcome, BaseException):
+            raise outcome
+        info = outcome
         a.base_offset = info.first_offset
         a.log_start_offset = p.log.log_start_offset
         if not info.duplicate:
@@ -122,11 +141,7 @@ async def produce(rm: ReplicaManager, req: ProduceRequest) -> ProduceResponse:
         if req.acks == -1:
             waits.append((a, p, info.last_offset + 1))
     if waits:
-        timeout = (req.timeout_ms if req.timeout_ms > 0 else DEFAULT_TIMEOUT_MS) / 1000
-        if len(waits) == 1:
-            await _replicated(*waits[0], timeout)
-        else:
-            await asyncio.gather(*(_replicated(a, p, required, timeout) for a, p, required in waits))
+        await _replicated(waits, (req.timeout_ms if req.timeout_ms > 0 else DEFAULT_TIMEOUT_MS) / 1000)
     return resp
 
 
@@ -150,11 +165,41 @@ async def _verified(rm: ReplicaManager, transactional_id: str, checked: list[Che
     return [c for c in checked if id(c[0]) not in refused]
 
 
-async def _replicated(a: ProducePartitionResponse, p: Partition, required: int, timeout: float) -> None:
+async def _replicated(waits: list[tuple[ProducePartitionResponse, Partition, int]], timeout: float) -> None:
+    """acks=all: each partition's answer once the high watermark passes its batch (Kafka's
+    DelayedProduce, ``Partition.wait_for_replication``), REQUEST_TIMED_OUT for those it has not
+    passed within ``timeout`` seconds; the partitions waited for together (one timer, no task
+    per partition)."""
+    waiting: list[tuple[ProducePartitionResponse, Partition, int, asyncio.Future | None]] = []
+    for a, p, required in waits:
+        try:
+            waiting.append((a, p, required, p.replication_waiter(required)))
+        except KafkaError as e:
+            _error(a, e)
+    futures = [fut for *_, fut in waiting if fut is not None]
+    if futures:
+        await _all_done(futures, timeout)
+    for a, p, required, fut in waiting:
+        try:
+            if fut is not None:
+                if fut.cancelled():
+                    raise p.not_replicated(required, timeout)
+                fut.result()  # the KafkaError it failed with, if any (this replica stopped leading)
+            p.check_replicated()
+        except KafkaError as e:
+            _error(a, e)
+
+
+async def _all_done(futures: list[asyncio.Future], timeout: float | None = None) -> None:
+    """Wait for ``futures`` (one waiter for them all); those not done when the wait ends (the
+    timeout passed, or this request was cancelled) are cancelled, as ``wait_for`` does: nobody
+    else awaits them, and one failed later would be logged as never retrieved."""
     try:
-        await p.wait_for_replication(required, timeout)
-    except KafkaError as e:
-        _error(a, e)
+        await asyncio.wait(futures, timeout=timeout)
+    finally:
+        for fut in futures:
+            if not fut.done():
+                fut.cancel()
 
 
 def first_error(resp: ProduceResponse) -> KafkaError | None:

@@ -364,6 +364,75 @@ def test_acks_all_waits_for_the_isr_and_min_isr_is_checked_first(tmp_path):
     run(go())
 
 
+class _Leaders:
+    """What ``brokerd.produce.produce`` asks of the replica manager, over local partitions."""
+
+    txn_verifier = None
+
+    def __init__(self, *ps: Partition) -> None:
+        self.by_name = {(p.topic, p.index): p for p in ps}
+        self.topic_stats = BrokerTopicStats()
+
+    def leader(self, topic, index):
+        p = self.by_name[(topic, index)]
+        p.check_leader()
+        return p
+
+
+def test_a_produce_request_writes_and_waits_for_its_partitions_together_without_a_task_each(tmp_path):
+    """Issue 31: a Produce request writes all its batches in one step and waits for all its
+    partitions' high watermarks with one waiter and one timer (a task per partition for the
+    appends and another for the waits were most of the event loop's work per request), with
+    each partition answered as before: acks=all once the ISR has the batch, REQUEST_TIMED_OUT
+    where it has not, NOT_ENOUGH_REPLICAS_AFTER_APPEND where the ISR shrank below
+    min.insync.replicas meanwhile; a request cancelled while it waits leaves no waiter behind."""
+    from brokerd.produce import produce
+    from brokerd.requests import ProducePartitionData, ProduceRequest, ProduceTopicData
+
+    async def go():
+        store = LogStore(str(tmp_path))
+        tid = uuid.uuid4()
+        ps = [Partition(1, "t", tid, i, PartitionLog(store, tid, i), LogConfig(min_insync_replicas=2))
+              for i in range(4)]
+        for p in ps:
+            p.update(PartitionRegistration((1, 2), (1, 2), 1, 0, 0))
+        rm = _Leaders(*ps)
+        tasks = 0
+        loop = asyncio.get_running_loop()
+
+        def counting(loop, coro):
+            nonlocal tasks
+            tasks += 1
+            return asyncio.Task(coro, loop=loop)
+        loop.set_task_factory(counting)
+        request = ProduceRequest(acks=-1, timeout_ms=300, topics=[ProduceTopicData("t", [
+            ProducePartitionData(i, _batch(3)) for i in range(4)])])
+        waiting = asyncio.ensure_future(produce(rm, request))
+        tasks = 0
+        await eventually(lambda: all(p.delayed_produces for p in ps), 5, interval=0.001)
+        ps[0].update_follower(2, 3)
+        ps[1].update_follower(2, 3)
+        ps[3].update(PartitionRegistration((1, 2), (1,), 1, 0, 1))  # the ISR shrank: the HW moves to 3
+        resp = await asyncio.wait_for(waiting, 5)
+        assert tasks == 0
+        answers = resp.topics[0].partitions
+        assert [(a.error_code, a.base_offset) for a in answers[:2]] == [(0, 0), (0, 0)]
+        assert answers[2].error_code == ErrorCode.REQUEST_TIMED_OUT and answers[2].error_message == (
+            "The request timed out: t-2 did not replicate offset 2 to the ISR Set(1, 2) within 300 ms")
+        assert answers[3].error_code == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        assert all(fut.done() for p in ps for *_, fut in p._hw_waiters)
+
+        cancelled = asyncio.ensure_future(produce(rm, ProduceRequest(acks=-1, timeout_ms=30_000, topics=[
+            ProduceTopicData("t", [ProducePartitionData(2, _batch(3))])])))
+        await eventually(lambda: any(not fut.done() for *_, fut in ps[2]._hw_waiters), 5, interval=0.001)
+        cancelled.cancel()
+        await asyncio.wait([cancelled])
+        assert all(fut.done() for *_, fut in ps[2]._hw_waiters)
+        loop.set_task_factory(None)
+        await store.close()
+    run(go())
+
+
 def test_records_round_trip_in_kafkas_encoding():
     """What the producer encodes, a reader decodes, and the bytes are Kafka's DefaultRecord
     encoding (checked against kafka-python's own reader of Kafka's batches)."""
