@@ -197,7 +197,18 @@ class Partition:
 
     # -- leader: appends and acks ---------------------------------------------------------------
 
-    async def append_as_leader(self, batch: pb.RecordBatch, acks: int) -> AppendInfo:
+    async def append_as_leader(self, batch: pb.RecordBatch, acks: int, records: bytes | None = None) -> AppendInfo:
+        """Append a batch as leader (``records``: its records, already read out of it)."""
+        info, pending = self.write_as_leader(batch, acks, records)
+        if pending is not None:
+            await pending
+        return self.appended_as_leader(info)
+
+    def write_as_leader(self, batch: pb.RecordBatch, acks: int, records: bytes | None = None
+                        ) -> tuple[AppendInfo, asyncio.Future | None]:
+        """The checks of an append as leader and its write, in one step (``PartitionLog.write_as_leader``:
+        a produce request writes all its batches before it awaits anything); ``appended_as_leader``
+        once the future, if any, completes."""
         self.check_leader()
         min_isr = self.config.min_insync_replicas
         if acks == -1 and len(self.isr) < min_isr:
@@ -205,27 +216,50 @@ class Partition:
                               f"The size of the current ISR Set({', '.join(map(str, self.isr))}) is "
                               f"insufficient to satisfy the min.isr requirement of {min_isr} for partition "
                               f"{self.name}")
-        info = await self.log.append_as_leader(batch, self.leader_epoch)
+        return self.log.write_as_leader(batch, self.leader_epoch, records)
+
+    def appended_as_leader(self, info: AppendInfo) -> AppendInfo:
+        """A leader's write is written: its records readable, long polls woken, the high
+        watermark moved if the ISR is this broker alone."""
+        if not info.duplicate:
+            self.log.appended(info)
         self._notify()
         self.maybe_increment_hw()
         return info
 
     async def wait_for_replication(self, required: int, timeout_s: float) -> None:
         """acks=all: wait until the high watermark passes ``required`` (Kafka's DelayedProduce)."""
-        if self.log.high_watermark < required:
-            # Leadership may have moved while the append was written (a thawed broker applying
-            # the metadata that replaced it): as a follower nothing would end the wait but the
-            # timeout, so answer at once, as DelayedProduce does.
-            self.check_leader()
-            fut = asyncio.get_running_loop().create_future()
-            heapq.heappush(self._hw_waiters, (required, next(self._seq), fut))
+        fut = self.replication_waiter(required)
+        if fut is not None:
             try:
                 await asyncio.wait_for(fut, timeout_s)
             except asyncio.TimeoutError:
-                raise KafkaError(ErrorCode.REQUEST_TIMED_OUT,
-                                  f"The request timed out: {self.name} did not replicate offset {required - 1} to "
-                                  f"the ISR Set({', '.join(map(str, self.maximal_isr))}) within "
-                                  f"{timeout_s * 1000:.0f} ms") from None
+                raise self.not_replicated(required, timeout_s) from None
+        self.check_replicated()
+
+    def replication_waiter(self, required: int) -> asyncio.Future | None:
+        """acks=all: a future completed when the high watermark passes ``required`` (failed if
+        this replica stops leading; cancel it to give up), None if it has passed already. A
+        produce request waits for all its partitions' at once (``produce``)."""
+        if self.log.high_watermark >= required:
+            return None
+        # Leadership may have moved while the append was written (a thawed broker applying
+        # the metadata that replaced it): as a follower nothing would end the wait but the
+        # timeout, so answer at once, as DelayedProduce does.
+        self.check_leader()
+        fut = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._hw_waiters, (required, next(self._seq), fut))
+        return fut
+
+    def not_replicated(self, required: int, timeout_s: float) -> KafkaError:
+        """What an acks=all wait for ``required`` answers once ``timeout_s`` has passed."""
+        return KafkaError(ErrorCode.REQUEST_TIMED_OUT,
+                          f"The request timed out: {self.name} did not replicate offset {required - 1} to "
+                          f"the ISR Set({', '.join(map(str, self.maximal_isr))}) within {timeout_s * 1000:.0f} ms")
+
+    def check_replicated(self) -> None:
+        """After an acks=all wait: NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below
+        ``min.insync.replicas`` meanwhile."""
         if len(self.isr) < self.config.min_insync_replicas:
             raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
                               f"The size of the current ISR Set({', '.join(map(str, self.isr))}) is "

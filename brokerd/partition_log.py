@@ -17,6 +17,7 @@ read below the high watermark, followers up to the log end.
 """
 from __future__ import annotations
 
+import asyncio
 import struct
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
@@ -30,8 +31,8 @@ from protos import broker_pb2 as pb
 from .leader_epochs import LeaderEpochCache
 from .log_store import LogStore, tp_prefix
 from .producer_state import AbortedTxn, ProducerEntry, ProducerStateManager, last_sequence
-from clients.records import (NO_PRODUCER_ID, decode_records, frame, is_control, is_transactional, marker_commits,
-                             records_bytes)
+from clients.records import (NO_PRODUCER_ID, decode_records, frame, frame_parts, is_control, is_transactional,
+                             marker_commits, records_bytes)
 
 # A stored batch: last offset, max timestamp, producer id, epoch and base sequence; then its frame.
 _HEAD = struct.Struct(">qqqhi")
@@ -183,9 +184,22 @@ class PartitionLog:
         if aborted is not None:
             wb.put(self._aborted_key + offset.to_bytes(8, "big"), aborted.encode())
 
-    async def append_as_leader(self, batch: pb.RecordBatch, epoch: int) -> AppendInfo:
-        """Assign the batch its offsets and the leader's epoch, and append it. A batch of an
-        idempotent producer is checked against its state first: a duplicate of one of its
+    async def append_as_leader(self, batch: pb.RecordBatch, epoch: int, records: bytes | None = None) -> AppendInfo:
+        """``write_as_leader``, and its records readable once the write is (durable, under
+        ``log.flush.interval.messages=1``)."""
+        info, pending = self.write_as_leader(batch, epoch, records)
+        if pending is not None:
+            await pending
+        return info if info.duplicate else self.appended(info)
+
+    def write_as_leader(self, batch: pb.RecordBatch, epoch: int, records: bytes | None = None
+                        ) -> tuple[AppendInfo, asyncio.Future | None]:
+        """Assign the batch its offsets and the leader's epoch and write it, in one step (no
+        await: the batches of a produce request all take their offsets before another
+        request's); the future, when there is one, completes once the write is durable
+        (``log.flush.interval.messages=1``), and ``appended`` then makes the records readable.
+        ``records``: the batch's, already read out of it, stored as they are (not serialized
+        again). A batch of an idempotent producer is checked against its state first: a duplicate of one of its
         last five batches is answered with the original's offsets and not written. A batch
         with a producer id but no sequence is a coordinator's (a marker, transactional
         offsets), appended without that check; transactional offsets of an epoch older than
@@ -196,7 +210,7 @@ class PartitionLog:
             dup = self.producers.check(batch.producer_id, batch.producer_epoch, batch.base_sequence,
                                        last_seq, base)
             if dup is not None:
-                return AppendInfo(dup.first_offset, dup.last_offset, 0, 0, duplicate=True)
+                return AppendInfo(dup.first_offset, dup.last_offset, 0, 0, duplicate=True), None
         elif batch.HasField("producer_id") and is_transactional(batch) and not is_control(batch):
             self.producers.check_epoch(batch.producer_id, batch.producer_epoch, base)
         batch.base_offset = base
@@ -204,8 +218,10 @@ class PartitionLog:
         wb = WriteBatch(raw_mode=True)
         if self.epochs.assign(epoch, base):
             wb.put(self._epoch_key(epoch), _EPOCH.pack(base))
-        size = self._stage(wb, batch)
-        return await self._commit(wb, base, batch.record_count, size)
+        size = self._stage(wb, batch, None if records is None else frame_parts(batch, records))
+        count = batch.record_count
+        self._staged(wb, size, base + count)
+        return AppendInfo(base, base + count - 1, count, size), self.store.write(wb, count)
 
     async def append_as_follower(self, batches: Sequence[pb.RecordBatch]) -> AppendInfo | None:
         """Append batches copied from the leader (``stage_as_follower``), in a write of their own."""
@@ -261,14 +277,6 @@ class PartitionLog:
         if info.last_offset + 1 > self.log_end_offset:
             self.log_end_offset = info.last_offset + 1
         return info
-
-    async def _commit(self, wb: WriteBatch, first: int, records: int, size: int) -> AppendInfo:
-        end = first + records
-        self._staged(wb, size, end)
-        pending = self.store.write(wb, records)
-        if pending is not None:
-            await pending
-        return self.appended(AppendInfo(first, end - 1, records, size))
 
     def assign_epoch(self, epoch: int, start_offset: int) -> None:
         """A new leader starts its epoch at its log end (Kafka does it in makeLeader)."""

@@ -33,6 +33,7 @@ import time
 
 from common.errors import ErrorCode, KafkaError
 from .partition import Partition
+from .partition_log import AppendInfo
 from clients.compression import Codec
 from clients.records import is_transactional, recompress, set_log_append_time, validate_batch
 from protos.broker_pb2 import RecordBatch
@@ -45,6 +46,9 @@ log = logging.getLogger("brokerd.produce")
 
 DEFAULT_TIMEOUT_MS = 30_000
 VALID_ACKS = (-1, 0, 1)
+
+#: A partition's answer, the partition, its checked batch and that batch's records.
+Checked = tuple[ProducePartitionResponse, Partition, RecordBatch, bytes]
 
 
 def _error(answer: ProducePartitionResponse, e: KafkaError) -> None:
@@ -70,8 +74,10 @@ async def produce(rm: ReplicaManager, req: ProduceRequest) -> ProduceResponse:
         return resp
     # Every partition's batch is checked first, then all are appended at once: each append
     # takes its offsets (and its producer's sequence) in its first step, before any await, so
-    # the batches of one request are ordered before those of the next request to arrive.
-    checked: list[tuple[ProducePartitionResponse, Partition, RecordBatch]] = []
+    # the batches of one request are ordered before those of the next request to arrive. A
+    # batch's records are read out of it once (each read of a protobuf's bytes copies them),
+    # checked and stored from there.
+    checked: list[Checked] = []
     for t in req.topics:
         tr = ProduceTopicResponse(name=t.name)
         resp.topics.append(tr)
@@ -85,27 +91,49 @@ async def produce(rm: ReplicaManager, req: ProduceRequest) -> ProduceResponse:
                 batch = pd.batch
                 if batch is None:
                     raise KafkaError(ErrorCode.INVALID_REQUEST, f"no record batch for {p.name}")
-                validate_batch(batch, p.name, p.config.max_message_bytes, require_keys=p.config.compact)
+                records = batch.records
+                validate_batch(batch, p.name, p.config.max_message_bytes, require_keys=p.config.compact,
+                               records=records)
                 if p.config.compression_type != "producer":
-                    batch = recompress(batch, Codec.named(p.config.compression_type))
+                    recompressed = recompress(batch, Codec.named(p.config.compression_type))
+                    if recompressed is not batch:
+                        batch, records = recompressed, recompressed.records
                 if p.config.log_append_time:
                     a.log_append_time = int(time.time() * 1000)
                     set_log_append_time(batch, a.log_append_time)
             except KafkaError as e:
                 _error(a, e)
                 continue
-            checked.append((a, p, batch))
+            checked.append((a, p, batch, records))
     if req.transactional_id is not None and rm.txn_verifier is not None:
         checked = await _verified(rm, req.transactional_id, checked)
-    appends = [(a, p, p.append_as_leader(batch, req.acks)) for a, p, batch in checked]
-    results = await asyncio.gather(*(c for _, _, c in appends), return_exceptions=True)
+    # All the batches are written in this one step, each partition's outcome kept in turn;
+    # only writes that are durable once their fsync ends (log.flush.interval.messages=1) are
+    # awaited, together: no task per partition.
+    written: list[tuple[AppendInfo, asyncio.Future | None] | Exception] = []
+    for _, p, batch, records in checked:
+        try:
+            written.append(p.write_as_leader(batch, req.acks, records))
+        except Exception as e:
+            written.append(e)
+    durable = [w[1] for w in written if isinstance(w, tuple) and w[1] is not None]
+    if durable:
+        await _all_done(durable)
     waits: list[tuple[ProducePartitionResponse, Partition, int]] = []
-    for (a, p, _), info in zip(appends, results, strict=True):
-        if isinstance(info, KafkaError):
-            _error(a, info)
+    for (a, p, _, _), w in zip(checked, written, strict=True):
+        outcome: AppendInfo | BaseException
+        if isinstance(w, tuple):
+            info, fut = w
+            failed = fut.exception() if fut is not None else None
+            outcome = failed if failed is not None else p.appended_as_leader(info)
+        else:
+            outcome = w
+        if isinstance(outcome, KafkaError):
+            _error(a, outcome)
             continue
-        if isinstance(info, BaseException):
-            raise info
+        if isinstance(outcome, BaseException):
+            raise outcome
+        info = outcome
         a.base_offset = info.first_offset
         a.log_start_offset = p.log.log_start_offset
         if not info.duplicate:
@@ -113,20 +141,15 @@ async def produce(rm: ReplicaManager, req: ProduceRequest) -> ProduceResponse:
         if req.acks == -1:
             waits.append((a, p, info.last_offset + 1))
     if waits:
-        timeout = (req.timeout_ms if req.timeout_ms > 0 else DEFAULT_TIMEOUT_MS) / 1000
-        if len(waits) == 1:
-            await _replicated(*waits[0], timeout)
-        else:
-            await asyncio.gather(*(_replicated(a, p, required, timeout) for a, p, required in waits))
+        await _replicated(waits, (req.timeout_ms if req.timeout_ms > 0 else DEFAULT_TIMEOUT_MS) / 1000)
     return resp
 
 
-async def _verified(rm: ReplicaManager, transactional_id: str,
-                    checked: list[tuple[ProducePartitionResponse, Partition, RecordBatch]]
-                    ) -> list[tuple[ProducePartitionResponse, Partition, RecordBatch]]:
+async def _verified(rm: ReplicaManager, transactional_id: str, checked: list[Checked]) -> list[Checked]:
     """KIP-890 part 1: the transactional batches that would open their producer's transaction
     in a partition go ahead only if the coordinator says the partition was added."""
-    first = [(a, p, b) for a, p, b in checked if is_transactional(b) and b.producer_id not in p.log.producers.ongoing]
+    first = [(a, p, b) for a, p, b, _ in checked
+             if is_transactional(b) and b.producer_id not in p.log.producers.ongoing]
     if not first:
         return checked
     pid, epoch = first[0][2].producer_id, first[0][2].producer_epoch
@@ -139,14 +162,44 @@ async def _verified(rm: ReplicaManager, transactional_id: str,
             _error(a, error or KafkaError(ErrorCode.INVALID_TXN_STATE,
                                            f"partition {p.name} is not in the ongoing transaction of "
                                            f"{transactional_id}: add it first (AddPartitionsToTxn)"))
-    return [(a, p, b) for a, p, b in checked if id(a) not in refused]
+    return [c for c in checked if id(c[0]) not in refused]
 
 
-async def _replicated(a: ProducePartitionResponse, p: Partition, required: int, timeout: float) -> None:
+async def _replicated(waits: list[tuple[ProducePartitionResponse, Partition, int]], timeout: float) -> None:
+    """acks=all: each partition's answer once the high watermark passes its batch (Kafka's
+    DelayedProduce, ``Partition.wait_for_replication``), REQUEST_TIMED_OUT for those it has not
+    passed within ``timeout`` seconds; the partitions waited for together (one timer, no task
+    per partition)."""
+    waiting: list[tuple[ProducePartitionResponse, Partition, int, asyncio.Future | None]] = []
+    for a, p, required in waits:
+        try:
+            waiting.append((a, p, required, p.replication_waiter(required)))
+        except KafkaError as e:
+            _error(a, e)
+    futures = [fut for *_, fut in waiting if fut is not None]
+    if futures:
+        await _all_done(futures, timeout)
+    for a, p, required, fut in waiting:
+        try:
+            if fut is not None:
+                if fut.cancelled():
+                    raise p.not_replicated(required, timeout)
+                fut.result()  # the KafkaError it failed with, if any (this replica stopped leading)
+            p.check_replicated()
+        except KafkaError as e:
+            _error(a, e)
+
+
+async def _all_done(futures: list[asyncio.Future], timeout: float | None = None) -> None:
+    """Wait for ``futures`` (one waiter for them all); those not done when the wait ends (the
+    timeout passed, or this request was cancelled) are cancelled, as ``wait_for`` does: nobody
+    else awaits them, and one failed later would be logged as never retrieved."""
     try:
-        await p.wait_for_replication(required, timeout)
-    except KafkaError as e:
-        _error(a, e)
+        await asyncio.wait(futures, timeout=timeout)
+    finally:
+        for fut in futures:
+            if not fut.done():
+                fut.cancel()
 
 
 def first_error(resp: ProduceResponse) -> KafkaError | None:

@@ -43,6 +43,7 @@ _MARKER_KEY = struct.Struct(">hh")     # version 0, type
 _MARKER_VALUE = struct.Struct(">hi")   # version 0, coordinator epoch (Kafka's EndTransactionMarker)
 _CRC_HEADER = struct.Struct(">hiqqqhii")
 _FRAME_TAG = b"\x0a"  # RecordBatchSet.batches: field 1, length-delimited
+_RECORDS_TAG = b"\x42"  # RecordBatch.records: field 8, length-delimited
 
 Header = tuple[str, bytes | None]
 
@@ -73,12 +74,14 @@ class ProducerRecord(NamedTuple):
     headers: tuple[Header, ...] = ()
 
 
-def batch_crc(batch: pb.RecordBatch) -> int:
+def batch_crc(batch: pb.RecordBatch, records: bytes | None = None) -> int:
+    """Kafka's CRC of ``batch`` (``records``: its records, when the caller has them already:
+    each read of a protobuf's bytes field copies them)."""
     pid = batch.producer_id if batch.HasField("producer_id") else NO_PRODUCER_ID
     head = _CRC_HEADER.pack(batch.attributes, batch.last_offset_delta, batch.base_timestamp,
                             batch.max_timestamp, pid, batch.producer_epoch, batch.base_sequence,
                             batch.record_count)
-    return crc32c.crc32c(batch.records, crc32c.crc32c(head))
+    return crc32c.crc32c(batch.records if records is None else records, crc32c.crc32c(head))
 
 
 def build_batch(entries: Sequence[tuple[bytes | None, bytes | None, int, Sequence[Header]]],
@@ -142,13 +145,16 @@ def codec_of(batch: pb.RecordBatch) -> int:
     return batch.attributes & CODEC_MASK
 
 
-def records_bytes(batch: pb.RecordBatch, limit: int = MAX_UNCOMPRESSED_BYTES) -> bytes:
-    """The encoded records of a batch, decompressed; CORRUPT_MESSAGE if they cannot be."""
+def records_bytes(batch: pb.RecordBatch, limit: int = MAX_UNCOMPRESSED_BYTES, records: bytes | None = None) -> bytes:
+    """The encoded records of a batch, decompressed; CORRUPT_MESSAGE if they cannot be
+    (``records``: the batch's, as ``batch_crc`` takes them)."""
     codec = codec_of(batch)
+    if records is None:
+        records = batch.records
     if codec == Codec.NONE:
-        return batch.records
+        return records
     try:
-        return decompress(codec, batch.records, limit)
+        return decompress(codec, records, limit)
     except CompressionError as e:
         raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"Record batch at offset {batch.base_offset}: {e}") from None
 
@@ -358,8 +364,8 @@ def _read_blob(data: bytes, pos: int) -> tuple[bytes | None, int]:
     return data[pos:end], end
 
 
-def check_crc(batch: pb.RecordBatch) -> None:
-    computed = batch_crc(batch)
+def check_crc(batch: pb.RecordBatch, records: bytes | None = None) -> None:
+    computed = batch_crc(batch, records)
     if computed != batch.crc:
         raise KafkaError(ErrorCode.CORRUPT_MESSAGE,
                           f"Record is corrupt (stored crc = {batch.crc}, computed crc = {computed})")
@@ -374,11 +380,15 @@ def rejected_records(errors: Sequence[tuple[int, str]]) -> KafkaError:
                        tuple(errors))
 
 
-def validate_batch(batch: pb.RecordBatch, where: str, max_message_bytes: int, *, require_keys: bool = False) -> int:
+def validate_batch(batch: pb.RecordBatch, where: str, max_message_bytes: int, *, require_keys: bool = False,
+                   records: bytes | None = None) -> int:
     """Check a batch a producer sent (size, CRC, record count and offsets, and keys for a
     compacted topic); returns its size. Raises KafkaError with RECORD_TOO_LARGE,
-    CORRUPT_MESSAGE or INVALID_RECORD."""
-    size = batch.ByteSize()
+    CORRUPT_MESSAGE or INVALID_RECORD. ``records``: ``batch.records``, when the caller has
+    read them already; they are read once here otherwise (each read copies them)."""
+    if records is None:
+        records = batch.records
+    size = batch_size(batch, len(records))
     if size > max_message_bytes:
         raise KafkaError(ErrorCode.RECORD_TOO_LARGE,
                           f"The record batch size in the append to {where} is {size} bytes which exceeds "
@@ -392,7 +402,7 @@ def validate_batch(batch: pb.RecordBatch, where: str, max_message_bytes: int, *,
         raise KafkaError(ErrorCode.INVALID_RECORD,
                           f"Record batch for {where} has max_timestamp {batch.max_timestamp} below its "
                           f"base_timestamp {batch.base_timestamp}")
-    check_crc(batch)
+    check_crc(batch, records)
     if codec_of(batch) not in Codec.__members__.values():
         raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"Record batch for {where} names an unknown "
                                                      f"compression codec {codec_of(batch)}")
@@ -407,11 +417,11 @@ def validate_batch(batch: pb.RecordBatch, where: str, max_message_bytes: int, *,
         raise KafkaError(ErrorCode.INVALID_RECORD, f"Record batch for {where} has producer id "
                                                     f"{batch.producer_id}, epoch {batch.producer_epoch}, "
                                                     f"sequence {batch.base_sequence}")
-    data = records_bytes(batch)
+    data = records_bytes(batch, records=records)
     if require_keys:  # a compacted topic's keys: the one per-record check that needs every record decoded
-        records = decode_records(data, count, where)
-        first, last = records[0], records[-1]
-        keyless = [i for i, r in enumerate(records) if r.key is None]
+        decoded = decode_records(data, count, where)
+        first, last = decoded[0], decoded[-1]
+        keyless = [i for i, r in enumerate(decoded) if r.key is None]
     else:
         last_start = _record_starts(data, count, where)
         first = decode_records(data[:_record_end(data, 0)], 1, where)[0]
@@ -436,10 +446,13 @@ def _record_starts(data: bytes, count: int, where: str) -> int:
     """Check that ``data`` holds exactly ``count`` length-prefixed records, stepping over each
     by its length alone (Kafka's "Incorrect declared batch size" check), and return where the
     last one starts. The CRC already vouches for the bytes, so the leader decodes only the
-    first and the last record, not every one: this walk is the only per-record work left."""
-    pos, n, last = 0, len(data), 0
+    first and the last record, not every one. Records of one size follow each other in runs
+    (a producer's values of one size, offset and timestamp deltas of one varint width): after
+    a record, the run of those with the very same length prefix is stepped over at once
+    (``_same_length_run``), so the Python work is per run rather than per record."""
+    pos, n, last, left = 0, len(data), 0, count
     try:
-        for _ in range(count):
+        while left:
             last = pos
             b = data[pos]
             if b < 0x80:  # a length below 64 bytes: one byte
@@ -453,14 +466,42 @@ def _record_starts(data: bytes, count: int, where: str) -> int:
                     z, head = (length << 1 if length >= 0 else 1), p - pos
             if z & 1 or not z:
                 raise ValueError(f"a record length of {(z >> 1) ^ -(z & 1)}")
-            pos += head + (z >> 1)
+            size = head + (z >> 1)
+            pos += size
             if pos > n:
                 raise IndexError
+            left -= 1
+            if left and head <= 2:
+                run = _same_length_run(data, pos, size, data[last:last + head], min(left, (n - pos) // size))
+                if run:
+                    pos += run * size
+                    left -= run
+                    last = pos - size
         if pos != n:
             raise ValueError(f"{n - pos} bytes after the last of {count} records")
     except (ValueError, IndexError) as e:
         raise _undecodable(where, e) from None
     return last
+
+
+def _same_length_run(data: bytes, pos: int, size: int, prefix: bytes, most: int) -> int:
+    """How many records from ``pos`` (at most ``most``, all of which fit in ``data``) begin with
+    the length prefix ``prefix`` (one or two bytes) of a record of ``size`` bytes: those are
+    records of that size one after the other, so it is enough to compare every ``size``-th
+    byte, which slicing does in C. Chunks grow fourfold, so a short run costs one small slice."""
+    run, chunk, first, second = 0, 8, prefix[:1], prefix[1:]
+    while run < most:
+        m = min(chunk, most - run)
+        start = pos + run * size
+        stop = start + m * size
+        same = m - len(data[start:stop:size].lstrip(first))
+        if second:
+            same = min(same, m - len(data[start + 1:stop + 1:size].lstrip(second)))
+        run += same
+        if same < m:
+            break
+        chunk <<= 2
+    return run
 
 
 # -- frames ------------------------------------------------------------------------------------
@@ -479,6 +520,47 @@ def varint(n: int) -> bytes:
 
 
 _ONE_BYTE = tuple(bytes((i,)) for i in range(0x80))
+
+
+def batch_size(batch: pb.RecordBatch, records_size: int) -> int:
+    """``batch.ByteSize()`` for a batch whose records are ``records_size`` bytes, from its other
+    fields: protobuf's ``ByteSize`` encodes the whole message, records included, to measure it.
+    Every field number is below 16 (a one-byte tag); proto3 leaves out zeros, but not a
+    ``producer_id`` that is set; a negative int32 or int64 takes ten bytes."""
+    size = 1 + _varint_size(records_size) + records_size if records_size else 0
+    for value in (batch.base_offset, batch.partition_leader_epoch, batch.last_offset_delta, batch.base_timestamp,
+                  batch.max_timestamp, batch.record_count, batch.crc, batch.attributes, batch.producer_epoch,
+                  batch.base_sequence):
+        if value:
+            size += 1 + (_varint_size(value) if value > 0 else 10)
+    if batch.HasField("producer_id"):
+        pid = batch.producer_id
+        size += 1 + (_varint_size(pid) if pid >= 0 else 10)
+    return size
+
+
+def _varint_size(n: int) -> int:
+    """The bytes of ``n`` (not negative) as a varint."""
+    return 1 if n < 0x80 else (n.bit_length() + 6) // 7
+
+
+def frame_parts(batch: pb.RecordBatch, records: bytes) -> tuple[bytes, bytes, bytes]:
+    """``frame(batch.SerializeToString())`` for ``batch`` holding ``records``, in three parts
+    joined once where it is stored: what precedes the records, the records (passed through,
+    not copied out of ``batch`` and serialized again), and the fields after them. protobuf
+    writes fields in number order: 1-7, the records (8), then 9-12."""
+    before = pb.RecordBatch(base_offset=batch.base_offset, partition_leader_epoch=batch.partition_leader_epoch,
+                            last_offset_delta=batch.last_offset_delta, base_timestamp=batch.base_timestamp,
+                            max_timestamp=batch.max_timestamp, record_count=batch.record_count,
+                            crc=batch.crc).SerializeToString()
+    tail = pb.RecordBatch(attributes=batch.attributes, producer_epoch=batch.producer_epoch,
+                          base_sequence=batch.base_sequence)
+    if batch.HasField("producer_id"):
+        tail.producer_id = batch.producer_id
+    after = tail.SerializeToString()
+    n = len(records)
+    field = _RECORDS_TAG + varint(n) if n else b""
+    return frame_head(len(before) + len(field) + n + len(after)) + before + field, records, after
 
 
 def frame(batch_bytes: bytes, prefix: bytes = b"") -> bytes:

@@ -1,0 +1,186 @@
+"""The leader's Produce path in one process: a Produce request of an idempotent producer
+(acks=all) through the Kafka listener's handler (kio's reader, ``KafkaApis.handle`` with the
+client quotas' boundary, the hand-encoded answer, framed) down to the RocksDB write and the
+wait for the high watermark, which a fake follower moves as soon as the request waits; and
+the same batches through the gRPC ``Produce`` of ``brokerd.service`` (its call, not gRPC's
+transport).
+
+    python -m bench.produce_path --seconds 1
+
+Why: the leader's produce, its RocksDB write and the listener are about a third of the
+brokers' Python CPU while librdkafka produces (docs/brokers.md, "Data path performance"),
+spread over per-request and per-batch steps. Shape: 2 partitions x one batch of 770 records
+of 256 bytes per request (librdkafka's ~200 KB requests under ``bench.kafka_clients``).
+JSON lines: this process's CPU per request, medians and ranges of ``--repeats`` timings;
+``--profile N`` prints cProfile's top N functions (per-thread CPU clock) instead.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import pstats
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from brokerd.config import LogConfig
+from brokerd.kafka.apis import KafkaApis
+from brokerd.kafka.batches import to_wire
+from brokerd.kafka.codec import build, frame_request, frame_response, read_request, request_schema
+from brokerd.kafka.throttling import KafkaThrottling
+from brokerd.log_store import LogStore
+from brokerd.partition import Partition
+from brokerd.partition_log import PartitionLog
+from brokerd.producer_state import BatchMetadata, ProducerEntry
+from brokerd.quotas import ClientQuotas
+from brokerd.replica_manager import ReplicaManager
+from brokerd.service import BrokerService
+from clients.records import RecordsBuilder
+from metadata.image import PartitionRegistration
+from metadata.principal import ANONYMOUS, Session
+from protos import broker_pb2 as pb
+
+from .common import emit
+from .follower_fetch import config
+
+TOPIC, PID, EPOCH, LEADER, FOLLOWER = "bench", 4242, 0, 7, 8
+PRODUCE = 0
+
+
+def batch(records: int, size: int, base_sequence: int) -> pb.RecordBatch:
+    b = RecordsBuilder()
+    for k in range(records):
+        b.append(None, bytes(size), 1_700_000_000_000 + k)
+    return b.build(producer_id=PID, producer_epoch=EPOCH, base_sequence=base_sequence)
+
+
+class _Context:
+    """What ``BrokerService.Produce`` asks of a gRPC call's context."""
+
+    def auth_context(self) -> dict[str, Any]:
+        return {}
+
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:5555"
+
+
+class Harness:
+    def __init__(self, store: LogStore, partitions: int, records: int, size: int) -> None:
+        self.rm = ReplicaManager(config(), None, None, fenced=lambda: False)  # type: ignore[arg-type]
+        tid = uuid.uuid4()
+        self.partitions: list[Partition] = []
+        for i in range(partitions):
+            p = Partition(LEADER, TOPIC, tid, i, PartitionLog(store, tid, i), LogConfig())
+            p.update(PartitionRegistration((LEADER, FOLLOWER), (LEADER, FOLLOWER), LEADER, 1, 1))
+            self.rm.partitions[(tid, i)] = p
+            self.rm.by_name[(TOPIC, i)] = p
+            self.partitions.append(p)
+        self.records = records
+        # Every request sends the same sequence: the producer's entry is reset before each, so
+        # that the batch is the next one (not a duplicate) and is written.
+        self.sequence = 10 * records
+        self.batch = batch(records, size, self.sequence)
+        quotas = ClientQuotas(lambda: self.rm.image.client_quotas)
+        self.apis = KafkaApis(self.rm, "PLAINTEXT", None, None, None,  # type: ignore[arg-type]
+                              throttling=KafkaThrottling(quotas))
+        self.service = BrokerService(self.rm, "PLAINTEXT", lambda: 1, pb.DescribeBrokerResponse,
+                                     None, None, quotas=quotas)  # type: ignore[arg-type]
+        wire = to_wire(self.batch)
+        request = build(request_schema(PRODUCE, 9), {
+            "transactional_id": None, "acks": -1, "timeout": 30_000, "topic_data": [
+                {"name": TOPIC, "partition_data": [{"index": i, "records": wire} for i in range(partitions)]}]})
+        self.kafka_body = frame_request(PRODUCE, 9, 1, "bench", request)[4:]
+        self.grpc_request = pb.ProduceRequest(acks=-1, timeout_ms=30_000, client_id="bench", topics=[
+            pb.ProduceTopicData(name=TOPIC, partitions=[pb.ProducePartitionData(partition=i, batch=self.batch)
+                                                        for i in range(partitions)])])
+        self.session = Session(ANONYMOUS, "127.0.0.1")
+
+    def _reset(self) -> None:
+        for p in self.partitions:
+            p.log.producers.producers[PID] = ProducerEntry(PID, EPOCH, 0, _deque(BatchMetadata(
+                self.sequence - self.records, self.sequence - 1, 0, self.records - 1)))
+
+    async def _replicate(self, work: Awaitable[Any]) -> Any:
+        """``work`` (a produce), with the follower fetching at the leader's log end once the
+        produce waits for the high watermark."""
+        task = asyncio.ensure_future(work)
+        while not task.done():
+            await asyncio.sleep(0)
+            for p in self.partitions:
+                if p.delayed_produces:
+                    self.rm.follower_fetched(p, FOLLOWER, p.log.log_end_offset)
+        return task.result()
+
+    async def kafka(self) -> None:
+        self._reset()
+        header, request = read_request(self.kafka_body, PRODUCE, 9)
+        response = await self._replicate(self.apis.handle(header, request, self.session))
+        frame_response(header, response)
+
+    async def grpc(self) -> None:
+        self._reset()
+        answer = await self._replicate(self.service.Produce(self.grpc_request, _Context()))
+        answer.SerializeToString()
+
+
+def _deque(*items: BatchMetadata) -> Any:
+    e = ProducerEntry(PID, EPOCH, 0)
+    e.batches.extend(items)
+    return e.batches
+
+
+async def measure(path: str, seconds: float, repeats: int, partitions: int, records: int, size: int,
+                  profile: int) -> dict[str, Any] | None:
+    with tempfile.TemporaryDirectory() as d:
+        store = LogStore(d)
+        h = Harness(store, partitions, records, size)
+        once: Callable[[], Awaitable[None]] = h.kafka if path == "kafka" else h.grpc
+        n, start = 0, time.thread_time()
+        while time.thread_time() - start < 0.2:
+            await once()
+            n += 1
+        calls = max(1, int(n * seconds / 0.2 / repeats))
+        timings = []
+        prof = cProfile.Profile(time.thread_time) if profile else None
+        for _ in range(repeats):
+            if prof is not None:
+                prof.enable()
+            start = time.thread_time()
+            for _ in range(calls):
+                await once()
+            timings.append((time.thread_time() - start) / calls * 1e6)
+            if prof is not None:
+                prof.disable()
+        await store.close()
+    if prof is not None:
+        print(f"# {path}: {calls * repeats} requests")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(profile)
+        return None
+    return {"bench": "produce_path", "path": path, "partitions": partitions, "records": records, "size": size,
+            "calls": calls, "us_per_request": round(statistics.median(timings), 1),
+            "range": [round(min(timings), 1), round(max(timings), 1)]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=1.0, help="time per path (default 1)")
+    ap.add_argument("--repeats", type=int, default=5, help="timings per path, their median reported")
+    ap.add_argument("--path", choices=("kafka", "grpc"), action="append", help="default: both")
+    ap.add_argument("--partitions", type=int, default=2)
+    ap.add_argument("--records", type=int, default=770)
+    ap.add_argument("--size", type=int, default=256)
+    ap.add_argument("--profile", type=int, default=0, help="print cProfile's top N functions instead")
+    args = ap.parse_args()
+    for path in args.path or ("kafka", "grpc"):
+        result = asyncio.run(measure(path, args.seconds, args.repeats, args.partitions, args.records, args.size,
+                                     args.profile))
+        if result is not None:
+            emit(result)
+
+
+if __name__ == "__main__":
+    main()
