@@ -544,7 +544,7 @@ def _varint_size(n: int) -> int:
     return 1 if n < 0x80 else (n.bit_length() + 6) // 7
 
 
-def frame_parts(batch: pb.RecordBatch, records: bytes) -> tuple[bytes, bytes, bytes]:
+def frame_parts(batch: pb.RecordBatch, records: bytes | memoryview) -> tuple[bytes, bytes | memoryview, bytes]:
     """``frame(batch.SerializeToString())`` for ``batch`` holding ``records``, in three parts
     joined once where it is stored: what precedes the records, the records (passed through,
     not copied out of ``batch`` and serialized again), and the fields after them. protobuf

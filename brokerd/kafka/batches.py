@@ -12,7 +12,7 @@ import struct
 from crc32c import crc32c
 from google.protobuf.message import DecodeError
 
-from clients.records import CONTROL_FLAG, NO_PRODUCER_ID, frame_head, varint
+from clients.records import CONTROL_FLAG, NO_PRODUCER_ID, frame_parts
 from common.errors import ErrorCode, KafkaError
 from protos import broker_pb2 as pb
 
@@ -168,7 +168,6 @@ def from_wire(data: bytes, where: str) -> pb.RecordBatch:
 #: Kafka's CRC covers the batch from its attributes (after base offset, length, epoch, magic
 #: and the CRC itself) to its end: on the wire, one contiguous range.
 _CRC_FROM = 21
-_RECORDS_TAG = b"\x42"  # RecordBatch.records: field 8, length-delimited
 
 #: A fetched batch as a follower stages it: its header fields (a ``pb.RecordBatch`` without its
 #: records, but a control batch's, whose marker is decoded), and its stored frame in parts.
@@ -200,19 +199,13 @@ def wire_to_frames(data: bytes, where: str) -> list[FetchedBatch]:
         if computed != crc:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE,
                               f"Record is corrupt (stored crc = {crc}, computed crc = {computed})")
-        # protobuf writes fields in number order and leaves out zeros (proto3): fields 1-7,
-        # the records (8), then 9-12; protobuf itself serializes the two runs of small fields
         batch = pb.RecordBatch(base_offset=base_offset, partition_leader_epoch=epoch, last_offset_delta=last_delta,
-                               base_timestamp=base_ts, max_timestamp=max_ts, record_count=count, crc=crc)
-        before = batch.SerializeToString()
-        batch.attributes, batch.producer_epoch, batch.base_sequence = attributes, producer_epoch, base_sequence
+                               base_timestamp=base_ts, max_timestamp=max_ts, record_count=count, crc=crc,
+                               attributes=attributes, producer_epoch=producer_epoch, base_sequence=base_sequence)
         if pid != NO_PRODUCER_ID:
             batch.producer_id = pid
-        after = batch.SerializeToString()[len(before):]
         records = view[pos + HEADER_BYTES:stop]
-        size = len(records)
-        field = _RECORDS_TAG + varint(size) if size else b""
-        head = frame_head(len(before) + len(field) + size + len(after)) + before + field
+        head, _, after = frame_parts(batch, records)
         if attributes & CONTROL_FLAG:
             batch.records = records.tobytes()
         out.append((batch, (head, records, after)))
