@@ -20,7 +20,8 @@ fifth of the brokers' Python CPU (docs/brokers.md, "Data path performance"). One
   append to one partition (not timed); the fetch's CPU before and after the append is timed.
 
 JSON lines: this thread's CPU per fetch (``time.thread_time``), the median of ``--repeats``
-timings, each the mean over a run of fetches, and their range; ``--profile`` prints cProfile's
+timings, each the median fetch of a run of them (a shared machine's interruptions land in
+single fetches), and their range; ``--profile`` prints cProfile's
 top functions (thread CPU) per shape instead.
 """
 from __future__ import annotations
@@ -194,7 +195,7 @@ async def measure(shape: str, seconds: float, repeats: int, profile: bool) -> di
             timings += got
             count += len(got)
             if time.monotonic() - start >= seconds / repeats:
-                per_repeat.append(sum(timings) / len(timings) * 1e6)
+                per_repeat.append(statistics.median(timings) * 1e6)
                 timings, start = [], time.monotonic()
                 for p in leader.partitions:  # keep the logs small: a fresh start each repeat
                     p.log.delete_before(p.log.high_watermark)

@@ -253,6 +253,39 @@ def test_high_watermark_is_the_smallest_log_end_in_the_isr(tmp_path):
     run(go())
 
 
+def test_a_followers_fetch_reads_and_looks_at_the_high_watermark_only_for_what_moved(tmp_path, monkeypatch):
+    """A follower's session fetch comes through every partition of the session each time, most
+    of them with nothing new: a partition it fetches at the log end is not read, and the high
+    watermark is looked at only when the follower's log end moved (Kafka's
+    updateFollowerFetchState); its fetch time still counts for the ISR at every fetch."""
+    reads, hw_checks = [], []
+    read, check = PartitionLog.read, Partition.maybe_increment_hw
+    monkeypatch.setattr(PartitionLog, "read", lambda self, *a: reads.append(a[0]) or read(self, *a))
+    monkeypatch.setattr(Partition, "maybe_increment_hw", lambda self: hw_checks.append(1) or check(self))
+
+    async def go():
+        store = LogStore(str(tmp_path))
+        now = [1000.0]
+        p = Partition(1, "first", uuid.uuid4(), 0, PartitionLog(store, uuid.uuid4(), 0), LogConfig(),
+                      clock=lambda: now[0])
+        p.update(PartitionRegistration((1, 2, 3), (1, 2, 3), 1, 0, 0))
+        await p.append_as_leader(_batch(3), 1)  # LEO 3
+        rm = _OneReplica(p)
+        reads.clear(), hw_checks.clear()
+        got = (await _fetch(rm, 2, 0)).topics[0].partitions[0]  # follower 2 reads the batch
+        assert len(got.records) and reads == [0] and len(hw_checks) == 1 and p.log.high_watermark == 0
+        await _fetch(rm, 2, 3)   # its log end moved to 3: still held back by follower 3
+        assert reads == [0] and len(hw_checks) == 2 and p.log.high_watermark == 0
+        now[0] += 500
+        again = (await _fetch(rm, 2, 3)).topics[0].partitions[0]  # nothing new: no read, no HW
+        assert again.records == b"" and again.high_watermark == 0 and reads == [0] and len(hw_checks) == 2
+        assert p.followers[2].last_fetch_ms == p.followers[2].last_caught_up_ms == 1500.0
+        await _fetch(rm, 3, 3)   # follower 3 caught up: the HW moves
+        assert p.log.high_watermark == 3 and len(hw_checks) == 3 and reads == [0]
+        await store.close()
+    run(go())
+
+
 class _Replicas(_OneReplica):
     """fetch()'s view of a ReplicaManager leading several partitions of one topic."""
 
