@@ -912,6 +912,21 @@ def test_stored_frames_become_kafka_batches_as_protobuf_reads_them():
             stored_to_wire(stored[:cut])
 
 
+def test_stored_frames_become_kafka_batches_without_copying_their_records():
+    """A Fetch answer's batches are their packed headers and views of the stored records, so
+    the records are copied once, when the response is framed (brokerd/kafka/batches.py)."""
+    from brokerd.kafka.batches import stored_to_wire, stored_to_wire_parts
+    from clients.records import frame
+
+    one, two = (build_batch([(None, b"x" * n, 0, ())] * 3) for n in (100, 7))
+    stored = frame(one.SerializeToString()) + frame(two.SerializeToString())
+    parts = stored_to_wire_parts(stored)
+    assert b"".join(parts) == stored_to_wire(stored) and len(parts) == 4
+    assert [bytes(v) for v in parts[1::2]] == [one.records, two.records]
+    assert all(isinstance(v, memoryview) and v.obj is stored for v in parts[1::2])
+    assert stored_to_wire_parts(b"") == []
+
+
 def test_a_kafka_fetch_answer_becomes_the_leaders_stored_frames_byte_for_byte():
     """A follower fetching over Kafka's protocol stores what the leader stored: Kafka's wire
     batches turn back into the same frames (offsets, epochs, producer fields); a batch cut
