@@ -148,7 +148,7 @@ def test_records_in_parts_are_written_as_they_are_and_encode_as_their_bytes(vers
                 records = p.get("records")
                 if records:
                     cuts = sorted(rng.sample(range(len(records) + 1), min(3, len(records) + 1)))
-                    parts = [memoryview(records)[a:b] for a, b in zip([0, *cuts], [*cuts, len(records)])]
+                    parts = [memoryview(records)[a:b] for a, b in zip([0, *cuts], [*cuts, len(records)], strict=True)]
                     p["records"] = RecordParts.of(parts)
                     assert len(p["records"]) == len(records)
                     views += [v for v in parts if len(v)]
