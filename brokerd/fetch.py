@@ -168,15 +168,17 @@ def _read_all(reads: list[_Read], max_bytes: int, replica: int, quota: Replicati
             continue
         plog = p.log
         budget = min(r.max_bytes, max_bytes - total)
-        frames: list[memoryview] = []
         size = 0
         lso = plog.last_stable_offset
-        if (budget > 0 or total == 0) and not (throttled and replica in p.adding):
-            frames, size = plog.read(r.offset, max(budget, 1), plog.log_end_offset if follower
-                                     else lso if committed else plog.high_watermark)
+        end = plog.log_end_offset if follower else lso if committed else plog.high_watermark
+        # nothing past the offset (a session's quiet partitions, every fetch): no read
+        if r.offset < end and (budget > 0 or total == 0) and not (throttled and replica in p.adding):
+            frames, size = plog.read(r.offset, max(budget, 1), end)
             if total and size > budget:  # a batch over the limits only for the first partition with data:
                 frames, size = [], 0     # Kafka sends the cut start of it, which clients drop
-        a.records = b"".join(frames)
+            a.records = b"".join(frames)
+        else:
+            a.records = b""
         if committed and plog.producers.aborted:
             a.aborted_transactions = [AbortedTransaction(producer_id=x.producer_id, first_offset=x.first_offset)
                                       for x in plog.aborted_transactions(r.offset, lso)]

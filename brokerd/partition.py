@@ -309,7 +309,9 @@ class Partition:
     def update_follower(self, replica: int, fetch_offset: int, log_start_offset: int = -1) -> FollowerState | None:
         """A follower fetched at ``fetch_offset`` with its log starting at ``log_start_offset``:
         its LEO is that offset (Kafka's updateFollowerFetchState); it is caught up if it asked
-        for everything we had at its previous fetch."""
+        for everything we had at its previous fetch. The high watermark is looked at only when
+        that LEO moved, as Kafka does: nothing else it depends on changes here, and a session's
+        partitions with nothing new come through on every fetch."""
         st = self.followers.get(replica)
         if st is None:
             return None
@@ -319,6 +321,7 @@ class Partition:
             st.last_caught_up_ms = now
         elif fetch_offset >= st.last_fetch_leader_leo >= 0:
             st.last_caught_up_ms = max(st.last_caught_up_ms, st.last_fetch_ms)
+        moved = st.log_end_offset != fetch_offset
         st.log_end_offset = fetch_offset
         st.last_fetch_leader_leo = leo
         st.last_fetch_ms = now
@@ -329,7 +332,8 @@ class Partition:
         for fut in waiters:
             if not fut.done():
                 fut.set_result(None)
-        self.maybe_increment_hw()
+        if moved:
+            self.maybe_increment_hw()
         return st
 
     def maybe_increment_hw(self) -> bool:

@@ -253,6 +253,39 @@ def test_high_watermark_is_the_smallest_log_end_in_the_isr(tmp_path):
     run(go())
 
 
+def test_a_followers_fetch_reads_and_looks_at_the_high_watermark_only_for_what_moved(tmp_path, monkeypatch):
+    """A follower's session fetch comes through every partition of the session each time, most
+    of them with nothing new: a partition it fetches at the log end is not read, and the high
+    watermark is looked at only when the follower's log end moved (Kafka's
+    updateFollowerFetchState); its fetch time still counts for the ISR at every fetch."""
+    reads, hw_checks = [], []
+    read, check = PartitionLog.read, Partition.maybe_increment_hw
+    monkeypatch.setattr(PartitionLog, "read", lambda self, *a: reads.append(a[0]) or read(self, *a))
+    monkeypatch.setattr(Partition, "maybe_increment_hw", lambda self: hw_checks.append(1) or check(self))
+
+    async def go():
+        store = LogStore(str(tmp_path))
+        now = [1000.0]
+        p = Partition(1, "first", uuid.uuid4(), 0, PartitionLog(store, uuid.uuid4(), 0), LogConfig(),
+                      clock=lambda: now[0])
+        p.update(PartitionRegistration((1, 2, 3), (1, 2, 3), 1, 0, 0))
+        await p.append_as_leader(_batch(3), 1)  # LEO 3
+        rm = _OneReplica(p)
+        reads.clear(), hw_checks.clear()
+        got = (await _fetch(rm, 2, 0)).topics[0].partitions[0]  # follower 2 reads the batch
+        assert len(got.records) and reads == [0] and len(hw_checks) == 1 and p.log.high_watermark == 0
+        await _fetch(rm, 2, 3)   # its log end moved to 3: still held back by follower 3
+        assert reads == [0] and len(hw_checks) == 2 and p.log.high_watermark == 0
+        now[0] += 500
+        again = (await _fetch(rm, 2, 3)).topics[0].partitions[0]  # nothing new: no read, no HW
+        assert again.records == b"" and again.high_watermark == 0 and reads == [0] and len(hw_checks) == 2
+        assert p.followers[2].last_fetch_ms == p.followers[2].last_caught_up_ms == 1500.0
+        await _fetch(rm, 3, 3)   # follower 3 caught up: the HW moves
+        assert p.log.high_watermark == 3 and len(hw_checks) == 3 and reads == [0]
+        await store.close()
+    run(go())
+
+
 class _Replicas(_OneReplica):
     """fetch()'s view of a ReplicaManager leading several partitions of one topic."""
 
@@ -1059,6 +1092,21 @@ def test_stored_frames_become_kafka_batches_as_protobuf_reads_them():
             _stored_to_wire_by_protobuf(stored[:cut])
         with pytest.raises(DecodeError):
             stored_to_wire(stored[:cut])
+
+
+def test_stored_frames_become_kafka_batches_without_copying_their_records():
+    """A Fetch answer's batches are their packed headers and views of the stored records, so
+    the records are copied once, when the response is framed (brokerd/kafka/batches.py)."""
+    from brokerd.kafka.batches import stored_to_wire, stored_to_wire_parts
+    from clients.records import frame
+
+    one, two = (build_batch([(None, b"x" * n, 0, ())] * 3) for n in (100, 7))
+    stored = frame(one.SerializeToString()) + frame(two.SerializeToString())
+    parts = stored_to_wire_parts(stored)
+    assert b"".join(parts) == stored_to_wire(stored) and len(parts) == 4
+    assert [bytes(v) for v in parts[1::2]] == [one.records, two.records]
+    assert all(isinstance(v, memoryview) and v.obj is stored for v in parts[1::2])
+    assert stored_to_wire_parts(b"") == []
 
 
 def test_a_kafka_fetch_answer_becomes_the_leaders_stored_frames_byte_for_byte():

@@ -11,7 +11,8 @@ import pytest
 
 from brokerd.kafka.codec import (RequestHeader, UnknownField, build, encode_response, frame_request, frame_request_by_kio,
                                  frame_response, read_request, read_response, request_schema, response_schema)
-from brokerd.kafka.data_path_codec import (FETCH, FETCH_VERSIONS, PRODUCE, PRODUCE_VERSIONS, EncodedResponse)
+from brokerd.kafka.data_path_codec import (FETCH, FETCH_VERSIONS, PRODUCE, PRODUCE_VERSIONS, EncodedResponse,
+                                          RecordParts)
 from kio.schema.errors import ErrorCode as KioErrorCode
 
 CASES = 300  # per version: ~0.5 s in all
@@ -130,6 +131,31 @@ def test_fetch_responses_are_read_back_by_kio_as_built(version: int) -> None:
         header = RequestHeader(FETCH, version, 77, "c", version >= 12)
         correlation, read = read_response(frame_response(header, encode_response(header, answer))[4:], FETCH, version)
         assert (correlation, read) == (77, build(response_schema(FETCH, version), answer))
+
+
+@pytest.mark.parametrize("version", (4, 11, 12))
+def test_records_in_parts_are_written_as_they_are_and_encode_as_their_bytes(version: int) -> None:
+    """A Fetch answer's records given as ``RecordParts`` (the leader's stored batches as packed
+    headers and views of the stored records) go into the response uncopied, the very views, and
+    the response is byte for byte the one of the same records joined."""
+    rng = random.Random(300 + version)
+    for i in range(CASES // 10):
+        answer = fetch_answer(rng)
+        _, kio = _both(FETCH, version, answer)
+        views = []
+        for t in answer.get("responses", ()):
+            for p in t.get("partitions", ()):
+                records = p.get("records")
+                if records:
+                    cuts = sorted(rng.sample(range(len(records) + 1), min(3, len(records) + 1)))
+                    parts = [memoryview(records)[a:b] for a, b in zip([0, *cuts], [*cuts, len(records)], strict=True)]
+                    p["records"] = RecordParts.of(parts)
+                    assert len(p["records"]) == len(records)
+                    views += [v for v in parts if len(v)]
+        header = RequestHeader(FETCH, version, 12345, "c", version >= 12)
+        encoded = encode_response(header, answer)
+        assert frame_response(header, encoded) == kio, (version, i, answer)
+        assert all(any(v is part for part in encoded.parts) for v in views)
 
 
 def fetch_request(rng: random.Random) -> dict[str, Any]:

@@ -43,8 +43,9 @@ from ..producer_ids import ProducerIdManager
 from ..replica_manager import ReplicaManager
 from .. import transaction_requests as tq
 from ..transaction_coordinator import TransactionCoordinator
-from .batches import from_wire, stored_to_wire
+from .batches import from_wire, stored_to_wire_parts
 from .codec import RequestHeader, build, encode_response, ms, response_schema
+from .data_path_codec import RecordParts
 from .sasl import AuthenticationFailed, SaslAuthenticator
 from .throttling import KafkaThrottling
 
@@ -346,7 +347,7 @@ class KafkaApis:
                  "aborted_transactions": [{"producer_id": x.producer_id, "first_offset": x.first_offset}
                                           for x in a.aborted_transactions] if req.isolation_level else None,
                  "current_leader": {"leader_id": a.leader_id, "leader_epoch": a.leader_epoch}
-                 if a.error_code else {}, "records": stored_to_wire(a.records),
+                 if a.error_code else {}, "records": RecordParts.of(stored_to_wire_parts(a.records)),
                  **({"preferred_read_replica": a.preferred_read_replica} if version >= 11 else {})}  # KIP-392
                 for a in t.partitions]}
             for t in resp.topics]}

@@ -37,14 +37,21 @@ def to_wire(batch: pb.RecordBatch) -> bytes:
 
 
 def stored_to_wire(stored: bytes) -> bytes:
-    """A fetch answer's stored frames (a RecordBatchSet) as Kafka's concatenated batches.
+    """A fetch answer's stored frames (a RecordBatchSet) as Kafka's concatenated batches."""
+    return b"".join(stored_to_wire_parts(stored))
 
-    The frames are walked by their protobuf fields here rather than parsed by protobuf: each
-    batch's records are sliced out of ``stored`` and copied once, into the answer, where a
-    parsed message copied them twice more (into the message, then out of it as bytes); that
-    was about 0.7 us per 256-byte record, most of a consumer's cost to the broker."""
+
+def stored_to_wire_parts(stored: bytes) -> list[bytes | memoryview]:
+    """A fetch answer's stored frames (a RecordBatchSet) as Kafka's batches, in parts: each
+    batch's packed header, then a view of its records in ``stored``.
+
+    The frames are walked by their protobuf fields here rather than parsed by protobuf, and the
+    records are not copied at all until the response is framed: a parsed message copied them
+    twice more (into the message, then out of it as bytes), about 0.7 us per 256-byte record,
+    most of a consumer's cost to the broker; joining the parts here copied each batch once more
+    (a 200 KB batch about 25 us on the leader answering a follower)."""
     if not stored:
-        return b""
+        return []
     view = memoryview(stored)
     parts: list[bytes | memoryview] = []
     pos, end = 0, len(stored)
@@ -61,7 +68,7 @@ def stored_to_wire(stored: bytes) -> bytes:
                 pos = _skip(stored, pos, key & 7, end)
     except IndexError:
         raise DecodeError("stored batches cut short") from None
-    return b"".join(parts)
+    return parts
 
 
 _LENGTH_DELIMITED = 2

@@ -50,6 +50,23 @@ class EncodedResponse:
 
 
 
+@dataclass(frozen=True, slots=True)
+class RecordParts:
+    """A Fetch answer's record batches as the parts they are made of (``batches.
+    stored_to_wire_parts``: packed headers, views of the stored records), written as they are
+    and joined once with the whole response when it is framed; ``len`` is their bytes, as the
+    records' length prefix and the client quotas count them."""
+    parts: list[bytes | memoryview]
+    size: int
+
+    @classmethod
+    def of(cls, parts: list[bytes | memoryview]) -> RecordParts:
+        return cls(parts, sum(map(len, parts)))
+
+    def __len__(self) -> int:
+        return self.size
+
+
 def _string(value: str, flexible: bool) -> bytes:
     raw = value.encode()
     return (varint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
@@ -93,7 +110,8 @@ _DEFAULT_OFFSET_EPOCH = _TAGGED_OFFSET_EPOCH.pack(-1, -1)
 
 def encode_fetch_response(answer: dict[str, Any], version: int) -> EncodedResponse:
     """A Fetch response (v4-v12) from the handler's answer; fields missing from the dict are
-    their schema defaults, as ``codec.build`` makes them."""
+    their schema defaults, as ``codec.build`` makes them. A partition's records are bytes, or
+    ``RecordParts`` written as they are."""
     flexible = version >= 12
     throttle = answer.get("throttle_time", 0)
     parts: list[bytes | memoryview] = [
@@ -123,7 +141,10 @@ def encode_fetch_response(answer: dict[str, Any], version: int) -> EncodedRespon
             records = p.get("records")
             parts.append(_length(records, flexible))
             if records:
-                parts.append(records)
+                if type(records) is RecordParts:
+                    parts += records.parts
+                else:
+                    parts.append(records)
             if flexible:
                 parts.append(_fetch_partition_tags(p))
         if flexible:
