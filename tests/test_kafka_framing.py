@@ -9,7 +9,8 @@ import random
 import pytest
 
 from brokerd.kafka.codec import MalformedRequest
-from brokerd.kafka.framing import FIRST_FRAME_BYTES, HIGH_WATER, SCRATCH_BYTES, FrameConnection
+from brokerd.kafka.framing import (FIRST_FRAME_BYTES, HIGH_WATER, KEPT_FRAME_BYTES, SCRATCH_BYTES, FrameConnection,
+                                   SpareBuffers)
 
 
 class _Transport(asyncio.Transport):
@@ -83,6 +84,24 @@ def test_a_large_frame_is_allocated_as_it_arrives():
         conn, _ = _connection()
         _deliver(conn, _framed(body) + _framed(b"next"), [200_000])
         assert await conn.frame() == body and await conn.frame() == b"next"
+    asyncio.run(go())
+
+
+def test_a_servers_connections_share_a_few_large_buffers():
+    """What a server keeps for large frames is bounded by its spare buffers, not by how many
+    connections it has: a buffer one connection is done with is the next one's."""
+    async def go() -> None:
+        spares = SpareBuffers(2)
+        conns = [FrameConnection(lambda size: None, spares=spares) for _ in range(5)]
+        for conn in conns:
+            conn.connection_made(_Transport())
+            _deliver(conn, _framed(bytes(100_000)), [1 << 20])
+            assert await conn.frame() == bytes(100_000)
+        assert len(spares.buffers) == 1  # one buffer went round all five
+        conn = conns[0]
+        _deliver(conn, _framed(bytes(KEPT_FRAME_BYTES + 1)), [1 << 20])
+        assert len(await conn.frame()) == KEPT_FRAME_BYTES + 1
+        assert all(len(b) <= KEPT_FRAME_BYTES for b in spares.buffers)  # a very large one is not kept
     asyncio.run(go())
 
 

@@ -7,8 +7,9 @@ the 200 KB Produce requests librdkafka sends, that was most of the listener's ow
 (docs/brokers.md, "Data path performance"). Here the socket is read into one fixed scratch
 buffer (size prefixes, small frames) or, for a frame larger than it, straight into that frame's
 own buffer (kept for the next one: a fresh buffer of that size per frame cost more in page
-faults than the copies saved), and each frame is copied once, into the ``bytes`` it is handed
-on as.
+faults than the copies saved; a server's connections share a few, ``SpareBuffers``, so that
+memory does not grow with the number of connections), and each frame is copied once, into the
+``bytes`` it is handed on as.
 
 Reading is paused, as a StreamReader pauses it, while more than ``HIGH_WATER`` bytes of frames
 wait to be taken, so a connection whose requests are not read (in-flight bound, a throttled
@@ -25,12 +26,32 @@ from typing import Any
 from .codec import MalformedRequest
 
 #: Frames up to this size (and every size prefix) are read into one reused buffer.
-SCRATCH_BYTES = 64 << 10
+SCRATCH_BYTES = 16 << 10
 #: A larger frame's buffer starts at this size (or the frame's, if smaller) and doubles as its
 #: bytes arrive: a size prefix alone (up to socket.request.max.bytes) never allocates much.
 FIRST_FRAME_BYTES = 1 << 20
 #: A larger frame's buffer is kept for the next frame up to this size.
 KEPT_FRAME_BYTES = 4 << 20
+
+
+class SpareBuffers:
+    """Large frames' buffers a server's connections (on one event loop) pass on to each other,
+    at most ``count`` of them."""
+
+    def __init__(self, count: int = 8) -> None:
+        self.count = count
+        self.buffers: list[bytearray] = []
+
+    def take(self, size: int) -> bytearray:
+        """A buffer of at least ``size`` bytes, a spare one if there is one."""
+        for i, buffer in enumerate(self.buffers):
+            if len(buffer) >= size:
+                return self.buffers.pop(i)
+        return bytearray(size)
+
+    def give(self, buffer: bytearray) -> None:
+        if len(buffer) <= KEPT_FRAME_BYTES and len(self.buffers) < self.count:
+            self.buffers.append(buffer)
 #: Reading pauses while more than this many bytes of frames wait, and resumes at half of it
 #: (a StreamReader of limit 1 MiB, as the listener used, pauses at 2 MiB and resumes at 1).
 HIGH_WATER = 2 << 20
@@ -43,12 +64,15 @@ class FrameConnection(asyncio.BufferedProtocol):
     MalformedRequest with that reason, and nothing more is read. The end of the stream raises
     ``asyncio.IncompleteReadError`` and a reset the OSError, as a StreamReader's
     ``readexactly`` does. ``connected``: called with the connection once it is made (a server's
-    serving task starts there)."""
+    serving task starts there). ``spares``: where a large frame's buffer comes from and goes
+    back to (a server's, shared by its connections); without, the connection keeps its own."""
 
     def __init__(self, check: Callable[[int], str | None],
-                 connected: Callable[[FrameConnection], None] | None = None) -> None:
+                 connected: Callable[[FrameConnection], None] | None = None,
+                 spares: SpareBuffers | None = None) -> None:
         self.check = check
         self.connected = connected
+        self._spares = spares if spares is not None else SpareBuffers(1)
         self.transport: asyncio.Transport | None = None
         self._scratch = bytearray(SCRATCH_BYTES)
         self._view = memoryview(self._scratch)
@@ -98,8 +122,8 @@ class FrameConnection(asyncio.BufferedProtocol):
                 left = self._got - size
                 self._view[:left] = large[size:self._got]
                 self._start, self._end, self._size = 0, left, 0
-                if len(self._large) > KEPT_FRAME_BYTES:
-                    self._large = bytearray()
+                self._spares.give(self._large)
+                self._large = bytearray()
                 self._cut()
             return
         self._end += nbytes
@@ -203,8 +227,7 @@ class FrameConnection(asyncio.BufferedProtocol):
             elif size > SCRATCH_BYTES - 4:
                 got = end - start - 4
                 self._size, self._got = size, got
-                if len(self._large) < (first := self._capacity(FIRST_FRAME_BYTES)):
-                    self._large = bytearray(first)
+                self._large = self._spares.take(self._capacity(FIRST_FRAME_BYTES))
                 self._large[:got] = view[start + 4:end]
                 start = end = 0
                 break

@@ -29,7 +29,7 @@ from ..connection_quotas import ConnectionQuotas
 from .sasl import SaslAuthenticator
 from .throttling import CLIENT_THROTTLES, throttle_ms
 from .codec import MalformedRequest, RequestHeader, correlation_id, frame_response, peek_api, read_request
-from .framing import FrameConnection
+from .framing import FrameConnection, SpareBuffers
 
 log = logging.getLogger("brokerd.kafka")
 
@@ -77,12 +77,13 @@ class KafkaListener:
         #: Each API's request-time histogram, looked up once (a labelled child is a lookup under
         #: a lock, and every request records one).
         self._observers: dict[int, Callable[[float], None]] = {}
+        self._spares = SpareBuffers()  # large requests' buffers, shared by the connections
 
     async def bind(self) -> None:
         """Bind the address without listening yet (connections are refused, so clients try
         another broker) until ``start``; raises OSError when the address cannot be bound."""
         self._server = await asyncio.get_running_loop().create_server(
-            lambda: FrameConnection(self._refused, self._connected), self.host or "0.0.0.0", self.port,
+            lambda: FrameConnection(self._refused, self._connected, self._spares), self.host or "0.0.0.0", self.port,
             reuse_address=True, start_serving=False)
 
     async def start(self) -> None:
