@@ -102,6 +102,15 @@ def test_a_servers_connections_share_a_few_large_buffers():
         _deliver(conn, _framed(bytes(KEPT_FRAME_BYTES + 1)), [1 << 20])
         assert len(await conn.frame()) == KEPT_FRAME_BYTES + 1
         assert all(len(b) <= KEPT_FRAME_BYTES for b in spares.buffers)  # a very large one is not kept
+        growing = FrameConnection(lambda size: None)  # a client's: one buffer of its own
+        growing.connection_made(_Transport())
+        kept = []
+        for size in (100_000, 300_000, 280_000, 310_000, 200_000):
+            _deliver(growing, _framed(bytes(size)), [1 << 20])
+            assert len(await growing.frame()) == size
+            kept.append(growing._spares.buffers[0])
+        assert [len(b) for b in kept] == [1 << 17] + [1 << 19] * 4  # grown once, to a power of two
+        assert all(b is kept[1] for b in kept[1:])  # then the same buffer
     asyncio.run(go())
 
 

@@ -43,11 +43,15 @@ class SpareBuffers:
         self.buffers: list[bytearray] = []
 
     def take(self, size: int) -> bytearray:
-        """A buffer of at least ``size`` bytes, a spare one if there is one."""
+        """A buffer of at least ``size`` bytes, a spare one if there is one; else a new one
+        (a power of two: frames of about one size share it) in place of the smallest spare, so
+        that the spares grow to the frames' sizes instead of staying too small for them."""
         for i, buffer in enumerate(self.buffers):
             if len(buffer) >= size:
                 return self.buffers.pop(i)
-        return bytearray(size)
+        if len(self.buffers) >= self.count:
+            self.buffers.remove(min(self.buffers, key=len))
+        return bytearray(1 << (size - 1).bit_length())
 
     def give(self, buffer: bytearray) -> None:
         if len(buffer) <= KEPT_FRAME_BYTES and len(self.buffers) < self.count:
