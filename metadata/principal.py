@@ -13,13 +13,12 @@ peer) and an asyncio stream (``stream_session``: its ``ssl_object``).
 """
 from __future__ import annotations
 
-import asyncio
 import functools
 import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import unquote
 
 import grpc
@@ -201,7 +200,13 @@ async def caller(context: Any, mapper: PrincipalMapper) -> Session:
         raise  # abort raises; a context that did not still gets no session
 
 
-def stream_session(writer: asyncio.StreamWriter, mapper: PrincipalMapper) -> Session:
+class Connection(Protocol):
+    """What a session is read from: an asyncio StreamWriter, transport or protocol."""
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any: ...
+
+
+def stream_session(writer: Connection, mapper: PrincipalMapper) -> Session:
     """The session of a connection served by asyncio: its TLS client certificate, if any."""
     peer = writer.get_extra_info("peername")
     host = normalized_host(peer[0]) if isinstance(peer, tuple) else ""

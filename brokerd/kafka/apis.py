@@ -13,7 +13,6 @@ that is sent anyway closes its connection (codec.MalformedRequest).
 """
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -27,7 +26,7 @@ from metadata.client import BoundRpc, ControllerClient
 from metadata.configs import (BROKER_CONFIGS, TOPIC_CONFIGS, ConfigSource, broker_config_synonyms,
                               topic_config_synonyms)
 from metadata.image import MetadataImage
-from metadata.principal import PrincipalMapper, Session, stream_session
+from metadata.principal import Connection, PrincipalMapper, Session, stream_session
 from clients.topics import INTERNAL_TOPICS
 from protos import controller_pb2 as cpb
 
@@ -184,7 +183,7 @@ class KafkaApis:
         """Kafka's name of an API (``list_offsets`` serves ListOffsets), for request metrics."""
         return self._api_names.get(api_key) or str(api_key)
 
-    def session(self, writer: asyncio.StreamWriter) -> Session:
+    def session(self, writer: Connection) -> Session:
         """Who is connected (once per connection): its TLS client certificate's principal,
         else ANONYMOUS; PrincipalError when no mapping rule maps the certificate."""
         return stream_session(writer, self.mapper)

@@ -6,7 +6,8 @@ producers keep up to five requests in flight), requests start in the order they 
 responses are written in that same order. At most ``MAX_IN_FLIGHT`` requests of a connection
 are pending; reading waits for the oldest to be answered. Whatever cannot be read (garbage, a
 truncated request, an API or version we did not advertise) closes that one connection with
-one log line; the broker and other connections go on.
+one log line; the broker and other connections go on. Frames are read by
+``framing.FrameConnection`` (an asyncio BufferedProtocol: one copy per request).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from ..connection_quotas import ConnectionQuotas
 from .sasl import SaslAuthenticator
 from .throttling import CLIENT_THROTTLES, throttle_ms
 from .codec import MalformedRequest, RequestHeader, correlation_id, frame_response, peek_api, read_request
+from .framing import FrameConnection, SpareBuffers
 
 log = logging.getLogger("brokerd.kafka")
 
@@ -75,12 +77,14 @@ class KafkaListener:
         #: Each API's request-time histogram, looked up once (a labelled child is a lookup under
         #: a lock, and every request records one).
         self._observers: dict[int, Callable[[float], None]] = {}
+        self._spares = SpareBuffers()  # large requests' buffers, shared by the connections
 
     async def bind(self) -> None:
         """Bind the address without listening yet (connections are refused, so clients try
         another broker) until ``start``; raises OSError when the address cannot be bound."""
-        self._server = await asyncio.start_server(self._serve, self.host or "0.0.0.0", self.port,
-                                                  reuse_address=True, limit=1 << 20, start_serving=False)
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: FrameConnection(self._refused, self._connected, self._spares), self.host or "0.0.0.0", self.port,
+            reuse_address=True, start_serving=False)
 
     async def start(self) -> None:
         """Listen and serve, once ``bind`` has bound; raises OSError when it cannot listen."""
@@ -97,15 +101,23 @@ class KafkaListener:
         if self._server is not None:
             await self._server.wait_closed()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _refused(self, size: int) -> str | None:
+        """What is wrong with a request's size prefix, read before its body."""
+        if 8 <= size <= self.max_request_bytes:
+            return None
+        return other_protocol(size) or f"a request of {size} bytes (socket.request.max.bytes is {self.max_request_bytes})"
+
+    def _connected(self, conn: FrameConnection) -> None:
+        self._connections.add(asyncio.get_running_loop().create_task(self._serve(conn)))
+
+    async def _serve(self, writer: FrameConnection) -> None:
         me = asyncio.current_task()
         assert me is not None
-        self._connections.add(me)
         peer = writer.get_extra_info("peername")
         where = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         ip = peer[0] if isinstance(peer, tuple) else str(peer)
         if self.connections is not None and not self.connections.admit(ip):
-            writer.transport.abort()  # before any read or handshake: a refused connection costs nothing more
+            writer.abort()  # before any read or handshake: a refused connection costs nothing more
             self._connections.discard(me)
             return
         try:
@@ -113,16 +125,15 @@ class KafkaListener:
                 await asyncio.sleep(wait / 1000)  # KIP-612: the broker's or listener's rate; served after
             if self.connections is not None and (held := self.connections.creation_throttle_ms(ip)):
                 await asyncio.sleep(held / 1000)  # KIP-612: closed after the throttle, so a reconnect loop waits
-                writer.transport.abort()
+                writer.abort()
                 self._connections.discard(me)
                 return
-            await self._serve_admitted(reader, writer, where, me)
+            await self._serve_admitted(writer, where, me)
         finally:
             if self.connections is not None:
                 self.connections.release(ip)
 
-    async def _serve_admitted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, where: str,
-                              me: asyncio.Task[None]) -> None:
+    async def _serve_admitted(self, writer: FrameConnection, where: str, me: asyncio.Task[None]) -> None:
         if self.ssl is not None and not await self._handshake(writer, where):
             self._connections.discard(me)
             return
@@ -141,11 +152,7 @@ class KafkaListener:
         try:
             session = self.apis.session(writer)  # the principal, once per connection (SASL: once authenticated)
             while True:
-                size = int.from_bytes(await reader.readexactly(4), "big", signed=True)
-                if not 8 <= size <= self.max_request_bytes:
-                    raise MalformedRequest(other_protocol(size) or f"a request of {size} bytes "
-                                           f"(socket.request.max.bytes is {self.max_request_bytes})")
-                body = await reader.readexactly(size)
+                body = await writer.frame()  # MalformedRequest on a size _refused
                 if (muted := mute.until - time.monotonic()) > 0:
                     await asyncio.sleep(muted)
                 arrived = time.perf_counter()
@@ -195,13 +202,13 @@ class KafkaListener:
             writer.close()
             self._connections.discard(me)
 
-    async def _handshake(self, writer: asyncio.StreamWriter, where: str) -> bool:
+    async def _handshake(self, writer: FrameConnection, where: str) -> bool:
         """TLS before anything else (Kafka's SslTransportLayer); a client that fails it (no
         certificate when one is required, one from another CA or expired, plaintext bytes) is
         disconnected with one line, as Kafka logs a failed authentication."""
         assert self.ssl is not None
         try:
-            await writer.start_tls(self.ssl, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S)
+            await writer.start_tls(self.ssl, HANDSHAKE_TIMEOUT_S)
             return True
         except (ssl.SSLError, ConnectionError, TimeoutError, OSError) as e:
             reason = getattr(e, "verify_message", None) or getattr(e, "reason", None) or str(e) or type(e).__name__
@@ -212,7 +219,7 @@ class KafkaListener:
             writer.close()
             return False
 
-    async def _send(self, writer: asyncio.StreamWriter, pending: asyncio.Queue[Any], slots: asyncio.Semaphore,
+    async def _send(self, writer: FrameConnection, pending: asyncio.Queue[Any], slots: asyncio.Semaphore,
                     where: str, mute: _Mute) -> None:
         """Write the answers in the order the requests came. After a failure the connection is
         closed and what is still pending is awaited but not sent. An answer with a throttle time

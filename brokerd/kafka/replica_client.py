@@ -6,19 +6,19 @@ the principal the leader authorizes CLUSTER_ACTION for).
 Why: replicating over the broker gRPC service cost a fixed amount per call in gRPC's native
 code and its poller thread, most of the brokers' CPU under load (docs/brokers.md, "Data path
 performance"); a request on a plain socket the leader's listener already serves costs its
-codec and one read and write. OffsetsForLeaderEpoch answers with the gRPC service's
-messages; Fetch takes the Kafka request the fetcher makes (``FetchRequestFields``) and answers
-with ``PartitionAnswer``s, as the fetcher reads a gRPC answer too, so that the fetch session,
-truncation and append logic (``replica_fetcher``) is one for both transports, with no protobuf
-message made per fetch; each partition's batches come with the stored frame the follower
-appends (``batches.wire_to_frames``), byte for byte what the leader stored.
+codec and one read and write (the answer read by ``framing.FrameConnection``, copied once).
+OffsetsForLeaderEpoch answers with the gRPC service's messages; Fetch takes the Kafka request
+the fetcher makes (``FetchRequestFields``) and answers with ``PartitionAnswer``s, as the
+fetcher reads a gRPC answer too, so that the fetch session, truncation and append logic
+(``replica_fetcher``) is one for both transports, with no protobuf message made per fetch;
+each partition's batches come with the stored frame the follower appends
+(``batches.wire_to_frames``), byte for byte what the leader stored.
 """
 from __future__ import annotations
 
 import asyncio
 import datetime
 import ssl
-import struct
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -27,12 +27,12 @@ from protos import broker_pb2 as pb
 
 from .batches import FetchedBatch, wire_to_frames
 from .codec import MalformedRequest, build, frame_request, read_response, request_schema
+from .framing import FrameConnection
 
 FETCH, OFFSET_FOR_LEADER_EPOCH = 1, 23
 #: The versions a follower sends: the newest the listener serves that still name topics
 #: (Fetch v13+ names them by id), both with replica_id and KIP-227's sessions.
 FETCH_VERSION, OFFSETS_VERSION = 12, 4
-_SIZE = struct.Struct(">i")
 
 
 # The follower's Fetch request as ``data_path_codec.encode_fetch_request`` reads a kio entity
@@ -113,7 +113,7 @@ class KafkaLeaderClient:
         self.server_name = (tls.server_name if tls is not None else None) or self.host.strip("[]")
         self.node_id = node_id
         self.client_id = f"broker-{node_id}-replica-fetcher"
-        self._conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        self._conn: FrameConnection | None = None
         self._correlation = 0
         #: Topic names by id and ids by name: the fetcher names topics by id (its session's
         #: keys), Fetch v12 by name.
@@ -123,7 +123,7 @@ class KafkaLeaderClient:
     async def close(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
-            conn[1].close()
+            conn.close()
 
     async def _call(self, api_key: int, version: int, request: Any, timeout: float) -> Any:
         """One request (a kio entity, or what ``frame_request`` encodes by hand) and its answer;
@@ -134,16 +134,13 @@ class KafkaLeaderClient:
             async with asyncio.timeout(timeout):
                 if self._conn is None:  # TLS material read at each dial: a renewed certificate is used
                     context = ssl_context(self.tls, server=False) if self.tls is not None else None
-                    self._conn = await asyncio.open_connection(
-                        self.host.strip("[]"), self.port, ssl=context,
-                        server_hostname=self.server_name if context is not None else None, limit=1 << 20)
-                reader, writer = self._conn
+                    _, self._conn = await asyncio.get_running_loop().create_connection(
+                        lambda: FrameConnection(_refused), self.host.strip("[]"), self.port, ssl=context,
+                        server_hostname=self.server_name if context is not None else None)
+                conn = self._conn
                 self._correlation = (self._correlation + 1) & 0x7FFFFFFF
-                writer.write(frame_request(api_key, version, self._correlation, self.client_id, request))
-                size = _SIZE.unpack(await reader.readexactly(4))[0]
-                if size < 4:
-                    raise MalformedRequest(f"an answer of {size} bytes")
-                correlation, response = read_response(await reader.readexactly(size), api_key, version)
+                conn.write(frame_request(api_key, version, self._correlation, self.client_id, request))
+                correlation, response = read_response(await conn.frame(), api_key, version)
                 if correlation != self._correlation:
                     raise MalformedRequest(f"the answer's correlation id {correlation} is not {self._correlation}")
                 return response
@@ -226,6 +223,10 @@ class KafkaLeaderClient:
                                    end_offset=a.end_offset)
         return resp
 
+
+def _refused(size: int) -> str | None:
+    """What is wrong with an answer's size prefix (shorter than its correlation id)."""
+    return f"an answer of {size} bytes" if size < 4 else None
 
 
 def _why(e: BaseException) -> str:
