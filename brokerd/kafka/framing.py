@@ -56,6 +56,8 @@ class SpareBuffers:
     def give(self, buffer: bytearray) -> None:
         if len(buffer) <= KEPT_FRAME_BYTES and len(self.buffers) < self.count:
             self.buffers.append(buffer)
+
+
 #: Reading pauses while more than this many bytes of frames wait, and resumes at half of it
 #: (a StreamReader of limit 1 MiB, as the listener used, pauses at 2 MiB and resumes at 1).
 HIGH_WATER = 2 << 20
