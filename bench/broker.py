@@ -38,11 +38,11 @@ import time
 import uuid
 from pathlib import Path
 
-from kraft.dev_quorum import DevQuorum
+from kraft.dev_quorum import DevQuorum, consecutive_ports
 from metadata.client import ControllerClient
 from protos import controller_pb2 as cpb
 
-from .common import REPO, consecutive_ports, emit
+from .common import REPO, emit
 
 MiB = 1 << 20
 _TS = struct.Struct(">d")

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from .common import REPO, consecutive_ports, emit
+from .common import REPO, emit
 
 #: What the installed ``kraft`` script runs.
 KRAFT = "import sys; from kraft.cli import main; sys.argv[0] = 'kraft'; sys.exit(main())"
@@ -58,7 +58,7 @@ def main() -> None:
     checkout = a.checkout.resolve()
     measure(checkout, "--help", ["--help"], a.runs)
 
-    from kraft.dev_quorum import DevQuorum
+    from kraft.dev_quorum import DevQuorum, consecutive_ports
     q = DevQuorum(base_port=consecutive_ports(3), brokers=0)  # as the other benchmarks start theirs
     try:
         q.start()

@@ -73,29 +73,6 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
-def consecutive_ports(n: int) -> int:
-    """A base port with ``n`` free ports after it: a DevQuorum listens on a run of ports from
-    its base (3 controllers, then each broker's gRPC and Kafka listener), so checking only the
-    base let a cluster start on a port another process held (a broker exits, "not all
-    unfenced")."""
-    import socket
-    for _ in range(50):
-        base = free_ports(1)[0]
-        socks = []
-        try:
-            for p in range(base, base + n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free port range")
-
-
 class KVProcesses:
     """Three `raft-kv serve` nodes on loopback in a temporary directory."""
 

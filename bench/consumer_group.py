@@ -29,13 +29,13 @@ import grpc
 
 from clients import Consumer, Producer
 from common.errors import ErrorCode
-from kraft.dev_quorum import DevQuorum
+from kraft.dev_quorum import DevQuorum, consecutive_ports
 from metadata.client import ControllerClient
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc
 from protos import controller_pb2 as cpb
 
-from .common import REPO, consecutive_ports, emit
+from .common import REPO, emit
 
 SESSION_MS = 6000
 

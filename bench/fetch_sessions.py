@@ -46,9 +46,9 @@ from typing import Any
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from kraft.dev_quorum import DevQuorum
+from kraft.dev_quorum import DevQuorum, consecutive_ports
 
-from .common import consecutive_ports, emit, free_ports
+from .common import emit, free_ports
 
 TOPIC = "bench-fetch-sessions"
 BROKER = 101

@@ -31,10 +31,10 @@ from typing import Any
 
 from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
-from kraft.dev_quorum import DevQuorum
+from kraft.dev_quorum import DevQuorum, consecutive_ports
 
 from .broker import _cpu_seconds
-from .common import consecutive_ports, emit
+from .common import emit
 from .kafka_clients import create_topics
 
 

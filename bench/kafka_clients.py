@@ -67,12 +67,12 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kraft.dev_quorum import DevQuorum
+from kraft.dev_quorum import DevQuorum, consecutive_ports
 from protos import broker_pb2 as pb
 from common.tls import TLSConfig
 
 from .broker import MiB, _cpu_seconds, _pct, json_line
-from .common import REPO, consecutive_ports, emit
+from .common import REPO, emit
 
 TARGETS = {"target_produce_msgs_per_s": 50000, "target_consume_msgs_per_s": 100000}
 BATCH_SIZE, LINGER_MS = 262144, 5

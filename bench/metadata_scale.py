@@ -24,14 +24,14 @@ import uuid
 
 from metadata.client import ControllerClient
 from metadata.delta import MetadataDelta
-from kraft.dev_quorum import DevQuorum
+from kraft.dev_quorum import DevQuorum, consecutive_ports
 from metadata.image import MetadataImage
 from metadata.log_dir import MetadataLogDir, open_snapshot
 from metadata.records import decode_batch, encode_batch
 from metadata.snapshot import image_records, read_snapshot, write_snapshot
 from protos import controller_pb2 as pb
 
-from .common import consecutive_ports, emit
+from .common import emit
 
 BROKERS = 100
 PARTITIONS_PER_TOPIC = 100

@@ -21,10 +21,10 @@ from itertools import pairwise
 
 from clients import Consumer, Producer
 from metadata.client import ControllerClient
-from kraft.dev_quorum import DevQuorum
+from kraft.dev_quorum import DevQuorum, consecutive_ports
 from protos import controller_pb2 as pb
 
-from .common import consecutive_ports, emit
+from .common import emit
 
 TOPIC = "gap"
 

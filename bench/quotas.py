@@ -34,13 +34,13 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from kraft.dev_quorum import DevQuorum
+from kraft.dev_quorum import DevQuorum, consecutive_ports
 from metadata.client import ControllerClient
 from metadata.image import ClientQuotasImage, MetadataImage
 from protos import controller_pb2 as cpb
 
 from .broker import json_line
-from .common import consecutive_ports, emit
+from .common import emit
 from .kafka_clients import create_topics, stop_cluster
 
 LINGER_MS = 5

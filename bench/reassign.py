@@ -55,12 +55,12 @@ import uuid
 from pathlib import Path
 
 from kraft import reassign as r
-from kraft.dev_quorum import DevQuorum
+from kraft.dev_quorum import DevQuorum, consecutive_ports
 from metadata.client import ControllerClient
 from protos import controller_pb2 as cpb
 
 from .broker import MiB, disk_rate
-from .common import REPO, consecutive_ports, emit
+from .common import REPO, emit
 
 MOVING, STEADY = "moving", "steady"
 SOURCE, TARGET = (101, 102, 103), (102, 103, 104)

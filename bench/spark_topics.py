@@ -57,10 +57,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kraft.dev_quorum import DevQuorum
+from kraft.dev_quorum import DevQuorum, consecutive_ports
 from metadata.analytics.standalone import EXECUTOR_MEMORY, StandaloneCluster
 
-from .common import REPO, consecutive_ports, emit, free_ports
+from .common import REPO, emit, free_ports
 from .kafka_clients import create_topics, pykraft_produce, stop_cluster
 
 if TYPE_CHECKING:

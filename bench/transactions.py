@@ -34,10 +34,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
-from kraft.dev_quorum import DevQuorum
+from kraft.dev_quorum import DevQuorum, consecutive_ports
 
 from .broker import json_line
-from .common import consecutive_ports, emit
+from .common import emit
 from .kafka_clients import create_topics, stop_cluster
 
 LINGER_MS = 5

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -22,6 +23,31 @@ from metadata.ids import random_id
 from protos import controller_pb2 as pb
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def consecutive_ports(n: int) -> int:
+    """A base port with ``n`` free loopback ports from it: a DevQuorum listens on a run of ports
+    from its base (3 controllers, then each broker's gRPC and Kafka listener), so checking only
+    the base let a cluster start on a port another process held (a broker exits, "not all
+    unfenced")."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + n >= 65535:
+            continue
+        socks = []
+        try:
+            for port in range(base, base + n):
+                socks.append(sock := socket.socket())
+                sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise OSError(f"no {n} consecutive free ports on 127.0.0.1 in 50 tries")
 
 
 class DevQuorum:

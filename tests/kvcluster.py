@@ -15,7 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
-from bench.common import consecutive_ports  # noqa: F401  (the tests' name for it)
+from kraft.dev_quorum import consecutive_ports  # noqa: F401  (the tests' name for it)
 from raft.examples.kv.client import KVClient
 from tests.eventually import eventually
 

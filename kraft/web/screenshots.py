@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import socket
 import sys
 import tempfile
 import threading
@@ -34,28 +33,6 @@ PAGES = (
     ("group", "/groups/billing", f"#lag-chart {MOVING}"),
 )
 WIDTH, HEIGHT = 1280, 900
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` consecutive free loopback ports (the dev quorum's layout), by trying from a free one."""
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            first = s.getsockname()[1]
-        if first + n >= 65535:
-            continue
-        taken = []
-        try:
-            for p in range(first, first + n):
-                s = socket.socket()
-                taken.append(s)
-                s.bind(("127.0.0.1", p))
-            return list(range(first, first + n))
-        except OSError:
-            continue
-        finally:
-            for s in taken:
-                s.close()
 
 
 def wait(check: Callable[[], object], timeout: float, what: str) -> None:
@@ -126,11 +103,13 @@ def main(out: Path) -> None:
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
 
-    from kraft.dev_quorum import DevQuorum
+    from kraft.dev_quorum import DevQuorum, consecutive_ports
 
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="kraft-screenshots-"))
-    ports = free_ports(3 + 2 * 3 + 6 + 1)  # the quorum's, every node's metrics, the console's
+    count = 3 + 2 * 3 + 6 + 1  # the quorum's, every node's metrics, the console's
+    base = consecutive_ports(count)
+    ports = list(range(base, base + count))
     q = DevQuorum(str(work / "cluster"), ports[0], brokers=3, metrics=True)
     listen = f"127.0.0.1:{ports[15]}"
     driver = None
