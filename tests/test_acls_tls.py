@@ -159,14 +159,14 @@ def test_only_a_broker_certificate_fetches_as_a_replica_on_the_kafka_listener(cl
         tls = TLSConfig(cert=str(certs / f"{name}.crt"), key=str(certs / f"{name}.key"), ca=str(certs / "ca.crt"))
         leader = KafkaLeaderClient(f"127.0.0.1:{cluster.kafka_ports[p.leader]}", tls, follower)
         try:
-            r, _ = await leader.fetch(bpb.FetchRequest(
+            _, _, answers = await leader.fetch_partitions(leader.fetch_request(bpb.FetchRequest(
                 replica_id=replica_id, max_wait_ms=0, session_epoch=-1, topics=[bpb.FetchTopic(
                     name="replicated", partitions=[bpb.FetchPartition(partition=0, fetch_offset=0,
-                                                                      current_leader_epoch=p.leader_epoch)])]),
+                                                                      current_leader_epoch=p.leader_epoch)])])),
                 timeout=10)
         finally:
             await leader.close()
-        return r.topics[0].partitions[0].error_code
+        return answers[0].error_code
 
     async def alice_reads() -> bool:
         return await fetch_as("alice", -1) == ErrorCode.NONE

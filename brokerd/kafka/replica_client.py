@@ -176,24 +176,6 @@ class KafkaLeaderClient:
                     wire_to_frames(a.records, f"{t.topic}-{a.partition_index}") if a.records else []))
         return r.error_code.value, r.session_id, answers
 
-    async def fetch(self, req: pb.FetchRequest,
-                    timeout: float) -> tuple[pb.FetchResponse, dict[tuple[bytes, int], list[FetchedBatch]]]:
-        """``fetch_partitions`` for a caller holding the gRPC service's messages (the fetcher does
-        not): the answer without its records and last stable offsets, and each partition's
-        batches (``wire_to_frames``) by (topic id, partition)."""
-        error, session_id, answers = await self.fetch_partitions(self.fetch_request(req), timeout)
-        resp = pb.FetchResponse(error_code=error, session_id=session_id)
-        fetched: dict[tuple[bytes, int], list[FetchedBatch]] = {}
-        topic = None
-        for a in answers:
-            if a.batches:
-                fetched[(a.topic_id, a.partition)] = a.batches
-            if topic is None or topic.topic_id != a.topic_id:
-                topic = resp.topics.add(name=self._names.get(a.topic_id, ""), topic_id=a.topic_id)
-            topic.partitions.add(partition=a.partition, error_code=a.error_code, high_watermark=a.high_watermark,
-                                 log_start_offset=a.log_start_offset)
-        return resp, fetched
-
     def fetch_request(self, req: pb.FetchRequest) -> FetchRequestFields:
         """The Kafka Fetch a gRPC request is (topics named, as Fetch v12 names them)."""
         for t in req.topics:
