@@ -197,9 +197,9 @@ class Partition:
 
     # -- leader: appends and acks ---------------------------------------------------------------
 
-    async def append_as_leader(self, batch: pb.RecordBatch, acks: int, records: bytes | None = None) -> AppendInfo:
-        """Append a batch as leader (``records``: its records, already read out of it)."""
-        info, pending = self.write_as_leader(batch, acks, records)
+    async def append_as_leader(self, batch: pb.RecordBatch, acks: int) -> AppendInfo:
+        """Append a batch as leader (a coordinator's; a produce request uses ``write_as_leader``)."""
+        info, pending = self.write_as_leader(batch, acks)
         if pending is not None:
             await pending
         return self.appended_as_leader(info)

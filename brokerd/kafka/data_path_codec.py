@@ -49,7 +49,6 @@ class EncodedResponse:
     throttle_time: datetime.timedelta
 
 
-
 @dataclass(frozen=True, slots=True)
 class RecordParts:
     """A Fetch answer's record batches as the parts they are made of (``batches.
