@@ -62,6 +62,12 @@ def emit(row: dict) -> None:
     print(json.dumps(row), flush=True)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def free_ports(n: int) -> list[int]:
     import socket
     socks = [socket.socket() for _ in range(n)]

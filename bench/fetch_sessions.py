@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import shutil
 import tempfile
 import multiprocessing
@@ -48,16 +47,10 @@ from kafka.admin import KafkaAdminClient, NewTopic
 
 from kraft.dev_quorum import DevQuorum, consecutive_ports
 
-from .common import emit, free_ports
+from .common import cpu_seconds, emit, free_ports
 
 TOPIC = "bench-fetch-sessions"
 BROKER = 101
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def trickle(bootstrap: str, partitions: list[int], rate: float) -> None:

@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .common import REPO, emit
+from .common import REPO, cpu_seconds, emit
 from .kafka_codec import fetch_answer, fetch_request, produce_answer, produce_request
 
 SHAPES = ("listener-produce", "listener-fetch", "follower-read")
@@ -71,11 +71,6 @@ def serve_listener(port: int) -> None:
         print("ready", flush=True)
         await asyncio.Event().wait()
     asyncio.run(go())
-
-
-def _process_cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _read_exactly(s: socket.socket, n: int) -> None:
@@ -113,10 +108,10 @@ def listener_cpu(tree: Path, shape: str, requests: int) -> float:
                 s.sendall(frame)
             for _ in range(200):  # warm: kio's schemas loaded, buffers grown
                 one()
-            start = _process_cpu(server.pid)
+            start = cpu_seconds(server.pid)
             for _ in range(requests):
                 one()
-            return (_process_cpu(server.pid) - start) / requests * 1e6
+            return (cpu_seconds(server.pid) - start) / requests * 1e6
     finally:
         server.terminate()
         server.wait()
