@@ -173,9 +173,9 @@ def _read_all(reads: list[_Read], max_bytes: int, replica: int, quota: Replicati
         end = plog.log_end_offset if follower else lso if committed else plog.high_watermark
         # nothing past the offset (a session's quiet partitions, every fetch): no read
         if r.offset < end and (budget > 0 or total == 0) and not (throttled and replica in p.adding):
-            frames, size = plog.read(r.offset, max(budget, 1), end)
-            if total and size > budget:  # a batch over the limits only for the first partition with data:
-                frames, size = [], 0     # Kafka sends the cut start of it, which clients drop
+            # a batch over the limits only for the first partition with data: for a later one
+            # Kafka sends the cut start of it, which clients drop
+            frames, size = plog.read(r.offset, max(budget, 1), end, min_one=total == 0)
             a.records = b"".join(frames)
         else:
             a.records = b""

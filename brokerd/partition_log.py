@@ -294,9 +294,10 @@ class PartitionLog:
         it.seek_for_prev(self._key(offset))
         return it.valid() and it.key().startswith(self._data)
 
-    def read(self, offset: int, max_bytes: int, max_offset: int) -> tuple[list[memoryview], int]:
+    def read(self, offset: int, max_bytes: int, max_offset: int, min_one: bool = True) -> tuple[list[memoryview], int]:
         """Frames of the batches from the one holding ``offset`` up to ``max_offset``
-        (exclusive), at most ``max_bytes`` but always one batch when there is one."""
+        (exclusive), at most ``max_bytes`` but, with ``min_one`` (Kafka's minOneMessage), always
+        one batch when there is one."""
         if offset >= max_offset:
             return [], 0
         ro = ReadOptions()
@@ -318,7 +319,7 @@ class PartitionLog:
             if v is None:
                 v = it.value()
             n = len(v) - hs
-            if out and size + n > max_bytes:
+            if (out or not min_one) and size + n > max_bytes:
                 break
             out.append(memoryview(v)[hs:])
             size += n

@@ -260,7 +260,7 @@ def test_a_followers_fetch_reads_and_looks_at_the_high_watermark_only_for_what_m
     updateFollowerFetchState); its fetch time still counts for the ISR at every fetch."""
     reads, hw_checks = [], []
     read, check = PartitionLog.read, Partition.maybe_increment_hw
-    monkeypatch.setattr(PartitionLog, "read", lambda self, *a: reads.append(a[0]) or read(self, *a))
+    monkeypatch.setattr(PartitionLog, "read", lambda self, *a, **kw: reads.append(a[0]) or read(self, *a, **kw))
     monkeypatch.setattr(Partition, "maybe_increment_hw", lambda self: hw_checks.append(1) or check(self))
 
     async def go():
