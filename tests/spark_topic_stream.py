@@ -19,7 +19,10 @@ def main() -> None:
              .writeStream.format("parquet").option("checkpointLocation", checkpoint).option("path", sink)
              .trigger(processingTime="200 milliseconds").start())
     print("started", flush=True)
-    query.awaitTermination()
+    while not query.awaitTermination(10):  # what it is doing, for the test's failure message
+        progress = query.lastProgress or {}
+        print(f"status: {query.status['message']}; last batch {progress.get('batchId')}: "
+              f"{progress.get('numInputRows')} rows, {progress.get('durationMs')}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

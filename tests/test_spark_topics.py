@@ -241,13 +241,26 @@ def test_a_streaming_query_killed_mid_batch_resumes_from_its_checkpoint_exactly_
     def sink_rows() -> list:
         return spark.read.parquet(str(sink)).collect() if (sink / "_spark_metadata").exists() else []
 
+    def until(proc: subprocess.Popen, check, timeout: float, what: str) -> None:
+        """``check`` within ``timeout`` while the job runs; a failure carries the job's own log."""
+        def running_and_done() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"the streaming job exited with {proc.returncode} before {what}")
+            return check()
+        try:
+            asyncio.run(eventually(running_and_done, timeout=timeout, what=what))
+        except AssertionError as e:
+            log = (tmp_path / "job.log").read_text(errors="replace").splitlines()
+            raise AssertionError(f"{e}; {committed_batches()} micro-batches committed; the job's log ends:\n"
+                                 + "\n".join(log[-40:])) from None
+
     first = job()
     try:
-        asyncio.run(eventually(lambda: committed_batches() >= 2, timeout=180, what="two micro-batches"))
+        until(first, lambda: committed_batches() >= 2, 180, "two micro-batches")
         produce(cluster, "sp-stream", 1500, start=1500)  # more arrives while it runs
         done = committed_batches()
-        asyncio.run(eventually(lambda: (checkpoint / "offsets" / str(done)).exists(), timeout=60,
-                               what="a micro-batch planned and not yet committed"))
+        until(first, lambda: (checkpoint / "offsets" / str(done)).exists(), 60,
+              "a micro-batch planned and not yet committed")
         os.killpg(first.pid, signal.SIGKILL)  # the driver and its JVM, mid-batch
         first.wait(30)
     finally:
@@ -258,7 +271,7 @@ def test_a_streaming_query_killed_mid_batch_resumes_from_its_checkpoint_exactly_
     produce(cluster, "sp-stream", 100, start=3900, partition=3)
     second = job()
     try:
-        asyncio.run(eventually(lambda: len(sink_rows()) >= 4000, timeout=240, what="all 4000 records in the sink"))
+        until(second, lambda: len(sink_rows()) >= 4000, 240, "all 4000 records in the sink")
         got = sink_rows()
         assert len(got) == 4000, f"{len(got)} rows for 4000 records"
         assert len({(r.partition, r.offset) for r in got}) == 4000  # none twice
