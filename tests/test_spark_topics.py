@@ -224,6 +224,7 @@ def test_a_streaming_write_copies_a_topic(cluster, spark, tmp_path):
         sorted((k, v, h) for k, v, h, _ in {**sent, **more}.values())
 
 
+@pytest.mark.timeout(1500)  # two Spark drivers start in it; on a busy 2-core machine each takes minutes
 def test_a_streaming_query_killed_mid_batch_resumes_from_its_checkpoint_exactly_once(cluster, spark, tmp_path):
     asyncio.run(cluster.create_topic("sp-stream", partitions=3))
     checkpoint, sink = tmp_path / "checkpoint", tmp_path / "sink"
@@ -232,7 +233,11 @@ def test_a_streaming_query_killed_mid_batch_resumes_from_its_checkpoint_exactly_
     def job() -> subprocess.Popen:
         return subprocess.Popen([sys.executable, "-m", "tests.spark_topic_stream", cluster.bootstrap_servers,
                                  "sp-stream", str(checkpoint), str(sink)], cwd=REPO, start_new_session=True,
-                                stdout=subprocess.DEVNULL, stderr=open(tmp_path / "job.log", "a"))
+                                stdout=open(tmp_path / "job.out", "a"), stderr=open(tmp_path / "job.log", "a"))
+
+    def started() -> int:  # the job prints "started" each time its query starts
+        out = tmp_path / "job.out"
+        return out.read_text().count("started") if out.exists() else 0
 
     def committed_batches() -> int:
         commits = checkpoint / "commits"
@@ -250,12 +255,17 @@ def test_a_streaming_query_killed_mid_batch_resumes_from_its_checkpoint_exactly_
         try:
             asyncio.run(eventually(running_and_done, timeout=timeout, what=what))
         except AssertionError as e:
+            if proc.poll() is None:  # where the job's Python threads are (tests/spark_topic_stream.py)
+                proc.send_signal(signal.SIGUSR1)
+                asyncio.run(eventually(lambda: "most recent call first" in (tmp_path / "job.log").read_text(
+                    errors="replace"), timeout=10, what="the job's stacks"))
             log = (tmp_path / "job.log").read_text(errors="replace").splitlines()
             raise AssertionError(f"{e}; {committed_batches()} micro-batches committed; the job's log ends:\n"
-                                 + "\n".join(log[-40:])) from None
+                                 + "\n".join(log[-80:])) from None
 
     first = job()
     try:
+        until(first, started, 420, "the job's query starting")
         until(first, lambda: committed_batches() >= 2, 180, "two micro-batches")
         produce(cluster, "sp-stream", 1500, start=1500)  # more arrives while it runs
         done = committed_batches()
@@ -269,8 +279,10 @@ def test_a_streaming_query_killed_mid_batch_resumes_from_its_checkpoint_exactly_
     asyncio.run(add_partitions(cluster, "sp-stream", 4))  # a new partition is read from its start
     produce(cluster, "sp-stream", 900, start=3000)
     produce(cluster, "sp-stream", 100, start=3900, partition=3)
+    starts = started()
     second = job()
     try:
+        until(second, lambda: started() > starts, 420, "the job's query starting again")
         until(second, lambda: len(sink_rows()) >= 4000, 240, "all 4000 records in the sink")
         got = sink_rows()
         assert len(got) == 4000, f"{len(got)} rows for 4000 records"
