@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import json
 import os
 import re
@@ -394,6 +395,12 @@ def base_tree(commit: str) -> Path:
                         "--pyi_out=.", proto], cwd=tree, check=True)
     shutil.copytree(REPO / "bench", tree / "bench", dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("__pycache__"))
+    quorum = tree / "kraft" / "dev_quorum.py"
+    if "def consecutive_ports" not in quorum.read_text():
+        # A base from before 9ab276d: the harness's port helper (kept with DevQuorum since) added
+        # to its DevQuorum's module, so that this tree's bench/ imports it there.
+        quorum.write_text(f"{quorum.read_text()}\n\nimport socket  # noqa: E402\n\n\n"
+                          f"{inspect.getsource(consecutive_ports)}")
     return tree
 
 

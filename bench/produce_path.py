@@ -3,9 +3,17 @@
 client quotas' boundary, the hand-encoded answer, framed) down to the RocksDB write and the
 wait for the high watermark, which a fake follower moves as soon as the request waits; and
 the same batches through the gRPC ``Produce`` of ``brokerd.service`` (its call, not gRPC's
-transport).
+transport); and, with ``--path grpc-transport``, through grpc.aio's transport too: a server in
+this process set up as a broker's gRPC listener (``brokerd.server``: its options, the serving
+gate and request-time quota interceptors, the guarded service), a client in a subprocess
+sending the serialized request ``--in-flight`` at a time, and this process's CPU (every
+thread: grpc's, RocksDB's) per request; ``--path grpc-noop`` is the same with a Produce that
+answers at once, the floor that gRPC's per-call work sets. There the leader is alone in the
+ISR, so acks=all is answered at the append (no follower can move the high watermark across
+the transport).
 
     python -m bench.produce_path --seconds 1
+    python -m bench.produce_path --path grpc-noop --path grpc-transport --requests 2000
 
 Why: the leader's produce, its RocksDB write and the listener are about a third of the
 brokers' Python CPU while librdkafka produces (docs/brokers.md, "Data path performance"),
@@ -19,15 +27,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import os
 import pstats
 import statistics
+import sys
 import tempfile
 import time
 import uuid
+from pathlib import Path
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import grpc
+
 from brokerd.config import LogConfig
+from brokerd.grpc_throttling import RequestTimeQuotas
 from brokerd.kafka.apis import KafkaApis
 from brokerd.kafka.batches import to_wire
 from brokerd.kafka.codec import build, frame_request, frame_response, read_request, request_schema
@@ -38,13 +52,16 @@ from brokerd.partition_log import PartitionLog
 from brokerd.producer_state import BatchMetadata, ProducerEntry
 from brokerd.quotas import ClientQuotas
 from brokerd.replica_manager import ReplicaManager
+from brokerd.server import ServingGate
 from brokerd.service import BrokerService
 from clients.records import RecordsBuilder
 from metadata.image import PartitionRegistration
-from metadata.principal import ANONYMOUS, Session
+from metadata.principal import ANONYMOUS, PrincipalMapper, Session
 from protos import broker_pb2 as pb
+from protos import broker_pb2_grpc
+from raft.transport import EXCLUSIVE_BIND, add_service
 
-from .common import emit
+from .common import cpu_seconds, emit, free_ports
 from .follower_fetch import config
 
 TOPIC, PID, EPOCH, LEADER, FOLLOWER = "bench", 4242, 0, 7, 8
@@ -84,7 +101,7 @@ class Harness:
         # that the batch is the next one (not a duplicate) and is written.
         self.sequence = 10 * records
         self.batch = batch(records, size, self.sequence)
-        quotas = ClientQuotas(lambda: self.rm.image.client_quotas)
+        quotas = self.quotas = ClientQuotas(lambda: self.rm.image.client_quotas)
         self.apis = KafkaApis(self.rm, "PLAINTEXT", None, None, None,  # type: ignore[arg-type]
                               throttling=KafkaThrottling(quotas))
         self.service = BrokerService(self.rm, "PLAINTEXT", lambda: 1, pb.DescribeBrokerResponse,
@@ -125,6 +142,66 @@ class Harness:
         self._reset()
         answer = await self._replicate(self.service.Produce(self.grpc_request, _Context()))
         answer.SerializeToString()
+
+
+class _ResetService(BrokerService):
+    """The broker's service, with the producer's state reset before each Produce (as
+    ``Harness.grpc`` does), or (``noop``) answering at once."""
+
+    def __init__(self, h: Harness, noop: bool) -> None:
+        vars(self).update(vars(h.service))
+        self.h, self.noop = h, noop
+
+    async def Produce(self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext) -> pb.ProduceResponse:
+        self.h._reset()
+        return pb.ProduceResponse() if self.noop else await super().Produce(request, context)
+
+
+async def over_transport(path: str, requests: int, in_flight: int, partitions: int, records: int,
+                         size: int) -> dict[str, Any]:
+    """This process's CPU per Produce served by grpc.aio (``grpc-transport``, ``grpc-noop``)."""
+    with tempfile.TemporaryDirectory() as d:
+        store = LogStore(d)
+        h = Harness(store, partitions, records, size)
+        for p in h.partitions:  # alone in the ISR: acks=all answered at the append
+            p.update(PartitionRegistration((LEADER, FOLLOWER), (LEADER,), LEADER, 1, 2))
+        gate = ServingGate(LEADER)
+        gate.open()
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20),
+                                          ("grpc.max_send_message_length", 256 << 20), EXCLUSIVE_BIND],
+                                 interceptors=[gate, RequestTimeQuotas(h.quotas, PrincipalMapper())])
+        add_service(server, broker_pb2_grpc.add_BrokerServicer_to_server, _ResetService(h, path == "grpc-noop"))
+        port = free_ports(1)[0]
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        await server.start()
+        body = Path(d) / "request"
+        body.write_bytes(h.grpc_request.SerializeToString())  # before the client starts: nothing waits
+        client = await asyncio.create_subprocess_exec(sys.executable, "-m", "bench.produce_path", "--client",
+                                                      str(port), str(body), str(requests), str(in_flight))
+        start_cpu, start = cpu_seconds(os.getpid()), time.perf_counter()
+        await client.wait()
+        cpu, wall = cpu_seconds(os.getpid()) - start_cpu, time.perf_counter() - start
+        await server.stop(0)
+        await store.close()
+    return {"bench": "produce_path", "path": path, "partitions": partitions, "records": records, "size": size,
+            "requests": requests, "in_flight": in_flight, "us_per_request": round(cpu / requests * 1e6, 1),
+            "wall_s": round(wall, 2)}
+
+
+async def send(port: int, body: bytes, requests: int, in_flight: int) -> None:
+    """The client of ``over_transport``: the serialized request sent ``requests`` times."""
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 64 << 20)])
+    produce = channel.unary_unary("/kraft.broker.Broker/Produce")
+    await produce(body, wait_for_ready=True)
+    left = requests - 1
+
+    async def sender() -> None:
+        nonlocal left
+        while left > 0:
+            left -= 1
+            await produce(body)
+    await asyncio.gather(*(sender() for _ in range(in_flight)))
+    await channel.close()
 
 
 def _deque(*items: BatchMetadata) -> Any:
@@ -169,13 +246,25 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=1.0, help="time per path (default 1)")
     ap.add_argument("--repeats", type=int, default=5, help="timings per path, their median reported")
-    ap.add_argument("--path", choices=("kafka", "grpc"), action="append", help="default: both")
+    ap.add_argument("--path", choices=("kafka", "grpc", "grpc-transport", "grpc-noop"), action="append",
+                    help="default: kafka and grpc")
+    ap.add_argument("--requests", type=int, default=2000, help="requests over the gRPC transport")
+    ap.add_argument("--in-flight", type=int, default=5, help="requests in flight over the gRPC transport")
+    ap.add_argument("--client", nargs=4, metavar=("PORT", "FILE", "N", "IN_FLIGHT"), help=argparse.SUPPRESS)
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--records", type=int, default=770)
     ap.add_argument("--size", type=int, default=256)
     ap.add_argument("--profile", type=int, default=0, help="print cProfile's top N functions instead")
     args = ap.parse_args()
+    if args.client:
+        port, body, n, in_flight = args.client
+        asyncio.run(send(int(port), Path(body).read_bytes(), int(n), int(in_flight)))
+        return
     for path in args.path or ("kafka", "grpc"):
+        if path.startswith("grpc-"):
+            emit(asyncio.run(over_transport(path, args.requests, args.in_flight, args.partitions, args.records,
+                                            args.size)))
+            continue
         result = asyncio.run(measure(path, args.seconds, args.repeats, args.partitions, args.records, args.size,
                                      args.profile))
         if result is not None:

@@ -31,12 +31,25 @@ class RequestTimeQuotas(grpc.aio.ServerInterceptor):
     def __init__(self, quotas: ClientQuotas, mapper: PrincipalMapper) -> None:
         self.quotas = quotas
         self.mapper = mapper
+        #: Per method, the service's handler and its timed one: gRPC runs the interceptor on
+        #: every call, and the service answers each method with the same handler, so the
+        #: timed one is made once, not per call.
+        self._timed: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
 
     async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
                                 details: grpc.HandlerCallDetails) -> Any:
         handler = await continuation(details)
         if handler is None or handler.unary_unary is None or details.method.rpartition("/")[2] in EXEMPT:
             return handler  # ProduceNoAck's stream is not a request one can time
+        known = self._timed.get(details.method)
+        if known is not None and known[0] is handler:
+            return known[1]
+        timed_handler = self._time(handler)
+        self._timed[details.method] = (handler, timed_handler)
+        return timed_handler
+
+    def _time(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        """``handler`` with its calls' time counted for their client."""
         inner = handler.unary_unary
 
         async def timed(request: Any, context: grpc.aio.ServicerContext) -> Any:

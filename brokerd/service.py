@@ -93,10 +93,13 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))
             return pb.ProduceResponse()
         answer = to_wire(pb.ProduceResponse, resp)
-        if self.quotas is not None:  # the client holds back for the throttle time (KIP-219's way)
-            answer.throttle_time_ms = self.quotas.produce.record(
-                user_of(access.session.principal), request.client_id,
-                sum(len(p.batch.records) for t in request.topics for p in t.partitions))
+        # The client holds back for the throttle time (KIP-219's way). The bytes are summed only
+        # for a client with a quota of them, as on the Kafka listener (kafka/throttling.py):
+        # each read of a batch's records copies them out of the protobuf.
+        if self.quotas is not None and (sensor := self.quotas.produce.sensor(
+                user_of(access.session.principal), request.client_id)) is not None:
+            answer.throttle_time_ms = sensor.record(
+                sum(len(p.batch.records) for t in request.topics for p in t.partitions), self.quotas.clock())
         return answer
 
     async def ProduceNoAck(self, request_iterator: AsyncIterator[pb.ProduceRequest],

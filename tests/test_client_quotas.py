@@ -330,6 +330,59 @@ def test_a_produce_request_is_accounted_with_one_clock_read():
     assert reads[0] == 1, f"the clock was read {reads[0]} times for one request"
 
 
+def test_the_grpc_request_time_interceptor_wraps_a_method_once_and_times_every_call():
+    """gRPC runs a server's interceptors on every call: RequestTimeQuotas makes a method's timed
+    handler at its first call and hands out the same one after (a new one only if the service
+    answers the method with another handler), and still counts each call's handler time for
+    the request's client."""
+    import grpc
+    from brokerd.grpc_throttling import RequestTimeQuotas
+    from metadata.principal import PrincipalMapper
+    from protos import broker_pb2 as pb
+
+    image = quotas_of(alteration((("client-id", "busy"),), request_percentage=1))
+    quotas = ClientQuotas(lambda: image, QuotaWindow(4, 1.0), clock=lambda: 0.0)
+    interceptor = RequestTimeQuotas(quotas, PrincipalMapper())
+
+    async def produce(request: pb.ProduceRequest, context: Any) -> pb.ProduceResponse:
+        sum(range(10_000))  # some time on the loop to count
+        return pb.ProduceResponse()
+
+    class Details:
+        method = "/kraft.broker.Broker/Produce"
+
+    class Context:
+        def auth_context(self) -> dict:
+            return {}
+
+        def peer(self) -> str:
+            return "ipv4:127.0.0.1:5555"
+
+    handler = grpc.unary_unary_rpc_method_handler(produce)
+    another = grpc.unary_unary_rpc_method_handler(produce)
+
+    async def go() -> list[float]:
+        async def continuation(details: Any) -> Any:
+            return handler
+
+        async def replaced(details: Any) -> Any:
+            return another
+
+        timed = await interceptor.intercept_service(continuation, Details())
+        assert await interceptor.intercept_service(continuation, Details()) is timed
+        assert await interceptor.intercept_service(replaced, Details()) is not timed
+        sensor = quotas.request.sensor("", "busy")
+        assert sensor is not None
+        counted = []
+        for _ in range(2):
+            await timed.unary_unary(pb.ProduceRequest(client_id="busy"), Context())
+            counted.append(sensor.rate.measure(0.0)[0])
+        return counted
+
+    once, twice = asyncio.run(go())
+    assert 0 < once < twice
+
+
 def test_a_throttled_fetch_is_answered_empty_and_its_bytes_taken_back():
     image = quotas_of(alteration((("client-id", "reader"),), consumer_byte_rate=100))
     throttling = KafkaThrottling(ClientQuotas(lambda: image, QuotaWindow(2, 1.0)))
