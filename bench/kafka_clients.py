@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import json
 import os
 import re
@@ -383,7 +384,9 @@ COMPARED = ("msgs_per_s", "p99_ms", "brokers_cpu_us_per_msg", "brokers_cpu_s_per
 def base_tree(commit: str) -> Path:
     """``commit``'s files in a temporary directory, with their generated protobuf modules and
     this tree's ``bench/`` over theirs: the base's servers and clients measured by the same
-    harness as this tree's (its ``bench.kafka_clients`` may predate the figures compared)."""
+    harness as this tree's (its ``bench.kafka_clients`` may predate the figures compared); a
+    base older than ``kraft.dev_quorum.consecutive_ports``, which the harness imports, gets
+    this tree's (a port search of the dev cluster's launcher, not of the servers)."""
     tree = Path(tempfile.mkdtemp(prefix="kafkabench-base-"))
     archive = subprocess.run(["git", "-C", str(REPO), "archive", commit], capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
@@ -394,6 +397,9 @@ def base_tree(commit: str) -> Path:
                         "--pyi_out=.", proto], cwd=tree, check=True)
     shutil.copytree(REPO / "bench", tree / "bench", dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("__pycache__"))
+    dev_quorum = tree / "kraft" / "dev_quorum.py"
+    if "def consecutive_ports" not in dev_quorum.read_text():  # a base from before 9ab276d: this harness needs it
+        dev_quorum.write_text(dev_quorum.read_text() + "\n\nimport socket\n\n\n" + inspect.getsource(consecutive_ports))
     return tree
 
 
