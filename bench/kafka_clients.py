@@ -384,7 +384,9 @@ COMPARED = ("msgs_per_s", "p99_ms", "brokers_cpu_us_per_msg", "brokers_cpu_s_per
 def base_tree(commit: str) -> Path:
     """``commit``'s files in a temporary directory, with their generated protobuf modules and
     this tree's ``bench/`` over theirs: the base's servers and clients measured by the same
-    harness as this tree's (its ``bench.kafka_clients`` may predate the figures compared)."""
+    harness as this tree's (its ``bench.kafka_clients`` may predate the figures compared); a
+    base older than ``kraft.dev_quorum.consecutive_ports``, which the harness imports, gets
+    this tree's (a port search of the dev cluster's launcher, not of the servers)."""
     tree = Path(tempfile.mkdtemp(prefix="kafkabench-base-"))
     archive = subprocess.run(["git", "-C", str(REPO), "archive", commit], capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)

@@ -45,7 +45,9 @@ def _fail(answer: FetchPartitionResponse, e: KafkaError, p: Partition | None = N
         answer.leader_id, answer.leader_epoch = p.leader, p.leader_epoch
 
 
-async def fetch(rm: ReplicaManager, req: FetchRequest) -> FetchResponse:
+async def fetch(rm: ReplicaManager, req: FetchRequest, joined: bool = True) -> FetchResponse:
+    """``joined``: each answer's stored batches joined into ``records`` (gRPC's codec needs one
+    bytes); else left as read in ``frames``, views the Kafka listener writes as they are."""
     replica = req.replica_id
     follower = replica >= 0
     any_replica = not follower and req.rack_id is not None  # KIP-392: a follower may serve it
@@ -95,7 +97,7 @@ async def fetch(rm: ReplicaManager, req: FetchRequest) -> FetchResponse:
             reads.append(_Read(answer, p, fp.fetch_offset, fp.partition_max_bytes or DEFAULT_PARTITION_MAX_BYTES))
     max_bytes = req.max_bytes or DEFAULT_MAX_BYTES
     committed = not follower and req.isolation_level == READ_COMMITTED
-    got = _read_all(reads, max_bytes, replica, rm.leader_quota, committed, any_replica)
+    got = _read_all(reads, max_bytes, replica, rm.leader_quota, committed, any_replica, joined)
     wait_ms = min(req.max_wait_ms, MAX_WAIT_MS)
     need = max(req.min_bytes, 1)
     if got < need and wait_ms > 0 and reads and len(reads) == _count(resp):
@@ -121,11 +123,11 @@ async def fetch(rm: ReplicaManager, req: FetchRequest) -> FetchResponse:
             finally:
                 for r in reads:
                     r.partition.drop_waiter(fut)
-            got = _read_all(reads, max_bytes, replica, rm.leader_quota, committed, any_replica)
+            got = _read_all(reads, max_bytes, replica, rm.leader_quota, committed, any_replica, joined)
             if any(r.answer.error_code for r in reads):
                 break
     for r in reads:
-        n = len(r.answer.records)
+        n = r.answer.records_size
         rm.topic_stats.fetched(r.partition.topic, n, follower)
         if follower and replica in r.partition.adding:
             rm.leader_quota.record(n)
@@ -150,13 +152,14 @@ def _count(resp: FetchResponse) -> int:
 
 
 def _read_all(reads: list[_Read], max_bytes: int, replica: int, quota: ReplicationQuota,
-              committed: bool = False, any_replica: bool = False) -> int:
+              committed: bool = False, any_replica: bool = False, joined: bool = True) -> int:
     """Fill each answer; returns the bytes read. The first partition with data returns at
     least one batch whatever the limits, so a fetch always makes progress, and only it: a later
     partition's next batch that does not fit what the limits leave is not sent (as Kafka's
     readFromLocalLog, whose cut batch clients drop); a replica being
     added gets nothing while the leader's replication throttle is exceeded. ``any_replica``:
-    a follower serves it too, up to the high watermark it learned from the leader."""
+    a follower serves it too, up to the high watermark it learned from the leader. ``joined``:
+    as ``fetch``'s."""
     follower = replica >= 0
     throttled = follower and quota.wait_seconds() > 0
     total = 0
@@ -176,9 +179,12 @@ def _read_all(reads: list[_Read], max_bytes: int, replica: int, quota: Replicati
             # a batch over the limits only for the first partition with data: for a later one
             # Kafka sends the cut start of it, which clients drop
             frames, size = plog.read(r.offset, max(budget, 1), end, min_one=total == 0)
+        else:
+            frames = []
+        if joined:
             a.records = b"".join(frames)
         else:
-            a.records = b""
+            a.frames = frames
         if committed and plog.producers.aborted:
             a.aborted_transactions = [AbortedTransaction(producer_id=x.producer_id, first_offset=x.first_offset)
                                       for x in plog.aborted_transactions(r.offset, lso)]

@@ -109,7 +109,7 @@ def _changed(cached: CachedPartition, a: FetchPartitionResponse) -> bool:
     """Whether the client must hear about a partition, remembering what it is told. An
     error or a preferred read replica (KIP-392) is always sent, as Kafka's FetchSession does;
     an error forgets the high watermark, so that the partition is sent again once it is gone."""
-    must = bool(a.records) or bool(a.error_code) or a.preferred_read_replica >= 0  # KIP-392: always told
+    must = a.records_size > 0 or bool(a.error_code) or a.preferred_read_replica >= 0  # KIP-392: always told
     # field by field, not by name: a follower's session runs this for each of its partitions
     if cached.high_watermark != a.high_watermark:
         cached.high_watermark, must = a.high_watermark, True

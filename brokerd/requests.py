@@ -118,6 +118,15 @@ class FetchPartitionResponse:
     last_stable_offset: int = 0
     aborted_transactions: list[AbortedTransaction] = field(default_factory=list)
     preferred_read_replica: int = -1  # KIP-392: the broker to read from instead; -1: this one
+    # A fetch for the Kafka listener (fetch.fetch(joined=False)): the stored batches as read,
+    # each a view of its RocksDB value, not joined into ``records`` (left empty), which only
+    # gRPC's codec needs; never set on the gRPC path (its codec skips None).
+    frames: list[memoryview] | None = None
+
+    @property
+    def records_size(self) -> int:
+        """The bytes of stored batches answered, whichever form they are in."""
+        return len(self.records) if self.frames is None else sum(map(len, self.frames))
 
 
 @dataclass(slots=True)

@@ -170,3 +170,44 @@ def test_drain_waits_while_the_transport_is_paused():
         conn.resume_writing()
         await draining
     asyncio.run(go())
+
+
+def test_parts_reach_the_socket_in_order_unjoined_or_buffered():
+    """``write_parts`` over a real socket: answers of many parts (more than one writev takes,
+    views among them, empty ones) arrive byte for byte and in order, also when the socket is
+    full mid-part (the rest goes to the transport's buffer) and when an answer is written
+    while an earlier one is still buffered."""
+    import socket
+
+    from brokerd.kafka.framing import IOV_MAX
+
+    rng = random.Random(7)
+
+    def answer(n: int) -> list[bytes | memoryview]:
+        parts: list[bytes | memoryview] = []
+        for _ in range(n):
+            blob = rng.randbytes(rng.choice([0, 1, 61, 4096, 30_000]))
+            parts.append(memoryview(blob)[rng.randrange(0, len(blob) + 1):] if rng.random() < 0.5 else blob)
+        return parts
+
+    async def main() -> None:
+        ours, theirs = socket.socketpair()
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 << 10)
+        loop = asyncio.get_running_loop()
+        conn = FrameConnection(lambda size: None)
+        await loop.connect_accepted_socket(lambda: conn, ours)
+        answers = [answer(IOV_MAX + 40), answer(30), answer(200)]
+        for parts in answers:  # the second and third while the first is still buffered
+            conn.write_parts(parts)
+        assert conn.transport is not None and conn.transport.get_write_buffer_size() > 0
+        expected = b"".join(b"".join(p) for p in answers)
+        theirs.setblocking(False)
+        got = bytearray()
+        while len(got) < len(expected):
+            got += await loop.sock_recv(theirs, 1 << 20)
+        assert bytes(got) == expected
+        conn.write_parts(answer(5))  # nothing buffered now: straight to the socket
+        conn.close()
+        theirs.close()
+
+    asyncio.run(main())

@@ -41,9 +41,10 @@ def stored_to_wire(stored: bytes) -> bytes:
     return b"".join(stored_to_wire_parts(stored))
 
 
-def stored_to_wire_parts(stored: bytes) -> list[bytes | memoryview]:
-    """A fetch answer's stored frames (a RecordBatchSet) as Kafka's batches, in parts: each
-    batch's packed header, then a view of its records in ``stored``.
+def stored_to_wire_parts(stored: bytes | memoryview | list[memoryview]) -> list[bytes | memoryview]:
+    """A fetch answer's stored frames (a RecordBatchSet, or a list of its frames as the log
+    read them: ``FetchPartitionResponse.frames``) as Kafka's batches, in parts: each batch's
+    packed header, then a view of its records in ``stored``.
 
     The frames are walked by their protobuf fields here rather than parsed by protobuf, and the
     records are not copied at all until the response is framed: a parsed message copied them
@@ -52,8 +53,13 @@ def stored_to_wire_parts(stored: bytes) -> list[bytes | memoryview]:
     (a 200 KB batch about 25 us on the leader answering a follower)."""
     if not stored:
         return []
+    if isinstance(stored, list):
+        parts: list[bytes | memoryview] = []
+        for frame in stored:
+            parts += stored_to_wire_parts(frame)
+        return parts
     view = memoryview(stored)
-    parts: list[bytes | memoryview] = []
+    parts = []
     pos, end = 0, len(stored)
     try:
         while pos < end:
@@ -78,7 +84,7 @@ _INT64_FIELDS, _INT32_FIELDS, _CRC = frozenset((1, 4, 5, 10)), frozenset((2, 3, 
 _RECORDS = 8
 
 
-def _batch_to_wire(data: bytes, view: memoryview, pos: int, stop: int) -> tuple[bytes, memoryview]:
+def _batch_to_wire(data: bytes | memoryview, view: memoryview, pos: int, stop: int) -> tuple[bytes, memoryview]:
     """One stored RecordBatch (``data[pos:stop]``) as Kafka's header and a view of its records;
     fields as protobuf reads them (absent: 0, producer id absent: none; the last one wins)."""
     fields = [0] * 13
@@ -114,7 +120,7 @@ def _batch_to_wire(data: bytes, view: memoryview, pos: int, stop: int) -> tuple[
                        last_delta, base_ts, max_ts, pid, producer_epoch, base_sequence, count), records)
 
 
-def _uvarint(data: bytes, pos: int) -> tuple[int, int]:
+def _uvarint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
     """A protobuf varint at ``pos``: its value and the position after it (IndexError if cut short)."""
     b = data[pos]
     if b < 0x80:
@@ -131,7 +137,7 @@ def _uvarint(data: bytes, pos: int) -> tuple[int, int]:
             raise DecodeError("a varint longer than 10 bytes")
 
 
-def _skip(data: bytes, pos: int, wire_type: int, stop: int) -> int:
+def _skip(data: bytes | memoryview, pos: int, wire_type: int, stop: int) -> int:
     """Past a field this reader does not use (protobuf keeps unknown fields; a fetch drops them)."""
     if wire_type == 0:
         return _uvarint(data, pos)[1]

@@ -158,11 +158,18 @@ def _nested(cls: type) -> tuple[tuple[str, type, bool], ...]:
 
 def frame_response(header: RequestHeader, response: Any) -> bytes:
     """The response's bytes on the wire, size prefix included."""
+    return b"".join(response_parts(header, response))
+
+
+def response_parts(header: RequestHeader, response: Any) -> list[bytes | memoryview]:
+    """The response on the wire, size prefix included, as parts to be written back to back
+    (``FrameConnection.write_parts``): a hand-encoded response's parts as they are (a Fetch
+    answer's records are views of the stored frames), kio's in one."""
     no_tags = b"\0" if header.flexible and header.api_key != API_VERSIONS_KEY else b""  # flexible: no tagged fields
     if isinstance(response, EncodedResponse):
         size = 4 + len(no_tags) + sum(map(len, response.parts))
-        return b"".join((_SIZE_CORRELATION.pack(size, header.correlation_id), no_tags, *response.parts))
-    return _framed(struct.pack(">i", header.correlation_id) + no_tags, response)
+        return [_SIZE_CORRELATION.pack(size, header.correlation_id) + no_tags, *response.parts]
+    return [_framed(struct.pack(">i", header.correlation_id) + no_tags, response)]
 
 
 # -- the client's side: for tools (kraft broker-api-versions) and followers (replica_client) ------

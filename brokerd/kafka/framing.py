@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .codec import MalformedRequest
@@ -57,6 +58,9 @@ class SpareBuffers:
         if len(buffer) <= KEPT_FRAME_BYTES and len(self.buffers) < self.count:
             self.buffers.append(buffer)
 
+
+#: The most parts one ``os.writev`` takes (the kernel refuses more).
+IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 
 #: Reading pauses while more than this many bytes of frames wait, and resumes at half of it
 #: (a StreamReader of limit 1 MiB, as the listener used, pauses at 2 MiB and resumes at 1).
@@ -96,11 +100,14 @@ class FrameConnection(asyncio.BufferedProtocol):
         self._writing_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
         self._lost = False
+        self._fd = -1  # the socket's, for write_parts on plain TCP
 
     # -- asyncio's side --------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        self._fd = sock.fileno() if sock is not None else -1
         if self.connected is not None:
             self.connected(self)
 
@@ -183,6 +190,37 @@ class FrameConnection(asyncio.BufferedProtocol):
     def write(self, data: bytes) -> None:
         assert self.transport is not None
         self.transport.write(data)
+
+    def write_parts(self, parts: Sequence[bytes | memoryview]) -> None:
+        """Write ``parts`` back to back (a Fetch answer's: packed fields and views of the
+        stored records) without joining them first: while the transport has nothing buffered
+        and the connection is plain TCP, they go to the socket in ``os.writev`` calls, and
+        only what the socket does not take is joined and handed to the transport (which
+        sends it when the socket has room, and meets a failed connection as for any write).
+        Joining all of it first copied every answer once more in this process, and the
+        transport copied what the socket did not take once again."""
+        transport = self.transport
+        assert transport is not None
+        i, n = 0, len(parts)
+        if (self._fd >= 0 and not self._over_ssl and not transport.is_closing()
+                and not transport.get_write_buffer_size()):
+            while i < n:
+                batch = parts[i:i + IOV_MAX]
+                try:
+                    sent = os.writev(self._fd, batch)
+                except OSError:  # full (BlockingIOError), or failed: the transport takes it from here
+                    break
+                full = sent < sum(map(len, batch))
+                while i < n and len(parts[i]) <= sent:
+                    sent -= len(parts[i])
+                    i += 1
+                if sent:  # the socket took the start of a part
+                    transport.write(b"".join((memoryview(parts[i])[sent:], *parts[i + 1:])))
+                    return
+                if full:
+                    break
+        if i < n:
+            transport.write(b"".join(parts[i:]))
 
     async def drain(self) -> None:
         """Until the transport's buffer is below its high-water mark (StreamWriter.drain);

@@ -28,7 +28,7 @@ from .apis import (API_VERSIONS, BEFORE_AUTHENTICATION, SASL_AUTHENTICATE, SASL_
 from ..connection_quotas import ConnectionQuotas
 from .sasl import SaslAuthenticator
 from .throttling import CLIENT_THROTTLES, throttle_ms
-from .codec import MalformedRequest, RequestHeader, correlation_id, frame_response, peek_api, read_request
+from .codec import MalformedRequest, RequestHeader, correlation_id, peek_api, read_request, response_parts
 from .framing import FrameConnection, SpareBuffers
 
 log = logging.getLogger("brokerd.kafka")
@@ -234,7 +234,7 @@ class KafkaListener:
                     if header.api_version < CLIENT_THROTTLES.get(header.api_key, 0):
                         await asyncio.sleep(throttle / 1000)
                 if answer is not None and not closed:
-                    writer.write(frame_response(header, answer))
+                    writer.write_parts(response_parts(header, answer))
                     await writer.drain()
                 if self.requests is not None:
                     observe = self._observers.get(header.api_key)
