@@ -52,7 +52,7 @@ class _Piece(NamedTuple):
     many, and the offsets wanted, [low, high) (-1, -1: every record)."""
 
     records: bytes
-    count: int
+    records_in: int
     base: int
     base_ts: int
     appended: int | None
@@ -133,7 +133,7 @@ def _record_starts(whole: bytes, pieces: list[_Piece]) -> np.ndarray:
     try:
         for p in pieces:
             stop = pos + len(p.records)
-            ends += [pos := pos + steps[whole[pos] | whole[pos + 1] << 8] for _ in range(p.count)]
+            ends += [pos := pos + steps[whole[pos] | whole[pos + 1] << 8] for _ in range(p.records_in)]
             if pos != stop:
                 return _long_record_starts(whole, pieces)
     except IndexError:
@@ -154,7 +154,7 @@ def _long_record_starts(whole: bytes, pieces: list[_Piece]) -> np.ndarray:
     try:
         for p in pieces:
             stop = pos + len(p.records)
-            for _ in range(p.count):
+            for _ in range(p.records_in):
                 add(pos)
                 step = steps[whole[pos] | whole[pos + 1] << 8]
                 if not step:
@@ -207,7 +207,7 @@ def _vectorized(pieces: list[_Piece], schema: pa.Schema, topic: str, partition: 
     headers = value + np.maximum(value_length, 0)
     if ((value_length < -1) | (headers + 1 != end)).any() or buf[headers].any():
         raise _Irregular  # headers (or bytes that are not records)
-    counts = [p.count for p in pieces]
+    counts = [p.records_in for p in pieces]
     offsets = np.repeat(np.array([p.base for p in pieces], np.int64), counts) + delta
     stamps = np.repeat(np.array([p.base_ts for p in pieces], np.int64), counts) + ts
     appended = [p.appended for p in pieces]
@@ -262,7 +262,7 @@ def _decoded(pieces: list[_Piece], schema: pa.Schema, topic: str, partition: int
     cols = RecordColumns()
     for p in pieces:
         try:
-            decode_columns(p.records, p.count, p.base, p.base_ts, p.appended, p.low, p.high, cols)
+            decode_columns(p.records, p.records_in, p.base, p.base_ts, p.appended, p.low, p.high, cols)
         except (ValueError, IndexError) as e:
             detail = "the bytes end inside a record" if isinstance(e, IndexError) else e
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"Record batch at offset {p.base} holds records that cannot "
