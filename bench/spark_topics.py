@@ -29,7 +29,8 @@ The messages are produced first, as fast as our producer goes (``bench.kafka_cli
 - ``spark-standalone`` ``startup``, ``count`` and ``count-again``: the same counts on a Spark standalone cluster
   on loopback (``metadata.analytics.standalone``: a master and ``--workers`` workers of one core
   and 512 MiB each, started while the topic is filled), in cluster mode (executors of their
-  own; with ``--no-standalone``, skipped);
+  own; with ``--no-standalone``, skipped; with ``--no-local``, the ``local[*]`` rows are, for
+  long reads on the cluster alone);
 - ``per-core`` ``compare``: each reader's msgs/s per core it had (our consumer: one process,
   one core; Spark: its task slots, ``local[*]``'s or the executors' cores), and the standalone
   cluster's against our consumer's (``standalone_over_consumer``; target >= 0.8, issue 31);
@@ -221,19 +222,20 @@ def spark_reads(bootstrap: str, args: argparse.Namespace, expected: int, spark_b
     return count
 
 
-def per_core(consumer: dict[str, Any], local: dict[str, Any], standalone: dict[str, Any] | None) -> dict[str, Any]:
+def per_core(consumer: dict[str, Any], local: dict[str, Any] | None, standalone: dict[str, Any] | None) -> dict[str, Any]:
     """msgs/s per core each reader had: our consumer is one process on one core; Spark has
     its task slots (local[*]'s cores, or the executors')."""
     rates = {"pykraft_consumer": consumer["msgs_per_s"],
-             "spark_local": round(local["msgs_per_s"] / local["cores"]),
+             **({"spark_local": round(local["msgs_per_s"] / local["cores"])} if local else {}),
              **({"spark_standalone": round(standalone["msgs_per_s"] / standalone["cores"])} if standalone else {})}
-    row: dict[str, Any] = {"system": "per-core", "phase": "compare", "msgs_per_s_per_core": rates,
-                           "local_over_consumer": round(rates["spark_local"] / rates["pykraft_consumer"], 2)}
-    readers = {"pykraft_consumer": consumer, "spark_local": local, **({"spark_standalone": standalone}
-                                                                        if standalone else {})}
+    row: dict[str, Any] = {"system": "per-core", "phase": "compare", "msgs_per_s_per_core": rates}
+    if local:
+        row["local_over_consumer"] = round(rates["spark_local"] / rates["pykraft_consumer"], 2)
+    readers = {"pykraft_consumer": consumer, **({"spark_local": local} if local else {}),
+               **({"spark_standalone": standalone} if standalone else {})}
     per_cpu = {name: round(r["messages"] / r["cpu_s"]) if r.get("cpu_s") else 0 for name, r in readers.items()}
     row["msgs_per_cpu_s"] = per_cpu
-    if per_cpu["pykraft_consumer"]:
+    if per_cpu["pykraft_consumer"] and local:
         row["local_over_consumer_cpu"] = round(per_cpu["spark_local"] / per_cpu["pykraft_consumer"], 2)
     if standalone:
         row["standalone_over_consumer"] = round(rates["spark_standalone"] / rates["pykraft_consumer"], 2)
@@ -276,10 +278,11 @@ def run(args: argparse.Namespace) -> None:
         expected = produced["messages"]
         consumer = consume(grpc, expected, args.value)
         emit(consumer)
-        local = spark_reads(grpc, args, expected, spark_box)
+        local = spark_reads(grpc, args, expected, spark_box) if args.local else None
         on_cluster = None
         if standalone_up is not None:
-            spark_box.pop().stop()  # one SparkContext per driver: local mode's ends first
+            if spark_box:
+                spark_box.pop().stop()  # one SparkContext per driver: local mode's ends first
             on_cluster = spark_reads(grpc, args, expected, spark_box, "spark-standalone", standalone_up.result(),
                                      parquet=False, executors=standalone)
         emit(per_core(consumer, local, on_cluster))
@@ -304,6 +307,9 @@ def main() -> None:
                     help="the source's maxRecordsPerPartition (0: not set, one Spark task per topic partition)")
     ap.add_argument("--no-standalone", dest="standalone", action="store_false",
                     help="skip the Spark standalone cluster's read")
+    ap.add_argument("--no-local", dest="local", action="store_false",
+                    help="skip the local[*] reads (count, count-again, Parquet): for long reads on the standalone "
+                         "cluster alone")
     ap.add_argument("--workers", type=int, default=2, help="the standalone cluster's workers (one core each)")
     ap.add_argument("--keep", action="store_true", help="keep the cluster's directory (logs, data)")
     run(ap.parse_args())
