@@ -29,7 +29,8 @@ The messages are produced first, as fast as our producer goes (``bench.kafka_cli
 - ``spark-standalone`` ``startup``, ``count`` and ``count-again``: the same counts on a Spark standalone cluster
   on loopback (``metadata.analytics.standalone``: a master and ``--workers`` workers of one core
   and 512 MiB each, started while the topic is filled), in cluster mode (executors of their
-  own; with ``--no-standalone``, skipped);
+  own; with ``--no-standalone``, skipped; with ``--no-local``, the ``local[*]`` rows are, for
+  long reads on the cluster alone);
 - ``per-core`` ``compare``: each reader's msgs/s per core it had (our consumer: one process,
   one core; Spark: its task slots, ``local[*]``'s or the executors' cores), and the standalone
   cluster's against our consumer's (``standalone_over_consumer``; target >= 0.8, issue 31);
@@ -52,7 +53,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -80,14 +83,14 @@ def _row(system: str, phase: str, n: int, nbytes: int, seconds: float, **extra: 
 JIT_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
 
 
-def _cpu(stat: str) -> float:
-    """utime + stime, and the reaped children's, of a /proc stat line, in seconds."""
-    return sum(int(f) for f in stat.rsplit(")", 1)[1].split()[11:15]) / os.sysconf("SC_CLK_TCK")
+def _cpu(stat: str, own: bool = False) -> float:
+    """utime + stime, and the reaped children's unless ``own``, of a /proc stat line, in seconds."""
+    return sum(int(f) for f in stat.rsplit(")", 1)[1].split()[11:13 if own else 15]) / os.sysconf("SC_CLK_TCK")
 
 
-def _processes() -> dict[int, tuple[int, float, str]]:
-    """pid -> (parent pid, CPU seconds: user + system, its reaped children's included, command
-    name), /proc."""
+def _processes(own: bool = False) -> dict[int, tuple[int, float, str]]:
+    """pid -> (parent pid, CPU seconds: user + system, its reaped children's included unless
+    ``own``, command name), /proc."""
     out = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
@@ -95,7 +98,8 @@ def _processes() -> dict[int, tuple[int, float, str]]:
                 stat = Path(f"/proc/{name}/stat").read_text()
             except OSError:  # gone meanwhile
                 continue
-            out[int(name)] = (int(stat.rsplit(")", 1)[1].split()[1]), _cpu(stat), stat[stat.index("(") + 1:stat.rindex(")")])
+            out[int(name)] = (int(stat.rsplit(")", 1)[1].split()[1]), _cpu(stat, own),
+                              stat[stat.index("(") + 1:stat.rindex(")")])
     return out
 
 
@@ -115,29 +119,84 @@ def _jit_seconds(pid: int) -> float:
     return total
 
 
-def tree_cpu(roots: list[int], *, include_roots: bool = True) -> dict[str, float]:
-    """CPU seconds used so far by ``roots``' descendants (and ``roots`` themselves unless told
-    not to): a Spark JVM and its Python workers, or a standalone worker's executors. ``jvm``
-    and ``python`` split ``total`` by process; ``jit`` is the JVMs' compiler threads' part of
-    ``jvm``, a cost of fresh JVMs (and of new generated code) rather than of each record."""
-    table = _processes()
+def _tree(table: dict[int, tuple[int, float, str]], roots: list[int],
+          include_roots: bool) -> dict[int, tuple[int, float, str]]:
+    """The rows of ``table`` (``_processes``) of ``roots``' descendants, and of the roots if
+    asked: a Spark JVM and its Python workers, or a standalone worker's executors."""
     children: dict[int, list[int]] = {}
     for pid, (parent, _, _) in table.items():
         children.setdefault(parent, []).append(pid)
-    out = {"total": 0.0, "jvm": 0.0, "jit": 0.0, "python": 0.0}
+    out = {}
     todo = list(roots)
     while todo:
         pid = todo.pop()
         if pid in table and (include_roots or pid not in roots):
-            _, cpu, name = table[pid]
-            out["total"] += cpu
-            if name == "java":
-                out["jvm"] += cpu
-                out["jit"] += _jit_seconds(pid)
-            elif name.startswith("python"):
-                out["python"] += cpu
+            out[pid] = table[pid]
         todo += children.get(pid, [])
     return out
+
+
+class TreeCPU:
+    """CPU seconds a process tree uses between ``start`` and ``stop``, from samples every
+    ``interval`` seconds. Why not the tree's CPU, its reaped children's included, at both ends: a process that exits meanwhile
+    takes its CPU with it unless a process of the tree reaps it, and Spark's Python workers
+    do exit (in 1,500,000-record counts, the second one's ``python_cpu_s`` came out at -0.23
+    and -0.65 s). Here each process counts up to its last sample (a process that lives
+    less than ``interval`` is missed), by its own CPU, its reaped children's left out since
+    they were counted themselves."""
+
+    def __init__(self, roots: Callable[[], list[int]], *, include_roots: bool = True, interval: float = 0.2) -> None:
+        self.roots, self.include_roots, self.interval = roots, include_roots, interval
+        self.first: dict[tuple[int, str], float] = {}
+        self.last: dict[tuple[int, str], tuple[float, str]] = {}
+        self.jit_first: dict[int, float] = {}
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _sample(self, initial: bool = False) -> None:
+        for pid, (_, cpu, name) in _tree(_processes(own=True), self.roots(), self.include_roots).items():
+            key = (pid, _start_time(pid))
+            self.first.setdefault(key, cpu if initial else 0.0)  # born after start: all of its CPU
+            self.last[key] = (cpu, name)
+
+    def start(self) -> None:
+        self._sample(initial=True)
+        for (pid, _), (_, name) in self.last.items():
+            if name == "java":
+                self.jit_first[pid] = _jit_seconds(pid)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._done.wait(self.interval):
+            self._sample()
+
+    def stop(self) -> dict[str, float]:
+        """CPU seconds used since ``start``: ``total``, split by process into ``jvm`` and
+        ``python``; ``jit`` is the JVMs' compiler threads' part of ``jvm``, a cost of fresh JVMs
+        (and of new generated code) rather than of each record."""
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._sample()
+        out = {"total": 0.0, "jvm": 0.0, "jit": 0.0, "python": 0.0}
+        for key, (cpu, name) in self.last.items():
+            used = cpu - self.first[key]
+            out["total"] += used
+            if name == "java":
+                out["jvm"] += used
+                out["jit"] += _jit_seconds(key[0]) - self.jit_first.get(key[0], 0.0)
+            elif name.startswith("python"):
+                out["python"] += used
+        return out
+
+
+def _start_time(pid: int) -> str:
+    """When ``pid`` started (clock ticks since boot), which tells a reused pid apart."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except OSError:
+        return ""
 
 
 def consume(bootstrap: str, expected: int, value: int) -> dict[str, Any]:
@@ -186,20 +245,21 @@ def spark_reads(bootstrap: str, args: argparse.Namespace, expected: int, spark_b
           "warmup_s": round(warm, 2), "seconds": round(started + warm, 2),
           "load_average": round(os.getloadavg()[0], 2)})
 
-    def cpu() -> dict[str, float]:
+    def cpu() -> TreeCPU:
         if executors is not None:
-            return tree_cpu(executors.worker_pids(), include_roots=False)
+            return TreeCPU(executors.worker_pids, include_roots=False)
         gateway = spark.sparkContext._gateway  # its JVM, which py4j started as a child of ours
-        return tree_cpu([gateway.proc.pid]) if gateway is not None else {}
+        return TreeCPU(lambda: [gateway.proc.pid] if gateway is not None else [])
 
     def timed_count(phase: str) -> dict[str, Any]:
-        start, cpu_start = time.perf_counter(), cpu()
+        start, sampled = time.perf_counter(), cpu()
+        sampled.start()
         n, nbytes = _topic(spark, bootstrap, args.max_records_per_partition).agg(
             F.count(F.lit(1)), F.sum(F.length("value"))).collect()[0]
-        elapsed, used = time.perf_counter() - start, cpu()
-        split = {f"{k}_cpu_s": round(v - cpu_start[k], 2) for k, v in used.items() if k != "total"}
+        elapsed, used = time.perf_counter() - start, sampled.stop()
+        split = {f"{k}_cpu_s": round(v, 2) for k, v in used.items() if k != "total"}
         row = _row(system, phase, n, nbytes or 0, elapsed, expected=expected, complete=n == expected,
-                   cpu_s=round(used.get("total", 0.0) - cpu_start.get("total", 0.0), 2), **split, **spark_row)
+                   cpu_s=round(used["total"], 2), **split, **spark_row)
         emit(row)
         return row
 
@@ -221,19 +281,20 @@ def spark_reads(bootstrap: str, args: argparse.Namespace, expected: int, spark_b
     return count
 
 
-def per_core(consumer: dict[str, Any], local: dict[str, Any], standalone: dict[str, Any] | None) -> dict[str, Any]:
+def per_core(consumer: dict[str, Any], local: dict[str, Any] | None, standalone: dict[str, Any] | None) -> dict[str, Any]:
     """msgs/s per core each reader had: our consumer is one process on one core; Spark has
     its task slots (local[*]'s cores, or the executors')."""
     rates = {"pykraft_consumer": consumer["msgs_per_s"],
-             "spark_local": round(local["msgs_per_s"] / local["cores"]),
+             **({"spark_local": round(local["msgs_per_s"] / local["cores"])} if local else {}),
              **({"spark_standalone": round(standalone["msgs_per_s"] / standalone["cores"])} if standalone else {})}
-    row: dict[str, Any] = {"system": "per-core", "phase": "compare", "msgs_per_s_per_core": rates,
-                           "local_over_consumer": round(rates["spark_local"] / rates["pykraft_consumer"], 2)}
-    readers = {"pykraft_consumer": consumer, "spark_local": local, **({"spark_standalone": standalone}
-                                                                        if standalone else {})}
+    row: dict[str, Any] = {"system": "per-core", "phase": "compare", "msgs_per_s_per_core": rates}
+    if local:
+        row["local_over_consumer"] = round(rates["spark_local"] / rates["pykraft_consumer"], 2)
+    readers = {"pykraft_consumer": consumer, **({"spark_local": local} if local else {}),
+               **({"spark_standalone": standalone} if standalone else {})}
     per_cpu = {name: round(r["messages"] / r["cpu_s"]) if r.get("cpu_s") else 0 for name, r in readers.items()}
     row["msgs_per_cpu_s"] = per_cpu
-    if per_cpu["pykraft_consumer"]:
+    if per_cpu["pykraft_consumer"] and local:
         row["local_over_consumer_cpu"] = round(per_cpu["spark_local"] / per_cpu["pykraft_consumer"], 2)
     if standalone:
         row["standalone_over_consumer"] = round(rates["spark_standalone"] / rates["pykraft_consumer"], 2)
@@ -276,10 +337,11 @@ def run(args: argparse.Namespace) -> None:
         expected = produced["messages"]
         consumer = consume(grpc, expected, args.value)
         emit(consumer)
-        local = spark_reads(grpc, args, expected, spark_box)
+        local = spark_reads(grpc, args, expected, spark_box) if args.local else None
         on_cluster = None
         if standalone_up is not None:
-            spark_box.pop().stop()  # one SparkContext per driver: local mode's ends first
+            if spark_box:
+                spark_box.pop().stop()  # one SparkContext per driver: local mode's ends first
             on_cluster = spark_reads(grpc, args, expected, spark_box, "spark-standalone", standalone_up.result(),
                                      parquet=False, executors=standalone)
         emit(per_core(consumer, local, on_cluster))
@@ -304,6 +366,9 @@ def main() -> None:
                     help="the source's maxRecordsPerPartition (0: not set, one Spark task per topic partition)")
     ap.add_argument("--no-standalone", dest="standalone", action="store_false",
                     help="skip the Spark standalone cluster's read")
+    ap.add_argument("--no-local", dest="local", action="store_false",
+                    help="skip the local[*] reads (count, count-again, Parquet): for long reads on the standalone "
+                         "cluster alone")
     ap.add_argument("--workers", type=int, default=2, help="the standalone cluster's workers (one core each)")
     ap.add_argument("--keep", action="store_true", help="keep the cluster's directory (logs, data)")
     run(ap.parse_args())

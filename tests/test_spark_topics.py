@@ -346,6 +346,49 @@ def _columns_rows(pieces, end: int) -> list[tuple]:
              [(h["key"], h["value"]) for h in r["headers"]] if r["headers"] is not None else []) for r in table]
 
 
+def test_batches_without_headers_are_decoded_by_the_vectorized_path(monkeypatch):
+    """Records without headers, the common shape, are decoded for all the slices of a chunk at
+    once (clients/spark/columns.py: numpy over every record, values as Arrow views cast to
+    binary), not by the loop per record: the same rows as the consumer's records, for slices
+    that take a whole batch or part of one, compressed or not, LogAppendTime or not, keys
+    null or not, lengths of one to three varint bytes, in one Arrow batch. Bytes that are not
+    records still fail with the one line."""
+    from clients.compression import Codec
+    from clients.records import build_batch, records_of, set_log_append_time
+    from clients.spark import columns
+    from clients.spark.columns import batch_slice
+    from common.errors import KafkaError
+
+    def per_record(*args, **kwargs):
+        raise AssertionError("the loop per record")
+    monkeypatch.setattr(columns, "_decoded", per_record)
+    entries = [(None if i % 7 == 0 else b"k%d" % i * (1 + i % 300), None if i % 11 == 0 else bytes([i % 256]) * (i * 37 % 20000),
+                1_700_000_000_000 + (i * 997 % 3_000_000) - 1000, []) for i in range(400)]
+    batches = []
+    for codec, log_append in ((Codec.NONE, False), (Codec.LZ4, False), (Codec.NONE, True), (Codec.NONE, False)):
+        b = build_batch(entries if len(batches) < 3 else [(None, b"v%d" % i, 1_700_000_000_000, []) for i in range(50)],
+                        codec)
+        b.base_offset = 10_000 * (len(batches) + 1)
+        if log_append:
+            set_log_append_time(b, 1_800_000_000_000)
+        batches.append(b)
+    cuts = [(0, 1 << 62), (batches[1].base_offset + 30, batches[1].base_offset + 350), (0, 1 << 62), (0, 1 << 62)]
+    end = batches[3].base_offset + 20
+    expected = [(r.offset, r.timestamp, r.key, r.value, []) for b, (start, stop) in zip(batches, cuts, strict=True)
+                for r in records_of(b, "t", 3, start) if r.offset < min(stop, end)]
+    assert _columns_rows([batch_slice(b, start, stop) for b, (start, stop) in zip(batches, cuts, strict=True)], end) == expected
+    assert len(expected) == 400 + 320 + 400 + 20
+    small = batches[3]  # records below 8 KiB alone: their starts found without the long varint loop
+    assert _columns_rows([batch_slice(small, 0, 1 << 62)], 1 << 62) == [
+        (r.offset, r.timestamp, r.key, r.value, []) for r in records_of(small, "t", 3)]
+
+    monkeypatch.undo()
+    garbled = build_batch(entries[1:4])
+    garbled.records = garbled.records[:-1]
+    with pytest.raises(KafkaError, match="CORRUPT_MESSAGE.*cannot be decoded"):
+        _columns_rows([batch_slice(garbled, 0, 1 << 62)], 1 << 62)
+
+
 def test_batches_decoded_into_columns_are_the_consumers_records():
     """The source's tasks decode fetched batches straight into Arrow columns
     (clients/spark/columns.py): the same rows as the consumer's records, whatever the batch

@@ -70,7 +70,8 @@ def read_range(bootstrap: str, r: OffsetRange, *, fail_on_data_loss: bool, poll_
                isolation_level: str = "read_committed") -> Iterator[pa.RecordBatch]:
     """The records of ``r`` from the partition's leader, in offset order (a compacted topic
     has gaps; so do transaction markers, and with read_committed, aborted transactions), as
-    Arrow batches of at least ``BATCH_ROWS`` rows (the last one fewer). Offsets retention has
+    Arrow batches of at least ``BATCH_ROWS`` rows (the last one fewer; a compacted topic's
+    gaps may make one fewer, since rows are counted before they are decoded). Offsets retention has
     removed fail the task with ``fail_on_data_loss``, and are skipped without it."""
     if r.end <= r.start:
         return
@@ -94,13 +95,13 @@ def read_range(bootstrap: str, r: OffsetRange, *, fail_on_data_loss: bool, poll_
                 for piece in got:
                     rows.add(piece, r.end)
                 if len(rows) >= BATCH_ROWS:
-                    yield rows.arrow(ARROW_SCHEMA, r.topic, r.partition, CREATE_TIME)
+                    yield from _nonempty(rows.arrow(ARROW_SCHEMA, r.topic, r.partition, CREATE_TIME))
                     rows = Columns()
             elif time.monotonic() - progress > poll_timeout_ms / 1000:
                 raise TopicSourceError(f"no record of {r.topic}-{r.partition} at offsets {position}..{r.end} "
                                        f"arrived within {poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs)")
         if len(rows):
-            yield rows.arrow(ARROW_SCHEMA, r.topic, r.partition, CREATE_TIME)
+            yield from _nonempty(rows.arrow(ARROW_SCHEMA, r.topic, r.partition, CREATE_TIME))
     except TopicSourceError:
         raise
     except CLIENT_ERRORS as e:
@@ -112,6 +113,13 @@ def read_range(bootstrap: str, r: OffsetRange, *, fail_on_data_loss: bool, poll_
         raise TopicSourceError(f"reading {r.topic}-{r.partition}: {e}") from None
     finally:
         run(consumer.close())
+
+
+def _nonempty(batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+    """``batch`` unless it has no row: ``Columns`` counts rows before decoding them, at most
+    (a poll may return the batch after the range's end, none of whose records are in it)."""
+    if batch.num_rows:
+        yield batch
 
 
 def _bytes(v: Any) -> bytes | None:
