@@ -415,24 +415,33 @@ def compare(args: argparse.Namespace) -> None:
     passed = ["--seconds", str(args.seconds), "--messages", str(args.messages), "--value", str(args.value),
               "--partitions", str(args.partitions), *(a for kv in args.consumer_config for a in ("--consumer-config", kv))]
     ours = [a for kv in args.broker_config for a in ("--broker-config", kv)]
-    rows: list[dict[str, Any]] = []
     try:
-        for r in range(args.rounds):
-            order = [("base", base), ("this", REPO)]
-            for label, tree in order if r % 2 == 0 else order[::-1]:
-                out = subprocess.run([sys.executable, "-m", "bench.kafka_clients", *passed,
-                                      *(ours if label == "this" else [])], cwd=tree,
-                                     env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True)
-                if out.returncode:
-                    emit({"tree": label, "round": r, "error": out.stderr.strip().splitlines()[-1:]})
-                for line in out.stdout.splitlines():
-                    row = {**json.loads(line), "tree": label, "round": r}
-                    emit(row)
-                    rows.append(row)
+        rows = alternate("bench.kafka_clients", base, passed, args.rounds, ours)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     for summary in summaries(rows, args.rounds):
         emit(summary)
+
+
+def alternate(module: str, base: Path, passed: list[str], rounds: int, ours: list[str] | None = None) -> list[dict[str, Any]]:
+    """``python -m module`` with ``passed`` in ``base`` (a ``base_tree``) and in this tree in
+    turn, ``rounds`` times each (base, this, this, base, ...: a drift of the machine's load
+    weighs on both alike; ``ours``: arguments for this tree's runs only); every JSON line
+    emitted and returned tagged ``tree`` (base or this) and ``round``, a failed run's last
+    line of stderr emitted as its ``error``."""
+    rows: list[dict[str, Any]] = []
+    for r in range(rounds):
+        order = [("base", base), ("this", REPO)]
+        for label, tree in order if r % 2 == 0 else order[::-1]:
+            out = subprocess.run([sys.executable, "-m", module, *passed, *((ours or []) if label == "this" else [])],
+                                 cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True)
+            if out.returncode:
+                emit({"tree": label, "round": r, "error": out.stderr.strip().splitlines()[-1:]})
+            for line in out.stdout.splitlines():
+                row = {**json.loads(line), "tree": label, "round": r}
+                emit(row)
+                rows.append(row)
+    return rows
 
 
 def summaries(rows: list[dict[str, Any]], rounds: int) -> list[dict[str, Any]]:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import shutil
 import statistics
@@ -37,8 +36,8 @@ from typing import Any
 
 from kraft.dev_quorum import DevQuorum, consecutive_ports
 
-from .common import REPO, emit
-from .kafka_clients import base_tree, confluent_consume, confluent_produce, create_topics, stop_cluster
+from .common import emit
+from .kafka_clients import alternate, base_tree, confluent_consume, confluent_produce, create_topics, stop_cluster
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -150,19 +149,8 @@ def compare(args: argparse.Namespace) -> None:
     base = base_tree(args.base)
     passed = ["--messages", str(args.messages), "--value", str(args.value), "--partitions", str(args.partitions),
               "--reads", str(args.reads)]
-    rows: list[dict[str, Any]] = []
     try:
-        for r in range(args.rounds):
-            order = [("base", base), ("this", REPO)]
-            for label, tree in order if r % 2 == 0 else order[::-1]:
-                out = subprocess.run([sys.executable, "-m", "bench.kafka_consume", *passed], cwd=tree,
-                                     env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True)
-                if out.returncode:
-                    emit({"tree": label, "round": r, "error": out.stderr.strip().splitlines()[-1:]})
-                for line in out.stdout.splitlines():
-                    row = {**json.loads(line), "tree": label, "round": r}
-                    emit(row)
-                    rows.append(row)
+        rows = alternate("bench.kafka_consume", base, passed, args.rounds)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     by = {(row["tree"], row["round"], row["read"]): row for row in rows if row.get("phase") == "consume"}
