@@ -38,11 +38,10 @@ import time
 import uuid
 from pathlib import Path
 
-from kraft.dev_quorum import DevQuorum, consecutive_ports
 from metadata.client import ControllerClient
 from protos import controller_pb2 as cpb
 
-from .common import REPO, emit
+from .common import REPO, emit, three_brokers
 
 MiB = 1 << 20
 _TS = struct.Struct(">d")
@@ -214,8 +213,7 @@ def _pct(xs: list[float], q: float) -> float | None:
 async def _run_cluster(args: argparse.Namespace, disk: float) -> None:
     base = Path(tempfile.mkdtemp(prefix="brokerbench"))
     props = {"log.flush.interval.messages": "1"} if args.flush == "sync" else {}
-    cluster = DevQuorum(str(base), consecutive_ports(9), brokers=3, session_timeout_ms=9000,
-                        broker_extra={"broker.heartbeat.interval.ms": "1000", **props})
+    cluster = three_brokers(base, **props)
     cluster.start()
     try:
         await cluster.wait_for_brokers(timeout=90)

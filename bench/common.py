@@ -13,8 +13,21 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kraft.dev_quorum import DevQuorum
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def three_brokers(base: Path, **broker_props: str) -> DevQuorum:
+    """The benchmarks' cluster in ``base`` (not started): three controllers and three brokers
+    on free loopback ports, heartbeats every second, ``broker_props`` on every broker. Imported
+    here, not at the top: most benchmarks (Raft's, the codecs') start no dev cluster."""
+    from kraft.dev_quorum import DevQuorum, consecutive_ports
+    return DevQuorum(str(base), consecutive_ports(9), brokers=3, session_timeout_ms=9000,
+                     broker_extra={"broker.heartbeat.interval.ms": "1000", **broker_props})
 
 
 def summary(system: str, clients: int, value: int, lat: list[float], elapsed: float, **extra) -> dict:

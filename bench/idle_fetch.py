@@ -31,10 +31,10 @@ from typing import Any
 
 from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
-from kraft.dev_quorum import DevQuorum, consecutive_ports
+from kraft.dev_quorum import DevQuorum
 
 from .broker import _cpu_seconds
-from .common import emit
+from .common import emit, three_brokers
 from .kafka_clients import create_topics
 
 
@@ -56,8 +56,7 @@ def _profile(cluster: DevQuorum, out: str) -> list[subprocess.Popen]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     base = Path(tempfile.mkdtemp(prefix="idlefetch"))
-    cluster = DevQuorum(str(base), consecutive_ports(9), brokers=3, session_timeout_ms=9000,
-                        broker_extra={"broker.heartbeat.interval.ms": "1000"})
+    cluster = three_brokers(base)
     cluster.start()
     consumers: list[Consumer] = []
     stop = threading.Event()

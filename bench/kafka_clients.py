@@ -73,7 +73,7 @@ from protos import broker_pb2 as pb
 from common.tls import TLSConfig
 
 from .broker import MiB, _cpu_seconds, _pct, json_line
-from .common import REPO, emit
+from .common import REPO, emit, three_brokers
 
 TARGETS = {"target_produce_msgs_per_s": 50000, "target_consume_msgs_per_s": 100000}
 BATCH_SIZE, LINGER_MS = 262144, 5
@@ -340,8 +340,7 @@ def run(args: argparse.Namespace) -> None:
     emit(fetch_conversion(args.value))
     base = Path(tempfile.mkdtemp(prefix="kafkabench"))
     extra = dict(kv.split("=", 1) for kv in args.broker_config)
-    cluster = DevQuorum(str(base), consecutive_ports(9), brokers=3, session_timeout_ms=9000,
-                        broker_extra={"broker.heartbeat.interval.ms": "1000", **extra})
+    cluster = three_brokers(base, **extra)
     cluster.start()
     try:
         asyncio.run(cluster.wait_for_brokers(timeout=90))

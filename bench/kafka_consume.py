@@ -34,9 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kraft.dev_quorum import DevQuorum, consecutive_ports
 
-from .common import emit
+from .common import emit, three_brokers
 from .kafka_clients import alternate, base_tree, confluent_consume, confluent_produce, create_topics, stop_cluster
 
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -96,8 +95,7 @@ def _profile(read: int, pids: list[int], out: Path, seconds: float,
 
 def run(args: argparse.Namespace) -> None:
     base = Path(tempfile.mkdtemp(prefix="kafkaconsume"))
-    cluster = DevQuorum(str(base), consecutive_ports(9), brokers=3, session_timeout_ms=9000,
-                        broker_extra={"broker.heartbeat.interval.ms": "1000"})
+    cluster = three_brokers(base)
     cluster.start()
     try:
         asyncio.run(cluster.wait_for_brokers(timeout=90))

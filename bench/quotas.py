@@ -34,13 +34,12 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from kraft.dev_quorum import DevQuorum, consecutive_ports
 from metadata.client import ControllerClient
 from metadata.image import ClientQuotasImage, MetadataImage
 from protos import controller_pb2 as cpb
 
 from .broker import json_line
-from .common import emit
+from .common import emit, three_brokers
 from .kafka_clients import create_topics, stop_cluster
 
 LINGER_MS = 5
@@ -144,8 +143,7 @@ def accounting(n: int = 20000) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> None:
     emit(accounting())
     base = Path(tempfile.mkdtemp(prefix="quotabench"))
-    cluster = DevQuorum(str(base), consecutive_ports(9), brokers=3, session_timeout_ms=9000,
-                        broker_extra={"broker.heartbeat.interval.ms": "1000"})
+    cluster = three_brokers(base)
     cluster.start()
     try:
         asyncio.run(cluster.wait_for_brokers(timeout=90))

@@ -60,10 +60,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kraft.dev_quorum import DevQuorum, consecutive_ports
 from metadata.analytics.standalone import EXECUTOR_MEMORY, StandaloneCluster
 
-from .common import REPO, emit, free_ports
+from .common import REPO, emit, free_ports, three_brokers
 from .kafka_clients import create_topics, pykraft_produce, stop_cluster
 
 if TYPE_CHECKING:
@@ -310,8 +309,7 @@ def per_core(consumer: dict[str, Any], local: dict[str, Any] | None, standalone:
 
 def run(args: argparse.Namespace) -> None:
     base = Path(tempfile.mkdtemp(prefix="sparkbench"))
-    cluster = DevQuorum(str(base), consecutive_ports(9), brokers=3, session_timeout_ms=9000,
-                        broker_extra={"broker.heartbeat.interval.ms": "1000"})
+    cluster = three_brokers(base)
     spark_box: list[Any] = []
     cluster.start()
     standalone = None

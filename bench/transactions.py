@@ -34,10 +34,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
-from kraft.dev_quorum import DevQuorum, consecutive_ports
 
 from .broker import json_line
-from .common import emit
+from .common import emit, three_brokers
 from .kafka_clients import create_topics, stop_cluster
 
 LINGER_MS = 5
@@ -129,8 +128,7 @@ def consume(bootstrap: str, topic: str, partitions: int, expected: int, isolatio
 
 def run(args: argparse.Namespace) -> None:
     base = Path(tempfile.mkdtemp(prefix="txnbench"))
-    cluster = DevQuorum(str(base), consecutive_ports(9), brokers=3, session_timeout_ms=9000,
-                        broker_extra={"broker.heartbeat.interval.ms": "1000"})
+    cluster = three_brokers(base)
     cluster.start()
     try:
         asyncio.run(cluster.wait_for_brokers(timeout=90))
