@@ -1094,14 +1094,16 @@ def test_every_domain_request_has_the_shape_of_its_protobuf_message():
     """Field for field by name, so that ``proto_codec`` translates each both ways; the one
     protobuf field the broker has no use for is the client id our producer sends; a fetch
     session's fields (KIP-227) are the codec's, served around the domain fetch as the Kafka
-    listener serves them; a fetch answer's unjoined ``frames`` are the Kafka listener's only
-    (None on the gRPC path, which the codec skips)."""
+    listener serves them; a fetch answer's stored ``frames`` are its protobuf ``records``, which
+    the gRPC service joins (the codec leaves out fields marked ``wire: False``)."""
     import dataclasses
 
     from brokerd import group_requests, requests
     unused = {"ProduceRequest": {"client_id"}, "FetchRequest": {"session_id", "session_epoch", "forgotten_topics"},
-              "FetchResponse": {"session_id", "error_code"}}
+              "FetchResponse": {"session_id", "error_code"}, "FetchPartitionResponse": {"records"}}
     domain_only = {"FetchPartitionResponse": {"frames"}}
+    assert [f.name for f in dataclasses.fields(requests.FetchPartitionResponse)
+            if f.metadata.get("wire") is False] == ["frames"]
     classes = [c for m in (requests, group_requests) for c in vars(m).values()
                if isinstance(c, type) and dataclasses.is_dataclass(c) and c.__module__ == m.__name__]
     assert len(classes) > 40
