@@ -108,8 +108,9 @@ def run(args: argparse.Namespace) -> None:
         emit({"phase": "produce", "messages": produced["messages"], "failed": produced["failed"]})
         expected = produced["messages"]
         cpu = BrokersCpu([p.pid for p in cluster.broker_procs.values()])
+        fetches = request_counts(cluster, "Fetch")  # before the CPU is counted: the brokers render their metrics
+        cpu.restart()
         idle_spies = _profile(-1, cpu.pids, Path(args.profile), args.idle) if args.profile else []
-        fetches = request_counts(cluster, "Fetch")
         time.sleep(args.idle)  # what the brokers cost with no client: followers' long polls, heartbeats
         user, system = cpu.since()
         idle_fetches = (request_counts(cluster, "Fetch") - fetches) / args.idle
@@ -119,8 +120,7 @@ def run(args: argparse.Namespace) -> None:
               "brokers_user_cores": round(user / args.idle, 3), "fetches_per_s": round(idle_fetches, 1)})
         for i in range(args.reads):
             spies: list[subprocess.Popen[bytes]] = []
-
-            counted: list[float] = []
+            counted: list[float] = []  # the brokers' Fetch count and the time at the first record
 
             def first(read: int = i, spies: list[subprocess.Popen[bytes]] = spies, counted: list[float] = counted) -> None:
                 counted += (request_counts(cluster, "Fetch"), time.perf_counter())
