@@ -213,7 +213,7 @@ def _pct(xs: list[float], q: float) -> float | None:
 async def _run_cluster(args: argparse.Namespace, disk: float) -> None:
     base = Path(tempfile.mkdtemp(prefix="brokerbench"))
     props = {"log.flush.interval.messages": "1"} if args.flush == "sync" else {}
-    cluster = three_brokers(base, **props)
+    cluster = three_brokers(base, props)
     cluster.start()
     try:
         await cluster.wait_for_brokers(timeout=90)

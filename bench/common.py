@@ -21,13 +21,31 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parent.parent
 
 
-def three_brokers(base: Path, **broker_props: str) -> DevQuorum:
+def three_brokers(base: Path, broker_props: dict[str, str] | None = None, metrics: bool = False) -> DevQuorum:
     """The benchmarks' cluster in ``base`` (not started): three controllers and three brokers
-    on free loopback ports, heartbeats every second, ``broker_props`` on every broker. Imported
+    on free loopback ports, heartbeats every second, ``broker_props`` on every broker;
+    ``metrics``: every node serves its Prometheus metrics (``request_counts``). Imported
     here, not at the top: most benchmarks (Raft's, the codecs') start no dev cluster."""
     from kraft.dev_quorum import DevQuorum, consecutive_ports
-    return DevQuorum(str(base), consecutive_ports(9), brokers=3, session_timeout_ms=9000,
-                     broker_extra={"broker.heartbeat.interval.ms": "1000", **broker_props})
+    extra = {"broker.heartbeat.interval.ms": "1000", **(broker_props or {})}
+    if metrics:  # not passed otherwise: a base tree's DevQuorum (bench.kafka_clients --base) may predate it
+        return DevQuorum(str(base), consecutive_ports(15), brokers=3, session_timeout_ms=9000, broker_extra=extra,
+                         metrics=True)
+    return DevQuorum(str(base), consecutive_ports(9), brokers=3, session_timeout_ms=9000, broker_extra=extra)
+
+
+def request_counts(cluster: DevQuorum, request: str) -> int:
+    """How many ``request``s (Kafka's name: Fetch, Produce) the brokers' Kafka listeners and
+    gRPC services have answered, from their request metrics (``three_brokers(metrics=True)``)."""
+    import urllib.request
+    total = 0
+    for nid in cluster.broker_ports:
+        with urllib.request.urlopen(f"http://127.0.0.1:{cluster.metrics_ports[nid]}/metrics", timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if (line.startswith("kafka_network_requestmetrics_total_time_seconds_count{")
+                        and f'request="{request}"' in line):
+                    total += int(float(line.rsplit(" ", 1)[1]))
+    return total
 
 
 def summary(system: str, clients: int, value: int, lat: list[float], elapsed: float, **extra) -> dict:

@@ -340,7 +340,7 @@ def run(args: argparse.Namespace) -> None:
     emit(fetch_conversion(args.value))
     base = Path(tempfile.mkdtemp(prefix="kafkabench"))
     extra = dict(kv.split("=", 1) for kv in args.broker_config)
-    cluster = three_brokers(base, **extra)
+    cluster = three_brokers(base, extra)
     cluster.start()
     try:
         asyncio.run(cluster.wait_for_brokers(timeout=90))

@@ -15,7 +15,9 @@ settings, each a new group, read it all from the beginning, one after another; t
 CPU is counted from each consumer's first record to its last (its group join is not counted).
 
 JSON lines, one per read: ``brokers_cpu_us_per_msg`` with its ``brokers_user_us_per_msg`` and
-``brokers_sys_us_per_msg`` (from /proc), ``brokers_cpu_s_per_MB``, msgs/s; with ``--base``,
+``brokers_sys_us_per_msg`` (from /proc), ``brokers_cpu_s_per_MB``, msgs/s, and librdkafka's Fetch
+requests in the read (``consumer_fetches``: the brokers' request metrics, less the followers'
+long polls at the idle phase's rate; ``msgs_per_fetch``); with ``--base``,
 every row tagged ``tree`` and ``round`` and a ``summary`` of medians and paired ratios (this /
 base) of each read's figures. ``--profile DIR`` records the first read with ``perf`` (DIR/perf.data)
 and the second with py-spy's raw samples (``--native``: C frames such as RocksDB's) per broker.
@@ -35,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 
-from .common import emit, three_brokers
+from .common import emit, request_counts, three_brokers
 from .kafka_clients import alternate, base_tree, confluent_consume, confluent_produce, create_topics, stop_cluster
 
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -95,7 +97,7 @@ def _profile(read: int, pids: list[int], out: Path, seconds: float,
 
 def run(args: argparse.Namespace) -> None:
     base = Path(tempfile.mkdtemp(prefix="kafkaconsume"))
-    cluster = three_brokers(base)
+    cluster = three_brokers(base, metrics=True)
     cluster.start()
     try:
         asyncio.run(cluster.wait_for_brokers(timeout=90))
@@ -106,23 +108,33 @@ def run(args: argparse.Namespace) -> None:
         emit({"phase": "produce", "messages": produced["messages"], "failed": produced["failed"]})
         expected = produced["messages"]
         cpu = BrokersCpu([p.pid for p in cluster.broker_procs.values()])
+        fetches = request_counts(cluster, "Fetch")  # before the CPU is counted: the brokers render their metrics
+        cpu.restart()
         idle_spies = _profile(-1, cpu.pids, Path(args.profile), args.idle) if args.profile else []
         time.sleep(args.idle)  # what the brokers cost with no client: followers' long polls, heartbeats
         user, system = cpu.since()
+        idle_fetches = (request_counts(cluster, "Fetch") - fetches) / args.idle
         for s in idle_spies:
             s.wait(timeout=30)
         emit({"phase": "idle", "seconds": args.idle, "brokers_cores": round((user + system) / args.idle, 3),
-              "brokers_user_cores": round(user / args.idle, 3)})
+              "brokers_user_cores": round(user / args.idle, 3), "fetches_per_s": round(idle_fetches, 1)})
         for i in range(args.reads):
             spies: list[subprocess.Popen[bytes]] = []
+            counted: list[float] = []  # the brokers' Fetch count and the time at the first record
 
-            def first(read: int = i, spies: list[subprocess.Popen[bytes]] = spies) -> None:
+            def first(read: int = i, spies: list[subprocess.Popen[bytes]] = spies, counted: list[float] = counted) -> None:
+                counted += (request_counts(cluster, "Fetch"), time.perf_counter())
                 cpu.restart()
                 if args.profile and read < 2:
                     spies.extend(_profile(read, cpu.pids, Path(args.profile), args.profile_seconds))
             row = confluent_consume(kafka, "consume", expected, args.value, config={"group.id": f"reader-{i}"},
                                     on_first=first)
             user, system = cpu.since()
+            # librdkafka's Fetch requests: all the brokers answered, less the followers' (their
+            # idle rate; while a consumer reads, followers long-poll as when idle)
+            if counted:
+                counted[0] = (request_counts(cluster, "Fetch") - counted[0]
+                              - idle_fetches * (time.perf_counter() - counted[1]))
             for s in spies:
                 s.wait(timeout=args.profile_seconds + 30)
             n = max(row["messages"], 1)
@@ -132,6 +144,8 @@ def run(args: argparse.Namespace) -> None:
                   "brokers_sys_us_per_msg": round(system / n * 1e6, 3),
                   "brokers_cpu_s_per_MB": round((user + system) / (n * args.value / 1e6), 4),
                   "brokers_cores": round((user + system) * row["msgs_per_s"] / n, 2),
+                  **({"consumer_fetches": round(counted[0]), "msgs_per_fetch": round(n / max(counted[0], 1))}
+                     if counted else {}),
                   **({"profiled": True} if spies else {})})
     finally:
         stop_cluster(cluster, base, keep=False)

@@ -18,6 +18,13 @@ fifth of the brokers' Python CPU (docs/brokers.md, "Data path performance"). One
   (``max_wait_ms`` 0: what a long poll's first read and every wake-up without data cost).
 - ``wakeup``: a long poll (``max_wait_ms`` 500) of the session with nothing new, woken by an
   append to one partition (not timed); the fetch's CPU before and after the append is timed.
+- ``consume``: librdkafka reading a produced topic back with its defaults: no session (id 0,
+  epoch -1), read_committed, 1 MiB per partition, 50 MiB per answer, its three partitions of
+  this leader each holding batches of 980 records of 256 bytes (~260 KB, as librdkafka
+  produces them), so that four fill all but a few KB of a partition's 1 MiB; each fetch asks
+  for the next offsets (and wraps around), answered, encoded and cut in parts as the listener
+  writes them (``response_parts``); the memtable flushed first, so the values are read from
+  blob files as a cluster reads a topic of a hundred MB.
 
 JSON lines: this thread's CPU per fetch (``time.thread_time``), the median of ``--repeats``
 timings, each the median fetch of a run of them (a shared machine's interruptions land in
@@ -42,7 +49,8 @@ from typing import Any
 from brokerd.config import LogConfig
 from brokerd.fetch_session import FetchSessionCache
 from brokerd.kafka import apis
-from brokerd.kafka.codec import RequestHeader, encode_response, frame_request, frame_response, read_request
+from brokerd.kafka.codec import (RequestHeader, encode_response, frame_request, frame_response, read_request,
+                                 response_parts)
 from brokerd.kafka.replica_client import FetchPartitionFields, FetchRequestFields, FetchTopicFields
 from brokerd.log_manager import LogManager
 from brokerd.log_store import FlushPolicy
@@ -60,6 +68,8 @@ from .follower_fetch import config
 LEADER, FOLLOWERS, PARTITIONS, TOPIC = 7, (8, 9), 6, "bench"
 FETCH, VERSION = 1, 12
 BATCH = build_batch([(None, bytes(256), 1_700_000_000_000 + k, ()) for k in range(770)])
+CONSUMED = build_batch([(None, bytes(256), 1_700_000_000_000 + k, ()) for k in range(980)])
+CONSUMER_PARTITIONS, CONSUMER_BATCHES = 3, 24  # a consumer's partitions of this leader, batches in each
 
 
 class Leader:
@@ -82,9 +92,9 @@ class Leader:
         self.sessions = {f: (0, 0) for f in FOLLOWERS}  # follower -> (session id, epoch)
         self.told = {f: [0] * PARTITIONS for f in FOLLOWERS}  # the offsets each follower last sent
 
-    async def append(self, index: int) -> None:
-        b = type(BATCH)()
-        b.CopyFrom(BATCH)
+    async def append(self, index: int, batch: Any = BATCH) -> None:
+        b = type(batch)()
+        b.CopyFrom(batch)
         p = self.partitions[index]
         await p.log.append_as_leader(b, p.leader_epoch)
         p.notify()
@@ -120,6 +130,28 @@ class Leader:
 
     fetched: dict[int, list[int]]
 
+    def consumer_request(self) -> tuple[RequestHeader, Any]:
+        """librdkafka's next full fetch of its partitions, from where its last answer ended."""
+        parts = [FetchPartitionFields(i, 1, self.consumed[i], -1, 1 << 20) for i in range(CONSUMER_PARTITIONS)]
+        fields = FetchRequestFields(-1, datetime.timedelta(milliseconds=500), 1, 50 << 20, 0, -1,
+                                    [FetchTopicFields(TOPIC, parts)], isolation_level=1)
+        framed = frame_request(FETCH, VERSION, 1, "rdkafka", fields)
+        return read_request(framed[4:], FETCH, VERSION)
+
+    async def consume(self, header: RequestHeader, request: Any) -> list[bytes | memoryview]:
+        """What the listener does with a consumer's Fetch: answered, encoded, in parts."""
+        answer = await self.handler.fetch(request, VERSION, self.access)
+        for t in answer["responses"]:
+            for a in t["partitions"]:
+                i = a["partition_index"]
+                p = self.partitions[i]
+                batches = len(a["records"].parts) // 2 if a["records"] else 0  # a head and records each
+                got = self.consumed[i] + batches * CONSUMED.record_count
+                self.consumed[i] = got if got < p.log.high_watermark else p.log.log_start_offset
+        return response_parts(header, encode_response(header, answer))
+
+    consumed: list[int]
+
 
 class _Handler(apis.KafkaApis):
     """The listener's ``KafkaApis`` with only what its ``fetch`` uses: the replica manager and
@@ -148,6 +180,11 @@ async def _round(leader: Leader, shape: str, n: int) -> list[float]:
     elif shape == "idle":
         for f in FOLLOWERS:
             out.append(await _timed(leader, f))
+    elif shape == "consume":
+        header, request = leader.consumer_request()
+        start = time.thread_time()
+        await leader.consume(header, request)
+        out.append(time.thread_time() - start)
     else:  # wakeup: a long poll woken by an append
         f = FOLLOWERS[n % 2]
         header, request = leader.request(f, 500)
@@ -172,8 +209,12 @@ async def measure(shape: str, seconds: float, repeats: int, profile: bool) -> di
     with tempfile.TemporaryDirectory() as d:
         leader = Leader(d)
         leader.fetched = {f: [0] * PARTITIONS for f in FOLLOWERS}
+        leader.consumed = [0] * PARTITIONS
         for i in range(PARTITIONS):  # something in every partition, all of it replicated
-            await leader.append(i)
+            for _ in range(CONSUMER_BATCHES if shape == "consume" and i < CONSUMER_PARTITIONS else 1):
+                await leader.append(i, CONSUMED if shape == "consume" else BATCH)
+        if shape == "consume":  # read from blob files, as a cluster reads a topic of 100 MB
+            leader.partitions[0].log.db.flush()
         for _ in range(2):
             for f in FOLLOWERS:
                 await leader.fetch(*leader.request(f), f)  # a full fetch opens the session, then acks
@@ -196,7 +237,7 @@ async def measure(shape: str, seconds: float, repeats: int, profile: bool) -> di
             if time.monotonic() - start >= seconds / repeats:
                 per_repeat.append(statistics.median(timings) * 1e6)
                 timings, start = [], time.monotonic()
-                for p in leader.partitions:  # keep the logs small: a fresh start each repeat
+                for p in leader.partitions if shape != "consume" else ():  # keep the logs small
                     p.log.delete_before(p.log.high_watermark)
         await leader.rm.logs.close()
     if prof is not None:
@@ -209,7 +250,7 @@ async def measure(shape: str, seconds: float, repeats: int, profile: bool) -> di
             "range": [round(min(per_repeat), 1), round(max(per_repeat), 1)]}
 
 
-SHAPES = ("news", "idle", "wakeup")
+SHAPES = ("news", "idle", "wakeup", "consume")
 
 
 def main() -> None:

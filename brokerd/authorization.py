@@ -98,15 +98,15 @@ async def produce(rm: ReplicaManager, req: r.ProduceRequest, access: Access) -> 
     return resp
 
 
-async def fetch(rm: ReplicaManager, req: r.FetchRequest, access: Access, joined: bool = True) -> r.FetchResponse:
+async def fetch(rm: ReplicaManager, req: r.FetchRequest, access: Access) -> r.FetchResponse:
     """A follower's fetch needs CLUSTER_ACTION on the cluster (all or nothing, as in Kafka); a
-    consumer's READ on each topic. ``joined``: as ``fetch.fetch``'s."""
+    consumer's READ on each topic."""
     if req.replica_id >= 0:
         allowed = access.cluster(O.CLUSTER_ACTION)
         ours, refused = _split(req, lambda t: allowed)
     else:
         ours, refused = _split(req, lambda t: access.topic(O.READ, _name(rm, t)))
-    resp = await fetch_records(rm, ours, joined)
+    resp = await fetch_records(rm, ours)
     _refuse(resp.topics, refused, r.FetchTopicResponse, r.FetchPartitionResponse,
             lambda n: access.topic_denied(O.READ, n) if req.replica_id < 0
             else access.cluster_denied(O.CLUSTER_ACTION), high_watermark=-1, log_start_offset=-1)

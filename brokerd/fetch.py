@@ -45,9 +45,8 @@ def _fail(answer: FetchPartitionResponse, e: KafkaError, p: Partition | None = N
         answer.leader_id, answer.leader_epoch = p.leader, p.leader_epoch
 
 
-async def fetch(rm: ReplicaManager, req: FetchRequest, joined: bool = True) -> FetchResponse:
-    """``joined``: each answer's stored batches joined into ``records`` (gRPC's codec needs one
-    bytes); else left as read in ``frames``, views the Kafka listener writes as they are."""
+async def fetch(rm: ReplicaManager, req: FetchRequest) -> FetchResponse:
+    """Each partition's stored batches are answered as the log read them (``frames``)."""
     replica = req.replica_id
     follower = replica >= 0
     any_replica = not follower and req.rack_id is not None  # KIP-392: a follower may serve it
@@ -97,7 +96,7 @@ async def fetch(rm: ReplicaManager, req: FetchRequest, joined: bool = True) -> F
             reads.append(_Read(answer, p, fp.fetch_offset, fp.partition_max_bytes or DEFAULT_PARTITION_MAX_BYTES))
     max_bytes = req.max_bytes or DEFAULT_MAX_BYTES
     committed = not follower and req.isolation_level == READ_COMMITTED
-    got = _read_all(reads, max_bytes, replica, rm.leader_quota, committed, any_replica, joined)
+    got = _read_all(reads, max_bytes, replica, rm.leader_quota, committed, any_replica)
     wait_ms = min(req.max_wait_ms, MAX_WAIT_MS)
     need = max(req.min_bytes, 1)
     if got < need and wait_ms > 0 and reads and len(reads) == _count(resp):
@@ -123,7 +122,7 @@ async def fetch(rm: ReplicaManager, req: FetchRequest, joined: bool = True) -> F
             finally:
                 for r in reads:
                     r.partition.drop_waiter(fut)
-            got = _read_all(reads, max_bytes, replica, rm.leader_quota, committed, any_replica, joined)
+            got = _read_all(reads, max_bytes, replica, rm.leader_quota, committed, any_replica)
             if any(r.answer.error_code for r in reads):
                 break
     for r in reads:
@@ -152,14 +151,13 @@ def _count(resp: FetchResponse) -> int:
 
 
 def _read_all(reads: list[_Read], max_bytes: int, replica: int, quota: ReplicationQuota,
-              committed: bool = False, any_replica: bool = False, joined: bool = True) -> int:
+              committed: bool = False, any_replica: bool = False) -> int:
     """Fill each answer; returns the bytes read. The first partition with data returns at
     least one batch whatever the limits, so a fetch always makes progress, and only it: a later
     partition's next batch that does not fit what the limits leave is not sent (as Kafka's
     readFromLocalLog, whose cut batch clients drop); a replica being
     added gets nothing while the leader's replication throttle is exceeded. ``any_replica``:
-    a follower serves it too, up to the high watermark it learned from the leader. ``joined``:
-    as ``fetch``'s."""
+    a follower serves it too, up to the high watermark it learned from the leader."""
     follower = replica >= 0
     throttled = follower and quota.wait_seconds() > 0
     total = 0
@@ -178,13 +176,9 @@ def _read_all(reads: list[_Read], max_bytes: int, replica: int, quota: Replicati
         if r.offset < end and (budget > 0 or total == 0) and not (throttled and replica in p.adding):
             # a batch over the limits only for the first partition with data: for a later one
             # Kafka sends the cut start of it, which clients drop
-            frames, size = plog.read(r.offset, max(budget, 1), end, min_one=total == 0)
+            a.frames, size = plog.read(r.offset, max(budget, 1), end, min_one=total == 0)
         else:
-            frames = []
-        if joined:
-            a.records = b"".join(frames)
-        else:
-            a.frames = frames
+            a.frames = []
         if committed and plog.producers.aborted:
             a.aborted_transactions = [AbortedTransaction(producer_id=x.producer_id, first_offset=x.first_offset)
                                       for x in plog.aborted_transactions(r.offset, lso)]

@@ -20,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import struct
 import uuid
+from array import array
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +65,58 @@ class StoredBatch:
     base_sequence: int = 0
 
 
+class RecentBatchSizes:
+    """The stored sizes of the batches this process last appended to a log, by base offset.
+
+    Why: a fetch reads batches until the next does not fit its limit, and RocksDB reads a value
+    when its iterator steps onto it (with blob files: a ``pread``, its CRC32C and a copy), so
+    finding that the next batch does not fit cost a whole read only to drop it; with
+    librdkafka's ~256 KiB batches and 1 MiB per partition, one read in five of a consumer's
+    fetch (docs/brokers.md, "librdkafka's consume per broker core"). The key carries no size
+    and the stored format stays as it is, so the sizes are kept here as batches are staged:
+    only hints, for ``PartitionLog.read`` to stop before a batch it knows does not fit; a batch
+    not found here is read as before. Two arrays in base-offset order (appends come in order;
+    a truncation or compaction clears or updates them), at most ``LIMIT`` entries (16 bytes
+    each), the older half dropped when full."""
+
+    __slots__ = ("bases", "sizes")
+    LIMIT = 512
+
+    def __init__(self) -> None:
+        self.bases = array("q")
+        self.sizes = array("q")
+
+    def add(self, base: int, size: int) -> None:
+        bases = self.bases
+        if bases and base <= bases[-1]:  # not after the last: the log was cut back, start over
+            self.clear()
+        elif len(bases) >= self.LIMIT:
+            del bases[:self.LIMIT // 2]
+            del self.sizes[:self.LIMIT // 2]
+        bases.append(base)
+        self.sizes.append(size)
+
+    def get(self, base: int) -> int | None:
+        """The stored size of the batch at ``base`` if it is known, else None."""
+        bases = self.bases
+        i = bisect_left(bases, base)
+        return self.sizes[i] if i < len(bases) and bases[i] == base else None
+
+    def replace(self, base: int, size: int | None) -> None:
+        """The batch at ``base`` was rewritten to ``size`` bytes (None: removed) by compaction."""
+        i = bisect_left(self.bases, base)
+        if i < len(self.bases) and self.bases[i] == base:
+            if size is None:
+                del self.bases[i]
+                del self.sizes[i]
+            else:
+                self.sizes[i] = size
+
+    def clear(self) -> None:
+        del self.bases[:]
+        del self.sizes[:]
+
+
 class PartitionLog:
     def __init__(self, store: LogStore, topic_id: uuid.UUID, partition: int) -> None:
         self.store = store
@@ -104,6 +158,8 @@ class PartitionLog:
         #: offsets it mapped may since hold other records).
         self.truncations = 0
         self._hw_dirty = False
+        #: What ``read`` knows of the next batch's size before reading it.
+        self.recent_sizes = RecentBatchSizes()
 
     # -- keys and state ---------------------------------------------------------------------
 
@@ -161,6 +217,7 @@ class PartitionLog:
         head = _HEAD.pack(last, batch.max_timestamp, pid, batch.producer_epoch, batch.base_sequence)
         value = frame(batch.SerializeToString(), head) if framed is None else b"".join((head, *framed))
         wb.put(self._key(batch.base_offset), value)
+        self.recent_sizes.add(batch.base_offset, len(value))
         if pid != NO_PRODUCER_ID:
             if is_control(batch):
                 self._stage_marker(wb, pid, batch.producer_epoch, batch.base_offset, batch.max_timestamp,
@@ -315,6 +372,7 @@ class PartitionLog:
         out: list[memoryview] = []
         size = 0
         hs = _HEAD.size
+        sizes = self.recent_sizes
         while it.valid():
             if v is None:
                 v = it.value()
@@ -324,6 +382,14 @@ class PartitionLog:
             out.append(memoryview(v)[hs:])
             size += n
             if size >= max_bytes:
+                break
+            # Stepping the iterator reads the next value: not when it is known not to fit (or
+            # is past ``max_offset``, the iterator's bound). A gap (compaction) is not known.
+            after = _HEAD.unpack_from(v)[0] + 1
+            if after >= max_offset:
+                break
+            known = sizes.get(after)
+            if known is not None and size + known - hs > max_bytes:
                 break
             v = None
             it.next()
@@ -437,6 +503,7 @@ class PartitionLog:
                 cut = base
         doomed = self.stored_batches(cut)
         self.truncations += 1
+        self.recent_sizes.clear()
         wb = WriteBatch(raw_mode=True)
         wb.delete_range(self._key(cut), self._data + _END)
         for e in self.epochs.truncate_from_end(cut):
@@ -459,6 +526,7 @@ class PartitionLog:
         """Drop everything; the log restarts empty at ``offset`` (a follower too far behind a
         leader whose log now starts later)."""
         self.truncations += 1
+        self.recent_sizes.clear()
         wb = WriteBatch(raw_mode=True)
         wb.delete_range(self._data, self._data + _END)
         for e in self.epochs.clear():
@@ -516,10 +584,12 @@ class PartitionLog:
             if batch is None:
                 wb.delete(key)
                 freed += len(old)
+                self.recent_sizes.replace(base, None)
             else:
                 value = frame(batch.SerializeToString(), old[:_HEAD.size])  # the head is unchanged
                 wb.put(key, value)
                 freed += len(old) - len(value)
+                self.recent_sizes.replace(base, len(value))
         self.size_bytes -= freed
         self._set_first_dirty(wb, max(self.first_dirty_offset, min(cleaned_to, self.next_offset)))
         wb.put(self._state_key, self._state())
@@ -591,6 +661,7 @@ class PartitionLog:
         wb.delete(self._clean_key)
         wb.delete(self._state_key)
         self.store.write_now(wb)
+        self.recent_sizes.clear()
 
 
 # -- reading a log from outside the broker (kraft dump-data) ----------------------------------------

@@ -2,7 +2,8 @@
 protobuf message of the same shape in ``protos/broker.proto``, and back, field by field by
 name. A name one side lacks raises AttributeError at once, so the two shapes cannot drift
 apart silently; ``X | None`` fields are protobuf ``optional`` (or message) fields, absent
-when None."""
+when None. A field with ``metadata={"wire": False}`` is the domain's own, which its gRPC
+service puts on the wire itself (a fetch answer's stored frames, joined there)."""
 from __future__ import annotations
 
 from dataclasses import fields, is_dataclass
@@ -24,6 +25,8 @@ def _plan(cls: type) -> tuple[tuple[str, int, Any, bool], ...]:
     hints = get_type_hints(cls)
     out = []
     for f in fields(cls):
+        if f.metadata.get("wire") is False:
+            continue
         t, optional = hints[f.name], False
         if get_origin(t) is UnionType:
             t, optional = next(a for a in get_args(t) if a is not NoneType), True

@@ -112,21 +112,25 @@ class FetchPartitionResponse:
     error_message: str = ""
     high_watermark: int = 0
     log_start_offset: int = 0
-    records: bytes = b""  # stored batches, back to back
+    # The stored batches as the log read them, each a view of its RocksDB value: the Kafka
+    # listener writes them to the socket as they are; only gRPC's codec joins them (``records``:
+    # protos/broker.proto's field), so the generic proto codec leaves this field out.
+    frames: list[memoryview] = field(default_factory=list, metadata={"wire": False})
     leader_id: int = 0
     leader_epoch: int = 0
     last_stable_offset: int = 0
     aborted_transactions: list[AbortedTransaction] = field(default_factory=list)
     preferred_read_replica: int = -1  # KIP-392: the broker to read from instead; -1: this one
-    # A fetch for the Kafka listener (fetch.fetch(joined=False)): the stored batches as read,
-    # each a view of its RocksDB value, not joined into ``records`` (left empty), which only
-    # gRPC's codec needs; never set on the gRPC path (its codec skips None).
-    frames: list[memoryview] | None = None
+
+    @property
+    def records(self) -> bytes:
+        """The stored batches back to back (a RecordBatchSet), as gRPC's FetchResponse has them."""
+        return b"".join(self.frames)
 
     @property
     def records_size(self) -> int:
-        """The bytes of stored batches answered, whichever form they are in."""
-        return len(self.records) if self.frames is None else sum(map(len, self.frames))
+        """The bytes of stored batches answered."""
+        return sum(map(len, self.frames))
 
 
 @dataclass(slots=True)

@@ -39,8 +39,14 @@ log = logging.getLogger("brokerd.service")
 T = TypeVar("T")
 
 def _fetched(resp: r.FetchResponse, session_id: int) -> pb.FetchResponse:
+    """The answer on gRPC's wire: each partition's stored frames joined into its ``records``
+    (the domain keeps them as read; the Kafka listener writes them as they are)."""
     answer = to_wire(pb.FetchResponse, resp)
     answer.session_id = session_id
+    for t, wire in zip(resp.topics, answer.topics, strict=True):
+        for a, out in zip(t.partitions, wire.partitions, strict=True):
+            if a.frames:
+                out.records = b"".join(a.frames)
     return answer
 
 
@@ -145,7 +151,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             resp = await self._guard(context, authorized.fetch(self.rm, ours, access))
         if most is None or quota is None:
             return _fetched(resp, session_id)
-        size = sum(len(a.records) for t in resp.topics for a in t.partitions)
+        size = sum(a.records_size for t in resp.topics for a in t.partitions)
         throttle = quota.record(user, ours.client_id, size)
         if not throttle:
             return _fetched(resp, session_id)

@@ -297,6 +297,89 @@ class _Replicas(_OneReplica):
         return self.ps[index]
 
 
+class _SteppedDb:
+    """A partition log's RocksDB, counting the entries its iterators land on: RocksDB reads an
+    entry's value (with blob files a pread, its CRC32C and a copy) when an iterator steps onto it."""
+
+    def __init__(self, db) -> None:
+        self._db = db
+        self.landed = 0
+
+    def iter(self, *args):
+        return _SteppedIter(self._db.iter(*args), self)
+
+    def __getattr__(self, name):
+        return getattr(self._db, name)
+
+
+class _SteppedIter:
+    def __init__(self, it, db: _SteppedDb) -> None:
+        self._it, self._db = it, db
+
+    def _moved(self) -> None:
+        if self._it.valid():
+            self._db.landed += 1
+
+    def seek(self, key) -> None:
+        self._it.seek(key)
+        self._moved()
+
+    def seek_for_prev(self, key) -> None:
+        self._it.seek_for_prev(key)
+        self._moved()
+
+    def next(self) -> None:
+        self._it.next()
+        self._moved()
+
+    def __getattr__(self, name):
+        return getattr(self._it, name)
+
+
+def test_a_read_does_not_step_onto_the_batch_it_knows_will_not_fit(tmp_path):
+    """With librdkafka's ~256 KiB batches four fill a partition's 1 MiB, and reading the fifth
+    only to drop it cost a value read; the log knows the sizes of the batches it appended, so it
+    stops before it. What it answers is unchanged, also where it does not know them (reopened)
+    and after a truncation or compaction changed them."""
+    tid = uuid.uuid4()
+
+    async def go():
+        store = LogStore(str(tmp_path))
+        log = PartitionLog(store, tid, 0)
+        for _ in range(6):
+            await log.append_as_leader(_batch(10, 100, ts=1_700_000_000_000), 0)
+        log.set_high_watermark(log.log_end_offset)
+        sizes = [len(f) for f in log.read(0, 1 << 20, 60)[0]]  # a byte apart at most (the CRC's varint)
+        size = max(sizes)
+        stepped = log.db = _SteppedDb(log.db)
+        frames, got = log.read(0, sum(sizes[:4]) + size // 2, 60)
+        assert len(frames) == 4 and got == sum(sizes[:4]) and stepped.landed == 4
+        stepped.landed = 0  # the log's end: no step past the last batch either
+        assert len(log.read(30, 1 << 20, 60)[0]) == 3 and stepped.landed == 3
+        stepped.landed = 0  # a batch that fits exactly is read, and the one after it not
+        assert len(log.read(10, sum(sizes[1:3]), 60)[0]) == 2 and stepped.landed == 2
+        # a truncation and new batches of another size: the old sizes are not used
+        await log.truncate_to(20)
+        for _ in range(3):
+            await log.append_as_leader(_batch(10, 10, ts=1_700_000_000_000), 0)
+        log.set_high_watermark(log.log_end_offset)
+        smalls = [len(f) for f in log.read(20, 1 << 20, 50)[0]]
+        assert len(smalls) == 3 and max(smalls) < min(sizes)
+        assert [len(f) for f in log.read(0, sum(sizes[:2]) + sum(smalls), 50)[0]] == sizes[:2] + smalls
+        # compaction rewrote a batch smaller: it is read, not skipped on its old size
+        assert log.replace_batches({0: _batch(10, 10, ts=1_700_000_000_000)}, 10) > 0
+        first = len(log.read(0, 1, 50)[0][0])
+        assert first < sizes[0]
+        assert [len(f) for f in log.read(0, first + sizes[1], 50)[0]] == [first, sizes[1]]
+        await store.close()
+        store = LogStore(str(tmp_path))  # reopened: no sizes known, the same answers
+        log = PartitionLog(store, tid, 0)
+        assert [len(f) for f in log.read(0, first + sizes[1] + 1, 50)[0]] == [first, sizes[1]]
+        assert [len(f) for f in log.read(10, sizes[1] + sum(smalls), 50)[0]] == [sizes[1], *smalls]
+        await store.close()
+    run(go())
+
+
 def test_fetch_max_bytes_bounds_the_answer_past_its_first_partition_with_data(tmp_path):
     """Kafka's readFromLocalLog: only the first partition with data returns a batch larger than
     what the limits leave (fetch.max.bytes, max.partition.fetch.bytes); a later partition whose
@@ -1011,14 +1094,16 @@ def test_every_domain_request_has_the_shape_of_its_protobuf_message():
     """Field for field by name, so that ``proto_codec`` translates each both ways; the one
     protobuf field the broker has no use for is the client id our producer sends; a fetch
     session's fields (KIP-227) are the codec's, served around the domain fetch as the Kafka
-    listener serves them; a fetch answer's unjoined ``frames`` are the Kafka listener's only
-    (None on the gRPC path, which the codec skips)."""
+    listener serves them; a fetch answer's stored ``frames`` are its protobuf ``records``, which
+    the gRPC service joins (the codec leaves out fields marked ``wire: False``)."""
     import dataclasses
 
     from brokerd import group_requests, requests
     unused = {"ProduceRequest": {"client_id"}, "FetchRequest": {"session_id", "session_epoch", "forgotten_topics"},
-              "FetchResponse": {"session_id", "error_code"}}
+              "FetchResponse": {"session_id", "error_code"}, "FetchPartitionResponse": {"records"}}
     domain_only = {"FetchPartitionResponse": {"frames"}}
+    assert [f.name for f in dataclasses.fields(requests.FetchPartitionResponse)
+            if f.metadata.get("wire") is False] == ["frames"]
     classes = [c for m in (requests, group_requests) for c in vars(m).values()
                if isinstance(c, type) and dataclasses.is_dataclass(c) and c.__module__ == m.__name__]
     assert len(classes) > 40

@@ -127,7 +127,7 @@ def test_a_followers_handler_sends_only_what_moved_and_starts_over_after_a_failu
         read = {(fp.partition, fp.fetch_offset) for t in ctx.request.topics for fp in t.partitions}
         assert read == {(i, o) for i, (o, _) in wanted.items()}
         sid, _ = ctx.finish(FetchResponse(topics=[FetchTopicResponse("t", tid, [
-            FetchPartitionResponse(partition=i, records=b"x" if i in changed else b"", high_watermark=0)
+            FetchPartitionResponse(partition=i, frames=[memoryview(b"x")] if i in changed else [], high_watermark=0)
             for i, _ in sorted(read)])]))
         handler.answered(sid)
         return sorted(i for _, i in send), sorted(i for _, i in forget)

@@ -338,8 +338,8 @@ class KafkaApis:
                                                 req.session_epoch if version >= 7 else -1, ours, forgotten)
         except KafkaError as e:
             return {"error_code": int(e.code), "session_id": 0, "responses": []}
-        # the stored batches as read (joined=False): their records go to the socket as views
-        session_id, resp = context.finish(await authorized.fetch(self.rm, context.request, access, joined=False))
+        # the stored batches as read: their records go to the socket as views
+        session_id, resp = context.finish(await authorized.fetch(self.rm, context.request, access))
         return {"error_code": 0, "session_id": session_id, "responses": [
             {"topic": t.name, "partitions": [
                 {"partition_index": a.partition, "error_code": a.error_code, "high_watermark": a.high_watermark,
@@ -347,7 +347,7 @@ class KafkaApis:
                  "aborted_transactions": [{"producer_id": x.producer_id, "first_offset": x.first_offset}
                                           for x in a.aborted_transactions] if req.isolation_level else None,
                  "current_leader": {"leader_id": a.leader_id, "leader_epoch": a.leader_epoch}
-                 if a.error_code else {}, "records": RecordParts.of(stored_to_wire_parts(a.frames or a.records)),
+                 if a.error_code else {}, "records": RecordParts.of(stored_to_wire_parts(a.frames)),
                  **({"preferred_read_replica": a.preferred_read_replica} if version >= 11 else {})}  # KIP-392
                 for a in t.partitions]}
             for t in resp.topics]}
