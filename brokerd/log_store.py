@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from rocksdict import DBCompressionType, Options, Rdict, WriteBatch, WriteOptions
 
@@ -57,6 +57,27 @@ class FlushPolicy:
         return self.interval_messages <= 1
 
 
+def store_options() -> Options:
+    """The partition store's RocksDB options (docs/brokers.md, "RocksDB settings"): no
+    compression (record values rarely compress; save the CPU), 64 MiB write buffers, and
+    batches of 4 KiB and more in blob files at flush (BlobDB, WiscKey-style), so compactions
+    move keys, not the record bytes. Values in SST blocks instead (checked with XXH3, where
+    blob reads are checked with a software CRC32C in rocksdict's build) read about three times
+    cheaper, but cost more per byte written than that saves, with slower writes, longer
+    stalls and more disk (``bench.partition_store --sustained``; the figures in the docs)."""
+    opts = Options(raw_mode=True)
+    opts.create_if_missing(True)
+    opts.set_compression_type(DBCompressionType.none())
+    opts.set_max_background_jobs(2)
+    opts.set_write_buffer_size(64 << 20)
+    opts.set_max_write_buffer_number(4)
+    opts.set_enable_blob_files(True)
+    opts.set_min_blob_size(4096)
+    opts.set_blob_file_size(256 << 20)
+    opts.set_enable_blob_gc(True)
+    return opts
+
+
 def tp_prefix(topic_id: uuid.UUID, partition: int) -> bytes:
     return topic_id.bytes + partition.to_bytes(4, "big")
 
@@ -69,20 +90,11 @@ class LogStore:
         self.log_dir = log_dir
         self.path = os.path.join(log_dir, PARTITIONS_DIR)
         self.policy = policy
-        opts = Options(raw_mode=True)
-        opts.create_if_missing(True)
-        opts.set_compression_type(DBCompressionType.none())  # record values rarely compress; save the CPU
-        opts.set_max_background_jobs(2)
-        opts.set_write_buffer_size(64 << 20)
-        opts.set_max_write_buffer_number(4)
-        # Batches go to blob files at flush (BlobDB, WiscKey-style): compactions then move keys,
-        # not the record bytes, which halved write stalls under sustained appends here.
-        opts.set_enable_blob_files(True)
-        opts.set_min_blob_size(4096)
-        opts.set_blob_file_size(256 << 20)
-        opts.set_enable_blob_gc(True)
         try:
-            self.db = Rdict(self.path, opts)
+            # The default column family's options named too: rocksdict otherwise opens an
+            # existing store with the options saved in it (its OPTIONS file), whatever is passed.
+            opts = store_options()
+            self.db = Rdict(self.path, opts, column_families={"default": opts})
         except Exception as e:  # rocksdict raises plain exceptions
             raise StorageFailure(f"cannot open the partition store in {self.path}: {e}") from None
         self._plain = WriteOptions()
@@ -205,6 +217,17 @@ class LogStore:
         return await asyncio.shield(fut)  # (shield retrieves its outcome when the caller is gone)
 
     # -- reads --------------------------------------------------------------------------------
+
+    def check(self, it: Any) -> None:
+        """Raise StorageFailure if iterator ``it`` ended on an error, not at the end of its
+        range: RocksDB ends an iterator at a block or blob whose checksum fails and
+        only its status says so, so a read would otherwise return the log cut short. The
+        directory fails as on a failed write (Kafka takes a log directory offline on an I/O
+        error in a read too)."""
+        try:
+            it.status()
+        except Exception as e:  # rocksdict raises plain exceptions
+            self._fail(e)
 
     def local_partitions(self) -> list[tuple[uuid.UUID, int]]:
         """Every partition with a log in this directory."""

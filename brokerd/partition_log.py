@@ -393,6 +393,8 @@ class PartitionLog:
                 break
             v = None
             it.next()
+        else:
+            self.store.check(it)  # the end of the range, or a checksum that failed
         return out, size
 
     def stored_batches(self, start: int | None = None) -> list[StoredBatch]:
@@ -407,6 +409,7 @@ class PartitionLog:
             last, max_ts, pid, epoch, seq = _HEAD.unpack_from(v)
             out.append(StoredBatch(int.from_bytes(k[n:], "big"), last, max_ts, len(v), pid, epoch, seq))
             it.next()
+        self.store.check(it)
         return out
 
     def batch_at(self, offset: int) -> pb.RecordBatch | None:
@@ -414,6 +417,7 @@ class PartitionLog:
         ro = self._range()  # must outlive the iterator: RocksDB keeps a pointer to its bounds
         it = self.db.iter(ro)
         if not self._seek_at_or_before(it, offset):
+            self.store.check(it)
             return None
         v = it.value()
         if _HEAD.unpack_from(v)[0] < offset:

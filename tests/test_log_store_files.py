@@ -1,0 +1,131 @@
+"""The partition store's files (brokerd/log_store.py): a store written with other RocksDB
+options is opened with LogStore's own (rocksdict otherwise keeps the options saved in the
+store), and a byte flipped in a table or blob file fails a read with StorageFailure rather
+than return the log cut short at the bad block."""
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+from rocksdict import DBCompressionType, Options, WriteBatch
+
+import brokerd.log_store
+from brokerd.log_store import LogStore, StorageFailure
+from brokerd.partition_log import PartitionLog
+from clients.records import build_batch
+from protos import broker_pb2 as pb
+
+TS0 = 1_700_000_000_000
+TOPIC = uuid.UUID(int=31)
+
+
+def values_in_tables() -> Options:
+    """Options a store might have been made with: LogStore's without blob files."""
+    o = Options(raw_mode=True)
+    o.create_if_missing(True)
+    o.set_compression_type(DBCompressionType.none())
+    return o
+
+
+def _batch(i: int) -> pb.RecordBatch:
+    """Two records, 6-13 KB in all: over LogStore's min_blob_size."""
+    return build_batch([(b"k%d" % i, os.urandom(3000 + 700 * (i % 10)), TS0 + i, ()),
+                        (b"k%d" % (i + 1), os.urandom(3000), TS0 + i, ())])
+
+
+async def _append(plog: PartitionLog, n: int, first: int) -> None:
+    for i in range(first, first + n):
+        await plog.append_as_leader(_batch(i), 0)
+    plog.set_high_watermark(plog.log_end_offset)
+    plog.checkpoint()
+
+
+def _frames(plog: PartitionLog) -> list[bytes]:
+    """Every stored batch's frame, read as a fetch reads them."""
+    frames, _ = plog.read(plog.log_start_offset, 1 << 30, plog.log_end_offset)
+    return [bytes(f) for f in frames]
+
+
+def _files(store: LogStore, suffix: str) -> list[Path]:
+    return sorted(Path(store.path).glob(f"*{suffix}"))
+
+
+def _open(log_dir: Path, monkeypatch: pytest.MonkeyPatch, other_options: bool = False) -> LogStore:
+    with monkeypatch.context() as m:
+        if other_options:
+            m.setattr(brokerd.log_store, "store_options", values_in_tables)
+        return LogStore(str(log_dir))
+
+
+def test_a_store_made_with_other_options_is_opened_with_the_stores_own(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, LogStore's options were passed to rocksdict and silently replaced by the ones
+    saved in the store: a store made without blob files never got any."""
+    async def go() -> None:
+        store = _open(tmp_path, monkeypatch, other_options=True)
+        logs = [PartitionLog(store, TOPIC, p) for p in range(2)]
+        for plog in logs:
+            await _append(plog, 30, 0)
+        store.db.flush(True)
+        old = [_frames(plog) for plog in logs]
+        assert all(len(f) == 30 for f in old) and not _files(store, ".blob")
+        await store.close()
+
+        # LogStore opens it: everything reads back, and what it appends goes to blob files
+        store = _open(tmp_path, monkeypatch)
+        logs = [PartitionLog(store, TOPIC, p) for p in range(2)]
+        assert [(plog.log_start_offset, plog.high_watermark, plog.log_end_offset) for plog in logs] == [(0, 60, 60)] * 2
+        assert [_frames(plog) for plog in logs] == old
+        for plog in logs:
+            await _append(plog, 20, 30)
+        store.db.flush(True)
+        assert _files(store, ".blob"), "LogStore's appends went to the table files: its options were not taken"
+        whole = [_frames(plog) for plog in logs]
+        assert [w[:30] for w in whole] == old and all(len(w) == 50 for w in whole)
+
+        # retention on one partition, compactions (as the log cleaner runs them), a restart
+        assert logs[0].delete_before(40) > 0 and logs[0].log_start_offset == 40  # 20 batches of 2 records
+        for plog in logs:
+            await store.in_thread(plog.reclaim_space)
+        assert _frames(logs[0]) == whole[0][20:] and _frames(logs[1]) == whole[1]
+        await store.close()
+        store = _open(tmp_path, monkeypatch)
+        logs = [PartitionLog(store, TOPIC, p) for p in range(2)]
+        assert _frames(logs[0]) == whole[0][20:] and _frames(logs[1]) == whole[1]
+        assert [(plog.log_start_offset, plog.log_end_offset) for plog in logs] == [(40, 100), (0, 100)]
+        await store.close()
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("suffix", [".blob", ".sst"])
+def test_a_flipped_byte_in_a_store_file_fails_the_read_not_cuts_it_short(tmp_path: Path, suffix: str,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """RocksDB ends an iterator at a blob (CRC32C) or table block (XXH3) that fails its check,
+    and only the iterator's status says so. Before LogStore.check, a fetch got the batches
+    before the bad one and nothing after, as if the log ended there. (``.sst``: the table
+    holds values too, from a store made without blob files.)"""
+    async def go() -> None:
+        store = _open(tmp_path, monkeypatch, other_options=suffix == ".sst")
+        plog = PartitionLog(store, TOPIC, 0)
+        await _append(plog, 20, 0)
+        store.db.flush(True)
+        await store.close()
+        data_file = max(_files(store, suffix), key=lambda f: f.stat().st_size)
+        data = bytearray(data_file.read_bytes())
+        data[len(data) // 2] ^= 0x55  # within a batch's record bytes, halfway through the log
+        data_file.write_bytes(bytes(data))
+
+        store = _open(tmp_path, monkeypatch)
+        plog = PartitionLog(store, TOPIC, 0)
+        with pytest.raises(StorageFailure) as e:
+            plog.read(0, 1 << 30, plog.log_end_offset)
+        assert "Corruption" in str(e.value) and str(tmp_path) in str(e.value) and "\n" not in str(e.value)
+        with pytest.raises(StorageFailure):  # retention's view of the log too
+            plog.stored_batches()
+        with pytest.raises(StorageFailure):  # and the directory has failed, as on a failed write
+            store.write_now(WriteBatch(raw_mode=True))
+        await store.close()
+    asyncio.run(go())
