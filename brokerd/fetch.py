@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from common.errors import ErrorCode, KafkaError
+from .log_store import StorageFailure
 from .partition import Partition
 from .replica_manager import ReplicaManager
 from .replica_selector import check_follower_read, preferred_read_replica
@@ -172,16 +173,21 @@ def _read_all(reads: list[_Read], max_bytes: int, replica: int, quota: Replicati
         size = 0
         lso = plog.last_stable_offset
         end = plog.log_end_offset if follower else lso if committed else plog.high_watermark
-        # nothing past the offset (a session's quiet partitions, every fetch): no read
-        if r.offset < end and (budget > 0 or total == 0) and not (throttled and replica in p.adding):
-            # a batch over the limits only for the first partition with data: for a later one
-            # Kafka sends the cut start of it, which clients drop
-            a.frames, size = plog.read(r.offset, max(budget, 1), end, min_one=total == 0)
-        else:
+        try:
+            # nothing past the offset (a session's quiet partitions, every fetch): no read
+            if r.offset < end and (budget > 0 or total == 0) and not (throttled and replica in p.adding):
+                # a batch over the limits only for the first partition with data: for a later
+                # one Kafka sends the cut start of it, which clients drop
+                a.frames, size = plog.read(r.offset, max(budget, 1), end, min_one=total == 0)
+            else:
+                a.frames = []
+            if committed and plog.producers.aborted:
+                a.aborted_transactions = [AbortedTransaction(producer_id=x.producer_id, first_offset=x.first_offset)
+                                          for x in plog.aborted_transactions(r.offset, lso)]
+        except StorageFailure as e:  # a read failed its checksum: this partition's answer, as Kafka's
             a.frames = []
-        if committed and plog.producers.aborted:
-            a.aborted_transactions = [AbortedTransaction(producer_id=x.producer_id, first_offset=x.first_offset)
-                                      for x in plog.aborted_transactions(r.offset, lso)]
+            _fail(a, KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(e)), p)
+            continue
         a.last_stable_offset = lso
         a.high_watermark = plog.high_watermark
         a.log_start_offset = plog.log_start_offset

@@ -32,6 +32,7 @@ import logging
 import time
 
 from common.errors import ErrorCode, KafkaError
+from .log_store import StorageFailure
 from .partition import Partition
 from .partition_log import AppendInfo
 from clients.compression import Codec
@@ -128,6 +129,8 @@ async def produce(rm: ReplicaManager, req: ProduceRequest) -> ProduceResponse:
             outcome = failed if failed is not None else p.appended_as_leader(info)
         else:
             outcome = w
+        if isinstance(outcome, StorageFailure):  # Kafka's KafkaStorageException, per partition
+            outcome = KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(outcome))
         if isinstance(outcome, KafkaError):
             _error(a, outcome)
             continue

@@ -549,6 +549,53 @@ def test_a_produce_request_writes_and_waits_for_its_partitions_together_without_
     run(go())
 
 
+def test_a_corrupted_log_answers_kafka_storage_error_for_its_partition(tmp_path):
+    """A read that fails RocksDB's checksum fails the log directory (LogStore.check): a fetch
+    answers KAFKA_STORAGE_ERROR for that partition and a produce to it too, as Kafka answers a
+    KafkaStorageException, and the other partitions of the request are answered as usual.
+    Before, the StorageFailure escaped the request: the Kafka listener closed the connection
+    and gRPC failed the whole call."""
+    from pathlib import Path
+
+    from brokerd.produce import produce
+    from brokerd.requests import ProducePartitionData, ProduceRequest, ProduceTopicData
+
+    tid = uuid.uuid4()
+
+    async def write():
+        store = LogStore(str(tmp_path))
+        plog = PartitionLog(store, tid, 0)
+        for _ in range(8):  # 8 KB batches: over min_blob_size, so in a blob file
+            await plog.append_as_leader(_batch(4, 2000), 0)
+        plog.set_high_watermark(plog.log_end_offset)
+        plog.checkpoint()
+        store.db.flush(True)
+        await store.close()
+        return store.path
+    blob = max(Path(run(write())).glob("*.blob"), key=lambda f: f.stat().st_size)
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2] ^= 0x55  # a byte halfway through the blob file
+    blob.write_bytes(bytes(data))
+
+    async def go():
+        store = LogStore(str(tmp_path))
+        ps = [Partition(1, "t", tid, i, PartitionLog(store, tid, i), LogConfig()) for i in range(2)]
+        for p in ps:
+            p.update(PartitionRegistration((1,), (1,), 1, 0, 0))
+        resp = await fetch(_Replicas(*ps), FetchRequest(replica_id=-1, topics=[FetchTopic(
+            name="t", partitions=[FetchPartition(partition=i, fetch_offset=0) for i in range(2)])]))
+        bad, empty = resp.topics[0].partitions
+        assert bad.error_code == ErrorCode.KAFKA_STORAGE_ERROR and "Corruption" in bad.error_message
+        assert not bad.frames and bad.high_watermark == -1
+        assert empty.error_code == 0 and empty.high_watermark == 0
+        # the directory has failed: writes to any of its partitions are refused, per partition
+        resp = await produce(_Leaders(*ps), ProduceRequest(acks=1, timeout_ms=1000, topics=[ProduceTopicData(
+            "t", [ProducePartitionData(i, _batch(1)) for i in range(2)])]))
+        assert [a.error_code for a in resp.topics[0].partitions] == [ErrorCode.KAFKA_STORAGE_ERROR] * 2
+        await store.close()
+    run(go())
+
+
 def test_records_round_trip_in_kafkas_encoding():
     """What the producer encodes, a reader decodes, and the bytes are Kafka's DefaultRecord
     encoding (checked against kafka-python's own reader of Kafka's batches)."""
