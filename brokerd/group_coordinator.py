@@ -140,6 +140,8 @@ class GroupCoordinator:
         #: Transactional offset commits waiting for their transaction's marker: offsets
         #: partition -> producer id -> the records, applied on commit, dropped on abort.
         self._txn_offsets: dict[int, dict[int, list[tuple[bytes, bytes | None]]]] = {}
+        #: Set when a group may have gained members: the sweep sleeps on it while none has any.
+        self._members_arrived = asyncio.Event()
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._tick_forever(), name="group-coordinator")
@@ -222,6 +224,7 @@ class GroupCoordinator:
                 self.groups[g.group_id] = g
             self._txn_offsets[p.index] = pending
             self._partitions.loaded[p.index] = epoch
+            self._members_arrived.set()
             log.info("%s-%d: loaded %d groups from %d records in %.2fs", OFFSETS_TOPIC, p.index, len(groups),
                      records, time.monotonic() - start)
         finally:
@@ -286,6 +289,7 @@ class GroupCoordinator:
                 if req.group_instance_id is not None and not req.member_id else None
             leader, subscribed = g.leader, restarted.metadata(g.protocol) if restarted is not None else b""
             member = self._admit(g, req, protocols, req.group_instance_id)
+            self._members_arrived.set()
         except KafkaError as e:
             return JoinGroupResponse(error_code=int(e.code), error_message=e.message, generation_id=-1,
                                      member_id=req.member_id)
@@ -548,18 +552,32 @@ class GroupCoordinator:
             task.add_done_callback(self._writes.discard)
 
     async def _tick_forever(self) -> None:
+        """Every 0.1 s while some group has members (sessions to expire, rebalances to end);
+        while none has, asleep until one joins or a loaded partition brings some, so that an
+        idle broker does not wake ten times a second for nothing (docs/brokers.md, "The
+        brokers' idle CPU"). Partitions that moved away are dropped by ``leaderships_changed``
+        meanwhile."""
         while True:
+            if not any(g.members for g in self.groups.values()):
+                self._members_arrived.clear()
+                await self._members_arrived.wait()
             await asyncio.sleep(0.1)
             try:
                 self._tick()
             except Exception as e:  # never let the sweep die
                 log.error("group coordinator sweep failed: %s", e)
 
-    def _tick(self) -> None:
-        """Drop partitions no longer led here, expire members, finish rebalances that timed out."""
+    def leaderships_changed(self) -> None:
+        """Drop the groups of partitions no longer led here (in the epoch they were loaded in);
+        called by the sweep and whenever the broker applied new metadata, which is what moves
+        or stops a partition."""
         for index, epoch in list(self._partitions.loaded.items()):
             if not self._partitions.serves(index, epoch):
                 self._unload(index, "this broker is no longer its coordinator")
+
+    def _tick(self) -> None:
+        """Drop partitions no longer led here, expire members, finish rebalances that timed out."""
+        self.leaderships_changed()
         now = time.monotonic()
         for g in list(self.groups.values()):
             expired = [m for m in g.members.values()

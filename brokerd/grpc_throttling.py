@@ -18,6 +18,7 @@ from typing import Any
 
 import grpc
 
+from common.method_handlers import WrappedHandlers
 from metadata.principal import PrincipalError, PrincipalMapper, grpc_session
 from protos import broker_pb2 as pb
 
@@ -31,24 +32,16 @@ class RequestTimeQuotas(grpc.aio.ServerInterceptor):
     def __init__(self, quotas: ClientQuotas, mapper: PrincipalMapper) -> None:
         self.quotas = quotas
         self.mapper = mapper
-        #: Per method, the service's handler and its timed one: gRPC runs the interceptor on
-        #: every call, and the service answers each method with the same handler, so the
-        #: timed one is made once, not per call.
-        self._timed: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+        self._timed = WrappedHandlers(self._time)  # once per method, not per call
 
     async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
                                 details: grpc.HandlerCallDetails) -> Any:
         handler = await continuation(details)
         if handler is None or handler.unary_unary is None or details.method.rpartition("/")[2] in EXEMPT:
             return handler  # ProduceNoAck's stream is not a request one can time
-        known = self._timed.get(details.method)
-        if known is not None and known[0] is handler:
-            return known[1]
-        timed_handler = self._time(handler)
-        self._timed[details.method] = (handler, timed_handler)
-        return timed_handler
+        return self._timed(details.method, handler)
 
-    def _time(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    def _time(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         """``handler`` with its calls' time counted for their client."""
         inner = handler.unary_unary
 

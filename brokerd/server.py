@@ -313,6 +313,7 @@ class BrokerServer:
     def _publish(self, image: MetadataImage, changes: MetadataChanges | None) -> None:
         try:
             self.rm.apply(image, changes)
+            self.groups.leaderships_changed()
         except Exception as e:
             log.exception("applying metadata offset %d failed", image.offset)
             self._fatal(e)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from .config_def import ConfigError
+from .method_handlers import WrappedHandlers
 from .server_keys import PROMETHEUS_LISTENER
 
 if TYPE_CHECKING:
@@ -107,14 +108,19 @@ class _TimingInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, metrics: RequestMetrics, listener: str) -> None:
         self.metrics = metrics
         self.listener = listener
+        self._timed = WrappedHandlers(self._time)  # once per method: a controller answers ~9 calls/s idle
 
     async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
                                 details: grpc.HandlerCallDetails) -> Any:
         handler = await continuation(details)
         if handler is None or handler.unary_unary is None:
             return handler  # streams (Raft's Send, ProduceNoAck) are not requests one can time
+        return self._timed(details.method, handler)
+
+    def _time(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        """``handler`` with each call's time observed in ``method``'s histogram."""
         inner = handler.unary_unary
-        observe = self.metrics.observer(details.method.rpartition("/")[2], self.listener)
+        observe = self.metrics.observer(method.rpartition("/")[2], self.listener)
 
         async def timed(request: Any, context: grpc.aio.ServicerContext) -> Any:
             started = time.perf_counter()

@@ -1095,6 +1095,47 @@ def test_the_group_coordinator_ends_its_background_writes_on_stop():
     run(go())
 
 
+def test_the_group_coordinator_sleeps_while_no_group_has_members():
+    """With no member anywhere there is no session to expire nor rebalance to end: the sweep
+    waits with no timer (an idle broker woke ten times a second for it, docs/brokers.md "The
+    brokers' idle CPU"). A member's arrival (a JoinGroup, or a load that brings members) starts
+    it again, and it still removes a member whose session passed; a partition that moved away
+    is dropped when the metadata says so, sweep or not."""
+    from brokerd.group_coordinator import Group, GroupCoordinator, Member
+    from clients.topics import OFFSETS_TOPIC
+
+    async def go() -> None:
+        loop = asyncio.get_running_loop()
+
+        class Led:
+            is_leader, leader_epoch = True, 5
+
+            async def append_as_leader(self, batch, acks):
+                raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)  # the emptied group's write: not needed here
+
+        class Replicas:
+            by_name = {(OFFSETS_TOPIC, 0): Led()}
+
+        coordinator = GroupCoordinator(Replicas(), None, None)  # type: ignore[arg-type]
+        coordinator.start()
+        for _ in range(3):
+            await asyncio.sleep(0)
+        # asyncio's pending timers (a private list; the test's loop runs nothing else)
+        assert [h for h in loop._scheduled if not h.cancelled()] == []  # type: ignore[attr-defined]
+        g = Group("g", 0)
+        g.members["m"] = Member("m", None, "c", 6000, 6000, [("range", b"")], last_heartbeat=time.monotonic() - 7)
+        coordinator.groups["g"] = g
+        coordinator._partitions.loaded[0] = 5
+        coordinator._members_arrived.set()  # what join_group and a load do
+        await eventually(lambda: not g.members, timeout=5)  # its session (6 s) had passed
+        assert "g" in coordinator.groups
+        Led.is_leader = False  # the partition moved away: the metadata drops its groups
+        coordinator.leaderships_changed()
+        assert coordinator.groups == {} and coordinator._partitions.loaded == {}
+        await coordinator.stop()
+    run(go())
+
+
 def test_a_stopping_kafka_listener_ends_every_request_in_flight():
     """Pipelined requests a stopping listener will never answer are cancelled, not left
     running: the one being answered and those queued behind it."""

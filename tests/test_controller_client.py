@@ -89,3 +89,39 @@ def test_a_write_whose_outcome_is_unknown_is_sent_once_and_a_read_is_retried(han
         finally:
             await server.stop(None)
     asyncio.run(go())
+
+
+class Heartbeats(controller_pb2_grpc.ControllerServicer):
+    async def BrokerHeartbeat(self, request, context):
+        return pb.BrokerHeartbeatResponse(status=pb.Status(error_code=ErrorCode.NONE))
+
+
+def test_the_service_stub_is_made_once_per_channel_not_per_call(monkeypatch):
+    """A stub makes a multi-callable per method of the service (27): a broker heartbeats and
+    long-polls metadata every second or so, and made one per call (docs/brokers.md, "The
+    brokers' idle CPU")."""
+    made: list[object] = []
+
+    class Counted(controller_pb2_grpc.ControllerStub):
+        def __init__(self, channel):
+            made.append(channel)
+            super().__init__(channel)
+    monkeypatch.setattr(controller_pb2_grpc, "ControllerStub", Counted)
+
+    async def go() -> None:
+        server = grpc.aio.server()
+        controller_pb2_grpc.add_ControllerServicer_to_server(Heartbeats(), server)
+        port = free_ports(1)[0]
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        await server.start()
+        try:
+            async with ControllerClient(f"127.0.0.1:{port}", timeout=5.0) as c:
+                for _ in range(3):
+                    await c.broker_heartbeat(pb.BrokerHeartbeatRequest(broker_id=1))
+                assert len(made) == 1
+                await c.close()  # its channels closed: the next call opens a channel and a stub anew
+                await c.broker_heartbeat(pb.BrokerHeartbeatRequest(broker_id=1))
+                assert len(made) == 2 and made[0] is not made[1]
+        finally:
+            await server.stop(None)
+    asyncio.run(go())

@@ -389,3 +389,43 @@ def test_a_prometheus_port_in_use_is_one_line(tmp_path: Path, role: str):
                               f"cannot listen on 127.0.0.1:{port} (prometheus.listener)")
     finally:
         taken.close()
+
+
+def test_the_request_timing_interceptor_wraps_a_method_once_and_times_every_call():
+    """gRPC runs a server's interceptors on every call: the request metrics' interceptor makes
+    a method's timed handler at its first call and hands out the same one after (a new one
+    only if the service answers the method with another handler), and observes every call."""
+    import grpc
+    from prometheus_client import CollectorRegistry
+
+    from common.metrics import RequestMetrics
+
+    registry = CollectorRegistry()
+    interceptor = RequestMetrics(registry).interceptor("CONTROLLER")
+
+    async def heartbeat(request: object, context: object) -> str:
+        return "answer"
+
+    handler = grpc.unary_unary_rpc_method_handler(heartbeat)
+    another = grpc.unary_unary_rpc_method_handler(heartbeat)
+
+    class Details:
+        method = "/kraft.controller.Controller/BrokerHeartbeat"
+
+    async def go() -> None:
+        async def continuation(details: object) -> object:
+            return handler
+
+        async def replaced(details: object) -> object:
+            return another
+
+        timed = await interceptor.intercept_service(continuation, Details())
+        assert await interceptor.intercept_service(continuation, Details()) is timed
+        for _ in range(3):
+            assert await timed.unary_unary(None, None) == "answer"
+        assert await interceptor.intercept_service(replaced, Details()) is not timed
+
+    asyncio.run(go())
+    count = registry.get_sample_value("kafka_network_requestmetrics_total_time_seconds_count",
+                                      {"request": "BrokerHeartbeat", "listener": "CONTROLLER"})
+    assert count == 3
