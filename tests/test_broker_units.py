@@ -1012,11 +1012,13 @@ def test_every_domain_request_has_the_shape_of_its_protobuf_message():
     protobuf field the broker has no use for is the client id our producer sends; a fetch
     session's fields (KIP-227) are the codec's, served around the domain fetch as the Kafka
     listener serves them; a fetch answer's unjoined ``frames`` are the Kafka listener's only
-    (None on the gRPC path, which the codec skips)."""
+    (None on the gRPC path, which the codec skips); ProduceStream's correlation id and
+    request-level error are the service's, around the domain produce."""
     import dataclasses
 
     from brokerd import group_requests, requests
-    unused = {"ProduceRequest": {"client_id"}, "FetchRequest": {"session_id", "session_epoch", "forgotten_topics"},
+    unused = {"ProduceRequest": {"client_id", "correlation_id"},
+              "ProduceResponse": {"correlation_id", "error_code", "error_message"}, "FetchRequest": {"session_id", "session_epoch", "forgotten_topics"},
               "FetchResponse": {"session_id", "error_code"}}
     domain_only = {"FetchPartitionResponse": {"frames"}}
     classes = [c for m in (requests, group_requests) for c in vars(m).values()
