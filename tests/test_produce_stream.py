@@ -42,12 +42,17 @@ class Answering(BrokerService):
         self.served: list[str] = []
         self.arrived: dict[str, asyncio.Event] = {}
         self.hold: dict[str, str] = {}
+        self.cancelled: list[str] = []
 
     async def _stream_answer(self, request: pb.ProduceRequest, access: Any, user: str) -> pb.ProduceResponse:
         self.served.append(request.client_id)
         self.arrived.setdefault(request.client_id, asyncio.Event()).set()
         if (after := self.hold.get(request.client_id)) is not None:
-            await self.arrived.setdefault(after, asyncio.Event()).wait()
+            try:
+                await self.arrived.setdefault(after, asyncio.Event()).wait()
+            except asyncio.CancelledError:
+                self.cancelled.append(request.client_id)
+                raise
         return await super()._stream_answer(request, access, user)
 
     async def Produce(self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext) -> pb.ProduceResponse:
@@ -228,6 +233,29 @@ def test_the_producer_stream_fails_the_refused_request_and_retries_the_unread_on
     assert answered.topics[0].partitions[0].base_offset == 101
     assert [e.code() for e in errors] == [grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE], errors
     assert errors[1].details().startswith("not read: the broker ended the produce stream at an earlier request")
+
+
+def test_what_a_client_that_went_away_sent_is_cancelled(produced):
+    """As a unary call's handler is cancelled when its client goes away: the stream's requests
+    still being served are cancelled with it, and nothing is left running."""
+    async def go():
+        servicer = Answering()
+        servicer.hold["1"] = "never"
+        server, address, _, _ = await _server(servicer)
+        try:
+            async with grpc.aio.insecure_channel(address) as ch:
+                stream = ProduceStream(broker_pb2_grpc.BrokerStub(ch))
+                waiting = asyncio.ensure_future(stream.request(_requests("1")[0], 30))
+                await eventually(lambda: servicer.served == ["1"], 10, what="request 1 served")
+                await stream.close()
+                with pytest.raises(grpc.aio.AioRpcError) as ended:
+                    await waiting
+                await eventually(lambda: servicer.cancelled == ["1"], 10, what="request 1 cancelled at the broker")
+        finally:
+            await server.stop(0)
+        return ended.value
+    ended = asyncio.run(go())
+    assert ended.code() == grpc.StatusCode.UNAVAILABLE
 
 
 def test_the_stream_is_refused_until_the_broker_serves(produced):
