@@ -9,8 +9,9 @@ connection`` requests in flight per broker; the stream only carries them. Writes
 order the producer makes its requests, so a partition's batches reach the leader in sequence
 order, as on a Kafka connection.
 
-When the stream breaks (the broker goes away, restarts, ends it), every request waiting on it
-fails with the call's status, as requests in flight fail when a Kafka connection drops: the
+When the stream breaks (the broker goes away, restarts, ends it, or a request on it times out,
+after which it is cancelled as Kafka's client closes the connection), every request waiting on
+it fails with the call's status, as requests in flight fail when a Kafka connection drops: the
 producer retries them on a new stream (its idempotence keeps a retried batch from being
 written twice). A broker without the method answers UNIMPLEMENTED before it serves anything;
 the producer then sends that broker unary ``Produce`` calls.
@@ -77,6 +78,9 @@ class ProduceStream:
                 async with asyncio.timeout(timeout_s):
                     return await answer
             except TimeoutError:
+                # As Kafka's client closes a connection whose request timed out: the requests
+                # on it are retried on a new stream, and the broker cancels what it still serves.
+                self._call.cancel()
                 raise call_error(grpc.StatusCode.DEADLINE_EXCEEDED, "the broker did not answer in time") from None
         finally:
             self._waiting.pop(key, None)

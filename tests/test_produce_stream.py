@@ -258,6 +258,34 @@ def test_what_a_client_that_went_away_sent_is_cancelled(produced):
     assert ended.code() == grpc.StatusCode.UNAVAILABLE
 
 
+def test_a_request_that_times_out_ends_its_stream_as_kafka_closes_the_connection(produced):
+    """Request 1 is never answered: after its timeout it fails DEADLINE_EXCEEDED, and the stream
+    is cancelled, so request 2 on it fails as a dropped connection (retried on a new stream)
+    and the broker stops serving both."""
+    async def go():
+        servicer = Answering()
+        servicer.hold.update({"1": "never", "2": "never"})
+        server, address, _, _ = await _server(servicer)
+        try:
+            async with grpc.aio.insecure_channel(address) as ch:
+                stream = ProduceStream(broker_pb2_grpc.BrokerStub(ch))
+                other = asyncio.ensure_future(stream.request(_requests("2")[0], 60))
+                with pytest.raises(grpc.aio.AioRpcError) as timed_out:
+                    await stream.request(_requests("1")[0], 0.5)
+                with pytest.raises(grpc.aio.AioRpcError) as dropped:
+                    await other
+                assert stream.ended
+                await eventually(lambda: sorted(servicer.cancelled) == ["1", "2"], 10,
+                                 what="both cancelled at the broker")
+                await stream.close()
+        finally:
+            await server.stop(0)
+        return timed_out.value, dropped.value
+    timed_out, dropped = asyncio.run(go())
+    assert timed_out.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert dropped.code() == grpc.StatusCode.UNAVAILABLE
+
+
 def test_the_stream_is_refused_until_the_broker_serves(produced):
     async def go():
         server, address, _, gate = await _server(Answering(), gate_open=False)
