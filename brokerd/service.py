@@ -117,6 +117,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         ``Produce`` would end its call with, so the others' answers go on."""
         access = await self._access(context)
         user = user_of(access.session.principal)
+        # The client waits for it before its first request (clients/produce_stream.py): that
+        # this broker serves the stream.
+        await context.send_initial_metadata(())
         answers: asyncio.Queue[pb.ProduceResponse | None] = asyncio.Queue()
         serving: set[asyncio.Task[None]] = set()
 

@@ -47,6 +47,7 @@ class ProduceStream:
         self._call = stub.ProduceStream()
         self._next_id = 0
         self.written = 0  # requests written
+        self._opened = False  # the broker's initial metadata came
         self._waiting: dict[int, asyncio.Future[pb.ProduceResponse]] = {}
         self._writing = asyncio.Lock()  # one write at a time, in the order requests came (FIFO)
         self._ended: grpc.aio.AioRpcError | None = None
@@ -66,6 +67,14 @@ class ProduceStream:
         answer = self._waiting[key] = asyncio.get_running_loop().create_future()
         try:
             async with self._writing:
+                if not self._opened:
+                    # The broker's first word before the first write: a broker without the method
+                    # (UNIMPLEMENTED) or not serving yet ends the call here, where a write could
+                    # race with its end and grpc.aio would report INTERNAL instead of its status.
+                    await self._call.initial_metadata()
+                    self._opened = True
+                    if self._call.done():
+                        await asyncio.wait([self._reader])
                 if self._ended is not None:
                     raise self._ended
                 try:

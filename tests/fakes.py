@@ -63,6 +63,12 @@ class _StreamOverUnary:
         self.error: grpc.aio.AioRpcError | None = None
         self.serving: set[asyncio.Task[None]] = set()
 
+    async def initial_metadata(self) -> tuple:
+        return ()
+
+    def done(self) -> bool:
+        return self.error is not None
+
     async def write(self, request: Any) -> None:
         if self.error is not None:
             raise self.error

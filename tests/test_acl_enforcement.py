@@ -66,6 +66,9 @@ class FakeContext:
     async def abort(self, code: grpc.StatusCode, details: str) -> None:
         raise Aborted(code, details)
 
+    async def send_initial_metadata(self, metadata: Any) -> None:  # ProduceStream's first word
+        pass
+
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CombinedNode]:
