@@ -156,10 +156,17 @@ class _ResetService(BrokerService):
         self.h._reset()
         return pb.ProduceResponse() if self.noop else await super().Produce(request, context)
 
+    async def _stream_answer(self, request: pb.ProduceRequest, access: Any, user: str) -> pb.ProduceResponse:
+        self.h._reset()
+        if self.noop:
+            return pb.ProduceResponse(correlation_id=request.correlation_id)
+        return await super()._stream_answer(request, access, user)
+
 
 async def over_transport(path: str, requests: int, in_flight: int, partitions: int, records: int,
                          size: int) -> dict[str, Any]:
-    """This process's CPU per Produce served by grpc.aio (``grpc-transport``, ``grpc-noop``)."""
+    """This process's CPU per Produce served by grpc.aio (``grpc-transport``, ``grpc-noop``; with
+    ``-stream``, the requests pipelined on one ProduceStream)."""
     with tempfile.TemporaryDirectory() as d:
         store = LogStore(d)
         h = Harness(store, partitions, records, size)
@@ -170,14 +177,15 @@ async def over_transport(path: str, requests: int, in_flight: int, partitions: i
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20),
                                           ("grpc.max_send_message_length", 256 << 20), EXCLUSIVE_BIND],
                                  interceptors=[gate, RequestTimeQuotas(h.quotas, PrincipalMapper())])
-        add_service(server, broker_pb2_grpc.add_BrokerServicer_to_server, _ResetService(h, path == "grpc-noop"))
+        add_service(server, broker_pb2_grpc.add_BrokerServicer_to_server, _ResetService(h, path.endswith("noop")))
         port = free_ports(1)[0]
         server.add_insecure_port(f"127.0.0.1:{port}")
         await server.start()
         body = Path(d) / "request"
         body.write_bytes(h.grpc_request.SerializeToString())  # before the client starts: nothing waits
         client = await asyncio.create_subprocess_exec(sys.executable, "-m", "bench.produce_path", "--client",
-                                                      str(port), str(body), str(requests), str(in_flight))
+                                                      str(port), str(body), str(requests), str(in_flight),
+                                                      *(["--stream"] if "stream" in path else []))
         start_cpu, start = cpu_seconds(os.getpid()), time.perf_counter()
         await client.wait()
         cpu, wall = cpu_seconds(os.getpid()) - start_cpu, time.perf_counter() - start
@@ -201,6 +209,25 @@ async def send(port: int, body: bytes, requests: int, in_flight: int) -> None:
             left -= 1
             await produce(body)
     await asyncio.gather(*(sender() for _ in range(in_flight)))
+    await channel.close()
+
+
+async def send_streamed(port: int, body: bytes, requests: int, in_flight: int) -> None:
+    """``send`` on one ProduceStream: ``in_flight`` requests written ahead of their answers."""
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 64 << 20)])
+    await channel.channel_ready()
+    call = channel.stream_stream("/kraft.broker.Broker/ProduceStream")()
+    written = 0
+    for _ in range(min(in_flight, requests)):
+        await call.write(body)
+        written += 1
+    for _ in range(requests):
+        if await call.read() is grpc.aio.EOF:
+            raise RuntimeError("the broker ended the stream")
+        if written < requests:
+            await call.write(body)
+            written += 1
+    await call.done_writing()
     await channel.close()
 
 
@@ -246,11 +273,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=1.0, help="time per path (default 1)")
     ap.add_argument("--repeats", type=int, default=5, help="timings per path, their median reported")
-    ap.add_argument("--path", choices=("kafka", "grpc", "grpc-transport", "grpc-noop"), action="append",
+    ap.add_argument("--path", choices=("kafka", "grpc", "grpc-transport", "grpc-noop", "grpc-stream",
+                                       "grpc-stream-noop"), action="append",
                     help="default: kafka and grpc")
     ap.add_argument("--requests", type=int, default=2000, help="requests over the gRPC transport")
     ap.add_argument("--in-flight", type=int, default=5, help="requests in flight over the gRPC transport")
     ap.add_argument("--client", nargs=4, metavar=("PORT", "FILE", "N", "IN_FLIGHT"), help=argparse.SUPPRESS)
+    ap.add_argument("--stream", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--records", type=int, default=770)
     ap.add_argument("--size", type=int, default=256)
@@ -258,7 +287,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.client:
         port, body, n, in_flight = args.client
-        asyncio.run(send(int(port), Path(body).read_bytes(), int(n), int(in_flight)))
+        asyncio.run((send_streamed if args.stream else send)(int(port), Path(body).read_bytes(), int(n),
+                                                            int(in_flight)))
         return
     for path in args.path or ("kafka", "grpc"):
         if path.startswith("grpc-"):

@@ -14,7 +14,7 @@ WriteTxnMarkers, VerifyTxnPartitions (Kafka's cluster actions)."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
@@ -26,6 +26,18 @@ from .quotas import ClientQuotas, HandlerTime, user_of
 
 #: Sent by brokers, never charged to a client.
 EXEMPT = frozenset({"OffsetsForLeaderEpoch", "WriteTxnMarkers", "VerifyTxnPartitions"})
+T = TypeVar("T")
+
+
+async def charged(quotas: ClientQuotas, user: str, client_id: str, work: Awaitable[T]) -> tuple[T, int]:
+    """``work`` awaited, the time it runs on the loop counted for the client (a unary call
+    here, each request of ``ProduceStream`` in the service); with the throttle (ms) it earned."""
+    sensor = quotas.request.sensor(user, client_id) if quotas.request.anyone() else None
+    if sensor is None:
+        return await work, 0
+    timer = HandlerTime(work, sensor)
+    answer = await timer
+    return answer, quotas.request.spent(sensor, timer.spent, quotas.clock())
 
 
 class RequestTimeQuotas(grpc.aio.ServerInterceptor):
@@ -38,7 +50,8 @@ class RequestTimeQuotas(grpc.aio.ServerInterceptor):
                                 details: grpc.HandlerCallDetails) -> Any:
         handler = await continuation(details)
         if handler is None or handler.unary_unary is None or details.method.rpartition("/")[2] in EXEMPT:
-            return handler  # ProduceNoAck's stream is not a request one can time
+            return handler  # ProduceNoAck's stream is not a request one can time; ProduceStream's
+            # requests are timed by the service (``charged``)
         return self._timed(details.method, handler)
 
     def _time(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
@@ -53,13 +66,7 @@ class RequestTimeQuotas(grpc.aio.ServerInterceptor):
             except PrincipalError:  # the service ends the call with one line
                 return await inner(request, context)
             client_id = getattr(request, "client_id", "")
-            sensor = self.quotas.request.sensor(user, client_id)
-            if sensor is None:
-                return await inner(request, context)
-            timer = HandlerTime(inner(request, context), sensor)
-            answer = await timer
-            now = self.quotas.clock()
-            busy = self.quotas.request.spent(sensor, timer.spent, now)
+            answer, busy = await charged(self.quotas, user, client_id, inner(request, context))
             if busy and isinstance(answer, pb.FetchResponse):
                 size = sum(len(a.records) for t in answer.topics for a in t.partitions)
                 if size:  # answered empty: fetched again after the throttle

@@ -75,6 +75,12 @@ log = logging.getLogger("brokerd.server")
 CATCH_UP_TIMEOUT_S = 60.0
 
 
+#: How far over ``socket.request.max.bytes`` a gRPC message may be and still be refused by the
+#: guard (``raft.transport.add_service``) rather than end its call: a producer's
+#: ``max.request.size`` default.
+TRANSPORT_HEADROOM = 1 << 20
+
+
 class ServingGate(grpc.aio.ServerInterceptor):
     """Until ``open()``, every call to a broker's gRPC listener but DescribeBroker (its own
     status, which `kraft health` reads while it starts) ends UNAVAILABLE, which clients and
@@ -104,6 +110,8 @@ class ServingGate(grpc.aio.ServerInterceptor):
                            response_serializer=handler.response_serializer)
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(refuse, **serializers)
+        if handler.stream_stream is not None:  # ProduceStream
+            return grpc.stream_stream_rpc_method_handler(refuse, **serializers)
         return grpc.stream_unary_rpc_method_handler(refuse, **serializers)  # ProduceNoAck
 
 
@@ -224,7 +232,11 @@ class BrokerServer:
                 continue
             # A gRPC server per listener, so that each answers Metadata with its own listener's
             # addresses (as Kafka does) and is counted under its own name.
-            server = grpc.aio.server(options=[("grpc.max_receive_message_length", bcfg.request_max_bytes),
+            # socket.request.max.bytes is checked per message by the service's guard, which
+            # refuses one line; gRPC's own limit above it ends a call (a whole ProduceStream) at
+            # once, as Kafka closes the connection, for a message far over the limit.
+            server = grpc.aio.server(options=[("grpc.max_receive_message_length",
+                                               bcfg.request_max_bytes + TRANSPORT_HEADROOM),
                                               ("grpc.max_send_message_length", 256 << 20),
                                               EXCLUSIVE_BIND],
                                      interceptors=[*([requests.interceptor(name)] if requests else []), self.gate,
@@ -232,7 +244,8 @@ class BrokerServer:
             add_service(server, broker_pb2_grpc.add_BrokerServicer_to_server,
                         BrokerService(self.rm, name, lambda: self.client.last_controller_id, self.describe,
                                       producer_ids, self.groups, authorizer, mapper, auto_topics,
-                                      self.transactions, self.client_quotas, self.fetch_sessions))
+                                      self.transactions, self.client_quotas, self.fetch_sessions),
+                        max_bytes=bcfg.request_max_bytes)
             if not add_port(server, address, security.tls):
                 raise cannot_listen(address, name, "the port is in use or the address is not local")
             self.servers.append(server)

@@ -6,6 +6,7 @@ answer. Partition-level problems are answered in-band; a request that cannot be 
 with one line."""
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
@@ -27,6 +28,7 @@ from .auto_topics import TopicAutoCreator
 from .fetch_session import NO_SESSION, FetchSessionCache
 from .group_coordinator import GroupCoordinator
 from .group_requests import COORDINATOR_GROUP, COORDINATOR_TRANSACTION
+from .grpc_throttling import charged
 from .log_store import StorageFailure
 from .produce import first_error
 from .producer_ids import ProducerIdManager
@@ -98,6 +100,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             if error is not None:
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))
             return pb.ProduceResponse()
+        return self._produced(request, resp, access)
+
+    def _produced(self, request: pb.ProduceRequest, resp: r.ProduceResponse, access: Access) -> pb.ProduceResponse:
         answer = to_wire(pb.ProduceResponse, resp)
         # The client holds back for the throttle time (KIP-219's way). The bytes are summed only
         # for a client with a quota of them, as on the Kafka listener (kafka/throttling.py):
@@ -106,6 +111,71 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 user_of(access.session.principal), request.client_id)) is not None:
             answer.throttle_time_ms = sensor.record(
                 sum(len(p.batch.records) for t in request.topics for p in t.partitions), self.quotas.clock())
+        return answer
+
+    async def ProduceStream(self, requests: AsyncIterator[pb.ProduceRequest],
+                            context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ProduceResponse]:
+        """Produce requests pipelined on one stream (a gRPC call costs the broker about twice
+        one message of a stream: docs/brokers.md, "Our client's produce per Produce request").
+        Each request is served as ``Produce`` serves it, started in the order it came (so a
+        producer's batches take their offsets in its order), answered when done with its
+        ``correlation_id``; one that cannot be served at all is answered with the error
+        ``Produce`` would end its call with, so the others' answers go on."""
+        access = await self._access(context)
+        user = user_of(access.session.principal)
+        # The client waits for it before its first request (clients/produce_stream.py): that
+        # this broker serves the stream.
+        await context.send_initial_metadata(())
+        answers: asyncio.Queue[pb.ProduceResponse | None] = asyncio.Queue()
+        serving: set[asyncio.Task[None]] = set()
+
+        async def serve(request: pb.ProduceRequest) -> None:
+            answers.put_nowait(await self._stream_answer(request, access, user))
+
+        async def read() -> None:
+            try:
+                async for request in requests:
+                    task = asyncio.get_running_loop().create_task(serve(request))
+                    serving.add(task)
+                    task.add_done_callback(serving.discard)
+            finally:  # the client's end of the stream, or a message refused: the rest answered
+                if serving:
+                    await asyncio.wait(set(serving))
+                answers.put_nowait(None)
+
+        reader = asyncio.get_running_loop().create_task(read())
+        try:
+            while (answer := await answers.get()) is not None:
+                yield answer
+            await reader  # what ended the requests (a refused message) ends the stream
+        finally:  # the client went away: what it sent is cancelled, as its unary calls would be
+            reader.cancel()
+            for task in list(serving):
+                task.cancel()
+
+    async def _stream_answer(self, request: pb.ProduceRequest, access: Access, user: str) -> pb.ProduceResponse:
+        """One request of ``ProduceStream``: its answer, or the error that stopped it."""
+        answer: pb.ProduceResponse
+        if request.acks == 0:
+            answer = pb.ProduceResponse(error_code=int(ErrorCode.INVALID_REQUIRED_ACKS),
+                                        error_message="acks=0 is produced on ProduceNoAck")
+        else:
+            try:
+                if self.quotas is None:
+                    resp = await authorized.produce(self.rm, to_domain(r.ProduceRequest, request), access)
+                    busy = 0
+                else:
+                    resp, busy = await charged(self.quotas, user, request.client_id, authorized.produce(
+                        self.rm, to_domain(r.ProduceRequest, request), access))
+                answer = self._produced(request, resp, access)
+                answer.throttle_time_ms = max(busy, answer.throttle_time_ms)
+            except StorageFailure as e:
+                answer = pb.ProduceResponse(error_code=int(ErrorCode.KAFKA_STORAGE_ERROR), error_message=str(e))
+            except Exception as e:
+                log.exception("request failed: %s", e)
+                answer = pb.ProduceResponse(error_code=int(ErrorCode.UNKNOWN_SERVER_ERROR),
+                                            error_message=f"{type(e).__name__}: {e}")
+        answer.correlation_id = request.correlation_id
         return answer
 
     async def ProduceNoAck(self, request_iterator: AsyncIterator[pb.ProduceRequest],

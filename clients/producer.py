@@ -54,6 +54,7 @@ from common.errors import ErrorCode, KafkaError, RETRIABLE, STALE_METADATA
 from . import interceptors
 from .interceptors import ProducerInterceptor
 from .partitioner import Partitioner, StickyPartitioner, partition_for_key
+from .produce_stream import ProduceStream
 from .records import Header, ProducerRecord
 from .serialization import Serializer, checked, serialize
 from .consumer_coordinator import ConsumerGroupMetadata
@@ -160,6 +161,8 @@ class Producer:
         self._inflight: dict[int, int] = {}
         self._throttled: dict[int, float] = {}  # node -> until when (monotonic) a quota's throttle holds sends
         self._streams: dict[str, Any] = {}
+        self._produce_streams: dict[str, ProduceStream] = {}  # acks 1/all: one pipelined stream per broker
+        self._unary_only: set[str] = set()  # brokers without ProduceStream
         self._closed = False
         self._stopping = False
         self._sender: asyncio.Task | None = None
@@ -399,6 +402,7 @@ class Producer:
         for task in self._requests:
             task.cancel()
         await asyncio.gather(*self._requests, return_exceptions=True)
+        await asyncio.gather(*(stream.close() for stream in self._produce_streams.values()))
         for call in self._streams.values():
             try:
                 await call.done_writing()
@@ -489,7 +493,12 @@ class Producer:
                 for b in drained:
                     self._complete(b, -1)
                 return
-            resp = await self.connections.stub(address).Produce(req, timeout=self.request_timeout_ms / 1000 + 5)
+            resp = await self._request(address, req)
+            if resp.error_code:  # ProduceStream's answer to a request the broker could not serve at all
+                for b in drained:
+                    self._retry_or_fail(b, ErrorCode.of(resp.error_code), resp.error_message)
+                self.cluster.request_update()
+                return
             if resp.throttle_time_ms > 0:
                 self.metrics["produce-throttle-time-max"] = max(self.metrics["produce-throttle-time-max"],
                                                                 resp.throttle_time_ms)
@@ -517,6 +526,24 @@ class Producer:
             self._partition_requests.subtract((b.topic, b.partition) for b in drained)
             self._inflight[node] -= 1
             self._wake.set()
+
+    async def _request(self, address: str, req: pb.ProduceRequest) -> pb.ProduceResponse:
+        """``req``'s answer, over the broker's ProduceStream (``produce_stream``), or a unary
+        Produce call to a broker without it."""
+        timeout_s = self.request_timeout_ms / 1000 + 5
+        if address not in self._unary_only:
+            stream = self._produce_streams.get(address)
+            if stream is None or stream.ended:
+                stream = self._produce_streams[address] = ProduceStream(self.connections.stub(address))
+            try:
+                return await stream.request(req, timeout_s)
+            except grpc.aio.AioRpcError as e:
+                if e.code() != grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+                # An older broker: nothing was served on the stream; this and later requests unary.
+                log.info("broker %s has no ProduceStream: producing with unary calls", address)
+                self._unary_only.add(address)
+        return await self.connections.stub(address).Produce(req, timeout=timeout_s)
 
     async def _write_no_ack(self, address: str, req: pb.ProduceRequest) -> None:
         """acks=0: write to the broker's stream; if the broker ended it with an error (as Kafka

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -113,6 +113,8 @@ class _TimingInterceptor(grpc.aio.ServerInterceptor):
     async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
                                 details: grpc.HandlerCallDetails) -> Any:
         handler = await continuation(details)
+        if handler is not None and handler.stream_stream is not None:
+            return self._pipelined(handler, details.method.rpartition("/")[2])
         if handler is None or handler.unary_unary is None:
             return handler  # streams (Raft's Send, ProduceNoAck) are not requests one can time
         return self._timed(details.method, handler)
@@ -132,6 +134,35 @@ class _TimingInterceptor(grpc.aio.ServerInterceptor):
 
         return grpc.unary_unary_rpc_method_handler(timed, request_deserializer=handler.request_deserializer,
                                                    response_serializer=handler.response_serializer)
+
+    def _pipelined(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+        """A stream of requests answered by ``correlation_id`` (the broker's ProduceStream):
+        each request timed from its arrival to its answer, counted as the request type it
+        carries (``ProduceStream``'s as ``Produce``, as the Kafka listener counts them)."""
+        inner = handler.stream_stream
+        observe = self.metrics.observer(method.removesuffix("Stream"), self.listener)
+
+        async def timed(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            arrived: dict[int, float] = {}
+
+            async def arriving() -> AsyncIterator[Any]:
+                async for request in requests:
+                    key = getattr(request, "correlation_id", None)  # None: a malformed one, refused within
+                    if key is not None:
+                        arrived[key] = time.perf_counter()
+                    yield request
+            answers = inner(arriving(), context)
+            if inspect.isawaitable(answers):  # a handler that writes with context.write (or refuses)
+                await answers
+                return
+            async for answer in answers:
+                started = arrived.pop(answer.correlation_id, None)
+                if started is not None:
+                    observe(time.perf_counter() - started)
+                yield answer
+
+        return grpc.stream_stream_rpc_method_handler(timed, request_deserializer=handler.request_deserializer,
+                                                     response_serializer=handler.response_serializer)
 
 
 class StateCollector:

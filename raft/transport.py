@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import inspect
 import logging
 import socket
 import time
@@ -162,30 +163,38 @@ def _in_use(address: str) -> bool:
 
 
 class _Malformed:
-    """What a request that does not decode becomes, so its handler can refuse it in one line."""
+    """What a request that does not decode (or is over the server's size limit) becomes, so its
+    handler can refuse it in one line."""
 
-    __slots__ = ("error",)
+    __slots__ = ("error", "code")
 
-    def __init__(self, error: str) -> None:
+    def __init__(self, error: str, code: grpc.StatusCode = grpc.StatusCode.INVALID_ARGUMENT) -> None:
         self.error = error
+        self.code = code
 
 
-def _guard(method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+def _guard(method: str, handler: grpc.RpcMethodHandler, max_bytes: int | None = None) -> grpc.RpcMethodHandler:
     """``handler`` with INVALID_ARGUMENT and one log line for a request that does not decode;
-    grpcio would log a traceback and answer UNKNOWN ("Unexpected DecodeError")."""
+    grpcio would log a traceback and answer UNKNOWN ("Unexpected DecodeError"). ``max_bytes``:
+    a larger request is refused RESOURCE_EXHAUSTED (the server's transport limit is set above
+    it, so that a stream's answers to the requests before it are still written)."""
     decode = handler.request_deserializer
     if decode is None:  # raw bytes: the handler parses them itself (RaftPeer)
         return handler
 
     def safe_decode(data: bytes) -> object:
+        if max_bytes is not None and len(data) > max_bytes:
+            return _Malformed(f"{len(data)} bytes, larger than the server's limit of {max_bytes}",
+                              grpc.StatusCode.RESOURCE_EXHAUSTED)
         try:
             return decode(data)
         except Exception as e:  # DecodeError, or anything a custom deserializer raises
             return _Malformed(str(e) or type(e).__name__)
 
     async def refuse(bad: _Malformed, context: grpc.aio.ServicerContext) -> None:
-        log.warning("refused a malformed request to %s from %s: %s", method, context.peer(), bad.error)
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed request to {method}: {bad.error}")
+        what = "malformed" if bad.code == grpc.StatusCode.INVALID_ARGUMENT else "too large a"
+        log.warning("refused a %s request to %s from %s: %s", what, method, context.peer(), bad.error)
+        await context.abort(bad.code, f"{what} request to {method}: {bad.error}")
 
     if handler.unary_unary is not None:
         inner = handler.unary_unary
@@ -207,15 +216,40 @@ def _guard(method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler
         async def stream_unary(requests: AsyncIterator[object], context: grpc.aio.ServicerContext) -> object:
             return await inner(checked(requests, context), context)
         return handler._replace(request_deserializer=safe_decode, stream_unary=stream_unary)
-    return handler  # no service here streams its responses
+    if handler.stream_stream is not None:  # the broker's ProduceStream
+        pipelined = handler.stream_stream
+
+        async def stream_stream(requests: AsyncIterator[object],
+                                context: grpc.aio.ServicerContext) -> AsyncIterator[object]:
+            # A malformed message ends the requests the handler reads; the answers to those
+            # before it are still written, then the call ends with one line.
+            refused: list[_Malformed] = []
+
+            async def until_malformed() -> AsyncIterator[object]:
+                async for r in requests:
+                    if isinstance(r, _Malformed):
+                        refused.append(r)
+                        return
+                    yield r
+            answers = pipelined(until_malformed(), context)
+            if inspect.isawaitable(answers):  # a handler that writes with context.write
+                await answers
+            else:
+                async for answer in answers:
+                    yield answer
+            if refused:
+                await refuse(refused[0], context)
+        return handler._replace(request_deserializer=safe_decode, stream_stream=stream_stream)
+    return handler
 
 
 class _GuardedServer:
     """What a generated ``add_*Servicer_to_server`` sees: it passes the method handlers through
     ``_guard`` on their way to the real server."""
 
-    def __init__(self, server: grpc.aio.Server) -> None:
+    def __init__(self, server: grpc.aio.Server, max_bytes: int | None) -> None:
         self._server = server
+        self._max_bytes = max_bytes
 
     def add_generic_rpc_handlers(self, handlers: tuple) -> None:
         guarded = []
@@ -227,18 +261,20 @@ class _GuardedServer:
             name = h.service_name()
             prefix = f"/{name}/"
             guarded.append(grpc.method_handlers_generic_handler(
-                name, {m[len(prefix):]: _guard(m, hd) for m, hd in methods.items()}))
+                name, {m[len(prefix):]: _guard(m, hd, self._max_bytes) for m, hd in methods.items()}))
         self._server.add_generic_rpc_handlers(tuple(guarded))
 
     def add_registered_method_handlers(self, name: str, handlers: dict) -> None:
         self._server.add_registered_method_handlers(
-            name, {m: _guard(f"/{name}/{m}", hd) for m, hd in handlers.items()})
+            name, {m: _guard(f"/{name}/{m}", hd, self._max_bytes) for m, hd in handlers.items()})
 
 
-def add_service(server: grpc.aio.Server, add_to_server: Callable[[object, object], None], servicer: object) -> None:
+def add_service(server: grpc.aio.Server, add_to_server: Callable[[object, object], None], servicer: object,
+                max_bytes: int | None = None) -> None:
     """Register a servicer with a generated ``add_*Servicer_to_server`` so that every method
-    refuses an undecodable request with INVALID_ARGUMENT and one log line."""
-    add_to_server(servicer, _GuardedServer(server))
+    refuses an undecodable request with INVALID_ARGUMENT and one log line (and, with
+    ``max_bytes``, a larger one with RESOURCE_EXHAUSTED)."""
+    add_to_server(servicer, _GuardedServer(server, max_bytes))
 
 
 class Rejected(Exception):

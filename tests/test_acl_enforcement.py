@@ -66,6 +66,9 @@ class FakeContext:
     async def abort(self, code: grpc.StatusCode, details: str) -> None:
         raise Aborted(code, details)
 
+    async def send_initial_metadata(self, metadata: Any) -> None:  # ProduceStream's first word
+        pass
+
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CombinedNode]:
@@ -336,6 +339,9 @@ def test_produce_fetch_and_offsets_need_write_read_and_describe(node: CombinedNo
     produced = node.run(svc.Produce(produce_request("b-secret"), ctx)).topics
     assert [(t.name, p.error_code, p.base_offset) for t in produced for p in t.partitions] == [
         ("b-secret", TOPIC_DENIED, -1)]
+    streamed = node.run(_stream(svc, ctx, produce_request("b-secret")))  # ProduceStream checks the same
+    assert [(a.correlation_id, p.error_code) for a in streamed for t in a.topics for p in t.partitions] == [
+        (7, TOPIC_DENIED)]
     fetch = bpb.FetchRequest(replica_id=-1, max_wait_ms=0, topics=[bpb.FetchTopic(
         name="b-secret", partitions=[bpb.FetchPartition(partition=0, fetch_offset=0)])])
     assert [p.error_code for t in node.run(svc.Fetch(fetch, ctx)).topics for p in t.partitions] == [TOPIC_DENIED]
@@ -368,6 +374,17 @@ def test_produce_fetch_and_offsets_need_write_read_and_describe(node: CombinedNo
     assert node.run(svc.Fetch(follower, ctx)).topics[0].partitions[0].error_code == TOPIC_DENIED
     refused = node.run(svc.DescribeBroker(bpb.DescribeBrokerRequest(), ctx))
     assert (refused.error_code, refused.replicas) == (CLUSTER_DENIED, [])
+    streamed = node.run(_stream(svc, ctx, produce_request("b-secret")))
+    assert [(p.error_code, p.base_offset) for t in streamed[0].topics for p in t.partitions] == [(ErrorCode.NONE, 1)]
+
+
+async def _stream(svc: BrokerService, ctx: Any, request: Any) -> list[Any]:
+    """``request`` alone on a ProduceStream, with correlation id 7: its answers."""
+    request.correlation_id = 7
+
+    async def requests() -> Any:
+        yield request
+    return [a async for a in svc.ProduceStream(requests(), ctx)]
 
 
 def test_group_requests_need_the_group(node: CombinedNode) -> None:

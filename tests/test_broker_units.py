@@ -1183,11 +1183,14 @@ def test_every_domain_request_has_the_shape_of_its_protobuf_message():
     protobuf field the broker has no use for is the client id our producer sends; a fetch
     session's fields (KIP-227) are the codec's, served around the domain fetch as the Kafka
     listener serves them; a fetch answer's stored ``frames`` are its protobuf ``records``, which
-    the gRPC service joins (the codec leaves out fields marked ``wire: False``)."""
+    the gRPC service joins (the codec leaves out fields marked ``wire: False``); ProduceStream's
+    correlation id and request-level error are the service's, around the domain produce."""
     import dataclasses
 
     from brokerd import group_requests, requests
-    unused = {"ProduceRequest": {"client_id"}, "FetchRequest": {"session_id", "session_epoch", "forgotten_topics"},
+    unused = {"ProduceRequest": {"client_id", "correlation_id"},
+              "ProduceResponse": {"correlation_id", "error_code", "error_message"},
+              "FetchRequest": {"session_id", "session_epoch", "forgotten_topics"},
               "FetchResponse": {"session_id", "error_code"}, "FetchPartitionResponse": {"records"}}
     domain_only = {"FetchPartitionResponse": {"frames"}}
     assert [f.name for f in dataclasses.fields(requests.FetchPartitionResponse)
