@@ -44,8 +44,10 @@ import time
 import uuid
 from typing import Any
 
-from rocksdict import (BlockBasedOptions, ChecksumType, DBCompressionType, Options, Rdict, ReadOptions, WriteBatch,
+from rocksdict import (BlockBasedOptions, ChecksumType, Options, Rdict, ReadOptions, WriteBatch,
                        WriteOptions)
+
+from brokerd.log_store import store_options
 
 from .common import cpu_seconds, emit
 
@@ -72,23 +74,15 @@ def open_store(path: str, layout: str) -> Rdict:
 
 
 def options(layout: str) -> Options:
-    """``brokerd.log_store``'s options, with blob files (``blob``) or without, their blocks
-    checked with XXH3 (``sst`` and its tweaks)."""
-    o = Options(raw_mode=True)
-    o.create_if_missing(True)
-    o.set_compression_type(DBCompressionType.none())
-    o.set_max_background_jobs(2)
-    o.set_write_buffer_size(64 << 20)
-    o.set_max_write_buffer_number(4)
-    if layout in ("blob", "hybrid"):
-        o.set_enable_blob_files(True)
-        o.set_min_blob_size(4096)
-        o.set_blob_file_size(256 << 20)
-        o.set_enable_blob_gc(True)
-        if layout == "hybrid":
-            o.set_block_based_table_factory(xxh3_table())
+    """``brokerd.log_store``'s options (``blob``), its blocks checked with XXH3 (``hybrid``),
+    or without blob files, their blocks checked with XXH3 (``sst`` and its tweaks)."""
+    o = store_options()
+    if layout == "blob":
         return o
     o.set_block_based_table_factory(xxh3_table())
+    if layout == "hybrid":
+        return o
+    o.set_enable_blob_files(False)
     if layout == "sst-l0":  # more L0 files per L0->L1 compaction: fewer rewrites of L1
         o.set_level_zero_file_num_compaction_trigger(8)
         o.set_level_zero_slowdown_writes_trigger(40)
