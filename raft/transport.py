@@ -166,11 +166,11 @@ class _Malformed:
     """What a request that does not decode (or is over the server's size limit) becomes, so its
     handler can refuse it in one line."""
 
-    __slots__ = ("error", "code")
+    __slots__ = ("error", "status")
 
-    def __init__(self, error: str, code: grpc.StatusCode = grpc.StatusCode.INVALID_ARGUMENT) -> None:
+    def __init__(self, error: str, status: grpc.StatusCode = grpc.StatusCode.INVALID_ARGUMENT) -> None:
         self.error = error
-        self.code = code
+        self.status = status  # a gRPC status, not a Kafka error code
 
 
 def _guard(method: str, handler: grpc.RpcMethodHandler, max_bytes: int | None = None) -> grpc.RpcMethodHandler:
@@ -192,9 +192,9 @@ def _guard(method: str, handler: grpc.RpcMethodHandler, max_bytes: int | None = 
             return _Malformed(str(e) or type(e).__name__)
 
     async def refuse(bad: _Malformed, context: grpc.aio.ServicerContext) -> None:
-        what = "malformed" if bad.code == grpc.StatusCode.INVALID_ARGUMENT else "too large a"
+        what = "malformed" if bad.status == grpc.StatusCode.INVALID_ARGUMENT else "too large a"
         log.warning("refused a %s request to %s from %s: %s", what, method, context.peer(), bad.error)
-        await context.abort(bad.code, f"{what} request to {method}: {bad.error}")
+        await context.abort(bad.status, f"{what} request to {method}: {bad.error}")
 
     if handler.unary_unary is not None:
         inner = handler.unary_unary
