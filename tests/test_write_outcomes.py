@@ -133,7 +133,10 @@ def test_entries_committed_by_a_successor_then_snapshotted_are_unknown_not_dropp
             new = await c.leader(among=others)
             for i in range(25):
                 await new.propose(b"fill-%d" % i)
-            assert new.status().snapshot_index > max(old.status().last_index, 0)
+            # The snapshot is written in the background: wait for it, as the process test does.
+            old_last = old.status().last_index
+            await eventually(lambda: new.status().snapshot_index > old_last, 15,
+                             what="the new leader's snapshot past the old leader's log")
             c.heal()
             results = await asyncio.wait_for(asyncio.gather(*futs, return_exceptions=True), 10)
             assert all(isinstance(r, OutcomeUnknown) for r in results), results
