@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 
 from rocksdict import WriteBatch
 
-from .log_store import FlushPolicy, LogStore, tp_prefix
+from .log_store import FlushPolicy, LogStore, StorageFailure, tp_prefix
 from .partition_log import _STATE, PartitionLog, stored_state  # _STATE: the state record's one layout
 
 TopicPartitionId = tuple[uuid.UUID, int]
@@ -37,8 +38,10 @@ _END = b"\xff" * 9
 
 
 class LogManager:
-    def __init__(self, log_dirs: tuple[str, ...], policy: FlushPolicy) -> None:
-        self.stores = [LogStore(d, policy) for d in log_dirs]
+    def __init__(self, log_dirs: tuple[str, ...], policy: FlushPolicy,
+                 on_failure: Callable[[StorageFailure], None] | None = None) -> None:
+        """``on_failure``: each store's (``LogStore``), the broker's halt."""
+        self.stores = [LogStore(d, policy, on_failure) for d in log_dirs]
         self._where: dict[TopicPartitionId, LogStore] = {}
         self._future: dict[TopicPartitionId, LogStore] = {}
         #: Where a replica this broker does not host yet goes when it comes (AlterReplicaLogDirs

@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from rocksdict import DBCompressionType, Options, Rdict, WriteBatch, WriteOptions
 
@@ -44,7 +44,16 @@ PARTITIONS_DIR = "partitions"
 
 
 class StorageFailure(Exception):
-    """A log directory cannot be written or read (Kafka's KafkaStorageException)."""
+    """A log directory cannot be written or read (Kafka's KafkaStorageException).
+    ``cause``: RocksDB's error; ``unreadable``: a read failed (a checksum, an I/O error), so the
+    stored data itself is bad and reopening the store would not mend it (``log_dir_failure``
+    keeps the broker off it)."""
+
+    def __init__(self, message: str, log_dir: str = "", cause: str = "", unreadable: bool = False) -> None:
+        super().__init__(message)
+        self.log_dir = log_dir
+        self.cause = cause or message
+        self.unreadable = unreadable
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +95,13 @@ class LogStore:
     """A log directory's RocksDB. Every write goes through ``write`` so that writes reach the
     database in the order they were made, whatever the flush policy."""
 
-    def __init__(self, log_dir: str, policy: FlushPolicy = FlushPolicy()) -> None:
+    def __init__(self, log_dir: str, policy: FlushPolicy = FlushPolicy(),
+                 on_failure: Callable[[StorageFailure], None] | None = None) -> None:
+        """``on_failure``: called once, at the directory's first failure, before the failing
+        call raises (the broker halts there: ``log_dir_failure``); without it the failure is
+        logged and every later call raises it (tools, unit tests)."""
         self.log_dir = log_dir
+        self.on_failure = on_failure
         self.path = os.path.join(log_dir, PARTITIONS_DIR)
         self.policy = policy
         try:
@@ -176,11 +190,19 @@ class LogStore:
         except Exception as e:
             self._fail(e)
 
-    def _fail(self, e: BaseException) -> None:
+    def _failed(self, e: BaseException, *, unreadable: bool = False) -> StorageFailure:
+        """The directory's failure, made and reported at the first one."""
         if self.failure is None:
-            self.failure = StorageFailure(f"log directory {self.log_dir} failed: {e}")
-            log.error("%s", self.failure)
-        raise self.failure
+            self.failure = StorageFailure(f"log directory {self.log_dir} failed: {e}", self.log_dir, str(e),
+                                          unreadable)
+            if self.on_failure is not None:
+                self.on_failure(self.failure)
+            else:
+                log.error("%s", self.failure)
+        return self.failure
+
+    def _fail(self, e: BaseException, *, unreadable: bool = False) -> NoReturn:
+        raise self._failed(e, unreadable=unreadable)
 
     async def flush(self) -> None:
         """fsync the write-ahead log (in a thread: the event loop keeps serving)."""
@@ -189,8 +211,8 @@ class LogStore:
         self._flushing = True
         try:
             await self._in_thread(self._executor, self.db.flush_wal, True)
-        except Exception as e:
-            log.error("fsync of %s failed: %s", self.path, e)
+        except Exception as e:  # what was acknowledged may not be on the disk: the directory failed
+            self._failed(e)
         finally:
             self._flushing = False
 
@@ -223,11 +245,11 @@ class LogStore:
         range: RocksDB ends an iterator at a block or blob whose checksum fails and
         only its status says so, so a read would otherwise return the log cut short. The
         directory fails as on a failed write (Kafka takes a log directory offline on an I/O
-        error in a read too)."""
+        error in a read too), its data unreadable."""
         try:
             it.status()
         except Exception as e:  # rocksdict raises plain exceptions
-            self._fail(e)
+            self._fail(e, unreadable=True)
 
     def local_partitions(self) -> list[tuple[uuid.UUID, int]]:
         """Every partition with a log in this directory."""

@@ -1,7 +1,8 @@
 """``python -m brokerd.main FILE``: run a broker from a properties file until SIGTERM or Ctrl-C,
 which trigger a controlled shutdown. Start-up errors (bad config, a log directory that is not
-formatted or is formatted for another cluster, a registration the controller refuses) exit
-with code 1 and one line on stderr."""
+formatted or is formatted for another cluster or holds a store that failed a read, a
+registration the controller refuses) exit with code 1 and one line on stderr. A log directory
+that fails while the broker runs halts it with code 1 (``log_dir_failure``)."""
 from __future__ import annotations
 
 import asyncio

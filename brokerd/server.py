@@ -7,7 +7,8 @@ with the metadata log; only then act on it (become leader or follower of the par
 assigned here, delete stray logs); only then serve clients, and ask to be unfenced (the
 controller unfences the broker once its heartbeats report an offset at least that of its
 registration). Stop is a controlled shutdown: the controller moves this broker's leaderships
-away before the process goes.
+away before the process goes. A failed log directory halts the process instead, as Kafka's
+broker halts (``log_dir_failure``).
 
 Listeners bind early, so that a port in use stops the server at once with one line, but serve
 clients only after the initial catch-up, as Kafka's BrokerServer enables request processing
@@ -54,6 +55,7 @@ from .kafka.apis import KafkaApis
 from .kafka.listener import KafkaListener
 from .kafka.throttling import KafkaThrottling
 from .lifecycle import BrokerLifecycle
+from .log_dir_failure import halt_broker, refuse_failed
 from .log_manager import LogManager
 from .fetch_session import FetchSessionCache
 from .metrics import BrokerMetrics
@@ -175,7 +177,8 @@ class BrokerServer:
             self.metrics.start()
         self.client = ControllerClient(cfg.quorum_bootstrap(), timeout=30, attempt_timeout=5, tls=cfg.controller_tls)
         self._on_close(self.client, self.client.close)
-        self.logs = LogManager(cfg.log_dirs, bcfg.flush)
+        refuse_failed(cfg.log_dirs)  # a store that failed a read is not served again (log_dir_failure)
+        self.logs = LogManager(cfg.log_dirs, bcfg.flush, halt_broker)
         self._on_close(self.logs, self.logs.close)
         self.checkpoint = MetadataCheckpoint(cfg.log_dirs[0], self.cluster_id, bcfg.metadata_snapshot_interval_ms)
         self._on_close(self.checkpoint, self.checkpoint.stop, once_started=True)
@@ -400,6 +403,7 @@ class BrokerServer:
             log.info("broker %d stopped", self.cfg.node_id)
 
     async def wait_stopped(self) -> BaseException | None:
-        """None after ``stop()``; the error when the broker cannot go on (a failed log directory)."""
+        """None after ``stop()``; the error when the broker cannot go on (metadata it cannot apply, a
+        replica fetcher's failure; a failed log directory halts the process at once: ``log_dir_failure``)."""
         assert self._done is not None, "start() first"
         return await asyncio.shield(self._done)

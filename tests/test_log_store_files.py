@@ -1,7 +1,8 @@
 """The partition store's files (brokerd/log_store.py): a store written with other RocksDB
 options is opened with LogStore's own (rocksdict otherwise keeps the options saved in the
 store), and a byte flipped in a table or blob file fails a read with StorageFailure rather
-than return the log cut short at the bad block."""
+than return the log cut short at the bad block; with the broker's handler, a failed directory
+halts the broker and a store that failed a read is not opened again."""
 from __future__ import annotations
 
 import asyncio
@@ -12,7 +13,9 @@ from pathlib import Path
 import pytest
 from rocksdict import DBCompressionType, Options, WriteBatch
 
+import brokerd.log_dir_failure
 import brokerd.log_store
+from brokerd.log_dir_failure import MARKER, halt_broker, refuse_failed
 from brokerd.log_store import LogStore, StorageFailure
 from brokerd.partition_log import PartitionLog
 from clients.records import build_batch
@@ -129,3 +132,86 @@ def test_a_flipped_byte_in_a_store_file_fails_the_read_not_cuts_it_short(tmp_pat
             store.write_now(WriteBatch(raw_mode=True))
         await store.close()
     asyncio.run(go())
+
+
+class _Halted(Exception):
+    """What the broker's halt (os._exit) raises here, so that the test process goes on."""
+
+
+def _halting(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    statuses: list[int] = []
+
+    def halt(status: int) -> None:
+        statuses.append(status)
+        raise _Halted
+    monkeypatch.setattr(brokerd.log_dir_failure, "halt", halt)
+    return statuses
+
+
+def test_a_failed_read_halts_the_broker_and_keeps_it_off_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """With the broker's handler (brokerd/log_dir_failure.py), a read failing its checksum halts
+    at once (status 1, one line naming the directory and the cause), before the read returns,
+    and marks the store: a restart refuses it in one line until the store and the marker are
+    removed. Before, the broker went on answering KAFKA_STORAGE_ERROR, and restarted it served
+    the store again."""
+    statuses = _halting(monkeypatch)
+
+    async def go() -> None:
+        store = _open(tmp_path, monkeypatch)
+        plog = PartitionLog(store, TOPIC, 0)
+        await _append(plog, 20, 0)
+        store.db.flush(True)
+        await store.close()
+        data_file = max(_files(store, ".blob"), key=lambda f: f.stat().st_size)
+        data = bytearray(data_file.read_bytes())
+        data[len(data) // 2] ^= 0x55
+        data_file.write_bytes(bytes(data))
+
+        refuse_failed((str(tmp_path),))  # nothing marked yet
+        store = LogStore(str(tmp_path), on_failure=halt_broker)
+        plog = PartitionLog(store, TOPIC, 0)
+        caplog.clear()
+        with pytest.raises(_Halted):
+            plog.read(0, 1 << 30, plog.log_end_offset)
+        assert statuses == [1]
+        [line] = [r.getMessage() for r in caplog.records]
+        assert line.startswith(f"Shutdown broker because log directory {tmp_path} has failed: Corruption") and \
+            "\n" not in line
+        await store.close()
+    asyncio.run(go())
+    assert (tmp_path / MARKER).read_text().count("\n") == 1
+    with pytest.raises(StorageFailure) as e:
+        refuse_failed((str(tmp_path / "other"), str(tmp_path)))
+    message = str(e.value)
+    assert message.startswith(f"log directory {tmp_path} holds a partition store that failed a read (at ")
+    assert "Corruption" in message and f"remove {tmp_path / 'partitions'} and {tmp_path / MARKER}" in message
+    assert "\n" not in message
+
+
+def test_a_failed_write_or_fsync_halts_the_broker_without_marking_the_store(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write or an fsync that fails halts too (Kafka fails the directory on either), but
+    leaves no marker: RocksDB's files stay consistent after a failed write, and its recovery at
+    the next open checks its write-ahead log. Before, a failed fsync was only logged."""
+    statuses = _halting(monkeypatch)
+
+    def broken(*args: object) -> None:
+        raise OSError(5, "Input/output error")
+
+    async def go() -> None:
+        for call in ("write", "flush_wal"):
+            store = LogStore(str(tmp_path), on_failure=halt_broker)
+            db = store.db
+            store.db = type("Broken", (), {"close": db.close, "flush_wal": db.flush_wal, call: broken})()
+            with pytest.raises(_Halted):
+                if call == "write":
+                    store.write_now(WriteBatch(raw_mode=True))
+                else:
+                    await store.flush()
+            store.db = db
+            await store.close()
+    asyncio.run(go())
+    assert statuses == [1, 1]
+    assert not (tmp_path / MARKER).exists()
+    refuse_failed((str(tmp_path),))
