@@ -251,6 +251,15 @@ class LogStore:
         except Exception as e:  # rocksdict raises plain exceptions
             self._fail(e, unreadable=True)
 
+    def get(self, key: bytes) -> bytes | None:
+        """One value, or None: a read that fails (a checksum, an I/O error) fails the directory
+        as an iterator's does (``check``), instead of escaping as rocksdict's plain exception."""
+        try:
+            value: bytes | None = self.db.get(key)
+        except Exception as e:  # rocksdict raises plain exceptions
+            self._fail(e, unreadable=True)
+        return value
+
     def local_partitions(self) -> list[tuple[uuid.UUID, int]]:
         """Every partition with a log in this directory."""
         out = []

@@ -131,7 +131,7 @@ class PartitionLog:
         self._clean_key = b"c" + prefix
         self._ongoing_key = b"t" + prefix
         self._aborted_key = b"a" + prefix
-        raw = self.db.get(self._state_key)
+        raw = store.get(self._state_key)
         if raw is None:
             self.log_start_offset = self.high_watermark = self.log_end_offset = self.size_bytes = 0
             self.next_offset = 0
@@ -147,7 +147,7 @@ class PartitionLog:
             f"{topic_id}-{partition}", self._load_producers(),
             {pid: _EPOCH.unpack(v)[0] for pid, v in self._scan(self._ongoing_key)},
             [AbortedTxn.decode(last, v) for last, v in self._scan(self._aborted_key)])
-        clean = self.db.get(self._clean_key)
+        clean = store.get(self._clean_key)
         #: Where the part of the log not yet compacted starts (``log_cleaner``).
         self.first_dirty_offset = _EPOCH.unpack(clean)[0] if clean is not None else 0
         #: The oldest tombstone the last compaction kept (inf: none; None: not known yet).
@@ -582,7 +582,7 @@ class PartitionLog:
         freed = 0
         for base, batch in replacements.items():
             key = self._key(base)
-            old = self.db.get(key)
+            old = self.store.get(key)
             if old is None or base < self.log_start_offset:
                 continue
             if batch is None:

@@ -215,3 +215,23 @@ def test_a_failed_write_or_fsync_halts_the_broker_without_marking_the_store(tmp_
     assert statuses == [1, 1]
     assert not (tmp_path / MARKER).exists()
     refuse_failed((str(tmp_path),))
+
+
+def test_a_failed_point_read_fails_the_directory_like_an_iterators(tmp_path: Path) -> None:
+    """A partition's state and a compaction's old batch are read with one ``get``, not an
+    iterator: a checksum that fails there fails the directory as ``check`` does (the broker
+    halts and marks the store). Before, rocksdict's plain exception escaped the open."""
+    async def go() -> None:
+        store = LogStore(str(tmp_path))
+        await _append(PartitionLog(store, TOPIC, 0), 2, 0)
+        db = store.db
+
+        def corrupted(key: bytes) -> bytes:
+            raise Exception("Corruption: block checksum mismatch")
+        store.db = type("Corrupted", (), {"get": staticmethod(corrupted), "iter": db.iter})()
+        with pytest.raises(StorageFailure, match="Corruption: block checksum mismatch"):
+            PartitionLog(store, TOPIC, 0)
+        assert store.failure is not None and store.failure.unreadable
+        store.db = db
+        await store.close()
+    asyncio.run(go())
