@@ -47,3 +47,15 @@ def test_the_base_is_measured_by_this_trees_harness() -> None:
             assert filecmp.cmp(tree / "bench" / name, REPO / "bench" / name, shallow=False), name
     finally:
         shutil.rmtree(tree)
+
+
+def test_the_client_cpu_bench_produces_through_the_stand_ins_produce_stream() -> None:
+    """bench.client_cpu's broker stand-in serves ProduceStream, which the producer uses since
+    84355ec (without it every Produce request failed and the run hung)."""
+    import json
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "bench.client_cpu", "--records", "3000"], cwd=REPO,
+                         capture_output=True, text=True, timeout=120, check=True)
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [(r["phase"], r["records"]) for r in rows] == [("produce", 3000), ("consume", 3000)]
