@@ -77,11 +77,18 @@ class StandIn:
                 rt.partitions.add(partition=p.partition, offset=0)
         return r
 
+    def ProduceStream(self) -> "StandInStream":
+        return StandInStream(self)
+
     async def Produce(self, req: Any, timeout: float | None = None) -> Any:
         from protos import broker_pb2 as pb
         req = pb.ProduceRequest.FromString(req.SerializeToString())
         await asyncio.sleep(0)
-        r = pb.ProduceResponse()
+        return self.answer(req)
+
+    def answer(self, req: Any) -> Any:
+        from protos import broker_pb2 as pb
+        r = pb.ProduceResponse(correlation_id=req.correlation_id)
         for t in req.topics:
             rt = r.topics.add(name=t.name)
             for p in t.partitions:
@@ -102,6 +109,35 @@ class StandIn:
         data = r.SerializeToString()
         await asyncio.sleep(0 if r.ByteSize() > 1000 else 0.1)
         return pb.FetchResponse.FromString(data)
+
+
+class StandInStream:
+    """The broker's ProduceStream (``clients.produce_stream``), answering each request at once:
+    written requests serialized and parsed, answers serialized and parsed, as gRPC does."""
+
+    def __init__(self, stand_in: StandIn) -> None:
+        self.stand_in = stand_in
+        self.answers: asyncio.Queue[bytes | None] = asyncio.Queue()
+
+    async def initial_metadata(self) -> tuple[()]:
+        return ()
+
+    def done(self) -> bool:
+        return False
+
+    async def write(self, req: Any) -> None:
+        from protos import broker_pb2 as pb
+        self.answers.put_nowait(self.stand_in.answer(pb.ProduceRequest.FromString(req.SerializeToString()))
+                                .SerializeToString())
+
+    async def read(self) -> Any:
+        import grpc
+        from protos import broker_pb2 as pb
+        data = await self.answers.get()
+        return grpc.aio.EOF if data is None else pb.ProduceResponse.FromString(data)
+
+    def cancel(self) -> None:
+        self.answers.put_nowait(None)
 
 
 def _stored(values: list[bytes], per_partition: int, answer_bytes: int) -> dict[tuple[int, int], bytes]:

@@ -42,6 +42,14 @@ throughput, p99, the brokers' CPU per message and per MB, messages per broker-CP
 the client's CPU per message (``compare``); ``--broker-config KEY=VALUE`` sets a broker key
 (with ``--base``, for this tree's runs only).
 
+``--requests`` (issue 31, our client's produce per request): the brokers serve their
+Prometheus metrics, and each produce row also carries ``produce_requests`` (answered by the
+three brokers, from their request metrics), ``records_per_request``,
+``follower_fetches_per_request`` (Fetch requests answered during the phase, per Produce
+request), ``batches_per_request`` (librdkafka's statistics or our producer's metrics) and
+``in_flight_mean`` (Produce requests awaiting an answer, sampled every 10 ms: librdkafka's
+``waitresp_cnt``, our producer's count), so the two clients' requests compare in one cluster.
+
 Each row carries the issue's targets (``target_produce_msgs_per_s``,
 ``target_consume_msgs_per_s``). The benchmark, 3 controllers and 3 brokers share this
 machine's cores, which bounds what is measured here.
@@ -131,6 +139,7 @@ def confluent_produce(bootstrap: str, topic: str, args: argparse.Namespace,
     """``security``: librdkafka's TLS settings (bench.security)."""
     lat: list[float] = []
     errors: list[str] = []
+    requests = RequestStats() if getattr(args, "requests", False) else None
 
     def delivered(err: KafkaError | None, msg: Message) -> None:
         if err is not None:
@@ -139,7 +148,7 @@ def confluent_produce(bootstrap: str, topic: str, args: argparse.Namespace,
             lat.append(msg.latency() or 0.0)
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
                   "linger.ms": LINGER_MS, "batch.size": BATCH_SIZE, "queue.buffering.max.kbytes": BUFFER_BYTES // 1024,
-                  "on_delivery": delivered, **(security or {})})
+                  "on_delivery": delivered, **(security or {}), **(requests.config() if requests else {})})
     values = _values(args.value)
     sent = 0
     start = time.perf_counter()
@@ -158,7 +167,37 @@ def confluent_produce(bootstrap: str, topic: str, args: argparse.Namespace,
     row = _produce_row("confluent-kafka", len(lat), len(errors) + left, elapsed, lat, args)
     if errors:
         row["first_error"] = errors[0]
+    if requests:
+        p.poll(0.3)  # the last statistics, with the final requests counted
+        row.update(requests.figures())
     return row
+
+
+class RequestStats:
+    """librdkafka's own count of its Produce requests and batches and of its requests awaiting
+    an answer, from its statistics (every 10 ms; ``--requests``). A topic's ``batchcnt`` is a
+    window of the batches made since the previous statistics: their counts add up."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, Any] = {}
+        self.waiting: list[int] = []
+        self.batches = 0
+
+    def config(self) -> dict[str, Any]:
+        return {"statistics.interval.ms": 10, "stats_cb": self._stats}
+
+    def _stats(self, text: str) -> None:
+        self.last = json.loads(text)
+        self.waiting.append(sum(b.get("waitresp_cnt", 0) for b in self.last["brokers"].values()
+                                if b.get("nodeid", -1) >= 0))
+        self.batches += sum(t.get("batchcnt", {}).get("cnt", 0) for t in self.last.get("topics", {}).values())
+
+    def figures(self) -> dict[str, Any]:
+        requests = sum(b.get("req", {}).get("Produce", 0) for b in self.last.get("brokers", {}).values()
+                       if b.get("nodeid", -1) >= 0)
+        return {"client_produce_requests": requests,
+                "batches_per_request": round(self.batches / requests, 2) if requests else None,
+                "in_flight_mean": round(statistics.fmean(self.waiting), 2) if self.waiting else None}
 
 
 def confluent_consume(bootstrap: str, topic: str, expected: int, value: int,
@@ -225,6 +264,9 @@ async def pykraft_produce(bootstrap: str, topic: str, args: argparse.Namespace,
     async with OurProducer(bootstrap, acks="all", batch_size=BATCH_SIZE, linger_ms=LINGER_MS,
                            buffer_memory=BUFFER_BYTES, enable_idempotence=True, tls=tls) as p:
         send, clock = p.send, time.perf_counter
+        in_flight: list[int] = []
+        sampler = asyncio.get_running_loop().create_task(_sample_in_flight(p, in_flight)) \
+            if getattr(args, "requests", False) else None
         start = clock()
         while step := _step(args, start, sent):
             for k in range(step):
@@ -239,8 +281,22 @@ async def pykraft_produce(bootstrap: str, topic: str, args: argparse.Namespace,
             await asyncio.sleep(0)
         await p.flush()
         elapsed = clock() - start
-        return _produce_row("pykraft-client", p.metrics["record-send-total"], p.metrics["record-error-total"],
-                            elapsed, lat, args)
+        row = _produce_row("pykraft-client", p.metrics["record-send-total"], p.metrics["record-error-total"],
+                           elapsed, lat, args)
+        if sampler is not None:
+            sampler.cancel()
+            requests = p.metrics["request-total"]
+            row.update(client_produce_requests=requests,
+                       batches_per_request=round(p.metrics["batch-total"] / requests, 2) if requests else None,
+                       in_flight_mean=round(statistics.fmean(in_flight), 2) if in_flight else None)
+        return row
+
+
+async def _sample_in_flight(p: Any, out: list[int]) -> None:
+    """Our producer's Produce requests awaiting an answer, every 10 ms (``--requests``)."""
+    while True:
+        out.append(sum(p._inflight.values()))
+        await asyncio.sleep(0.01)
 
 
 def pykraft_consume(bootstrap: str, topic: str, expected: int, value: int) -> dict[str, Any]:
@@ -340,7 +396,7 @@ def run(args: argparse.Namespace) -> None:
     emit(fetch_conversion(args.value))
     base = Path(tempfile.mkdtemp(prefix="kafkabench"))
     extra = dict(kv.split("=", 1) for kv in args.broker_config)
-    cluster = three_brokers(base, extra)
+    cluster = three_brokers(base, extra, metrics=True) if args.requests else three_brokers(base, extra)
     cluster.start()
     try:
         asyncio.run(cluster.wait_for_brokers(timeout=90))
@@ -349,18 +405,42 @@ def run(args: argparse.Namespace) -> None:
         create_topics(kafka, list(topics.values()), args.partitions)
 
         cpu = PhaseCpu(cluster)  # each phase is called at once, inside cpu.of
-        row = cpu.of(lambda: confluent_produce(kafka, topics["confluent-kafka"], args), args.value)
+        counted = RequestCounts(cluster) if args.requests else None
+        row = counted.of(lambda: cpu.of(lambda: confluent_produce(kafka, topics["confluent-kafka"], args),
+                                        args.value)) if counted else \
+            cpu.of(lambda: confluent_produce(kafka, topics["confluent-kafka"], args), args.value)
         emit(row)
         consumer = dict(kv.split("=", 1) for kv in args.consumer_config)
         emit(cpu.of(lambda: confluent_consume(kafka, topics["confluent-kafka"], row["messages"], args.value,
                                               config=consumer, on_first=cpu.restart), args.value))
 
-        row = cpu.of(lambda: asyncio.run(pykraft_produce(grpc, topics["pykraft-client"], args)), args.value)
+        ours = lambda: cpu.of(lambda: asyncio.run(pykraft_produce(grpc, topics["pykraft-client"], args)),  # noqa: E731
+                              args.value)
+        row = counted.of(ours) if counted else ours()
         emit(row)
         emit(cpu.of(lambda: pykraft_consume(grpc, topics["pykraft-client"], row["messages"], args.value),
                     args.value))
     finally:
         stop_cluster(cluster, base, args.keep)
+
+
+class RequestCounts:
+    """The Produce and Fetch requests the brokers answered during a produce phase, from their
+    request metrics (``--requests``), read before and after the phase's CPU is counted (the
+    brokers render their metrics for it)."""
+
+    def __init__(self, cluster: DevQuorum) -> None:
+        self.cluster = cluster
+
+    def of(self, phase: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        from .common import request_counts
+        produces, fetches = request_counts(self.cluster, "Produce"), request_counts(self.cluster, "Fetch")
+        row = phase()
+        produces = request_counts(self.cluster, "Produce") - produces
+        fetches = request_counts(self.cluster, "Fetch") - fetches
+        return {**row, "produce_requests": produces,
+                "records_per_request": round(row["messages"] / produces) if produces else None,
+                "follower_fetches_per_request": round(fetches / produces, 2) if produces else None}
 
 
 def stop_cluster(cluster: DevQuorum, base: Path, keep: bool) -> None:
@@ -377,7 +457,7 @@ def stop_cluster(cluster: DevQuorum, base: Path, keep: bool) -> None:
 
 #: The figures compared between the base and this tree.
 COMPARED = ("msgs_per_s", "p99_ms", "brokers_cpu_us_per_msg", "brokers_cpu_s_per_MB", "msgs_per_broker_cpu_s",
-            "client_cpu_us_per_msg")
+            "client_cpu_us_per_msg", "records_per_request", "batches_per_request", "in_flight_mean")
 
 
 def base_tree(commit: str) -> Path:
@@ -411,7 +491,7 @@ def compare(args: argparse.Namespace) -> None:
     machine's load weighs on both alike); every row tagged ``tree`` (base or this) and
     ``round``, then the ``summaries``."""
     base = base_tree(args.base)
-    passed = ["--seconds", str(args.seconds), "--messages", str(args.messages), "--value", str(args.value),
+    passed = [*(["--requests"] if args.requests else []), "--seconds", str(args.seconds), "--messages", str(args.messages), "--value", str(args.value),
               "--partitions", str(args.partitions), *(a for kv in args.consumer_config for a in ("--consumer-config", kv))]
     ours = [a for kv in args.broker_config for a in ("--broker-config", kv)]
     try:
@@ -475,6 +555,9 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=0, help="produce this many messages instead of --seconds")
     ap.add_argument("--value", type=int, default=256, help="value bytes")
     ap.add_argument("--partitions", type=int, default=6)
+    ap.add_argument("--requests", action="store_true",
+                    help="count Produce requests, batches and requests in flight per produce phase (the brokers "
+                         "serve their metrics; with --base, the base's DevQuorum must have metrics)")
     ap.add_argument("--keep", action="store_true", help="keep the cluster's directory (logs, data)")
     ap.add_argument("--base", help="a commit to compare with: its tree and this one run in turn (see compare)")
     ap.add_argument("--rounds", type=int, default=3, help="with --base: runs of each tree")

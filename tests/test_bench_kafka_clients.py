@@ -47,3 +47,33 @@ def test_the_base_is_measured_by_this_trees_harness() -> None:
             assert filecmp.cmp(tree / "bench" / name, REPO / "bench" / name, shallow=False), name
     finally:
         shutil.rmtree(tree)
+
+
+def test_the_client_cpu_bench_produces_through_the_stand_ins_produce_stream() -> None:
+    """bench.client_cpu's broker stand-in serves ProduceStream, which the producer uses since
+    84355ec (without it every Produce request failed and the run hung)."""
+    import json
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "bench.client_cpu", "--records", "3000"], cwd=REPO,
+                         capture_output=True, text=True, timeout=120, check=True)
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [(r["phase"], r["records"]) for r in rows] == [("produce", 3000), ("consume", 3000)]
+
+
+def test_librdkafkas_requests_batches_and_requests_in_flight_come_from_its_statistics() -> None:
+    """``--requests``: each statistics' ``batchcnt`` window counts the batches made since the
+    previous one, so they add up; the Produce requests are the brokers' cumulative ``req``
+    counts (the bootstrap entries, node id -1, left out); in flight is ``waitresp_cnt``."""
+    import json
+    from bench.kafka_clients import RequestStats
+
+    def stats(produces: tuple[int, int], waiting: tuple[int, int], batches: int) -> str:
+        brokers = {f"b{i}": {"nodeid": i, "req": {"Produce": n}, "waitresp_cnt": w}
+                   for i, (n, w) in enumerate(zip(produces, waiting, strict=True))}
+        brokers["bootstrap"] = {"nodeid": -1, "req": {"Produce": 0}, "waitresp_cnt": 9}
+        return json.dumps({"brokers": brokers, "topics": {"t": {"batchcnt": {"cnt": batches, "avg": 700}}}})
+    s = RequestStats()
+    s.config()["stats_cb"](stats((1, 1), (1, 0), 2))
+    s.config()["stats_cb"](stats((3, 2), (2, 3), 4))
+    assert s.figures() == {"client_produce_requests": 5, "batches_per_request": 1.2, "in_flight_mean": 3.0}
