@@ -1,5 +1,5 @@
 """The follower's receive path in one process: a leader's Fetch answer over Kafka's protocol
-read from the connection, its batches checked and turned into stored frames, staged and
+read from the connection (a ``FrameConnection`` fed the answer's bytes), its batches checked and turned into stored frames, staged and
 written to RocksDB (``ReplicaFetcher._fetch`` with ``KafkaLeaderClient``, the answer fed to
 its stream reader instead of a socket).
 
@@ -33,6 +33,7 @@ from typing import Any
 from brokerd.config import BrokerConfig, LogConfig
 from brokerd.kafka.batches import to_wire
 from brokerd.kafka.codec import RequestHeader, encode_response, frame_response
+from brokerd.kafka.framing import FrameConnection
 from brokerd.kafka.replica_client import KafkaLeaderClient
 from brokerd.log_store import FlushPolicy, LogStore
 from brokerd.partition import Partition
@@ -112,9 +113,16 @@ async def measure(shape: str, seconds: float, repeats: int, profile: int = 0) ->
                 s.partition.log.next_offset = s.partition.log.log_end_offset = 0 if i < with_records else HW_LOG_END
             if not session_id:
                 fetcher.session.reset()
-            reader = asyncio.StreamReader(limit=1 << 20)
-            reader.feed_data(framed[turn % 2])
-            client._conn = (reader, _Writer())  # type: ignore[assignment]
+            conn = FrameConnection(lambda size: None)
+            conn.transport = _Writer()  # type: ignore[assignment]
+            data = framed[turn % 2]
+            while data:  # the answer as the socket would hand it over
+                buf = conn.get_buffer(len(data))
+                n = min(len(buf), len(data))
+                buf[:n] = data[:n]
+                conn.buffer_updated(n)
+                data = data[n:]
+            client._conn = conn
             client._correlation = -1  # the answer's correlation id is 0
             await fetcher._fetch(states)
             assert all(s.partition.log.log_end_offset > 0 for s in states)

@@ -18,6 +18,9 @@ fifth of the brokers' Python CPU (docs/brokers.md, "Data path performance"). One
   (``max_wait_ms`` 0: what a long poll's first read and every wake-up without data cost).
 - ``wakeup``: a long poll (``max_wait_ms`` 500) of the session with nothing new, woken by an
   append to one partition (not timed); the fetch's CPU before and after the append is timed.
+- ``expire``: a long poll of the session with nothing new that times out (``max_wait_ms`` 2),
+  as every idle follower fetch of a cluster does after ``replica.fetch.wait.max.ms``: its
+  thread CPU (timer, loop turns and the empty answer included, the wait itself not).
 - ``consume``: librdkafka reading a produced topic back with its defaults: no session (id 0,
   epoch -1), read_committed, 1 MiB per partition, 50 MiB per answer, its three partitions of
   this leader each holding batches of 980 records of 256 bytes (~260 KB, as librdkafka
@@ -180,6 +183,9 @@ async def _round(leader: Leader, shape: str, n: int) -> list[float]:
     elif shape == "idle":
         for f in FOLLOWERS:
             out.append(await _timed(leader, f))
+    elif shape == "expire":
+        for f in FOLLOWERS:
+            out.append(await _timed(leader, f, 2))
     elif shape == "consume":
         header, request = leader.consumer_request()
         start = time.thread_time()
@@ -250,7 +256,7 @@ async def measure(shape: str, seconds: float, repeats: int, profile: bool) -> di
             "range": [round(min(per_repeat), 1), round(max(per_repeat), 1)]}
 
 
-SHAPES = ("news", "idle", "wakeup", "consume")
+SHAPES = ("news", "idle", "wakeup", "expire", "consume")
 
 
 def main() -> None:

@@ -286,6 +286,61 @@ def test_a_followers_fetch_reads_and_looks_at_the_high_watermark_only_for_what_m
     run(go())
 
 
+def test_a_long_poll_that_expires_wakes_the_loop_once_and_leaves_nothing_behind(tmp_path):
+    """An idle follower's fetch waits replica.fetch.wait.max.ms and expires (every fetch of an
+    idle cluster): its timer completes the waiter itself, so the loop turns once for the
+    timer and once for the fetch to answer, where wait_for's cancel-and-wait took four
+    (docs/brokers.md, "The brokers' idle CPU"). It still waits its max_wait_ms, answers the
+    partition's state, and a cancelled or expired poll leaves no waiter nor live timer."""
+    async def go():
+        store = LogStore(str(tmp_path))
+        p = Partition(1, "first", uuid.uuid4(), 0, PartitionLog(store, uuid.uuid4(), 0), LogConfig())
+        p.update(PartitionRegistration((1, 2), (1, 2), 1, 0, 0))
+        await p.append_as_leader(_batch(3), 1)
+        rm = _OneReplica(p)
+        await _fetch(rm, 2, 3)  # caught up: the high watermark is 3, nothing more to read
+        loop = asyncio.get_running_loop()
+        turns = [0]
+        run_once = loop._run_once  # type: ignore[attr-defined]
+
+        def counted():
+            turns[0] += 1
+            run_once()
+        loop._run_once = counted  # type: ignore[attr-defined]
+        try:
+            start = loop.time()
+            task = asyncio.ensure_future(_fetch(rm, 2, 3, wait=200))
+            await asyncio.sleep(0)  # the task's first step runs the fetch to its wait
+            assert p.delayed_fetches == 1
+            turns[0] = 0
+            got = (await task).topics[0].partitions[0]
+            waited, after_wait = loop.time() - start, turns[0]
+        finally:
+            del loop._run_once  # type: ignore[attr-defined]
+        assert waited >= 0.2 and got.error_code == 0 and got.high_watermark == 3 and not got.frames
+        # the timer's turn and the fetch's own (the awaiting test's is the third)
+        assert after_wait <= 3, after_wait
+        assert p.delayed_fetches == 0 and not [h for h in loop._scheduled if not h.cancelled()]  # type: ignore[attr-defined]
+        # a long poll cancelled while it waits (the listener stopping) drops its waiter and timer
+        task = asyncio.ensure_future(_fetch(rm, 2, 3, wait=30_000))
+        await asyncio.sleep(0)
+        assert p.delayed_fetches == 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert p.delayed_fetches == 0 and not [h for h in loop._scheduled if not h.cancelled()]  # type: ignore[attr-defined]
+        # and one woken by an append answers it at once
+        task = asyncio.ensure_future(_fetch(rm, 2, 3, wait=30_000))
+        await asyncio.sleep(0)
+        assert p.delayed_fetches == 1
+        await p.append_as_leader(_batch(2), 1)
+        p.notify()
+        woken = (await asyncio.wait_for(task, 10)).topics[0].partitions[0]
+        assert [b.base_offset for b in batches(woken.records)] == [3]
+        await store.close()
+    run(go())
+
+
 class _Replicas(_OneReplica):
     """fetch()'s view of a ReplicaManager leading several partitions of one topic."""
 
