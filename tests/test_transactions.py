@@ -29,7 +29,7 @@ EXPIRATION_MS = 15_000
 def cluster(tmp_path_factory) -> Iterator[BrokerCluster]:
     with running_cluster(tmp_path_factory.mktemp("txn"),
                          {"transaction.state.log.num.partitions": "3", "offsets.topic.num.partitions": "1",
-                          "group.initial.rebalance.delay.ms": "0", "transaction.max.timeout.ms": "60000",
+                          "group.initial.rebalance.delay.ms": "0",
                           "transaction.abort.timed.out.transaction.cleanup.interval.ms": "300",
                           # idle ids go after 15 s (test_an_idle_transactional_id_expires); a producer
                           # whose id went meanwhile gets an abortable error and a new producer id
@@ -249,7 +249,7 @@ def test_the_coordinator_aborts_a_transaction_past_its_timeout(cluster):
 
 def test_a_timeout_above_the_brokers_maximum_is_refused(cluster):
     p = Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "transactional.id": "tx-long",
-                  "transaction.timeout.ms": 120000})
+                  "transaction.timeout.ms": 900_001})  # transaction.max.timeout.ms is Kafka's 15 minutes
     with pytest.raises(KafkaException) as e:
         p.init_transactions(30)
     assert e.value.args[0].code() == KafkaError.INVALID_TRANSACTION_TIMEOUT
@@ -910,7 +910,12 @@ def test_kraft_transactions_lists_describes_finds_hanging_and_aborts(cluster):
     boot = ["transactions", "--bootstrap-server", cluster.bootstrap_servers]
 
     async def open_and_hang() -> tuple[OurProducer, int]:
-        p = await OurProducer(cluster.bootstrap_servers, transactional_id="tool-open").start()
+        # Open across four runs of the tool, each a Python start-up: on a loaded host (load 45)
+        # they outlasted the default transaction.timeout.ms of 60 s, the coordinator aborted the
+        # transaction (as Kafka's does) and the id expired 15 s later (TRANSACTIONAL_ID_NOT_FOUND).
+        # Longer than the test's own timeout, it stays open as long as the test runs.
+        p = await OurProducer(cluster.bootstrap_servers, transactional_id="tool-open",
+                              transaction_timeout_ms=600_000).start()
         await p.init_transactions()
         p.begin_transaction()
         await (await p.send("hang", b"open", partition=0))
