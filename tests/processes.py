@@ -14,10 +14,28 @@ wait still reaches the kill.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+
+
+@contextlib.contextmanager
+def sigint_as_in_a_terminal() -> Iterator[None]:
+    """Children started meanwhile take SIGINT as in a terminal, where Ctrl-C stops them. A test
+    run started in the background (``nohup``, ``&``, some CI runners) ignores SIGINT, and exec
+    keeps an ignored signal ignored (a handler it resets), so ``kraft dev-quorum`` never heard
+    the test's Ctrl-C: each such teardown waited out its 60 s and then killed it."""
+    previous = signal.getsignal(signal.SIGINT)
+    if previous == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if previous == signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def processes_naming(*markers: str) -> dict[int, str]:

@@ -28,7 +28,7 @@ import pytest
 
 from tests.kvcluster import consecutive_ports
 from tests.logs import BAD, assert_no_tracebacks
-from tests.processes import stop_session
+from tests.processes import sigint_as_in_a_terminal, stop_session
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -232,8 +232,9 @@ def dev_quorum(tmp_path: Path) -> Iterator[list]:
     table = substitutions(tmp_path, base, base + 9)
     block, = [b for b in blocks() if not_run(b) is None and b.first.startswith(DEV_QUORUM)]
     out = open(tmp_path / "dev-quorum.out", "w+")
-    p = subprocess.Popen(["bash", "-c", substituted(block.text, table)], cwd=ROOT, env=environment(),
-                         stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    with sigint_as_in_a_terminal():
+        p = subprocess.Popen(["bash", "-c", substituted(block.text, table)], cwd=ROOT, env=environment(),
+                             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         while "Ctrl-C stops them." not in (text := (tmp_path / "dev-quorum.out").read_text()):
             assert p.poll() is None, f"{block}: kraft dev-quorum exited:\n{text}"

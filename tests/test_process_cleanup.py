@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 MODULE = '''
 import signal, subprocess, sys, time
 import pytest
-from tests.processes import processes_naming, stop_session
+from tests.processes import processes_naming, sigint_as_in_a_terminal, stop_session
 
 SERVER = "import time; time.sleep(600)"
 
@@ -35,7 +35,8 @@ def command(tmp_path, on_sigint):
     """bash that starts a server (its command line names tmp_path) in a session of its own."""
     script = (f"{on_sigint}; setsid {sys.executable} -c '{SERVER}' {tmp_path}/server & "
               "while true; do sleep 0.1; done")
-    return subprocess.Popen(["bash", "-c", script], start_new_session=True)
+    with sigint_as_in_a_terminal():
+        return subprocess.Popen(["bash", "-c", script], start_new_session=True)
 
 @pytest.fixture
 def started(request, tmp_path):

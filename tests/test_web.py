@@ -30,7 +30,7 @@ from tests.brokercluster import REPO, BrokerCluster, running_cluster
 from tests.eventually import eventually
 from tests.kvcluster import free_ports
 from tests.logs import assert_no_tracebacks
-from tests.processes import processes_naming
+from tests.processes import processes_naming, sigint_as_in_a_terminal
 from tests.test_consumer_groups import GROUP_PROPS
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
@@ -1164,9 +1164,10 @@ def test_make_console_serves_the_console_over_a_local_quorum_until_ctrl_c(tmp_pa
     base = consecutive_ports(3 + 2 * 1 + 4)  # controllers, the broker's two listeners, four nodes' metrics
     listen = f"127.0.0.1:{free_ports(1, set(range(base, base + 9)))[0]}"
     data, out = tmp_path / "quorum", tmp_path / "console.out"
-    proc = subprocess.Popen([sys.executable, "-m", "kraft.cli", "dev-quorum", "--console", "--brokers", "1",
-                             "--base-port", str(base), "--listen", listen, "--dir", str(data)],
-                            cwd=REPO, stdout=open(out, "w"), stderr=subprocess.STDOUT)
+    with sigint_as_in_a_terminal():
+        proc = subprocess.Popen([sys.executable, "-m", "kraft.cli", "dev-quorum", "--console", "--brokers", "1",
+                                 "--base-port", str(base), "--listen", listen, "--dir", str(data)],
+                                cwd=REPO, stdout=open(out, "w"), stderr=subprocess.STDOUT)
     try:
         def printed() -> bool:
             assert proc.poll() is None, out.read_text()
