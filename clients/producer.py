@@ -291,7 +291,9 @@ class Producer:
         self._fail_queued(TransactionAbortedError("Failing batch since transaction was aborted"))
         await self.flush()
         await txn.end(commit=False)
-        if self._epoch_bump:  # a batch failed, so its partition's sequence has a hole (KIP-360)
+        # a batch failed, so its partition's sequence has a hole, or the coordinator no longer
+        # knew the producer: a bump, or a new producer id (KIP-360)
+        if self._epoch_bump or txn.epoch_bump_required:
             self._use_producer(*await txn.init(self.producer_id, self.producer_epoch))
 
     def _fail_queued(self, error: BaseException, only: Callable[[tuple[str, int]], bool] | None = None) -> None:

@@ -38,8 +38,14 @@ COORDINATOR_GROUP, COORDINATOR_TRANSACTION = 0, 1  # FindCoordinator's key types
 _MOVED = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NETWORK_EXCEPTION,
                     ErrorCode.REQUEST_TIMED_OUT})
 _FENCED = frozenset({ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH})
+#: The coordinator no longer knows the producer (its transactional id expired after
+#: transactional.id.expiration.ms idle, or its producer state is gone): Kafka's
+#: abortableErrorIfPossible. The transaction is aborted (without EndTxn for an id the coordinator
+#: does not know) and InitProducerId with the producer's id and epoch (KIP-360) gets it a producer
+#: id again, so the application goes on as after any abortable error.
+_EPOCH_BUMP = frozenset({ErrorCode.UNKNOWN_PRODUCER_ID, ErrorCode.INVALID_PRODUCER_ID_MAPPING})
 #: The coordinator's answers after which the producer cannot go on (Kafka's fatal errors).
-_FATAL = _FENCED | {ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+_FATAL = _FENCED | {ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                     ErrorCode.INVALID_TXN_STATE, ErrorCode.INVALID_TRANSACTION_TIMEOUT,
                     ErrorCode.CLUSTER_AUTHORIZATION_FAILED, ErrorCode.UNSUPPORTED_VERSION,
                     ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, ErrorCode.TRANSACTIONAL_ID_NOT_FOUND}
@@ -89,6 +95,8 @@ class TransactionManager:
         self.state = TxnState.UNINITIALIZED
         self.producer_id, self.producer_epoch = -1, -1
         self.error: KafkaError | None = None  # the abortable or fatal error of the current state
+        #: An _EPOCH_BUMP answer: the abort re-initializes the producer (Kafka's epochBumpRequired).
+        self.epoch_bump_required = False
         #: Partitions in the open transaction (the coordinator said so); batches wait for this.
         self.added: set[tuple[str, int]] = set()
         self._pending: set[tuple[str, int]] = set()
@@ -183,6 +191,9 @@ class TransactionManager:
             raise KafkaTimeoutError(f"Timeout expired after {self.max_block_s * 1000:.0f}ms while awaiting {what}")
 
     def _classified(self, code: ErrorCode, message: str) -> KafkaError:
+        if code in _EPOCH_BUMP:
+            self.epoch_bump_required = True
+            return TransactionAbortableError(code, message or None)
         if code in _FENCED:
             return ProducerFencedError(ErrorCode.PRODUCER_FENCED,
                                        f"There is a newer producer with the same transactionalId which fences the "
@@ -214,7 +225,7 @@ class TransactionManager:
         except KafkaError as e:
             raise self._fail(e if isinstance(e, TransactionFatalError) else TransactionFatalError(e.code, e.message)) from None
         self.producer_id, self.producer_epoch = r.producer_id, r.producer_epoch
-        self.state, self.error = TxnState.READY, None
+        self.state, self.error, self.epoch_bump_required = TxnState.READY, None, False
         log.info("transactional id %s: producer id %d, epoch %d", self.transactional_id, r.producer_id,
                  r.producer_epoch)
         return r.producer_id, r.producer_epoch
@@ -301,7 +312,8 @@ class TransactionManager:
         for the next one."""
         if commit and self.state in (TxnState.ABORTABLE_ERROR, TxnState.FATAL_ERROR) and self.error is not None:
             raise self.error  # a batch failed while the commit waited for the answers
-        if self.added or self._offsets_added:
+        unknown = self.error is not None and self.error.code == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if (self.added or self._offsets_added) and not (unknown and not commit):
             try:
                 await self._call(COORDINATOR_TRANSACTION, self.transactional_id, "EndTxn",
                                  pb.EndTxnRequest(transactional_id=self.transactional_id, producer_id=self.producer_id,

@@ -257,22 +257,32 @@ class DevQuorum:
 
     def stop(self) -> None:
         """The console first (a client), then brokers (their controlled shutdown needs the
-        controllers), then controllers."""
-        if self.console is not None and self.console.poll() is None:
-            self.console.terminate()
-            try:
-                self.console.wait(20)
-            except subprocess.TimeoutExpired:
-                self.console.kill()
-                self.console.wait()
-        for group in (self.broker_procs, self.procs):
-            for p in group.values():
+        controllers), then controllers. Each runs in a session of its own, so nothing else
+        stops them: whatever cuts this short (an exception raised into a wait, such as a
+        test's timeout or a signal's handler) still has every one that is left killed."""
+        try:
+            if self.console is not None and self.console.poll() is None:
+                self.console.terminate()
+                try:
+                    self.console.wait(20)
+                except subprocess.TimeoutExpired:
+                    self.console.kill()
+                    self.console.wait()
+            for group in (self.broker_procs, self.procs):
+                for p in group.values():
+                    if p.poll() is None:
+                        p.send_signal(signal.SIGCONT)
+                        p.send_signal(signal.SIGTERM)
+                for p in group.values():
+                    try:
+                        p.wait(30)
+                    except subprocess.TimeoutExpired:
+                        p.kill()
+                        p.wait()
+        finally:
+            for p in [*([self.console] if self.console is not None else []), *self.broker_procs.values(),
+                      *self.procs.values()]:
                 if p.poll() is None:
                     p.send_signal(signal.SIGCONT)
-                    p.send_signal(signal.SIGTERM)
-            for p in group.values():
-                try:
-                    p.wait(30)
-                except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait()

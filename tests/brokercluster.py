@@ -194,20 +194,30 @@ class BrokerCluster:
         asyncio.run(self.wait_unfenced(timeout=60))
 
     def close(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
+        """Brokers, then controllers, each given its controlled shutdown; each runs in a session
+        of its own, so whatever cuts this short (a test's timeout raised into a wait) still has
+        every one that is left killed (tests/processes.py)."""
+        try:
+            for p in self.procs.values():
+                if p.poll() is None:
+                    try:
+                        os.killpg(p.pid, signal.SIGCONT)
+                    except OSError:
+                        pass
+                    p.send_signal(signal.SIGTERM)
+            for p in self.procs.values():
                 try:
-                    os.killpg(p.pid, signal.SIGCONT)
-                except OSError:
-                    pass
-                p.send_signal(signal.SIGTERM)
-        for p in self.procs.values():
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(5)
-        self.quorum.stop()
+                    p.wait(15)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait(5)
+        finally:
+            for p in self.procs.values():
+                if p.poll() is None:
+                    p.send_signal(signal.SIGCONT)
+                    p.kill()
+                    p.wait()
+            self.quorum.stop()
 
 
 def format_controllers(q: DevQuorum) -> None:

@@ -30,6 +30,7 @@ from tests.brokercluster import REPO, BrokerCluster, running_cluster
 from tests.eventually import eventually
 from tests.kvcluster import free_ports
 from tests.logs import assert_no_tracebacks
+from tests.processes import processes_naming, sigint_as_in_a_terminal
 from tests.test_consumer_groups import GROUP_PROPS
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
@@ -1153,20 +1154,6 @@ def test_a_second_console_on_the_same_address_stops_with_one_line(console: Conso
     assert r.stderr == f"Error: cannot listen on {console.listen}: the address is already in use\n"
 
 
-def _processes_naming(*markers: str) -> dict[int, str]:
-    """The live processes whose command line names one of ``markers``: pid -> command line."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue  # not a process, or gone meanwhile
-        if entry.name.isdigit() and state != "Z" and any(m in cmdline for m in markers):
-            found[int(entry.name)] = cmdline
-    return found
-
-
 def test_make_console_serves_the_console_over_a_local_quorum_until_ctrl_c(tmp_path: Path):
     """``make console`` is ``kraft dev-quorum --console``: run as a process here (on free ports,
     one broker to stay cheap), it prints the console's URL once that answers, charts every
@@ -1177,9 +1164,10 @@ def test_make_console_serves_the_console_over_a_local_quorum_until_ctrl_c(tmp_pa
     base = consecutive_ports(3 + 2 * 1 + 4)  # controllers, the broker's two listeners, four nodes' metrics
     listen = f"127.0.0.1:{free_ports(1, set(range(base, base + 9)))[0]}"
     data, out = tmp_path / "quorum", tmp_path / "console.out"
-    proc = subprocess.Popen([sys.executable, "-m", "kraft.cli", "dev-quorum", "--console", "--brokers", "1",
-                             "--base-port", str(base), "--listen", listen, "--dir", str(data)],
-                            cwd=REPO, stdout=open(out, "w"), stderr=subprocess.STDOUT)
+    with sigint_as_in_a_terminal():
+        proc = subprocess.Popen([sys.executable, "-m", "kraft.cli", "dev-quorum", "--console", "--brokers", "1",
+                                 "--base-port", str(base), "--listen", listen, "--dir", str(data)],
+                                cwd=REPO, stdout=open(out, "w"), stderr=subprocess.STDOUT)
     try:
         def printed() -> bool:
             assert proc.poll() is None, out.read_text()
@@ -1189,19 +1177,19 @@ def test_make_console_serves_the_console_over_a_local_quorum_until_ctrl_c(tmp_pa
             assert r.status == 200 and len(re.findall(r'<tr class="controller"', r.read().decode())) == 3
         with urllib.request.urlopen(f"http://{listen}/charts", timeout=30) as r:
             assert f"127.0.0.1:{base + 5}" in r.read().decode()  # the first node's metrics, scraped
-        started = _processes_naming(str(data), listen)
+        started = processes_naming(str(data), listen)
         assert len(started) == 6, started  # the command, three controllers, the broker and the console
         proc.send_signal(signal.SIGINT)
         proc.wait(60)
     finally:
         if proc.poll() is None:
             proc.kill()
-        for pid in _processes_naming(str(data), listen):
+        for pid in processes_naming(str(data), listen):
             os.kill(pid, signal.SIGKILL)  # only if the test failed: stopping them was the command's job
     said = out.read_text()
     assert (proc.returncode, said.splitlines()[-1]) == (0, "stopped."), said
     assert "Traceback" not in said
-    assert _processes_naming(str(data), listen) == {}
+    assert processes_naming(str(data), listen) == {}
     assert_no_tracebacks(data)
 
 

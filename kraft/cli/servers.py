@@ -189,7 +189,8 @@ def dev_quorum(base_dir: str | None, base_port: int, brokers: int, console: bool
     except (ConfigError, KafkaError, RaftError, OSError) as e:
         error = str(e)
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C does not leave servers behind
+        for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C or SIGTERM does not leave servers behind
+            signal.signal(sig, signal.SIG_IGN)
         q.stop()
     if error is not None:
         fail(error)
