@@ -396,7 +396,7 @@ def run(args: argparse.Namespace) -> None:
     emit(fetch_conversion(args.value))
     base = Path(tempfile.mkdtemp(prefix="kafkabench"))
     extra = dict(kv.split("=", 1) for kv in args.broker_config)
-    cluster = three_brokers(base, extra, metrics=True) if args.requests else three_brokers(base, extra)
+    cluster = three_brokers(base, extra, metrics=args.requests)
     cluster.start()
     try:
         asyncio.run(cluster.wait_for_brokers(timeout=90))
@@ -405,18 +405,15 @@ def run(args: argparse.Namespace) -> None:
         create_topics(kafka, list(topics.values()), args.partitions)
 
         cpu = PhaseCpu(cluster)  # each phase is called at once, inside cpu.of
-        counted = RequestCounts(cluster) if args.requests else None
-        row = counted.of(lambda: cpu.of(lambda: confluent_produce(kafka, topics["confluent-kafka"], args),
-                                        args.value)) if counted else \
-            cpu.of(lambda: confluent_produce(kafka, topics["confluent-kafka"], args), args.value)
+        counted = RequestCounts(cluster).of if args.requests else lambda phase: phase()
+        row = counted(lambda: cpu.of(lambda: confluent_produce(kafka, topics["confluent-kafka"], args), args.value))
         emit(row)
         consumer = dict(kv.split("=", 1) for kv in args.consumer_config)
         emit(cpu.of(lambda: confluent_consume(kafka, topics["confluent-kafka"], row["messages"], args.value,
                                               config=consumer, on_first=cpu.restart), args.value))
 
-        ours = lambda: cpu.of(lambda: asyncio.run(pykraft_produce(grpc, topics["pykraft-client"], args)),  # noqa: E731
-                              args.value)
-        row = counted.of(ours) if counted else ours()
+        row = counted(lambda: cpu.of(lambda: asyncio.run(pykraft_produce(grpc, topics["pykraft-client"], args)),
+                                     args.value))
         emit(row)
         emit(cpu.of(lambda: pykraft_consume(grpc, topics["pykraft-client"], row["messages"], args.value),
                     args.value))
@@ -491,8 +488,8 @@ def compare(args: argparse.Namespace) -> None:
     machine's load weighs on both alike); every row tagged ``tree`` (base or this) and
     ``round``, then the ``summaries``."""
     base = base_tree(args.base)
-    passed = [*(["--requests"] if args.requests else []), "--seconds", str(args.seconds), "--messages", str(args.messages), "--value", str(args.value),
-              "--partitions", str(args.partitions), *(a for kv in args.consumer_config for a in ("--consumer-config", kv))]
+    passed = [*(["--requests"] if args.requests else []), "--seconds", str(args.seconds),
+              "--messages", str(args.messages), "--value", str(args.value), "--partitions", str(args.partitions), *(a for kv in args.consumer_config for a in ("--consumer-config", kv))]
     ours = [a for kv in args.broker_config for a in ("--broker-config", kv)]
     try:
         rows = alternate("bench.kafka_clients", base, passed, args.rounds, ours)

@@ -30,7 +30,7 @@ from tests.brokercluster import REPO, BrokerCluster, running_cluster
 from tests.eventually import eventually
 from tests.kvcluster import free_ports
 from tests.logs import assert_no_tracebacks
-from tests.processes import processes_naming, sigint_as_in_a_terminal
+from tests.processes import kill_processes_naming, processes_naming, sigint_as_in_a_terminal
 from tests.test_consumer_groups import GROUP_PROPS
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
@@ -1184,8 +1184,7 @@ def test_make_console_serves_the_console_over_a_local_quorum_until_ctrl_c(tmp_pa
     finally:
         if proc.poll() is None:
             proc.kill()
-        for pid in processes_naming(str(data), listen):
-            os.kill(pid, signal.SIGKILL)  # only if the test failed: stopping them was the command's job
+        kill_processes_naming(str(data), listen)  # only if the test failed: stopping them was the command's job
     said = out.read_text()
     assert (proc.returncode, said.splitlines()[-1]) == (0, "stopped."), said
     assert "Traceback" not in said
