@@ -163,7 +163,10 @@ def _tail(args: argparse.Namespace) -> None:
 
 
 def _catch_up(args: argparse.Namespace) -> None:
-    """Read the whole topic from the beginning as fast as the consumer goes."""
+    """Read the whole topic from the beginning as fast as the consumer goes: until nothing came
+    for 1.5 s, or, with ``--expected``, until that many records came (timed from the poll that
+    brought the first, which is announced by a line ``{"first": true}``, to the last, as
+    bench.kafka_clients times librdkafka's consume)."""
     from clients import Consumer
 
     async def go() -> dict:
@@ -173,13 +176,19 @@ def _catch_up(args: argparse.Namespace) -> None:
             await c.subscribe(args.topic)
             cpu = time.process_time()
             start = idle = time.perf_counter()
-            while time.perf_counter() - idle < 1.5:
+            first, quiet = 0.0, (10 if args.expected else 1.5)
+            while time.perf_counter() - idle < quiet and not (args.expected and n >= args.expected):
+                now = time.perf_counter()
                 got = await c.poll(300)
                 if got:
+                    if not first and args.expected:
+                        first, cpu = now, time.process_time()
+                        print(json.dumps({"first": True}), flush=True)
                     n += len(got)
                     size += sum(len(r.value or b"") for r in got)
                     idle = time.perf_counter()
-            return {"consumed": n, "bytes": size, "elapsed": idle - start, "cpu_s": time.process_time() - cpu}
+            return {"consumed": n, "bytes": size, "elapsed": idle - (first or start),
+                    "cpu_s": time.process_time() - cpu}
     print(json.dumps(asyncio.run(go())), flush=True)
 
 
@@ -303,6 +312,7 @@ def main() -> None:
     ap.add_argument("--role", choices=["producer", "tail", "catch-up"], help=argparse.SUPPRESS)
     ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
     ap.add_argument("--topic", default="bench", help=argparse.SUPPRESS)
+    ap.add_argument("--expected", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.role:
         return {"producer": _producer, "tail": _tail, "catch-up": _catch_up}[args.role](args)

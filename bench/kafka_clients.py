@@ -68,6 +68,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from collections.abc import Callable
@@ -299,14 +300,31 @@ async def _sample_in_flight(p: Any, out: list[int]) -> None:
         await asyncio.sleep(0.01)
 
 
-def pykraft_consume(bootstrap: str, topic: str, expected: int, value: int) -> dict[str, Any]:
-    """bench.broker's catch-up consumer, in its own process as bench.broker runs it."""
-    p = subprocess.run([sys.executable, "-m", "bench.broker", "--role", "catch-up", "--bootstrap", bootstrap,
-                        "--topic", topic, "--value", str(value)], cwd=REPO, capture_output=True, text=True, timeout=300,
-                       check=False)
-    if p.returncode:
-        raise RuntimeError(f"the catch-up consumer failed: {p.stderr.strip()[-2000:]}")
-    c = json.loads(p.stdout.strip().splitlines()[-1])
+def pykraft_consume(bootstrap: str, topic: str, expected: int, value: int,
+                    on_first: Callable[[], None] | None = None) -> dict[str, Any]:
+    """bench.broker's catch-up consumer, in its own process as bench.broker runs it, reading
+    ``expected`` records; ``on_first`` is called when it reports its first records, where the
+    clock starts (as confluent_consume's: the process's start and its group's join are not
+    what is measured, nor a wait for records after the last)."""
+    with tempfile.TemporaryFile("w+") as err, \
+            subprocess.Popen([sys.executable, "-m", "bench.broker", "--role", "catch-up", "--bootstrap", bootstrap,
+                              "--topic", topic, "--value", str(value), "--expected", str(expected)],
+                             cwd=REPO, stdout=subprocess.PIPE, stderr=err, text=True) as p:
+        timer = threading.Timer(300, p.kill)
+        timer.start()
+        try:
+            lines = []
+            for line in p.stdout or ():
+                if line.startswith('{"first"') and on_first is not None:
+                    on_first()
+                lines.append(line)
+        finally:
+            timer.cancel()
+        p.wait()
+        err.seek(0)
+        if p.returncode or not lines:
+            raise RuntimeError(f"the catch-up consumer failed: {err.read().strip()[-2000:]}")
+    c = json.loads(lines[-1])
     return _row("pykraft-client", "consume", c["consumed"], c["bytes"], c["elapsed"], expected=expected,
                 complete=c["consumed"] == expected, client_cpu_s=c["cpu_s"])
 
@@ -415,8 +433,8 @@ def run(args: argparse.Namespace) -> None:
         row = counted(lambda: cpu.of(lambda: asyncio.run(pykraft_produce(grpc, topics["pykraft-client"], args)),
                                      args.value))
         emit(row)
-        emit(cpu.of(lambda: pykraft_consume(grpc, topics["pykraft-client"], row["messages"], args.value),
-                    args.value))
+        emit(cpu.of(lambda: pykraft_consume(grpc, topics["pykraft-client"], row["messages"], args.value,
+                                            on_first=cpu.restart), args.value))
     finally:
         stop_cluster(cluster, base, args.keep)
 
