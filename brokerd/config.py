@@ -117,6 +117,7 @@ class BrokerConfig:
     auto_create: AutoCreateConfig = AutoCreateConfig()  # auto.create.topics.enable, num.partitions, ...
     transaction_state_num_partitions: int = 50  # transaction.state.log.num.partitions
     transaction_state_replication_factor: int = 3  # transaction.state.log.replication.factor
+    transaction_state_min_isr: int = 2  # transaction.state.log.min.isr
     transaction_max_timeout_ms: int = 900_000  # transaction.max.timeout.ms
     transaction_abort_interval_ms: int = 10_000  # transaction.abort.timed.out.transaction.cleanup.interval.ms
     transactional_id_expiration_ms: int = 604_800_000  # transactional.id.expiration.ms
@@ -190,6 +191,7 @@ class BrokerConfig:
             offsets_topic_replication_factor=cfg.int("offsets.topic.replication.factor"),
             transaction_state_num_partitions=cfg.int("transaction.state.log.num.partitions"),
             transaction_state_replication_factor=cfg.int("transaction.state.log.replication.factor"),
+            transaction_state_min_isr=cfg.int("transaction.state.log.min.isr"),
             transaction_max_timeout_ms=cfg.int("transaction.max.timeout.ms"),
             transaction_abort_interval_ms=cfg.int("transaction.abort.timed.out.transaction.cleanup.interval.ms"),
             transactional_id_expiration_ms=cfg.int("transactional.id.expiration.ms"),

@@ -305,17 +305,22 @@ class BrokerServer:
 
     async def _create_offsets_topic(self, partitions: int, replication_factor: int) -> None:
         """Have the controller create __consumer_offsets (the first FindCoordinator asks)."""
-        await self._create_internal_topic(OFFSETS_TOPIC, partitions, replication_factor)
+        await self._create_internal_topic(OFFSETS_TOPIC, partitions, replication_factor, {})
 
     async def _create_transaction_state_topic(self, partitions: int, replication_factor: int) -> None:
-        """__transaction_state, on the first FindCoordinator for a transactional id."""
-        await self._create_internal_topic(TRANSACTION_STATE_TOPIC, partitions, replication_factor)
+        """__transaction_state, on the first FindCoordinator for a transactional id, with
+        Kafka's transaction.state.log.min.isr; no more than the replication factor, which the
+        coordinator lowers to the live brokers (a one-broker cluster needs no settings)."""
+        min_isr = min(self.config.transaction_state_min_isr, replication_factor)
+        await self._create_internal_topic(TRANSACTION_STATE_TOPIC, partitions, replication_factor,
+                                          {"min.insync.replicas": str(min_isr)})
 
-    async def _create_internal_topic(self, name: str, partitions: int, replication_factor: int) -> None:
+    async def _create_internal_topic(self, name: str, partitions: int, replication_factor: int,
+                                     configs: dict[str, str]) -> None:
         try:
             code, message = await create_topic(self.client, cpb.CreatableTopic(
                 name=name, num_partitions=partitions, replication_factor=replication_factor,
-                configs={"cleanup.policy": "compact"}))
+                configs={"cleanup.policy": "compact", **configs}))
         except KafkaError as e:
             log.warning("could not create %s: %s", name, e)
             return

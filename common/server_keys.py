@@ -164,6 +164,8 @@ SERVER_KEYS = ConfigDef([
          role=BROKER),
     _int("transaction.state.log.replication.factor", 3, "replication factor of `__transaction_state`", 1,
          INT_MAX, role=BROKER),
+    _int("transaction.state.log.min.isr", 2, "`min.insync.replicas` of `__transaction_state` (at most its "
+         "replication factor): each change of a transaction is written with acks=all", 1, INT_MAX, role=BROKER),
     _int("transaction.max.timeout.ms", 900_000, "the longest `transaction.timeout.ms` a producer may ask for", 1,
          INT_MAX, role=BROKER),
     _int("transaction.abort.timed.out.transaction.cleanup.interval.ms", 10_000, "how often the transaction "

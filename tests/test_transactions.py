@@ -1137,3 +1137,38 @@ def test_a_retried_epoch_bump_gets_the_same_epoch(cluster):
     assert init(pid, epoch + 1) == (ErrorCode.NONE, epoch + 2)  # the next bump
     assert init(-1, -1) == (ErrorCode.NONE, epoch + 3)  # a new producer
     assert init(pid, epoch + 1)[0] == ErrorCode.PRODUCER_FENCED
+
+
+def test_the_transaction_state_log_needs_its_min_isr(tmp_path):
+    """``__transaction_state`` gets ``min.insync.replicas`` from transaction.state.log.min.isr
+    (Kafka's default 2): with one of its two replicas out of the ISR, no change of a transaction
+    is acknowledged (COORDINATOR_NOT_AVAILABLE, retriable: the producer keeps trying), and it is
+    once the replica is back."""
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    with running_cluster(tmp_path, {"transaction.state.log.num.partitions": "1",
+                                    "offsets.topic.num.partitions": "1"}, brokers=2) as c:
+        first = Producer({"bootstrap.servers": c.kafka_bootstrap_servers, "transactional.id": "isr-a"})
+        first.init_transactions(60)
+        admin = AdminClient({"bootstrap.servers": c.kafka_bootstrap_servers})
+        [described] = admin.describe_configs([ConfigResource("topic", "__transaction_state")]).values()
+        assert described.result(30)["min.insync.replicas"].value == "2"
+
+        state = asyncio.run(c.describe_topic("__transaction_state")).partitions[0]
+        out = next(b for b in c.ids if b != state.leader)
+        c.signal(out, signal.SIGSTOP)
+        try:
+            # fenced after its 3 s session, the controller takes it out of the ISR
+            asyncio.run(eventually(lambda: _isr_is(c, [state.leader]), 30, what="an ISR of the leader alone"))
+            second = Producer({"bootstrap.servers": c.kafka_bootstrap_servers, "transactional.id": "isr-b"})
+            with pytest.raises(KafkaException) as refused:
+                second.init_transactions(5)
+            assert refused.value.args[0].retriable(), refused.value
+        finally:
+            c.signal(out, signal.SIGCONT)
+        asyncio.run(eventually(lambda: _isr_is(c, sorted(c.ids)), 60, what="the replica back in the ISR"))
+        second.init_transactions(60)
+
+
+async def _isr_is(c: BrokerCluster, isr: list[int]) -> bool:
+    return sorted((await c.describe_topic("__transaction_state")).partitions[0].isr) == isr
