@@ -12,7 +12,7 @@ What that session may do is the operations' policy (``metadata.authorizer.Access
 """
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 import grpc
 
@@ -167,6 +167,19 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         return await self._answer(pb.FetchMetadataResponse, context, _nothing, lambda a, _: self.ops.fetch_metadata(
             a, request.offset, max_wait_ms=request.max_wait_ms, max_bytes=request.max_bytes,
             broker_id=request.broker_id), codec.metadata_fetched)
+
+    async def FetchMetadataStream(self, requests: AsyncIterator[pb.FetchMetadataRequest],
+                                  context) -> AsyncIterator[pb.FetchMetadataResponse]:
+        """A broker's long polls as messages of one call (a unary call cost an idle broker about
+        twice a message of a stream: docs/brokers.md, "The brokers' idle CPU"). Each message is
+        answered as ``FetchMetadata`` answers it, in order; the next is read once the last is
+        answered, so a caller has at most one poll waiting, as with unary calls. A message that
+        does not decode ends the call with one line (``raft.transport``'s guard)."""
+        # The broker waits for it before its first poll (metadata/controller_stream.py): that
+        # this controller serves the stream, where an older one answers UNIMPLEMENTED.
+        await context.send_initial_metadata(())
+        async for request in requests:
+            yield await self.FetchMetadata(request, context)
 
     async def FetchSnapshot(self, request: pb.FetchSnapshotRequest, context) -> pb.FetchSnapshotResponse:
         return await self._answer(pb.FetchSnapshotResponse, context, _nothing, lambda a, _: self.ops.fetch_snapshot(
