@@ -156,7 +156,8 @@ class ControllerClient(LeaderClient):
     # incarnation, the same ISR change or a fresh block of producer ids change nothing more).
     broker_registration = Rpc[pb.BrokerRegistrationRequest, pb.BrokerRegistrationResponse](
         "BrokerRegistration", idempotent=True)
-    broker_heartbeat = Rpc[pb.BrokerHeartbeatRequest, pb.BrokerHeartbeatResponse]("BrokerHeartbeat", idempotent=True)
+    broker_heartbeat = Rpc[pb.BrokerHeartbeatRequest, pb.BrokerHeartbeatResponse](
+        "BrokerHeartbeat", idempotent=True, stream="BrokerHeartbeatStream")
     alter_partition = Rpc[pb.AlterPartitionRequest, pb.AlterPartitionResponse]("AlterPartition", idempotent=True)
     allocate_producer_ids = Rpc[pb.AllocateProducerIdsRequest, pb.AllocateProducerIdsResponse](
         "AllocateProducerIds", idempotent=True)

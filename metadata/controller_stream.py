@@ -1,10 +1,12 @@
 """A controller RPC sent as messages of one gRPC stream to one controller, answered in order
-(the controller's ``FetchMetadataStream``): what a broker's metadata long polls travel on.
+(the controller's ``FetchMetadataStream`` and ``BrokerHeartbeatStream``): what a broker's
+metadata long polls and heartbeats travel on.
 
 Why: each unary call cost an idle broker grpc.aio's per-call work on its loop and wake-ups of
 the event engine's threads, about twice a message of a stream (docs/brokers.md, "The brokers'
-idle CPU"); a broker long-polls the metadata twice a second. One request is on a stream at a
-time and its answer is the next message, so no correlation id is needed.
+idle CPU"); a broker long-polls the metadata twice a second and heartbeats every
+``broker.heartbeat.interval.ms``. One request is on a stream at a time and its answer is the
+next message, so no correlation id is needed.
 
 A stream that fails in any way (the controller ends it, answers UNIMPLEMENTED, goes away, or
 does not answer within the attempt's time) is done: its caller gets the failure as a unary

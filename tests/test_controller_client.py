@@ -25,7 +25,8 @@ def test_every_controller_rpc_has_one_typed_method():
     assert set(RPCS) == {m.name for m in service.methods if not m.client_streaming}
     # a stream carries one RPC's requests and answers (metadata.controller_stream)
     streams = {m.name: m for m in service.methods if m.client_streaming}
-    assert {r.stream: r.name for r in RPCS.values() if r.stream} == {"FetchMetadataStream": "FetchMetadata"}
+    assert {r.stream: r.name for r in RPCS.values() if r.stream} == {"FetchMetadataStream": "FetchMetadata",
+                                                                      "BrokerHeartbeatStream": "BrokerHeartbeat"}
     for name, rpc in [(r.stream, r) for r in RPCS.values() if r.stream]:
         method, unary = streams[name], service.methods_by_name[rpc.name]
         assert method.server_streaming and (method.input_type, method.output_type) == (unary.input_type,

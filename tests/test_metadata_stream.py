@@ -1,9 +1,10 @@
-"""The controller's FetchMetadataStream (protos/controller.proto) and the brokers' use of it
-(metadata/controller_stream.py, metadata/client.py, brokerd/metadata_fetcher.py): long polls
-as messages of one stream, each answered as FetchMetadata answers it, in order; NOT_CONTROLLER
+"""The controller's FetchMetadataStream and BrokerHeartbeatStream (protos/controller.proto)
+and the brokers' use of them (metadata/controller_stream.py, metadata/client.py,
+brokerd/metadata_fetcher.py, brokerd/lifecycle.py): long polls (and heartbeats) as messages
+of one stream, each answered as the unary RPC answers it, in order; NOT_CONTROLLER
 from a standby in-band; a malformed message ending the stream with one line; a poll that times
 out ending its stream and the next attempt opening another; the client falling back to unary
-FetchMetadata on a controller without the method; a broker's fetcher keeping one stream per
+FetchMetadata on a controller without the method; a broker keeping one stream of each per
 active controller and opening one at the new active controller after a failover."""
 from __future__ import annotations
 
@@ -84,6 +85,14 @@ def test_polls_on_the_stream_are_answered_in_order_as_fetch_metadata_answers_the
                 await call.done_writing()
                 assert await call.read() is grpc.aio.EOF
                 assert await call.code() == grpc.StatusCode.OK
+                # a heartbeat of a broker that did not register: answered as BrokerHeartbeat answers it
+                beats = stub.BrokerHeartbeatStream()
+                beat = pb.BrokerHeartbeatRequest(broker_id=9, broker_epoch=5)
+                await beats.write(beat)
+                refused_beat = await beats.read()
+                assert refused_beat == await stub.BrokerHeartbeat(beat)
+                assert refused_beat.error_code == ErrorCode.BROKER_ID_NOT_REGISTERED, refused_beat
+                beats.cancel()
             standby = next(i for i in q.ids if i != active)
             async with grpc.aio.insecure_channel(_address(q, standby)) as ch:
                 stub = controller_pb2_grpc.ControllerStub(ch)
@@ -242,35 +251,35 @@ def test_a_controller_without_the_stream_gets_unary_calls(caplog):
     assert len(said) == 1 and "sending it FetchMetadata calls" in said[0]
 
 
-def test_a_brokers_fetcher_keeps_one_stream_per_active_controller_across_a_failover(tmp_path, monkeypatch):
-    """The fetcher's polls go on one stream to the active controller, not one per poll; when
-    that controller stops, it opens one at the new active controller and follows the log
-    from there."""
-    streams: list[tuple[Any, list[int]]] = []  # (the controller, the offsets polled on it)
-    serve = ControllerService.FetchMetadataStream
+@pytest.mark.parametrize("method", ["FetchMetadataStream", "BrokerHeartbeatStream"])
+def test_a_broker_keeps_one_stream_per_active_controller_across_a_failover(tmp_path, monkeypatch, method):
+    """A broker's metadata polls (and its heartbeats) go on one stream to the active
+    controller, not one per request; when that controller stops, it opens one at the new
+    active controller and follows the log from there."""
+    streams: list[tuple[Any, list[object]]] = []  # (the controller, the requests it read on the stream)
+    serve = getattr(ControllerService, method)
 
-    async def recorded(self: ControllerService, requests: AsyncIterator[pb.FetchMetadataRequest],
-                       context: Any) -> AsyncIterator[pb.FetchMetadataResponse]:
-        polled: list[int] = []
-        streams.append((self.ops.c, polled))
+    async def recorded(self: ControllerService, requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
+        read: list[object] = []
+        streams.append((self.ops.c, read))
 
-        async def polls() -> AsyncIterator[pb.FetchMetadataRequest]:
+        async def reading() -> AsyncIterator[Any]:
             async for request in requests:
-                polled.append(request.offset)
+                read.append(request)
                 yield request
-        async for answer in serve(self, polls(), context):
+        async for answer in serve(self, reading(), context):
             yield answer
-    monkeypatch.setattr(ControllerService, "FetchMetadataStream", recorded)
+    monkeypatch.setattr(ControllerService, method, recorded)
 
-    async def five_polls_on_one_stream(controller: Any) -> None:
-        """The latest stream at ``controller`` carries five more polls, and no other opens."""
-        def latest() -> list[int] | None:
-            at = [polled for ctl, polled in streams if ctl is controller]
+    async def five_on_one_stream(controller: Any) -> None:
+        """The latest stream at ``controller`` carries five more requests, and no other opens."""
+        def latest() -> list[object] | None:
+            at = [read for ctl, read in streams if ctl is controller]
             return at[-1] if at else None
-        polled = await eventually(latest, 15, what="a stream at the active controller")
-        opened, before = len(streams), len(polled)
-        await eventually(lambda: len(polled) >= before + 5, 15, what="five polls on it")
-        assert len(streams) == opened and latest() is polled
+        read = await eventually(latest, 15, what="a stream at the active controller")
+        opened, before = len(streams), len(read)
+        await eventually(lambda: len(read) >= before + 5, 15, what="five requests on it")
+        assert len(streams) == opened and latest() is read
 
     async def go() -> None:
         q = InProcessQuorum(tmp_path)
@@ -282,12 +291,13 @@ def test_a_brokers_fetcher_keeps_one_stream_per_active_controller_across_a_failo
             first = await q.active()
             await _create(c, "before")
             await eventually(lambda: "before" in broker.fetcher.image.topics_by_name, 15)
-            await five_polls_on_one_stream(first.controller)
+            await five_on_one_stream(first.controller)
             await q.stop(first.cfg.node_id)
             second = await q.active()
             await _create(c, "after")
             await eventually(lambda: "after" in broker.fetcher.image.topics_by_name, 20)
-            await five_polls_on_one_stream(second.controller)
+            await five_on_one_stream(second.controller)
+            assert not broker.lifecycle.fenced
         finally:
             await broker.stop()
             await c.close()
