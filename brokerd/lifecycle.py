@@ -57,13 +57,14 @@ class BrokerLifecycle:
     async def heartbeat(self, *, want_shut_down: bool = False, timeout: float | None = None) -> pb.BrokerHeartbeatResponse:
         """One heartbeat. Each attempt waits at most one heartbeat interval, so a controller
         that hangs (SIGSTOP) costs an interval before the next controller is asked who leads,
-        well inside the session timeout; ``timeout`` bounds all attempts."""
+        well inside the session timeout; ``timeout`` bounds all attempts. Sent as a message of
+        one stream to the active controller (BrokerHeartbeatStream, ``metadata.controller_stream``)."""
         budget = timeout or max(2 * self.heartbeat_interval_s, 4.0)
         r = await self.client.broker_heartbeat(pb.BrokerHeartbeatRequest(
             broker_id=self.broker_id, broker_epoch=self.epoch,
             current_metadata_offset=self.metadata_offset(), want_fence=not self.ready_to_unfence,
             want_shut_down=want_shut_down),
-            timeout=budget, attempt_timeout=min(budget, max(0.5, self.heartbeat_interval_s)))
+            timeout=budget, attempt_timeout=min(budget, max(0.5, self.heartbeat_interval_s)), streamed=True)
         if r.error_code != ErrorCode.NONE:
             raise KafkaError(ErrorCode(r.error_code), r.error_message)
         if self.fenced != r.is_fenced:

@@ -1,7 +1,8 @@
 """A broker's view of the metadata log, pulled from the active controller (KRaft: brokers
 fetch metadata deltas instead of being pushed full state, KIP-500).
 
-The fetcher long-polls FetchMetadata from its last offset and replays each batch into a local
+The fetcher long-polls FetchMetadata from its last offset (as messages of one stream to the
+active controller, ``metadata.controller_stream``) and replays each batch into a local
 image. When its offset is older than the controller's log (compacted), it downloads the
 controller's snapshot, loads it, and continues from the snapshot's offset. Listeners see each
 new image with the delta that produced it, which is what drives a broker's partitions.
@@ -54,8 +55,11 @@ class MetadataFetcher:
         if self.first_fetch_offset is None:
             self.first_fetch_offset = req.offset
         # An attempt waits for the long poll plus a margin, not longer: a controller that hangs
-        # is left for the next one soon (the client then asks the others who leads).
-        resp = await self.client.fetch_metadata(req, timeout=30, attempt_timeout=self.max_wait_ms / 1000 + 2)
+        # is left for the next one soon (the client then asks the others who leads). The polls
+        # go as messages of one stream to the active controller (FetchMetadataStream), unary
+        # calls to one that does not serve it.
+        resp = await self.client.fetch_metadata(req, timeout=30, attempt_timeout=self.max_wait_ms / 1000 + 2,
+                                                streamed=True)
         self.high_watermark = resp.high_watermark
         if resp.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
             await self._load_snapshot(resp.snapshot_offset)

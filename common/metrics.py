@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import inspect
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -136,27 +137,33 @@ class _TimingInterceptor(grpc.aio.ServerInterceptor):
                                                    response_serializer=handler.response_serializer)
 
     def _pipelined(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
-        """A stream of requests answered by ``correlation_id`` (the broker's ProduceStream):
-        each request timed from its arrival to its answer, counted as the request type it
-        carries (``ProduceStream``'s as ``Produce``, as the Kafka listener counts them)."""
+        """A stream of requests, each answered by its ``correlation_id`` (the broker's
+        ProduceStream) or, for messages without one, in the order they came (the controller's
+        FetchMetadataStream): each request timed from its arrival to its answer, counted as the
+        request type it carries (``ProduceStream``'s as ``Produce``, as the Kafka listener
+        counts them; ``FetchMetadataStream``'s as ``FetchMetadata``)."""
         inner = handler.stream_stream
         observe = self.metrics.observer(method.removesuffix("Stream"), self.listener)
 
         async def timed(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             arrived: dict[int, float] = {}
+            in_order: deque[float] = deque()
 
             async def arriving() -> AsyncIterator[Any]:
                 async for request in requests:
-                    key = getattr(request, "correlation_id", None)  # None: a malformed one, refused within
+                    key = getattr(request, "correlation_id", None)  # None: in order, or a malformed one
                     if key is not None:
                         arrived[key] = time.perf_counter()
+                    else:  # a malformed one ends the stream: no answer pops its time
+                        in_order.append(time.perf_counter())
                     yield request
             answers = inner(arriving(), context)
             if inspect.isawaitable(answers):  # a handler that writes with context.write (or refuses)
                 await answers
                 return
             async for answer in answers:
-                started = arrived.pop(answer.correlation_id, None)
+                key = getattr(answer, "correlation_id", None)
+                started = arrived.pop(key, None) if key is not None else in_order.popleft() if in_order else None
                 if started is not None:
                     observe(time.perf_counter() - started)
                 yield answer

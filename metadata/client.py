@@ -11,6 +11,8 @@ others, a create or a delete, the caller gets REQUEST_TIMED_OUT saying the outco
 instead of a second attempt that would answer TOPIC_ALREADY_EXISTS for their own topic."""
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
@@ -25,8 +27,12 @@ from common.tls import TLSConfig, tls_failure
 
 from common.errors import ErrorCode, KafkaError
 
+from .controller_stream import InOrderStream
+
 if TYPE_CHECKING:  # metadata.principal reads certificates (cryptography): a tool's call needs none of it
     from .principal import Session
+
+log = logging.getLogger("metadata.client")
 
 #: Answers that prove the controller wrote nothing.
 NOT_APPLIED = {ErrorCode.NOT_CONTROLLER, ErrorCode.THROTTLING_QUOTA_EXCEEDED}
@@ -42,6 +48,9 @@ class Rpc(Generic[Req, Resp]):
 
     name: str
     idempotent: bool
+    #: The Controller method that carries it as messages of one stream, answered in order
+    #: (``send(..., streamed=True)``); "" for none.
+    stream: str = ""
 
     @overload
     def __get__(self, client: None, owner: type) -> Rpc[Req, Resp]: ...
@@ -60,9 +69,9 @@ class BoundRpc(Generic[Req, Resp]):
     client: ControllerClient
 
     async def __call__(self, request: Req, *, timeout: float | None = None, attempt_timeout: float | None = None,
-                       on_behalf_of: Session | None = None) -> Resp:
+                       on_behalf_of: Session | None = None, streamed: bool = False) -> Resp:
         return await self.client.send(self.rpc, request, timeout=timeout, attempt_timeout=attempt_timeout,
-                                      on_behalf_of=on_behalf_of)
+                                      on_behalf_of=on_behalf_of, streamed=streamed)
 
 
 class QuorumUnreachable(KafkaError):
@@ -95,6 +104,12 @@ class ControllerClient(LeaderClient):
         #: methods (~67 us), which per call was most of an idle broker's cost of a heartbeat
         #: or a metadata fetch (docs/brokers.md, "The brokers' idle CPU").
         self._stubs: dict[grpc.aio.Channel, controller_pb2_grpc.ControllerStub] = {}
+        #: The open streams (``send(..., streamed=True)``), by channel and stream method: one
+        #: per method, to the controller last asked.
+        self._streams: dict[tuple[grpc.aio.Channel, str], InOrderStream] = {}
+        #: Controllers that answered a stream UNIMPLEMENTED (an older version): sent unary
+        #: calls until the client moves to another controller (a rolling upgrade restarts it).
+        self._unary_only: set[tuple[grpc.aio.Channel, str]] = set()
 
     def stub(self, channel: grpc.aio.Channel) -> controller_pb2_grpc.ControllerStub:
         """The Controller service's stub over ``channel``, made at its first call."""
@@ -132,7 +147,8 @@ class ControllerClient(LeaderClient):
         "DescribeUserScramCredentials", idempotent=True)
     describe_client_quotas = Rpc[pb.DescribeClientQuotasRequest, pb.DescribeClientQuotasResponse](
         "DescribeClientQuotas", idempotent=True)
-    fetch_metadata = Rpc[pb.FetchMetadataRequest, pb.FetchMetadataResponse]("FetchMetadata", idempotent=True)
+    fetch_metadata = Rpc[pb.FetchMetadataRequest, pb.FetchMetadataResponse]("FetchMetadata", idempotent=True,
+                                                                           stream="FetchMetadataStream")
     fetch_snapshot = Rpc[pb.FetchSnapshotRequest, pb.FetchSnapshotResponse]("FetchSnapshot", idempotent=True)
     list_partition_reassignments = Rpc[pb.ListPartitionReassignmentsRequest, pb.ListPartitionReassignmentsResponse](
         "ListPartitionReassignments", idempotent=False)  # a read, but not declared safe so far: kept as it was
@@ -140,7 +156,8 @@ class ControllerClient(LeaderClient):
     # incarnation, the same ISR change or a fresh block of producer ids change nothing more).
     broker_registration = Rpc[pb.BrokerRegistrationRequest, pb.BrokerRegistrationResponse](
         "BrokerRegistration", idempotent=True)
-    broker_heartbeat = Rpc[pb.BrokerHeartbeatRequest, pb.BrokerHeartbeatResponse]("BrokerHeartbeat", idempotent=True)
+    broker_heartbeat = Rpc[pb.BrokerHeartbeatRequest, pb.BrokerHeartbeatResponse](
+        "BrokerHeartbeat", idempotent=True, stream="BrokerHeartbeatStream")
     alter_partition = Rpc[pb.AlterPartitionRequest, pb.AlterPartitionResponse]("AlterPartition", idempotent=True)
     allocate_producer_ids = Rpc[pb.AllocateProducerIdsRequest, pb.AllocateProducerIdsResponse](
         "AllocateProducerIds", idempotent=True)
@@ -178,12 +195,14 @@ class ControllerClient(LeaderClient):
                                on_behalf_of=on_behalf_of)
 
     async def send(self, rpc: Rpc[Req, Resp], request: Req, *, timeout: float | None = None,
-                   attempt_timeout: float | None = None, on_behalf_of: Session | None = None) -> Resp:
+                   attempt_timeout: float | None = None, on_behalf_of: Session | None = None,
+                   streamed: bool = False) -> Resp:
         """Send ``request`` to the active controller; returns the response once its status is
         NONE. Raises KafkaError for a final status (REQUEST_TIMED_OUT when the outcome
         of a write is unknown), QuorumUnreachable when no controller answered in time.
         ``on_behalf_of``: the client a broker forwards the request for, whose principal the
-        controller authorizes (Kafka's EnvelopeRequest)."""
+        controller authorizes (Kafka's EnvelopeRequest). ``streamed``: as a message of the
+        RPC's stream to that controller (``Rpc.stream``), with the same failover and answers."""
         idempotent = rpc.idempotent
         metadata = None
         if on_behalf_of is not None:
@@ -200,11 +219,49 @@ class ControllerClient(LeaderClient):
                 raise Retry(f"{code.name}: {resp.status.error_message}", resp.status.controller_endpoint or None)
             raise KafkaError(code, resp.status.error_message)
 
-        return await super().call(
-            lambda ch, t: getattr(self.stub(ch), rpc.name)(request, timeout=t, metadata=metadata),
-            idempotent=idempotent, check=check, timeout=timeout, attempt_timeout=attempt_timeout)
+        def unary(ch: grpc.aio.Channel, t: float) -> Awaitable[Resp]:
+            return getattr(self.stub(ch), rpc.name)(request, timeout=t, metadata=metadata)
+
+        def invoke(ch: grpc.aio.Channel, t: float) -> Awaitable[Resp]:
+            return self._streamed(rpc, ch, request, t, unary)
+
+        # A request forwarded for a client is a call of its own: its principal travels in the call's metadata.
+        return await super().call(invoke if streamed and rpc.stream and on_behalf_of is None else unary,
+                                  idempotent=idempotent, check=check, timeout=timeout, attempt_timeout=attempt_timeout)
+
+    async def _streamed(self, rpc: Rpc[Req, Resp], channel: grpc.aio.Channel, request: Req, timeout: float,
+                        unary: Callable[[grpc.aio.Channel, float], Awaitable[Resp]]) -> Resp:
+        """One attempt of ``request`` as a message of ``rpc.stream`` over ``channel``: the
+        stream there is opened at the first request and again after it failed; streams to
+        other controllers are closed (the active one changed). Unary while a request is on
+        the stream already, and at a controller that answered UNIMPLEMENTED."""
+        key = (channel, rpc.stream)
+        for other in [k for k in self._streams if k[1] == rpc.stream and k[0] is not channel]:
+            self._streams.pop(other).close()
+        self._unary_only -= {k for k in self._unary_only if k[1] == rpc.stream and k[0] is not channel}
+        if key in self._unary_only:
+            return await unary(channel, timeout)
+        stream = self._streams.get(key)
+        if stream is None or stream.ended:
+            stream = self._streams[key] = InOrderStream(getattr(self.stub(channel), rpc.stream)())
+        elif stream.busy:
+            return await unary(channel, timeout)
+        try:
+            return await stream.ask(request, timeout)
+        except grpc.aio.AioRpcError as e:
+            if e.code() != grpc.StatusCode.UNIMPLEMENTED:
+                raise
+        self._unary_only.add(key)
+        address = next((a for a, ch in self._channels.items() if ch is channel), "?")
+        log.info("the controller at %s does not serve %s (an older version): sending it %s calls", address,
+                 rpc.stream, rpc.name)
+        return await unary(channel, timeout)
 
     async def close(self) -> None:
+        for stream in self._streams.values():
+            stream.close()
+        self._streams.clear()
+        self._unary_only.clear()
         self._stubs.clear()
         await super().close()
 

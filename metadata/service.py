@@ -12,7 +12,7 @@ What that session may do is the operations' policy (``metadata.authorizer.Access
 """
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 import grpc
 
@@ -151,6 +151,12 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         return await self._answer(pb.BrokerHeartbeatResponse, context, lambda: codec.heartbeat(request),
                                   self.ops.broker_heartbeat, codec.heartbeat_answer)
 
+    async def BrokerHeartbeatStream(self, requests: AsyncIterator[pb.BrokerHeartbeatRequest],
+                                    context) -> AsyncIterator[pb.BrokerHeartbeatResponse]:
+        """A broker's heartbeats as messages of one call, each answered as ``BrokerHeartbeat``."""
+        async for answer in _in_order(requests, context, self.BrokerHeartbeat):
+            yield answer
+
     async def UnregisterBroker(self, request: pb.UnregisterBrokerRequest, context) -> pb.UnregisterBrokerResponse:
         return await self._answer(pb.UnregisterBrokerResponse, context, lambda: request.broker_id,
                                   self.ops.unregister_broker, lambda _: pb.UnregisterBrokerResponse(status=codec.OK))
@@ -167,6 +173,12 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         return await self._answer(pb.FetchMetadataResponse, context, _nothing, lambda a, _: self.ops.fetch_metadata(
             a, request.offset, max_wait_ms=request.max_wait_ms, max_bytes=request.max_bytes,
             broker_id=request.broker_id), codec.metadata_fetched)
+
+    async def FetchMetadataStream(self, requests: AsyncIterator[pb.FetchMetadataRequest],
+                                  context) -> AsyncIterator[pb.FetchMetadataResponse]:
+        """A broker's long polls as messages of one call, each answered as ``FetchMetadata``."""
+        async for answer in _in_order(requests, context, self.FetchMetadata):
+            yield answer
 
     async def FetchSnapshot(self, request: pb.FetchSnapshotRequest, context) -> pb.FetchSnapshotResponse:
         return await self._answer(pb.FetchSnapshotResponse, context, _nothing, lambda a, _: self.ops.fetch_snapshot(
@@ -221,6 +233,20 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
                                    context) -> pb.DescribeClientQuotasResponse:
         return await self._answer(pb.DescribeClientQuotasResponse, context, lambda: codec.quota_filter(request),
                                   lambda a, d: self.ops.describe_client_quotas(a, *d), codec.quotas_described)
+
+
+async def _in_order(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext,
+                    answer: Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]) -> AsyncIterator[Any]:
+    """A broker's requests of one kind as messages of one call (a unary call cost an idle broker
+    about twice a message of a stream: docs/brokers.md, "The brokers' idle CPU"), each answered
+    by ``answer``, the unary RPC's handler, in order: the next is read once the last is
+    answered, so a caller has at most one request waiting, as with unary calls. A message that
+    does not decode ends the call with one line (``raft.transport``'s guard)."""
+    # The broker waits for it before its first request (metadata/controller_stream.py): that
+    # this controller serves the stream, where an older one answers UNIMPLEMENTED.
+    await context.send_initial_metadata(())
+    async for request in requests:
+        yield await answer(request, context)
 
 
 def _nothing() -> None:

@@ -22,7 +22,15 @@ DOCS = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
 
 def test_every_controller_rpc_has_one_typed_method():
     service = pb.DESCRIPTOR.services_by_name["Controller"]
-    assert set(RPCS) == {m.name for m in service.methods}
+    assert set(RPCS) == {m.name for m in service.methods if not m.client_streaming}
+    # a stream carries one RPC's requests and answers (metadata.controller_stream)
+    streams = {m.name: m for m in service.methods if m.client_streaming}
+    assert {r.stream: r.name for r in RPCS.values() if r.stream} == {"FetchMetadataStream": "FetchMetadata",
+                                                                      "BrokerHeartbeatStream": "BrokerHeartbeat"}
+    for name, rpc in [(r.stream, r) for r in RPCS.values() if r.stream]:
+        method, unary = streams[name], service.methods_by_name[rpc.name]
+        assert method.server_streaming and (method.input_type, method.output_type) == (unary.input_type,
+                                                                                       unary.output_type)
     for attr, rpc in vars(ControllerClient).items():
         if isinstance(rpc, Rpc):  # the method is the RPC's name in snake case
             assert attr == re.sub(r"(?<!^)(?=[A-Z])", "_", rpc.name).lower(), (attr, rpc.name)
