@@ -3,6 +3,7 @@
 (its request written and answer read), the CPU each takes per request.
 
     python -m bench.kafka_listener --rounds 5 --requests 3000
+    python -m bench.kafka_listener --base main --rounds 12 --shapes listener-small,listener-waiting
 
 Why: a request's I/O is per request, not per record, and the whole brokers' profile mixes it
 with everything else (docs/brokers.md, "Data path performance"); here it is alone, so that a
@@ -193,7 +194,7 @@ def run(args: argparse.Namespace) -> None:
     try:
         for r in range(args.rounds):
             for label, tree in trees if r % 2 == 0 else trees[::-1]:
-                for shape in SHAPES:
+                for shape in args.shapes:
                     us = measure(tree, shape, args.requests)
                     figures.setdefault((label, shape), []).append(us)
                     emit({"bench": "kafka_listener", "tree": label, "round": r, "shape": shape,
@@ -203,7 +204,7 @@ def run(args: argparse.Namespace) -> None:
             shutil.rmtree(base, ignore_errors=True)
     if base is None:
         return
-    for shape in SHAPES:
+    for shape in args.shapes:
         b, t = figures[("base", shape)], figures[("this", shape)]
         ratios = sorted(x / y for x, y in zip(t, b, strict=True))
         emit({"bench": "kafka_listener", "summary": f"this / base, {args.rounds} rounds", "shape": shape,
@@ -217,9 +218,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--requests", type=int, default=3000, help="requests measured per shape and round")
     ap.add_argument("--base", help="a commit to compare with, run in turn with this tree")
+    ap.add_argument("--shapes", type=lambda v: v.split(","), default=list(SHAPES),
+                    help=f"the shapes measured, comma-separated (default: all of {','.join(SHAPES)})")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)  # the listener process
     ap.add_argument("--follower", type=int, help=argparse.SUPPRESS)  # the follower's process
     args = ap.parse_args()
+    if unknown := set(args.shapes) - set(SHAPES):
+        ap.error(f"no shape {', '.join(sorted(unknown))}: the shapes are {', '.join(SHAPES)}")
     if args.serve:
         serve_listener(args.serve)
     elif args.follower:
