@@ -3,6 +3,7 @@
 (its request written and answer read), the CPU each takes per request.
 
     python -m bench.kafka_listener --rounds 5 --requests 3000
+    python -m bench.kafka_listener --base main --rounds 12 --shapes listener-small,listener-waiting
 
 Why: a request's I/O is per request, not per record, and the whole brokers' profile mixes it
 with everything else (docs/brokers.md, "Data path performance"); here it is alone, so that a
@@ -16,6 +17,11 @@ process or thread measured. Shapes:
   time included) per request answered;
 - ``listener-fetch``: one small Fetch at a time, each answered with 190 KB, the listener's side
   of a follower's fetch;
+- ``listener-small``: one small request at a time (ApiVersions v0, 14 bytes) answered at once
+  with a few bytes: the listener's own cost per request, reading, dispatching and writing;
+- ``listener-waiting``: the same, the stub's answer waiting for a timer first (as a long poll
+  that expires or an acks=all produce waiting for its replicas do), so that the answer is
+  written from a later loop turn than the request was read in;
 - ``follower-read``: ``KafkaLeaderClient`` fetching, one request at a time, a 330 KB Fetch
   answer (3 partitions of 2 batches) from a blocking server thread; its event-loop thread's
   CPU per request, its answer's decoding included.
@@ -43,12 +49,13 @@ from typing import Any
 from .common import REPO, cpu_seconds, emit
 from .kafka_codec import fetch_answer, fetch_request, produce_answer, produce_request
 
-SHAPES = ("listener-produce", "listener-fetch", "follower-read")
+SHAPES = ("listener-produce", "listener-fetch", "listener-small", "listener-waiting", "follower-read")
 
 
 def serve_listener(port: int) -> None:
     """A KafkaListener on ``port`` whose APIs answer at once: a Produce with its answer, a
-    Fetch with 190 KB (parts, as the data path's codec hands them over)."""
+    Fetch with 190 KB (parts, as the data path's codec hands them over), an ApiVersions with a
+    few bytes (after a timer's turn for the client id ``waiting``)."""
     from brokerd.kafka.codec import encode_response
     from brokerd.kafka.data_path_codec import EncodedResponse
     from brokerd.kafka.listener import KafkaListener
@@ -60,6 +67,13 @@ def serve_listener(port: int) -> None:
             return None
 
         async def handle(self, header: Any, request: Any, session: Any) -> Any:
+            if header.api_key == 18:
+                if header.client_id == "waiting":
+                    loop = asyncio.get_running_loop()
+                    timer = loop.create_future()
+                    loop.call_at(loop.time(), timer.set_result, None)
+                    await timer
+                return EncodedResponse([bytes(6)], datetime.timedelta(0))
             if header.api_key == 0:
                 return encode_response(header, produce_answer())
             return EncodedResponse([bytes(30), records], datetime.timedelta(0))
@@ -89,8 +103,11 @@ def listener_cpu(tree: Path, shape: str, requests: int) -> float:
         request = produce_request()
         request["topic_data"][0]["partition_data"][0]["records"] = bytes(200_000)
         frame, depth = frame_request(0, 9, 1, "bench", build(request_schema(0, 9), request)), 5
-    else:
+    elif shape == "listener-fetch":
         frame, depth = frame_request(1, 12, 1, "bench", build(request_schema(1, 12), fetch_request(3, True))), 1
+    else:
+        client = "waiting" if shape == "listener-waiting" else "bench"
+        frame, depth = frame_request(18, 0, 1, client, build(request_schema(18, 0), {})), 1
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -177,7 +194,7 @@ def run(args: argparse.Namespace) -> None:
     try:
         for r in range(args.rounds):
             for label, tree in trees if r % 2 == 0 else trees[::-1]:
-                for shape in SHAPES:
+                for shape in args.shapes:
                     us = measure(tree, shape, args.requests)
                     figures.setdefault((label, shape), []).append(us)
                     emit({"bench": "kafka_listener", "tree": label, "round": r, "shape": shape,
@@ -187,7 +204,7 @@ def run(args: argparse.Namespace) -> None:
             shutil.rmtree(base, ignore_errors=True)
     if base is None:
         return
-    for shape in SHAPES:
+    for shape in args.shapes:
         b, t = figures[("base", shape)], figures[("this", shape)]
         ratios = sorted(x / y for x, y in zip(t, b, strict=True))
         emit({"bench": "kafka_listener", "summary": f"this / base, {args.rounds} rounds", "shape": shape,
@@ -201,9 +218,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--requests", type=int, default=3000, help="requests measured per shape and round")
     ap.add_argument("--base", help="a commit to compare with, run in turn with this tree")
+    ap.add_argument("--shapes", type=lambda v: v.split(","), default=list(SHAPES),
+                    help=f"the shapes measured, comma-separated (default: all of {','.join(SHAPES)})")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)  # the listener process
     ap.add_argument("--follower", type=int, help=argparse.SUPPRESS)  # the follower's process
     args = ap.parse_args()
+    if unknown := set(args.shapes) - set(SHAPES):
+        ap.error(f"no shape {', '.join(sorted(unknown))}: the shapes are {', '.join(SHAPES)}")
     if args.serve:
         serve_listener(args.serve)
     elif args.follower:

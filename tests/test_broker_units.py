@@ -1231,6 +1231,179 @@ def test_a_stopping_kafka_listener_ends_every_request_in_flight():
     run(go())
 
 
+class _GatedApis:
+    """A stub KafkaApis whose answer to each request (ApiVersions v0, by correlation id) waits
+    for the test to open its gate; a gate given an exception raises it instead."""
+
+    def __init__(self) -> None:
+        self.gates: dict[int, asyncio.Future] = {}
+
+    def session(self, writer):
+        return None
+
+    async def handle(self, header, request, session):
+        import datetime
+
+        from brokerd.kafka.data_path_codec import EncodedResponse
+        gate = self.gates[header.correlation_id] = asyncio.get_running_loop().create_future()
+        await gate
+        return EncodedResponse([b"answer"], datetime.timedelta(0))
+
+
+async def _gated_listener(apis: _GatedApis):
+    """A listener over ``apis`` and a raw non-blocking client socket connected to it."""
+    import socket
+
+    from brokerd.kafka.listener import KafkaListener
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    listener = KafkaListener("KAFKA", "127.0.0.1", port, apis, 1 << 20)  # type: ignore[arg-type]
+    await listener.bind()
+    await listener.start()
+    client = socket.create_connection(("127.0.0.1", port))
+    client.setblocking(False)
+    return listener, client
+
+
+async def _send_requests(client, *correlations: int) -> None:
+    from brokerd.kafka.codec import build, frame_request, request_schema
+    data = b"".join(frame_request(18, 0, c, "t", build(request_schema(18, 0), {})) for c in correlations)
+    await asyncio.get_running_loop().sock_sendall(client, data)
+
+
+async def _answers(client, count: int) -> list[int]:
+    """The correlation ids of the next ``count`` answers on ``client``."""
+    loop, got = asyncio.get_running_loop(), b""
+    seen: list[int] = []
+    while len(seen) < count:
+        chunk = await asyncio.wait_for(loop.sock_recv(client, 1 << 16), 5)
+        assert chunk, f"the listener closed the connection after {seen}"
+        got += chunk
+        while len(got) >= 4 and len(got) >= 4 + (size := int.from_bytes(got[:4], "big")):
+            seen.append(int.from_bytes(got[4:8], "big"))
+            got = got[4 + size:]
+    assert got == b""
+    return seen
+
+
+def _nothing_to_read(client) -> bool:
+    """Whether nothing has arrived on ``client`` (an answer written on loopback has arrived)."""
+    import socket
+    try:
+        client.recv(1, socket.MSG_PEEK)
+    except BlockingIOError:
+        return True
+    return False
+
+
+def test_a_kafka_listener_answers_in_order_what_its_handlers_finish_out_of_order(caplog):
+    """Kafka answers a connection's requests in the order they came: an answer ready early
+    waits for those before it, then goes out with them (in the same loop turn); a handler that
+    crashes closes the connection after the answers before it, with one line, and the answers
+    behind it are not sent."""
+    import logging
+
+    from brokerd.kafka.framing import FrameConnection
+
+    async def go() -> None:
+        apis = _GatedApis()
+        listener, client = await _gated_listener(apis)
+        loop = asyncio.get_running_loop()
+        turns, written = [0], []
+        run_once, write_parts = loop._run_once, FrameConnection.write_parts  # type: ignore[attr-defined]
+
+        def counted():
+            turns[0] += 1
+            run_once()
+
+        def recorded(self, parts):
+            written.append((turns[0], int.from_bytes(bytes(parts[0])[4:8], "big")))
+            write_parts(self, parts)
+        loop._run_once = counted  # type: ignore[attr-defined]
+        FrameConnection.write_parts = recorded  # type: ignore[method-assign]
+        try:
+            await _send_requests(client, 1, 2, 3)
+            await eventually(lambda: len(apis.gates) == 3, 5, what="three requests in flight")
+            apis.gates[3].set_result(None)
+            apis.gates[2].set_result(None)
+            for _ in range(5):
+                await asyncio.sleep(0)
+            assert _nothing_to_read(client) and written == []  # 3 and 2 wait for 1
+            apis.gates[1].set_result(None)
+            assert await _answers(client, 3) == [1, 2, 3]
+            assert [c for _, c in written] == [1, 2, 3] and len({t for t, _ in written}) == 1  # one turn
+            with caplog.at_level(logging.INFO, logger="brokerd.kafka"):
+                await _send_requests(client, 4, 5, 6)
+                await eventually(lambda: len(apis.gates) == 6, 5, what="three more in flight")
+                apis.gates[6].set_result(None)
+                apis.gates[5].set_exception(RuntimeError("boom"))
+                for _ in range(5):
+                    await asyncio.sleep(0)
+                assert _nothing_to_read(client)
+                apis.gates[4].set_result(None)
+                assert await _answers(client, 1) == [4]
+                assert await asyncio.wait_for(loop.sock_recv(client, 1 << 16), 5) == b""  # closed; 6 not sent
+            lines = [r.getMessage() for r in caplog.records if r.name == "brokerd.kafka"]
+            assert len(lines) == 1 and "api key 18 v0 failed: RuntimeError: boom" in lines[0], lines
+        finally:
+            del loop._run_once  # type: ignore[attr-defined]
+            FrameConnection.write_parts = write_parts  # type: ignore[method-assign]
+            client.close()
+            await listener.stop()
+        assert _others() == []
+    run(go())
+
+
+def test_a_kafka_listener_writes_an_answer_in_its_handlers_last_turn():
+    """A request's answer is written by its own task as its handler returns: the loop turn that
+    resumes a handler (a long poll's timer, replication's acknowledgement) writes the answer,
+    and leaves nothing of that request to run after it. A writing task per connection woken
+    by each answer took one turn more for the write and another for the done callbacks, per
+    request (docs/brokers.md, "The brokers' network I/O")."""
+    from brokerd.kafka.framing import FrameConnection
+
+    async def go() -> None:
+        apis = _GatedApis()
+        listener, client = await _gated_listener(apis)
+        loop = asyncio.get_running_loop()
+        turns, written, after = [0], [], []
+        run_once, write_parts = loop._run_once, FrameConnection.write_parts  # type: ignore[attr-defined]
+
+        def counted():
+            if written and not after:
+                after.append([h for h in loop._ready])  # type: ignore[attr-defined]
+            turns[0] += 1
+            run_once()
+
+        def recorded(self, parts):
+            written.append(turns[0])
+            write_parts(self, parts)
+        FrameConnection.write_parts = recorded  # type: ignore[method-assign]
+        try:
+            for correlation in range(1, 4):
+                written.clear()
+                after.clear()
+                await _send_requests(client, correlation)
+                await eventually(lambda c=correlation: c in apis.gates, 5, what="the request in flight")
+                for _ in range(3):  # the handler's task waits at its gate
+                    await asyncio.sleep(0)
+                loop._run_once = counted  # type: ignore[attr-defined]
+                turns[0] = 0
+                apis.gates[correlation].set_result(None)  # in this turn (0)
+                answer = await loop.sock_recv(client, 1 << 16)  # no wait_for: its task's callbacks would count
+                assert int.from_bytes(answer[4:8], "big") == correlation
+                del loop._run_once  # type: ignore[attr-defined]
+                assert written == [1], written  # written in the handler's turn, the next one
+                assert after == [[]], after  # and nothing left to run for it
+        finally:
+            loop.__dict__.pop("_run_once", None)
+            FrameConnection.write_parts = write_parts  # type: ignore[method-assign]
+            client.close()
+            await listener.stop()
+    run(go())
+
+
 # -- the gRPC codec: domain requests and broker.proto have the same shape (issue 26) ------------------
 
 def test_every_domain_request_has_the_shape_of_its_protobuf_message():

@@ -3,8 +3,9 @@
 Each connection reads size-prefixed requests, refusing a size over ``socket.request.max.bytes``
 before reading the body, and handles them as they arrive: a client may pipeline (Kafka's
 producers keep up to five requests in flight), requests start in the order they came, and
-responses are written in that same order. At most ``MAX_IN_FLIGHT`` requests of a connection
-are pending; reading waits for the oldest to be answered. Whatever cannot be read (garbage, a
+responses are written in that same order, each by its request's task as soon as its handler
+returns and those before it are answered (``_Answers``). At most ``MAX_IN_FLIGHT`` requests of
+a connection are pending; reading waits for the oldest to be answered. Whatever cannot be read (garbage, a
 truncated request, an API or version we did not advertise) closes that one connection with
 one log line; the broker and other connections go on. Frames are read by
 ``framing.FrameConnection`` (an asyncio BufferedProtocol: one copy per request).
@@ -12,6 +13,7 @@ one log line; the broker and other connections go on. Frames are read by
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import ssl
 import time
@@ -139,16 +141,9 @@ class KafkaListener:
             return
         mute = _Mute()  # KIP-219: a throttled client's channel is not read until its throttle ends
         slots = asyncio.Semaphore(MAX_IN_FLIGHT)
-        pending: asyncio.Queue[tuple[RequestHeader, asyncio.Task[Any], float] | None] = asyncio.Queue()
-        handling: set[asyncio.Task[Any]] = set()  # this connection's requests, until answered
-
-        def handle(work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-            task = asyncio.create_task(work)
-            handling.add(task)
-            task.add_done_callback(handling.discard)
-            return task
-        sender = asyncio.create_task(self._send(writer, pending, slots, where, mute))
+        answers = _Answers(self, writer, where, mute, slots)
         sasl = SaslAuthenticator(self.sasl, lambda: self.apis.image.scram) if self.sasl is not None else None
+        stopping = False
         try:
             session = self.apis.session(writer)  # the principal, once per connection (SASL: once authenticated)
             while True:
@@ -160,7 +155,7 @@ class KafkaListener:
                 await slots.acquire()
                 if api_key == API_VERSIONS and version > VERSIONS[API_VERSIONS][1]:
                     header = RequestHeader(api_key, 0, correlation_id(body), None, False)
-                    pending.put_nowait((header, handle(_ready(newer_api_versions_answer())), arrived))
+                    answers.start(header, arrived, _ready(newer_api_versions_answer()))
                     continue
                 served = VERSIONS.get(api_key)
                 if served is None or not served[0] <= version <= served[1]:
@@ -169,7 +164,7 @@ class KafkaListener:
                 if sasl is not None and api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
                     header, request = read_request(body, api_key, version)
                     answer, closing = sasl_answer(header, request, sasl)
-                    pending.put_nowait((header, handle(_ready(answer)), arrived))
+                    answers.start(header, arrived, _ready(answer))
                     if closing is not None:
                         log.info("closing the Kafka connection from %s on listener %s: %s", where, self.name, closing)
                         await asyncio.sleep(self.sasl.failed_authentication_delay_ms / 1000)  # type: ignore[union-attr]
@@ -183,24 +178,33 @@ class KafkaListener:
                                            sasl.authenticated else "the SASL session expired "
                                            "(connections.max.reauth.ms) and the client did not re-authenticate")
                 header, request = read_request(body, api_key, version)
-                pending.put_nowait((header, handle(self.apis.handle(header, request, session)), arrived))
+                answers.start(header, arrived, self.apis.handle(header, request, session))
         except (asyncio.IncompleteReadError, ConnectionError):
-            pass  # the client went away, or the sender closed the connection
+            pass  # the client went away, or an answer's failure closed the connection
         except (MalformedRequest, PrincipalError) as e:
             log.warning("closing the Kafka connection from %s on listener %s: %s", where, self.name, e)
         except asyncio.CancelledError:
-            sender.cancel()  # the listener is stopping; this task ends here, quietly
+            stopping = True  # the listener is stopping; this task ends here, quietly
         finally:
-            pending.put_nowait(None)
-            try:
-                await asyncio.shield(sender)  # answers already started are still sent
-            except asyncio.CancelledError:
-                sender.cancel()
-            for task in handling:  # requests the sender will never answer: the listener is stopping
+            if not stopping and answers.tasks:
+                try:
+                    await asyncio.wait(list(answers.tasks))  # answers already started are still sent
+                except asyncio.CancelledError:
+                    pass
+            for task in answers.tasks:  # requests that will never be answered: the listener is stopping
                 task.cancel()
-            await asyncio.gather(*handling, return_exceptions=True)
+            await asyncio.gather(*answers.tasks, return_exceptions=True)
             writer.close()
             self._connections.discard(me)
+
+    def observer(self, api_key: int) -> Callable[[float], None] | None:
+        """Where an API's request times go (None: not recorded)."""
+        if self.requests is None:
+            return None
+        observe = self._observers.get(api_key)
+        if observe is None:
+            observe = self._observers[api_key] = self.requests.observer(self.apis.api_name(api_key), self.name)
+        return observe
 
     async def _handshake(self, writer: FrameConnection, where: str) -> bool:
         """TLS before anything else (Kafka's SslTransportLayer); a client that fails it (no
@@ -219,42 +223,110 @@ class KafkaListener:
             writer.close()
             return False
 
-    async def _send(self, writer: FrameConnection, pending: asyncio.Queue[Any], slots: asyncio.Semaphore,
-                    where: str, mute: _Mute) -> None:
-        """Write the answers in the order the requests came. After a failure the connection is
-        closed and what is still pending is awaited but not sent. An answer with a throttle time
-        mutes the connection for that long; a client from before KIP-219 gets it only then."""
-        closed = False
-        while (item := await pending.get()) is not None:
-            header, task, arrived = item
+
+class _Request:
+    """A request of a connection, from its arrival until its answer is written."""
+
+    __slots__ = ("header", "arrived", "done", "answer", "failure")
+
+    def __init__(self, header: RequestHeader, arrived: float) -> None:
+        self.header = header
+        self.arrived = arrived  # time.perf_counter(), for its request time
+        self.done = False  # its handler has returned (``answer``) or raised (``failure``)
+        self.answer: Any = None
+        self.failure: BaseException | None = None
+
+
+class _Answers:
+    """A connection's answers, written in the order its requests came (Kafka's in-order
+    responses): each request's task writes its own answer when its handler returns, if every
+    request before it is answered, and then those behind it that are ready; an answer ready
+    early waits in ``due`` for the task of the one before it. Why no writing task per
+    connection: waking it for each answer cost the loop one more turn per request, and the
+    done callbacks it needed another (docs/brokers.md, "The brokers' network I/O").
+
+    After a failure the connection is closed and the answers still due are not sent. An
+    answer with a throttle time mutes the connection for that long (the reading task waits);
+    a client from before KIP-219 gets it only then. Each request holds one of ``slots`` until
+    its answer is written and drained, so the reading task waits while ``MAX_IN_FLIGHT`` are
+    pending, among them those whose answers wait for the transport's buffer to drain."""
+
+    def __init__(self, listener: KafkaListener, writer: FrameConnection, where: str, mute: _Mute,
+                 slots: asyncio.Semaphore) -> None:
+        self.listener = listener
+        self.writer = writer
+        self.where = where
+        self.mute = mute
+        self.slots = slots
+        self.due: collections.deque[_Request] = collections.deque()  # in the order the requests came
+        self.tasks: set[asyncio.Task[None]] = set()  # the requests' tasks, until they end
+        self.writing = False  # a task is writing the answers due (and may be waiting to drain)
+        self.closed = False
+
+    def start(self, header: RequestHeader, arrived: float, work: Coroutine[Any, Any, Any]) -> None:
+        """Handle a request in a task of its own, which then answers it in its turn."""
+        request = _Request(header, arrived)
+        self.due.append(request)
+        self.tasks.add(asyncio.create_task(self._answer(request, work)))
+
+    async def _answer(self, request: _Request, work: Coroutine[Any, Any, Any]) -> None:
+        me = asyncio.current_task()
+        assert me is not None
+        try:
             try:
-                answer = await task
-                if answer is not None and (throttle := throttle_ms(answer)):
-                    mute.until = max(mute.until, time.monotonic() + throttle / 1000)
-                    if header.api_version < CLIENT_THROTTLES.get(header.api_key, 0):
-                        await asyncio.sleep(throttle / 1000)
-                if answer is not None and not closed:
-                    writer.write_parts(response_parts(header, answer))
-                    await writer.drain()
-                if self.requests is not None:
-                    observe = self._observers.get(header.api_key)
-                    if observe is None:
-                        observe = self._observers[header.api_key] = self.requests.observer(
-                            self.apis.api_name(header.api_key), self.name)
-                    observe(time.perf_counter() - arrived)
-            except CloseConnection as e:
-                log.info("closing the Kafka connection from %s after an acks=0 produce failed: %s", where, e)
-                closed = True
-            except ConnectionError:
-                closed = True
+                request.answer = await work
             except Exception as e:
-                log.error("closing the Kafka connection from %s: api key %d v%d failed: %s: %s", where,
-                          header.api_key, header.api_version, type(e).__name__, e)
-                closed = True
-            finally:
-                slots.release()
-            if closed:
-                writer.close()
+                request.failure = e
+            except asyncio.CancelledError as e:
+                if me.cancelling():
+                    raise  # the listener is stopping: nothing more is answered
+                request.failure = e  # cancelled inside the handler: it failed, as any exception
+            request.done = True
+            if not self.writing and self.due[0] is request:
+                await self._write_due()
+        finally:
+            self.tasks.discard(me)
+
+    async def _write_due(self) -> None:
+        """Write the answers due, in order, while the first one is ready."""
+        writer = self.writer
+        self.writing = True
+        try:
+            while self.due and self.due[0].done:
+                request = self.due.popleft()
+                header = request.header
+                try:
+                    if request.failure is not None:
+                        self._fail(header, request.failure)
+                        continue
+                    answer = request.answer
+                    if answer is not None and (throttle := throttle_ms(answer)):
+                        self.mute.until = max(self.mute.until, time.monotonic() + throttle / 1000)
+                        if header.api_version < CLIENT_THROTTLES.get(header.api_key, 0):
+                            await asyncio.sleep(throttle / 1000)
+                    if answer is not None and not self.closed:
+                        writer.write_parts(response_parts(header, answer))
+                        await writer.drain()
+                    if (observe := self.listener.observer(header.api_key)) is not None:
+                        observe(time.perf_counter() - request.arrived)
+                except Exception as e:
+                    self._fail(header, e)
+                finally:
+                    self.slots.release()
+                    if self.closed:
+                        writer.close()
+        finally:
+            self.writing = False
+
+    def _fail(self, header: RequestHeader, e: BaseException) -> None:
+        """A request's handler or its answer's writing failed: the connection is closed, with
+        one line unless the client went away."""
+        if isinstance(e, CloseConnection):
+            log.info("closing the Kafka connection from %s after an acks=0 produce failed: %s", self.where, e)
+        elif not isinstance(e, ConnectionError):
+            log.error("closing the Kafka connection from %s: api key %d v%d failed: %s: %s", self.where,
+                      header.api_key, header.api_version, type(e).__name__, e)
+        self.closed = True
 
 
 class _Mute:
