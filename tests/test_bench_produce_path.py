@@ -31,6 +31,6 @@ def test_the_kafka_client_fails_when_the_listener_closes_the_connection():
         conn, _ = server.accept()
         conn.close()
     threading.Thread(target=close_at_once, daemon=True).start()
-    with pytest.raises(RuntimeError, match="closed the connection"):
+    with pytest.raises((RuntimeError, ConnectionError)):  # closed, or reset under the unread request
         produce_path.send_framed(server.getsockname()[1], b"\0\0\0\0", 3, 1)
     server.close()
