@@ -4,16 +4,21 @@ client quotas' boundary, the hand-encoded answer, framed) down to the RocksDB wr
 wait for the high watermark, which a fake follower moves as soon as the request waits; and
 the same batches through the gRPC ``Produce`` of ``brokerd.service`` (its call, not gRPC's
 transport); and, with ``--path grpc-transport``, through grpc.aio's transport too: a server in
-this process set up as a broker's gRPC listener (``brokerd.server``: its options, the serving
-gate and request-time quota interceptors, the guarded service), a client in a subprocess
-sending the serialized request ``--in-flight`` at a time, and this process's CPU (every
-thread: grpc's, RocksDB's) per request; ``--path grpc-noop`` is the same with a Produce that
-answers at once, the floor that gRPC's per-call work sets. There the leader is alone in the
-ISR, so acks=all is answered at the append (no follower can move the high watermark across
-the transport).
+this process set up as a broker's gRPC listener (``brokerd.server``: its options, the request
+metrics, serving gate and request-time quota interceptors, the guarded service with its size
+limit), a client in a subprocess sending the serialized request ``--in-flight`` at a time, and
+this process's CPU (every thread: grpc's, RocksDB's) per request; ``--path grpc-noop`` is the
+same with a Produce that answers at once, the floor that gRPC's per-call work sets;
+``grpc-stream`` and ``grpc-stream-noop`` send the requests on one ProduceStream (each with its
+own correlation id). ``kafka-transport`` and ``kafka-noop`` are the same measure through the
+Kafka listener (``KafkaListener`` with its request metrics, ``KafkaApis``; a client process
+keeping ``--in-flight`` framed requests on one connection), so the two listeners' costs per
+request compare directly. There the leader is alone in the ISR, so acks=all is answered at the
+append (no follower can move the high watermark across the transport).
 
     python -m bench.produce_path --seconds 1
     python -m bench.produce_path --path grpc-noop --path grpc-transport --requests 2000
+    python -m bench.produce_path --path kafka-transport --path grpc-stream --partitions 1 --records 700
 
 Why: the leader's produce, its RocksDB write and the listener are about a third of the
 brokers' Python CPU while librdkafka produces (docs/brokers.md, "Data path performance"),
@@ -29,6 +34,8 @@ import asyncio
 import cProfile
 import os
 import pstats
+import socket
+import struct
 import statistics
 import sys
 import tempfile
@@ -39,12 +46,15 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
+from prometheus_client import CollectorRegistry
 
 from brokerd.config import LogConfig
 from brokerd.grpc_throttling import RequestTimeQuotas
 from brokerd.kafka.apis import KafkaApis
 from brokerd.kafka.batches import to_wire
-from brokerd.kafka.codec import build, frame_request, frame_response, read_request, request_schema
+from brokerd.kafka.codec import (build, encode_response, frame_request, frame_response, read_request,
+                                 request_schema)
+from brokerd.kafka.listener import KafkaListener
 from brokerd.kafka.throttling import KafkaThrottling
 from brokerd.log_store import LogStore
 from brokerd.partition import Partition
@@ -52,9 +62,10 @@ from brokerd.partition_log import PartitionLog
 from brokerd.producer_state import BatchMetadata, ProducerEntry
 from brokerd.quotas import ClientQuotas
 from brokerd.replica_manager import ReplicaManager
-from brokerd.server import ServingGate
+from brokerd.server import TRANSPORT_HEADROOM, ServingGate
 from brokerd.service import BrokerService
 from clients.records import RecordsBuilder
+from common.metrics import RequestMetrics
 from metadata.image import PartitionRegistration
 from metadata.principal import ANONYMOUS, PrincipalMapper, Session
 from protos import broker_pb2 as pb
@@ -66,6 +77,7 @@ from .follower_fetch import config
 
 TOPIC, PID, EPOCH, LEADER, FOLLOWER = "bench", 4242, 0, 7, 8
 PRODUCE = 0
+_SIZE = struct.Struct(">i")
 
 
 def batch(records: int, size: int, base_sequence: int) -> pb.RecordBatch:
@@ -144,6 +156,24 @@ class Harness:
         answer.SerializeToString()
 
 
+class _ResetApis(KafkaApis):
+    """The Kafka listener's APIs, with the producer's state reset before each Produce (as
+    ``Harness.kafka`` does), or (``noop``) answering it at once."""
+
+    def __init__(self, h: Harness, noop: bool) -> None:
+        vars(self).update(vars(h.apis))
+        self.h, self.noop = h, noop
+        self._noop_answer = {"responses": [{"name": TOPIC, "partition_responses": [
+            {"index": p.index, "error_code": 0, "base_offset": 0, "log_append_time": None, "log_start_offset": 0,
+             "error_message": None, "record_errors": []} for p in h.partitions]}]}
+
+    async def handle(self, header: Any, request: Any, session: Session) -> Any:
+        self.h._reset()
+        if self.noop:
+            return encode_response(header, self._noop_answer)
+        return await super().handle(header, request, session)
+
+
 class _ResetService(BrokerService):
     """The broker's service, with the producer's state reset before each Produce (as
     ``Harness.grpc`` does), or (``noop``) answering at once."""
@@ -174,10 +204,14 @@ async def over_transport(path: str, requests: int, in_flight: int, partitions: i
             p.update(PartitionRegistration((LEADER, FOLLOWER), (LEADER,), LEADER, 1, 2))
         gate = ServingGate(LEADER)
         gate.open()
-        server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20),
+        # as a broker's listener (brokerd.server): request metrics, the gate, the request-time
+        # quotas, the guard's size limit (socket.request.max.bytes' default)
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", (100 << 20) + TRANSPORT_HEADROOM),
                                           ("grpc.max_send_message_length", 256 << 20), EXCLUSIVE_BIND],
-                                 interceptors=[gate, RequestTimeQuotas(h.quotas, PrincipalMapper())])
-        add_service(server, broker_pb2_grpc.add_BrokerServicer_to_server, _ResetService(h, path.endswith("noop")))
+                                 interceptors=[RequestMetrics(CollectorRegistry()).interceptor("GRPC"), gate,
+                                               RequestTimeQuotas(h.quotas, PrincipalMapper())])
+        add_service(server, broker_pb2_grpc.add_BrokerServicer_to_server, _ResetService(h, path.endswith("noop")),
+                    max_bytes=100 << 20)
         port = free_ports(1)[0]
         server.add_insecure_port(f"127.0.0.1:{port}")
         await server.start()
@@ -187,13 +221,71 @@ async def over_transport(path: str, requests: int, in_flight: int, partitions: i
                                                       str(port), str(body), str(requests), str(in_flight),
                                                       *(["--stream"] if "stream" in path else []))
         start_cpu, start = cpu_seconds(os.getpid()), time.perf_counter()
-        await client.wait()
+        if await client.wait():
+            raise RuntimeError(f"the client of {path} failed (exit code {client.returncode})")
         cpu, wall = cpu_seconds(os.getpid()) - start_cpu, time.perf_counter() - start
+        appended = sum(p.log.log_end_offset for p in h.partitions)  # records: every request's were written
         await server.stop(0)
         await store.close()
     return {"bench": "produce_path", "path": path, "partitions": partitions, "records": records, "size": size,
             "requests": requests, "in_flight": in_flight, "us_per_request": round(cpu / requests * 1e6, 1),
-            "wall_s": round(wall, 2)}
+            "wall_s": round(wall, 2), "appended": appended}
+
+
+async def over_kafka_listener(path: str, requests: int, in_flight: int, partitions: int, records: int,
+                              size: int) -> dict[str, Any]:
+    """``over_transport``'s measure through the Kafka listener (``kafka-transport``, ``kafka-noop``):
+    a ``KafkaListener`` in this process serving ``KafkaApis`` (its request metrics on, as a
+    broker's), a client process keeping ``in_flight`` framed Produce requests on one connection."""
+    with tempfile.TemporaryDirectory() as d:
+        store = LogStore(d)
+        h = Harness(store, partitions, records, size)
+        for p in h.partitions:  # alone in the ISR: acks=all answered at the append
+            p.update(PartitionRegistration((LEADER, FOLLOWER), (LEADER,), LEADER, 1, 2))
+        port = free_ports(1)[0]
+        listener = KafkaListener("KAFKA", "127.0.0.1", port, _ResetApis(h, path.endswith("noop")), 100 << 20,
+                                 RequestMetrics(CollectorRegistry()))
+        await listener.bind()
+        await listener.start()
+        body = Path(d) / "request"
+        body.write_bytes(_SIZE.pack(len(h.kafka_body)) + h.kafka_body)
+        client = await asyncio.create_subprocess_exec(sys.executable, "-m", "bench.produce_path", "--client",
+                                                      str(port), str(body), str(requests), str(in_flight),
+                                                      "--kafka")
+        start_cpu, start = cpu_seconds(os.getpid()), time.perf_counter()
+        if await client.wait():
+            raise RuntimeError(f"the client of {path} failed (exit code {client.returncode})")
+        cpu, wall = cpu_seconds(os.getpid()) - start_cpu, time.perf_counter() - start
+        appended = sum(p.log.log_end_offset for p in h.partitions)  # records: every request's were written
+        await listener.stop()
+        await store.close()
+    return {"bench": "produce_path", "path": path, "partitions": partitions, "records": records, "size": size,
+            "requests": requests, "in_flight": in_flight, "us_per_request": round(cpu / requests * 1e6, 1),
+            "wall_s": round(wall, 2), "appended": appended}
+
+
+def send_framed(port: int, frame: bytes, requests: int, in_flight: int) -> None:
+    """The client of ``over_kafka_listener``: the framed request sent ``requests`` times on one
+    connection, ``in_flight`` ahead of their answers (a blocking socket: this process's CPU is
+    not measured)."""
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        written = 0
+        for _ in range(min(in_flight, requests)):
+            s.sendall(frame)
+            written += 1
+        for _ in range(requests):
+            head = s.recv(4, socket.MSG_WAITALL)
+            if len(head) < 4:
+                raise RuntimeError("the listener closed the connection")
+            left = int.from_bytes(head, "big")
+            while left:
+                got = len(s.recv(min(left, 1 << 16)))
+                if not got:
+                    raise RuntimeError("the listener closed the connection")
+                left -= got
+            if written < requests:
+                s.sendall(frame)
+                written += 1
 
 
 async def send(port: int, body: bytes, requests: int, in_flight: int) -> None:
@@ -218,15 +310,18 @@ async def send_streamed(port: int, body: bytes, requests: int, in_flight: int) -
     await channel.channel_ready()
     call = channel.stream_stream("/kraft.broker.Broker/ProduceStream")()
     written = 0
+
+    def numbered(n: int) -> bytes:  # the request with correlation_id n (a scalar field's last value wins)
+        return body + pb.ProduceRequest(correlation_id=n).SerializeToString()
     for _ in range(min(in_flight, requests)):
-        await call.write(body)
         written += 1
+        await call.write(numbered(written))
     for _ in range(requests):
         if await call.read() is grpc.aio.EOF:
             raise RuntimeError("the broker ended the stream")
         if written < requests:
-            await call.write(body)
             written += 1
+            await call.write(numbered(written))
     await call.done_writing()
     await channel.close()
 
@@ -273,13 +368,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=1.0, help="time per path (default 1)")
     ap.add_argument("--repeats", type=int, default=5, help="timings per path, their median reported")
-    ap.add_argument("--path", choices=("kafka", "grpc", "grpc-transport", "grpc-noop", "grpc-stream",
-                                       "grpc-stream-noop"), action="append",
+    ap.add_argument("--path", choices=("kafka", "grpc", "kafka-transport", "kafka-noop", "grpc-transport",
+                                       "grpc-noop", "grpc-stream", "grpc-stream-noop"), action="append",
                     help="default: kafka and grpc")
     ap.add_argument("--requests", type=int, default=2000, help="requests over the gRPC transport")
     ap.add_argument("--in-flight", type=int, default=5, help="requests in flight over the gRPC transport")
     ap.add_argument("--client", nargs=4, metavar=("PORT", "FILE", "N", "IN_FLIGHT"), help=argparse.SUPPRESS)
     ap.add_argument("--stream", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--kafka", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--records", type=int, default=770)
     ap.add_argument("--size", type=int, default=256)
@@ -287,10 +383,17 @@ def main() -> None:
     args = ap.parse_args()
     if args.client:
         port, body, n, in_flight = args.client
+        if args.kafka:
+            send_framed(int(port), Path(body).read_bytes(), int(n), int(in_flight))
+            return
         asyncio.run((send_streamed if args.stream else send)(int(port), Path(body).read_bytes(), int(n),
                                                             int(in_flight)))
         return
     for path in args.path or ("kafka", "grpc"):
+        if path.startswith("kafka-"):
+            emit(asyncio.run(over_kafka_listener(path, args.requests, args.in_flight, args.partitions, args.records,
+                                                 args.size)))
+            continue
         if path.startswith("grpc-"):
             emit(asyncio.run(over_transport(path, args.requests, args.in_flight, args.partitions, args.records,
                                             args.size)))
