@@ -419,7 +419,7 @@ class PartitionLog:
             if checked:
                 base = int.from_bytes(it.key()[n:], "big")
                 checked_last = intact(v, base, epochs.epoch_at(base))
-                if checked_last is None:
+                if checked_last is None or base > offset:  # (a key out of order)
                     return None
                 last = checked_last
                 expect = base
