@@ -372,7 +372,8 @@ class PartitionLog:
         (exclusive), at most ``max_bytes`` but, with ``min_one`` (Kafka's minOneMessage), always
         one batch when there is one.
 
-        Read without RocksDB's checksums, each value checked instead (``stored_batch.intact``:
+        Read without RocksDB's checksums (unless the batches are most likely in RocksDB's
+        memtables still, read without any), each value checked instead (``stored_batch.intact``:
         Kafka's CRC-32C in hardware and the fields it leaves out, where RocksDB's blob check
         is a software CRC32C, docs/brokers.md "librdkafka's consume per broker core"), and the
         batches checked to follow each other. Anything else (a value the check does not accept,
