@@ -15,6 +15,10 @@ UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
 
 
+def _start(entry: tuple[int, int]) -> int:
+    return entry[1]
+
+
 class LeaderEpochCache:
     """Sorted ``(epoch, start_offset)`` entries; epochs and start offsets both increase."""
 
@@ -34,6 +38,16 @@ class LeaderEpochCache:
             self.entries.pop()
         self.entries.append((epoch, start_offset))
         return True
+
+    def epoch_at(self, offset: int) -> int | None:
+        """The epoch of the batch at base offset ``offset``: the last epoch starting at or before
+        it, or the first when it starts before every one (retention moves the first epoch's
+        start into its batch: ``truncate_from_start``); None when there is none. What a
+        stored batch's partition leader epoch is checked against (``stored_batch.intact``)."""
+        if not self.entries:
+            return None
+        i = bisect.bisect_right(self.entries, offset, key=_start) - 1
+        return self.entries[max(i, 0)][0]
 
     def end_offset_for(self, requested: int, log_end_offset: int) -> tuple[int, int]:
         """``(epoch, end offset)``: the largest epoch <= ``requested`` and where it ends (the next

@@ -127,6 +127,9 @@ class LogStore:
         self._in_threads: set[asyncio.Future] = set()
         self.failure: StorageFailure | None = None
         self.closed = False
+        #: Bytes of batches staged in this store's writes since it opened (``PartitionLog._stage``):
+        #: how far back, in the store's writes, a batch was appended.
+        self.staged_bytes = 0
 
     # -- writes -------------------------------------------------------------------------------
 
@@ -259,6 +262,14 @@ class LogStore:
         except Exception as e:  # rocksdict raises plain exceptions
             self._fail(e, unreadable=True)
         return value
+
+    def in_memtables(self, staged: int) -> bool:
+        """Whether a batch staged when ``staged_bytes`` was ``staged`` is most likely still in
+        RocksDB's memtables (not flushed): it and what was staged since are fewer bytes than
+        half of what the memtables hold (their size counts keys and overhead too, 2 KiB when
+        empty; a hint, not a promise)."""
+        since = self.staged_bytes - staged
+        return since < (self.db.property_int_value("rocksdb.cur-size-all-mem-tables") or 0) // 2
 
     def local_partitions(self) -> list[tuple[uuid.UUID, int]]:
         """Every partition with a log in this directory."""

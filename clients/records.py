@@ -74,7 +74,7 @@ class ProducerRecord(NamedTuple):
     headers: tuple[Header, ...] = ()
 
 
-def batch_crc(batch: pb.RecordBatch, records: bytes | None = None) -> int:
+def batch_crc(batch: pb.RecordBatch, records: bytes | memoryview | None = None) -> int:
     """Kafka's CRC of ``batch`` (``records``: its records, when the caller has them already:
     each read of a protobuf's bytes field copies them)."""
     pid = batch.producer_id if batch.HasField("producer_id") else NO_PRODUCER_ID

@@ -2,7 +2,10 @@
 options is opened with LogStore's own (rocksdict otherwise keeps the options saved in the
 store), and a byte flipped in a table or blob file fails a read with StorageFailure rather
 than return the log cut short at the bad block; with the broker's handler, a failed directory
-halts the broker and a store that failed a read is not opened again."""
+halts the broker and a store that failed a read is not opened again. A fetch reads without
+RocksDB's checksums and checks each value itself (brokerd/stored_batch.py): a byte flipped in
+a value's CRC-covered records, in the fields Kafka's CRC leaves out, or in a table file's key
+is found there, and the read again with RocksDB's checksums fails the directory."""
 from __future__ import annotations
 
 import asyncio
@@ -11,14 +14,15 @@ import uuid
 from pathlib import Path
 
 import pytest
-from rocksdict import DBCompressionType, Options, WriteBatch
+from rocksdict import BlockBasedOptions, DBCompressionType, Options, WriteBatch
 
 import brokerd.log_dir_failure
 import brokerd.log_store
 from brokerd.log_dir_failure import MARKER, halt_broker, refuse_failed
 from brokerd.log_store import LogStore, StorageFailure
 from brokerd.partition_log import PartitionLog
-from clients.records import build_batch
+from brokerd.stored_batch import HEAD_BYTES
+from clients.records import build_batch, varint
 from protos import broker_pb2 as pb
 
 TS0 = 1_700_000_000_000
@@ -50,6 +54,20 @@ def _frames(plog: PartitionLog) -> list[bytes]:
     """Every stored batch's frame, read as a fetch reads them."""
     frames, _ = plog.read(plog.log_start_offset, 1 << 30, plog.log_end_offset)
     return [bytes(f) for f in frames]
+
+
+def _flip(path: Path, at: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0x55
+    path.write_bytes(bytes(data))
+
+
+def _in_file(path: Path, part: bytes) -> int:
+    """Where ``part`` (of a stored value or key) is in ``path``: a byte flipped there is one a read
+    of that value or key reads (a blob record's own header and key are not read by a fetch)."""
+    at = path.read_bytes().find(part)
+    assert at >= 0
+    return at
 
 
 def _files(store: LogStore, suffix: str) -> list[Path]:
@@ -114,12 +132,11 @@ def test_a_flipped_byte_in_a_store_file_fails_the_read_not_cuts_it_short(tmp_pat
         store = _open(tmp_path, monkeypatch, other_options=suffix == ".sst")
         plog = PartitionLog(store, TOPIC, 0)
         await _append(plog, 20, 0)
+        records = _frames(plog)[10][-400:-300]
         store.db.flush(True)
         await store.close()
         data_file = max(_files(store, suffix), key=lambda f: f.stat().st_size)
-        data = bytearray(data_file.read_bytes())
-        data[len(data) // 2] ^= 0x55  # within a batch's record bytes, halfway through the log
-        data_file.write_bytes(bytes(data))
+        _flip(data_file, _in_file(data_file, records) + 50)  # within a batch's records, halfway through the log
 
         store = _open(tmp_path, monkeypatch)
         plog = PartitionLog(store, TOPIC, 0)
@@ -161,12 +178,11 @@ def test_a_failed_read_halts_the_broker_and_keeps_it_off_the_store(tmp_path: Pat
         store = _open(tmp_path, monkeypatch)
         plog = PartitionLog(store, TOPIC, 0)
         await _append(plog, 20, 0)
+        records = _frames(plog)[10][-400:-300]
         store.db.flush(True)
         await store.close()
         data_file = max(_files(store, ".blob"), key=lambda f: f.stat().st_size)
-        data = bytearray(data_file.read_bytes())
-        data[len(data) // 2] ^= 0x55
-        data_file.write_bytes(bytes(data))
+        _flip(data_file, _in_file(data_file, records) + 50)
 
         refuse_failed((str(tmp_path),))  # nothing marked yet
         store = LogStore(str(tmp_path), on_failure=halt_broker)
@@ -233,5 +249,88 @@ def test_a_failed_point_read_fails_the_directory_like_an_iterators(tmp_path: Pat
             PartitionLog(store, TOPIC, 0)
         assert store.failure is not None and store.failure.unreadable
         store.db = db
+        await store.close()
+    asyncio.run(go())
+
+
+def _value_parts(value: bytes) -> dict[str, int]:
+    """Where each part of a stored value (brokerd/stored_batch.py) starts, from the value's start."""
+    p = HEAD_BYTES + 1
+    while value[p] & 0x80:  # the frame's length
+        p += 1
+    p += 1
+    epoch = p + 1 + len(varint(int.from_bytes(value[:8], "big") - 1))  # past field 1, the base offset
+    assert value[p] == 0x08 and value[epoch] == 0x10, "base offset (field 1), then the leader epoch (field 2)"
+    return {"head": 3, "frame length": HEAD_BYTES + 1, "base offset": p + 1, "leader epoch": epoch + 1,
+            "records": len(value) - 500}
+
+
+@pytest.mark.parametrize("part", ["records", "head", "frame length", "base offset", "leader epoch"])
+def test_a_fetch_finds_a_flipped_byte_in_a_value_without_rocksdbs_checksums(tmp_path: Path, part: str,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fetch reads values without RocksDB's blob CRC32C (software in rocksdict's build) and
+    checks each itself: Kafka's CRC-32C over the records and the fields it covers, and the
+    fields outside it against the key (base offset), the leader epoch cache (the epoch) and the
+    value's size (the frame's length); the head against the batch. A byte flipped in any of
+    them is found there (``rereads``), and the read done again with RocksDB's checksums fails
+    the directory, as before."""
+    async def go() -> None:
+        store = _open(tmp_path, monkeypatch)
+        plog = PartitionLog(store, TOPIC, 0)
+        for i in range(20):  # base offsets 2i; epoch 3, then 4
+            await plog.append_as_leader(_batch(i), 3 if i < 10 else 4)
+        plog.set_high_watermark(plog.log_end_offset)
+        value = store.get(plog._key(20))  # the eleventh batch
+        assert value is not None
+        store.db.flush(True)
+        assert plog.read(0, 1 << 30, plog.log_end_offset)[0] and plog.rereads == 0
+        await store.close()
+        blob = max(_files(store, ".blob"), key=lambda f: f.stat().st_size)
+        _flip(blob, _in_file(blob, value[:200]) + _value_parts(value)[part])
+
+        store = _open(tmp_path, monkeypatch)
+        plog = PartitionLog(store, TOPIC, 0)
+        with pytest.raises(StorageFailure, match="Corruption"):
+            plog.read(0, 1 << 30, plog.log_end_offset)
+        assert plog.rereads == 1, "the fetch's own check found it"
+        await store.close()
+    asyncio.run(go())
+
+
+def test_a_fetch_finds_a_flipped_byte_in_a_tables_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The table files hold the keys (and where each value is in the blob files); a fetch reads
+    their blocks without RocksDB's XXH3 too, and does not put them in the block cache. A byte
+    flipped in a key's offset: the key's offset is not the base offset of the value under it, so
+    the read is done again with RocksDB's checksums, which fails at the block. (Small blocks, so
+    that the partition's state, read with checksums when the log opens, is in another block.)"""
+    options = brokerd.log_store.store_options
+
+    def small_blocks() -> Options:
+        opts = options()
+        table = BlockBasedOptions()
+        table.set_block_size(256)
+        opts.set_block_based_table_factory(table)
+        return opts
+    monkeypatch.setattr(brokerd.log_store, "store_options", small_blocks)
+
+    async def go() -> None:
+        store = LogStore(str(tmp_path))
+        plog = PartitionLog(store, TOPIC, 0)
+        await _append(plog, 40, 0)
+        store.db.flush(True)
+        await store.close()
+        [table] = _files(store, ".sst")
+        # A key in full (at a block's restart point): the partition's key prefix, the offset,
+        # then RocksDB's sequence number and type, a blob index (0x11): one in a data block.
+        data, n = table.read_bytes(), len(plog._data)
+        at = next(i for i in range(len(data)) if data.startswith(plog._data, i)
+                  and 10 <= int.from_bytes(data[i + n:i + n + 8], "big") < 80 and data[i + n + 8] == 0x11)
+        _flip(table, at + len(plog._data) + 7)
+
+        store = LogStore(str(tmp_path))
+        plog = PartitionLog(store, TOPIC, 0)
+        with pytest.raises(StorageFailure, match="Corruption"):
+            plog.read(0, 1 << 30, plog.log_end_offset)
+        assert plog.rereads == 1
         await store.close()
     asyncio.run(go())
