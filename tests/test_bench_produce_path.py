@@ -15,7 +15,9 @@ from bench import produce_path
 def test_a_transport_path_answers_every_request(path):
     over = produce_path.over_kafka_listener if path.startswith("kafka") else produce_path.over_transport
     row = asyncio.run(over(path, 30, 5, 1, 50, 256))
-    assert row["path"] == path and row["requests"] == 30 and row["us_per_request"] > 0
+    # (not its CPU per request: /proc counts the process's CPU in 10 ms ticks, which 30 requests
+    # answered at once may not reach, so 0.0 is a right answer there)
+    assert row["path"] == path and row["requests"] == 30 and "us_per_request" in row
     assert row["appended"] == (0 if path.endswith("noop") else 30 * 50)
 
 
