@@ -263,6 +263,13 @@ class LogStore:
             self._fail(e, unreadable=True)
         return value
 
+    def count_staged(self, size: int) -> int:
+        """Count a batch of ``size`` bytes staged in a write; returns ``staged_bytes`` before it,
+        its mark for ``in_memtables``."""
+        mark = self.staged_bytes
+        self.staged_bytes = mark + size
+        return mark
+
     def in_memtables(self, staged: int) -> bool:
         """Whether a batch staged when ``staged_bytes`` was ``staged`` is most likely still in
         RocksDB's memtables (not flushed): it and what was staged since are fewer bytes than

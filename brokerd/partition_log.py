@@ -232,8 +232,7 @@ class PartitionLog:
         head = _HEAD.pack(last, batch.max_timestamp, pid, batch.producer_epoch, batch.base_sequence)
         value = frame(batch.SerializeToString(), head) if framed is None else b"".join((head, *framed))
         wb.put(self._key(batch.base_offset), value)
-        self.recent_sizes.add(batch.base_offset, len(value), self.store.staged_bytes)
-        self.store.staged_bytes += len(value)
+        self.recent_sizes.add(batch.base_offset, len(value), self.store.count_staged(len(value)))
         if pid != NO_PRODUCER_ID:
             if is_control(batch):
                 self._stage_marker(wb, pid, batch.producer_epoch, batch.base_offset, batch.max_timestamp,
