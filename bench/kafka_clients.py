@@ -1,6 +1,6 @@
 """A stock Kafka client against the brokers' Kafka listener, next to our own client over gRPC:
-produce and consume throughput, in the same run and the same three-broker cluster
-(replication factor 3), for the same workload.
+produce and consume throughput, in the same run, each client on a three-broker cluster of its
+own (replication factor 3, started afresh: ``client_phases``), for the same workload.
 
     python -m bench.kafka_clients --seconds 10 --value 256 --partitions 6
 
@@ -21,7 +21,7 @@ JSON lines (``system`` is ``confluent-kafka`` or ``pykraft-client``):
   over the Kafka listener; the clock starts at its first record, ``join_s`` is the time before
   it), with librdkafka's defaults unless ``--consumer-config KEY=VALUE`` says otherwise; ours is
   ``bench.broker``'s catch-up consumer (every partition assigned, no group; the brokers' CPU
-  counted from its process's start).
+  counted from its first records to its last, like librdkafka's).
 - ``fetch_conversion``: the broker's cost per record of answering a Kafka fetch from stored
   batches (headers packed, records untouched), beside re-encoding every record, which any
   stored record format other than Kafka's own would need (measured in this process);
@@ -411,30 +411,47 @@ def log_summary(base: Path) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> None:
+    """Each client's produce, then its consume, on a cluster of its own (``client_phases``)."""
     emit(fetch_conversion(args.value))
+    consumer = dict(kv.split("=", 1) for kv in args.consumer_config)
+
+    def confluent(cluster: DevQuorum, cpu: PhaseCpu, counted: Callable) -> None:
+        kafka, topic = cluster.kafka_bootstrap_servers, "bench-confluent"
+        create_topics(kafka, [topic], args.partitions)
+        row = counted(lambda: cpu.of(lambda: confluent_produce(kafka, topic, args), args.value))
+        emit(row)
+        emit(cpu.of(lambda: confluent_consume(kafka, topic, row["messages"], args.value,
+                                              config=consumer, on_first=cpu.restart), args.value))
+
+    def pykraft(cluster: DevQuorum, cpu: PhaseCpu, counted: Callable) -> None:
+        grpc, topic = cluster.bootstrap_servers, "bench-pykraft"
+        create_topics(cluster.kafka_bootstrap_servers, [topic], args.partitions)
+        row = counted(lambda: cpu.of(lambda: asyncio.run(pykraft_produce(grpc, topic, args)), args.value))
+        emit(row)
+        emit(cpu.of(lambda: pykraft_consume(grpc, topic, row["messages"], args.value,
+                                            on_first=cpu.restart), args.value))
+
+    for phases in (confluent, pykraft):
+        client_phases(args, phases)
+
+
+def client_phases(args: argparse.Namespace, phases: Callable[[DevQuorum, PhaseCpu, Callable], None]) -> None:
+    """``phases`` (one client's produce and consume) on a new cluster, stopped after. Why not one
+    cluster for both clients: a produce phase that starts with empty write buffers leaves its
+    last RocksDB memtable unflushed (up to ``write_buffer_size``, 64 MiB, per broker), and the
+    next client's produce paid for flushing it: in one cluster librdkafka's phase, always
+    first, flushed one 57-60 MB memtable per broker for about 100 MB written, ours two and a
+    half for 107 MB (the brokers' RocksDB LOGs, docs/brokers.md "Per core, against issue 31's
+    base"). Each client now starts from the same state."""
     base = Path(tempfile.mkdtemp(prefix="kafkabench"))
     extra = dict(kv.split("=", 1) for kv in args.broker_config)
     cluster = three_brokers(base, extra, metrics=args.requests)
     cluster.start()
     try:
         asyncio.run(cluster.wait_for_brokers(timeout=90))
-        kafka, grpc = cluster.kafka_bootstrap_servers, cluster.bootstrap_servers
-        topics = {"confluent-kafka": "bench-confluent", "pykraft-client": "bench-pykraft"}
-        create_topics(kafka, list(topics.values()), args.partitions)
-
         cpu = PhaseCpu(cluster)  # each phase is called at once, inside cpu.of
         counted = RequestCounts(cluster).of if args.requests else lambda phase: phase()
-        row = counted(lambda: cpu.of(lambda: confluent_produce(kafka, topics["confluent-kafka"], args), args.value))
-        emit(row)
-        consumer = dict(kv.split("=", 1) for kv in args.consumer_config)
-        emit(cpu.of(lambda: confluent_consume(kafka, topics["confluent-kafka"], row["messages"], args.value,
-                                              config=consumer, on_first=cpu.restart), args.value))
-
-        row = counted(lambda: cpu.of(lambda: asyncio.run(pykraft_produce(grpc, topics["pykraft-client"], args)),
-                                     args.value))
-        emit(row)
-        emit(cpu.of(lambda: pykraft_consume(grpc, topics["pykraft-client"], row["messages"], args.value,
-                                            on_first=cpu.restart), args.value))
+        phases(cluster, cpu, counted)
     finally:
         stop_cluster(cluster, base, args.keep)
 

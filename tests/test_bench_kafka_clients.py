@@ -109,3 +109,59 @@ def test_our_consume_phase_is_timed_from_its_first_records_to_its_last(tmp_path)
     assert (row["messages"], row["complete"], len(firsts)) == (3000, True, 1)
     # it stopped at the 3000th record, not after the 10 s without records that end a short read
     assert returned - firsts[0] < 10
+
+
+def test_each_client_produces_and_consumes_on_a_cluster_of_its_own(monkeypatch, tmp_path) -> None:
+    """A produce phase that starts with empty RocksDB write buffers leaves its last memtable
+    unflushed; in one shared cluster the second client's produce paid for flushing the first
+    client's (two and a half memtables per broker against one). Each client's phases now run
+    on a new cluster, stopped before the next client's starts."""
+    import argparse
+    import asyncio
+
+    import bench.kafka_clients as kc
+
+    events: list[tuple[str, ...]] = []
+
+    class Cluster:
+        broker_procs: dict = {}
+
+        def __init__(self, n: int) -> None:
+            self.name = f"cluster{n}"
+            self.kafka_bootstrap_servers = self.bootstrap_servers = self.name
+
+        def start(self) -> None:
+            events.append(("start", self.name))
+
+        async def wait_for_brokers(self, timeout: float) -> None:
+            await asyncio.sleep(0)
+
+        def stop(self) -> None:
+            events.append(("stop", self.name))
+
+    clusters = iter(range(2))
+    monkeypatch.setattr(kc, "three_brokers", lambda base, extra, metrics=False: Cluster(next(clusters)))
+    monkeypatch.setattr(kc, "fetch_conversion", lambda value: {})
+    monkeypatch.setattr(kc, "emit", lambda row: None)
+    monkeypatch.setattr(kc, "log_summary", lambda base: {})
+    monkeypatch.setattr(kc, "create_topics", lambda where, names, n: events.append(("topics", where, *names)))
+
+    def phase(name: str):
+        def run(where: str, *args, **kwargs) -> dict:
+            events.append((name, where))
+            return {"messages": 10}
+        return run
+    monkeypatch.setattr(kc, "confluent_produce", phase("librdkafka produce"))
+    monkeypatch.setattr(kc, "confluent_consume", phase("librdkafka consume"))
+    monkeypatch.setattr(kc, "pykraft_consume", phase("our consume"))
+
+    async def pykraft_produce(where: str, *args) -> dict:
+        return phase("our produce")(where)
+    monkeypatch.setattr(kc, "pykraft_produce", pykraft_produce)
+
+    kc.run(argparse.Namespace(value=256, consumer_config=[], broker_config=[], requests=False, partitions=6,
+                              keep=False))
+    assert events == [("start", "cluster0"), ("topics", "cluster0", "bench-confluent"),
+                      ("librdkafka produce", "cluster0"), ("librdkafka consume", "cluster0"), ("stop", "cluster0"),
+                      ("start", "cluster1"), ("topics", "cluster1", "bench-pykraft"),
+                      ("our produce", "cluster1"), ("our consume", "cluster1"), ("stop", "cluster1")]
