@@ -1357,6 +1357,56 @@ def test_a_kafka_listener_answers_in_order_what_its_handlers_finish_out_of_order
     run(go())
 
 
+def test_a_handler_cancelled_from_inside_closes_only_its_connection_with_one_line(caplog):
+    """A handler that raises CancelledError while its connection is not being cancelled (it
+    awaited a future that someone else cancelled) fails as a handler that raises any error
+    does: its connection is closed after the answers before it, with one line that says so, no
+    traceback; the requests of other connections are answered, and the listener keeps
+    accepting connections and serving them."""
+    import logging
+    import socket
+
+    async def go() -> None:
+        apis = _GatedApis()
+        listener, first = await _gated_listener(apis)
+        loop = asyncio.get_running_loop()
+        second = socket.create_connection(("127.0.0.1", listener.port))
+        second.setblocking(False)
+        try:
+            await _send_requests(first, 1, 2)
+            await eventually(lambda: len(apis.gates) == 2, 5, what="two requests in flight")
+            await _send_requests(second, 3)
+            await eventually(lambda: 3 in apis.gates, 5, what="the other connection's request in flight")
+            apis.gates[2].cancel()  # its handler's await raises CancelledError; no one cancelled its task
+            apis.gates[1].set_result(None)
+            assert await _answers(first, 1) == [1]
+            assert await asyncio.wait_for(loop.sock_recv(first, 1 << 16), 5) == b""  # closed after 1
+            await eventually(lambda: len(listener._connections) == 1, 5, what="the closed connection's task ended")
+            apis.gates[3].set_result(None)
+            assert await _answers(second, 1) == [3]
+            third = socket.create_connection(("127.0.0.1", listener.port))
+            third.setblocking(False)
+            try:
+                await _send_requests(third, 4)
+                await eventually(lambda: 4 in apis.gates, 5, what="a new connection's request in flight")
+                apis.gates[4].set_result(None)
+                assert await _answers(third, 1) == [4]
+            finally:
+                third.close()
+        finally:
+            first.close()
+            second.close()
+            await listener.stop()
+        assert _others() == []
+    with caplog.at_level(logging.INFO):
+        run(go())
+    lines = [r.getMessage() for r in caplog.records if r.name == "brokerd.kafka"]
+    assert len(lines) == 1 and "\n" not in lines[0], lines
+    assert lines[0].endswith("api key 18 v0 failed: CancelledError (cancelled inside its handler)"), lines
+    assert not [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
+    assert not [r for r in caplog.records if r.name == "asyncio"], caplog.records
+
+
 def test_a_kafka_listener_writes_an_answer_in_its_handlers_last_turn():
     """A request's answer is written by its own task as its handler returns: the loop turn that
     resumes a handler (a long poll's timer, replication's acknowledgement) writes the answer,
