@@ -169,6 +169,59 @@ def test_retention_by_size_and_time_uses_range_deletes(tmp_path):
     run(go())
 
 
+class _CountedReads:
+    """A RocksDB handle whose iterators count the values read through them (``it.value()``)."""
+
+    def __init__(self, db) -> None:
+        self.db, self.values = db, 0
+
+    def __getattr__(self, name):
+        return getattr(self.db, name)
+
+    def iter(self, *args):
+        counted, it = self, self.db.iter(*args)
+
+        class Counted:
+            def __getattr__(self, name):
+                return getattr(it, name)
+
+            def value(self):
+                counted.values += 1
+                return it.value()
+        return Counted()
+
+
+def test_retention_reads_the_values_of_the_batches_it_deletes_and_one_more(tmp_path):
+    """Retention's scan (every log.retention.check.interval.ms) stops at the first batch it
+    keeps: a scan that deletes nothing reads one value, one that deletes k batches reads k + 1
+    to choose them and as many to delete them, whatever the log holds after them. It read
+    every value of the partition, twice when it deleted (Kafka's retention reads no data:
+    each segment's largest timestamp and size are kept beside it)."""
+    async def go():
+        store = LogStore(str(tmp_path))
+        log = PartitionLog(store, uuid.uuid4(), 0)
+        old = int(time.time() * 1000) - 3_600_000
+        for i in range(40):
+            await log.append_as_leader(_batch(2, 100, ts=old if i < 3 else None), 0)
+        log.set_high_watermark(log.log_end_offset)
+        now = int(time.time() * 1000)
+        sizes = [b.size for b in log.stored_batches()]
+        log.db = reads = _CountedReads(log.db)
+        assert log.retention_offset(now, 7 * 24 * 3_600_000, -1) == 0  # nothing old enough
+        assert reads.values == 1
+        reads.values = 0
+        assert log.retention_offset(now, 60_000, -1) == 6  # three old batches of two records
+        assert reads.values == 4
+        reads.values = 0
+        assert log.delete_before(6) == sum(sizes[:3]) and log.log_start_offset == 6
+        assert reads.values == 4
+        reads.values = 0
+        assert log.retention_offset(now, -1, sum(sizes[5:])) == 10  # by size: two more go
+        assert reads.values == 3
+        await store.close()
+    run(go())
+
+
 def test_synced_writes_group_commit(tmp_path):
     async def go():
         store = LogStore(str(tmp_path), FlushPolicy(interval_messages=1))
