@@ -470,19 +470,24 @@ class PartitionLog:
         return out, size
 
     def stored_batches(self, start: int | None = None) -> list[StoredBatch]:
-        """Heads of the stored batches from ``start`` (for retention and truncation)."""
+        """Heads of the stored batches from ``start`` (for truncation, compaction, offsets)."""
+        return list(self.oldest_batches(start))
+
+    def oldest_batches(self, start: int | None = None) -> Iterator[StoredBatch]:
+        """Heads of the stored batches from ``start``, oldest first, each value read (with
+        RocksDB's checks) as the caller steps to it: retention, which stops at the first batch
+        it keeps, reads that many values, not the whole log. A batch's last offset, newest
+        timestamp and size are in its value's head only (its key holds the base offset)."""
         ro = self._range()  # must outlive the iterator: RocksDB keeps a pointer to its bounds
         it = self.db.iter(ro)
         it.seek(self._data if start is None else self._key(start))
-        out = []
         n = len(self._data)
         while it.valid():
             k, v = it.key(), it.value()
             last, max_ts, pid, epoch, seq = _HEAD.unpack_from(v)
-            out.append(StoredBatch(int.from_bytes(k[n:], "big"), last, max_ts, len(v), pid, epoch, seq))
+            yield StoredBatch(int.from_bytes(k[n:], "big"), last, max_ts, len(v), pid, epoch, seq)
             it.next()
-        self.store.check(it)
-        return out
+        self.store.check(it)  # the end of the range, or a checksum that failed
 
     def batch_at(self, offset: int) -> pb.RecordBatch | None:
         """The batch holding ``offset``, decoded."""
@@ -622,11 +627,14 @@ class PartitionLog:
         offset = min(offset, self.high_watermark)
         if offset <= self.log_start_offset:
             return 0
-        doomed = [b for b in self.stored_batches(None) if b.last_offset < offset]
-        freed = sum(b.size for b in doomed)
+        freed, end = 0, None  # the doomed batches are the oldest: read up to the first that stays
+        for b in self.oldest_batches(None):
+            if b.last_offset >= offset:
+                break
+            freed, end = freed + b.size, b.last_offset + 1
         wb = WriteBatch(raw_mode=True)
-        if doomed:
-            wb.delete_range(self._data, self._key(doomed[-1].last_offset + 1))
+        if end is not None:
+            wb.delete_range(self._data, self._key(end))
         dropped, moved = self.epochs.truncate_from_start(offset)
         for e in dropped:
             wb.delete(self._epoch_key(e))
@@ -714,7 +722,7 @@ class PartitionLog:
         needs."""
         start = self.log_start_offset
         remaining = self.size_bytes
-        for b in self.stored_batches(None):
+        for b in self.oldest_batches(None):  # stops at the first batch kept: nothing after it is read
             if b.last_offset >= self.high_watermark:
                 break
             too_old = retention_ms >= 0 and b.max_timestamp < now_ms - retention_ms

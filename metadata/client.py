@@ -107,7 +107,7 @@ class ControllerClient(LeaderClient):
         #: The open streams (``send(..., streamed=True)``), by channel and stream method: one
         #: per method, to the controller last asked.
         self._streams: dict[tuple[grpc.aio.Channel, str], InOrderStream] = {}
-        #: Controllers that answered a stream UNIMPLEMENTED (an older version): sent unary
+        #: Servers that answered a stream UNIMPLEMENTED (an older controller, or not a controller): sent unary
         #: calls until the client moves to another controller (a rolling upgrade restarts it).
         self._unary_only: set[tuple[grpc.aio.Channel, str]] = set()
 
@@ -253,8 +253,10 @@ class ControllerClient(LeaderClient):
                 raise
         self._unary_only.add(key)
         address = next((a for a, ch in self._channels.items() if ch is channel), "?")
-        log.info("the controller at %s does not serve %s (an older version): sending it %s calls", address,
-                 rpc.stream, rpc.name)
+        # gRPC answers UNIMPLEMENTED alike for a method its service lacks and for a service it
+        # does not serve: an older controller, or a broker's or another server's port.
+        log.info("the server at %s does not serve %s (an older controller, or not a controller): "
+                 "sending it %s calls", address, rpc.stream, rpc.name)
         return await unary(channel, timeout)
 
     async def close(self) -> None:

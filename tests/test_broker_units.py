@@ -169,6 +169,59 @@ def test_retention_by_size_and_time_uses_range_deletes(tmp_path):
     run(go())
 
 
+class _CountedReads:
+    """A RocksDB handle whose iterators count the values read through them (``it.value()``)."""
+
+    def __init__(self, db) -> None:
+        self.db, self.values = db, 0
+
+    def __getattr__(self, name):
+        return getattr(self.db, name)
+
+    def iter(self, *args):
+        counted, it = self, self.db.iter(*args)
+
+        class Counted:
+            def __getattr__(self, name):
+                return getattr(it, name)
+
+            def value(self):
+                counted.values += 1
+                return it.value()
+        return Counted()
+
+
+def test_retention_reads_the_values_of_the_batches_it_deletes_and_one_more(tmp_path):
+    """Retention's scan (every log.retention.check.interval.ms) stops at the first batch it
+    keeps: a scan that deletes nothing reads one value, one that deletes k batches reads k + 1
+    to choose them and as many to delete them, whatever the log holds after them. It read
+    every value of the partition, twice when it deleted (Kafka's retention reads no data:
+    each segment's largest timestamp and size are kept beside it)."""
+    async def go():
+        store = LogStore(str(tmp_path))
+        log = PartitionLog(store, uuid.uuid4(), 0)
+        old = int(time.time() * 1000) - 3_600_000
+        for i in range(40):
+            await log.append_as_leader(_batch(2, 100, ts=old if i < 3 else None), 0)
+        log.set_high_watermark(log.log_end_offset)
+        now = int(time.time() * 1000)
+        sizes = [b.size for b in log.stored_batches()]
+        log.db = reads = _CountedReads(log.db)
+        assert log.retention_offset(now, 7 * 24 * 3_600_000, -1) == 0  # nothing old enough
+        assert reads.values == 1
+        reads.values = 0
+        assert log.retention_offset(now, 60_000, -1) == 6  # three old batches of two records
+        assert reads.values == 4
+        reads.values = 0
+        assert log.delete_before(6) == sum(sizes[:3]) and log.log_start_offset == 6
+        assert reads.values == 4
+        reads.values = 0
+        assert log.retention_offset(now, -1, sum(sizes[5:])) == 10  # by size: two more go
+        assert reads.values == 3
+        await store.close()
+    run(go())
+
+
 def test_synced_writes_group_commit(tmp_path):
     async def go():
         store = LogStore(str(tmp_path), FlushPolicy(interval_messages=1))
@@ -1355,6 +1408,56 @@ def test_a_kafka_listener_answers_in_order_what_its_handlers_finish_out_of_order
             await listener.stop()
         assert _others() == []
     run(go())
+
+
+def test_a_handler_cancelled_from_inside_closes_only_its_connection_with_one_line(caplog):
+    """A handler that raises CancelledError while its connection is not being cancelled (it
+    awaited a future that someone else cancelled) fails as a handler that raises any error
+    does: its connection is closed after the answers before it, with one line that says so, no
+    traceback; the requests of other connections are answered, and the listener keeps
+    accepting connections and serving them."""
+    import logging
+    import socket
+
+    async def go() -> None:
+        apis = _GatedApis()
+        listener, first = await _gated_listener(apis)
+        loop = asyncio.get_running_loop()
+        second = socket.create_connection(("127.0.0.1", listener.port))
+        second.setblocking(False)
+        try:
+            await _send_requests(first, 1, 2)
+            await eventually(lambda: len(apis.gates) == 2, 5, what="two requests in flight")
+            await _send_requests(second, 3)
+            await eventually(lambda: 3 in apis.gates, 5, what="the other connection's request in flight")
+            apis.gates[2].cancel()  # its handler's await raises CancelledError; no one cancelled its task
+            apis.gates[1].set_result(None)
+            assert await _answers(first, 1) == [1]
+            assert await asyncio.wait_for(loop.sock_recv(first, 1 << 16), 5) == b""  # closed after 1
+            await eventually(lambda: len(listener._connections) == 1, 5, what="the closed connection's task ended")
+            apis.gates[3].set_result(None)
+            assert await _answers(second, 1) == [3]
+            third = socket.create_connection(("127.0.0.1", listener.port))
+            third.setblocking(False)
+            try:
+                await _send_requests(third, 4)
+                await eventually(lambda: 4 in apis.gates, 5, what="a new connection's request in flight")
+                apis.gates[4].set_result(None)
+                assert await _answers(third, 1) == [4]
+            finally:
+                third.close()
+        finally:
+            first.close()
+            second.close()
+            await listener.stop()
+        assert _others() == []
+    with caplog.at_level(logging.INFO):
+        run(go())
+    lines = [r.getMessage() for r in caplog.records if r.name == "brokerd.kafka"]
+    assert len(lines) == 1 and "\n" not in lines[0], lines
+    assert lines[0].endswith("api key 18 v0 failed: CancelledError (cancelled inside its handler)"), lines
+    assert not [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
+    assert not [r for r in caplog.records if r.name == "asyncio"], caplog.records
 
 
 def test_a_kafka_listener_writes_an_answer_in_its_handlers_last_turn():

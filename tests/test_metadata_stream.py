@@ -15,12 +15,12 @@ from typing import Any, AsyncIterator
 import grpc
 import pytest
 
-from common.errors import ErrorCode
+from common.errors import ErrorCode, KafkaError
 from common.metrics import MetricsEndpoint
 from metadata.client import ControllerClient
 from metadata.service import ControllerService
 from protos import controller_pb2 as pb
-from protos import controller_pb2_grpc
+from protos import broker_pb2_grpc, controller_pb2_grpc
 from raft.transport import add_service
 from tests.controllers import InProcessQuorum, TestBroker
 from tests.eventually import eventually
@@ -249,6 +249,32 @@ def test_a_controller_without_the_stream_gets_unary_calls(caplog):
         asyncio.run(go())
     said = [r.getMessage() for r in caplog.records if "does not serve FetchMetadataStream" in r.getMessage()]
     assert len(said) == 1 and "sending it FetchMetadata calls" in said[0]
+
+
+def test_a_server_that_is_not_a_controller_is_not_called_an_older_version(caplog):
+    """A controller address that names another gRPC server (here one serving only the Broker
+    service, as a broker's port does) answers the stream UNIMPLEMENTED as an older controller
+    does: the one log line says what is known (the server does not serve the stream: an older
+    controller, or not a controller), and the unary call then fails with the one line that
+    names the address as not a controller listener."""
+    async def go() -> KafkaError:
+        server = grpc.aio.server()
+        add_service(server, broker_pb2_grpc.add_BrokerServicer_to_server, broker_pb2_grpc.BrokerServicer())
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        try:
+            async with ControllerClient([f"127.0.0.1:{port}"], timeout=10, attempt_timeout=2) as c:
+                with pytest.raises(KafkaError) as refused:
+                    await c.fetch_metadata(pb.FetchMetadataRequest(offset=1), streamed=True)
+            return refused.value
+        finally:
+            await server.stop(0)
+    with caplog.at_level(logging.INFO, logger="metadata.client"):
+        refused = asyncio.run(go())
+    assert refused.code == ErrorCode.INVALID_REQUEST and "is not a controller listener" in str(refused)
+    said = [r.getMessage() for r in caplog.records if "does not serve FetchMetadataStream" in r.getMessage()]
+    assert len(said) == 1 and "\n" not in said[0], said
+    assert "an older controller, or not a controller" in said[0] and "older version" not in said[0], said
 
 
 @pytest.mark.parametrize("method", ["FetchMetadataStream", "BrokerHeartbeatStream"])

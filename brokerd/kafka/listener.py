@@ -324,9 +324,19 @@ class _Answers:
         if isinstance(e, CloseConnection):
             log.info("closing the Kafka connection from %s after an acks=0 produce failed: %s", self.where, e)
         elif not isinstance(e, ConnectionError):
-            log.error("closing the Kafka connection from %s: api key %d v%d failed: %s: %s", self.where,
-                      header.api_key, header.api_version, type(e).__name__, e)
+            log.error("closing the Kafka connection from %s: api key %d v%d failed: %s", self.where,
+                      header.api_key, header.api_version, _failure(e))
         self.closed = True
+
+
+def _failure(e: BaseException) -> str:
+    """A handler's failure in a few words: its type and message (a bare CancelledError, from a
+    future its handler awaited that something else cancelled, has none: ``_answer`` tells it
+    from the listener's own cancellation by the task's ``cancelling()``)."""
+    what = type(e).__name__
+    if isinstance(e, asyncio.CancelledError):
+        what += " (cancelled inside its handler)"
+    return f"{what}: {e}" if str(e) else what
 
 
 class _Mute:
