@@ -133,8 +133,14 @@ async def _fail_the_leader(c: BrokerCluster) -> None:
     async def moved() -> cpb.PartitionInfo | None:
         p = await partition(c)
         return p if p.leader in (102, 103) and LEADER not in p.isr else None
-    after = await eventually(moved, 30, interval=0.1, what="a new leader from the ISR, the failed broker out of it")
-    assert sorted(after.isr) == [102, 103]
+    await eventually(moved, 30, interval=0.1, what="a new leader from the ISR, the failed broker out of it")
+
+    async def both_followers_in_sync() -> bool:
+        # Not asserted at once: with replica.lag.time.max.ms at 1 s, a loaded machine can
+        # leave a follower out of the ISR when the leader halts (seen: [103]); it catches up
+        # from the new leader and rejoins.
+        return sorted((await partition(c)).isr) == [102, 103]
+    await eventually(both_followers_in_sync, 30, interval=0.1, what="both surviving replicas in the ISR")
     assert await reading == list(range(40))
 
     # Producing goes on, on the new leader; everything acknowledged is there, in order.
