@@ -49,7 +49,7 @@ from rocksdict import (BlockBasedOptions, ChecksumType, Options, Rdict, ReadOpti
 
 from brokerd.log_store import store_options
 
-from .common import cpu_seconds, emit
+from .common import cpu_seconds, emit, thread_cpu, thread_cpu_delta
 
 # Tweaks of the SST layout tried under --sustained (name -> what it sets on top of "sst").
 SST_TWEAKS = ("sst", "sst-l0", "sst-big")
@@ -57,6 +57,17 @@ SST_TWEAKS = ("sst", "sst-l0", "sst-big")
 # Options has no setter for it): level 0's files, the newest data, keep values in XXH3-checked
 # blocks; the first compaction out of level 0 moves them to blob files.
 HYBRID_LEVEL = 1
+
+
+# Tweaks of the blob layout tried under --sustained (issue 31, the brokers' storage CPU per MB):
+# name -> what it sets on top of "blob", brokerd.log_store's options.
+BLOB_TWEAKS = {
+    "blob-nogc": "no blob garbage collection: a blob file goes when every blob in it is garbage",
+    "blob-gc05": "garbage collection of the oldest 5 % of blob files instead of 25 %",
+    "blob-wb": "two memtables merged per flush (min_write_buffer_number_to_merge 2)",
+    "blob-direct": "flushes and compactions write with O_DIRECT, bypassing the page cache",
+    "blob-sync": "flushes, compactions (bytes_per_sync) and the WAL (wal_bytes_per_sync) synced in 1 MiB steps",
+}
 
 
 def xxh3_table() -> BlockBasedOptions:
@@ -74,10 +85,24 @@ def open_store(path: str, layout: str) -> Rdict:
 
 
 def options(layout: str) -> Options:
-    """``brokerd.log_store``'s options (``blob``), its blocks checked with XXH3 (``hybrid``),
-    or without blob files, their blocks checked with XXH3 (``sst`` and its tweaks)."""
+    """``brokerd.log_store``'s options (``blob``) and its tweaks (``BLOB_TWEAKS``), its blocks
+    checked with XXH3 (``hybrid``), or without blob files, their blocks checked with XXH3
+    (``sst`` and its tweaks)."""
     o = store_options()
     if layout == "blob":
+        return o
+    if layout in BLOB_TWEAKS:
+        if layout == "blob-nogc":
+            o.set_enable_blob_gc(False)
+        elif layout == "blob-gc05":
+            o.set_blob_gc_age_cutoff(0.05)
+        elif layout == "blob-wb":
+            o.set_min_write_buffer_number_to_merge(2)
+        elif layout == "blob-direct":
+            o.set_use_direct_io_for_flush_and_compaction(True)
+        elif layout == "blob-sync":
+            o.set_bytes_per_sync(1 << 20)
+            o.set_wal_bytes_per_sync(1 << 20)
         return o
     o.set_block_based_table_factory(xxh3_table())
     if layout == "hybrid":
@@ -164,6 +189,21 @@ def rocksdb_stats(db: Rdict) -> dict[str, float]:
     return out
 
 
+def blob_gc_gb(db: Rdict) -> float:
+    """GB that blob garbage collection wrote (blobs relocated by compactions), from
+    ``rocksdb.stats``'s per-level table: its last column, ``Wblob(GB)``, added up over the
+    levels below 0 (level 0's are the flushes')."""
+    text = db.property_value("rocksdb.stats") or ""
+    if "Wblob(GB)" not in text:
+        return -1.0
+    total = 0.0
+    for line in text.split("** Compaction Stats")[1].splitlines():
+        cells = line.split()
+        if cells and re.fullmatch(r"L[1-9]", cells[0]):
+            total += float(cells[-1])
+    return round(total, 3)
+
+
 def settle(db: Rdict, limit: float) -> float:
     """Wait (up to ``limit`` s) until no flush or compaction runs or is pending; returns the wait."""
     t0 = time.perf_counter()
@@ -197,6 +237,7 @@ def sustained(layout: str, base: str, partitions: int, write_bytes: int, retain_
     space_samples: list[float] = []
     try:
         disk0, cpu0, wall0 = disk_bytes_written(pid), cpu_seconds(pid), time.perf_counter()
+        threads0 = thread_cpu(pid)
         since_check, p = 0, 0
         while put < write_bytes:
             value = values[rng.randrange(len(values))]
@@ -235,8 +276,10 @@ def sustained(layout: str, base: str, partitions: int, write_bytes: int, retain_
         db.flush(True)
         waited = settle(db, 600)
         cpu = cpu_seconds(pid) - cpu0
+        threads = thread_cpu_delta(threads0, thread_cpu(pid))
         disk = disk_bytes_written(pid) - disk0
         stats = rocksdb_stats(db)
+        gc_gb = blob_gc_gb(db)
         end_space = dir_bytes(path)
         levels = [db.property_int_value(f"rocksdb.num-files-at-level{n}") for n in range(7)]
         blob_files = db.property_int_value("rocksdb.num-blob-files") or 0
@@ -274,6 +317,11 @@ def sustained(layout: str, base: str, partitions: int, write_bytes: int, retain_
     return {"layout": layout, "partitions": partitions, "GB_put": round(gb, 2), "GB_retained": round(live / 1e9, 2),
             "write_MB_per_s": round(put / 1e6 / wall, 1), "settle_s": round(waited, 1),
             "write_cpu_ms_per_MB": round(cpu / (put / 1e6) * 1e3, 3),
+            # per thread, user + system: main (the writes: WAL, memtable; and this loop),
+            # rocksdb:high (flushes), rocksdb:low (compactions, blob garbage collection)
+            "thread_cpu_ms_per_MB": {name: [round(u / (put / 1e6) * 1e3, 3), round(s / (put / 1e6) * 1e3, 3)]
+                                     for name, (u, s) in sorted(threads.items()) if u + s > 0},
+            "blob_gc_GB": gc_gb,
             "write_p99_ms": round(lat[int(len(lat) * 0.99)] * 1e3, 1), "write_max_ms": round(lat[-1] * 1e3, 1),
             "disk_write_amp": round(disk / put, 2),
             # RocksDB's cumulative compaction bytes count its flushes' too (as level 0's)
@@ -304,7 +352,8 @@ def main() -> None:
     ap.add_argument("--write-gb", type=float, default=30)
     ap.add_argument("--retain-gb", type=float, default=5)
     ap.add_argument("--check-mb", type=float, default=256, help="--sustained: retention runs every this many MB")
-    ap.add_argument("--layouts", default="blob,sst", help=f"--sustained: from blob,hybrid,{','.join(SST_TWEAKS)}")
+    ap.add_argument("--layouts", default="blob,sst",
+                    help=f"--sustained: from blob,hybrid,{','.join(SST_TWEAKS)},{','.join(BLOB_TWEAKS)}")
     ap.add_argument("--dir", default=None, help="--sustained: where the stores go (default: the temp dir)")
     args = ap.parse_args()
     if args.sustained:
