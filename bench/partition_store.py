@@ -47,7 +47,7 @@ from typing import Any
 from rocksdict import (BlockBasedOptions, ChecksumType, Options, Rdict, ReadOptions, WriteBatch,
                        WriteOptions)
 
-from brokerd.log_store import store_options
+from brokerd.log_store import BlobGarbageCollection, store_options
 
 from .common import cpu_seconds, emit, thread_cpu, thread_cpu_delta
 
@@ -60,14 +60,18 @@ HYBRID_LEVEL = 1
 
 
 # Tweaks of the blob layout tried under --sustained (issue 31, the brokers' storage CPU per MB):
-# name -> what it sets on top of "blob", brokerd.log_store's options.
+# name -> what it sets on top of "blob", brokerd.log_store's options and its switching of blob
+# garbage collection (``BlobGarbageCollection``, called every 64 MiB put as LogStore does).
 BLOB_TWEAKS = {
+    "blob-gc": "blob garbage collection always on (the brokers' setting before)",
     "blob-nogc": "no blob garbage collection: a blob file goes when every blob in it is garbage",
-    "blob-gc05": "garbage collection of the oldest 5 % of blob files instead of 25 %",
+    "blob-gc05": "garbage collection always on, of the oldest 5 % of blob files instead of 25 %",
     "blob-wb": "two memtables merged per flush (min_write_buffer_number_to_merge 2)",
     "blob-direct": "flushes and compactions write with O_DIRECT, bypassing the page cache",
     "blob-sync": "flushes, compactions (bytes_per_sync) and the WAL (wal_bytes_per_sync) synced in 1 MiB steps",
 }
+# The layouts whose blob garbage collection is set once, not switched by BlobGarbageCollection.
+FIXED_GC = ("blob-gc", "blob-nogc", "blob-gc05")
 
 
 def xxh3_table() -> BlockBasedOptions:
@@ -92,10 +96,15 @@ def options(layout: str) -> Options:
     if layout == "blob":
         return o
     if layout in BLOB_TWEAKS:
-        if layout == "blob-nogc":
+        if layout == "blob-gc":
+            o.set_enable_blob_gc(True)
+            o.set_blob_gc_force_threshold(1.0)  # RocksDB's default, as before
+        elif layout == "blob-nogc":
             o.set_enable_blob_gc(False)
         elif layout == "blob-gc05":
+            o.set_enable_blob_gc(True)
             o.set_blob_gc_age_cutoff(0.05)
+            o.set_blob_gc_force_threshold(1.0)
         elif layout == "blob-wb":
             o.set_min_write_buffer_number_to_merge(2)
         elif layout == "blob-direct":
@@ -219,15 +228,20 @@ def settle(db: Rdict, limit: float) -> float:
 
 
 def sustained(layout: str, base: str, partitions: int, write_bytes: int, retain_bytes: int, check_bytes: int,
-              values: list[bytes], seed: int, tail_bytes: int = 256 << 20) -> dict[str, Any]:
+              values: list[bytes], seed: int, tail_bytes: int = 256 << 20, slow_every: int = 0) -> dict[str, Any]:
     """Append ``write_bytes`` round-robin over ``partitions`` with retention keeping about
-    ``retain_bytes``; then scan what is retained."""
+    ``retain_bytes``; then scan what is retained. ``slow_every``: one more partition gets a
+    16 KiB batch every that many bytes put and keeps all it gets (a topic retained far longer
+    than the others: each of its batches keeps a blob file from emptying)."""
     path = tempfile.mkdtemp(prefix=f"partition-store-{layout}-", dir=base)
     rng = random.Random(seed)  # the same value sizes for every layout
     db = open_store(path, layout)
     pid = os.getpid()
     topic = uuid.UUID(int=seed).bytes
     prefixes = [topic + p.to_bytes(4, "big") for p in range(partitions)]
+    gc = None if layout in FIXED_GC or not layout.startswith(("blob", "hybrid")) else BlobGarbageCollection()
+    gc_on_checks = gc_checks = 0
+    slow_prefix, slow_offset, since_slow = topic + partitions.to_bytes(4, "big"), 0, 0
     kept: list[collections.deque[tuple[int, int]]] = [collections.deque() for _ in range(partitions)]
     kept_bytes, next_offset = [0] * partitions, [0] * partitions
     per_partition = retain_bytes // partitions
@@ -255,6 +269,20 @@ def sustained(layout: str, base: str, partitions: int, write_bytes: int, retain_
             live += len(value)
             since_check += len(value)
             p = (p + 1) % partitions
+            if gc is not None and put >= gc.next_check:
+                gc.next_check = put + gc.EVERY
+                gc_checks += 1
+                gc_on_checks += gc.check(db)
+            since_slow += len(value)
+            if slow_every and since_slow >= slow_every:
+                since_slow = 0
+                wb = WriteBatch(raw_mode=True)
+                wb.put(b"d" + slow_prefix + slow_offset.to_bytes(8, "big"), values[0])
+                slow_offset += len(values[0]) // 256
+                wb.put(b"s" + slow_prefix, slow_offset.to_bytes(8, "big") * 4)
+                db.write(wb, plain)
+                put += len(values[0])
+                live += len(values[0])
             if since_check >= check_bytes:  # retention: one range delete per partition over its share
                 since_check = 0
                 for q in range(partitions):
@@ -322,6 +350,8 @@ def sustained(layout: str, base: str, partitions: int, write_bytes: int, retain_
             "thread_cpu_ms_per_MB": {name: [round(u / (put / 1e6) * 1e3, 3), round(s / (put / 1e6) * 1e3, 3)]
                                      for name, (u, s) in sorted(threads.items()) if u + s > 0},
             "blob_gc_GB": gc_gb,
+            # BlobGarbageCollection's checks, and how many found it on (None: set once)
+            "gc_on_checks": f"{gc_on_checks}/{gc_checks}" if gc is not None else None,
             "write_p99_ms": round(lat[int(len(lat) * 0.99)] * 1e3, 1), "write_max_ms": round(lat[-1] * 1e3, 1),
             "disk_write_amp": round(disk / put, 2),
             # RocksDB's cumulative compaction bytes count its flushes' too (as level 0's)
@@ -354,6 +384,8 @@ def main() -> None:
     ap.add_argument("--check-mb", type=float, default=256, help="--sustained: retention runs every this many MB")
     ap.add_argument("--layouts", default="blob,sst",
                     help=f"--sustained: from blob,hybrid,{','.join(SST_TWEAKS)},{','.join(BLOB_TWEAKS)}")
+    ap.add_argument("--slow-every-mb", type=float, default=0,
+                    help="--sustained: one more partition, retained whole, gets a 16 KiB batch every this many MB")
     ap.add_argument("--dir", default=None, help="--sustained: where the stores go (default: the temp dir)")
     args = ap.parse_args()
     if args.sustained:
@@ -364,7 +396,8 @@ def main() -> None:
                 for layout in layouts if r % 2 == 0 else layouts[::-1]:
                     emit({"round": r, **sustained(layout, args.dir or tempfile.gettempdir(), n,
                                                   int(args.write_gb * 1e9), int(args.retain_gb * 1e9),
-                                                  int(args.check_mb * 1e6), values, seed=r * 1000 + n)})
+                                                  int(args.check_mb * 1e6), values, seed=r * 1000 + n,
+                                                  slow_every=int(args.slow_every_mb * 1e6))})
         return
     value = os.urandom(args.value)
     for r in range(args.rounds):
