@@ -24,8 +24,14 @@ partitions appended round-robin with values of 16 KiB to 1 MiB (librdkafka's bat
 ``--check-mb`` written, as ``PartitionLog.delete_before`` does, so that the store keeps about
 ``--retain-gb`` while ``--write-gb`` go through it. The layouts alternate.
 
+``--layouts`` also takes tweaks of the brokers' blob layout (``BLOB_TWEAKS``: blob garbage
+collection always on, as before issue 31's storage pass, or never; write buffers, O_DIRECT, syncs)
+and ``--slow-every-mb`` adds a partition retained whole (its batches keep blob files from
+emptying: what blob garbage collection is still for).
+
 JSON lines per layout and round: the process's CPU (every thread: RocksDB's flushes and
-compactions too, from /proc) per MB written and per MB scanned, write throughput, the p99 and
+compactions too, from /proc) per MB written, split by thread (the writing thread, RocksDB's
+flushes and its compactions), and per MB scanned, the blob bytes garbage collection rewrote, write throughput, the p99 and
 longest write, the bytes the process wrote to the disk (WAL, flushes, compactions) and
 RocksDB's compaction bytes beyond its flushes against the bytes put (write amplification), RocksDB's stall time, the directory's size
 against the live bytes (space amplification), and the SST files per level at the end.
