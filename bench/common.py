@@ -99,6 +99,42 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def thread_group(comm: str) -> str:
+    """A thread's name without its number (``rocksdb:low3`` -> ``rocksdb:low``, ``log-flush_0``
+    -> ``log-flush``), so that a pool's threads add up under one name."""
+    return comm.rstrip("0123456789").rstrip("_-") or comm
+
+
+def thread_cpu(pid: int) -> dict[str, tuple[float, float]]:
+    """User and system CPU seconds of a process's live threads, added up per ``thread_group``
+    of their names (/proc/PID/task/*/stat; a thread that ended meanwhile is not counted: its
+    CPU shows in the process's total, ``cpu_seconds``, under no thread). The main thread (a
+    broker's event loop) is ``main``; Python 3.11 does not name its other threads for the OS
+    (executors' threads are ``python``), RocksDB's and gRPC's name theirs."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, tuple[float, float]] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        name = "main" if task.name == str(pid) else thread_group(stat[stat.index("(") + 1:stat.rindex(")")])
+        fields = stat.rsplit(")", 1)[1].split()
+        user, system = out.get(name, (0.0, 0.0))
+        out[name] = (user + int(fields[11]) / tick, system + int(fields[12]) / tick)
+    return out
+
+
+def thread_cpu_delta(before: dict[str, tuple[float, float]],
+                     after: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+    """What each thread group spent between two ``thread_cpu`` readings (user, system)."""
+    out = {}
+    for name, (user, system) in after.items():
+        u0, s0 = before.get(name, (0.0, 0.0))
+        out[name] = (user - u0, system - s0)
+    return out
+
+
 def free_ports(n: int) -> list[int]:
     import socket
     socks = [socket.socket() for _ in range(n)]

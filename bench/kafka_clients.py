@@ -50,6 +50,11 @@ request), ``batches_per_request`` (librdkafka's statistics or our producer's met
 ``in_flight_mean`` (Produce requests awaiting an answer, sampled every 10 ms: librdkafka's
 ``waitresp_cnt``, our producer's count), so the two clients' requests compare in one cluster.
 
+``--threads`` (issue 31, the brokers' storage CPU): each produce and consume row also carries
+``brokers_threads``, the three brokers' CPU split by thread (the event loop, RocksDB's
+background flushes and compactions, executor threads, gRPC's), user and system, per MB
+(``with_threads``).
+
 Each row carries the issue's targets (``target_produce_msgs_per_s``,
 ``target_consume_msgs_per_s``). The benchmark, 3 controllers and 3 brokers share this
 machine's cores, which bounds what is measured here.
@@ -82,7 +87,7 @@ from protos import broker_pb2 as pb
 from common.tls import TLSConfig
 
 from .broker import MiB, _cpu_seconds, _pct, json_line
-from .common import REPO, emit, three_brokers
+from .common import REPO, emit, thread_cpu, thread_cpu_delta, three_brokers
 
 TARGETS = {"target_produce_msgs_per_s": 50000, "target_consume_msgs_per_s": 100000}
 BATCH_SIZE, LINGER_MS = 262144, 5
@@ -374,22 +379,29 @@ class PhaseCpu:
     the client is this process. A phase may ``restart`` the count (a group consumer at its
     first record: its join is not what is measured)."""
 
-    def __init__(self, cluster: DevQuorum) -> None:
+    def __init__(self, cluster: DevQuorum, threads: bool = False) -> None:
         self.pids = [p.pid for p in cluster.broker_procs.values()]
+        self.threads = threads
         self.restart()
 
     def _brokers(self) -> float:
         return sum(_cpu_seconds(p) for p in self.pids)
 
+    def _threads(self) -> list[dict[str, tuple[float, float]]]:
+        return [thread_cpu(p) for p in self.pids] if self.threads else []
+
     def restart(self) -> None:
         self.brokers, self.client, self.start = self._brokers(), _own_cpu(), time.perf_counter()
+        self.by_thread = self._threads()
 
     def of(self, phase: Callable[[], dict[str, Any]], value: int) -> dict[str, Any]:
         self.restart()
         row = phase()
         wall = time.perf_counter() - self.start
         client = row.get("client_cpu_s", _own_cpu() - self.client)
-        return with_cpu(row, self._brokers() - self.brokers, client, wall, value)
+        by_thread = [thread_cpu_delta(b, a) for b, a in zip(self.by_thread, self._threads(), strict=True)]
+        row = with_cpu(row, self._brokers() - self.brokers, client, wall, value)
+        return with_threads(row, by_thread, value) if self.threads else row
 
 
 def with_cpu(row: dict[str, Any], brokers: float, client: float, wall: float, value: int) -> dict[str, Any]:
@@ -402,6 +414,26 @@ def with_cpu(row: dict[str, Any], brokers: float, client: float, wall: float, va
             "msgs_per_broker_cpu_s": round(row["messages"] / brokers) if brokers > 0 else None,
             "client_cpu_s": round(client, 2), "client_cpu_us_per_msg": round(client / n * 1e6, 2),
             "brokers_cores": round(brokers / wall, 2), "client_cores": round(client / wall, 2)}
+
+
+def with_threads(row: dict[str, Any], by_thread: list[dict[str, tuple[float, float]]], value: int) -> dict[str, Any]:
+    """``row`` with ``brokers_threads`` (``--threads``): the three brokers' CPU per thread group
+    (``bench.common.thread_cpu``: ``main`` is the event loop, ``rocksdb:low`` / ``rocksdb:high``
+    RocksDB's compactions and flushes, ``python`` executor threads such as ``log-flush``'s,
+    gRPC's its own), added up over the brokers, as user and system ms per MB of the phase's
+    messages, largest first; ``per_broker_cpu_s``: each broker's total of its threads."""
+    mb = max(row["messages"] * value / 1e6, 1e-9)
+    total: dict[str, list[float]] = {}
+    for broker in by_thread:
+        for name, (user, system) in broker.items():
+            t = total.setdefault(name, [0.0, 0.0])
+            t[0] += user
+            t[1] += system
+    groups = {name: {"user_ms_per_MB": round(u / mb * 1e3, 3), "sys_ms_per_MB": round(s / mb * 1e3, 3),
+                     "cpu_s": round(u + s, 2)}
+              for name, (u, s) in sorted(total.items(), key=lambda kv: -sum(kv[1])) if u + s > 0}
+    return {**row, "brokers_threads": groups,
+            "per_broker_cpu_s": [round(sum(u + s for u, s in b.values()), 2) for b in by_thread]}
 
 
 def log_summary(base: Path) -> dict[str, Any]:
@@ -449,7 +481,7 @@ def client_phases(args: argparse.Namespace, phases: Callable[[DevQuorum, PhaseCp
     cluster.start()
     try:
         asyncio.run(cluster.wait_for_brokers(timeout=90))
-        cpu = PhaseCpu(cluster)  # each phase is called at once, inside cpu.of
+        cpu = PhaseCpu(cluster, args.threads)  # each phase is called at once, inside cpu.of
         counted = RequestCounts(cluster).of if args.requests else lambda phase: phase()
         phases(cluster, cpu, counted)
     finally:
@@ -523,7 +555,7 @@ def compare(args: argparse.Namespace) -> None:
     machine's load weighs on both alike); every row tagged ``tree`` (base or this) and
     ``round``, then the ``summaries``."""
     base = base_tree(args.base)
-    passed = [*(["--requests"] if args.requests else []), "--seconds", str(args.seconds),
+    passed = [*(["--requests"] if args.requests else []), *(["--threads"] if args.threads else []), "--seconds", str(args.seconds),
               "--messages", str(args.messages), "--value", str(args.value), "--partitions", str(args.partitions), *(a for kv in args.consumer_config for a in ("--consumer-config", kv))]
     ours = [a for kv in args.broker_config for a in ("--broker-config", kv)]
     try:
@@ -590,6 +622,8 @@ def main() -> None:
     ap.add_argument("--requests", action="store_true",
                     help="count Produce requests, batches and requests in flight per produce phase (the brokers "
                          "serve their metrics; with --base, the base's DevQuorum must have metrics)")
+    ap.add_argument("--threads", action="store_true",
+                    help="split the brokers' CPU per phase by thread (event loop, RocksDB's, gRPC's, executors')")
     ap.add_argument("--keep", action="store_true", help="keep the cluster's directory (logs, data)")
     ap.add_argument("--base", help="a commit to compare with: its tree and this one run in turn (see compare)")
     ap.add_argument("--rounds", type=int, default=3, help="with --base: runs of each tree")

@@ -24,8 +24,14 @@ partitions appended round-robin with values of 16 KiB to 1 MiB (librdkafka's bat
 ``--check-mb`` written, as ``PartitionLog.delete_before`` does, so that the store keeps about
 ``--retain-gb`` while ``--write-gb`` go through it. The layouts alternate.
 
+``--layouts`` also takes tweaks of the brokers' blob layout (``BLOB_TWEAKS``: blob garbage
+collection always on, as before issue 31's storage pass, or never; write buffers, O_DIRECT, syncs)
+and ``--slow-every-mb`` adds a partition retained whole (its batches keep blob files from
+emptying: what blob garbage collection is still for).
+
 JSON lines per layout and round: the process's CPU (every thread: RocksDB's flushes and
-compactions too, from /proc) per MB written and per MB scanned, write throughput, the p99 and
+compactions too, from /proc) per MB written, split by thread (the writing thread, RocksDB's
+flushes and its compactions), and per MB scanned, the blob bytes garbage collection rewrote, write throughput, the p99 and
 longest write, the bytes the process wrote to the disk (WAL, flushes, compactions) and
 RocksDB's compaction bytes beyond its flushes against the bytes put (write amplification), RocksDB's stall time, the directory's size
 against the live bytes (space amplification), and the SST files per level at the end.
@@ -47,9 +53,9 @@ from typing import Any
 from rocksdict import (BlockBasedOptions, ChecksumType, Options, Rdict, ReadOptions, WriteBatch,
                        WriteOptions)
 
-from brokerd.log_store import store_options
+from brokerd.log_store import BlobGarbageCollection, store_options
 
-from .common import cpu_seconds, emit
+from .common import cpu_seconds, emit, thread_cpu, thread_cpu_delta
 
 # Tweaks of the SST layout tried under --sustained (name -> what it sets on top of "sst").
 SST_TWEAKS = ("sst", "sst-l0", "sst-big")
@@ -57,6 +63,21 @@ SST_TWEAKS = ("sst", "sst-l0", "sst-big")
 # Options has no setter for it): level 0's files, the newest data, keep values in XXH3-checked
 # blocks; the first compaction out of level 0 moves them to blob files.
 HYBRID_LEVEL = 1
+
+
+# Tweaks of the blob layout tried under --sustained (issue 31, the brokers' storage CPU per MB):
+# name -> what it sets on top of "blob", brokerd.log_store's options and its switching of blob
+# garbage collection (``BlobGarbageCollection``, called every 64 MiB put as LogStore does).
+BLOB_TWEAKS = {
+    "blob-gc": "blob garbage collection always on (the brokers' setting before)",
+    "blob-nogc": "no blob garbage collection: a blob file goes when every blob in it is garbage",
+    "blob-gc05": "garbage collection always on, of the oldest 5 % of blob files instead of 25 %",
+    "blob-wb": "two memtables merged per flush (min_write_buffer_number_to_merge 2)",
+    "blob-direct": "flushes and compactions write with O_DIRECT, bypassing the page cache",
+    "blob-sync": "flushes, compactions (bytes_per_sync) and the WAL (wal_bytes_per_sync) synced in 1 MiB steps",
+}
+# The layouts whose blob garbage collection is set once, not switched by BlobGarbageCollection.
+FIXED_GC = ("blob-gc", "blob-nogc", "blob-gc05")
 
 
 def xxh3_table() -> BlockBasedOptions:
@@ -74,10 +95,29 @@ def open_store(path: str, layout: str) -> Rdict:
 
 
 def options(layout: str) -> Options:
-    """``brokerd.log_store``'s options (``blob``), its blocks checked with XXH3 (``hybrid``),
-    or without blob files, their blocks checked with XXH3 (``sst`` and its tweaks)."""
+    """``brokerd.log_store``'s options (``blob``) and its tweaks (``BLOB_TWEAKS``), its blocks
+    checked with XXH3 (``hybrid``), or without blob files, their blocks checked with XXH3
+    (``sst`` and its tweaks)."""
     o = store_options()
     if layout == "blob":
+        return o
+    if layout in BLOB_TWEAKS:
+        if layout == "blob-gc":
+            o.set_enable_blob_gc(True)
+            o.set_blob_gc_force_threshold(1.0)  # RocksDB's default, as before
+        elif layout == "blob-nogc":
+            o.set_enable_blob_gc(False)
+        elif layout == "blob-gc05":
+            o.set_enable_blob_gc(True)
+            o.set_blob_gc_age_cutoff(0.05)
+            o.set_blob_gc_force_threshold(1.0)
+        elif layout == "blob-wb":
+            o.set_min_write_buffer_number_to_merge(2)
+        elif layout == "blob-direct":
+            o.set_use_direct_io_for_flush_and_compaction(True)
+        elif layout == "blob-sync":
+            o.set_bytes_per_sync(1 << 20)
+            o.set_wal_bytes_per_sync(1 << 20)
         return o
     o.set_block_based_table_factory(xxh3_table())
     if layout == "hybrid":
@@ -164,6 +204,21 @@ def rocksdb_stats(db: Rdict) -> dict[str, float]:
     return out
 
 
+def blob_gc_gb(db: Rdict) -> float:
+    """GB that blob garbage collection wrote (blobs relocated by compactions), from
+    ``rocksdb.stats``'s per-level table: its last column, ``Wblob(GB)``, added up over the
+    levels below 0 (level 0's are the flushes')."""
+    text = db.property_value("rocksdb.stats") or ""
+    if "Wblob(GB)" not in text:
+        return -1.0
+    total = 0.0
+    for line in text.split("** Compaction Stats")[1].splitlines():
+        cells = line.split()
+        if cells and re.fullmatch(r"L[1-9]", cells[0]):
+            total += float(cells[-1])
+    return round(total, 3)
+
+
 def settle(db: Rdict, limit: float) -> float:
     """Wait (up to ``limit`` s) until no flush or compaction runs or is pending; returns the wait."""
     t0 = time.perf_counter()
@@ -179,15 +234,20 @@ def settle(db: Rdict, limit: float) -> float:
 
 
 def sustained(layout: str, base: str, partitions: int, write_bytes: int, retain_bytes: int, check_bytes: int,
-              values: list[bytes], seed: int, tail_bytes: int = 256 << 20) -> dict[str, Any]:
+              values: list[bytes], seed: int, tail_bytes: int = 256 << 20, slow_every: int = 0) -> dict[str, Any]:
     """Append ``write_bytes`` round-robin over ``partitions`` with retention keeping about
-    ``retain_bytes``; then scan what is retained."""
+    ``retain_bytes``; then scan what is retained. ``slow_every``: one more partition gets a
+    16 KiB batch every that many bytes put and keeps all it gets (a topic retained far longer
+    than the others: each of its batches keeps a blob file from emptying)."""
     path = tempfile.mkdtemp(prefix=f"partition-store-{layout}-", dir=base)
     rng = random.Random(seed)  # the same value sizes for every layout
     db = open_store(path, layout)
     pid = os.getpid()
     topic = uuid.UUID(int=seed).bytes
     prefixes = [topic + p.to_bytes(4, "big") for p in range(partitions)]
+    gc = None if layout in FIXED_GC or not layout.startswith(("blob", "hybrid")) else BlobGarbageCollection()
+    gc_on_checks = gc_checks = 0
+    slow_prefix, slow_offset, since_slow = topic + partitions.to_bytes(4, "big"), 0, 0
     kept: list[collections.deque[tuple[int, int]]] = [collections.deque() for _ in range(partitions)]
     kept_bytes, next_offset = [0] * partitions, [0] * partitions
     per_partition = retain_bytes // partitions
@@ -197,6 +257,7 @@ def sustained(layout: str, base: str, partitions: int, write_bytes: int, retain_
     space_samples: list[float] = []
     try:
         disk0, cpu0, wall0 = disk_bytes_written(pid), cpu_seconds(pid), time.perf_counter()
+        threads0 = thread_cpu(pid)
         since_check, p = 0, 0
         while put < write_bytes:
             value = values[rng.randrange(len(values))]
@@ -214,6 +275,20 @@ def sustained(layout: str, base: str, partitions: int, write_bytes: int, retain_
             live += len(value)
             since_check += len(value)
             p = (p + 1) % partitions
+            if gc is not None and put >= gc.next_check:
+                gc.next_check = put + gc.EVERY
+                gc_checks += 1
+                gc_on_checks += gc.check(db)
+            since_slow += len(value)
+            if slow_every and since_slow >= slow_every:
+                since_slow = 0
+                wb = WriteBatch(raw_mode=True)
+                wb.put(b"d" + slow_prefix + slow_offset.to_bytes(8, "big"), values[0])
+                slow_offset += len(values[0]) // 256
+                wb.put(b"s" + slow_prefix, slow_offset.to_bytes(8, "big") * 4)
+                db.write(wb, plain)
+                put += len(values[0])
+                live += len(values[0])
             if since_check >= check_bytes:  # retention: one range delete per partition over its share
                 since_check = 0
                 for q in range(partitions):
@@ -235,8 +310,10 @@ def sustained(layout: str, base: str, partitions: int, write_bytes: int, retain_
         db.flush(True)
         waited = settle(db, 600)
         cpu = cpu_seconds(pid) - cpu0
+        threads = thread_cpu_delta(threads0, thread_cpu(pid))
         disk = disk_bytes_written(pid) - disk0
         stats = rocksdb_stats(db)
+        gc_gb = blob_gc_gb(db)
         end_space = dir_bytes(path)
         levels = [db.property_int_value(f"rocksdb.num-files-at-level{n}") for n in range(7)]
         blob_files = db.property_int_value("rocksdb.num-blob-files") or 0
@@ -274,6 +351,13 @@ def sustained(layout: str, base: str, partitions: int, write_bytes: int, retain_
     return {"layout": layout, "partitions": partitions, "GB_put": round(gb, 2), "GB_retained": round(live / 1e9, 2),
             "write_MB_per_s": round(put / 1e6 / wall, 1), "settle_s": round(waited, 1),
             "write_cpu_ms_per_MB": round(cpu / (put / 1e6) * 1e3, 3),
+            # per thread, user + system: main (the writes: WAL, memtable; and this loop),
+            # rocksdb:high (flushes), rocksdb:low (compactions, blob garbage collection)
+            "thread_cpu_ms_per_MB": {name: [round(u / (put / 1e6) * 1e3, 3), round(s / (put / 1e6) * 1e3, 3)]
+                                     for name, (u, s) in sorted(threads.items()) if u + s > 0},
+            "blob_gc_GB": gc_gb,
+            # BlobGarbageCollection's checks, and how many found it on (None: set once)
+            "gc_on_checks": f"{gc_on_checks}/{gc_checks}" if gc is not None else None,
             "write_p99_ms": round(lat[int(len(lat) * 0.99)] * 1e3, 1), "write_max_ms": round(lat[-1] * 1e3, 1),
             "disk_write_amp": round(disk / put, 2),
             # RocksDB's cumulative compaction bytes count its flushes' too (as level 0's)
@@ -304,7 +388,10 @@ def main() -> None:
     ap.add_argument("--write-gb", type=float, default=30)
     ap.add_argument("--retain-gb", type=float, default=5)
     ap.add_argument("--check-mb", type=float, default=256, help="--sustained: retention runs every this many MB")
-    ap.add_argument("--layouts", default="blob,sst", help=f"--sustained: from blob,hybrid,{','.join(SST_TWEAKS)}")
+    ap.add_argument("--layouts", default="blob,sst",
+                    help=f"--sustained: from blob,hybrid,{','.join(SST_TWEAKS)},{','.join(BLOB_TWEAKS)}")
+    ap.add_argument("--slow-every-mb", type=float, default=0,
+                    help="--sustained: one more partition, retained whole, gets a 16 KiB batch every this many MB")
     ap.add_argument("--dir", default=None, help="--sustained: where the stores go (default: the temp dir)")
     args = ap.parse_args()
     if args.sustained:
@@ -315,7 +402,8 @@ def main() -> None:
                 for layout in layouts if r % 2 == 0 else layouts[::-1]:
                     emit({"round": r, **sustained(layout, args.dir or tempfile.gettempdir(), n,
                                                   int(args.write_gb * 1e9), int(args.retain_gb * 1e9),
-                                                  int(args.check_mb * 1e6), values, seed=r * 1000 + n)})
+                                                  int(args.check_mb * 1e6), values, seed=r * 1000 + n,
+                                                  slow_every=int(args.slow_every_mb * 1e6))})
         return
     value = os.urandom(args.value)
     for r in range(args.rounds):

@@ -160,8 +160,44 @@ def test_each_client_produces_and_consumes_on_a_cluster_of_its_own(monkeypatch, 
     monkeypatch.setattr(kc, "pykraft_produce", pykraft_produce)
 
     kc.run(argparse.Namespace(value=256, consumer_config=[], broker_config=[], requests=False, partitions=6,
-                              keep=False))
+                              keep=False, threads=False))
     assert events == [("start", "cluster0"), ("topics", "cluster0", "bench-confluent"),
                       ("librdkafka produce", "cluster0"), ("librdkafka consume", "cluster0"), ("stop", "cluster0"),
                       ("start", "cluster1"), ("topics", "cluster1", "bench-pykraft"),
                       ("our produce", "cluster1"), ("our consume", "cluster1"), ("stop", "cluster1")]
+
+
+def test_the_brokers_cpu_splits_by_thread_per_mb() -> None:
+    """``--threads``: each phase's CPU per thread group of every broker (/proc/PID/task), added
+    up over the brokers per MB of the phase's messages, largest first; a pool's numbered threads
+    count as one name and a broker's main thread (its event loop) is ``main``."""
+    import os
+    import threading
+
+    from bench.common import thread_cpu, thread_cpu_delta, thread_group
+    from bench.kafka_clients import with_threads
+
+    assert [thread_group(n) for n in ("rocksdb:low3", "rocksdb:high", "log-flush_0", "python")] == \
+        ["rocksdb:low", "rocksdb:high", "log-flush", "python"]
+    stop = threading.Event()
+
+    def spin() -> None:  # a thread that burns CPU until told to stop
+        while not stop.is_set():
+            sum(range(1000))
+    t = threading.Thread(target=spin)
+    before = thread_cpu(os.getpid())
+    t.start()
+    deadline = os.times().elapsed + 30
+    while sum(u for name, (u, _) in thread_cpu_delta(before, thread_cpu(os.getpid())).items()
+              if name != "main") < 0.05:  # the thread is named as the process (python, pytest)
+        assert os.times().elapsed < deadline
+    stop.set()
+    t.join()
+    assert "main" in before  # this process's main thread, whatever the process is called
+    row = {"messages": 4000, "phase": "produce"}  # 1.024 MB of 256-byte values
+    by_thread = [{"main": (1.024, 0.512), "rocksdb:high": (0.1024, 0.0)}, {"main": (1.024, 0.0)}]
+    out = with_threads(row, by_thread, 256)
+    assert list(out["brokers_threads"]) == ["main", "rocksdb:high"]
+    assert out["brokers_threads"]["main"] == {"user_ms_per_MB": 2000.0, "sys_ms_per_MB": 500.0, "cpu_s": 2.56}
+    assert out["brokers_threads"]["rocksdb:high"]["user_ms_per_MB"] == 100.0
+    assert out["per_broker_cpu_s"] == [1.64, 1.02]
