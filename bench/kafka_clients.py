@@ -26,7 +26,7 @@ JSON lines (``system`` is ``confluent-kafka`` or ``pykraft-client``):
   batches (headers packed, records untouched), beside re-encoding every record, which any
   stored record format other than Kafka's own would need (measured in this process);
 - every produce and consume row: ``brokers_cpu_s`` (the three brokers' CPU during that phase;
-  a group consumer's from its first record, not its join), ``brokers_cpu_us_per_msg``,
+  a group consumer's from its first record to its last, not its join nor its close), ``brokers_cpu_us_per_msg``,
   ``brokers_cpu_s_per_MB`` (for a produce: the leader's append and both followers' copies) and
   ``msgs_per_broker_cpu_s`` (messages per second of the brokers' CPU: throughput per core, as
   issue 31 asks for it); ``client_cpu_s`` and ``client_cpu_us_per_msg`` (the client's process:
@@ -208,10 +208,12 @@ class RequestStats:
 
 def confluent_consume(bootstrap: str, topic: str, expected: int, value: int,
                       security: dict[str, str] | None = None, config: dict[str, str] | None = None,
-                      on_first: Callable[[], None] | None = None) -> dict[str, Any]:
+                      on_first: Callable[[], None] | None = None,
+                      on_last: Callable[[], None] | None = None) -> dict[str, Any]:
     """``security``: librdkafka's TLS and SASL settings (bench.security); ``config``: more of
     the consumer's settings (``--consumer-config``); ``on_first`` is called as the first
-    records arrive (the group joined), where the clock starts. Each poll asks for no more than
+    records arrive (the group joined), where the clock starts, ``on_last`` after the last
+    record, before the consumer closes (its commit and leave). Each poll asks for no more than
     what is left, so that the last one returns with the last record rather than at its timeout."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-readers", "auto.offset.reset": "earliest",
                   "enable.auto.commit": True, **(security or {}), **(config or {})})
@@ -238,6 +240,8 @@ def confluent_consume(bootstrap: str, topic: str, expected: int, value: int,
                 size += len(m.value() or b"")
             if got:
                 idle = time.perf_counter()
+        if n >= expected and on_last is not None:
+            on_last()
     finally:
         c.close()
     elapsed = idle - first if first else 0.0
@@ -377,7 +381,8 @@ class PhaseCpu:
     a busy machine. A produce's figure covers the leader's append and both followers' copies.
     A row that carries ``client_cpu_s`` (a client in a process of its own) keeps it; otherwise
     the client is this process. A phase may ``restart`` the count (a group consumer at its
-    first record: its join is not what is measured)."""
+    first record: its join is not what is measured) and ``stop`` it (the same consumer at its
+    last record: nor is its close)."""
 
     def __init__(self, cluster: DevQuorum, threads: bool = False) -> None:
         self.pids = [p.pid for p in cluster.broker_procs.values()]
@@ -390,17 +395,27 @@ class PhaseCpu:
     def _threads(self) -> list[dict[str, tuple[float, float]]]:
         return [thread_cpu(p) for p in self.pids] if self.threads else []
 
+    def _now(self) -> tuple[float, float, float, list[dict[str, tuple[float, float]]]]:
+        return self._brokers(), _own_cpu(), time.perf_counter(), self._threads()
+
     def restart(self) -> None:
-        self.brokers, self.client, self.start = self._brokers(), _own_cpu(), time.perf_counter()
-        self.by_thread = self._threads()
+        self.brokers, self.client, self.start, self.by_thread = self._now()
+        self.end: tuple[float, float, float, list[dict[str, tuple[float, float]]]] | None = None
+
+    def stop(self) -> None:
+        """End the count before the phase returns. A group consumer's close commits its offsets
+        and leaves the group (about 40-80 ms of the brokers' CPU the first time in a broker
+        process, docs/brokers.md "librdkafka's consume per broker core"): once per consumer,
+        not per message read, as its join is."""
+        self.end = self._now()
 
     def of(self, phase: Callable[[], dict[str, Any]], value: int) -> dict[str, Any]:
         self.restart()
         row = phase()
-        wall = time.perf_counter() - self.start
-        client = row.get("client_cpu_s", _own_cpu() - self.client)
-        by_thread = [thread_cpu_delta(b, a) for b, a in zip(self.by_thread, self._threads(), strict=True)]
-        row = with_cpu(row, self._brokers() - self.brokers, client, wall, value)
+        brokers, own, now, threads = self.end or self._now()
+        client = row.get("client_cpu_s", own - self.client)
+        by_thread = [thread_cpu_delta(b, a) for b, a in zip(self.by_thread, threads, strict=True)]
+        row = with_cpu(row, brokers - self.brokers, client, now - self.start, value)
         return with_threads(row, by_thread, value) if self.threads else row
 
 
@@ -453,7 +468,7 @@ def run(args: argparse.Namespace) -> None:
         row = counted(lambda: cpu.of(lambda: confluent_produce(kafka, topic, args), args.value))
         emit(row)
         emit(cpu.of(lambda: confluent_consume(kafka, topic, row["messages"], args.value,
-                                              config=consumer, on_first=cpu.restart), args.value))
+                                              config=consumer, on_first=cpu.restart, on_last=cpu.stop), args.value))
 
     def pykraft(cluster: DevQuorum, cpu: PhaseCpu, counted: Callable) -> None:
         grpc, topic = cluster.bootstrap_servers, "bench-pykraft"

@@ -201,3 +201,61 @@ def test_the_brokers_cpu_splits_by_thread_per_mb() -> None:
     assert out["brokers_threads"]["main"] == {"user_ms_per_MB": 2000.0, "sys_ms_per_MB": 500.0, "cpu_s": 2.56}
     assert out["brokers_threads"]["rocksdb:high"]["user_ms_per_MB"] == 100.0
     assert out["per_broker_cpu_s"] == [1.64, 1.02]
+
+
+def test_a_group_consumers_close_is_not_counted_in_its_phase(monkeypatch) -> None:
+    """librdkafka's consume phase ends at its last record, as it starts at its first: the
+    consumer's close (its offsets committed, the group left) costs the brokers once per
+    consumer, 40-80 ms the first time in a broker process, not per record read."""
+    import subprocess
+    import sys
+    import time
+
+    import bench.kafka_clients as kc
+    from bench.broker import _cpu_seconds
+
+    calls: list[str] = []
+
+    class Msg:
+        def error(self) -> None:
+            return None
+
+        def value(self) -> bytes:
+            return b"v"
+
+    class FakeConsumer:
+        def __init__(self, config: dict) -> None:
+            self.left = 3
+
+        def subscribe(self, topics: list[str]) -> None:
+            pass
+
+        def consume(self, num_messages: int, timeout: float) -> list[Msg]:
+            n, self.left = min(num_messages, self.left), self.left - min(num_messages, self.left)
+            return [Msg() for _ in range(n)]
+
+        def close(self) -> None:
+            calls.append("close")
+    monkeypatch.setattr(kc, "Consumer", FakeConsumer)
+    row = kc.confluent_consume("b", "t", 3, 1, on_first=lambda: calls.append("first"),
+                               on_last=lambda: calls.append("last"))
+    assert calls == ["first", "last", "close"] and row["complete"]
+
+    # PhaseCpu.stop: what the "brokers" spend after it is not the phase's
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        class Cluster:
+            broker_procs = {1: spinner}
+        cpu = kc.PhaseCpu(Cluster())  # type: ignore[arg-type]
+
+        def phase() -> dict:
+            cpu.stop()
+            start = _cpu_seconds(spinner.pid)
+            while _cpu_seconds(spinner.pid) - start < 0.3:  # the close's work, after the last record
+                time.sleep(0.01)
+            return {"messages": 1000}
+        row = cpu.of(phase, 256)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert row["brokers_cpu_s"] < 0.2
