@@ -20,6 +20,7 @@ from raft.errors import StorageError
 from raft.transport import calls_ended, grpc_errors_in_one_line
 
 from .log_store import StorageFailure
+from .memory import keep_freed_memory
 
 if TYPE_CHECKING:
     from .server import BrokerServer
@@ -97,6 +98,7 @@ def main(config_path: str, log_level: str) -> None:
         if not cfg.is_broker:
             raise ConfigError(f"{config_path}: process.roles={','.join(sorted(cfg.roles))} has no broker role")
         skip_test_strategies()
+        keep_freed_memory()
         from .server import BrokerServer
         server = BrokerServer(cfg)
     except ConfigError as e:

@@ -35,6 +35,7 @@ async def _serve_roles(cfg) -> int:
     import asyncio
 
     from brokerd.main import STARTUP_ERRORS, skip_test_strategies
+    from brokerd.memory import keep_freed_memory
     from common.metrics import MetricsEndpoint
     from metadata.server import ControllerServer
     from raft.transport import calls_ended
@@ -47,6 +48,7 @@ async def _serve_roles(cfg) -> int:
     controller = ControllerServer(cfg, shared) if cfg.is_controller else None
     if cfg.is_broker:  # imported for a broker only: the Kafka listener's schemas take a second to load
         skip_test_strategies()
+        keep_freed_memory()
         from brokerd.server import BrokerServer
     broker = BrokerServer(cfg, shared) if cfg.is_broker else None
     watched: list[asyncio.Task[BaseException | None]] = []
