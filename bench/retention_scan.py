@@ -35,9 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from .common import cpu_seconds, emit
+from .common import REPO, cpu_seconds, emit
 
-REPO = Path(__file__).resolve().parent.parent
 HOUR_MS = 3_600_000
 MODES = {"keep": 168 * HOUR_MS, "delete": HOUR_MS}
 

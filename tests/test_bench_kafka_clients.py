@@ -212,7 +212,7 @@ def test_a_group_consumers_close_is_not_counted_in_its_phase(monkeypatch) -> Non
     import time
 
     import bench.kafka_clients as kc
-    from bench.broker import _cpu_seconds
+    from bench.common import cpu_seconds
 
     calls: list[str] = []
 
@@ -250,8 +250,8 @@ def test_a_group_consumers_close_is_not_counted_in_its_phase(monkeypatch) -> Non
 
         def phase() -> dict:
             cpu.stop()
-            start = _cpu_seconds(spinner.pid)
-            while _cpu_seconds(spinner.pid) - start < 0.3:  # the close's work, after the last record
+            start = cpu_seconds(spinner.pid)
+            while cpu_seconds(spinner.pid) - start < 0.3:  # the close's work, after the last record
                 time.sleep(0.01)
             return {"messages": 1000}
         row = cpu.of(phase, 256)
