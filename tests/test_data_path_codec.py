@@ -278,3 +278,33 @@ def test_an_answer_with_a_newer_versions_names_loads_one_more_version_not_all() 
     assert not hasattr(built, "cluster_authorized_operations")
     with pytest.raises(UnknownField, match="'skip_asignment'"):
         build(response_schema(JOIN_GROUP, 5), {**answer, "skip_asignment": False})
+
+
+@pytest.mark.parametrize("version", [1, 9, 12])
+def test_a_metadata_answer_loads_no_more_than_its_own_and_the_newest_version(version: int) -> None:
+    """The Metadata handler names ``cluster_authorized_operations`` only in v8-v10, the versions
+    that have it: a broker's first Metadata v11+ answer (librdkafka's, at every producer's start)
+    imported all 13 versions of the answer's schema for the encoder's name check, 147 ms of CPU
+    (docs/brokers.md "The produce path per request, again")."""
+    import asyncio
+    import types
+
+    from brokerd.kafka.apis import KafkaApis
+    from metadata.authorizer import Access
+    from metadata.image import MetadataImage
+    from metadata.principal import ANONYMOUS, Session
+
+    rm = types.SimpleNamespace(image=MetadataImage.empty("c"), broker_id=1)
+    apis = KafkaApis(rm, "PLAINTEXT", None, None, None)  # type: ignore[arg-type]
+    fields = {"topics": []}
+    if version >= 4:
+        fields["allow_auto_topic_creation"] = False
+    if 8 <= version <= 10:
+        fields["include_cluster_authorized_operations"] = True
+    request = build(request_schema(METADATA, version), fields)
+    answer = asyncio.run(apis.metadata(request, version, Access(None, Session(ANONYMOUS, "127.0.0.1"))))
+    codec._names_in_any_version.cache_clear()
+    response = encode_response(RequestHeader(METADATA, version, 1, "c", version >= 9), answer)
+    assert codec._names_in_any_version.cache_info().currsize == 0  # every version's names not needed
+    if 8 <= version <= 10:  # asked for, and answered
+        assert response.cluster_authorized_operations != -2147483648
