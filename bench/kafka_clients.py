@@ -40,7 +40,7 @@ tree's in turn, N times each, with this tree's harness (``bench/``) on both side
 one ``summary`` row per system and phase: medians and paired ratios (this / base) of
 throughput, p99, the brokers' CPU per message and per MB, messages per broker-CPU second and
 the client's CPU per message (``compare``); ``--broker-config KEY=VALUE`` sets a broker key
-(with ``--base``, for this tree's runs only).
+(with ``--base``, for this tree's runs only; ``--cluster-config KEY=VALUE`` for both trees').
 
 ``--requests`` (issue 31, our client's produce per request): the brokers serve their
 Prometheus metrics, and each produce row also carries ``produce_requests`` (answered by the
@@ -610,7 +610,7 @@ def client_phases(args: argparse.Namespace, phases: Callable[[DevQuorum, PhaseCp
     half for 107 MB (the brokers' RocksDB LOGs, docs/brokers.md "Per core, against issue 31's
     base"). Each client now starts from the same state."""
     base = Path(tempfile.mkdtemp(prefix="kafkabench"))
-    extra = dict(kv.split("=", 1) for kv in args.broker_config)
+    extra = dict(kv.split("=", 1) for kv in [*getattr(args, "cluster_config", []), *args.broker_config])
     cluster = three_brokers(base, extra, metrics=args.requests)
     cluster.start()
     try:
@@ -693,6 +693,7 @@ def compare(args: argparse.Namespace) -> None:
               *(["--windows", str(args.windows)] if args.windows else []), "--clients", args.clients,
               "--seconds", str(args.seconds),
               "--messages", str(args.messages), "--value", str(args.value), "--partitions", str(args.partitions), *(a for kv in args.consumer_config for a in ("--consumer-config", kv))]
+    passed += [a for kv in args.cluster_config for a in ("--broker-config", kv)]
     ours = [a for kv in args.broker_config for a in ("--broker-config", kv)]
     try:
         rows = alternate("bench.kafka_clients", base, passed, args.rounds, ours)
@@ -769,6 +770,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="with --base: runs of each tree")
     ap.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE",
                     help="a broker setting (with --base: for this tree's runs only), e.g. replica.fetch.protocol=kafka")
+    ap.add_argument("--cluster-config", action="append", default=[], metavar="KEY=VALUE",
+                    help="with --base: a broker setting for both trees' runs, e.g. log.retention.bytes=33554432")
     ap.add_argument("--consumer-config", action="append", default=[], metavar="KEY=VALUE",
                     help="a setting of librdkafka's consumer (with --base: for both trees), e.g. fetch.queue.backoff.ms=0")
     args = ap.parse_args()
