@@ -40,7 +40,7 @@ tree's in turn, N times each, with this tree's harness (``bench/``) on both side
 one ``summary`` row per system and phase: medians and paired ratios (this / base) of
 throughput, p99, the brokers' CPU per message and per MB, messages per broker-CPU second and
 the client's CPU per message (``compare``); ``--broker-config KEY=VALUE`` sets a broker key
-(with ``--base``, for this tree's runs only).
+(with ``--base``, for this tree's runs only; ``--cluster-config KEY=VALUE`` for both trees').
 
 ``--requests`` (issue 31, our client's produce per request): the brokers serve their
 Prometheus metrics, and each produce row also carries ``produce_requests`` (answered by the
@@ -55,6 +55,13 @@ request), ``batches_per_request`` (librdkafka's statistics or our producer's met
 background flushes and compactions, executor threads, gRPC's), user and system, per MB
 (``with_threads``).
 
+``--windows SECONDS`` (issue 31, long produce runs): each produce row also carries ``windows``,
+one entry per ``SECONDS`` of the phase (``ProduceWindows``): the messages acknowledged in it,
+the three brokers' CPU per MB of them split by thread group (as ``--threads``), the brokers'
+resident memory at its end and, with ``--requests``, the records per Produce request, so that a
+cost that grows as the log grows shows where it grows. ``--clients confluent`` (or
+``pykraft``) runs one client's phases only.
+
 Each row carries the issue's targets (``target_produce_msgs_per_s``,
 ``target_consume_msgs_per_s``). The benchmark, 3 controllers and 3 brokers share this
 machine's cores, which bounds what is measured here.
@@ -64,6 +71,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import inspect
+import itertools
 import json
 import os
 import re
@@ -141,8 +149,10 @@ def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
 
 
 def confluent_produce(bootstrap: str, topic: str, args: argparse.Namespace,
-                      security: dict[str, str] | None = None) -> dict[str, Any]:
-    """``security``: librdkafka's TLS settings (bench.security)."""
+                      security: dict[str, str] | None = None,
+                      windows: ProduceWindows | None = None) -> dict[str, Any]:
+    """``security``: librdkafka's TLS settings (bench.security); ``windows``: counts this
+    phase's acknowledged messages per window (``--windows``)."""
     lat: list[float] = []
     errors: list[str] = []
     requests = RequestStats() if getattr(args, "requests", False) else None
@@ -157,6 +167,8 @@ def confluent_produce(bootstrap: str, topic: str, args: argparse.Namespace,
                   "on_delivery": delivered, **(security or {}), **(requests.config() if requests else {})})
     values = _values(args.value)
     sent = 0
+    if windows is not None:
+        windows.start(lambda: len(lat))
     start = time.perf_counter()
     while step := _step(args, start, sent):
         for k in range(step):
@@ -171,6 +183,8 @@ def confluent_produce(bootstrap: str, topic: str, args: argparse.Namespace,
     left = p.flush(120)
     elapsed = time.perf_counter() - start
     row = _produce_row("confluent-kafka", len(lat), len(errors) + left, elapsed, lat, args)
+    if windows is not None:
+        row["windows"] = windows.stop()
     if errors:
         row["first_error"] = errors[0]
     if requests:
@@ -255,9 +269,10 @@ def confluent_consume(bootstrap: str, topic: str, expected: int, value: int,
 # -- our client over gRPC ---------------------------------------------------------------------
 
 async def pykraft_produce(bootstrap: str, topic: str, args: argparse.Namespace,
-                          tls: TLSConfig | None = None) -> dict[str, Any]:
+                          tls: TLSConfig | None = None, windows: ProduceWindows | None = None) -> dict[str, Any]:
     """bench.broker's producer loop, plus a latency per record: the send times are kept per
-    batch and resolved by one callback when the batch's answer comes. ``tls``: bench.security."""
+    batch and resolved by one callback when the batch's answer comes. ``tls``: bench.security;
+    ``windows``: as confluent_produce's."""
     from clients import Producer as OurProducer
     from clients.accumulator import RecordFuture
 
@@ -277,6 +292,8 @@ async def pykraft_produce(bootstrap: str, topic: str, args: argparse.Namespace,
         in_flight: list[int] = []
         sampler = asyncio.get_running_loop().create_task(_sample_in_flight(p, in_flight)) \
             if getattr(args, "requests", False) else None
+        if windows is not None:
+            windows.start(lambda: len(lat))
         start = clock()
         while step := _step(args, start, sent):
             for k in range(step):
@@ -293,6 +310,8 @@ async def pykraft_produce(bootstrap: str, topic: str, args: argparse.Namespace,
         elapsed = clock() - start
         row = _produce_row("pykraft-client", p.metrics["record-send-total"], p.metrics["record-error-total"],
                            elapsed, lat, args)
+        if windows is not None:
+            row["windows"] = windows.stop()
         if sampler is not None:
             sampler.cancel()
             requests = p.metrics["request-total"]
@@ -451,6 +470,99 @@ def with_threads(row: dict[str, Any], by_thread: list[dict[str, tuple[float, flo
             "per_broker_cpu_s": [round(sum(u + s for u, s in b.values()), 2) for b in by_thread]}
 
 
+class ProduceWindows:
+    """A produce phase's cost window by window (``--windows``): every ``seconds`` a thread
+    reads the brokers' CPU per thread group (``bench.common.thread_cpu``), their resident
+    memory and the messages acknowledged so far (``start``'s ``acked``), and, with the brokers'
+    metrics, the Produce requests they answered; ``stop`` returns one entry per window
+    (``window_entry``). Why: a cost that grows as the log grows (RocksDB's compactions, a
+    structure scanned per request, Python's collector over a growing heap) is averaged away in
+    a phase's total."""
+
+    def __init__(self, cluster: DevQuorum, seconds: float, value: int, requests: bool = False) -> None:
+        self.pids = [p.pid for p in cluster.broker_procs.values()]
+        self.cluster, self.seconds, self.value, self.requests = cluster, seconds, value, requests
+        self.samples: list[dict[str, Any]] = []
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _sample(self, acked: Callable[[], int]) -> dict[str, Any]:
+        from .common import request_counts
+        threads: dict[str, tuple[float, float]] = {}
+        for pid in self.pids:
+            for name, (user, system) in thread_cpu(pid).items():
+                u, s = threads.get(name, (0.0, 0.0))
+                threads[name] = (u + user, s + system)
+        return {"t": time.perf_counter(), "acked": acked(), "threads": threads, "client": _own_cpu(),
+                "machine": machine_busy_seconds(), "rss_MB": [rss_mb(pid) for pid in self.pids],
+                "produce_requests": request_counts(self.cluster, "Produce") if self.requests else None}
+
+    def start(self, acked: Callable[[], int]) -> None:
+        self.samples = [self._sample(acked)]
+
+        def run() -> None:
+            while not self._done.wait(self.seconds):
+                self.samples.append(self._sample(acked))
+            last = self._sample(acked)
+            if len(self.samples) > 1 and last["t"] - self.samples[-1]["t"] < self.seconds / 2:
+                self.samples[-1] = last  # a short tail joins the window before it
+            else:
+                self.samples.append(last)
+        self._thread = threading.Thread(target=run, name="produce-windows", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> list[dict[str, Any]]:
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
+        return [window_entry(a, b, self.value) for a, b in itertools.pairwise(self.samples)]
+
+
+def machine_busy_seconds() -> float:
+    """The CPU seconds every process of the machine has spent, all cores (/proc/stat's first
+    line less idle and iowait): with the phase's own, how busy the machine was besides."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mb(pid: int) -> float:
+    """A process's resident memory in MB (/proc/PID/status's VmRSS; 0 once it has ended)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except FileNotFoundError:
+        pass
+    return 0.0
+
+
+def window_entry(a: dict[str, Any], b: dict[str, Any], value: int) -> dict[str, Any]:
+    """One window between two ``ProduceWindows`` samples: its length ``s``, the messages
+    acknowledged in it, the brokers' CPU ms per MB of them in all and per thread group, the
+    client's and the rest of the machine's cores (CPU seconds per second: what else ran),
+    each broker's resident memory at its end and, with the request counts, the records and the
+    brokers' CPU ms per Produce request."""
+    msgs = b["acked"] - a["acked"]
+    mb = max(msgs * value / 1e6, 1e-9)
+    wall = max(b["t"] - a["t"], 1e-9)
+    delta = thread_cpu_delta(a["threads"], b["threads"])
+    total = sum(u + s for u, s in delta.values())
+    client = b["client"] - a["client"]
+    entry: dict[str, Any] = {
+        "s": round(wall, 2), "msgs": msgs, "MBps": round(mb / wall, 2),
+        "brokers_ms_per_MB": round(total / mb * 1e3, 1),
+        "by_thread_ms_per_MB": {name: round((u + s) / mb * 1e3, 1)
+                                for name, (u, s) in sorted(delta.items(), key=lambda kv: -sum(kv[1]))
+                                if u + s >= 0.01},
+        "brokers_cores": round(total / wall, 2), "client_cores": round(client / wall, 2),
+        "others_cores": round((b["machine"] - a["machine"] - total - client) / wall, 2), "rss_MB": b["rss_MB"]}
+    if a.get("produce_requests") is not None and b.get("produce_requests") is not None:
+        requests = b["produce_requests"] - a["produce_requests"]
+        entry["records_per_request"] = round(msgs / requests) if requests else None
+        entry["brokers_ms_per_request"] = round(total / requests * 1e3, 2) if requests else None
+    return entry
+
+
 def log_summary(base: Path) -> dict[str, Any]:
     lines = [f"{f.name}: {line.strip()}" for f in sorted(base.glob("*.log"))
              for line in f.read_text(errors="replace").splitlines() if _NOTEWORTHY.search(line)]
@@ -462,10 +574,14 @@ def run(args: argparse.Namespace) -> None:
     emit(fetch_conversion(args.value))
     consumer = dict(kv.split("=", 1) for kv in args.consumer_config)
 
+    def windows(cluster: DevQuorum) -> ProduceWindows | None:
+        return ProduceWindows(cluster, args.windows, args.value, args.requests) if args.windows else None
+
     def confluent(cluster: DevQuorum, cpu: PhaseCpu, counted: Callable) -> None:
         kafka, topic = cluster.kafka_bootstrap_servers, "bench-confluent"
         create_topics(kafka, [topic], args.partitions)
-        row = counted(lambda: cpu.of(lambda: confluent_produce(kafka, topic, args), args.value))
+        w = windows(cluster)
+        row = counted(lambda: cpu.of(lambda: confluent_produce(kafka, topic, args, windows=w), args.value))
         emit(row)
         emit(cpu.of(lambda: confluent_consume(kafka, topic, row["messages"], args.value,
                                               config=consumer, on_first=cpu.restart, on_last=cpu.stop), args.value))
@@ -473,13 +589,16 @@ def run(args: argparse.Namespace) -> None:
     def pykraft(cluster: DevQuorum, cpu: PhaseCpu, counted: Callable) -> None:
         grpc, topic = cluster.bootstrap_servers, "bench-pykraft"
         create_topics(cluster.kafka_bootstrap_servers, [topic], args.partitions)
-        row = counted(lambda: cpu.of(lambda: asyncio.run(pykraft_produce(grpc, topic, args)), args.value))
+        w = windows(cluster)
+        row = counted(lambda: cpu.of(lambda: asyncio.run(pykraft_produce(grpc, topic, args, windows=w)),
+                                     args.value))
         emit(row)
         emit(cpu.of(lambda: pykraft_consume(grpc, topic, row["messages"], args.value,
                                             on_first=cpu.restart), args.value))
 
-    for phases in (confluent, pykraft):
-        client_phases(args, phases)
+    for name, phases in (("confluent", confluent), ("pykraft", pykraft)):
+        if args.clients in ("both", name):
+            client_phases(args, phases)
 
 
 def client_phases(args: argparse.Namespace, phases: Callable[[DevQuorum, PhaseCpu, Callable], None]) -> None:
@@ -491,7 +610,7 @@ def client_phases(args: argparse.Namespace, phases: Callable[[DevQuorum, PhaseCp
     half for 107 MB (the brokers' RocksDB LOGs, docs/brokers.md "Per core, against issue 31's
     base"). Each client now starts from the same state."""
     base = Path(tempfile.mkdtemp(prefix="kafkabench"))
-    extra = dict(kv.split("=", 1) for kv in args.broker_config)
+    extra = dict(kv.split("=", 1) for kv in [*getattr(args, "cluster_config", []), *args.broker_config])
     cluster = three_brokers(base, extra, metrics=args.requests)
     cluster.start()
     try:
@@ -570,8 +689,11 @@ def compare(args: argparse.Namespace) -> None:
     machine's load weighs on both alike); every row tagged ``tree`` (base or this) and
     ``round``, then the ``summaries``."""
     base = base_tree(args.base)
-    passed = [*(["--requests"] if args.requests else []), *(["--threads"] if args.threads else []), "--seconds", str(args.seconds),
+    passed = [*(["--requests"] if args.requests else []), *(["--threads"] if args.threads else []),
+              *(["--windows", str(args.windows)] if args.windows else []), "--clients", args.clients,
+              "--seconds", str(args.seconds),
               "--messages", str(args.messages), "--value", str(args.value), "--partitions", str(args.partitions), *(a for kv in args.consumer_config for a in ("--consumer-config", kv))]
+    passed += [a for kv in args.cluster_config for a in ("--broker-config", kv)]
     ours = [a for kv in args.broker_config for a in ("--broker-config", kv)]
     try:
         rows = alternate("bench.kafka_clients", base, passed, args.rounds, ours)
@@ -639,11 +761,17 @@ def main() -> None:
                          "serve their metrics; with --base, the base's DevQuorum must have metrics)")
     ap.add_argument("--threads", action="store_true",
                     help="split the brokers' CPU per phase by thread (event loop, RocksDB's, gRPC's, executors')")
+    ap.add_argument("--windows", type=float, default=0, metavar="SECONDS",
+                    help="report each produce phase's brokers' CPU per MB, by thread, every SECONDS")
+    ap.add_argument("--clients", choices=("both", "confluent", "pykraft"), default="both",
+                    help="whose produce and consume to run (librdkafka's, our client's)")
     ap.add_argument("--keep", action="store_true", help="keep the cluster's directory (logs, data)")
     ap.add_argument("--base", help="a commit to compare with: its tree and this one run in turn (see compare)")
     ap.add_argument("--rounds", type=int, default=3, help="with --base: runs of each tree")
     ap.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE",
                     help="a broker setting (with --base: for this tree's runs only), e.g. replica.fetch.protocol=kafka")
+    ap.add_argument("--cluster-config", action="append", default=[], metavar="KEY=VALUE",
+                    help="with --base: a broker setting for both trees' runs, e.g. log.retention.bytes=33554432")
     ap.add_argument("--consumer-config", action="append", default=[], metavar="KEY=VALUE",
                     help="a setting of librdkafka's consumer (with --base: for both trees), e.g. fetch.queue.backoff.ms=0")
     args = ap.parse_args()

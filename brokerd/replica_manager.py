@@ -244,16 +244,17 @@ class ReplicaManager:
             p.log.checkpoint()
 
     def enforce_retention(self) -> None:
-        """Delete batches past retention.ms / retention.bytes, oldest first, with range deletes."""
+        """Delete batches past retention.ms / retention.bytes, oldest first, with range deletes;
+        each partition's values read once (``PartitionLog.retention_cut``)."""
         now = int(time.time() * 1000)
         for p in list(self.partitions.values()):
             cfg = p.config
             if not cfg.delete or (cfg.retention_ms < 0 and cfg.retention_bytes < 0):
                 continue
-            start = p.log.retention_offset(now, cfg.retention_ms, cfg.retention_bytes)
-            if start > p.log.log_start_offset:
+            cut = p.log.retention_cut(now, cfg.retention_ms, cfg.retention_bytes)
+            if cut.start > p.log.log_start_offset:
                 before = p.log.log_start_offset
-                freed = p.log.delete_before(start)
+                freed = p.log.apply_retention(cut)  # from what the scan read: no second read
                 log.info("%s: retention moved the log start from %d to %d (%d bytes freed)",
                          p.name, before, p.log.log_start_offset, freed)
 

@@ -155,12 +155,12 @@ def test_each_client_produces_and_consumes_on_a_cluster_of_its_own(monkeypatch, 
     monkeypatch.setattr(kc, "confluent_consume", phase("librdkafka consume"))
     monkeypatch.setattr(kc, "pykraft_consume", phase("our consume"))
 
-    async def pykraft_produce(where: str, *args) -> dict:
+    async def pykraft_produce(where: str, *args, **kwargs) -> dict:
         return phase("our produce")(where)
     monkeypatch.setattr(kc, "pykraft_produce", pykraft_produce)
 
     kc.run(argparse.Namespace(value=256, consumer_config=[], broker_config=[], requests=False, partitions=6,
-                              keep=False, threads=False))
+                              keep=False, threads=False, windows=0, clients="both"))
     assert events == [("start", "cluster0"), ("topics", "cluster0", "bench-confluent"),
                       ("librdkafka produce", "cluster0"), ("librdkafka consume", "cluster0"), ("stop", "cluster0"),
                       ("start", "cluster1"), ("topics", "cluster1", "bench-pykraft"),
@@ -259,3 +259,22 @@ def test_a_group_consumers_close_is_not_counted_in_its_phase(monkeypatch) -> Non
         spinner.kill()
         spinner.wait()
     assert row["brokers_cpu_s"] < 0.2
+
+
+def test_a_produce_window_reports_the_brokers_cpu_per_mb_and_per_request() -> None:
+    """``--windows``: between two samples, the messages acknowledged, the brokers' CPU per MB in
+    all and per thread group, the cores of the client and of everything else on the machine,
+    and, with the request counts, records and CPU per Produce request."""
+    from bench.kafka_clients import machine_busy_seconds, window_entry
+
+    a = {"t": 10.0, "acked": 1000, "threads": {"main": (1.0, 0.5), "rocksdb:high": (0.1, 0.0)},
+         "client": 2.0, "machine": 100.0, "rss_MB": [150.0], "produce_requests": 10}
+    b = {"t": 15.0, "acked": 5000, "threads": {"main": (2.024, 0.5), "rocksdb:high": (0.2024, 0.0)},
+         "client": 3.0, "machine": 104.0, "rss_MB": [160.0], "produce_requests": 14}
+    w = window_entry(a, b, 256)  # 4000 messages: 1.024 MB
+    assert (w["s"], w["msgs"], w["MBps"]) == (5.0, 4000, 0.2)
+    assert w["brokers_ms_per_MB"] == 1100.0 and w["by_thread_ms_per_MB"] == {"main": 1000.0, "rocksdb:high": 100.0}
+    assert (w["brokers_cores"], w["client_cores"], w["others_cores"]) == (0.23, 0.2, 0.37)
+    assert w["records_per_request"] == 1000 and w["brokers_ms_per_request"] == 281.6
+    assert w["rss_MB"] == [160.0]
+    assert machine_busy_seconds() > 0
