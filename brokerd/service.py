@@ -27,8 +27,8 @@ from . import transaction_requests as txn
 from .auto_topics import TopicAutoCreator
 from .fetch_session import NO_SESSION, FetchSessionCache
 from .group_coordinator import GroupCoordinator
-from .grpc_fetch_answer import FetchAnswer
 from .group_requests import COORDINATOR_GROUP, COORDINATOR_TRANSACTION
+from .grpc_fetch_answer import FetchAnswer
 from .grpc_throttling import charged
 from .log_store import StorageFailure
 from .produce import first_error
