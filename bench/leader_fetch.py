@@ -28,6 +28,15 @@ fifth of the brokers' Python CPU (docs/brokers.md, "Data path performance"). One
   for the next offsets (and wraps around), answered, encoded and cut in parts as the listener
   writes them (``response_parts``); the memtable flushed first, so the values are read from
   blob files as a cluster reads a topic of a hundred MB.
+- ``grpc-consume``: the same partitions read by our client's consumer over gRPC as
+  ``bench.kafka_clients``'s catch-up consumer reads them (no session, read_uncommitted, 4 MiB
+  per partition, so about 12 MiB per answer): the request decoded, answered by the broker's
+  ``BrokerService.Fetch`` and serialized by the response serializer the broker registers for
+  Fetch (``_grpc_fetch``), which is what gRPC sends; the answer's copies of the records are most
+  of its cost (docs/brokers.md, "Our client's consume (gRPC)"). This shape keeps freed memory
+  as the broker process does (``brokerd.memory``), for itself and any shape run after it in
+  the same process (it is the last by default). Run from another tree for a before/after (its
+  registration is found either way).
 
 JSON lines: this thread's CPU per fetch (``time.thread_time``), the median of ``--repeats``
 timings, each the median fetch of a run of them (a shared machine's interruptions land in
@@ -60,10 +69,12 @@ from brokerd.log_store import FlushPolicy
 from brokerd.partition import Partition
 from brokerd.replica_fetcher import ReplicaFetcherManager
 from brokerd.replica_manager import ReplicaManager
+from brokerd.service import BrokerService
 from clients.records import build_batch
 from metadata.authorizer import Access
 from metadata.image import PartitionRegistration
 from metadata.principal import Session
+from protos import broker_pb2 as pb
 
 from .common import emit
 from .follower_fetch import config
@@ -73,6 +84,8 @@ FETCH, VERSION = 1, 12
 BATCH = build_batch([(None, bytes(256), 1_700_000_000_000 + k, ()) for k in range(770)])
 CONSUMED = build_batch([(None, bytes(256), 1_700_000_000_000 + k, ()) for k in range(980)])
 CONSUMER_PARTITIONS, CONSUMER_BATCHES = 3, 24  # a consumer's partitions of this leader, batches in each
+GRPC_PARTITION_BYTES = 4 << 20  # bench.broker's catch-up consumer's max_partition_fetch_bytes
+GRPC_BATCHES = 32  # twice what 4 MiB holds: every answer the same size
 
 
 class Leader:
@@ -155,6 +168,67 @@ class Leader:
 
     consumed: list[int]
 
+    def grpc_consumer_request(self) -> bytes:
+        """Our consumer's next Fetch of its partitions (clients/consumer.py), as gRPC receives it."""
+        req = pb.FetchRequest(replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=50 << 20, client_id="bench")
+        t = req.topics.add(name=TOPIC)
+        for i in range(CONSUMER_PARTITIONS):
+            t.partitions.add(partition=i, fetch_offset=self.consumed[i], log_start_offset=-1,
+                             partition_max_bytes=GRPC_PARTITION_BYTES, current_leader_epoch=1)
+        return req.SerializeToString()
+
+    async def grpc_consume(self, request: bytes) -> bytes:
+        """What the broker's gRPC server does with it: decoded, answered, serialized."""
+        handler = self.grpc_fetch
+        answer = handler.response_serializer(await handler.unary_unary(handler.request_deserializer(request),
+                                                                       _Context()))
+        for t in pb.FetchResponse.FromString(answer).topics if not self.answered else ():
+            for a in t.partitions:  # where the next fetch starts: told once, as each answer is the same size
+                self.answered[a.partition] = sum(1 for _ in _frames(a.records)) * CONSUMED.record_count
+        for i in range(CONSUMER_PARTITIONS):
+            got = self.consumed[i] + self.answered.get(i, 0)
+            self.consumed[i] = got if got < self.partitions[i].log.high_watermark else 0
+        return answer
+
+    grpc_fetch: Any
+    answered: dict[int, int]
+
+
+def _frames(records: bytes) -> Any:
+    from clients.records import frames
+    return frames(records) if records else []
+
+
+class _Context:
+    """What ``BrokerService.Fetch`` asks of a gRPC call's context."""
+
+    def auth_context(self) -> dict[str, Any]:
+        return {}
+
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:5555"
+
+
+def _grpc_fetch(rm: ReplicaManager) -> Any:
+    """Fetch's method handler (its deserializer, the service's method, its serializer) as the
+    broker's gRPC server registers it (``brokerd.server``): ``grpc_fetch_answer``'s, or, in a
+    tree before that module, the generated registration's."""
+    try:
+        from brokerd.grpc_fetch_answer import add_broker_servicer as add
+    except ImportError:
+        from protos.broker_pb2_grpc import add_BrokerServicer_to_server as add
+    handlers: dict[str, Any] = {}
+
+    class Server:
+        def add_generic_rpc_handlers(self, generic: tuple) -> None:
+            pass
+
+        def add_registered_method_handlers(self, name: str, methods: dict[str, Any]) -> None:
+            handlers.update(methods)
+    service = BrokerService(rm, "PLAINTEXT", lambda: 1, pb.DescribeBrokerResponse, None, None)  # type: ignore[arg-type]
+    add(service, Server())
+    return handlers["Fetch"]
+
 
 class _Handler(apis.KafkaApis):
     """The listener's ``KafkaApis`` with only what its ``fetch`` uses: the replica manager and
@@ -186,6 +260,11 @@ async def _round(leader: Leader, shape: str, n: int) -> list[float]:
     elif shape == "expire":
         for f in FOLLOWERS:
             out.append(await _timed(leader, f, 2))
+    elif shape == "grpc-consume":
+        request = leader.grpc_consumer_request()
+        start = time.thread_time()
+        await leader.grpc_consume(request)
+        out.append(time.thread_time() - start)
     elif shape == "consume":
         header, request = leader.consumer_request()
         start = time.thread_time()
@@ -212,14 +291,20 @@ async def _round(leader: Leader, shape: str, n: int) -> list[float]:
 
 
 async def measure(shape: str, seconds: float, repeats: int, profile: bool) -> dict[str, Any]:
+    if shape == "grpc-consume":
+        from brokerd.memory import keep_freed_memory
+        keep_freed_memory()
     with tempfile.TemporaryDirectory() as d:
         leader = Leader(d)
         leader.fetched = {f: [0] * PARTITIONS for f in FOLLOWERS}
         leader.consumed = [0] * PARTITIONS
+        leader.grpc_fetch, leader.answered = _grpc_fetch(leader.rm), {}
+        consuming = shape in ("consume", "grpc-consume")
         for i in range(PARTITIONS):  # something in every partition, all of it replicated
-            for _ in range(CONSUMER_BATCHES if shape == "consume" and i < CONSUMER_PARTITIONS else 1):
-                await leader.append(i, CONSUMED if shape == "consume" else BATCH)
-        if shape == "consume":  # read from blob files, as a cluster reads a topic of 100 MB
+            batches = GRPC_BATCHES if shape == "grpc-consume" else CONSUMER_BATCHES
+            for _ in range(batches if consuming and i < CONSUMER_PARTITIONS else 1):
+                await leader.append(i, CONSUMED if consuming else BATCH)
+        if consuming:  # read from blob files, as a cluster reads a topic of 100 MB
             leader.partitions[0].log.db.flush()
         for _ in range(2):
             for f in FOLLOWERS:
@@ -243,7 +328,7 @@ async def measure(shape: str, seconds: float, repeats: int, profile: bool) -> di
             if time.monotonic() - start >= seconds / repeats:
                 per_repeat.append(statistics.median(timings) * 1e6)
                 timings, start = [], time.monotonic()
-                for p in leader.partitions if shape != "consume" else ():  # keep the logs small
+                for p in leader.partitions if not consuming else ():  # keep the logs small
                     p.log.delete_before(p.log.high_watermark)
         await leader.rm.logs.close()
     if prof is not None:
@@ -256,7 +341,7 @@ async def measure(shape: str, seconds: float, repeats: int, profile: bool) -> di
             "range": [round(min(per_repeat), 1), round(max(per_repeat), 1)]}
 
 
-SHAPES = ("news", "idle", "wakeup", "expire", "consume")
+SHAPES = ("news", "idle", "wakeup", "expire", "consume", "grpc-consume")
 
 
 def main() -> None:

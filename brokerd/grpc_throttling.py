@@ -22,6 +22,7 @@ from common.method_handlers import WrappedHandlers
 from metadata.principal import PrincipalError, PrincipalMapper, grpc_session
 from protos import broker_pb2 as pb
 
+from .grpc_fetch_answer import FetchAnswer
 from .quotas import ClientQuotas, HandlerTime, user_of
 
 #: Sent by brokers, never charged to a client.
@@ -67,11 +68,11 @@ class RequestTimeQuotas(grpc.aio.ServerInterceptor):
                 return await inner(request, context)
             client_id = getattr(request, "client_id", "")
             answer, busy = await charged(self.quotas, user, client_id, inner(request, context))
-            if busy and isinstance(answer, pb.FetchResponse):
-                size = sum(len(a.records) for t in answer.topics for a in t.partitions)
+            if busy and isinstance(answer, FetchAnswer):
+                size = answer.records_size
                 if size:  # answered empty: fetched again after the throttle
                     self.quotas.fetch.unrecord(user, client_id, size)
-                return pb.FetchResponse(throttle_time_ms=max(busy, answer.throttle_time_ms))
+                return answer.emptied(busy)
             if busy and isinstance(answer, pb.ProduceResponse):
                 answer.throttle_time_ms = max(busy, answer.throttle_time_ms)
             return answer

@@ -3,7 +3,7 @@ protobuf message of the same shape in ``protos/broker.proto``, and back, field b
 name. A name one side lacks raises AttributeError at once, so the two shapes cannot drift
 apart silently; ``X | None`` fields are protobuf ``optional`` (or message) fields, absent
 when None. A field with ``metadata={"wire": False}`` is the domain's own, which its gRPC
-service puts on the wire itself (a fetch answer's stored frames, joined there)."""
+service puts on the wire itself (a fetch answer's stored frames: ``grpc_fetch_answer``)."""
 from __future__ import annotations
 
 from dataclasses import fields, is_dataclass

@@ -113,8 +113,9 @@ class FetchPartitionResponse:
     high_watermark: int = 0
     log_start_offset: int = 0
     # The stored batches as the log read them, each a view of its RocksDB value: the Kafka
-    # listener writes them to the socket as they are; only gRPC's codec joins them (``records``:
-    # protos/broker.proto's field), so the generic proto codec leaves this field out.
+    # listener writes them to the socket as they are; gRPC's answer places them once in the bytes
+    # it sends (``records``, protos/broker.proto's field: ``grpc_fetch_answer``), so the generic
+    # proto codec leaves this field out.
     frames: list[memoryview] = field(default_factory=list, metadata={"wire": False})
     leader_id: int = 0
     leader_epoch: int = 0

@@ -37,7 +37,6 @@ from metadata.image import MetadataImage
 from common.metrics import MetricsEndpoint
 from metadata.principal import mapper_from_config
 from protos import broker_pb2 as pb
-from protos import broker_pb2_grpc
 from protos import controller_pb2 as cpb
 from common.config_def import ConfigError
 from raft.errors import StorageError
@@ -48,6 +47,7 @@ from .auto_topics import TopicAutoCreator, create_topic
 from .cluster_metadata import replica_status
 from .config import BrokerConfig
 from .connection_quotas import ConnectionQuotas, parse_overrides
+from .grpc_fetch_answer import add_broker_servicer
 from .grpc_throttling import RequestTimeQuotas
 from .group_coordinator import OFFSETS_TOPIC, GroupCoordinator
 from .isr import IsrManager
@@ -244,7 +244,7 @@ class BrokerServer:
                                               EXCLUSIVE_BIND],
                                      interceptors=[*([requests.interceptor(name)] if requests else []), self.gate,
                                                    RequestTimeQuotas(self.client_quotas, mapper)])
-            add_service(server, broker_pb2_grpc.add_BrokerServicer_to_server,
+            add_service(server, add_broker_servicer,
                         BrokerService(self.rm, name, lambda: self.client.last_controller_id, self.describe,
                                       producer_ids, self.groups, authorizer, mapper, auto_topics,
                                       self.transactions, self.client_quotas, self.fetch_sessions),

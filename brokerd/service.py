@@ -28,6 +28,7 @@ from .auto_topics import TopicAutoCreator
 from .fetch_session import NO_SESSION, FetchSessionCache
 from .group_coordinator import GroupCoordinator
 from .group_requests import COORDINATOR_GROUP, COORDINATOR_TRANSACTION
+from .grpc_fetch_answer import FetchAnswer
 from .grpc_throttling import charged
 from .log_store import StorageFailure
 from .produce import first_error
@@ -39,18 +40,6 @@ from .transaction_coordinator import TransactionCoordinator
 
 log = logging.getLogger("brokerd.service")
 T = TypeVar("T")
-
-def _fetched(resp: r.FetchResponse, session_id: int) -> pb.FetchResponse:
-    """The answer on gRPC's wire: each partition's stored frames joined into its ``records``
-    (the domain keeps them as read; the Kafka listener writes them as they are)."""
-    answer = to_wire(pb.FetchResponse, resp)
-    answer.session_id = session_id
-    for t, wire in zip(resp.topics, answer.topics, strict=True):
-        for a, out in zip(t.partitions, wire.partitions, strict=True):
-            if a.frames:
-                out.records = b"".join(a.frames)
-    return answer
-
 
 class BrokerService(broker_pb2_grpc.BrokerServicer):
     def __init__(self, rm: ReplicaManager, listener: str, controller_id: Callable[[], int],
@@ -199,7 +188,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     summary.records += pd.batch.record_count if pd.batch is not None else 0
         return summary
 
-    async def Fetch(self, request: pb.FetchRequest, context: grpc.aio.ServicerContext) -> pb.FetchResponse:
+    async def Fetch(self, request: pb.FetchRequest, context: grpc.aio.ServicerContext) -> FetchAnswer:
+        """The answer as Fetch's response serializer writes it (``grpc_fetch_answer``: the
+        partitions' frames copied once, into the bytes gRPC sends)."""
         access = await self._access(context)
         ours = to_domain(r.FetchRequest, request)
         user, quota = user_of(access.session.principal), self.quotas.fetch if self.quotas is not None else None
@@ -214,19 +205,19 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     [(t.topic_id if t.topic_id else t.name, t.partitions) for t in request.forgotten_topics],
                     uses_topic_ids=ours.replica_id >= 0)
             except KafkaError as e:
-                return pb.FetchResponse(error_code=int(e.code))
+                return FetchAnswer(error_code=int(e.code))
             session_id, resp = session.finish(await self._guard(context, authorized.fetch(self.rm, session.request,
                                                                                           access)))
         else:
             resp = await self._guard(context, authorized.fetch(self.rm, ours, access))
         if most is None or quota is None:
-            return _fetched(resp, session_id)
+            return FetchAnswer(resp, session_id)
         size = sum(a.records_size for t in resp.topics for a in t.partitions)
         throttle = quota.record(user, ours.client_id, size)
         if not throttle:
-            return _fetched(resp, session_id)
+            return FetchAnswer(resp, session_id)
         quota.unrecord(user, ours.client_id, size)  # answered empty, as Kafka: fetched again after the throttle
-        return pb.FetchResponse(throttle_time_ms=throttle, session_id=session_id)
+        return FetchAnswer(session_id=session_id, throttle_time_ms=throttle)
 
     async def ListOffsets(self, request: pb.ListOffsetsRequest, context: grpc.aio.ServicerContext) -> pb.ListOffsetsResponse:
         resp = authorized.list_offsets(self.rm, to_domain(r.ListOffsetsRequest, request), await self._access(context))

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from immutables import Map
 
 from brokerd.kafka.apis import KafkaApis
+from brokerd.grpc_fetch_answer import serialized
 from brokerd.service import BrokerService
 from clients.records import build_batch
 from kraft.cli import main as kraft
@@ -334,6 +335,11 @@ def produce_request(topic: str) -> bpb.ProduceRequest:
     return req
 
 
+def fetched_by(node: CombinedNode, svc: BrokerService, req: bpb.FetchRequest, ctx: FakeContext) -> bpb.FetchResponse:
+    """The service's Fetch answer as the client reads it (written by Fetch's response serializer)."""
+    return bpb.FetchResponse.FromString(serialized(node.run(svc.Fetch(req, ctx))))
+
+
 def test_produce_fetch_and_offsets_need_write_read_and_describe(node: CombinedNode) -> None:
     svc, ctx = broker(node), FakeContext()
     produced = node.run(svc.Produce(produce_request("b-secret"), ctx)).topics
@@ -344,9 +350,9 @@ def test_produce_fetch_and_offsets_need_write_read_and_describe(node: CombinedNo
         (7, TOPIC_DENIED)]
     fetch = bpb.FetchRequest(replica_id=-1, max_wait_ms=0, topics=[bpb.FetchTopic(
         name="b-secret", partitions=[bpb.FetchPartition(partition=0, fetch_offset=0)])])
-    assert [p.error_code for t in node.run(svc.Fetch(fetch, ctx)).topics for p in t.partitions] == [TOPIC_DENIED]
+    assert [p.error_code for t in fetched_by(node, svc, fetch, ctx).topics for p in t.partitions] == [TOPIC_DENIED]
     follower = bpb.FetchRequest(replica_id=1, max_wait_ms=0, topics=fetch.topics)
-    answer = node.run(svc.Fetch(follower, ctx)).topics[0].partitions[0]
+    answer = fetched_by(node, svc, follower, ctx).topics[0].partitions[0]
     assert (answer.error_code, answer.error_message) == (
         TOPIC_DENIED, "Cluster authorization failed: User:alice may not CLUSTER_ACTION the cluster")
     offsets = bpb.ListOffsetsRequest(topics=[bpb.ListOffsetsTopic(name="b-secret", partitions=[
@@ -366,12 +372,12 @@ def test_produce_fetch_and_offsets_need_write_read_and_describe(node: CombinedNo
     grant(node, AclResourceType.TOPIC, "b-secret", O.WRITE, O.READ)
     produced = node.run(svc.Produce(produce_request("b-secret"), ctx)).topics[0].partitions[0]
     assert (produced.error_code, produced.base_offset) == (ErrorCode.NONE, 0)
-    fetched = node.run(svc.Fetch(fetch, ctx)).topics[0].partitions[0]
+    fetched = fetched_by(node, svc, fetch, ctx).topics[0].partitions[0]
     assert fetched.error_code == ErrorCode.NONE and fetched.high_watermark == 1 and fetched.records
     assert node.run(svc.ListOffsets(offsets, ctx)).topics[0].partitions[0].offset == 1
     assert [t.name for t in node.run(svc.Metadata(bpb.MetadataRequest(), ctx)).topics if t.name == "b-secret"]
     assert node.run(svc.InitProducerId(bpb.InitProducerIdRequest(), ctx)).error_code == ErrorCode.NONE  # WRITE on a topic
-    assert node.run(svc.Fetch(follower, ctx)).topics[0].partitions[0].error_code == TOPIC_DENIED
+    assert fetched_by(node, svc, follower, ctx).topics[0].partitions[0].error_code == TOPIC_DENIED
     refused = node.run(svc.DescribeBroker(bpb.DescribeBrokerRequest(), ctx))
     assert (refused.error_code, refused.replicas) == (CLUSTER_DENIED, [])
     streamed = node.run(_stream(svc, ctx, produce_request("b-secret")))
