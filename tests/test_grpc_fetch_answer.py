@@ -193,3 +193,20 @@ def test_a_stub_reads_the_answer_from_a_server_registered_as_the_brokers(monkeyp
     fetched, described = asyncio.run(go())
     assert fetched == _as_message(resp)
     assert described.broker_id == 101
+
+
+def test_the_encoder_writes_every_field_the_messages_have() -> None:
+    """``grpc_fetch_answer`` writes these fields by number; a field added to protos/broker.proto
+    must be added there too, or the answer would leave it out while still parsing."""
+    written = {
+        "FetchResponse": [(1, "topics"), (2, "throttle_time_ms"), (3, "session_id"), (4, "error_code")],
+        "FetchTopicResponse": [(1, "name"), (2, "topic_id"), (3, "partitions")],
+        "FetchPartitionResponse": [(1, "partition"), (2, "error_code"), (3, "error_message"),
+                                   (4, "high_watermark"), (5, "log_start_offset"), (6, "records"),
+                                   (7, "leader_id"), (8, "leader_epoch"), (9, "last_stable_offset"),
+                                   (10, "aborted_transactions"), (11, "preferred_read_replica")],
+        "AbortedTransaction": [(1, "producer_id"), (2, "first_offset")],
+    }
+    for message, fields in written.items():
+        d = pb.DESCRIPTOR.message_types_by_name[message]
+        assert [(f.number, f.name) for f in d.fields] == fields, message
