@@ -1559,6 +1559,44 @@ def test_a_handler_failing_with_a_kafka_error_is_answered_its_code_and_acks_0_st
     assert "after an acks=0 produce failed: RuntimeError: boom" in lines[1], lines
 
 
+def test_a_handler_failing_before_sasl_authentication_closes_the_connection(caplog):
+    """Before a SASL client has authenticated Kafka's authenticator, not KafkaApis, answers its
+    ApiVersions, and a failure there fails the authentication: the connection is closed with
+    one line rather than answered."""
+    import logging
+    import socket
+
+    from brokerd.kafka.listener import KafkaListener
+    from clients.security import ListenerSecurity, SaslSettings
+
+    async def go() -> None:
+        apis = _GatedApis()
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        security = ListenerSecurity("SASL_PLAINTEXT", sasl=SaslSettings(("PLAIN",), {}))
+        listener = KafkaListener("KAFKA", "127.0.0.1", port, apis, 1 << 20,  # type: ignore[arg-type]
+                                 security=security)
+        await listener.bind()
+        await listener.start()
+        client = socket.create_connection(("127.0.0.1", port))
+        client.setblocking(False)
+        loop = asyncio.get_running_loop()
+        try:
+            await _send_requests(client, 1)
+            await eventually(lambda: 1 in apis.gates, 5, what="ApiVersions before authentication in flight")
+            apis.gates[1].set_exception(RuntimeError("boom"))
+            assert await asyncio.wait_for(loop.sock_recv(client, 1 << 16), 5) == b""  # closed, not answered
+        finally:
+            client.close()
+            await listener.stop()
+    with caplog.at_level(logging.INFO, logger="brokerd.kafka"):
+        run(go())
+    lines = [r.getMessage() for r in caplog.records if r.name == "brokerd.kafka"]
+    assert len(lines) == 1 and lines[0].startswith("closing the Kafka connection from 127.0.0.1:"), lines
+    assert lines[0].endswith("api key 18 v0 failed: RuntimeError: boom"), lines
+
+
 def test_a_kafka_listener_writes_an_answer_in_its_handlers_last_turn():
     """A request's answer is written by its own task as its handler returns: the loop turn that
     resumes a handler (a long poll's timer, replication's acknowledgement) writes the answer,
