@@ -1885,6 +1885,35 @@ def test_a_fetch_answer_a_partition_of_which_cannot_be_read_changes_no_partition
     run(go())
 
 
+def test_a_leaders_failed_kafka_fetch_delays_the_follower_by_its_backoff(tmp_path):
+    """A leader whose Fetch handler fails answers UNKNOWN_SERVER_ERROR (error_answers) where it
+    used to close the connection, which made the follower wait (replica_fetcher's _run): the
+    partitions fetched wait replica.fetch.backoff.ms before the next fetch, instead of being
+    fetched again at once, while a fetch session error alone starts a new session at once.
+    (Before the follower handled the top-level error as a session's: this failed.)"""
+    from brokerd.kafka.replica_client import KafkaLeaderClient
+
+    class Leader(KafkaLeaderClient):
+        def __init__(self) -> None:
+            super().__init__("127.0.0.1:1", None, 8)
+            self.errors = [int(ErrorCode.FETCH_SESSION_ID_NOT_FOUND), int(ErrorCode.UNKNOWN_SERVER_ERROR)]
+
+        async def fetch_partitions(self, req, timeout):
+            return self.errors.pop(0), 0, []
+
+    async def go():
+        store = LogStore(str(tmp_path))
+        fetcher, states = _following_two_partitions(store, uuid.uuid4(), leader := Leader())
+        await fetcher._fetch(states)  # the session's error: fetched again at once
+        assert [s.delayed_until for s in states] == [0.0, 0.0]
+        await fetcher._fetch(states)
+        assert all(s.delayed_until > time.monotonic() for s in states), [s.delayed_until for s in states]
+        await fetcher.stop()
+        await leader.close()
+        await store.close()
+    run(go())
+
+
 def test_the_followers_kafka_fetch_is_the_grpc_request_it_replaced(tmp_path):
     """The follower makes its Kafka Fetch straight from its fetch states (no ``pb.FetchRequest``
     converted): on the wire it is byte for byte what converting the gRPC path's request made,
