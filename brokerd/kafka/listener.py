@@ -7,7 +7,9 @@ responses are written in that same order, each by its request's task as soon as 
 returns and those before it are answered (``_Answers``). At most ``MAX_IN_FLIGHT`` requests of
 a connection are pending; reading waits for the oldest to be answered. Whatever cannot be read (garbage, a
 truncated request, an API or version we did not advertise) closes that one connection with
-one log line; the broker and other connections go on. Frames are read by
+one log line; the broker and other connections go on. A request whose handler fails is
+answered with its error response (``error_answers``), as Kafka's KafkaApis answers it, and
+its connection goes on. Frames are read by
 ``framing.FrameConnection`` (an asyncio BufferedProtocol: one copy per request).
 """
 from __future__ import annotations
