@@ -260,6 +260,9 @@ class ReplicaFetcher:
             log.debug("fetch session %d with broker %d: %s; starting a new one", self.session.session_id,
                       self.leader_id, ErrorCode.of(error).name)
             self.session.reset()
+            if error not in _SESSION_ERRORS:  # the leader's Fetch failed (its handler answered
+                for s in states:              # UNKNOWN_SERVER_ERROR): not again before the backoff
+                    self._delay(s)
             return
         self.session.answered(session_id)
         fetched: list[tuple[FetchState, PartitionAnswer, list[FetchedBatch]]] = []
@@ -391,6 +394,10 @@ class ReplicaFetcher:
         else:
             log.debug("%s: fetch from broker %d: %s: %s", p.name, self.leader_id, code.name, r.error_message)
             self._delay(s)
+
+
+#: A Fetch's top-level errors that end its fetch session alone: the next fetch, a full one, goes at once.
+_SESSION_ERRORS = frozenset({ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH})
 
 
 def _stored_batches(data: bytes) -> list[FetchedBatch]:

@@ -1362,17 +1362,29 @@ async def _send_requests(client, *correlations: int) -> None:
 
 async def _answers(client, count: int) -> list[int]:
     """The correlation ids of the next ``count`` answers on ``client``."""
+    return [correlation for correlation, _ in await _answer_frames(client, count)]
+
+
+async def _answer_frames(client, count: int) -> list[tuple[int, bytes]]:
+    """The next ``count`` answers on ``client``: (correlation id, the frame without its size)."""
     loop, got = asyncio.get_running_loop(), b""
-    seen: list[int] = []
+    seen: list[tuple[int, bytes]] = []
     while len(seen) < count:
         chunk = await asyncio.wait_for(loop.sock_recv(client, 1 << 16), 5)
-        assert chunk, f"the listener closed the connection after {seen}"
+        assert chunk, f"the listener closed the connection after {[c for c, _ in seen]}"
         got += chunk
         while len(got) >= 4 and len(got) >= 4 + (size := int.from_bytes(got[:4], "big")):
-            seen.append(int.from_bytes(got[4:8], "big"))
+            seen.append((int.from_bytes(got[4:8], "big"), got[4:4 + size]))
             got = got[4 + size:]
     assert got == b""
     return seen
+
+
+def _api_versions_error(frame: bytes) -> int:
+    """The error code of an ApiVersions v0 answer (``_GatedApis`` answers b"answer" instead)."""
+    from brokerd.kafka.codec import read_response
+    assert frame[4:] != b"answer", "a handler's answer, not an error answer"
+    return int(read_response(frame, 18, 0)[1].error_code)
 
 
 def _nothing_to_read(client) -> bool:
@@ -1388,8 +1400,9 @@ def _nothing_to_read(client) -> bool:
 def test_a_kafka_listener_answers_in_order_what_its_handlers_finish_out_of_order(caplog):
     """Kafka answers a connection's requests in the order they came: an answer ready early
     waits for those before it, then goes out with them (in the same loop turn); a handler that
-    crashes closes the connection after the answers before it, with one line, and the answers
-    behind it are not sent."""
+    crashes is answered UNKNOWN_SERVER_ERROR in its turn, with one line, and the connection
+    goes on: the answers behind it are sent (Kafka's KafkaApis.handleError). Before the error
+    answers (error_answers) the connection was closed after 4 and 6 never sent: this failed."""
     import logging
 
     from brokerd.kafka.framing import FrameConnection
@@ -1430,10 +1443,17 @@ def test_a_kafka_listener_answers_in_order_what_its_handlers_finish_out_of_order
                     await asyncio.sleep(0)
                 assert _nothing_to_read(client)
                 apis.gates[4].set_result(None)
-                assert await _answers(client, 1) == [4]
-                assert await asyncio.wait_for(loop.sock_recv(client, 1 << 16), 5) == b""  # closed; 6 not sent
+                frames = await _answer_frames(client, 3)
+                assert [c for c, _ in frames] == [4, 5, 6]
+                assert _api_versions_error(frames[1][1]) == ErrorCode.UNKNOWN_SERVER_ERROR
+                await _send_requests(client, 7)  # the same connection serves the next request
+                await eventually(lambda: 7 in apis.gates, 5, what="the next request in flight")
+                apis.gates[7].set_result(None)
+                assert await _answers(client, 1) == [7]
             lines = [r.getMessage() for r in caplog.records if r.name == "brokerd.kafka"]
-            assert len(lines) == 1 and "api key 18 v0 failed: RuntimeError: boom" in lines[0], lines
+            assert len(lines) == 1 and "\n" not in lines[0], lines
+            assert lines[0].startswith("answered UNKNOWN_SERVER_ERROR to api key 18 v0 from 127.0.0.1:"), lines
+            assert lines[0].endswith("its handler failed: RuntimeError: boom"), lines
         finally:
             del loop._run_once  # type: ignore[attr-defined]
             FrameConnection.write_parts = write_parts  # type: ignore[method-assign]
@@ -1443,19 +1463,19 @@ def test_a_kafka_listener_answers_in_order_what_its_handlers_finish_out_of_order
     run(go())
 
 
-def test_a_handler_cancelled_from_inside_closes_only_its_connection_with_one_line(caplog):
+def test_a_handler_cancelled_from_inside_is_answered_unknown_server_error_with_one_line(caplog):
     """A handler that raises CancelledError while its connection is not being cancelled (it
     awaited a future that someone else cancelled) fails as a handler that raises any error
-    does: its connection is closed after the answers before it, with one line that says so, no
-    traceback; the requests of other connections are answered, and the listener keeps
-    accepting connections and serving them."""
+    does: it is answered UNKNOWN_SERVER_ERROR after the answers before it, with one line that
+    says so, no traceback, and its connection serves the next request; the requests of other
+    connections are answered, and the listener keeps accepting connections and serving them.
+    (Before error_answers its connection was closed after 1: this failed.)"""
     import logging
     import socket
 
     async def go() -> None:
         apis = _GatedApis()
         listener, first = await _gated_listener(apis)
-        loop = asyncio.get_running_loop()
         second = socket.create_connection(("127.0.0.1", listener.port))
         second.setblocking(False)
         try:
@@ -1465,9 +1485,14 @@ def test_a_handler_cancelled_from_inside_closes_only_its_connection_with_one_lin
             await eventually(lambda: 3 in apis.gates, 5, what="the other connection's request in flight")
             apis.gates[2].cancel()  # its handler's await raises CancelledError; no one cancelled its task
             apis.gates[1].set_result(None)
-            assert await _answers(first, 1) == [1]
-            assert await asyncio.wait_for(loop.sock_recv(first, 1 << 16), 5) == b""  # closed after 1
-            await eventually(lambda: len(listener._connections) == 1, 5, what="the closed connection's task ended")
+            frames = await _answer_frames(first, 2)
+            assert [c for c, _ in frames] == [1, 2]
+            assert _api_versions_error(frames[1][1]) == ErrorCode.UNKNOWN_SERVER_ERROR
+            await _send_requests(first, 5)
+            await eventually(lambda: 5 in apis.gates, 5, what="the next request on the same connection")
+            apis.gates[5].set_result(None)
+            assert await _answers(first, 1) == [5]
+            assert len(listener._connections) == 2  # neither connection was closed
             apis.gates[3].set_result(None)
             assert await _answers(second, 1) == [3]
             third = socket.create_connection(("127.0.0.1", listener.port))
@@ -1488,9 +1513,88 @@ def test_a_handler_cancelled_from_inside_closes_only_its_connection_with_one_lin
         run(go())
     lines = [r.getMessage() for r in caplog.records if r.name == "brokerd.kafka"]
     assert len(lines) == 1 and "\n" not in lines[0], lines
-    assert lines[0].endswith("api key 18 v0 failed: CancelledError (cancelled inside its handler)"), lines
+    assert lines[0].startswith("answered UNKNOWN_SERVER_ERROR to api key 18 v0 from 127.0.0.1:"), lines
+    assert lines[0].endswith("its handler failed: CancelledError (cancelled inside its handler)"), lines
     assert not [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
     assert not [r for r in caplog.records if r.name == "asyncio"], caplog.records
+
+
+def test_a_handler_failing_with_a_kafka_error_is_answered_its_code_and_acks_0_still_closes(caplog):
+    """A handler that raises a KafkaError is answered with that error's code (Kafka's
+    Errors.forException of an ApiException), and the connection goes on; a Produce with
+    acks=0 has no response to carry an error, so its failure closes the connection, as Kafka's
+    ProduceRequest.getErrorResponse (null) has it closed. (Before error_answers the first
+    connection was closed instead of answered: this failed.)"""
+    import logging
+
+    from brokerd.kafka.codec import build, frame_request, request_schema
+
+    async def go() -> None:
+        apis = _GatedApis()
+        listener, client = await _gated_listener(apis)
+        loop = asyncio.get_running_loop()
+        try:
+            await _send_requests(client, 1, 2)
+            await eventually(lambda: len(apis.gates) == 2, 5, what="two requests in flight")
+            apis.gates[1].set_exception(KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "no coordinator yet"))
+            apis.gates[2].set_result(None)
+            frames = await _answer_frames(client, 2)
+            assert [c for c, _ in frames] == [1, 2]
+            assert _api_versions_error(frames[0][1]) == ErrorCode.COORDINATOR_NOT_AVAILABLE
+            produce = build(request_schema(0, 3), {"acks": 0, "timeout": 1000, "topic_data": [
+                {"name": "t", "partition_data": [{"index": 0, "records": b""}]}]})
+            await loop.sock_sendall(client, frame_request(0, 3, 3, "t", produce))
+            await eventually(lambda: 3 in apis.gates, 5, what="the acks=0 produce in flight")
+            apis.gates[3].set_exception(RuntimeError("boom"))
+            assert await asyncio.wait_for(loop.sock_recv(client, 1 << 16), 5) == b""  # closed, nothing answered
+        finally:
+            client.close()
+            await listener.stop()
+        assert _others() == []
+    with caplog.at_level(logging.INFO):
+        run(go())
+    lines = [r.getMessage() for r in caplog.records if r.name == "brokerd.kafka"]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("answered COORDINATOR_NOT_AVAILABLE to api key 18 v0"), lines
+    assert "after an acks=0 produce failed: RuntimeError: boom" in lines[1], lines
+
+
+def test_a_handler_failing_before_sasl_authentication_closes_the_connection(caplog):
+    """Before a SASL client has authenticated Kafka's authenticator, not KafkaApis, answers its
+    ApiVersions, and a failure there fails the authentication: the connection is closed with
+    one line rather than answered."""
+    import logging
+    import socket
+
+    from brokerd.kafka.listener import KafkaListener
+    from clients.security import ListenerSecurity, SaslSettings
+
+    async def go() -> None:
+        apis = _GatedApis()
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        security = ListenerSecurity("SASL_PLAINTEXT", sasl=SaslSettings(("PLAIN",), {}))
+        listener = KafkaListener("KAFKA", "127.0.0.1", port, apis, 1 << 20,  # type: ignore[arg-type]
+                                 security=security)
+        await listener.bind()
+        await listener.start()
+        client = socket.create_connection(("127.0.0.1", port))
+        client.setblocking(False)
+        loop = asyncio.get_running_loop()
+        try:
+            await _send_requests(client, 1)
+            await eventually(lambda: 1 in apis.gates, 5, what="ApiVersions before authentication in flight")
+            apis.gates[1].set_exception(RuntimeError("boom"))
+            assert await asyncio.wait_for(loop.sock_recv(client, 1 << 16), 5) == b""  # closed, not answered
+        finally:
+            client.close()
+            await listener.stop()
+    with caplog.at_level(logging.INFO, logger="brokerd.kafka"):
+        run(go())
+    lines = [r.getMessage() for r in caplog.records if r.name == "brokerd.kafka"]
+    assert len(lines) == 1 and lines[0].startswith("closing the Kafka connection from 127.0.0.1:"), lines
+    assert lines[0].endswith("api key 18 v0 failed: RuntimeError: boom"), lines
 
 
 def test_a_kafka_listener_writes_an_answer_in_its_handlers_last_turn():
@@ -1777,6 +1881,35 @@ def test_a_fetch_answer_a_partition_of_which_cannot_be_read_changes_no_partition
         assert [s.partition.log.log_end_offset for s in states] == [2, 2]
         assert [len(s.partition.log.read(0, 1 << 20, 2)[0]) for s in states] == [1, 1]
         await fetcher.stop()
+        await store.close()
+    run(go())
+
+
+def test_a_leaders_failed_kafka_fetch_delays_the_follower_by_its_backoff(tmp_path):
+    """A leader whose Fetch handler fails answers UNKNOWN_SERVER_ERROR (error_answers) where it
+    used to close the connection, which made the follower wait (replica_fetcher's _run): the
+    partitions fetched wait replica.fetch.backoff.ms before the next fetch, instead of being
+    fetched again at once, while a fetch session error alone starts a new session at once.
+    (Before the follower handled the top-level error as a session's: this failed.)"""
+    from brokerd.kafka.replica_client import KafkaLeaderClient
+
+    class Leader(KafkaLeaderClient):
+        def __init__(self) -> None:
+            super().__init__("127.0.0.1:1", None, 8)
+            self.errors = [int(ErrorCode.FETCH_SESSION_ID_NOT_FOUND), int(ErrorCode.UNKNOWN_SERVER_ERROR)]
+
+        async def fetch_partitions(self, req, timeout):
+            return self.errors.pop(0), 0, []
+
+    async def go():
+        store = LogStore(str(tmp_path))
+        fetcher, states = _following_two_partitions(store, uuid.uuid4(), leader := Leader())
+        await fetcher._fetch(states)  # the session's error: fetched again at once
+        assert [s.delayed_until for s in states] == [0.0, 0.0]
+        await fetcher._fetch(states)
+        assert all(s.delayed_until > time.monotonic() for s in states), [s.delayed_until for s in states]
+        await fetcher.stop()
+        await leader.close()
         await store.close()
     run(go())
 

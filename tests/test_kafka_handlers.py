@@ -3,7 +3,8 @@ each API in ``brokerd.kafka.apis.VERSIONS``, a real request (topics, partitions,
 members that exist) is encoded with kio, sent to a broker of a real cluster, and its answer
 decoded and checked. A name a handler misspells, in a request it reads or an answer it builds,
 fails here: ``codec.build`` refuses names no version has, and a handler that reads a field
-its version lacks raises, which closes the connection instead of answering."""
+its version lacks raises, which is answered UNKNOWN_SERVER_ERROR (brokerd/kafka/error_answers.py),
+refused by ``Broker.ask`` for every API."""
 from __future__ import annotations
 
 import asyncio
@@ -59,6 +60,8 @@ class Broker:
             body = s.recv(struct.unpack(">i", head)[0], socket.MSG_WAITALL)
         correlation, response = read_response(body, key, version)
         assert correlation == 4242
+        assert int(E.UNKNOWN_SERVER_ERROR) not in codes(response), \
+            f"api {key} v{version}: its handler failed (the broker's log says how): {response}"
         return response
 
     def leader(self, topic: str = TOPIC) -> int:

@@ -13,12 +13,14 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource,
                                    NewPartitions, NewTopic)
 
+from common.errors import ErrorCode
 from tests.brokercluster import BrokerCluster, running_cluster
 from tests.eventually import eventually
 
@@ -346,7 +348,8 @@ def test_pipelined_requests_are_answered_in_order(cluster):
 
 def test_every_advertised_api_and_version_answers(cluster):
     """A minimal request (every field zero or empty) of each API at each version ApiVersions
-    lists gets an answer that reads as that version's response, not a closed connection."""
+    lists gets an answer that reads as that version's response, not a closed connection, nor
+    UNKNOWN_SERVER_ERROR anywhere in it (a handler that fails is answered so: error_answers)."""
     from brokerd.kafka.apis import VERSIONS
     from brokerd.kafka.codec import build, frame_request, read_response, request_schema
     port = cluster.kafka_ports[cluster.ids[0]]
@@ -359,8 +362,24 @@ def test_every_advertised_api_and_version_answers(cluster):
                 s.sendall(frame_request(key, v, key * 100 + v, "pytest", request))
                 size = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL) or b"\0\0\0\0")[0]
                 assert size > 0, f"api {key} v{v}: the connection was closed"
-                correlation, _ = read_response(s.recv(size, socket.MSG_WAITALL), key, v)
+                correlation, response = read_response(s.recv(size, socket.MSG_WAITALL), key, v)
                 assert correlation == key * 100 + v
+                assert int(ErrorCode.UNKNOWN_SERVER_ERROR) not in _error_codes(response), \
+                    f"api {key} v{v}: its handler failed (the broker's log says how): {response}"
+
+
+def _error_codes(entity: Any) -> set[int]:
+    """Every error code in a read response, nested entities included."""
+    from dataclasses import fields, is_dataclass
+    found: set[int] = set()
+    for f in fields(entity):
+        v = getattr(entity, f.name)
+        if f.metadata.get("kafka_type") == "error_code":
+            found.add(int(v))
+        for item in (v if isinstance(v, tuple) else (v,)):
+            if is_dataclass(item):
+                found |= _error_codes(item)
+    return found
 
 
 def test_xerial_framed_snappy_is_read():

@@ -238,6 +238,12 @@ def _fields(cls: type) -> tuple[_Field, ...]:
     return tuple(out)
 
 
+def entity_fields(cls: type) -> tuple[_Field, ...]:
+    """The fields of schema ``cls``: name, kind ("entity", "entities", "value", "values"),
+    nested schema or Kafka type (for ``error_answers``, which walks a response's schema)."""
+    return _fields(cls)
+
+
 def _zero(f: _Field) -> Any:
     if f.nullable:
         return None

@@ -7,7 +7,9 @@ responses are written in that same order, each by its request's task as soon as 
 returns and those before it are answered (``_Answers``). At most ``MAX_IN_FLIGHT`` requests of
 a connection are pending; reading waits for the oldest to be answered. Whatever cannot be read (garbage, a
 truncated request, an API or version we did not advertise) closes that one connection with
-one log line; the broker and other connections go on. Frames are read by
+one log line; the broker and other connections go on. A request whose handler fails is
+answered with its error response (``error_answers``), as Kafka's KafkaApis answers it, and
+its connection goes on. Frames are read by
 ``framing.FrameConnection`` (an asyncio BufferedProtocol: one copy per request).
 """
 from __future__ import annotations
@@ -31,6 +33,7 @@ from ..connection_quotas import ConnectionQuotas
 from .sasl import SaslAuthenticator
 from .throttling import CLIENT_THROTTLES, throttle_ms
 from .codec import MalformedRequest, RequestHeader, correlation_id, peek_api, read_request, response_parts
+from .error_answers import error_answer, error_of
 from .framing import FrameConnection, SpareBuffers
 
 log = logging.getLogger("brokerd.kafka")
@@ -178,7 +181,10 @@ class KafkaListener:
                                            sasl.authenticated else "the SASL session expired "
                                            "(connections.max.reauth.ms) and the client did not re-authenticate")
                 header, request = read_request(body, api_key, version)
-                answers.start(header, arrived, self.apis.handle(header, request, session))
+                # Before SASL authentication Kafka's authenticator answers ApiVersions itself, and
+                # its failure fails the authentication: the connection is closed, not answered.
+                answers.start(header, arrived, self.apis.handle(header, request, session),
+                              request if sasl is None or sasl.authenticated else None)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the client went away, or an answer's failure closed the connection
         except (MalformedRequest, PrincipalError) as e:
@@ -227,10 +233,11 @@ class KafkaListener:
 class _Request:
     """A request of a connection, from its arrival until its answer is written."""
 
-    __slots__ = ("header", "arrived", "done", "answer", "failure")
+    __slots__ = ("header", "request", "arrived", "done", "answer", "failure")
 
-    def __init__(self, header: RequestHeader, arrived: float) -> None:
+    def __init__(self, header: RequestHeader, request: Any, arrived: float) -> None:
         self.header = header
+        self.request = request  # what a failed handler's error answer repeats (None: closed instead)
         self.arrived = arrived  # time.perf_counter(), for its request time
         self.done = False  # its handler has returned (``answer``) or raised (``failure``)
         self.answer: Any = None
@@ -245,7 +252,10 @@ class _Answers:
     connection: waking it for each answer cost the loop one more turn per request, and the
     done callbacks it needed another (docs/brokers.md, "The brokers' network I/O").
 
-    After a failure the connection is closed and the answers still due are not sent. An
+    A handler that fails is answered with its request's error response (``error_answers``,
+    as Kafka's KafkaApis answers it) in its turn, and the connection goes on. Where Kafka
+    closes the connection instead (an acks=0 produce, a failure while writing an answer)
+    it is closed and the answers still due are not sent. An
     answer with a throttle time mutes the connection for that long (the reading task waits);
     a client from before KIP-219 gets it only then. Each request holds one of ``slots`` until
     its answer is written and drained, so the reading task waits while ``MAX_IN_FLIGHT`` are
@@ -263,9 +273,12 @@ class _Answers:
         self.writing = False  # a task is writing the answers due (and may be waiting to drain)
         self.closed = False
 
-    def start(self, header: RequestHeader, arrived: float, work: Coroutine[Any, Any, Any]) -> None:
-        """Handle a request in a task of its own, which then answers it in its turn."""
-        request = _Request(header, arrived)
+    def start(self, header: RequestHeader, arrived: float, work: Coroutine[Any, Any, Any],
+              body: Any = None) -> None:
+        """Handle a request in a task of its own, which then answers it in its turn; ``body``,
+        the request read, is what an error answer repeats if its handler fails (None: a
+        failure closes the connection)."""
+        request = _Request(header, body, arrived)
         self.due.append(request)
         self.tasks.add(asyncio.create_task(self._answer(request, work)))
 
@@ -297,9 +310,11 @@ class _Answers:
                 header = request.header
                 try:
                     if request.failure is not None:
-                        self._fail(header, request.failure)
-                        continue
-                    answer = request.answer
+                        answer = self._error_answer(request, request.failure)
+                        if answer is None:
+                            continue
+                    else:
+                        answer = request.answer
                     if answer is not None and (throttle := throttle_ms(answer)):
                         self.mute.until = max(self.mute.until, time.monotonic() + throttle / 1000)
                         if header.api_version < CLIENT_THROTTLES.get(header.api_key, 0):
@@ -318,9 +333,32 @@ class _Answers:
         finally:
             self.writing = False
 
+    def _error_answer(self, request: _Request, e: BaseException) -> Any | None:
+        """The error response to a request whose handler failed, with one line (Kafka's
+        KafkaApis.handleError); None, the connection closed, where Kafka closes it: an acks=0
+        produce (``CloseConnection``, or no response to carry the error), a request before
+        SASL authentication, or an error answer that cannot be built."""
+        header = request.header
+        if isinstance(e, CloseConnection) or request.request is None:
+            self._fail(header, e)
+            return None
+        try:
+            answer = error_answer(header, request.request, e)
+        except Exception as failed:
+            log.error("api key %d v%d from %s failed (%s), and so did its error answer: %s", header.api_key,
+                      header.api_version, self.where, _failure(e), _failure(failed))
+            self.closed = True
+            return None
+        if answer is None:
+            self._fail(header, CloseConnection(_failure(e)))
+            return None
+        log.error("answered %s to api key %d v%d from %s: its handler failed: %s", error_of(e)[0].name,
+                  header.api_key, header.api_version, self.where, _failure(e))
+        return answer
+
     def _fail(self, header: RequestHeader, e: BaseException) -> None:
-        """A request's handler or its answer's writing failed: the connection is closed, with
-        one line unless the client went away."""
+        """A request's answer cannot be given (an acks=0 produce failed) or its writing failed:
+        the connection is closed, with one line unless the client went away."""
         if isinstance(e, CloseConnection):
             log.info("closing the Kafka connection from %s after an acks=0 produce failed: %s", self.where, e)
         elif not isinstance(e, ConnectionError):
