@@ -1597,6 +1597,62 @@ def test_a_handler_failing_before_sasl_authentication_closes_the_connection(capl
     assert lines[0].endswith("api key 18 v0 failed: RuntimeError: boom"), lines
 
 
+def test_a_sasl_step_failing_unexpectedly_closes_its_connection_with_one_line(caplog, monkeypatch):
+    """The listener's reading task answers SaslHandshake and SaslAuthenticate itself (Kafka's
+    SaslServerAuthenticator): an unexpected failure there closes that connection with one
+    line, as a failed authentication does, and the listener serves the next connection. (It
+    escaped the reading task before: no line of ours, only asyncio's about a task.)"""
+    import logging
+    import socket
+
+    from brokerd.kafka.codec import build, frame_request, request_schema
+    from brokerd.kafka.listener import KafkaListener
+    from brokerd.kafka.sasl import SaslAuthenticator
+    from clients.security import ListenerSecurity, SaslSettings
+
+    def broken(self, token: bytes):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(SaslAuthenticator, "authenticate", broken)
+
+    async def go() -> None:
+        apis = _GatedApis()
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        security = ListenerSecurity("SASL_PLAINTEXT", sasl=SaslSettings(("PLAIN",), {}))
+        listener = KafkaListener("KAFKA", "127.0.0.1", port, apis, 1 << 20,  # type: ignore[arg-type]
+                                 security=security)
+        await listener.bind()
+        await listener.start()
+        loop = asyncio.get_running_loop()
+        try:
+            for _ in range(2):  # the second connection: the listener goes on
+                client = socket.create_connection(("127.0.0.1", port))
+                client.setblocking(False)
+                try:
+                    await loop.sock_sendall(client, frame_request(17, 1, 1, "t", build(request_schema(17, 1),
+                                                                                       {"mechanism": "PLAIN"})))
+                    assert await _answers(client, 1) == [1]
+                    await loop.sock_sendall(client, frame_request(36, 1, 2, "t", build(request_schema(36, 1),
+                                                                                       {"auth_bytes": b"\0u\0p"})))
+                    assert await asyncio.wait_for(loop.sock_recv(client, 1 << 16), 5) == b""  # closed
+                finally:
+                    client.close()
+            await eventually(lambda: not listener._connections, 5, what="both connections' tasks ended")
+        finally:
+            await listener.stop()
+    with caplog.at_level(logging.INFO):
+        run(go())
+    lines = [r.getMessage() for r in caplog.records if r.name == "brokerd.kafka"]
+    assert len(lines) == 2, lines
+    for line in lines:
+        assert line.startswith("closing the Kafka connection from 127.0.0.1:"), line
+        assert line.endswith("api key 36 v1 failed: RuntimeError: boom"), line
+    assert not [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
+    assert not [r for r in caplog.records if r.name == "asyncio"], caplog.records
+
+
 def test_a_kafka_listener_writes_an_answer_in_its_handlers_last_turn():
     """A request's answer is written by its own task as its handler returns: the loop turn that
     resumes a handler (a long poll's timer, replication's acknowledgement) writes the answer,

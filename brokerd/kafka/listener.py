@@ -166,7 +166,12 @@ class KafkaListener:
                                            f"(ApiVersions lists what is)")
                 if sasl is not None and api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
                     header, request = read_request(body, api_key, version)
-                    answer, closing = sasl_answer(header, request, sasl)
+                    try:
+                        answer, closing = sasl_answer(header, request, sasl)
+                    except Exception as e:  # Kafka's authenticator closes the connection on any failure
+                        log.error("closing the Kafka connection from %s on listener %s: api key %d v%d failed: %s",
+                                  where, self.name, api_key, version, _failure(e))
+                        break
                     answers.start(header, arrived, _ready(answer))
                     if closing is not None:
                         log.info("closing the Kafka connection from %s on listener %s: %s", where, self.name, closing)
