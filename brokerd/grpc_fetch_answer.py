@@ -20,13 +20,13 @@ replace with a throttled empty one (``grpc_throttling``); the Fetch method is re
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import grpc
 
 from clients.records import varint
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc
+from raft.transport import HandlersRewritten
 
 from .requests import FetchPartitionResponse, FetchResponse, FetchTopicResponse
 
@@ -151,34 +151,12 @@ def serialized(answer: FetchAnswer | pb.FetchResponse) -> bytes:
     return answer.SerializeToString()
 
 
-class _FetchWritten:
-    """What the generated ``add_BrokerServicer_to_server`` sees: it passes the method handlers
-    through with Fetch's response serializer replaced by ``serialized``."""
-
-    def __init__(self, server: Any) -> None:
-        self._server = server
-
-    @staticmethod
-    def _replaced(name: str, handler: Any) -> Any:
-        return handler._replace(response_serializer=serialized) if name == _METHOD else handler
-
-    def add_generic_rpc_handlers(self, handlers: tuple) -> None:
-        out = []
-        for h in handlers:
-            methods = getattr(h, "_method_handlers", None)  # grpc.method_handlers_generic_handler's
-            if methods is None:
-                out.append(h)
-                continue
-            prefix = f"/{h.service_name()}/"
-            out.append(grpc.method_handlers_generic_handler(
-                h.service_name(), {m[len(prefix):]: self._replaced(m[len(prefix):], hd) for m, hd in methods.items()}))
-        self._server.add_generic_rpc_handlers(tuple(out))
-
-    def add_registered_method_handlers(self, name: str, handlers: dict) -> None:
-        self._server.add_registered_method_handlers(name, {m: self._replaced(m, hd) for m, hd in handlers.items()})
+def _fetch_written(method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """Fetch's handler with ``serialized`` as its response serializer; the others as they are."""
+    return handler._replace(response_serializer=serialized) if method.rsplit("/", 1)[-1] == _METHOD else handler
 
 
 def add_broker_servicer(servicer: object, server: object) -> None:
     """``broker_pb2_grpc.add_BrokerServicer_to_server``, with Fetch's ``FetchAnswer`` written by
     ``serialized`` (what ``raft.transport.add_service`` takes as its ``add_to_server``)."""
-    broker_pb2_grpc.add_BrokerServicer_to_server(servicer, _FetchWritten(server))
+    broker_pb2_grpc.add_BrokerServicer_to_server(servicer, HandlersRewritten(server, _fetch_written))

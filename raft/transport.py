@@ -19,7 +19,7 @@ import logging
 import socket
 import time
 from collections import deque
-from typing import AsyncIterator, Callable, Protocol
+from typing import Any, AsyncIterator, Callable, Protocol
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -243,30 +243,31 @@ def _guard(method: str, handler: grpc.RpcMethodHandler, max_bytes: int | None = 
     return handler
 
 
-class _GuardedServer:
-    """What a generated ``add_*Servicer_to_server`` sees: it passes the method handlers through
-    ``_guard`` on their way to the real server."""
+class HandlersRewritten:
+    """What a generated ``add_*Servicer_to_server`` sees: it passes each method's handler through
+    ``rewrite(full method name, handler)`` on its way to ``server`` (``add_service``'s guard, a
+    method's own serializer)."""
 
-    def __init__(self, server: grpc.aio.Server, max_bytes: int | None) -> None:
+    def __init__(self, server: Any, rewrite: Callable[[str, grpc.RpcMethodHandler], grpc.RpcMethodHandler]) -> None:
         self._server = server
-        self._max_bytes = max_bytes
+        self._rewrite = rewrite
 
     def add_generic_rpc_handlers(self, handlers: tuple) -> None:
-        guarded = []
+        rewritten = []
         for h in handlers:
             methods = getattr(h, "_method_handlers", None)  # grpc.method_handlers_generic_handler's
             if methods is None:
-                guarded.append(h)
+                rewritten.append(h)
                 continue
             name = h.service_name()
             prefix = f"/{name}/"
-            guarded.append(grpc.method_handlers_generic_handler(
-                name, {m[len(prefix):]: _guard(m, hd, self._max_bytes) for m, hd in methods.items()}))
-        self._server.add_generic_rpc_handlers(tuple(guarded))
+            rewritten.append(grpc.method_handlers_generic_handler(
+                name, {m[len(prefix):]: self._rewrite(m, hd) for m, hd in methods.items()}))
+        self._server.add_generic_rpc_handlers(tuple(rewritten))
 
     def add_registered_method_handlers(self, name: str, handlers: dict) -> None:
         self._server.add_registered_method_handlers(
-            name, {m: _guard(f"/{name}/{m}", hd, self._max_bytes) for m, hd in handlers.items()})
+            name, {m: self._rewrite(f"/{name}/{m}", hd) for m, hd in handlers.items()})
 
 
 def add_service(server: grpc.aio.Server, add_to_server: Callable[[object, object], None], servicer: object,
@@ -274,7 +275,7 @@ def add_service(server: grpc.aio.Server, add_to_server: Callable[[object, object
     """Register a servicer with a generated ``add_*Servicer_to_server`` so that every method
     refuses an undecodable request with INVALID_ARGUMENT and one log line (and, with
     ``max_bytes``, a larger one with RESOURCE_EXHAUSTED)."""
-    add_to_server(servicer, _GuardedServer(server, max_bytes))
+    add_to_server(servicer, HandlersRewritten(server, lambda method, handler: _guard(method, handler, max_bytes)))
 
 
 class Rejected(Exception):
