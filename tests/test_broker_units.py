@@ -1338,15 +1338,16 @@ class _GatedApis:
         return EncodedResponse([b"answer"], datetime.timedelta(0))
 
 
-async def _gated_listener(apis: _GatedApis):
-    """A listener over ``apis`` and a raw non-blocking client socket connected to it."""
+async def _gated_listener(apis: _GatedApis, security=None):
+    """A listener over ``apis`` (``security``: a ListenerSecurity, None: PLAINTEXT) and a raw
+    non-blocking client socket connected to it."""
     import socket
 
     from brokerd.kafka.listener import KafkaListener
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    listener = KafkaListener("KAFKA", "127.0.0.1", port, apis, 1 << 20)  # type: ignore[arg-type]
+    listener = KafkaListener("KAFKA", "127.0.0.1", port, apis, 1 << 20, security=security)  # type: ignore[arg-type]
     await listener.bind()
     await listener.start()
     client = socket.create_connection(("127.0.0.1", port))
@@ -1564,23 +1565,13 @@ def test_a_handler_failing_before_sasl_authentication_closes_the_connection(capl
     ApiVersions, and a failure there fails the authentication: the connection is closed with
     one line rather than answered."""
     import logging
-    import socket
 
-    from brokerd.kafka.listener import KafkaListener
     from clients.security import ListenerSecurity, SaslSettings
 
     async def go() -> None:
         apis = _GatedApis()
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        security = ListenerSecurity("SASL_PLAINTEXT", sasl=SaslSettings(("PLAIN",), {}))
-        listener = KafkaListener("KAFKA", "127.0.0.1", port, apis, 1 << 20,  # type: ignore[arg-type]
-                                 security=security)
-        await listener.bind()
-        await listener.start()
-        client = socket.create_connection(("127.0.0.1", port))
-        client.setblocking(False)
+        listener, client = await _gated_listener(
+            apis, ListenerSecurity("SASL_PLAINTEXT", sasl=SaslSettings(("PLAIN",), {})))
         loop = asyncio.get_running_loop()
         try:
             await _send_requests(client, 1)
@@ -1606,7 +1597,6 @@ def test_a_sasl_step_failing_unexpectedly_closes_its_connection_with_one_line(ca
     import socket
 
     from brokerd.kafka.codec import build, frame_request, request_schema
-    from brokerd.kafka.listener import KafkaListener
     from brokerd.kafka.sasl import SaslAuthenticator
     from clients.security import ListenerSecurity, SaslSettings
 
@@ -1616,20 +1606,14 @@ def test_a_sasl_step_failing_unexpectedly_closes_its_connection_with_one_line(ca
     monkeypatch.setattr(SaslAuthenticator, "authenticate", broken)
 
     async def go() -> None:
-        apis = _GatedApis()
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        security = ListenerSecurity("SASL_PLAINTEXT", sasl=SaslSettings(("PLAIN",), {}))
-        listener = KafkaListener("KAFKA", "127.0.0.1", port, apis, 1 << 20,  # type: ignore[arg-type]
-                                 security=security)
-        await listener.bind()
-        await listener.start()
+        listener, client = await _gated_listener(
+            _GatedApis(), ListenerSecurity("SASL_PLAINTEXT", sasl=SaslSettings(("PLAIN",), {})))
         loop = asyncio.get_running_loop()
         try:
-            for _ in range(2):  # the second connection: the listener goes on
-                client = socket.create_connection(("127.0.0.1", port))
-                client.setblocking(False)
+            for connection in range(2):  # the second connection: the listener goes on
+                if connection:
+                    client = socket.create_connection(("127.0.0.1", listener.port))
+                    client.setblocking(False)
                 try:
                     await loop.sock_sendall(client, frame_request(17, 1, 1, "t", build(request_schema(17, 1),
                                                                                        {"mechanism": "PLAIN"})))
